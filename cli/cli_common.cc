@@ -1,0 +1,117 @@
+#include "cli/cli_common.h"
+
+#include <iostream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/file_util.h"
+#include "common/proto_json.h"
+
+namespace muonshard::cli {
+
+int ExitCodeFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+int ReportError(const absl::Status& status) {
+  std::cerr << "error: " << status.message() << " ["
+            << absl::StatusCodeToString(status.code()) << "]\n";
+  return ExitCodeFor(status);
+}
+
+int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
+                     std::vector<std::string>* positional) {
+  auto parsed = flags.Parse(args);
+  if (!parsed.ok()) {
+    std::cerr << "error: " << parsed.status().message() << "\n\n" << flags.Usage();
+    return kExitUsage;
+  }
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return kExitOk;
+  }
+  *positional = std::move(parsed).value();
+  return -1;
+}
+
+absl::Status ReadMessageFile(const std::string& path, google::protobuf::Message* message) {
+  auto content = ReadFile(path);
+  if (!content.ok()) return absl::InvalidArgumentError(content.status().message());
+  if (absl::EndsWith(path, ".pb")) {
+    if (!message->ParseFromString(*content)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": not a valid binary ", message->GetTypeName()));
+    }
+    return absl::OkStatus();
+  }
+  return FromJson(*content, message, path);
+}
+
+absl::Status CheckOutputFormat(const std::string& format) {
+  if (format == "table" || format == "json") return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --output: \"", format, "\" is not one of table, json"));
+}
+
+int PrintJson(const google::protobuf::Message& message) {
+  auto json = ToJson(message, /*pretty=*/true);
+  if (!json.ok()) return ReportError(json.status());
+  std::cout << *json << "\n";
+  return kExitOk;
+}
+
+void PlanFlags::Register(FlagSet& flags) {
+  flags.String("manifest", &manifest, "model manifest (proto3 JSON, or binary proto ending in .pb)");
+  flags.Int("world-size", &world_size, "number of ranks");
+  flags.Int("pp", &pp, "pipeline stages");
+  flags.Int("ep", &ep, "expert parallel degree");
+  flags.String("policy", &policy, "partition policy: seed | seed-all | balanced");
+  flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
+  flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");
+  flags.Bool("per-dtype", &per_dtype, "partition Muon tensors of each dtype separately (Paddle #79740)");
+  flags.StringList("muon-exclude", &exclude,
+                   "regex of tensors that use AdamW; repeatable; replaces the defaults");
+}
+
+absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name) {
+  std::string n = absl::AsciiStrToLower(absl::StrReplaceAll(name, {{"_", "-"}}));
+  if (n == "seed") return v1::SEED;
+  if (n == "seed-all") return v1::SEED_ALL;
+  if (n == "balanced") return v1::BALANCED;
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --policy: \"", name, "\" is not one of seed, seed-all, balanced"));
+}
+
+absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
+  if (manifest.empty()) return absl::InvalidArgumentError("flag --manifest is required");
+  if (world_size <= 0) return absl::InvalidArgumentError("flag --world-size is required and must be >= 1");
+  if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
+  if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
+  v1::PlanRequest request;
+  absl::Status s = ReadMessageFile(manifest, request.mutable_manifest());
+  if (!s.ok()) return s;
+  request.mutable_topology()->set_world_size(world_size);
+  request.mutable_topology()->set_pp(pp);
+  request.mutable_topology()->set_ep(ep);
+  auto p = ParsePolicy(policy);
+  if (!p.ok()) return p.status();
+  v1::PlanPolicy* policy_proto = request.mutable_policy();
+  policy_proto->set_policy(*p);
+  policy_proto->set_comm_buffer_mb(comm_buffer_mb);
+  policy_proto->set_ns_steps(ns_steps);
+  policy_proto->set_per_dtype(per_dtype);
+  for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
+  return request;
+}
+
+}  // namespace muonshard::cli

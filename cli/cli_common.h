@@ -1,0 +1,62 @@
+#ifndef MUONSHARD_CLI_CLI_COMMON_H_
+#define MUONSHARD_CLI_CLI_COMMON_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/flags.h"
+#include "google/protobuf/message.h"
+#include "muonshard/v1/manifest.pb.h"
+
+namespace muonshard::cli {
+
+// House exit codes: 0 ok, 1 runtime/RPC failure, 2 bad usage or bad input.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+// Prints `status` to stderr and maps it to an exit code: INVALID_ARGUMENT,
+// NOT_FOUND of an input file and the like are usage errors (2); everything
+// else is a runtime failure (1).
+int ReportError(const absl::Status& status);
+int ExitCodeFor(const absl::Status& status);
+
+// Parses flags, handling --help (usage on stdout, exit 0) and bad flags
+// (message + usage on stderr, exit 2). Returns -1 to continue.
+int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
+                     std::vector<std::string>* positional);
+
+// Reads a message from proto3 JSON, or binary proto when the path ends in
+// ".pb". Errors name the file; a missing file is INVALID_ARGUMENT (bad input).
+absl::Status ReadMessageFile(const std::string& path, google::protobuf::Message* message);
+
+// Output format flag value: "table" or "json"; INVALID_ARGUMENT otherwise.
+absl::Status CheckOutputFormat(const std::string& format);
+
+// Prints `message` as proto3 JSON (original field names) to stdout.
+int PrintJson(const google::protobuf::Message& message);
+
+// Topology and policy flags shared by `plan`, `submit` and `compare`.
+struct PlanFlags {
+  std::string manifest;
+  int world_size = 0;
+  int pp = 1;
+  int ep = 1;
+  std::string policy = "seed";
+  int comm_buffer_mb = 256;
+  int ns_steps = 5;
+  bool per_dtype = false;
+  std::vector<std::string> exclude;
+
+  void Register(FlagSet& flags);
+  // Reads the manifest and builds the request; INVALID_ARGUMENT on bad input.
+  absl::StatusOr<v1::PlanRequest> ToRequest() const;
+};
+
+absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name);
+
+}  // namespace muonshard::cli
+
+#endif  // MUONSHARD_CLI_CLI_COMMON_H_

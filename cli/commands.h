@@ -1,0 +1,16 @@
+#ifndef MUONSHARD_CLI_COMMANDS_H_
+#define MUONSHARD_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+namespace muonshard::cli {
+
+// Each subcommand takes its arguments (after the subcommand name) and returns
+// the process exit code.
+int RunPlan(const std::vector<std::string>& args);
+int RunImportHf(const std::vector<std::string>& args);
+
+}  // namespace muonshard::cli
+
+#endif  // MUONSHARD_CLI_COMMANDS_H_

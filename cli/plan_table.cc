@@ -1,0 +1,42 @@
+#include "cli/plan_table.h"
+
+#include "absl/strings/str_format.h"
+
+namespace muonshard::cli {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
+  const v1::PlanStats& s = plan.stats();
+  out << absl::StrFormat("model %s  world %d  pp %d  ep %d  policy %s  buffer %d MiB\n",
+                         plan.model(), plan.topology().world_size(), plan.topology().pp(),
+                         plan.topology().ep(), v1::Policy_Name(plan.policy().policy()),
+                         plan.policy().comm_buffer_mb());
+  out << absl::StrFormat("hash %s\n", plan.content_hash());
+  out << absl::StrFormat("params %d (muon %d in %d tensors, adamw %d in %d tensors)\n",
+                         s.total_params(), s.muon_params(), s.muon_tensors(), s.adamw_params(),
+                         s.adamw_tensors());
+  out << absl::StrFormat(
+      "optimizer state  max %.1f MiB  min %.1f MiB  mean %.1f MiB  (max-min)/max %.4f  "
+      "max/mean %.3f  max/LB %.3f\n",
+      s.max_state_bytes() / kMiB, s.min_state_bytes() / kMiB, s.mean_state_bytes() / kMiB,
+      s.memory_imbalance(), s.max_over_mean_state_bytes(), s.max_over_lb_state_bytes());
+  out << absl::StrFormat(
+      "newton-schulz    max %.1f GFLOP  min %.1f GFLOP  mean %.1f GFLOP  (max-min)/max %.4f  "
+      "max/mean %.3f  max/LB %.3f\n",
+      s.max_ns_flops() / 1e9, s.min_ns_flops() / 1e9, s.mean_ns_flops() / 1e9,
+      s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
+}
+
+void PrintPlanTable(const v1::Plan& plan, std::ostream& out) {
+  out << absl::StrFormat("%6s %5s %4s %14s %14s %7s %16s %16s\n", "rank", "stage", "ep",
+                         "state_MiB", "ns_GFLOP", "owned", "muon_elems", "slice_elems");
+  for (const v1::RankPlan& r : plan.ranks()) {
+    out << absl::StrFormat("%6d %5d %4d %14.1f %14.1f %7d %16d %16d\n", r.rank(), r.stage(),
+                           r.ep_rank(), r.optimizer_state_bytes() / kMiB, r.ns_flops() / 1e9,
+                           r.owned_size(), r.muon_numel(), r.adamw_numel());
+  }
+  PrintPlanSummary(plan, out);
+}
+
+}  // namespace muonshard::cli

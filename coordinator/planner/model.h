@@ -1,0 +1,70 @@
+#ifndef MUONSHARD_COORDINATOR_PLANNER_MODEL_H_
+#define MUONSHARD_COORDINATOR_PLANNER_MODEL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/topology.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::planner {
+
+// Bytes per element of a dtype; 0 for an unknown one.
+int DTypeSize(v1::DType dtype);
+// The name Paddle sorts dtypes by (`str(dtype)` order: bf16 < fp16 < fp32).
+const char* DTypeName(v1::DType dtype);
+
+// Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
+// a = min(m, n), b = max(m, n).
+double NsFlops(int64_t rows, int64_t cols, int steps);
+
+// A tensor of the manifest after validation and classification.
+struct ResolvedTensor {
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  int64_t numel = 0;
+  int esize = 0;
+  bool muon = false;
+  v1::Layout layout = v1::OUT_IN;
+  int stage = 0;
+  int expert = -1;     // per-expert tensor index, -1 otherwise
+  bool stack = false;  // fused expert stack: dim 0 indexes experts
+  // Muon view: `matrices` matrices of rows x cols (the last two dims).
+  int matrices = 1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// The part of a tensor that lives in one comm group; the unit everything is
+// partitioned and bucketed by. Whole tensors are one unit.
+struct Unit {
+  int tensor = 0;
+  int group = 0;
+  int64_t elem_begin = 0;
+  int64_t numel = 0;
+  int matrix_begin = 0;
+  int matrix_end = 1;
+};
+
+struct ResolvedModel {
+  std::vector<ResolvedTensor> tensors;
+  std::vector<Unit> units;  // tensor-major, in manifest order
+  // Per group id: unit indices in manifest order.
+  std::vector<std::vector<int>> muon_units;
+  std::vector<std::vector<int>> adamw_units;
+};
+
+// Validates the manifest against the topology and the classification
+// patterns, and splits it into units. INVALID_ARGUMENT names the tensor.
+absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
+                                           const RankLayout& layout,
+                                           const std::vector<std::string>& exclude_patterns);
+
+// The default Muon exclusion patterns (case-insensitive regexes).
+const std::vector<std::string>& DefaultExcludePatterns();
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_COORDINATOR_PLANNER_MODEL_H_

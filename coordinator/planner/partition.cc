@@ -1,0 +1,75 @@
+#include "coordinator/planner/partition.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "coordinator/planner/bucketing.h"
+
+namespace muonshard::planner {
+
+std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb,
+                            bool all_ranks) {
+  std::vector<int> order(numels.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return numels[a] > numels[b]; });
+  int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
+  int active = group_size;
+  if (!all_ranks) {
+    // int(total * 4 / 2^20 / buffer_mb) + 1, computed exactly in integers
+    // (the Python float division is exact at these magnitudes).
+    int64_t over = total * 4 / ((int64_t{1} << 20) * buffer_mb);
+    active = total > 0 ? static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, over + 1), group_size)) : 1;
+  }
+  std::vector<int64_t> sizes(active, 0);
+  std::vector<int> owner(numels.size(), 0);
+  for (int i : order) {
+    int r = static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    owner[i] = r;
+    sizes[r] += numels[i];
+  }
+  return owner;
+}
+
+std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
+                                         int64_t buffer_mb, bool all_ranks, bool per_dtype) {
+  std::vector<MuonShard> shards;
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    const std::vector<int>& units = model.muon_units[g];
+    if (units.empty()) continue;
+    int group_size = static_cast<int>(layout.GroupRanks(g).size());
+    // Paddle #79740 (`per_dtype`): one pass per dtype in str(dtype) order,
+    // each with fresh loads; otherwise one pass over every dtype.
+    std::vector<std::vector<int>> passes;
+    if (per_dtype) {
+      for (v1::DType d : {v1::BF16, v1::FP16, v1::FP32}) {
+        std::vector<int> subset;
+        for (int u : units) {
+          if (model.tensors[model.units[u].tensor].dtype == d) subset.push_back(u);
+        }
+        if (!subset.empty()) passes.push_back(std::move(subset));
+      }
+    } else {
+      passes.push_back(units);
+    }
+    for (const std::vector<int>& pass : passes) {
+      std::vector<int64_t> numels;
+      numels.reserve(pass.size());
+      for (int u : pass) numels.push_back(model.units[u].numel);
+      std::vector<int> owners = SeedGreedy(numels, group_size, buffer_mb, all_ranks);
+      for (size_t i = 0; i < pass.size(); ++i) {
+        const Unit& unit = model.units[pass[i]];
+        shards.push_back(MuonShard{pass[i], unit.matrix_begin, unit.matrix_end, owners[i]});
+      }
+    }
+  }
+  return shards;
+}
+
+ShardOffsets EvenShards(int64_t total, int n) {
+  ShardOffsets offsets(n + 1);
+  for (int i = 0; i <= n; ++i) offsets[i] = total / n * i;
+  return offsets;
+}
+
+}  // namespace muonshard::planner

@@ -1,0 +1,335 @@
+#include "coordinator/planner/planner.h"
+
+#include <openssl/sha.h>
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "coordinator/planner/bucketing.h"
+#include "coordinator/planner/model.h"
+#include "coordinator/planner/partition.h"
+#include "coordinator/planner/plan_stats.h"
+#include "coordinator/planner/topology.h"
+
+namespace muonshard::planner {
+namespace {
+
+constexpr int kDefaultBufferMb = 256;
+constexpr int kDefaultNsSteps = 5;
+
+absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in) {
+  v1::PlanPolicy p = in;
+  if (!v1::Policy_IsValid(p.policy())) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.policy: unknown value ", p.policy()));
+  }
+  if (p.policy() == v1::POLICY_UNSPECIFIED) p.set_policy(v1::SEED);
+  if (p.comm_buffer_mb() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.comm_buffer_mb: must be >= 0, got ", p.comm_buffer_mb()));
+  }
+  if (p.comm_buffer_mb() == 0) p.set_comm_buffer_mb(kDefaultBufferMb);
+  if (p.ns_steps() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.ns_steps: must be >= 0, got ", p.ns_steps()));
+  }
+  if (p.ns_steps() == 0) p.set_ns_steps(kDefaultNsSteps);
+  if (p.muon_exclude_patterns().empty()) {
+    for (const std::string& s : DefaultExcludePatterns()) p.add_muon_exclude_patterns(s);
+  }
+  if (p.grad_dtype() == v1::DTYPE_UNSPECIFIED) p.set_grad_dtype(v1::FP32);
+  if (DTypeSize(p.grad_dtype()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.grad_dtype: unknown value ", p.grad_dtype()));
+  }
+  return p;
+}
+
+// Builds the plan from a canonical request; one object so the steps share
+// the resolved model without long parameter lists.
+class PlanBuilder {
+ public:
+  PlanBuilder(const v1::PlanRequest& request, const RankLayout& layout, ResolvedModel model)
+      : request_(request), policy_(request.policy()), layout_(layout), model_(std::move(model)) {}
+
+  absl::StatusOr<v1::Plan> Build(std::string hash) {
+    plan_.set_format_version(kPlanFormatVersion);
+    plan_.set_content_hash(std::move(hash));
+    plan_.set_model(request_.manifest().model());
+    *plan_.mutable_topology() = layout_.Resolved();
+    *plan_.mutable_policy() = policy_;
+    EmitGroups();
+    EmitRanks();
+    EmitTensors();
+    MUONSHARD_ASSIGN_OR_RETURN(std::vector<MuonShard> shards, PartitionMuon());
+    EmitMuonBuckets(shards);
+    EmitAdamwBuckets();
+    *plan_.mutable_stats() = ComputePlanStats(plan_, MaxMatrixNumel(), MaxMatrixFlops());
+    return std::move(plan_);
+  }
+
+ private:
+  int64_t limit_bytes() const { return int64_t{policy_.comm_buffer_mb()} << 20; }
+  int grad_esize() const { return DTypeSize(policy_.grad_dtype()); }
+
+  void EmitGroups() {
+    for (int g = 0; g < layout_.num_groups(); ++g) *plan_.add_groups() = layout_.GroupProto(g);
+  }
+
+  void EmitRanks() {
+    plan_.mutable_ranks()->Reserve(layout_.world_size());
+    for (int r = 0; r < layout_.world_size(); ++r) {
+      v1::RankPlan* rp = plan_.add_ranks();
+      rp->set_rank(r);
+      rp->set_stage(layout_.StageOf(r));
+      rp->set_ep_rank(layout_.EpRankOf(r));
+      rp->set_sharding_rank(layout_.ShardingRankOf(r));
+      rp->set_moe_sharding_rank(layout_.MoeShardingRankOf(r));
+    }
+  }
+
+  void EmitTensors() {
+    const v1::ModelManifest& m = request_.manifest();
+    plan_.mutable_tensors()->Reserve(m.tensors_size());
+    for (int i = 0; i < m.tensors_size(); ++i) {
+      const v1::TensorSpec& spec = m.tensors(i);
+      const ResolvedTensor& r = model_.tensors[i];
+      v1::PlannedTensor* t = plan_.add_tensors();
+      t->set_name(spec.name());
+      *t->mutable_shape() = spec.shape();
+      t->set_dtype(spec.dtype());
+      t->set_optimizer(r.muon ? v1::MUON : v1::ADAMW);
+      t->set_layout(r.layout);
+      t->set_stage(r.stage);
+      t->set_expert(r.expert);
+      t->set_numel(r.numel);
+    }
+    for (const Unit& u : model_.units) {
+      v1::PlannedTensor* t = plan_.mutable_tensors(u.tensor);
+      t->set_colour(plan_.groups(u.group).colour());
+      v1::TensorPart* part = t->add_parts();
+      part->set_group(u.group);
+      part->set_element_begin(u.elem_begin);
+      part->set_element_end(u.elem_begin + u.numel);
+      part->set_matrix_begin(u.matrix_begin);
+      part->set_matrix_end(u.matrix_end);
+    }
+  }
+
+  absl::StatusOr<std::vector<MuonShard>> PartitionMuon() {
+    switch (policy_.policy()) {
+      case v1::SEED:
+      case v1::SEED_ALL:
+        return SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(),
+                                 policy_.policy() == v1::SEED_ALL, policy_.per_dtype());
+      default:
+        return absl::UnimplementedError(
+            absl::StrCat("policy.policy: ", v1::Policy_Name(policy_.policy()), " is not implemented"));
+    }
+  }
+
+  int64_t ShardNumel(const MuonShard& s) const {
+    const ResolvedTensor& t = model_.tensors[model_.units[s.unit].tensor];
+    return int64_t{s.matrix_end - s.matrix_begin} * t.rows * t.cols;
+  }
+
+  // Per group and owner (ascending), the owner's shards in manifest order,
+  // fused by assign_group_by_size with 256-byte alignment per tensor.
+  void EmitMuonBuckets(std::vector<MuonShard> shards) {
+    std::stable_sort(shards.begin(), shards.end(), [&](const MuonShard& a, const MuonShard& b) {
+      const Unit& ua = model_.units[a.unit];
+      const Unit& ub = model_.units[b.unit];
+      if (ua.group != ub.group) return ua.group < ub.group;
+      if (a.owner != b.owner) return a.owner < b.owner;
+      if (a.unit != b.unit) return a.unit < b.unit;
+      return a.matrix_begin < b.matrix_begin;
+    });
+    size_t i = 0;
+    while (i < shards.size()) {
+      size_t j = i;
+      const int group = model_.units[shards[i].unit].group;
+      while (j < shards.size() && model_.units[shards[j].unit].group == group &&
+             shards[j].owner == shards[i].owner) {
+        ++j;
+      }
+      EmitOwnerBuckets(group, std::vector<MuonShard>(shards.begin() + i, shards.begin() + j));
+      i = j;
+    }
+  }
+
+  void EmitOwnerBuckets(int group, const std::vector<MuonShard>& owned) {
+    std::vector<v1::DType> dtypes;
+    std::vector<int64_t> numels;
+    for (const MuonShard& s : owned) {
+      dtypes.push_back(model_.tensors[model_.units[s.unit].tensor].dtype);
+      numels.push_back(ShardNumel(s));
+    }
+    const v1::CommGroup& g = plan_.groups(group);
+    const int owner = g.ranks(owned.front().owner);
+    const int steps = policy_.ns_steps();
+    for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
+      v1::MuonBucket* b = plan_.add_muon_buckets();
+      b->set_id(plan_.muon_buckets_size() - 1);
+      b->set_group(group);
+      b->set_owner(owner);
+      b->set_dtype(dtypes[members[0]]);
+      int64_t offset = 0;
+      for (int k : members) {
+        const MuonShard& s = owned[k];
+        const Unit& u = model_.units[s.unit];
+        const ResolvedTensor& t = model_.tensors[u.tensor];
+        const int64_t matrix_numel = t.rows * t.cols;
+        v1::BucketEntry* e = b->add_entries();
+        e->set_tensor(u.tensor);
+        e->set_element_begin(int64_t{s.matrix_begin} * matrix_numel);
+        e->set_numel(numels[k]);
+        e->set_offset(offset);
+        e->set_padded_numel(ReducePaddedNumel(numels[k], t.esize));
+        offset += e->padded_numel();
+
+        v1::OwnedTensor* o = plan_.mutable_ranks(owner)->add_owned();
+        o->set_name(request_.manifest().tensors(u.tensor).name());
+        o->set_tensor(u.tensor);
+        o->set_matrix_begin(s.matrix_begin);
+        o->set_matrix_end(s.matrix_end);
+        o->set_numel(numels[k]);
+        o->set_ns_flops((s.matrix_end - s.matrix_begin) * NsFlops(t.rows, t.cols, steps));
+        o->set_bucket(b->id());
+      }
+      b->set_numel(offset);
+    }
+  }
+
+  // Per group: AdamW units in manifest order, stable-sorted by dtype name,
+  // fused by assign_group_by_size, each padded to (256 / esize) * n elements.
+  void EmitAdamwBuckets() {
+    for (int g = 0; g < layout_.num_groups(); ++g) {
+      std::vector<int> units = model_.adamw_units[g];
+      if (units.empty()) continue;
+      std::stable_sort(units.begin(), units.end(), [&](int a, int b) {
+        return DTypeNameLess(model_.tensors[model_.units[a].tensor].dtype,
+                             model_.tensors[model_.units[b].tensor].dtype);
+      });
+      std::vector<v1::DType> dtypes;
+      std::vector<int64_t> numels;
+      for (int u : units) {
+        dtypes.push_back(model_.tensors[model_.units[u].tensor].dtype);
+        numels.push_back(model_.units[u].numel);
+      }
+      for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
+        std::vector<int> bucket_units;
+        for (int k : members) bucket_units.push_back(units[k]);
+        EmitAdamwBucket(g, bucket_units);
+      }
+    }
+  }
+
+  void EmitAdamwBucket(int group, const std::vector<int>& units) {
+    const v1::CommGroup& g = plan_.groups(group);
+    const int n = g.ranks_size();
+    v1::AdamwBucket* b = plan_.add_adamw_buckets();
+    b->set_id(plan_.adamw_buckets_size() - 1);
+    b->set_group(group);
+    b->set_dtype(model_.tensors[model_.units[units[0]].tensor].dtype);
+    int64_t offset = 0;
+    for (int u : units) {
+      const Unit& unit = model_.units[u];
+      v1::BucketEntry* e = b->add_entries();
+      e->set_tensor(unit.tensor);
+      e->set_element_begin(unit.elem_begin);
+      e->set_numel(unit.numel);
+      e->set_offset(offset);
+      e->set_padded_numel(ReduceScatterPaddedNumel(unit.numel, model_.tensors[unit.tensor].esize, n));
+      offset += e->padded_numel();
+    }
+    b->set_numel(offset);
+    for (int64_t o : EvenShards(offset, n)) b->add_shard_offsets(o);
+    EmitSlices(*b);
+  }
+
+  // Each group rank's piece of every entry overlapping its shard: Paddle's
+  // [max(index, rank_begin), min(index + padded, rank_end)), clipped to numel.
+  void EmitSlices(const v1::AdamwBucket& b) {
+    const v1::CommGroup& g = plan_.groups(b.group());
+    size_t first = 0;
+    for (int i = 0; i < g.ranks_size(); ++i) {
+      const int64_t rb = b.shard_offsets(i);
+      const int64_t re = b.shard_offsets(i + 1);
+      while (first < static_cast<size_t>(b.entries_size()) &&
+             b.entries(first).offset() + b.entries(first).padded_numel() <= rb) {
+        ++first;
+      }
+      v1::RankPlan* rank = plan_.mutable_ranks(g.ranks(i));
+      for (size_t k = first; k < static_cast<size_t>(b.entries_size()); ++k) {
+        const v1::BucketEntry& e = b.entries(k);
+        if (e.offset() >= re) break;
+        const int64_t begin = std::max(e.offset(), rb) - e.offset();
+        const int64_t end = std::min(e.offset() + e.padded_numel(), re) - e.offset();
+        if (begin >= e.numel()) continue;  // only padding
+        v1::TensorSlice* s = rank->add_slices();
+        s->set_name(request_.manifest().tensors(e.tensor()).name());
+        s->set_tensor(e.tensor());
+        s->set_begin(e.element_begin() + begin);
+        s->set_end(e.element_begin() + std::min(end, e.numel()));
+        s->set_padding(end - std::max(begin, e.numel()) > 0 ? end - std::max(begin, e.numel()) : 0);
+        s->set_bucket(b.id());
+      }
+    }
+  }
+
+  int64_t MaxMatrixNumel() const {
+    int64_t best = 0;
+    for (const ResolvedTensor& t : model_.tensors) {
+      if (t.muon) best = std::max(best, t.rows * t.cols);
+    }
+    return best;
+  }
+
+  double MaxMatrixFlops() const {
+    double best = 0;
+    for (const ResolvedTensor& t : model_.tensors) {
+      if (t.muon) best = std::max(best, NsFlops(t.rows, t.cols, policy_.ns_steps()));
+    }
+    return best;
+  }
+
+  const v1::PlanRequest& request_;
+  const v1::PlanPolicy& policy_;
+  const RankLayout& layout_;
+  ResolvedModel model_;
+  v1::Plan plan_;
+};
+
+}  // namespace
+
+absl::StatusOr<v1::PlanRequest> CanonicalizeRequest(const v1::PlanRequest& request) {
+  v1::PlanRequest out = request;
+  MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
+  *out.mutable_topology() = layout.Resolved();
+  MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_policy(), CanonicalPolicy(request.policy()));
+  for (v1::TensorSpec& t : *out.mutable_manifest()->mutable_tensors()) {
+    if (t.layout() == v1::LAYOUT_UNSPECIFIED) t.set_layout(v1::OUT_IN);
+  }
+  return out;
+}
+
+std::string ContentHash(const v1::PlanRequest& canonical) {
+  const std::string bytes = SerializeDeterministic(canonical);
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest.data());
+  return absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(
+                                     reinterpret_cast<const char*>(digest.data()), digest.size())));
+}
+
+absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request) {
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest canonical, CanonicalizeRequest(request));
+  MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(canonical.topology()));
+  std::vector<std::string> patterns(canonical.policy().muon_exclude_patterns().begin(),
+                                    canonical.policy().muon_exclude_patterns().end());
+  MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(canonical.manifest(), layout, patterns));
+  PlanBuilder builder(canonical, layout, std::move(model));
+  return builder.Build(ContentHash(canonical));
+}
+
+}  // namespace muonshard::planner

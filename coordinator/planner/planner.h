@@ -1,0 +1,30 @@
+#ifndef MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_
+#define MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::planner {
+
+// The plan format this library writes.
+constexpr int kPlanFormatVersion = 1;
+
+// Fills every default (topology pp/ep/dp/tp, policy, tensor layouts) so that
+// two requests meaning the same thing are byte-identical. Validates the
+// topology and the policy; the manifest is validated by ComputePlan.
+absl::StatusOr<v1::PlanRequest> CanonicalizeRequest(const v1::PlanRequest& request);
+
+// "sha256:<hex>" of the deterministic serialization of a canonical request.
+std::string ContentHash(const v1::PlanRequest& canonical);
+
+// The partition plan of a request: pure and deterministic (same request ->
+// byte-identical serialized plan). INVALID_ARGUMENT names the offending
+// tensor or field.
+absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request);
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_

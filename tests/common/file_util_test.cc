@@ -1,0 +1,29 @@
+#include "common/file_util.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard {
+namespace {
+
+using ::muonshard::testing::StatusIs;
+
+TEST(FileUtilTest, AtomicWriteReplacesContent) {
+  std::string dir = ::testing::TempDir();
+  std::string path = dir + "/file_util_test.txt";
+  MUONSHARD_ASSERT_OK(WriteFileAtomic(path, "first"));
+  MUONSHARD_ASSERT_OK(WriteFileAtomic(path, "second"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string got, ReadFile(path));
+  EXPECT_EQ(got, "second");
+}
+
+TEST(FileUtilTest, MissingFileIsNotFound) {
+  EXPECT_THAT(ReadFile("/nonexistent/dir/file"),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("/nonexistent/dir/file")));
+}
+
+}  // namespace
+}  // namespace muonshard

@@ -1,0 +1,1 @@
+#include "tests/testing/status_matchers.h"
