@@ -1,0 +1,15 @@
+#ifndef MUONSHARD_COORDINATOR_PLANNER_PLAN_VIEW_H_
+#define MUONSHARD_COORDINATOR_PLANNER_PLAN_VIEW_H_
+
+#include "absl/status/statusor.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::planner {
+
+// The part of `plan` that `rank` needs (see v1::RankView). INVALID_ARGUMENT
+// when the rank is outside the world.
+absl::StatusOr<v1::RankView> ExtractRankView(const v1::Plan& plan, int rank);
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_COORDINATOR_PLANNER_PLAN_VIEW_H_
