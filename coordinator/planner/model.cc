@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "re2/re2.h"
 
 namespace muonshard::planner {
@@ -59,21 +62,29 @@ bool IsExpertStackName(absl::string_view name) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<RE2>> CompileExcludes(const std::vector<std::string>& patterns) {
-  for (const std::string& p : patterns) {
-    RE2 re(p, RE2::Quiet);
-    if (!re.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("policy.muon_exclude_patterns: \"", p, "\" is not a valid regex: ", re.error()));
+// The literal a pattern stands for, if it is one.
+std::optional<std::string> AsLiteral(absl::string_view p, bool* at_start, bool* at_end) {
+  *at_start = absl::ConsumePrefix(&p, "^");
+  *at_end = false;
+  if (p.size() >= 2 && p.back() == '$' && p[p.size() - 2] != '\\') {
+    *at_end = true;
+    p.remove_suffix(1);
+  }
+  std::string out;
+  for (size_t i = 0; i < p.size(); ++i) {
+    char c = p[i];
+    if (c == '\\') {
+      if (i + 1 >= p.size() || absl::ascii_isalnum(p[i + 1])) return std::nullopt;  // \d, \w, ...
+      out.push_back(p[++i]);
+    } else if (absl::ascii_isalnum(c) || c == '_' || c == '-' || c == '/' || c == ':' || c == ' ') {
+      out.push_back(absl::ascii_tolower(c));
+    } else {
+      return std::nullopt;
     }
   }
-  if (patterns.empty()) return std::unique_ptr<RE2>();
-  std::vector<std::string> groups;
-  for (const std::string& p : patterns) groups.push_back(absl::StrCat("(?:", p, ")"));
-  RE2::Options options;
-  options.set_case_sensitive(false);
-  options.set_log_errors(false);
-  return std::make_unique<RE2>(absl::StrJoin(groups, "|"), options);
+  if (out.empty()) return std::nullopt;
+  for (char& c : out) c = absl::ascii_tolower(c);
+  return out;
 }
 
 // Shape, dtype and optimizer checks of one tensor; fills numel/esize/shape view.
@@ -220,6 +231,50 @@ absl::Status AddUnits(const v1::TensorSpec& t, int index, const ResolvedTensor& 
 
 }  // namespace
 
+absl::StatusOr<ExcludeMatcher> ExcludeMatcher::Create(const std::vector<std::string>& patterns) {
+  ExcludeMatcher m;
+  std::vector<std::string> regexes;
+  for (const std::string& p : patterns) {
+    RE2 re(p, RE2::Quiet);
+    if (!re.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("policy.muon_exclude_patterns: \"", p, "\" is not a valid regex: ", re.error()));
+    }
+    Literal lit;
+    if (auto text = AsLiteral(p, &lit.at_start, &lit.at_end)) {
+      lit.lower = *std::move(text);
+      m.literals_.push_back(std::move(lit));
+    } else {
+      regexes.push_back(absl::StrCat("(?:", p, ")"));
+    }
+  }
+  if (!regexes.empty()) {
+    RE2::Options options;
+    options.set_case_sensitive(false);
+    options.set_log_errors(false);
+    m.regex_ = std::make_shared<const RE2>(absl::StrJoin(regexes, "|"), options);
+  }
+  return m;
+}
+
+bool ExcludeMatcher::Matches(absl::string_view name) const {
+  if (!literals_.empty()) {
+    std::string lower = absl::AsciiStrToLower(name);
+    for (const Literal& l : literals_) {
+      if (l.at_start && l.at_end) {
+        if (lower == l.lower) return true;
+      } else if (l.at_start) {
+        if (absl::StartsWith(lower, l.lower)) return true;
+      } else if (l.at_end) {
+        if (absl::EndsWith(lower, l.lower)) return true;
+      } else if (absl::StrContains(lower, l.lower)) {
+        return true;
+      }
+    }
+  }
+  return regex_ != nullptr && RE2::PartialMatch(name, *regex_);
+}
+
 int DTypeSize(v1::DType dtype) {
   switch (dtype) {
     case v1::BF16:
@@ -263,7 +318,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
   if (manifest.tensors_size() == 0) {
     return absl::InvalidArgumentError("manifest: has no tensors");
   }
-  auto excludes = CompileExcludes(exclude_patterns);
+  auto excludes = ExcludeMatcher::Create(exclude_patterns);
   if (!excludes.ok()) return excludes.status();
 
   ResolvedModel model;
@@ -279,7 +334,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
     if (t.optimizer() != v1::OPTIMIZER_UNSPECIFIED) {
       r.muon = t.optimizer() == v1::MUON;
     } else {
-      bool excluded = *excludes != nullptr && RE2::PartialMatch(t.name(), **excludes);
+      bool excluded = excludes->Matches(t.name());
       r.muon = (t.shape_size() == 2 || t.shape_size() == 3) && !excluded;
     }
   }

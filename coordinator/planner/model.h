@@ -2,10 +2,13 @@
 #define MUONSHARD_COORDINATOR_PLANNER_MODEL_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "re2/re2.h"
 #include "coordinator/planner/topology.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
@@ -20,6 +23,26 @@ const char* DTypeName(v1::DType dtype);
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
 // a = min(m, n), b = max(m, n).
 double NsFlops(int64_t rows, int64_t cols, int steps);
+
+// The Muon exclusion patterns (case-insensitive regexes) compiled for speed:
+// a pattern that is a plain literal (optionally anchored by ^ or $, with
+// backslash-escaped punctuation) is matched as a case-insensitive substring,
+// which gives RE2's answer without running a regex per tensor name; the rest
+// go through one RE2 alternation.
+class ExcludeMatcher {
+ public:
+  static absl::StatusOr<ExcludeMatcher> Create(const std::vector<std::string>& patterns);
+  bool Matches(absl::string_view name) const;
+
+ private:
+  struct Literal {
+    std::string lower;
+    bool at_start = false;
+    bool at_end = false;
+  };
+  std::vector<Literal> literals_;
+  std::shared_ptr<const RE2> regex_;
+};
 
 // A tensor of the manifest after validation and classification.
 struct ResolvedTensor {

@@ -1,9 +1,15 @@
 #include "coordinator/planner/planner.h"
 
-#include <openssl/sha.h>
+#include <openssl/evp.h>
+
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 
 #include <algorithm>
 #include <array>
+#include <tuple>
+#include <memory>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -46,27 +52,80 @@ absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in) {
   return p;
 }
 
+// SHA-256 of the deterministic serialization of a PlanRequest with all three
+// fields set, streamed field by field so the manifest is never copied.
+class Sha256Sink {
+ public:
+  Sha256Sink() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
+  ~Sha256Sink() { EVP_MD_CTX_free(ctx_); }
+  Sha256Sink(const Sha256Sink&) = delete;
+  Sha256Sink& operator=(const Sha256Sink&) = delete;
+
+  void Add(const std::string& bytes) { EVP_DigestUpdate(ctx_, bytes.data(), bytes.size()); }
+  std::string HexDigest() {
+    std::array<unsigned char, EVP_MAX_MD_SIZE> digest;
+    unsigned int size = 0;
+    EVP_DigestFinal_ex(ctx_, digest.data(), &size);
+    return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest.data()), size));
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+void AddField(int field, const google::protobuf::Message& m, Sha256Sink& sink) {
+  const std::string body = SerializeDeterministic(m);
+  std::string header;
+  {
+    google::protobuf::io::StringOutputStream stream(&header);
+    google::protobuf::io::CodedOutputStream out(&stream);
+    out.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+        field, google::protobuf::internal::WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint32(static_cast<uint32_t>(body.size()));
+  }
+  sink.Add(header);
+  sink.Add(body);
+}
+
+std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topology& topology,
+                             const v1::PlanPolicy& policy) {
+  Sha256Sink sink;
+  AddField(v1::PlanRequest::kManifestFieldNumber, manifest, sink);
+  AddField(v1::PlanRequest::kTopologyFieldNumber, topology, sink);
+  AddField(v1::PlanRequest::kPolicyFieldNumber, policy, sink);
+  return absl::StrCat("sha256:", sink.HexDigest());
+}
+
 // Builds the plan from a canonical request; one object so the steps share
 // the resolved model without long parameter lists.
 class PlanBuilder {
  public:
-  PlanBuilder(const v1::PlanRequest& request, const RankLayout& layout, ResolvedModel model)
-      : request_(request), policy_(request.policy()), layout_(layout), model_(std::move(model)) {}
+  PlanBuilder(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy,
+              const RankLayout& layout, ResolvedModel model)
+      : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)) {}
 
-  absl::StatusOr<v1::Plan> Build(std::string hash) {
-    plan_.set_format_version(kPlanFormatVersion);
-    plan_.set_content_hash(std::move(hash));
-    plan_.set_model(request_.manifest().model());
-    *plan_.mutable_topology() = layout_.Resolved();
-    *plan_.mutable_policy() = policy_;
+  // Builds into a Plan allocated on `arena` (heap when null).
+  absl::StatusOr<v1::Plan*> Build(std::string hash, google::protobuf::Arena* arena) {
+    plan_ = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
+    plan_->set_format_version(kPlanFormatVersion);
+    plan_->set_content_hash(std::move(hash));
+    plan_->set_model(manifest_.model());
+    *plan_->mutable_topology() = layout_.Resolved();
+    *plan_->mutable_policy() = policy_;
     EmitGroups();
     EmitRanks();
     EmitTensors();
     MUONSHARD_ASSIGN_OR_RETURN(std::vector<MuonShard> shards, PartitionMuon());
     EmitMuonBuckets(shards);
     EmitAdamwBuckets();
-    *plan_.mutable_stats() = ComputePlanStats(plan_, MaxMatrixNumel(), MaxMatrixFlops());
-    return std::move(plan_);
+    *plan_->mutable_stats() = ComputePlanStats(*plan_, MaxMatrixNumel(), MaxMatrixFlops());
+    v1::Plan* result = plan_;
+    plan_ = nullptr;
+    return result;
+  }
+
+  ~PlanBuilder() {
+    if (plan_ != nullptr && plan_->GetArena() == nullptr) delete plan_;
   }
 
  private:
@@ -74,13 +133,13 @@ class PlanBuilder {
   int grad_esize() const { return DTypeSize(policy_.grad_dtype()); }
 
   void EmitGroups() {
-    for (int g = 0; g < layout_.num_groups(); ++g) *plan_.add_groups() = layout_.GroupProto(g);
+    for (int g = 0; g < layout_.num_groups(); ++g) *plan_->add_groups() = layout_.GroupProto(g);
   }
 
   void EmitRanks() {
-    plan_.mutable_ranks()->Reserve(layout_.world_size());
+    plan_->mutable_ranks()->Reserve(layout_.world_size());
     for (int r = 0; r < layout_.world_size(); ++r) {
-      v1::RankPlan* rp = plan_.add_ranks();
+      v1::RankPlan* rp = plan_->add_ranks();
       rp->set_rank(r);
       rp->set_stage(layout_.StageOf(r));
       rp->set_ep_rank(layout_.EpRankOf(r));
@@ -90,12 +149,12 @@ class PlanBuilder {
   }
 
   void EmitTensors() {
-    const v1::ModelManifest& m = request_.manifest();
-    plan_.mutable_tensors()->Reserve(m.tensors_size());
+    const v1::ModelManifest& m = manifest_;
+    plan_->mutable_tensors()->Reserve(m.tensors_size());
     for (int i = 0; i < m.tensors_size(); ++i) {
       const v1::TensorSpec& spec = m.tensors(i);
       const ResolvedTensor& r = model_.tensors[i];
-      v1::PlannedTensor* t = plan_.add_tensors();
+      v1::PlannedTensor* t = plan_->add_tensors();
       t->set_name(spec.name());
       *t->mutable_shape() = spec.shape();
       t->set_dtype(spec.dtype());
@@ -106,8 +165,8 @@ class PlanBuilder {
       t->set_numel(r.numel);
     }
     for (const Unit& u : model_.units) {
-      v1::PlannedTensor* t = plan_.mutable_tensors(u.tensor);
-      t->set_colour(plan_.groups(u.group).colour());
+      v1::PlannedTensor* t = plan_->mutable_tensors(u.tensor);
+      t->set_colour(plan_->groups(u.group).colour());
       v1::TensorPart* part = t->add_parts();
       part->set_group(u.group);
       part->set_element_begin(u.elem_begin);
@@ -136,25 +195,31 @@ class PlanBuilder {
 
   // Per group and owner (ascending), the owner's shards in manifest order,
   // fused by assign_group_by_size with 256-byte alignment per tensor.
-  void EmitMuonBuckets(std::vector<MuonShard> shards) {
-    std::stable_sort(shards.begin(), shards.end(), [&](const MuonShard& a, const MuonShard& b) {
-      const Unit& ua = model_.units[a.unit];
-      const Unit& ub = model_.units[b.unit];
-      if (ua.group != ub.group) return ua.group < ub.group;
-      if (a.owner != b.owner) return a.owner < b.owner;
-      if (a.unit != b.unit) return a.unit < b.unit;
-      return a.matrix_begin < b.matrix_begin;
-    });
-    size_t i = 0;
-    while (i < shards.size()) {
-      size_t j = i;
-      const int group = model_.units[shards[i].unit].group;
-      while (j < shards.size() && model_.units[shards[j].unit].group == group &&
-             shards[j].owner == shards[i].owner) {
-        ++j;
+  void EmitMuonBuckets(const std::vector<MuonShard>& shards) {
+    // Counting sort by (group, owner) -- O(shards + ranks) -- then each
+    // owner's shards in manifest order (already so unless a policy made
+    // several passes, e.g. per dtype).
+    std::vector<int> group_base(plan_->groups_size() + 1, 0);
+    for (int g = 0; g < plan_->groups_size(); ++g) {
+      group_base[g + 1] = group_base[g] + plan_->groups(g).ranks_size();
+    }
+    auto key = [&](const MuonShard& s) { return group_base[model_.units[s.unit].group] + s.owner; };
+    std::vector<int> start(group_base.back() + 1, 0);
+    for (const MuonShard& s : shards) ++start[key(s) + 1];
+    for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
+    std::vector<MuonShard> sorted(shards.size());
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (const MuonShard& s : shards) sorted[fill[key(s)]++] = s;
+    for (int g = 0; g < plan_->groups_size(); ++g) {
+      for (int k = group_base[g]; k < group_base[g + 1]; ++k) {
+        if (start[k] == start[k + 1]) continue;
+        auto first = sorted.begin() + start[k], last = sorted.begin() + start[k + 1];
+        auto by_unit = [](const MuonShard& a, const MuonShard& b) {
+          return std::tie(a.unit, a.matrix_begin) < std::tie(b.unit, b.matrix_begin);
+        };
+        if (!std::is_sorted(first, last, by_unit)) std::sort(first, last, by_unit);
+        EmitOwnerBuckets(g, std::vector<MuonShard>(first, last));
       }
-      EmitOwnerBuckets(group, std::vector<MuonShard>(shards.begin() + i, shards.begin() + j));
-      i = j;
     }
   }
 
@@ -165,12 +230,12 @@ class PlanBuilder {
       dtypes.push_back(model_.tensors[model_.units[s.unit].tensor].dtype);
       numels.push_back(ShardNumel(s));
     }
-    const v1::CommGroup& g = plan_.groups(group);
+    const v1::CommGroup& g = plan_->groups(group);
     const int owner = g.ranks(owned.front().owner);
     const int steps = policy_.ns_steps();
     for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
-      v1::MuonBucket* b = plan_.add_muon_buckets();
-      b->set_id(plan_.muon_buckets_size() - 1);
+      v1::MuonBucket* b = plan_->add_muon_buckets();
+      b->set_id(plan_->muon_buckets_size() - 1);
       b->set_group(group);
       b->set_owner(owner);
       b->set_dtype(dtypes[members[0]]);
@@ -188,8 +253,8 @@ class PlanBuilder {
         e->set_padded_numel(ReducePaddedNumel(numels[k], t.esize));
         offset += e->padded_numel();
 
-        v1::OwnedTensor* o = plan_.mutable_ranks(owner)->add_owned();
-        o->set_name(request_.manifest().tensors(u.tensor).name());
+        v1::OwnedTensor* o = plan_->mutable_ranks(owner)->add_owned();
+        o->set_name(manifest_.tensors(u.tensor).name());
         o->set_tensor(u.tensor);
         o->set_matrix_begin(s.matrix_begin);
         o->set_matrix_end(s.matrix_end);
@@ -226,10 +291,10 @@ class PlanBuilder {
   }
 
   void EmitAdamwBucket(int group, const std::vector<int>& units) {
-    const v1::CommGroup& g = plan_.groups(group);
+    const v1::CommGroup& g = plan_->groups(group);
     const int n = g.ranks_size();
-    v1::AdamwBucket* b = plan_.add_adamw_buckets();
-    b->set_id(plan_.adamw_buckets_size() - 1);
+    v1::AdamwBucket* b = plan_->add_adamw_buckets();
+    b->set_id(plan_->adamw_buckets_size() - 1);
     b->set_group(group);
     b->set_dtype(model_.tensors[model_.units[units[0]].tensor].dtype);
     int64_t offset = 0;
@@ -251,7 +316,7 @@ class PlanBuilder {
   // Each group rank's piece of every entry overlapping its shard: Paddle's
   // [max(index, rank_begin), min(index + padded, rank_end)), clipped to numel.
   void EmitSlices(const v1::AdamwBucket& b) {
-    const v1::CommGroup& g = plan_.groups(b.group());
+    const v1::CommGroup& g = plan_->groups(b.group());
     size_t first = 0;
     for (int i = 0; i < g.ranks_size(); ++i) {
       const int64_t rb = b.shard_offsets(i);
@@ -260,7 +325,7 @@ class PlanBuilder {
              b.entries(first).offset() + b.entries(first).padded_numel() <= rb) {
         ++first;
       }
-      v1::RankPlan* rank = plan_.mutable_ranks(g.ranks(i));
+      v1::RankPlan* rank = plan_->mutable_ranks(g.ranks(i));
       for (size_t k = first; k < static_cast<size_t>(b.entries_size()); ++k) {
         const v1::BucketEntry& e = b.entries(k);
         if (e.offset() >= re) break;
@@ -268,7 +333,7 @@ class PlanBuilder {
         const int64_t end = std::min(e.offset() + e.padded_numel(), re) - e.offset();
         if (begin >= e.numel()) continue;  // only padding
         v1::TensorSlice* s = rank->add_slices();
-        s->set_name(request_.manifest().tensors(e.tensor()).name());
+        s->set_name(manifest_.tensors(e.tensor()).name());
         s->set_tensor(e.tensor());
         s->set_begin(e.element_begin() + begin);
         s->set_end(e.element_begin() + std::min(end, e.numel()));
@@ -294,42 +359,46 @@ class PlanBuilder {
     return best;
   }
 
-  const v1::PlanRequest& request_;
+  const v1::ModelManifest& manifest_;
   const v1::PlanPolicy& policy_;
   const RankLayout& layout_;
   ResolvedModel model_;
-  v1::Plan plan_;
+  v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
 };
 
 }  // namespace
 
 absl::StatusOr<v1::PlanRequest> CanonicalizeRequest(const v1::PlanRequest& request) {
-  v1::PlanRequest out = request;
+  v1::PlanRequest out;
   MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
-  *out.mutable_topology() = layout.Resolved();
   MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_policy(), CanonicalPolicy(request.policy()));
-  for (v1::TensorSpec& t : *out.mutable_manifest()->mutable_tensors()) {
-    if (t.layout() == v1::LAYOUT_UNSPECIFIED) t.set_layout(v1::OUT_IN);
-  }
+  *out.mutable_topology() = layout.Resolved();
+  *out.mutable_manifest() = request.manifest();
   return out;
 }
 
 std::string ContentHash(const v1::PlanRequest& canonical) {
-  const std::string bytes = SerializeDeterministic(canonical);
-  std::array<unsigned char, SHA256_DIGEST_LENGTH> digest;
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest.data());
-  return absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(
-                                     reinterpret_cast<const char*>(digest.data()), digest.size())));
+  return HashRequestParts(canonical.manifest(), canonical.topology(), canonical.policy());
+}
+
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
+                                      google::protobuf::Arena* arena) {
+  // The manifest is used in place (it can hold ~100k tensors); only the
+  // topology and policy are canonicalized.
+  MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanPolicy policy, CanonicalPolicy(request.policy()));
+  const v1::Topology topology = layout.Resolved();
+  std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
+                                    policy.muon_exclude_patterns().end());
+  MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
+  PlanBuilder builder(request.manifest(), policy, layout, std::move(model));
+  return builder.Build(HashRequestParts(request.manifest(), topology, policy), arena);
 }
 
 absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request) {
-  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest canonical, CanonicalizeRequest(request));
-  MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(canonical.topology()));
-  std::vector<std::string> patterns(canonical.policy().muon_exclude_patterns().begin(),
-                                    canonical.policy().muon_exclude_patterns().end());
-  MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(canonical.manifest(), layout, patterns));
-  PlanBuilder builder(canonical, layout, std::move(model));
-  return builder.Build(ContentHash(canonical));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * plan, ComputePlan(request, nullptr));
+  std::unique_ptr<v1::Plan> owned(plan);
+  return std::move(*owned);
 }
 
 }  // namespace muonshard::planner

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "google/protobuf/arena.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
 
@@ -24,6 +25,12 @@ std::string ContentHash(const v1::PlanRequest& canonical);
 // byte-identical serialized plan). INVALID_ARGUMENT names the offending
 // tensor or field.
 absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request);
+
+// The same, built on `arena` (owned by the arena; on the heap and owned by the
+// caller when `arena` is null). A plan of ~100k tensors is ~10^6 small
+// objects: an arena makes building and freeing it several times cheaper.
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
+                                      google::protobuf::Arena* arena);
 
 }  // namespace muonshard::planner
 

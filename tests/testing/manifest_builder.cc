@@ -65,6 +65,43 @@ v1::ModelManifest MoeManifest(int layers, int64_t hidden, int64_t expert_ffn, in
   return b.Build();
 }
 
+v1::ModelManifest LargeMoeManifest(int layers, int dense_layers, int experts) {
+  const int64_t hidden = 7168, q_lora = 1536, kv_lora = 512, heads = 64, vocab = 163840;
+  const int64_t nope = 128, rope = 64, v_head = 128, dense_ffn = 18432, expert_ffn = 2048;
+  ManifestBuilder b("kimi-k2-like");
+  b.Add("model.embed_tokens.weight", {vocab, hidden});
+  for (int l = 0; l < layers; ++l) {
+    std::string p = absl::StrCat("model.layers.", l, ".");
+    b.Add(p + "self_attn.q_a_proj.weight", {q_lora, hidden})
+        .Add(p + "self_attn.q_a_layernorm.weight", {q_lora})
+        .Add(p + "self_attn.q_b_proj.weight", {heads * (nope + rope), q_lora})
+        .Add(p + "self_attn.kv_a_proj_with_mqa.weight", {kv_lora + rope, hidden})
+        .Add(p + "self_attn.kv_a_layernorm.weight", {kv_lora})
+        .Add(p + "self_attn.kv_b_proj.weight", {heads * (nope + v_head), kv_lora})
+        .Add(p + "self_attn.o_proj.weight", {hidden, heads * v_head});
+    if (l < dense_layers) {
+      b.Add(p + "mlp.gate_proj.weight", {dense_ffn, hidden})
+          .Add(p + "mlp.up_proj.weight", {dense_ffn, hidden})
+          .Add(p + "mlp.down_proj.weight", {hidden, dense_ffn});
+    } else {
+      for (int e = 0; e < experts; ++e) {
+        std::string q = absl::StrCat(p, "mlp.experts.", e, ".");
+        b.Add(q + "gate_proj.weight", {expert_ffn, hidden})
+            .Add(q + "up_proj.weight", {expert_ffn, hidden})
+            .Add(q + "down_proj.weight", {hidden, expert_ffn});
+      }
+      b.Add(p + "mlp.gate.weight", {experts, hidden})
+          .Add(p + "mlp.gate.e_score_correction_bias", {experts}, v1::FP32)
+          .Add(p + "mlp.shared_experts.gate_proj.weight", {expert_ffn, hidden})
+          .Add(p + "mlp.shared_experts.up_proj.weight", {expert_ffn, hidden})
+          .Add(p + "mlp.shared_experts.down_proj.weight", {hidden, expert_ffn});
+    }
+    b.Add(p + "input_layernorm.weight", {hidden}).Add(p + "post_attention_layernorm.weight", {hidden});
+  }
+  b.Add("model.norm.weight", {hidden}).Add("lm_head.weight", {vocab, hidden});
+  return b.Build();
+}
+
 v1::ModelManifest RandomManifest(uint64_t seed, int tensors, int experts) {
   std::mt19937_64 rng(seed);
   auto pick = [&](int64_t lo, int64_t hi) {

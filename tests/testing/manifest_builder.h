@@ -33,6 +33,11 @@ v1::ModelManifest DenseManifest(int layers, int64_t hidden, int64_t ffn, int64_t
 v1::ModelManifest MoeManifest(int layers, int64_t hidden, int64_t expert_ffn, int experts,
                               int64_t vocab);
 
+// A Kimi-K2-shaped MoE manifest (DeepSeek-V3 architecture: MLA attention,
+// `dense_layers` dense MLPs first, then `experts` routed experts + a shared
+// expert per layer): 61 layers x 384 experts gives ~71k tensors.
+v1::ModelManifest LargeMoeManifest(int layers = 61, int dense_layers = 1, int experts = 384);
+
 // A pseudo-random manifest (for invariant tests): mixed dtypes, 1-D..3-D
 // shapes, experts when `experts` > 0.
 v1::ModelManifest RandomManifest(uint64_t seed, int tensors, int experts);

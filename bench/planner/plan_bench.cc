@@ -1,0 +1,87 @@
+// Plan time on a Kimi-K2-size MoE manifest (~71k tensors) at 1,024 ranks with
+// ep 64, per policy. `--dump-manifest FILE` writes the manifest as JSON first,
+// so bench/planner/seed_python.py can time the same rules in Python.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "benchmark/benchmark.h"
+#include "common/file_util.h"
+#include "common/proto_json.h"
+#include "coordinator/planner/planner.h"
+#include "tests/testing/manifest_builder.h"
+
+namespace muonshard {
+namespace {
+
+const v1::ModelManifest& Manifest() {
+  static const v1::ModelManifest* const m = new v1::ModelManifest(testing::LargeMoeManifest());
+  return *m;
+}
+
+void BM_Plan(benchmark::State& state, v1::Policy policy) {
+  const int world = static_cast<int>(state.range(0));
+  const int ep = static_cast<int>(state.range(1));
+  v1::PlanRequest request = testing::MakeRequest(Manifest(), world, 1, ep, policy);
+  for (auto _ : state) {
+    auto plan = planner::ComputePlan(request);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(plan->ranks_size());
+  }
+  state.counters["tensors"] = Manifest().tensors_size();
+}
+
+// As the coordinator computes plans: on an arena sized for the plan.
+void BM_PlanArena(benchmark::State& state, v1::Policy policy) {
+  const int world = static_cast<int>(state.range(0));
+  const int ep = static_cast<int>(state.range(1));
+  v1::PlanRequest request = testing::MakeRequest(Manifest(), world, 1, ep, policy);
+  google::protobuf::ArenaOptions options;
+  options.start_block_size = 1 << 20;
+  options.max_block_size = 64 << 20;
+  for (auto _ : state) {
+    google::protobuf::Arena arena(options);
+    auto plan = planner::ComputePlan(request, &arena);
+    if (!plan.ok()) {
+      state.SkipWithError(std::string(plan.status().message()).c_str());
+      return;
+    }
+    benchmark::DoNotOptimize((*plan)->ranks_size());
+  }
+  state.counters["tensors"] = Manifest().tensors_size();
+}
+
+BENCHMARK_CAPTURE(BM_PlanArena, seed, v1::SEED)
+    ->Args({1024, 64})
+    ->Args({256, 8})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Plan, seed, v1::SEED)
+    ->Args({1024, 64})
+    ->Args({256, 8})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Plan, seed_all, v1::SEED_ALL)->Args({1024, 64})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace muonshard
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--dump-manifest") == 0) {
+      auto json = muonshard::ToJson(muonshard::Manifest(), /*pretty=*/false);
+      absl::Status s = json.ok() ? muonshard::WriteFileAtomic(argv[i + 1], *json) : json.status();
+      if (!s.ok()) {
+        std::cerr << s << "\n";
+        return 1;
+      }
+      std::cerr << "wrote " << argv[i + 1] << "\n";
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
