@@ -6,6 +6,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/plan_table.h"
+#include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
 
 namespace muonshard::cli {
@@ -28,7 +29,10 @@ int RunPlan(const std::vector<std::string>& args) {
   if (!request.ok()) return ReportError(request.status());
   auto plan = planner::ComputePlan(*request);
   if (!plan.ok()) return ReportError(plan.status());
-  if (output == "json") return PrintJson(*plan);
+  if (output == "json") {
+    planner::AddDisplayNames(&*plan);
+    return PrintJson(*plan);
+  }
   PrintPlanTable(*plan, std::cout);
   return kExitOk;
 }

@@ -8,7 +8,9 @@
 #include "benchmark/benchmark.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
+#include "coordinator/planner/model.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/topology.h"
 #include "tests/testing/manifest_builder.h"
 
 namespace muonshard {
@@ -53,6 +55,22 @@ void BM_PlanArena(benchmark::State& state, v1::Policy policy) {
   }
   state.counters["tensors"] = Manifest().tensors_size();
 }
+
+// Phases, to see where plan time goes.
+void BM_ResolveModel(benchmark::State& state) {
+  auto layout = planner::RankLayout::Create(testing::MakeRequest(Manifest(), 1024, 1, 64).topology());
+  for (auto _ : state) {
+    auto model = planner::ResolveModel(Manifest(), *layout, planner::DefaultExcludePatterns());
+    benchmark::DoNotOptimize(model->units.size());
+  }
+}
+BENCHMARK(BM_ResolveModel)->Unit(benchmark::kMillisecond);
+
+void BM_ContentHash(benchmark::State& state) {
+  auto canonical = planner::CanonicalizeRequest(testing::MakeRequest(Manifest(), 1024, 1, 64));
+  for (auto _ : state) benchmark::DoNotOptimize(planner::ContentHash(*canonical));
+}
+BENCHMARK(BM_ContentHash)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_PlanArena, seed, v1::SEED)
     ->Args({1024, 64})

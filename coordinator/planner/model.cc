@@ -248,6 +248,10 @@ absl::StatusOr<ExcludeMatcher> ExcludeMatcher::Create(const std::vector<std::str
       regexes.push_back(absl::StrCat("(?:", p, ")"));
     }
   }
+  m.by_first_char_.resize(256);
+  for (size_t k = 0; k < m.literals_.size(); ++k) {
+    m.by_first_char_[static_cast<unsigned char>(m.literals_[k].lower[0])].push_back(static_cast<int>(k));
+  }
   if (!regexes.empty()) {
     RE2::Options options;
     options.set_case_sensitive(false);
@@ -258,21 +262,17 @@ absl::StatusOr<ExcludeMatcher> ExcludeMatcher::Create(const std::vector<std::str
 }
 
 bool ExcludeMatcher::Matches(absl::string_view name) const {
-  if (!literals_.empty()) {
-    std::string lower = absl::AsciiStrToLower(name);
-    for (const Literal& l : literals_) {
-      if (l.at_start && l.at_end) {
-        if (lower == l.lower) return true;
-      } else if (l.at_start) {
-        if (absl::StartsWith(lower, l.lower)) return true;
-      } else if (l.at_end) {
-        if (absl::EndsWith(lower, l.lower)) return true;
-      } else if (absl::StrContains(lower, l.lower)) {
-        return true;
-      }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char first = static_cast<unsigned char>(absl::ascii_tolower(name[i]));
+    for (int k : by_first_char_[first]) {
+      const Literal& l = literals_[k];
+      if (l.at_start && i != 0) continue;
+      if (name.size() - i < l.lower.size()) continue;
+      if (l.at_end && name.size() - i != l.lower.size()) continue;
+      if (absl::EqualsIgnoreCase(name.substr(i, l.lower.size()), l.lower)) return true;
     }
   }
-  return regex_ != nullptr && RE2::PartialMatch(name, *regex_);
+  return regex_ != nullptr && RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *regex_);
 }
 
 int DTypeSize(v1::DType dtype) {

@@ -41,6 +41,9 @@ class ExcludeMatcher {
     bool at_end = false;
   };
   std::vector<Literal> literals_;
+  // For each byte, the literals whose first character it is (lower case), so
+  // one pass over a name tests every literal at the positions that matter.
+  std::vector<std::vector<int>> by_first_char_;
   std::shared_ptr<const RE2> regex_;
 };
 

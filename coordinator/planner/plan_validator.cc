@@ -40,10 +40,18 @@ absl::Status CheckGroups(const v1::Plan& plan) {
   return absl::OkStatus();
 }
 
-// Entries lie inside their tensor part, in offset order, without overlap,
-// inside the buffer.
+// Whether [begin, end) of tensor t lies in a part that lives in `group`.
+bool InPartOf(const v1::PlannedTensor& t, int group, int64_t begin, int64_t end) {
+  for (const v1::TensorPart& p : t.parts()) {
+    if (p.group() == group && p.element_begin() <= begin && end <= p.element_end()) return true;
+  }
+  return false;
+}
+
+// Entries lie inside a part of their tensor in the bucket's group, in offset
+// order, without overlap, inside the buffer.
 absl::Status CheckEntries(const v1::Plan& plan, const google::protobuf::RepeatedPtrField<v1::BucketEntry>& entries,
-                          int64_t numel, absl::string_view what) {
+                          int group, int64_t numel, absl::string_view what) {
   int64_t end = 0;
   for (const v1::BucketEntry& e : entries) {
     if (e.tensor() < 0 || e.tensor() >= plan.tensors_size()) {
@@ -52,6 +60,9 @@ absl::Status CheckEntries(const v1::Plan& plan, const google::protobuf::Repeated
     const v1::PlannedTensor& t = plan.tensors(e.tensor());
     if (e.element_begin() < 0 || e.numel() <= 0 || e.element_begin() + e.numel() > t.numel()) {
       return Invalid(absl::StrCat(what, ": entry of \"", t.name(), "\" is outside the tensor"));
+    }
+    if (!InPartOf(t, group, e.element_begin(), e.element_begin() + e.numel())) {
+      return Invalid(absl::StrCat(what, ": entry of \"", t.name(), "\" is not in a part of the bucket's group"));
     }
     if (e.offset() < end || e.padded_numel() < e.numel()) {
       return Invalid(absl::StrCat(what, ": entry of \"", t.name(), "\" overlaps the previous one"));
@@ -95,7 +106,7 @@ absl::Status CheckMuon(const v1::Plan& plan) {
     std::string what = absl::StrCat("muon bucket ", b.id());
     if (b.group() < 0 || b.group() >= plan.groups_size()) return Invalid(absl::StrCat(what, ": bad group"));
     if (!InGroup(plan.groups(b.group()), b.owner())) return Invalid(absl::StrCat(what, ": owner not in group"));
-    MUONSHARD_RETURN_IF_ERROR(CheckEntries(plan, b.entries(), b.numel(), what));
+    MUONSHARD_RETURN_IF_ERROR(CheckEntries(plan, b.entries(), b.group(), b.numel(), what));
     for (const v1::BucketEntry& e : b.entries()) {
       const v1::PlannedTensor& t = plan.tensors(e.tensor());
       if (t.optimizer() != v1::MUON || t.dtype() != b.dtype()) {
@@ -119,7 +130,7 @@ absl::Status CheckAdamw(const v1::Plan& plan) {
   for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
     std::string what = absl::StrCat("adamw bucket ", b.id());
     if (b.group() < 0 || b.group() >= plan.groups_size()) return Invalid(absl::StrCat(what, ": bad group"));
-    MUONSHARD_RETURN_IF_ERROR(CheckEntries(plan, b.entries(), b.numel(), what));
+    MUONSHARD_RETURN_IF_ERROR(CheckEntries(plan, b.entries(), b.group(), b.numel(), what));
     const int n = plan.groups(b.group()).ranks_size();
     if (b.shard_offsets_size() != n + 1 || b.shard_offsets(0) != 0 || b.shard_offsets(n) != b.numel()) {
       return Invalid(absl::StrCat(what, ": shard offsets do not cover the buffer"));

@@ -6,6 +6,19 @@
 
 namespace muonshard::planner {
 
+namespace {
+
+void FillNames(const v1::Plan& plan, v1::RankPlan* rank) {
+  for (v1::OwnedTensor& o : *rank->mutable_owned()) o.set_name(plan.tensors(o.tensor()).name());
+  for (v1::TensorSlice& s : *rank->mutable_slices()) s.set_name(plan.tensors(s.tensor()).name());
+}
+
+}  // namespace
+
+void AddDisplayNames(v1::Plan* plan) {
+  for (v1::RankPlan& r : *plan->mutable_ranks()) FillNames(*plan, &r);
+}
+
 absl::StatusOr<v1::RankView> ExtractRankView(const v1::Plan& plan, int rank) {
   if (rank < 0 || rank >= plan.ranks_size()) {
     return absl::InvalidArgumentError(
@@ -18,6 +31,7 @@ absl::StatusOr<v1::RankView> ExtractRankView(const v1::Plan& plan, int rank) {
   *view.mutable_topology() = plan.topology();
   *view.mutable_policy() = plan.policy();
   *view.mutable_rank() = plan.ranks(rank);
+  FillNames(plan, view.mutable_rank());
   *view.mutable_stats() = plan.stats();
 
   std::vector<bool> member(plan.groups_size(), false);

@@ -254,7 +254,6 @@ class PlanBuilder {
         offset += e->padded_numel();
 
         v1::OwnedTensor* o = plan_->mutable_ranks(owner)->add_owned();
-        o->set_name(manifest_.tensors(u.tensor).name());
         o->set_tensor(u.tensor);
         o->set_matrix_begin(s.matrix_begin);
         o->set_matrix_end(s.matrix_end);
@@ -333,7 +332,6 @@ class PlanBuilder {
         const int64_t end = std::min(e.offset() + e.padded_numel(), re) - e.offset();
         if (begin >= e.numel()) continue;  // only padding
         v1::TensorSlice* s = rank->add_slices();
-        s->set_name(manifest_.tensors(e.tensor()).name());
         s->set_tensor(e.tensor());
         s->set_begin(e.element_begin() + begin);
         s->set_end(e.element_begin() + std::min(end, e.numel()));

@@ -1,6 +1,7 @@
 #include "coordinator/planner/planner.h"
 
 #include "coordinator/planner/plan_validator.h"
+#include "coordinator/planner/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"
@@ -24,6 +25,7 @@ TEST(PlannerTest, HandComputedTwoRanks) {
                             .Build();
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(m, 2, 1, 1, v1::SEED_ALL)));
   MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  AddDisplayNames(&plan);
   // seed-all greedy: a -> rank 0, b -> rank 1.
   ASSERT_EQ(plan.ranks(0).owned_size(), 1);
   EXPECT_EQ(plan.ranks(0).owned(0).name(), "model.layers.0.a.weight");
