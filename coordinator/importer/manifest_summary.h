@@ -1,0 +1,34 @@
+#ifndef MUONSHARD_COORDINATOR_IMPORTER_MANIFEST_SUMMARY_H_
+#define MUONSHARD_COORDINATOR_IMPORTER_MANIFEST_SUMMARY_H_
+
+// Counts over a manifest: what `import-hf --output table` prints and what the
+// published parameter totals are checked against. Pure.
+
+#include <cstdint>
+#include <map>
+
+#include "muonshard/v1/manifest.pb.h"
+
+namespace muonshard::importer {
+
+struct DTypeTotals {
+  int64_t tensors = 0;
+  int64_t parameters = 0;
+};
+
+struct ManifestSummary {
+  int64_t tensors = 0;
+  int64_t parameters = 0;
+  // Tensors with `expert` set (fused expert stacks are not counted).
+  int64_t expert_tensors = 0;
+  std::map<v1::DType, DTypeTotals> by_dtype;
+};
+
+// Elements of one tensor: the product of its shape.
+int64_t NumElements(const v1::TensorSpec& tensor);
+
+ManifestSummary Summarize(const v1::ModelManifest& manifest);
+
+}  // namespace muonshard::importer
+
+#endif  // MUONSHARD_COORDINATOR_IMPORTER_MANIFEST_SUMMARY_H_

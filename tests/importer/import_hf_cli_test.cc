@@ -1,0 +1,126 @@
+// Runs the real `muonshardctl import-hf` binary: exit codes, stdout/stderr.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_util.h"
+#include "common/proto_json.h"
+#include "coordinator/importer/hf_import.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/importer/import_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::importer {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Not;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A path under the test temp dir unique to the running test case, so that
+// ctest may run the cases in parallel.
+std::string TempPath(absl::string_view suffix) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return absl::StrCat(::testing::TempDir(), "/", info->test_suite_name(), ".", info->name(), ".", suffix);
+}
+
+// `muonshardctl import-hf <args>`; `args` must need no shell quoting beyond
+// what the caller wrote.
+RunResult RunImportHf(const std::string& args) {
+  RunResult result;
+  const std::string out = TempPath("stdout");
+  const std::string err = TempPath("stderr");
+  const std::string command =
+      absl::StrCat("'", testing::CtlPath(), "' import-hf ", args, " >'", out, "' 2>'", err, "' </dev/null");
+  int status = std::system(command.c_str());
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  result.out = testing::ReadText(out);
+  result.err = testing::ReadText(err);
+  return result;
+}
+
+std::string Quoted(const std::string& path) { return absl::StrCat("'", path, "'"); }
+
+TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
+  RunResult r = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::ModelManifest printed;
+  MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
+  EXPECT_EQ(printed.model(), "Llama-3.1-8B");  // from the file name
+  EXPECT_EQ(printed.tensors_size(), 291);
+  ImportOptions options;
+  options.name = "Llama-3.1-8B";
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      v1::ModelManifest expected,
+      ImportHfConfig(testing::ReadText(testing::FixturePath("Llama-3.1-8B")), options));
+  EXPECT_EQ(SerializeDeterministic(printed), SerializeDeterministic(expected));
+  // snake_case proto field names, progress on stderr only.
+  EXPECT_THAT(r.out, HasSubstr("\"tensors\""));
+  EXPECT_THAT(r.err, HasSubstr("291 tensors, 8,030,261,248 parameters"));
+}
+
+TEST(ImportHfCliTest, NameFlagAndTableOutput) {
+  RunResult r =
+      RunImportHf(Quoted(testing::FixturePath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("DSV3"));
+  EXPECT_THAT(r.out, HasSubstr("46,183"));           // tensors with the MTP layer
+  EXPECT_THAT(r.out, HasSubstr("684,489,845,504"));  // parameters with the MTP layer
+  EXPECT_THAT(r.out, HasSubstr("FP32"));
+}
+
+TEST(ImportHfCliTest, MissingField_ExitsTwoNamingIt) {
+  const std::string path = TempPath("config.json");
+  std::string json =
+      testing::RemoveField(testing::ReadText(testing::FixturePath("Qwen3-30B-A3B")), "num_hidden_layers");
+  MUONSHARD_ASSERT_OK(WriteFileAtomic(path, json));
+  RunResult r = RunImportHf(Quoted(path));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("missing field \"num_hidden_layers\""));
+  EXPECT_THAT(r.out, IsEmpty());
+}
+
+TEST(ImportHfCliTest, UnknownModelType_ExitsTwoNamingIt) {
+  const std::string path = TempPath("config.json");
+  MUONSHARD_ASSERT_OK(WriteFileAtomic(path, R"({"model_type": "bert", "hidden_size": 768})"));
+  RunResult r = RunImportHf(Quoted(path));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown model_type \"bert\""));
+}
+
+TEST(ImportHfCliTest, UnreadableFileAndBadUsage_ExitTwo) {
+  RunResult missing = RunImportHf(Quoted(TempPath("does-not-exist.json")));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("does-not-exist.json"));
+
+  RunResult none = RunImportHf("");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_THAT(none.err, HasSubstr("usage: muonshardctl import-hf"));
+
+  RunResult bad_output = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")) + " --output yaml");
+  EXPECT_EQ(bad_output.exit_code, 2);
+  EXPECT_THAT(bad_output.err, HasSubstr("--output"));
+
+  RunResult mtp_llama = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")) + " --mtp");
+  EXPECT_EQ(mtp_llama.exit_code, 2);
+  EXPECT_THAT(mtp_llama.err, HasSubstr("--mtp"));
+}
+
+TEST(ImportHfCliTest, Help_ExitsZeroListingModelTypes) {
+  RunResult r = RunImportHf("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("ernie4_5_moe"));
+  EXPECT_THAT(r.err, Not(HasSubstr("error")));
+}
+
+}  // namespace
+}  // namespace muonshard::importer

@@ -1,0 +1,49 @@
+#ifndef MUONSHARD_TESTS_IMPORTER_IMPORT_TEST_UTIL_H_
+#define MUONSHARD_TESTS_IMPORTER_IMPORT_TEST_UTIL_H_
+
+// Helpers shared by the importer tests: where the inputs live (ctest sets
+// MUONSHARD_BIN_DIR and runs in the source root), config editing, and lookups
+// into a manifest.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "google/protobuf/struct.pb.h"
+#include "muonshard/v1/manifest.pb.h"
+
+namespace muonshard::importer::testing {
+
+// $MUONSHARD_SOURCE_DIR/`relative`, else `relative` under the working
+// directory (ctest's is the source root).
+std::string SourcePath(absl::string_view relative);
+// The shared fixture config of `model`: ../shared/fixtures/hf-configs/<model>.config.json.
+std::string FixturePath(absl::string_view model);
+// tests/importer/configs/<model>.config.json.
+std::string TestConfigPath(absl::string_view model);
+// $MUONSHARD_BIN_DIR/muonshardctl.
+std::string CtlPath();
+
+// The file's contents; fails the test (and returns "") when unreadable.
+std::string ReadText(const std::string& path);
+
+// `json` with top-level `key` set to `value` (or removed, for RemoveField).
+std::string SetField(const std::string& json, const std::string& key, const google::protobuf::Value& value);
+std::string RemoveField(const std::string& json, const std::string& key);
+google::protobuf::Value Number(double v);
+google::protobuf::Value Text(const std::string& s);
+google::protobuf::Value Flag(bool b);
+google::protobuf::Value Null();
+
+// Names of the manifest's tensors that start with `prefix`, in order.
+std::vector<std::string> NamesWithPrefix(const v1::ModelManifest& manifest, absl::string_view prefix);
+// The tensor called `name`; fails the test and returns an empty spec when absent.
+v1::TensorSpec Tensor(const v1::ModelManifest& manifest, absl::string_view name);
+// Index of `name` in the manifest, -1 when absent.
+int IndexOf(const v1::ModelManifest& manifest, absl::string_view name);
+std::vector<int64_t> Shape(const v1::TensorSpec& tensor);
+
+}  // namespace muonshard::importer::testing
+
+#endif  // MUONSHARD_TESTS_IMPORTER_IMPORT_TEST_UTIL_H_
