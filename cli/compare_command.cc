@@ -5,6 +5,7 @@
 #include "absl/time/clock.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/planner.h"
 #include "muonshard/v1/plan.pb.h"
 
@@ -60,6 +61,8 @@ int RunCompare(const std::vector<std::string>& args) {
     PrintJson(pair[0]);
     std::cout << ", \"balanced\": ";
     PrintJson(pair[1]);
+    const planner::TightBounds tight = planner::ComputeTightBounds(seed->plan);
+    std::cout << ", \"tight_lb_state_bytes\": " << tight.state_bytes << ", \"tight_lb_ns_flops\": " << tight.ns_flops;
     std::cout << ", \"seed_plan_ms\": " << seed->millis << ", \"balanced_plan_ms\": " << balanced->millis
               << ", \"seed_max_comm_bytes\": " << seed->max_comm_bytes
               << ", \"balanced_max_comm_bytes\": " << balanced->max_comm_bytes << "}\n";
@@ -81,6 +84,10 @@ int RunCompare(const std::vector<std::string>& args) {
   row("NS FLOPs (max-min)/max", a.flops_imbalance(), b.flops_imbalance());
   row("NS max GFLOP", a.max_ns_flops() / 1e9, b.max_ns_flops() / 1e9);
   row("comm bytes/rank/step max (MiB)", seed->max_comm_bytes / 1048576.0, balanced->max_comm_bytes / 1048576.0);
+  const planner::TightBounds tight = planner::ComputeTightBounds(seed->plan);
+  row("state bytes max/LB* (tight bound)", a.max_state_bytes() / tight.state_bytes,
+      b.max_state_bytes() / tight.state_bytes);
+  row("NS FLOPs max/LB* (tight bound)", a.max_ns_flops() / tight.ns_flops, b.max_ns_flops() / tight.ns_flops);
   row("plan ms", seed->millis, balanced->millis);
   return kExitOk;
 }

@@ -19,6 +19,7 @@ struct Item {
   double bytes = 0;
   double cost = 0;   // normalised size, the greedy's order
   int cls = 0;       // 0: any rank of the stage; e + 1: moe_sharding group e
+  int home = 0;      // the class the greedy places it in (see SpreadDense)
   int previous = -1; // stage-local index of its previous owner, or -1
 };
 
@@ -42,6 +43,7 @@ class StageBalancer {
     for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
     std::stable_sort(order.begin(), order.end(),
                      [&](int a, int b) { return items[a].cost > items[b].cost; });
+    SpreadDense(order);
     for (int k : order) Add(k, Choose(items[k]));
     Refine();
     return owner_;
@@ -60,12 +62,43 @@ class StageBalancer {
     if (ep_ > 1) heaps_[1 + i % ep_].emplace(LoadOf(i), i, version_[i]);
   }
 
+  // Cross-colour balance at the level of moe_sharding groups: expert load is
+  // fixed per group, so each dense matrix (largest first) is homed in the
+  // group whose per-rank load it raises least. Placing dense matrices rank by
+  // rank before the experts are known would pile them onto groups that then
+  // cannot shed expert load.
+  void SpreadDense(const std::vector<int>& order) {
+    std::vector<Item>& items = *items_;
+    for (Item& it : items) it.home = it.cls;
+    if (ep_ == 1) return;
+    const double per_group = static_cast<double>(n_ / ep_);
+    std::vector<double> f(ep_, 0), m(ep_, 0);
+    for (const Item& it : items) {
+      if (it.cls == 0) continue;
+      f[it.cls - 1] += it.flops;
+      m[it.cls - 1] += it.bytes;
+    }
+    for (int k : order) {
+      Item& it = items[k];
+      if (it.cls != 0) continue;
+      int best = 0;
+      double best_load = INFINITY;
+      for (int e = 0; e < ep_; ++e) {
+        const double load = Load((f[e] + it.flops) / per_group, (m[e] + it.bytes) / per_group);
+        if (load < best_load) std::tie(best, best_load) = std::make_pair(e, load);
+      }
+      it.home = best + 1;
+      f[best] += it.flops;
+      m[best] += it.bytes;
+    }
+  }
+
   int Choose(const Item& it) {
     if (it.previous >= 0 && Eligible(it, it.previous) &&
         Load(flops_[it.previous] + it.flops, bytes_[it.previous] + it.bytes) <= kStickySlack) {
       return it.previous;
     }
-    MinHeap& heap = heaps_[it.cls];
+    MinHeap& heap = heaps_[it.home];
     while (std::get<2>(heap.top()) != version_[std::get<1>(heap.top())]) heap.pop();
     return std::get<1>(heap.top());
   }
@@ -156,8 +189,8 @@ class StageBalancer {
   }
 
   static constexpr double kStickySlack = 1.02;
-  static constexpr int kTargets = 6;
-  static constexpr int64_t kRefineBudget = 4'000'000;
+  static constexpr int kTargets = 8;
+  static constexpr int64_t kRefineBudget = 4000000;
 
   const int n_;
   const int ep_;
