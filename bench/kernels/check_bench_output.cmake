@@ -1,0 +1,14 @@
+# Runs ${BENCH} --quick and checks that its last stdout line has the format
+# the issue specifies. Timing values are not checked.
+execute_process(COMMAND ${BENCH} --quick --reps=1
+  OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${BENCH} --quick exited with ${rc}:\n${out}")
+endif()
+string(STRIP "${out}" out)
+string(REGEX REPLACE "^.*\n" "" last_line "${out}")
+set(number "[0-9]+(\\.[0-9]+)?")
+if(NOT last_line MATCHES "^ns_cpu_gflops=${number} sgemm_gflops=${number} ratio=${number}$")
+  message(FATAL_ERROR "unexpected last line: '${last_line}'\nfull output:\n${out}")
+endif()
+message(STATUS "last line ok: ${last_line}")

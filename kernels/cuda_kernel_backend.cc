@@ -1,0 +1,284 @@
+// CudaKernelBackend: host-side orchestration of the CUDA kernels. Every
+// method validates on the host, then only enqueues (kernels, cuBLASLt GEMMs,
+// async memsets/copies) on the backend's stream.
+
+#include "kernels/cuda_kernel_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/adamw.h"
+#include "kernels/bf16.h"
+#include "kernels/cuda_status.h"
+#include "kernels/internal/adamw_scalars.h"
+#include "kernels/internal/cublaslt_gemm.h"
+#include "kernels/internal/cuda_backend_factory.h"
+#include "kernels/internal/cuda_device.h"
+#include "kernels/internal/cuda_elementwise.h"
+#include "kernels/internal/cuda_newton_schulz.h"
+#include "kernels/muon_update.h"
+#include "kernels/newton_schulz.h"
+
+namespace muonshard::kernels {
+namespace {
+
+using NamedPointer = std::pair<const void*, const char*>;
+
+// INVALID_ARGUMENT unless every non-null pointer is device or managed memory
+// of `device`: a host pointer would fault inside a kernel and poison the
+// context, so it is refused before anything is enqueued.
+absl::Status CheckDevicePointers(int device,
+                                 std::initializer_list<NamedPointer> pointers) {
+  for (const auto& [pointer, name] : pointers) {
+    if (pointer == nullptr) continue;
+    cudaPointerAttributes attributes{};
+    const cudaError_t error = cudaPointerGetAttributes(&attributes, pointer);
+    if (error != cudaSuccess) {
+      (void)cudaGetLastError();
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " is not a CUDA pointer: ", cudaGetErrorString(error)));
+    }
+    const bool usable =
+        attributes.type == cudaMemoryTypeManaged ||
+        (attributes.type == cudaMemoryTypeDevice && attributes.device == device);
+    if (!usable) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be device memory of CUDA device ", device,
+          " (got memory type ", static_cast<int>(attributes.type), " on device ",
+          attributes.device, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<internal::NsBuffers> ReserveNsBuffers(
+    internal::DeviceBuffer& workspace, const MatrixBatchShape& shape, bool bf16,
+    bool with_update, cudaStream_t stream) {
+  MUONSHARD_RETURN_IF_ERROR(workspace.Reserve(
+      internal::NsWorkspaceBytes(shape, bf16, with_update), stream));
+  return internal::CarveNsBuffers(workspace.data(), shape, bf16, with_update);
+}
+
+absl::Status ZeroSums(const internal::NsBuffers& buffers, int64_t batch,
+                      cudaStream_t stream) {
+  return CudaToStatus(
+      cudaMemsetAsync(buffers.sums, 0, sizeof(double) * batch, stream),
+      "clearing the norm accumulators");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaKernelBackend>> CudaKernelBackend::Create(
+    int device_ordinal) {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess || count == 0) {
+    (void)cudaGetLastError();
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA device: ",
+        error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0"));
+  }
+  if (device_ordinal < 0 || device_ordinal >= count) {
+    return absl::UnavailableError(absl::StrCat(
+        "no CUDA device ", device_ordinal, " (", count, " present)"));
+  }
+  internal::ScopedCudaDevice scope(device_ordinal);
+  int pools = 0;
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
+                             device_ordinal),
+      "querying stream-ordered allocation support");
+  if (pools == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "CUDA device ", device_ordinal, " lacks stream-ordered allocation"));
+  }
+  int major = 0;
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device_ordinal),
+      "querying the compute capability");
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<internal::CublasLtGemm> gemm,
+                             internal::CublasLtGemm::Create());
+  cudaStream_t stream = nullptr;
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+      "creating the kernel stream");
+  return std::unique_ptr<CudaKernelBackend>(
+      new CudaKernelBackend(device_ordinal, /*bf16_by_default=*/major >= 8,
+                            stream, std::move(gemm)));
+}
+
+bool CudaKernelBackend::UsesSymmetricMatmul(const MatrixBatchShape& shape,
+                                            SymmetricMatmul mode) {
+  return internal::UseSymmetricPanels(shape, mode);
+}
+
+CudaKernelBackend::CudaKernelBackend(int device, bool bf16_by_default,
+                                     cudaStream_t stream,
+                                     std::unique_ptr<internal::CublasLtGemm> gemm)
+    : device_(device),
+      bf16_by_default_(bf16_by_default),
+      stream_(stream),
+      gemm_(std::move(gemm)),
+      workspace_(std::make_unique<internal::DeviceBuffer>()) {}
+
+CudaKernelBackend::~CudaKernelBackend() {
+  internal::ScopedCudaDevice scope(device_);
+  // Work may still be queued: wait, then free in stream order before the
+  // stream goes away.
+  (void)cudaStreamSynchronize(stream_);
+  workspace_->Release();
+  gemm_.reset();
+  (void)cudaStreamSynchronize(stream_);
+  (void)cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaKernelBackend::NewtonSchulz(const float* in, float* out,
+                                             const MatrixBatchShape& shape,
+                                             const NewtonSchulzOptions& options) {
+  if (in == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("NewtonSchulz: null input or output");
+  }
+  MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shape));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
+                             internal::MakeCudaNsConfig(options, shape, bf16_by_default_));
+  MUONSHARD_RETURN_IF_ERROR(
+      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  internal::ScopedCudaDevice scope(device_);
+  MUONSHARD_ASSIGN_OR_RETURN(
+      internal::NsBuffers buffers,
+      ReserveNsBuffers(*workspace_, shape, config.bf16, false, stream_));
+  MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, shape.batch, stream_));
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      internal::LaunchSumSquares(in, shape.batch, shape.matrix_elements(),
+                                 buffers.sums, stream_),
+      "summing squares");
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const void* result, internal::OrthogonalizeOnDevice(
+                              in, buffers, shape, config, *gemm_, stream_));
+  const int64_t per_matrix = shape.matrix_elements();
+  if (config.bf16) {
+    return CudaToStatus(
+        internal::LaunchWiden(static_cast<const Bf16Bits*>(result), shape.batch,
+                              per_matrix, buffers.x_stride, out, stream_),
+        "widening the NS output");
+  }
+  return CudaToStatus(
+      cudaMemcpy2DAsync(out, sizeof(float) * per_matrix, result,
+                        sizeof(float) * buffers.x_stride,
+                        sizeof(float) * per_matrix, shape.batch,
+                        cudaMemcpyDeviceToDevice, stream_),
+      "copying the NS output");
+}
+
+absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors,
+                                           const MatrixBatchShape& shape,
+                                           WeightLayout layout,
+                                           const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
+                             internal::MakeCudaNsConfig(options.ns, shape,
+                                                         bf16_by_default_));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+      device_, {{tensors.grad, "grad"},
+                {tensors.momentum, "momentum"},
+                {tensors.master, "master"},
+                {tensors.model, "model"}}));
+  internal::ScopedCudaDevice scope(device_);
+  MUONSHARD_ASSIGN_OR_RETURN(
+      internal::NsBuffers buffers,
+      ReserveNsBuffers(*workspace_, shape, config.bf16, true, stream_));
+  MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, shape.batch, stream_));
+  const int64_t per_matrix = shape.matrix_elements();
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      internal::LaunchMomentum(tensors.grad, tensors.momentum, buffers.update,
+                               shape.batch, per_matrix, options.beta,
+                               options.nesterov, buffers.sums, stream_),
+      "Muon momentum");
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const void* ortho,
+      internal::OrthogonalizeOnDevice(buffers.update, buffers, shape, config,
+                                      *gemm_, stream_));
+  const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
+                                       options.scale_version,
+                                       options.extra_scale);
+  const float decay =
+      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
+  const float step = static_cast<float>(options.lr * scale);
+  const cudaError_t error =
+      config.bf16
+          ? internal::LaunchMuonApply(static_cast<const Bf16Bits*>(ortho),
+                                      shape.batch, per_matrix, buffers.x_stride,
+                                      decay, step, tensors.master, tensors.model,
+                                      stream_)
+          : internal::LaunchMuonApply(static_cast<const float*>(ortho),
+                                      shape.batch, per_matrix, buffers.x_stride,
+                                      decay, step, tensors.master, tensors.model,
+                                      stream_);
+  return CudaToStatus(error, "applying the Muon update");
+}
+
+absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,
+                                      const AdamWBetaPows& pows,
+                                      const AdamWOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateAdamWArgs(tensors, n, pows, options));
+  if (n > 0) {
+    MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+        device_, {{tensors.grad, "grad"},
+                  {tensors.master, "master"},
+                  {tensors.moment1, "moment1"},
+                  {tensors.moment2, "moment2"},
+                  {tensors.model, "model"}}));
+    internal::ScopedCudaDevice scope(device_);
+    MUONSHARD_CUDA_RETURN_IF_ERROR(
+        internal::LaunchAdamW(
+            tensors.grad, tensors.master, tensors.moment1, tensors.moment2,
+            tensors.model, n,
+            internal::MakeAdamWScalars(options, *pows.beta1_pow, *pows.beta2_pow),
+            stream_),
+        "AdamW");
+  }
+  // The kernel received the powers by value, so they can advance now.
+  AdvanceBetaPows(pows, options);
+  return absl::OkStatus();
+}
+
+absl::Status CudaKernelBackend::CastToBf16(const float* in, Bf16Bits* out,
+                                           int64_t n) {
+  if (n < 0 || (n > 0 && (in == nullptr || out == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CastToBf16: bad arguments (n = ", n, ")"));
+  }
+  if (n == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(
+      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(internal::LaunchCastToBf16(in, out, n, stream_),
+                      "casting to bf16");
+}
+
+absl::Status CudaKernelBackend::Synchronize() {
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(cudaStreamSynchronize(stream_),
+                      "waiting for the kernel stream");
+}
+
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
+    int device_ordinal) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CudaKernelBackend> backend,
+                             CudaKernelBackend::Create(device_ordinal));
+  return std::unique_ptr<KernelBackend>(std::move(backend));
+}
+
+}  // namespace internal
+}  // namespace muonshard::kernels

@@ -1,0 +1,80 @@
+#ifndef MUONSHARD_KERNELS_CUDA_KERNEL_BACKEND_H_
+#define MUONSHARD_KERNELS_CUDA_KERNEL_BACKEND_H_
+
+// CudaKernelBackend: KernelBackend on one GPU (CUDA builds only; code that is
+// not CUDA-specific should use CreateKernelBackend(DeviceKind::kCuda)).
+//
+// Owns a non-blocking stream, a cuBLASLt handle with its 32 MiB workspace and
+// a grow-only work buffer (all on `device_ordinal`). Every call validates its
+// arguments on the host, checks that tensor pointers are device (or managed)
+// memory of this device, enqueues its work on stream() and returns without
+// waiting: Newton–Schulz never synchronises with the host between
+// iterations. Work buffers are reused, so the first call for a larger shape
+// allocates (stream-ordered, no device-wide sync).
+//
+// Matmul precision kDefault follows Paddle: bf16 (bf16 operands and results,
+// fp32 accumulation) on devices of compute capability >= 8, fp32 below.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernel_backend.h"
+
+namespace muonshard::kernels {
+namespace internal {
+class CublasLtGemm;
+class DeviceBuffer;
+}  // namespace internal
+
+class CudaKernelBackend final : public KernelBackend {
+ public:
+  // Possible errors: UNAVAILABLE (no CUDA device or driver, no device
+  // `device_ordinal`, or a device without stream-ordered allocation),
+  // RESOURCE_EXHAUSTED, INTERNAL.
+  static absl::StatusOr<std::unique_ptr<CudaKernelBackend>> Create(
+      int device_ordinal);
+  ~CudaKernelBackend() override;
+  CudaKernelBackend(const CudaKernelBackend&) = delete;
+  CudaKernelBackend& operator=(const CudaKernelBackend&) = delete;
+
+  // Whether NewtonSchulz/MuonUpdate use the symmetric (panel) GEMMs for
+  // `shape` under `mode` (kAuto: from a short side of 4096 up).
+  static bool UsesSymmetricMatmul(const MatrixBatchShape& shape,
+                                  SymmetricMatmul mode);
+
+  DeviceKind device_kind() const override { return DeviceKind::kCuda; }
+  int device_ordinal() const { return device_; }
+  // The stream all work is enqueued on; owned by the backend. Callers order
+  // their own work against it with events (e.g. NCCL before MuonUpdate).
+  cudaStream_t stream() const { return stream_; }
+
+  absl::Status NewtonSchulz(const float* in, float* out,
+                            const MatrixBatchShape& shape,
+                            const NewtonSchulzOptions& options) override;
+  absl::Status MuonUpdate(const MuonTensors& tensors,
+                          const MatrixBatchShape& shape, WeightLayout layout,
+                          const MuonOptions& options) override;
+  absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
+                     const AdamWBetaPows& pows,
+                     const AdamWOptions& options) override;
+  absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override;
+  absl::Status Synchronize() override;
+
+ private:
+  CudaKernelBackend(int device, bool bf16_by_default, cudaStream_t stream,
+                    std::unique_ptr<internal::CublasLtGemm> gemm);
+
+  const int device_;
+  const bool bf16_by_default_;
+  cudaStream_t stream_;
+  std::unique_ptr<internal::CublasLtGemm> gemm_;
+  std::unique_ptr<internal::DeviceBuffer> workspace_;
+};
+
+}  // namespace muonshard::kernels
+
+#endif  // MUONSHARD_KERNELS_CUDA_KERNEL_BACKEND_H_

@@ -1,0 +1,89 @@
+#ifndef MUONSHARD_KERNELS_KERNEL_BACKEND_H_
+#define MUONSHARD_KERNELS_KERNEL_BACKEND_H_
+
+// KernelBackend: the optimizer kernels behind one interface, so the worker
+// picks CPU or CUDA once at start-up and never branches on it afterwards.
+//
+// Memory: every tensor pointer passed to a backend lives in that backend's
+// memory space: host memory for kCpu, device memory (cudaMalloc) of the
+// backend's device for kCuda. Scalars (options, AdamW beta powers) are always
+// host values. The CUDA backend rejects host tensor pointers with
+// INVALID_ARGUMENT; the CPU backend cannot detect device pointers, so passing
+// one is undefined behaviour.
+//
+// Ordering: the CPU backend completes each call before returning. The CUDA
+// backend enqueues on the stream it owns and returns; calls run in issue
+// order, buffers must stay valid until Synchronize() returns, and errors that
+// happen on the device are reported by a later call or by Synchronize().
+// Host-side scalars (beta powers) are updated at enqueue time.
+//
+// Thread-safety: a backend is used by one thread at a time.
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/adamw.h"
+#include "kernels/bf16.h"
+#include "kernels/muon_update.h"
+#include "kernels/newton_schulz.h"
+
+namespace muonshard::kernels {
+
+enum class DeviceKind {
+  kCpu,
+  kCuda,
+};
+
+const char* DeviceKindName(DeviceKind kind);
+
+class KernelBackend {
+ public:
+  virtual ~KernelBackend() = default;
+
+  virtual DeviceKind device_kind() const = 0;
+
+  // Orthogonalises each matrix of `in` into `out` (shape.elements() floats
+  // each; `out` may equal `in`). See newton_schulz.h for the math.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL (device/library failure).
+  virtual absl::Status NewtonSchulz(const float* in, float* out,
+                                    const MatrixBatchShape& shape,
+                                    const NewtonSchulzOptions& options) = 0;
+
+  // One Muon step on a parameter (see muon_update.h).
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status MuonUpdate(const MuonTensors& tensors,
+                                  const MatrixBatchShape& shape,
+                                  WeightLayout layout,
+                                  const MuonOptions& options) = 0;
+
+  // One AdamW step on a slice of `n` elements (see adamw.h). `pows` are host
+  // pointers for every backend.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
+                             const AdamWBetaPows& pows,
+                             const AdamWOptions& options) = 0;
+
+  // out[i] = bf16(in[i]), round-to-nearest-even (the bf16 model copy).
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status CastToBf16(const float* in, Bf16Bits* out,
+                                  int64_t n) = 0;
+
+  // Waits for all work issued so far; returns the first device error.
+  // Possible errors: INTERNAL.
+  virtual absl::Status Synchronize() = 0;
+};
+
+// The CPU backend (OpenBLAS); always available.
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend();
+
+// A backend for `kind`. For kCuda, `device_ordinal` selects the GPU.
+// Possible errors: FAILED_PRECONDITION (kCuda in a build without CUDA),
+// UNAVAILABLE (no CUDA device, or no device `device_ordinal`),
+// INVALID_ARGUMENT (unknown kind), INTERNAL (CUDA/cuBLAS set-up failed).
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
+    DeviceKind kind, int device_ordinal = 0);
+
+}  // namespace muonshard::kernels
+
+#endif  // MUONSHARD_KERNELS_KERNEL_BACKEND_H_

@@ -1,0 +1,355 @@
+#include "worker/comm/gloo_communicator.h"
+
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/common/logging.h"
+#include "gloo/reduce.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+#include "worker/comm/gloo_store.h"
+#include "worker/comm/internal/comm_checks.h"
+#include "worker/comm/internal/host_float.h"
+
+namespace muonshard::worker {
+namespace {
+
+constexpr int kAllRanks = -1;
+
+// gloo's element-wise reduction callback: c = a + b over n floats.
+void SumFloats(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<float*>(c);
+  const auto* x = static_cast<const float*>(a);
+  const auto* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+bool IsTimeoutMessage(absl::string_view message) {
+  const std::string lower = absl::AsciiStrToLower(message);
+  return absl::StrContains(lower, "timeout") ||
+         absl::StrContains(lower, "timed out");
+}
+
+// Translates the exception being handled into a status. Call only from a
+// catch block. See the header for the mapping.
+absl::Status CurrentExceptionToStatus(absl::string_view what) {
+  try {
+    throw;
+  } catch (const ::gloo::IoException& e) {
+    if (IsTimeoutMessage(e.what())) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": ", e.what()));
+    }
+    return absl::AbortedError(absl::StrCat(what, ": ", e.what()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(what, ": unknown exception"));
+  }
+}
+
+class GlooCommunicator : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<::gloo::Context> context,
+                   absl::Duration timeout)
+      : context_(std::move(context)),
+        timeout_(absl::ToChronoMilliseconds(timeout)) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op,
+                      int root) override;
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
+                         int root) override;
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
+                         ReduceOp op) override;
+  absl::Status ReduceScatter(const void* in, void* out,
+                             absl::Span<const int64_t> counts, CommDType dtype,
+                             ReduceOp op) override;
+  absl::Status AllGather(const void* in, void* out,
+                         absl::Span<const int64_t> counts,
+                         CommDType dtype) override;
+  absl::Status Barrier() override;
+  absl::Status GroupStart() override;
+  absl::Status GroupEnd() override;
+  absl::Status Synchronize() override;
+
+ private:
+  // Runs gloo calls, turning exceptions into a status; failures break the
+  // communicator (see StickyError).
+  absl::Status Run(absl::string_view what, absl::FunctionRef<void()> fn);
+  // Reduces `count` fp32 values in place to `root`, or to every rank for
+  // kAllRanks, then applies kAvg's division where the result lands.
+  absl::Status ReduceFloats(float* data, int64_t count, ReduceOp op, int root);
+  // ReduceFloats for any dtype, widening to fp32 and rounding back.
+  absl::Status ReduceAnyDType(void* buf, int64_t count, CommDType dtype,
+                              ReduceOp op, int root);
+
+  const std::shared_ptr<::gloo::Context> context_;
+  const std::chrono::milliseconds timeout_;
+  uint32_t next_tag_ = 0;
+  internal::GroupDepth group_;
+  internal::StickyError sticky_;
+};
+
+absl::Status GlooCommunicator::Run(absl::string_view what,
+                                   absl::FunctionRef<void()> fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (...) {
+    return sticky_.Record(
+        CurrentExceptionToStatus(absl::StrCat("gloo ", what, " (rank ",
+                                              rank(), "/", size(), ")")));
+  }
+}
+
+absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count,
+                                            ReduceOp op, int root) {
+  if (count == 0) return absl::OkStatus();
+  if (size() > 1) {
+    const uint32_t tag = next_tag_++;
+    MUONSHARD_RETURN_IF_ERROR(Run(root == kAllRanks ? "allreduce" : "reduce", [&] {
+      if (root == kAllRanks) {
+        ::gloo::AllreduceOptions opts(context_);
+        opts.setOutput(data, static_cast<size_t>(count));
+        opts.setReduceFunction(&SumFloats);
+        opts.setTag(tag);
+        opts.setTimeout(timeout_);
+        ::gloo::allreduce(opts);
+      } else {
+        ::gloo::ReduceOptions opts(context_);
+        opts.setOutput(data, static_cast<size_t>(count));
+        opts.setRoot(root);
+        opts.setReduceFunction(&SumFloats);
+        opts.setTag(tag);
+        opts.setTimeout(timeout_);
+        ::gloo::reduce(opts);
+      }
+    }));
+  }
+  if (op == ReduceOp::kAvg && (root == kAllRanks || root == rank())) {
+    internal::DivideFloats(data, count, static_cast<float>(size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::ReduceAnyDType(void* buf, int64_t count,
+                                              CommDType dtype, ReduceOp op,
+                                              int root) {
+  if (dtype == CommDType::kFloat32) {
+    return ReduceFloats(static_cast<float*>(buf), count, op, root);
+  }
+  std::vector<float> wide(count);
+  internal::WidenToFloat(buf, count, dtype, wide.data());
+  MUONSHARD_RETURN_IF_ERROR(ReduceFloats(wide.data(), count, op, root));
+  if (root == kAllRanks || root == rank()) {
+    internal::NarrowFromFloat(wide.data(), count, dtype, buf);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::Reduce(void* buf, int64_t count,
+                                      CommDType dtype, ReduceOp op, int root) {
+  MUONSHARD_RETURN_IF_ERROR(
+      internal::CheckBuffer(buf, count, dtype, "Reduce").status());
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  return ReduceAnyDType(buf, count, dtype, op, root);
+}
+
+absl::Status GlooCommunicator::AllReduce(void* buf, int64_t count,
+                                         CommDType dtype, ReduceOp op) {
+  MUONSHARD_RETURN_IF_ERROR(
+      internal::CheckBuffer(buf, count, dtype, "AllReduce").status());
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  return ReduceAnyDType(buf, count, dtype, op, kAllRanks);
+}
+
+absl::Status GlooCommunicator::Broadcast(void* buf, int64_t count,
+                                         CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const int64_t bytes,
+      internal::CheckBuffer(buf, count, dtype, "Broadcast"));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  if (bytes == 0 || size() == 1) return absl::OkStatus();
+  const uint32_t tag = next_tag_++;
+  return Run("broadcast", [&] {
+    ::gloo::BroadcastOptions opts(context_);
+    opts.setOutput(static_cast<uint8_t*>(buf), static_cast<size_t>(bytes));
+    opts.setRoot(root);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    ::gloo::broadcast(opts);
+  });
+}
+
+absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
+                                             absl::Span<const int64_t> counts,
+                                             CommDType dtype, ReduceOp op) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
+                             internal::CheckCounts(counts, size()));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const int64_t in_bytes,
+      internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const int64_t out_bytes,
+      internal::CheckBuffer(out, counts[rank()], dtype, "ReduceScatter output"));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
+  MUONSHARD_RETURN_IF_ERROR(
+      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  if (total == 0) return absl::OkStatus();
+  // All-reduce of an fp32 copy of the whole input; see the header for why.
+  std::vector<float> wide(total);
+  internal::WidenToFloat(in, total, dtype, wide.data());
+  MUONSHARD_RETURN_IF_ERROR(ReduceFloats(wide.data(), total, op, kAllRanks));
+  const int64_t offset = internal::Offsets(counts)[rank()];
+  internal::NarrowFromFloat(wide.data() + offset, counts[rank()], dtype, out);
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllGather(const void* in, void* out,
+                                         absl::Span<const int64_t> counts,
+                                         CommDType dtype) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
+                             internal::CheckCounts(counts, size()));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const int64_t in_bytes,
+      internal::CheckBuffer(in, counts[rank()], dtype, "AllGather input"));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const int64_t out_bytes,
+      internal::CheckBuffer(out, total, dtype, "AllGather output"));
+  MUONSHARD_RETURN_IF_ERROR(
+      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  if (total == 0) return absl::OkStatus();
+  if (size() == 1) {
+    std::memcpy(out, in, static_cast<size_t>(in_bytes));
+    return absl::OkStatus();
+  }
+  const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
+  std::vector<size_t> byte_counts;
+  for (int64_t c : counts) byte_counts.push_back(static_cast<size_t>(c * esize));
+  const uint32_t tag = next_tag_++;
+  return Run("allgatherv", [&] {
+    ::gloo::AllgathervOptions opts(context_);
+    // gloo only reads the input; its API takes a mutable pointer. A rank
+    // with nothing to contribute sets no input (nothing to copy in).
+    if (in_bytes > 0) {
+      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)),
+                    static_cast<size_t>(in_bytes));
+    }
+    opts.setOutput(static_cast<uint8_t*>(out), std::move(byte_counts));
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    ::gloo::allgatherv(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Barrier()"));
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  if (size() == 1) return absl::OkStatus();
+  const uint32_t tag = next_tag_++;
+  return Run("barrier", [&] {
+    ::gloo::BarrierOptions opts(context_);
+    opts.setTag(tag);
+    opts.setTimeout(timeout_);
+    ::gloo::barrier(opts);
+  });
+}
+
+absl::Status GlooCommunicator::GroupStart() {
+  group_.Start();
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::GroupEnd() { return group_.End(); }
+
+absl::Status GlooCommunicator::Synchronize() {
+  MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Synchronize()"));
+  return sticky_.Check();
+}
+
+absl::Status CheckOptions(const GlooOptions& options,
+                          const RendezvousStore* store) {
+  if (store == nullptr) return absl::InvalidArgumentError("null store");
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo rank ", options.rank, " of size ", options.size));
+  }
+  if (options.key_prefix.empty()) {
+    return absl::InvalidArgumentError("gloo key_prefix must name the group");
+  }
+  if (options.hostname.empty() && options.interface.empty()) {
+    return absl::InvalidArgumentError("gloo needs a hostname or interface");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gloo timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(
+    const GlooOptions& options) {
+  ::gloo::transport::tcp::attr attr;
+  if (options.interface.empty()) {
+    attr.hostname = options.hostname;
+  } else {
+    attr.iface = options.interface;
+  }
+  try {
+    return ::gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    // A bad address or interface is the usual cause; gloo does not say more.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gloo TCP device on \"",
+        options.interface.empty() ? options.hostname : options.interface,
+        "\": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
+    const GlooOptions& options, RendezvousStore* store) {
+  MUONSHARD_RETURN_IF_ERROR(CheckOptions(options, store));
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::transport::Device> device,
+                             CreateTcpDevice(options));
+  PrefixedRendezvousStore prefixed(store, options.key_prefix);
+  GlooStoreAdapter adapter(&prefixed, options.timeout);
+  auto context = std::make_shared<::gloo::rendezvous::Context>(options.rank,
+                                                               options.size);
+  context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
+  try {
+    context->connectFullMesh(adapter, device);
+  } catch (...) {
+    const std::string what =
+        absl::StrCat("gloo rendezvous of rank ", options.rank, "/",
+                     options.size, " under \"", options.key_prefix, "\"");
+    // Prefer the store's own status over one guessed from the exception.
+    absl::Status store_error = adapter.last_error();
+    if (!store_error.ok()) return Annotate(store_error, what);
+    return CurrentExceptionToStatus(what);
+  }
+  return std::make_unique<GlooCommunicator>(std::move(context),
+                                            options.timeout);
+}
+
+}  // namespace muonshard::worker

@@ -1,0 +1,77 @@
+#ifndef MUONSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
+#define MUONSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
+
+// Gloo (TCP) implementation of Communicator for CPU ranks. Host memory; every
+// op completes before returning (Synchronize() only reports a broken
+// communicator). Bootstraps through a RendezvousStore (see gloo_store.h).
+//
+// How each op maps onto gloo (the 2022-05 function-style API):
+//   Reduce        gloo::reduce (ring reduce-scatter, then gather to root);
+//                 non-root buffers are scratch.
+//   AllReduce     gloo::allreduce (ring).
+//   Broadcast     gloo::broadcast (binomial tree), bytes as-is.
+//   AllGather     gloo::allgatherv (ring), equal or unequal counts.
+//   ReduceScatter gloo::allreduce of the whole input, then each rank keeps
+//                 its segment. Correct for any counts (uneven, zero), at
+//                 about twice the wire bytes of an optimal reduce-scatter
+//                 (2(n-1)/n * input per rank instead of (n-1)/n) plus one
+//                 fp32 copy of the input. gloo's ReduceScatterHalvingDoubling
+//                 was tried and rejected: with zero counts ranks see
+//                 "Connection closed by peer" (its notification pattern does
+//                 not line up), it takes int counts and only fp32 sum.
+//   Barrier       gloo::barrier.
+// Reductions run in fp32: bf16/fp16 are widened before the collective and
+// rounded back once after it (so the wire carries fp32 for them). kAvg
+// divides the fp32 sum by size() on the ranks that receive the result. The
+// order of additions is gloo's ring order, not rank order (see "Numerics" in
+// communicator.h). Zero-count ops and groups of one rank move nothing.
+// GroupStart/GroupEnd only check nesting: ops run eagerly.
+//
+// Each op gets the next tag from a per-communicator counter; since all ranks
+// issue the same ops in the same order (NOTE [Collective ordering]), tags
+// match without being exchanged.
+//
+// Errors: gloo::IoException becomes ABORTED, or DEADLINE_EXCEEDED when its
+// message reports a timeout (this gloo has no separate timeout exception);
+// any other exception is INTERNAL. After such a failure the communicator is
+// broken and every later call returns ABORTED.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/rendezvous_store.h"
+
+namespace muonshard::worker {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  // Address to bind and advertise to peers (IP or resolvable host name).
+  // Tests use loopback. Ignored when `interface` is set.
+  std::string hostname = "127.0.0.1";
+  // Network interface to bind (e.g. "eth0"); overrides `hostname`.
+  std::string interface;
+  // Namespace of this group's rendezvous keys, made of job + generation +
+  // group (e.g. "job/j1/gen/3/group/2/gloo/"). Required: every group of a
+  // generation needs its own so several communicators can be created in one
+  // process and a restarted generation never meets stale addresses.
+  std::string key_prefix;
+  // Bounds the rendezvous (store waits, TCP connects) and each collective.
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+// Creates this rank's communicator. Blocks until all `size` ranks have
+// connected (a full TCP mesh) or the timeout expires. *store is used only
+// during the call.
+// Possible errors: INVALID_ARGUMENT (bad options, unusable address),
+// DEADLINE_EXCEEDED (peers did not arrive), ABORTED (connection failure),
+// UNAVAILABLE (store), INTERNAL.
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
+    const GlooOptions& options, RendezvousStore* store);
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
