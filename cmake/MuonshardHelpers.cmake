@@ -41,7 +41,9 @@ function(muonshard_cc_test name)
   endif()
   gtest_discover_tests(${name}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    # One variable only: gtest_discover_tests splits list values, so the
+    # source dir is the working directory instead.
     PROPERTIES LABELS "${labels}" TIMEOUT ${A_TIMEOUT}
-               ENVIRONMENT "MUONSHARD_BIN_DIR=${PROJECT_BINARY_DIR}/bin;MUONSHARD_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
+               ENVIRONMENT "MUONSHARD_BIN_DIR=${PROJECT_BINARY_DIR}/bin"
     DISCOVERY_TIMEOUT 60)
 endfunction()

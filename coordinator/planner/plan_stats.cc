@@ -1,6 +1,8 @@
 #include "coordinator/planner/plan_stats.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 
 #include "coordinator/planner/model.h"
 
@@ -115,6 +117,107 @@ v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double 
   s.set_max_over_mean_ns_flops(Ratio(f.max, f.mean));
   s.set_max_over_lb_ns_flops(Ratio(f.max, s.lower_bound_ns_flops()));
   return s;
+}
+
+namespace {
+
+// Martello-Toth L2: a lower bound on the bins of capacity `cap` the items
+// (sorted descending) need. For each alpha in [0, cap/2]: items > cap - alpha
+// and items in (cap/2, cap - alpha] each need their own bin; items in
+// [alpha, cap/2] fill the second kind's spare room, then new bins.
+int64_t BinsNeeded(const std::vector<double>& desc, const std::vector<double>& prefix, double cap) {
+  const size_t count = desc.size();
+  // Number of items strictly greater than x / at least x.
+  // On a descending range, lower_bound(x, >) stops at the first item <= x and
+  // upper_bound(x, >) at the first item < x.
+  auto greater = [&](double x) {
+    return static_cast<size_t>(std::lower_bound(desc.begin(), desc.end(), x, std::greater<double>()) - desc.begin());
+  };
+  auto at_least = [&](double x) {
+    return static_cast<size_t>(std::upper_bound(desc.begin(), desc.end(), x, std::greater<double>()) - desc.begin());
+  };
+  int64_t best = 0;
+  std::vector<double> alphas = {0};
+  for (double x : desc) {
+    if (x <= cap / 2 && x != alphas.back()) alphas.push_back(x);
+  }
+  for (double alpha : alphas) {
+    const size_t j1 = greater(cap - alpha);
+    const size_t j12 = greater(cap / 2);
+    const size_t j123 = at_least(alpha);
+    if (j1 > j12 || j12 > j123 || j123 > count) continue;
+    const double sum2 = prefix[j12] - prefix[j1];
+    const double sum3 = prefix[j123] - prefix[j12];
+    const double spare = static_cast<double>(j12 - j1) * cap - sum2;
+    const double extra = std::max(0.0, std::ceil((sum3 - spare) / cap - 1e-9));
+    best = std::max<int64_t>(best, static_cast<int64_t>(j12 + extra));
+  }
+  return best;
+}
+
+// The smallest capacity (within 0.1%) at which L2 does not rule out packing
+// the items into n bins, at least `floor`.
+double BinPackingBound(std::vector<double> items, int n, double floor) {
+  std::sort(items.begin(), items.end(), std::greater<double>());
+  std::vector<double> prefix(items.size() + 1, 0);
+  for (size_t i = 0; i < items.size(); ++i) prefix[i + 1] = prefix[i] + items[i];
+  double lo = std::max(floor, items.empty() ? 0 : items[0]);
+  if (items.empty() || BinsNeeded(items, prefix, lo) <= n) return lo;
+  double hi = lo * 2;
+  while (BinsNeeded(items, prefix, hi) > n) hi *= 2;
+  while (hi - lo > lo * 1e-3) {
+    const double mid = (lo + hi) / 2;
+    (BinsNeeded(items, prefix, mid) > n ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+}  // namespace
+
+TightBounds ComputeTightBounds(const v1::Plan& plan) {
+  TightBounds out;
+  const int pp = plan.topology().pp();
+  // Per group: the Muon matrices of its parts, and its AdamW state.
+  std::vector<std::vector<double>> bytes(plan.groups_size()), flops(plan.groups_size());
+  std::vector<double> adamw(plan.groups_size(), 0);
+  for (const v1::PlannedTensor& t : plan.tensors()) {
+    const int64_t rows = t.shape_size() >= 2 ? t.shape(t.shape_size() - 2) : 1;
+    const int64_t cols = t.shape(t.shape_size() - 1);
+    for (const v1::TensorPart& part : t.parts()) {
+      if (t.optimizer() != v1::MUON) {
+        adamw[part.group()] += (part.element_end() - part.element_begin()) * kAdamwStateBytesPerElem;
+        continue;
+      }
+      for (int m = part.matrix_begin(); m < part.matrix_end(); ++m) {
+        bytes[part.group()].push_back(static_cast<double>(rows * cols * kMuonStateBytesPerElem));
+        flops[part.group()].push_back(NsFlops(rows, cols, plan.policy().ns_steps()));
+      }
+    }
+  }
+  auto sum = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return s;
+  };
+  for (int stage = 0; stage < pp; ++stage) {
+    std::vector<double> stage_bytes, stage_flops;
+    double stage_adamw = 0;
+    for (const v1::CommGroup& g : plan.groups()) {
+      if (g.stage() != stage) continue;
+      stage_bytes.insert(stage_bytes.end(), bytes[g.id()].begin(), bytes[g.id()].end());
+      stage_flops.insert(stage_flops.end(), flops[g.id()].begin(), flops[g.id()].end());
+      stage_adamw += adamw[g.id()];
+      if (g.colour() == v1::MOE_EXPERT) {
+        const int n = g.ranks_size();
+        out.state_bytes = std::max(out.state_bytes, BinPackingBound(bytes[g.id()], n, sum(bytes[g.id()]) / n));
+        out.ns_flops = std::max(out.ns_flops, BinPackingBound(flops[g.id()], n, sum(flops[g.id()]) / n));
+      }
+    }
+    const int n = plan.groups(stage).ranks_size();
+    out.state_bytes = std::max(out.state_bytes, BinPackingBound(stage_bytes, n, (sum(stage_bytes) + stage_adamw) / n));
+    out.ns_flops = std::max(out.ns_flops, BinPackingBound(stage_flops, n, sum(stage_flops) / n));
+  }
+  return out;
 }
 
 }  // namespace muonshard::planner

@@ -34,6 +34,20 @@ std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan);
 // `max_matrix_flops` Newton-Schulz FLOPs.
 v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops);
 
+// Tighter lower bounds on the busiest rank than PlanStats' max(mean, largest
+// matrix), for judging how far a plan is from the best achievable:
+//   - per stage, and per moe_sharding group for its expert matrices, the mean;
+//   - bin packing: the smallest capacity C for which the Martello-Toth L2
+//     bound does not prove that the whole matrices need more than n bins of
+//     size C (so no plan's busiest rank holds less than C).
+// AdamW state is divisible and only adds to the memory mean. Valid for every
+// policy, since colour groups only restrict where a matrix may go.
+struct TightBounds {
+  double state_bytes = 0;
+  double ns_flops = 0;
+};
+TightBounds ComputeTightBounds(const v1::Plan& plan);
+
 }  // namespace muonshard::planner
 
 #endif  // MUONSHARD_COORDINATOR_PLANNER_PLAN_STATS_H_

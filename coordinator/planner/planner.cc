@@ -11,10 +11,12 @@
 #include <tuple>
 #include <memory>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/balanced.h"
 #include "coordinator/planner/bucketing.h"
 #include "coordinator/planner/model.h"
 #include "coordinator/planner/partition.h"
@@ -46,6 +48,9 @@ absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in) {
     for (const std::string& s : DefaultExcludePatterns()) p.add_muon_exclude_patterns(s);
   }
   if (p.grad_dtype() == v1::DTYPE_UNSPECIFIED) p.set_grad_dtype(v1::FP32);
+  if (!p.sticky_to().empty() && p.policy() != v1::BALANCED) {
+    return absl::InvalidArgumentError("policy.sticky_to: sticky re-planning needs policy BALANCED");
+  }
   if (DTypeSize(p.grad_dtype()) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("policy.grad_dtype: unknown value ", p.grad_dtype()));
   }
@@ -101,8 +106,9 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
 class PlanBuilder {
  public:
   PlanBuilder(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy,
-              const RankLayout& layout, ResolvedModel model)
-      : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)) {}
+              const RankLayout& layout, ResolvedModel model, const v1::Plan* previous)
+      : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)),
+        previous_(previous) {}
 
   // Builds into a Plan allocated on `arena` (heap when null).
   absl::StatusOr<v1::Plan*> Build(std::string hash, google::protobuf::Arena* arena) {
@@ -182,10 +188,49 @@ class PlanBuilder {
       case v1::SEED_ALL:
         return SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(),
                                  policy_.policy() == v1::SEED_ALL, policy_.per_dtype());
+      case v1::BALANCED:
+        return PartitionBalanced();
       default:
-        return absl::UnimplementedError(
-            absl::StrCat("policy.policy: ", v1::Policy_Name(policy_.policy()), " is not implemented"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("policy.policy: unknown value ", static_cast<int>(policy_.policy())));
     }
+  }
+
+  std::vector<MuonShard> PartitionBalanced() {
+    BalancedOptions options;
+    options.ns_steps = policy_.ns_steps();
+    options.per_dtype = policy_.per_dtype();
+    absl::flat_hash_map<std::pair<int, int>, int> previous_owner;
+    if (previous_ != nullptr) {
+      previous_owner = PreviousOwners();
+      options.previous_owner = &previous_owner;
+    }
+    std::vector<MuonShard> balanced = BalancedPartitionMuon(model_, layout_, options);
+    if (previous_ != nullptr) return balanced;  // sticky: fewer moves, not the seed
+    // Never worse than the seed policy: keep its assignment (water-filled all
+    // the same) on the rare manifest where it scores better.
+    std::vector<MuonShard> seed =
+        SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(), /*all_ranks=*/false, policy_.per_dtype());
+    const int steps = policy_.ns_steps();
+    if (AssignmentObjective(model_, layout_, seed, steps) < AssignmentObjective(model_, layout_, balanced, steps)) {
+      return seed;
+    }
+    return balanced;
+  }
+
+  // (tensor index in this manifest, matrix) -> previous owner's global rank.
+  absl::flat_hash_map<std::pair<int, int>, int> PreviousOwners() const {
+    absl::flat_hash_map<std::string, int> index;
+    for (int i = 0; i < manifest_.tensors_size(); ++i) index[manifest_.tensors(i).name()] = i;
+    absl::flat_hash_map<std::pair<int, int>, int> owners;
+    for (const v1::RankPlan& r : previous_->ranks()) {
+      for (const v1::OwnedTensor& o : r.owned()) {
+        auto found = index.find(previous_->tensors(o.tensor()).name());
+        if (found == index.end()) continue;
+        for (int m = o.matrix_begin(); m < o.matrix_end(); ++m) owners[{found->second, m}] = r.rank();
+      }
+    }
+    return owners;
   }
 
   int64_t ShardNumel(const MuonShard& s) const {
@@ -266,8 +311,12 @@ class PlanBuilder {
   }
 
   // Per group: AdamW units in manifest order, stable-sorted by dtype name,
-  // fused by assign_group_by_size, each padded to (256 / esize) * n elements.
+  // fused by assign_group_by_size. Seed policies pad each entry to
+  // (256 / esize) * n elements and split every buffer evenly; `balanced` pads
+  // to 256 bytes and water-fills uneven shards around the Muon load.
   void EmitAdamwBuckets() {
+    const bool balanced = policy_.policy() == v1::BALANCED;
+    std::vector<std::vector<int>> buckets_of(layout_.num_groups());
     for (int g = 0; g < layout_.num_groups(); ++g) {
       std::vector<int> units = model_.adamw_units[g];
       if (units.empty()) continue;
@@ -284,14 +333,21 @@ class PlanBuilder {
       for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
         std::vector<int> bucket_units;
         for (int k : members) bucket_units.push_back(units[k]);
-        EmitAdamwBucket(g, bucket_units);
+        buckets_of[g].push_back(EmitAdamwLayout(g, bucket_units, balanced));
       }
     }
+    if (balanced) {
+      WaterFillAdamw(buckets_of);
+    } else {
+      for (v1::AdamwBucket& b : *plan_->mutable_adamw_buckets()) {
+        for (int64_t o : EvenShards(b.numel(), plan_->groups(b.group()).ranks_size())) b.add_shard_offsets(o);
+      }
+    }
+    for (const v1::AdamwBucket& b : plan_->adamw_buckets()) EmitSlices(b);
   }
 
-  void EmitAdamwBucket(int group, const std::vector<int>& units) {
-    const v1::CommGroup& g = plan_->groups(group);
-    const int n = g.ranks_size();
+  int EmitAdamwLayout(int group, const std::vector<int>& units, bool balanced) {
+    const int n = plan_->groups(group).ranks_size();
     v1::AdamwBucket* b = plan_->add_adamw_buckets();
     b->set_id(plan_->adamw_buckets_size() - 1);
     b->set_group(group);
@@ -299,17 +355,45 @@ class PlanBuilder {
     int64_t offset = 0;
     for (int u : units) {
       const Unit& unit = model_.units[u];
+      const int esize = model_.tensors[unit.tensor].esize;
       v1::BucketEntry* e = b->add_entries();
       e->set_tensor(unit.tensor);
       e->set_element_begin(unit.elem_begin);
       e->set_numel(unit.numel);
       e->set_offset(offset);
-      e->set_padded_numel(ReduceScatterPaddedNumel(unit.numel, model_.tensors[unit.tensor].esize, n));
+      e->set_padded_numel(balanced ? ReducePaddedNumel(unit.numel, esize)
+                                   : ReduceScatterPaddedNumel(unit.numel, esize, n));
       offset += e->padded_numel();
     }
     b->set_numel(offset);
-    for (int64_t o : EvenShards(offset, n)) b->add_shard_offsets(o);
-    EmitSlices(*b);
+    return b->id();
+  }
+
+  // Expert groups first (their ranks are fixed), then each stage's sharding
+  // group levels every rank's total around its Muon and expert load.
+  void WaterFillAdamw(const std::vector<std::vector<int>>& buckets_of) {
+    std::vector<int64_t> base(layout_.world_size(), 0);
+    for (const v1::RankPlan& r : plan_->ranks()) {
+      for (const v1::OwnedTensor& o : r.owned()) base[r.rank()] += o.numel() * kMuonStateBytesPerElem;
+    }
+    std::vector<int> order;
+    for (int g = layout_.pp(); g < layout_.num_groups(); ++g) order.push_back(g);
+    for (int g = 0; g < layout_.pp(); ++g) order.push_back(g);
+    for (int g : order) {
+      if (buckets_of[g].empty()) continue;
+      const v1::CommGroup& group = plan_->groups(g);
+      std::vector<int64_t> numels, align, group_base;
+      for (int id : buckets_of[g]) {
+        numels.push_back(plan_->adamw_buckets(id).numel());
+        align.push_back(kAlignBytes / DTypeSize(plan_->adamw_buckets(id).dtype()));
+      }
+      for (int r : group.ranks()) group_base.push_back(base[r]);
+      std::vector<ShardOffsets> offsets = WaterFill(numels, align, group_base);
+      for (size_t k = 0; k < buckets_of[g].size(); ++k) {
+        for (int64_t o : offsets[k]) plan_->mutable_adamw_buckets(buckets_of[g][k])->add_shard_offsets(o);
+      }
+      for (int i = 0; i < group.ranks_size(); ++i) base[group.ranks(i)] = group_base[i];
+    }
   }
 
   // Each group rank's piece of every entry overlapping its shard: Paddle's
@@ -330,7 +414,7 @@ class PlanBuilder {
         if (e.offset() >= re) break;
         const int64_t begin = std::max(e.offset(), rb) - e.offset();
         const int64_t end = std::min(e.offset() + e.padded_numel(), re) - e.offset();
-        if (begin >= e.numel()) continue;  // only padding
+        if (begin >= end || begin >= e.numel()) continue;  // empty shard, or only padding
         v1::TensorSlice* s = rank->add_slices();
         s->set_tensor(e.tensor());
         s->set_begin(e.element_begin() + begin);
@@ -361,6 +445,7 @@ class PlanBuilder {
   const v1::PlanPolicy& policy_;
   const RankLayout& layout_;
   ResolvedModel model_;
+  const v1::Plan* previous_;  // sticky re-planning; may be null
   v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
 };
 
@@ -381,15 +466,28 @@ std::string ContentHash(const v1::PlanRequest& canonical) {
 
 absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
                                       google::protobuf::Arena* arena) {
+  return ComputePlan(request, arena, nullptr);
+}
+
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::protobuf::Arena* arena,
+                                      const v1::Plan* previous) {
   // The manifest is used in place (it can hold ~100k tensors); only the
   // topology and policy are canonicalized.
   MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
   MUONSHARD_ASSIGN_OR_RETURN(v1::PlanPolicy policy, CanonicalPolicy(request.policy()));
+  if (previous != nullptr && previous->content_hash() != policy.sticky_to()) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.sticky_to: \"", policy.sticky_to(),
+                                                   "\" does not name the previous plan (",
+                                                   previous->content_hash(), ")"));
+  }
+  if (previous == nullptr && !policy.sticky_to().empty()) {
+    return absl::InvalidArgumentError("policy.sticky_to: the previous plan was not supplied");
+  }
   const v1::Topology topology = layout.Resolved();
   std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
                                     policy.muon_exclude_patterns().end());
   MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
-  PlanBuilder builder(request.manifest(), policy, layout, std::move(model));
+  PlanBuilder builder(request.manifest(), policy, layout, std::move(model), previous);
   return builder.Build(HashRequestParts(request.manifest(), topology, policy), arena);
 }
 

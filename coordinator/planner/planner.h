@@ -32,6 +32,12 @@ absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request);
 absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
                                       google::protobuf::Arena* arena);
 
+// Sticky re-planning: `previous` is the plan named by
+// request.policy().sticky_to (INVALID_ARGUMENT otherwise); the balanced
+// policy keeps its Muon owners where that costs at most 2% of balance.
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::protobuf::Arena* arena,
+                                      const v1::Plan* previous);
+
 }  // namespace muonshard::planner
 
 #endif  // MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_

@@ -1,0 +1,64 @@
+#ifndef MUONSHARD_COORDINATOR_PLANNER_BALANCED_H_
+#define MUONSHARD_COORDINATOR_PLANNER_BALANCED_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "coordinator/planner/model.h"
+#include "coordinator/planner/partition.h"
+#include "coordinator/planner/topology.h"
+
+namespace muonshard::planner {
+
+// Policy `balanced`. Per pipeline stage, every Muon matrix (each expert of a
+// 3-D stack separately) is placed whole on one rank of its colour group so as
+// to minimise the larger of the two normalised maxima
+//     max_r F_r / F_mean   and   max_r M_r / M_mean,
+// F_r = Newton-Schulz FLOPs of rank r, M_r = its Muon optimizer-state bytes,
+// M_mean = (Muon + AdamW state bytes of the stage) / ranks, since AdamW
+// shards are water-filled on top afterwards (WaterFill). Dense matrices may
+// go to any rank of the stage, expert matrices only to their moe_sharding
+// group, so dense placement complements each rank's expert load.
+//
+// Method: greedy in decreasing normalised size (F/F_mean + M/M_mean), each
+// matrix to the eligible rank whose max(F/F_mean, M/M_mean) is lowest (or
+// its previous owner when sticky and that stays within 2% of the mean), then
+// bounded local search (moves and swaps off the worst rank). Experts of a
+// stack are identical, so each stack's experts are finally relaid as
+// contiguous ranges with the same per-rank counts.
+struct BalancedOptions {
+  int ns_steps = 5;
+  bool per_dtype = false;
+  // Sticky re-planning: previous owner (global rank) of each (tensor index,
+  // matrix) of this manifest; null or empty for a from-scratch plan.
+  const absl::flat_hash_map<std::pair<int, int>, int>* previous_owner = nullptr;
+};
+
+std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
+                                             const BalancedOptions& options);
+
+// Water-filling of one group's AdamW buffers. `bucket_numels` are the group's
+// buckets (elements, each a multiple of its `bucket_align` elements);
+// `base_bytes[i]` the optimizer-state bytes group rank i already holds. Finds
+// the level L with sum_i max(0, L - base_i) = 12 * total elements and cuts the
+// concatenated buffers into contiguous per-rank ranges of those sizes, at
+// aligned positions. Returns each bucket's shard offsets (group size + 1);
+// adds what it assigns to `base_bytes`.
+std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels,
+                                    const std::vector<int64_t>& bucket_align,
+                                    std::vector<int64_t>& base_bytes);
+
+// The water level L with sum_i max(0, L - base_i) = water.
+double WaterLevel(const std::vector<int64_t>& base, double water);
+
+// The balanced objective of an assignment, max over stages of
+// max(max F / LB_F, max M / LB_M), with M after AdamW water-filling over the
+// stage (estimated as one pool) and LB = max(stage mean, largest matrix).
+// Lets the planner keep whichever of two assignments is better.
+double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
+                           const std::vector<MuonShard>& shards, int ns_steps);
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_COORDINATOR_PLANNER_BALANCED_H_

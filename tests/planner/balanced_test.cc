@@ -1,0 +1,105 @@
+#include "coordinator/planner/balanced.h"
+
+#include <algorithm>
+
+#include "coordinator/planner/plan_validator.h"
+#include "coordinator/planner/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::planner {
+namespace {
+
+using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::ManifestBuilder;
+using ::testing::ElementsAre;
+
+TEST(WaterFillTest, LevelsAroundTheBase) {
+  // Bases 0, 1200, 2400 bytes; 300 elements of water = 3600 bytes -> level 2400.
+  std::vector<int64_t> base = {0, 1200, 2400};
+  auto offsets = WaterFill({300}, {1}, base);
+  EXPECT_THAT(offsets[0], ElementsAre(0, 200, 300, 300));
+  EXPECT_THAT(base, ElementsAre(2400, 2400, 2400));
+}
+
+TEST(WaterFillTest, AlignedCutsAcrossBuckets) {
+  std::vector<int64_t> base = {0, 0};
+  // Two buckets of 256 and 128 elements, 128-element alignment: 192 each.
+  auto offsets = WaterFill({256, 128}, {128, 128}, base);
+  EXPECT_EQ(offsets[0].front(), 0);
+  EXPECT_EQ(offsets[0].back(), 256);
+  EXPECT_EQ(offsets[1].back(), 128);
+  for (const auto& o : offsets) {
+    for (int64_t x : o) EXPECT_EQ(x % 128, 0);
+  }
+  EXPECT_EQ(base[0] + base[1], (256 + 128) * 12);
+}
+
+TEST(BalancedTest, SplitsExpertStacksIntoContiguousRanges) {
+  // One stack of 8 identical experts over 4 ranks: two contiguous experts each.
+  v1::ModelManifest m = ManifestBuilder().Add("model.layers.0.mlp.experts.down_proj", {8, 64, 64}).Build();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(m, 4, 1, 1, v1::BALANCED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  for (const v1::RankPlan& r : plan.ranks()) {
+    ASSERT_EQ(r.owned_size(), 1) << r.rank();
+    EXPECT_EQ(r.owned(0).matrix_end() - r.owned(0).matrix_begin(), 2);
+  }
+  EXPECT_DOUBLE_EQ(plan.stats().max_over_lb_ns_flops(), 1.0);
+}
+
+TEST(BalancedTest, DenseMatricesComplementExpertLoad) {
+  // Two ranks in one moe_sharding group each (ep 2, W 4): per ep rank 4 experts of
+  // 64x64; one dense 128x128 (= 4 experts). Balanced puts the dense matrix on a rank
+  // and gives that rank's moe partner the experts: max state = 4 expert matrices.
+  ManifestBuilder b;
+  for (int e = 0; e < 8; ++e) b.Add("model.layers.0.mlp.experts." + std::to_string(e) + ".w.weight", {64, 64});
+  b.Add("model.layers.0.attn.w.weight", {128, 128});
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(b.Build(), 4, 1, 2, v1::BALANCED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  int64_t max_muon = 0;
+  for (const v1::RankPlan& r : plan.ranks()) max_muon = std::max(max_muon, r.muon_numel());
+  EXPECT_EQ(max_muon, 4 * 64 * 64);
+}
+
+TEST(BalancedTest, UnevenAdamwShardsFillAroundMuon) {
+  // A Muon matrix on one of two ranks; the AdamW embedding water-fills the other.
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("model.embed_tokens.weight", {1024, 64})
+                            .Add("model.layers.0.w.weight", {256, 256})
+                            .Build();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(m, 2, 1, 1, v1::BALANCED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  // Muon 65536 elems = 524288 B; AdamW 65536 elems = 786432 B. Level = 655360 B:
+  // the Muon rank gets 10922 elements of AdamW, aligned to 128.
+  const v1::AdamwBucket& b = plan.adamw_buckets(0);
+  int muon_rank = plan.ranks(0).muon_numel() > 0 ? 0 : 1;
+  int64_t muon_share = b.shard_offsets(muon_rank + 1) - b.shard_offsets(muon_rank);
+  EXPECT_NEAR(muon_share, 10922, 128);
+  EXPECT_LT(plan.stats().max_over_mean_state_bytes(), 1.01);
+}
+
+// Balanced is never worse than seed on its objective, max(bytes/LB, FLOPs/LB),
+// and on each maximum it stays within a few percent of seed or better.
+TEST(BalancedTest, NeverWorseThanSeed) {
+  for (int seed = 1; seed <= 40; ++seed) {
+    const int experts = seed % 2 == 0 ? 8 : 0;
+    v1::ModelManifest m = testing::RandomManifest(seed, 30 + seed * 11 % 200, experts);
+    for (auto [w, ep] : {std::pair{4, 1}, {16, 1}, {64, 1}, {16, 2}, {64, 8}}) {
+      if (experts == 0 && ep > 1) continue;
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " world " << w << " ep " << ep);
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan s, ComputePlan(MakeRequest(m, w, 1, ep, v1::SEED)));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan b, ComputePlan(MakeRequest(m, w, 1, ep, v1::BALANCED)));
+      const auto objective = [](const v1::PlanStats& st) {
+        return std::max(st.max_over_lb_state_bytes(), st.max_over_lb_ns_flops());
+      };
+      EXPECT_LE(objective(b.stats()), objective(s.stats()) * (1 + 1e-9));
+      EXPECT_LE(b.stats().max_state_bytes(), s.stats().max_state_bytes() * 1.02);
+      EXPECT_LE(b.stats().max_ns_flops(), s.stats().max_ns_flops() * 1.02);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace muonshard::planner
