@@ -17,6 +17,7 @@ struct Command {
 const Command kCommands[] = {
     {"plan", "compute a partition plan locally and print it", muonshard::cli::RunPlan},
     {"import-hf", "build a manifest from a HuggingFace config.json", muonshard::cli::RunImportHf},
+    {"compare", "seed vs balanced plans of a manifest, side by side", muonshard::cli::RunCompare},
 };
 
 void PrintUsage(std::ostream& out) {
