@@ -158,6 +158,7 @@ class StageBalancer {
       int best_k = -1, best_t = -1, best_j = -1;
       std::map<int, std::vector<int>> targets;  // by class
       for (int k : items_on_[worst]) {
+        if (budget <= 0) break;
         const Item& it = items[k];
         auto [cand, inserted] = targets.try_emplace(it.cls);
         if (inserted) cand->second = Lightest(it.cls, kTargets);
@@ -167,6 +168,10 @@ class StageBalancer {
           double v = std::max(w, Load(flops_[t] + it.flops, bytes_[t] + it.bytes));
           --budget;
           if (v < best) std::tie(best, best_k, best_t, best_j) = std::make_tuple(v, k, t, -1);
+          // Swaps matter when ranks hold few, coarse matrices; with many
+          // per rank, moves alone reach fine granularity (and the pair scan
+          // would be quadratic).
+          if (items_on_[t].size() > kSwapScan || items_on_[worst].size() > kSwapScan) continue;
           for (int j : items_on_[t]) {
             const Item& jt = items[j];
             if (jt.cost >= it.cost || !Eligible(jt, worst)) continue;
@@ -190,6 +195,7 @@ class StageBalancer {
 
   static constexpr double kStickySlack = 1.02;
   static constexpr int kTargets = 8;
+  static constexpr size_t kSwapScan = 96;
   static constexpr int64_t kRefineBudget = 4000000;
 
   const int n_;
