@@ -11,6 +11,14 @@ namespace muonshard::cli {
 int RunPlan(const std::vector<std::string>& args);
 int RunImportHf(const std::vector<std::string>& args);
 int RunCompare(const std::vector<std::string>& args);
+// Against a running coordinator (cli/coordinator_commands.cc).
+int RunSubmit(const std::vector<std::string>& args);
+int RunGet(const std::vector<std::string>& args);
+int RunList(const std::vector<std::string>& args);
+int RunWatch(const std::vector<std::string>& args);
+int RunDiff(const std::vector<std::string>& args);
+int RunWorkers(const std::vector<std::string>& args);
+int RunHealth(const std::vector<std::string>& args);
 
 }  // namespace muonshard::cli
 

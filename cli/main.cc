@@ -18,6 +18,13 @@ const Command kCommands[] = {
     {"plan", "compute a partition plan locally and print it", muonshard::cli::RunPlan},
     {"import-hf", "build a manifest from a HuggingFace config.json", muonshard::cli::RunImportHf},
     {"compare", "seed vs balanced plans of a manifest, side by side", muonshard::cli::RunCompare},
+    {"submit", "submit a plan request to the coordinator", muonshard::cli::RunSubmit},
+    {"get", "print a stored plan, or one rank's view", muonshard::cli::RunGet},
+    {"list", "list the coordinator's plan versions", muonshard::cli::RunList},
+    {"watch", "stream new plan versions and job events", muonshard::cli::RunWatch},
+    {"diff", "tensors that change owner or slice between two versions", muonshard::cli::RunDiff},
+    {"workers", "list jobs and their workers", muonshard::cli::RunWorkers},
+    {"health", "check the coordinator's grpc.health.v1 status", muonshard::cli::RunHealth},
 };
 
 void PrintUsage(std::ostream& out) {

@@ -1,0 +1,156 @@
+#include "cli/coordinator_client.h"
+
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/file_util.h"
+#include "coordinator/service/grpc_status.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/generic/generic_stub.h"
+
+namespace muonshard::cli {
+namespace {
+
+absl::StatusOr<std::string> ReadInput(const std::string& path, absl::string_view flag) {
+  absl::StatusOr<std::string> content = ReadFile(path);
+  if (!content.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --", flag, ": ", content.status().message()));
+  }
+  return content;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ConnectionOptions& o) {
+  if (o.tls_ca.empty()) {
+    if (!o.tls_cert.empty() || !o.tls_key.empty()) {
+      return absl::InvalidArgumentError("flags --tls-cert/--tls-key need --tls-ca");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("flags --tls-cert and --tls-key go together");
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> ca = ReadInput(o.tls_ca, "tls-ca");
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *ca;
+  if (!o.tls_cert.empty()) {
+    absl::StatusOr<std::string> cert = ReadInput(o.tls_cert, "tls-cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadInput(o.tls_key, "tls-key");
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+// HealthCheckRequest{service = 1} in protobuf wire format; grpc-proto's
+// health.proto is not a Debian package, and two fields are not worth vendoring.
+std::string EncodeHealthRequest(const std::string& service) {
+  std::string out;
+  if (service.empty()) return out;
+  out.push_back(0x0a);  // field 1, length-delimited
+  for (size_t n = service.size();; n >>= 7) {
+    if (n < 0x80) {
+      out.push_back(static_cast<char>(n));
+      break;
+    }
+    out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+  }
+  return out + service;
+}
+
+// HealthCheckResponse.status (field 1, varint); 0 (UNKNOWN) when absent.
+absl::StatusOr<int> DecodeHealthStatus(const std::string& bytes) {
+  google::protobuf::io::CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                            static_cast<int>(bytes.size()));
+  int status = 0;
+  while (uint32_t tag = in.ReadTag()) {
+    uint32_t value = 0;
+    if (tag == 0x08 && in.ReadVarint32(&value)) {
+      status = static_cast<int>(value);
+    } else if (!google::protobuf::internal::WireFormatLite::SkipField(&in, tag)) {
+      return absl::InternalError("malformed HealthCheckResponse");
+    }
+  }
+  return status;
+}
+
+}  // namespace
+
+void ConnectionOptions::Register(FlagSet& flags) {
+  flags.String("coordinator", &coordinator, "coordinator address HOST:PORT");
+  flags.String("tls-ca", &tls_ca, "CA certificate (PEM) to verify the coordinator: enables TLS");
+  flags.String("tls-cert", &tls_cert, "client certificate (PEM) for mTLS");
+  flags.String("tls-key", &tls_key, "client private key (PEM) for mTLS");
+  flags.String("token-file", &token_file, "file holding the bearer token");
+  flags.Double("timeout", &timeout_s, "seconds before a call fails with DEADLINE_EXCEEDED");
+}
+
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                                     std::string authorization, absl::Duration timeout)
+    : channel_(std::move(channel)),
+      stub_(v1::Coordinator::NewStub(channel_)),
+      authorization_(std::move(authorization)),
+      timeout_(timeout) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const ConnectionOptions& options) {
+  if (options.coordinator.empty()) return absl::InvalidArgumentError("flag --coordinator is empty");
+  if (!(options.timeout_s > 0)) return absl::InvalidArgumentError("flag --timeout must be > 0");
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::string authorization;
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadInput(options.token_file, "token-file");
+    if (!token.ok()) return token.status();
+    authorization = absl::StrCat("Bearer ", absl::StripAsciiWhitespace(*token));
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // whole plans can be large
+  // Watch streams idle for long; ping within the server's allowance (5 s).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(options.coordinator, *credentials, args);
+  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
+      std::move(channel), std::move(authorization), absl::Seconds(options.timeout_s)));
+}
+
+std::unique_ptr<grpc::ClientContext> CoordinatorClient::NewContext(bool streaming) const {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  if (!streaming) ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+  if (!authorization_.empty()) ctx->AddMetadata("authorization", authorization_);
+  return ctx;
+}
+
+absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& service) {
+  grpc::GenericStub generic(channel_);
+  std::unique_ptr<grpc::ClientContext> ctx = NewContext();
+  grpc::Slice slice(EncodeHealthRequest(service));
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  generic.UnaryCall(ctx.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();  // bounded by the context's deadline
+  if (!status.ok()) return coordinator::FromGrpcStatus(status);
+  grpc::Slice flat;
+  if (!response.DumpToSingleSlice(&flat).ok()) return absl::InternalError("unreadable response");
+  absl::StatusOr<int> code =
+      DecodeHealthStatus(std::string(reinterpret_cast<const char*>(flat.begin()), flat.size()));
+  if (!code.ok()) return code.status();
+  static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  return *code >= 0 && *code < 4 ? std::string(kNames[*code]) : absl::StrCat("STATUS_", *code);
+}
+
+}  // namespace muonshard::cli

@@ -1,0 +1,63 @@
+#ifndef MUONSHARD_CLI_COORDINATOR_CLIENT_H_
+#define MUONSHARD_CLI_COORDINATOR_CLIENT_H_
+
+// A gRPC client of muonshard-coordinator for muonshardctl (and tests and the
+// load generator): channel creation with optional TLS / mTLS, the bearer
+// token from a file, per-call deadlines, and a grpc.health.v1 Check.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/flags.h"
+#include "grpcpp/grpcpp.h"
+#include "muonshard/v1/coordinator.grpc.pb.h"
+
+namespace muonshard::cli {
+
+struct ConnectionOptions {
+  std::string coordinator = "127.0.0.1:50051";
+  std::string tls_ca;    // PEM file: use TLS, trusting this CA
+  std::string tls_cert;  // PEM files of a client certificate (mTLS)
+  std::string tls_key;
+  std::string token_file;  // bearer token sent on every call
+  double timeout_s = 30;   // deadline of unary calls
+  // Own TCP connection instead of sharing one with equal channels (gRPC's
+  // global subchannel pool); load generators spread load this way.
+  bool dedicated_connection = false;
+
+  // --coordinator, --tls-ca, --tls-cert, --tls-key, --token-file, --timeout.
+  void Register(FlagSet& flags);
+};
+
+class CoordinatorClient {
+ public:
+  // Reads the files named by `options`. INVALID_ARGUMENT when one cannot be
+  // read or the options are inconsistent. Does not connect yet.
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
+      const ConnectionOptions& options);
+
+  v1::Coordinator::Stub& stub() { return *stub_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+  // A context carrying the token and, unless `streaming`, the deadline.
+  std::unique_ptr<grpc::ClientContext> NewContext(bool streaming = false) const;
+
+  // grpc.health.v1.Health/Check of `service` ("" = the whole server):
+  // "SERVING", "NOT_SERVING", ... Errors are the RPC's.
+  absl::StatusOr<std::string> CheckHealth(const std::string& service);
+
+ private:
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string authorization,
+                    absl::Duration timeout);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  const std::string authorization_;  // "Bearer <token>" or empty
+  const absl::Duration timeout_;
+};
+
+}  // namespace muonshard::cli
+
+#endif  // MUONSHARD_CLI_COORDINATOR_CLIENT_H_

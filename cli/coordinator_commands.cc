@@ -1,0 +1,377 @@
+// muonshardctl commands that talk to a running muonshard-coordinator:
+// submit, get, list, watch, diff, workers, health.
+//
+// Exit codes: 0 ok; 2 bad usage or bad input, including what the server
+// rejects as such (INVALID_ARGUMENT: a bad manifest or rank; NOT_FOUND: a
+// version or job that does not exist; OUT_OF_RANGE: a cursor past the latest
+// version); 1 every other failure (coordinator unreachable, UNAUTHENTICATED,
+// FAILED_PRECONDITION such as "nothing submitted yet", ...), with the status
+// message on stderr.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "cli/cli_common.h"
+#include "cli/commands.h"
+#include "cli/coordinator_client.h"
+#include "cli/plan_table.h"
+#include "common/proto_json.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace muonshard::cli {
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+int RpcExitCode(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kOutOfRange:
+      return kExitUsage;
+    default:
+      return kExitFailure;
+  }
+}
+
+int ReportRpcError(const absl::Status& status) {
+  std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code())
+            << "]\n";
+  return RpcExitCode(status);
+}
+
+// Flags every coordinator command shares, and the parsed client.
+struct Common {
+  ConnectionOptions connection;
+  std::string output = "table";
+  std::unique_ptr<CoordinatorClient> client;
+
+  void Register(FlagSet& flags, bool with_output = true) {
+    connection.Register(flags);
+    if (with_output) flags.String("output", &output, "table | json");
+  }
+
+  // -1 to continue, or the exit code.
+  int Parse(FlagSet& flags, const std::vector<std::string>& args,
+            std::vector<std::string>* positional, size_t max_positional) {
+    if (int rc = ParseFlagsOrExit(flags, args, positional); rc >= 0) return rc;
+    if (positional->size() > max_positional) {
+      return ReportError(absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", (*positional)[max_positional], "\"")));
+    }
+    if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
+    absl::StatusOr<std::unique_ptr<CoordinatorClient>> c = CoordinatorClient::Connect(connection);
+    if (!c.ok()) return ReportError(c.status());
+    client = *std::move(c);
+    return -1;
+  }
+
+  bool json() const { return output == "json"; }
+};
+
+std::string FormatTime(int64_t micros) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixMicros(micros), absl::UTCTimeZone());
+}
+
+std::string ShortHash(const std::string& hash) {
+  return hash.size() > 19 ? hash.substr(0, 19) : hash;  // "sha256:" + 12 hex digits
+}
+
+void PrintInfoLine(const v1::PlanVersionInfo& info, std::ostream& out) {
+  out << absl::StrFormat("version %d  created %s  model %s  world %d  tensors %d  hash %s\n",
+                         info.version(), FormatTime(info.create_time_micros()), info.model(),
+                         info.topology().world_size(), info.tensors(), info.content_hash());
+}
+
+// ---------------------------------------------------------------- get
+
+void PrintRankView(const v1::RankView& view, std::ostream& out) {
+  const v1::RankPlan& r = view.rank();
+  out << absl::StrFormat(
+      "rank %d  stage %d  ep %d  sharding rank %d  moe sharding rank %d  groups %d\n", r.rank(),
+      r.stage(), r.ep_rank(), r.sharding_rank(), r.moe_sharding_rank(), view.groups_size());
+  out << absl::StrFormat(
+      "optimizer state %.1f MiB  ns %.2f GFLOP  muon elems %d  adamw elems %d (shard %d)\n",
+      r.optimizer_state_bytes() / kMiB, r.ns_flops() / 1e9, r.muon_numel(), r.adamw_numel(),
+      r.adamw_shard_numel());
+  out << absl::StrFormat("bytes/step  reduce %d  reduce-scatter %d  broadcast %d  all-gather %d\n",
+                         r.grad_reduce_bytes(), r.grad_reduce_scatter_bytes(),
+                         r.param_broadcast_bytes(), r.param_all_gather_bytes());
+  out << absl::StrFormat("\nowned (muon): %d\n%-60s %10s %14s %12s %7s\n", r.owned_size(), "tensor",
+                         "matrices", "elements", "ns_GFLOP", "bucket");
+  for (const v1::OwnedTensor& o : r.owned()) {
+    out << absl::StrFormat("%-60s %4d..%-5d %14d %12.3f %7d\n", o.name(), o.matrix_begin(),
+                           o.matrix_end(), o.numel(), o.ns_flops() / 1e9, o.bucket());
+  }
+  out << absl::StrFormat("\nslices (adamw): %d\n%-60s %14s %14s %8s %7s\n", r.slices_size(),
+                         "tensor", "begin", "end", "padding", "bucket");
+  for (const v1::TensorSlice& s : r.slices()) {
+    out << absl::StrFormat("%-60s %14d %14d %8d %7d\n", s.name(), s.begin(), s.end(), s.padding(),
+                           s.bucket());
+  }
+}
+
+}  // namespace
+
+int RunGet(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl get [--version V] [--rank R] [--output table|json]\n"
+      "         [--coordinator HOST:PORT] [--tls-ca F] [--token-file F]");
+  Common c;
+  c.Register(flags);
+  int64_t version = 0;
+  int rank = -1;
+  flags.Int("version", &version, "plan version (0 = latest)");
+  flags.Int("rank", &rank, "print only this rank's view");
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  if (version < 0) return ReportError(absl::InvalidArgumentError("flag --version must be >= 0"));
+  v1::GetPlanRequest request;
+  request.set_version(version);
+  if (flags.WasSet("rank")) request.set_rank(rank);
+  v1::GetPlanResponse response;
+  auto ctx = c.client->NewContext();
+  absl::Status s =
+      coordinator::FromGrpcStatus(c.client->stub().GetPlan(ctx.get(), request, &response));
+  if (!s.ok()) return ReportRpcError(s);
+  if (c.json()) {
+    if (response.has_rank_view()) return PrintJson(response.rank_view());
+    return PrintJson(response.plan());
+  }
+  PrintInfoLine(response.info(), std::cout);
+  if (response.has_rank_view()) {
+    PrintRankView(response.rank_view(), std::cout);
+  } else {
+    PrintPlanTable(response.plan(), std::cout);
+  }
+  return kExitOk;
+}
+
+int RunSubmit(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl submit --manifest M.json --world-size W [--pp P] [--ep E]\n"
+      "         [--policy seed|seed-all|balanced] [--comm-buffer-mb 256] [--output table|json]\n"
+      "         [--coordinator HOST:PORT] [--tls-ca F] [--token-file F]");
+  Common c;
+  c.Register(flags);
+  PlanFlags plan_flags;
+  plan_flags.Register(flags);
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  v1::SubmitPlanRequest request;
+  absl::StatusOr<v1::PlanRequest> plan_request = plan_flags.ToRequest();
+  if (!plan_request.ok()) return ReportError(plan_request.status());
+  *request.mutable_request() = *std::move(plan_request);
+  v1::SubmitPlanResponse response;
+  auto ctx = c.client->NewContext();
+  absl::Status s =
+      coordinator::FromGrpcStatus(c.client->stub().SubmitPlan(ctx.get(), request, &response));
+  if (!s.ok()) return ReportRpcError(s);
+  if (c.json()) return PrintJson(response);
+  std::cout << absl::StrFormat(
+      "version %d %s\n", response.version(),
+      response.created() ? "created" : "(identical request already stored)");
+  PrintInfoLine(response.info(), std::cout);
+  return kExitOk;
+}
+
+int RunList(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl list [--output table|json] [--coordinator HOST:PORT] [--tls-ca F]");
+  Common c;
+  c.Register(flags);
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  v1::ListPlansResponse all;
+  v1::ListPlansRequest request;
+  for (int page = 0; page < 100000; ++page) {  // bounded: 10k versions per page
+    v1::ListPlansResponse response;
+    auto ctx = c.client->NewContext();
+    absl::Status s =
+        coordinator::FromGrpcStatus(c.client->stub().ListPlans(ctx.get(), request, &response));
+    if (!s.ok()) return ReportRpcError(s);
+    all.set_latest_version(response.latest_version());
+    for (v1::PlanVersionInfo& v : *response.mutable_versions()) *all.add_versions() = std::move(v);
+    if (response.next_after_version() == 0) break;
+    request.set_after_version(response.next_after_version());
+  }
+  if (c.json()) return PrintJson(all);
+  std::cout << absl::StrFormat("%8s  %-20s  %-20s %6s %3s %3s %-9s %8s %9s  %s\n", "version",
+                               "created", "model", "world", "pp", "ep", "policy", "tensors",
+                               "max/mean", "hash");
+  for (const v1::PlanVersionInfo& v : all.versions()) {
+    std::cout << absl::StrFormat(
+        "%8d  %-20s  %-20s %6d %3d %3d %-9s %8d %9.3f  %s\n", v.version(),
+        FormatTime(v.create_time_micros()), v.model(), v.topology().world_size(), v.topology().pp(),
+        v.topology().ep(), v1::Policy_Name(v.policy()), v.tensors(),
+        v.stats().max_over_mean_state_bytes(), ShortHash(v.content_hash()));
+  }
+  return kExitOk;
+}
+
+namespace {
+
+std::string EventLine(const v1::WatchEvent& e) {
+  if (e.has_plan()) {
+    const v1::PlanVersionInfo& p = e.plan();
+    return absl::StrFormat("plan version=%d model=%s world=%d tensors=%d hash=%s", p.version(),
+                           p.model(), p.topology().world_size(), p.tensors(), p.content_hash());
+  }
+  const v1::JobEvent& j = e.job();
+  std::string line =
+      absl::StrFormat("job %s revision=%d %s generation=%d plan=%d", j.job(), j.revision(),
+                      v1::JobEventType_Name(j.type()), j.generation(), j.plan_version());
+  if (j.has_worker()) {
+    absl::StrAppend(&line, " rank=", j.worker().rank(), " host=", j.worker().host(),
+                    " device=", j.worker().device());
+  }
+  if (j.type() == v1::JOB_EVENT_SNAPSHOT) absl::StrAppend(&line, " workers=", j.workers_size());
+  if (!j.reason().empty()) absl::StrAppend(&line, " reason=\"", j.reason(), "\"");
+  return line;
+}
+
+}  // namespace
+
+int RunWatch(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl watch [--from-version V] [--job J [--from-job-revision R]]\n"
+      "         [--count N] [--output table|json] [--coordinator HOST:PORT]\n"
+      "Streams plan versions (from the latest, or after --from-version) and the job's\n"
+      "events, one per line, until interrupted or --count events were printed.");
+  Common c;
+  c.Register(flags);
+  int64_t from_version = 0;
+  int64_t from_job_revision = 0;
+  int64_t count = 0;
+  v1::WatchRequest request;
+  flags.Int("from-version", &from_version,
+            "stream versions after this one (default: from the latest)");
+  flags.String("job", request.mutable_job(), "also stream this job's membership events");
+  flags.Int("from-job-revision", &from_job_revision, "resume the job's events after this revision");
+  flags.Int("count", &count, "exit after this many events (0 = never)");
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  if (flags.WasSet("from-version")) request.set_from_version(from_version);
+  request.set_from_job_revision(from_job_revision);
+  auto ctx = c.client->NewContext(/*streaming=*/true);
+  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader =
+      c.client->stub().Watch(ctx.get(), request);
+  v1::WatchEvent event;
+  int64_t seen = 0;
+  while ((count == 0 || seen < count) && reader->Read(&event)) {
+    ++seen;
+    if (c.json()) {
+      absl::StatusOr<std::string> line = ToJson(event, /*pretty=*/false);
+      std::cout << (line.ok() ? *line : line.status().ToString()) << std::endl;
+    } else {
+      std::cout << EventLine(event) << std::endl;
+    }
+  }
+  if (count > 0 && seen >= count) {
+    ctx->TryCancel();
+    reader->Finish();  // CANCELLED, as asked
+    return kExitOk;
+  }
+  absl::Status s = coordinator::FromGrpcStatus(reader->Finish());
+  return s.ok() ? kExitOk : ReportRpcError(s);
+}
+
+int RunDiff(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl diff V1 V2 [--limit N] [--output table|json] [--coordinator HOST:PORT]\n"
+      "Which tensors change owner (Muon) or slice (AdamW) from version V1 to V2.");
+  Common c;
+  c.Register(flags);
+  int limit = 100;
+  flags.Int("limit", &limit, "list at most this many tensors (0 = all); counts cover all");
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 2); rc >= 0) return rc;
+  int64_t versions[2] = {0, 0};
+  if (positional.size() != 2 || !absl::SimpleAtoi(positional[0], &versions[0]) ||
+      !absl::SimpleAtoi(positional[1], &versions[1]) || versions[0] <= 0 || versions[1] <= 0) {
+    return ReportError(absl::InvalidArgumentError("diff takes two plan versions (integers >= 1)"));
+  }
+  v1::DiffPlansRequest request;
+  request.set_from_version(versions[0]);
+  request.set_to_version(versions[1]);
+  request.set_limit(limit);
+  v1::DiffPlansResponse response;
+  auto ctx = c.client->NewContext();
+  absl::Status s =
+      coordinator::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
+  if (!s.ok()) return ReportRpcError(s);
+  if (c.json()) return PrintJson(response.diff());
+  const v1::PlanDiff& d = response.diff();
+  std::cout << absl::StrFormat(
+      "v%d (world %d) -> v%d (world %d): %d unchanged, %d owner changed, %d slice changed, "
+      "%d optimizer changed, %d shape changed, %d added, %d removed; %.1f MiB of optimizer "
+      "state moves\n",
+      d.from_version(), d.from_world_size(), d.to_version(), d.to_world_size(),
+      d.unchanged_tensors(), d.owner_changed(), d.slice_changed(), d.optimizer_changed(),
+      d.shape_changed(), d.added(), d.removed(), d.moved_state_bytes() / kMiB);
+  if (d.tensors_size() == 0) return kExitOk;
+  std::cout << absl::StrFormat("%-18s %-60s %14s %6s %6s\n", "change", "tensor", "moved_elems",
+                               "from", "to");
+  for (const v1::TensorDiff& t : d.tensors()) {
+    std::cout << absl::StrFormat("%-18s %-60s %14d %6d %6d\n", v1::TensorChangeKind_Name(t.kind()),
+                                 t.name(), t.moved_elements(), t.from_size(), t.to_size());
+  }
+  if (d.truncated()) std::cout << "(list cut at --limit " << limit << ")\n";
+  return kExitOk;
+}
+
+int RunWorkers(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl workers [--job J] [--output table|json] [--coordinator HOST:PORT]");
+  Common c;
+  c.Register(flags);
+  v1::ListWorkersRequest request;
+  flags.String("job", request.mutable_job(), "only this job (default: every job)");
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  v1::ListWorkersResponse response;
+  auto ctx = c.client->NewContext();
+  absl::Status s =
+      coordinator::FromGrpcStatus(c.client->stub().ListWorkers(ctx.get(), request, &response));
+  if (!s.ok()) return ReportRpcError(s);
+  if (c.json()) return PrintJson(response);
+  const int64_t now = absl::ToUnixMicros(absl::Now());
+  for (const v1::JobStatus& job : response.jobs()) {
+    std::cout << absl::StrFormat("job %s  generation %d  plan v%d  world %d  revision %d\n",
+                                 job.job(), job.generation(), job.plan_version(), job.world_size(),
+                                 job.revision());
+    std::cout << absl::StrFormat("%6s  %-8s %-24s %-10s %20s %10s %12s\n", "rank", "state", "host",
+                                 "device", "incarnation", "generation", "heartbeat_s");
+    for (const v1::WorkerStatus& w : job.workers()) {
+      std::string state = v1::WorkerState_Name(w.state()).substr(sizeof("WORKER_STATE_") - 1);
+      std::cout << absl::StrFormat("%6d  %-8s %-24s %-10s %20d %10d %12.1f\n", w.rank(), state,
+                                   w.host(), w.device(), w.incarnation(), w.generation(),
+                                   (now - w.last_heartbeat_micros()) / 1e6);
+    }
+  }
+  return kExitOk;
+}
+
+int RunHealth(const std::vector<std::string>& args) {
+  FlagSet flags(
+      "usage: muonshardctl health [--service NAME] [--coordinator HOST:PORT] [--tls-ca F]\n"
+      "Prints the grpc.health.v1 status; exit 0 when SERVING, 1 otherwise.");
+  Common c;
+  c.Register(flags, /*with_output=*/false);
+  std::string service = "muonshard.v1.Coordinator";
+  flags.String("service", &service, "service to check (\"\" = the whole server)");
+  std::vector<std::string> positional;
+  if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  absl::StatusOr<std::string> status = c.client->CheckHealth(service);
+  if (!status.ok()) return ReportRpcError(status.status());
+  std::cout << *status << "\n";
+  return *status == "SERVING" ? kExitOk : kExitFailure;
+}
+
+}  // namespace muonshard::cli

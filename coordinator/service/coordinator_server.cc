@@ -1,0 +1,146 @@
+#include "coordinator/service/coordinator_server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/status_macros.h"
+#include "coordinator/service/coordinator_service.h"
+#include "coordinator/service/event_log.h"
+#include "coordinator/service/grpc_coordinator_service.h"
+#include "coordinator/service/maintenance_thread.h"
+#include "coordinator/service/metrics.h"
+#include "coordinator/service/sqlite_plan_store.h"
+#include "coordinator/service/work_queue.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace muonshard::coordinator {
+namespace {
+
+constexpr int kMaxQueuedSlowRpcs = 64;
+constexpr absl::Duration kWaitTick = absl::Milliseconds(20);
+
+// NOTE [Keepalive]: watch streams sit idle between plan versions for hours.
+// The server pings every 30 s to find dead clients (and keep NATs open), and
+// accepts client pings down to every 5 s, so clients can ping every 10-20 s
+// without being told "too_many_pings".
+void AddKeepalive(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5'000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerOptions& o) {
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    return absl::InvalidArgumentError("TLS needs both a certificate and a key");
+  }
+  if (o.tls_cert.empty()) {
+    if (!o.tls_client_ca.empty()) {
+      return absl::InvalidArgumentError("a client CA (mTLS) needs a server certificate and key");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  grpc::SslServerCredentialsOptions ssl(
+      o.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = o.tls_client_ca;
+  ssl.pem_key_cert_pairs.push_back({o.tls_key, o.tls_cert});
+  return grpc::SslServerCredentials(ssl);
+}
+
+absl::Duration HeartbeatTick(absl::Duration timeout) {
+  return std::clamp(timeout / 4, absl::Milliseconds(50), absl::Seconds(1));
+}
+
+}  // namespace
+
+// Declared in dependency order; destroyed in reverse.
+struct CoordinatorServer::Parts {
+  std::unique_ptr<SqlitePlanStore> store;
+  CoordinatorMetrics metrics;
+  EventLog log;
+  ObserverList observers{{&metrics, &log}};
+  std::unique_ptr<CoordinatorService> service;
+  std::unique_ptr<WorkQueue> work;
+  std::unique_ptr<GrpcCoordinatorService> grpc_service;
+  std::unique_ptr<MetricsExposer> exposer;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<MaintenanceThread> maintenance;
+};
+
+CoordinatorServer::CoordinatorServer(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const ServerOptions& options) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("a data dir is required");
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                             Credentials(options));
+  auto parts = std::make_unique<Parts>();
+  MUONSHARD_ASSIGN_OR_RETURN(parts->store, SqlitePlanStore::Open(options.data_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(parts->service,
+                             CoordinatorService::Create(parts->store.get(), RealClock(),
+                                                        options.coordinator, &parts->observers));
+  parts->work = std::make_unique<WorkQueue>(options.work_threads, kMaxQueuedSlowRpcs);
+  parts->grpc_service = std::make_unique<GrpcCoordinatorService>(
+      parts->service.get(), &parts->metrics, parts->work.get(), options.auth_token);
+  int metrics_port = -1;
+  if (options.metrics_port >= 0) {
+    MUONSHARD_ASSIGN_OR_RETURN(parts->exposer,
+                               MetricsExposer::Start(options.metrics_host, options.metrics_port,
+                                                     parts->metrics.registry()));
+    metrics_port = parts->exposer->port();
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(options.listen, credentials, &port);
+  builder.RegisterService(parts->grpc_service.get());
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(options.max_message_bytes, std::numeric_limits<int>::max())));
+  AddKeepalive(builder);
+  parts->server = builder.BuildAndStart();
+  if (parts->server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  parts->server->GetHealthCheckService()->SetServingStatus(v1::Coordinator::service_full_name(),
+                                                           true);
+  parts->maintenance = std::make_unique<MaintenanceThread>(
+      parts->service.get(), kWaitTick, HeartbeatTick(options.coordinator.heartbeat_timeout));
+
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(parts)));
+  server->port_ = port;
+  server->metrics_port_ = metrics_port;
+  return server;
+}
+
+int64_t CoordinatorServer::latest_version() const {
+  absl::StatusOr<v1::ListPlansResponse> r = parts_->service->ListPlans(v1::ListPlansRequest());
+  return r.ok() ? r->latest_version() : 0;
+}
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  parts_->server->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
+  parts_->service->Shutdown();  // watch streams flush and end, waits fail UNAVAILABLE
+  // Our streams, waits and offloaded calls end on their own (or are cut at
+  // the grace period). gRPC's Shutdown(deadline) would also wait out the
+  // deadline for idle client connections, so it gets "now" once we drained.
+  parts_->grpc_service->WaitIdle(grace);
+  parts_->server->Shutdown(std::chrono::system_clock::now());
+  parts_->server->Wait();
+  parts_->maintenance.reset();
+}
+
+}  // namespace muonshard::coordinator

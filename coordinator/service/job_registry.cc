@@ -1,0 +1,569 @@
+#include "coordinator/service/job_registry.h"
+
+#include <deque>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace muonshard::coordinator {
+namespace {
+
+// Job revisions of one coordinator process start at generation x kRevisionBase
+// (see NOTE [Membership state machine]).
+constexpr int64_t kRevisionBase = 1'000'000'000;
+constexpr size_t kMaxNameBytes = 256;
+
+using Identity = std::pair<std::string, std::string>;  // (host, device)
+
+std::string Describe(const v1::WorkerStatus& w) {
+  return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(),
+                      ")");
+}
+
+absl::Status CheckName(absl::string_view what, const std::string& value) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  if (value.size() > kMaxNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", value.size(), " bytes; the limit is ", kMaxNameBytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct JobRegistry::Job {
+  std::string name;
+  int64_t generation = 0;
+  int64_t plan_version = 0;
+  std::string content_hash;
+  int32_t world_size = 0;
+  int64_t base_revision = 0;
+  int64_t revision = 0;
+  std::deque<v1::JobEvent> history;
+  std::vector<std::optional<v1::WorkerStatus>> slots;  // by rank
+  std::set<int> free;                                  // ranks without a JOINED worker
+  absl::flat_hash_map<Identity, int> by_identity;
+  WorkerCounts counts;
+  std::unique_ptr<RendezvousKv> kv;
+};
+
+JobRegistry::JobRegistry(PlanStore* store, const PlanCatalog* catalog, Clock* clock,
+                         const CoordinatorOptions& options, CoordinatorObserver* observer,
+                         ChangeHook on_change)
+    : store_(store),
+      catalog_(catalog),
+      clock_(clock),
+      options_(options),
+      observer_(observer),
+      on_change_(std::move(on_change)) {}
+
+JobRegistry::~JobRegistry() = default;
+
+void JobRegistry::Flush(Effects& effects) {
+  for (WaitCompletion& c : effects.completions) c.callback(std::move(c.result));
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& job : effects.changed_jobs) {
+    if (seen.insert(job).second) on_change_(job);
+  }
+}
+
+// ---------------------------------------------------------------- jobs
+
+absl::StatusOr<JobRegistry::Job*> JobRegistry::FindJob(const std::string& name) const {
+  auto it = jobs_.find(name);
+  if (it == jobs_.end())
+    return absl::NotFoundError(absl::StrCat("job \"", name, "\" does not exist"));
+  return it->second.get();
+}
+
+absl::StatusOr<JobRegistry::Job*> JobRegistry::CreateJob(const std::string& name) {
+  if (static_cast<int64_t>(jobs_.size()) >= options_.max_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this coordinator already tracks ", jobs_.size(), " jobs (--max-jobs)"));
+  }
+  // The generation is persisted before anyone can see it, so a restarted
+  // coordinator never hands it out again.
+  MUONSHARD_ASSIGN_OR_RETURN(int64_t last, store_->LoadGeneration(name));
+  MUONSHARD_RETURN_IF_ERROR(store_->SaveGeneration(name, last + 1));
+  auto job = std::make_unique<Job>();
+  job->name = name;
+  job->generation = last + 1;
+  job->base_revision = job->generation * kRevisionBase;
+  job->revision = job->base_revision;
+  job->kv = std::make_unique<RendezvousKv>(&options_);
+  Job* raw = job.get();
+  jobs_[name] = std::move(job);
+  return raw;
+}
+
+void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
+  if (info.version() != job.plan_version) {
+    // A new plan (maybe another world size): forget the departed workers.
+    job.slots.assign(info.topology().world_size(), std::nullopt);
+    job.free.clear();
+    for (int r = 0; r < info.topology().world_size(); ++r) job.free.insert(job.free.end(), r);
+    job.by_identity.clear();
+    job.counts = WorkerCounts();
+  }
+  job.plan_version = info.version();
+  job.content_hash = info.content_hash();
+  job.world_size = info.topology().world_size();
+}
+
+// Creates the job or, when none of its workers is joined, (re)fixes its plan
+// version; otherwise checks the joiner asks for the job's version.
+absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request) {
+  if (job != nullptr && job->counts.joined > 0) {
+    if (request.plan_version() != 0 && request.plan_version() != job->plan_version) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job \"", job->name, "\" runs plan version ", job->plan_version,
+                       "; this worker asked for version ", request.plan_version(),
+                       " (workers of one job must run the same version)"));
+    }
+    return absl::OkStatus();
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanVersionInfo info, catalog_->Info(request.plan_version()));
+  if (job == nullptr) {
+    MUONSHARD_ASSIGN_OR_RETURN(job, CreateJob(request.job()));
+  }
+  ApplyPlan(*job, info);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------- workers
+
+void JobRegistry::SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState state) {
+  auto count = [&job](v1::WorkerState s) -> int64_t* {
+    switch (s) {
+      case v1::WORKER_STATE_JOINED:
+        return &job.counts.joined;
+      case v1::WORKER_STATE_FAILED:
+        return &job.counts.failed;
+      case v1::WORKER_STATE_LEFT:
+        return &job.counts.left;
+      default:
+        return nullptr;
+    }
+  };
+  if (int64_t* c = count(worker.state())) --*c;
+  if (int64_t* c = count(state)) ++*c;
+  worker.set_state(state);
+  if (state == v1::WORKER_STATE_JOINED) {
+    job.free.erase(worker.rank());
+  } else {
+    job.free.insert(worker.rank());
+  }
+}
+
+void JobRegistry::Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker,
+                       const std::string& reason, Effects& effects) {
+  v1::JobEvent& e = job.history.emplace_back();
+  e.set_job(job.name);
+  e.set_revision(++job.revision);
+  e.set_type(type);
+  e.set_generation(job.generation);
+  e.set_plan_version(job.plan_version);
+  e.set_world_size(job.world_size);
+  if (worker != nullptr) *e.mutable_worker() = *worker;
+  e.set_reason(reason);
+  e.set_time_micros(absl::ToUnixMicros(clock_->Now()));
+  observer_->OnJobEvent(e, job.counts);
+  while (static_cast<int64_t>(job.history.size()) > options_.job_event_history) {
+    job.history.pop_front();
+  }
+  effects.changed_jobs.push_back(job.name);
+}
+
+void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& effects) {
+  ++job.generation;
+  std::string why = reason;
+  if (absl::Status s = store_->SaveGeneration(job.name, job.generation); !s.ok()) {
+    // The group must re-form either way; a restart may repeat this number.
+    absl::StrAppend(&why, " (generation not persisted: ", s.message(), ")");
+  }
+  job.kv->AbortAll(absl::AbortedError(absl::StrCat("job \"", job.name, "\" moved to generation ",
+                                                   job.generation, ": ", reason)),
+                   &effects.completions);
+  job.kv = std::make_unique<RendezvousKv>(&options_);
+  Emit(job, v1::JOB_EVENT_GENERATION_CHANGED, nullptr, why, effects);
+}
+
+void JobRegistry::FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why,
+                             Effects& effects) {
+  SetState(job, worker, v1::WORKER_STATE_FAILED);
+  Emit(job, v1::JOB_EVENT_WORKER_FAILED, &worker, why, effects);
+  if (worker.generation() == job.generation) {
+    BumpGeneration(job, absl::StrCat(Describe(worker), " ", why), effects);
+  }
+}
+
+absl::StatusOr<std::optional<int>> JobRegistry::Rejoin(Job& job, const v1::JoinJobRequest& request,
+                                                       Effects& effects) {
+  auto it = job.by_identity.find(Identity(request.host(), request.device()));
+  if (it == job.by_identity.end()) return std::nullopt;
+  v1::WorkerStatus& w = *job.slots[it->second];
+  if (w.state() != v1::WORKER_STATE_JOINED) return std::nullopt;
+  if (w.incarnation() != request.incarnation()) {
+    FailWorker(job, w, "restarted (new incarnation)", effects);
+    return std::nullopt;
+  }
+  if (request.has_rank() && request.rank() != w.rank()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(request.host(), "/", request.device(), " already joined job \"", job.name,
+                     "\" as rank ", w.rank(), ", not ", request.rank()));
+  }
+  w.set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
+  if (w.generation() != job.generation) {
+    // A survivor of a failure moves into the new generation.
+    w.set_generation(job.generation);
+    Emit(job, v1::JOB_EVENT_WORKER_JOINED, &w, "rejoined", effects);
+  }
+  return w.rank();
+}
+
+absl::StatusOr<int> JobRegistry::PickRank(const Job& job, const v1::JoinJobRequest& request) const {
+  if (request.has_rank()) {
+    const int r = request.rank();
+    if (r >= job.world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is outside job \"", job.name,
+                                                     "\"'s world of ", job.world_size));
+    }
+    if (!(job.free.count(r) > 0)) {
+      return absl::AlreadyExistsError(absl::StrCat("rank ", r, " of job \"", job.name,
+                                                   "\" is held by ", Describe(*job.slots[r])));
+    }
+    return r;
+  }
+  // A returning (host, device) gets its old rank back when it is free.
+  auto it = job.by_identity.find(Identity(request.host(), request.device()));
+  if (it != job.by_identity.end() && (job.free.count(it->second) > 0)) return it->second;
+  if (job.free.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job \"", job.name, "\" is full: all ", job.world_size, " ranks are held"));
+  }
+  return *job.free.begin();
+}
+
+void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request, Effects& effects) {
+  std::optional<v1::WorkerStatus>& slot = job.slots[rank];
+  if (slot.has_value()) {
+    SetState(job, *slot, v1::WORKER_STATE_UNSPECIFIED);  // uncount the previous holder
+    job.by_identity.erase(Identity(slot->host(), slot->device()));
+  }
+  const int64_t now = absl::ToUnixMicros(clock_->Now());
+  slot.emplace();
+  slot->set_rank(rank);
+  slot->set_host(request.host());
+  slot->set_device(request.device());
+  slot->set_incarnation(request.incarnation());
+  slot->set_generation(job.generation);
+  slot->set_join_time_micros(now);
+  slot->set_last_heartbeat_micros(now);
+  SetState(job, *slot, v1::WORKER_STATE_JOINED);
+  job.by_identity[Identity(request.host(), request.device())] = rank;
+  Emit(job, v1::JOB_EVENT_WORKER_JOINED, &*slot, "", effects);
+}
+
+v1::JoinJobResponse JobRegistry::JoinResponse(const Job& job, int rank) const {
+  v1::JoinJobResponse r;
+  r.set_rank(rank);
+  r.set_world_size(job.world_size);
+  r.set_generation(job.generation);
+  r.set_plan_version(job.plan_version);
+  r.set_content_hash(job.content_hash);
+  r.set_heartbeat_timeout_ms(absl::ToInt64Milliseconds(options_.heartbeat_timeout));
+  return r;
+}
+
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::Join(const v1::JoinJobRequest& request) {
+  MUONSHARD_RETURN_IF_ERROR(CheckName("job", request.job()));
+  MUONSHARD_RETURN_IF_ERROR(CheckName("host", request.host()));
+  if (request.has_rank() && request.rank() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is negative"));
+  }
+  if (request.plan_version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan version ", request.plan_version(), " is negative"));
+  }
+  Effects effects;
+  absl::StatusOr<v1::JoinJobResponse> response;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(request.job());
+    Job* job = it == jobs_.end() ? nullptr : it->second.get();
+    MUONSHARD_RETURN_IF_ERROR(AdmitPlan(job, request));
+    absl::StatusOr<std::optional<int>> rejoined = Rejoin(*job, request, effects);
+    if (!rejoined.ok()) {
+      response = rejoined.status();
+    } else if (rejoined->has_value()) {
+      response = JoinResponse(*job, **rejoined);
+    } else if (absl::StatusOr<int> rank = PickRank(*job, request); !rank.ok()) {
+      response = rank.status();
+    } else {
+      Assign(*job, *rank, request, effects);
+      response = JoinResponse(*job, *rank);
+    }
+  }
+  // Even a failed join may have failed a restarted worker's old entry.
+  Flush(effects);
+  return response;
+}
+
+absl::StatusOr<v1::WorkerStatus*> JobRegistry::FindWorker(Job& job, int rank,
+                                                          uint64_t incarnation) const {
+  if (rank < 0 || rank >= job.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside job \"", job.name,
+                                                   "\"'s world of ", job.world_size));
+  }
+  std::optional<v1::WorkerStatus>& slot = job.slots[rank];
+  if (!slot.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", rank, " of job \"", job.name, "\" has not joined"));
+  }
+  if (slot->incarnation() != incarnation) {
+    return absl::AbortedError(absl::StrCat("rank ", rank, " of job \"", job.name,
+                                           "\" is held by incarnation ", slot->incarnation(),
+                                           ", not ", incarnation));
+  }
+  return &*slot;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
+                             FindWorker(*job, request.rank(), request.incarnation()));
+  if (w->state() != v1::WORKER_STATE_JOINED) {
+    return absl::AbortedError(
+        absl::StrCat(Describe(*w), " of job \"", job->name, "\" was marked ",
+                     w->state() == v1::WORKER_STATE_FAILED ? "failed" : "left", "; join again"));
+  }
+  // Alive, even when about to be told its generation is stale.
+  w->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
+  if (request.generation() != job->generation || w->generation() != job->generation) {
+    return absl::AbortedError(absl::StrCat("generation ", request.generation(), " of job \"",
+                                           job->name, "\" is stale; the job is at generation ",
+                                           job->generation, ": join again"));
+  }
+  v1::HeartbeatResponse r;
+  r.set_generation(job->generation);
+  r.set_plan_version(job->plan_version);
+  return r;
+}
+
+absl::StatusOr<v1::LeaveJobResponse> JobRegistry::Leave(const v1::LeaveJobRequest& request) {
+  Effects effects;
+  v1::LeaveJobResponse r;
+  {
+    absl::MutexLock lock(&mu_);
+    MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
+                               FindWorker(*job, request.rank(), request.incarnation()));
+    if (w->state() != v1::WORKER_STATE_LEFT) {
+      const bool was_member =
+          w->state() == v1::WORKER_STATE_JOINED && w->generation() == job->generation;
+      SetState(*job, *w, v1::WORKER_STATE_LEFT);
+      Emit(*job, v1::JOB_EVENT_WORKER_LEFT, w, "", effects);
+      if (was_member) BumpGeneration(*job, absl::StrCat(Describe(*w), " left"), effects);
+    }
+    r.set_generation(job->generation);
+  }
+  Flush(effects);
+  return r;
+}
+
+bool JobRegistry::ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) {
+  std::vector<std::string> lost;
+  for (std::optional<v1::WorkerStatus>& slot : job.slots) {
+    if (!slot.has_value() || slot->state() != v1::WORKER_STATE_JOINED) continue;
+    const absl::Duration silent = now - absl::FromUnixMicros(slot->last_heartbeat_micros());
+    if (silent <= options_.heartbeat_timeout) continue;
+    SetState(job, *slot, v1::WORKER_STATE_FAILED);
+    Emit(job, v1::JOB_EVENT_WORKER_FAILED, &*slot,
+         absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)), effects);
+    if (slot->generation() == job.generation) lost.push_back(Describe(*slot));
+  }
+  if (lost.empty()) return false;
+  // One bump for everything found in this pass: the group re-forms once.
+  BumpGeneration(job,
+                 absl::StrCat(absl::StrJoin(lost, ", "), " missed heartbeats for ",
+                              absl::FormatDuration(options_.heartbeat_timeout)),
+                 effects);
+  return true;
+}
+
+void JobRegistry::CheckHeartbeats() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto& [name, job] : jobs_) ExpireJobWorkers(*job, now, effects);
+  }
+  Flush(effects);
+}
+
+v1::JobStatus JobRegistry::StatusOf(const Job& job) const {
+  v1::JobStatus s;
+  s.set_job(job.name);
+  s.set_generation(job.generation);
+  s.set_plan_version(job.plan_version);
+  s.set_world_size(job.world_size);
+  s.set_revision(job.revision);
+  for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
+    if (slot.has_value()) *s.add_workers() = *slot;
+  }
+  return s;
+}
+
+absl::StatusOr<v1::ListWorkersResponse> JobRegistry::ListWorkers(const std::string& job) const {
+  v1::ListWorkersResponse r;
+  absl::MutexLock lock(&mu_);
+  if (!job.empty()) {
+    MUONSHARD_ASSIGN_OR_RETURN(Job * j, FindJob(job));
+    *r.add_jobs() = StatusOf(*j);
+    return r;
+  }
+  std::vector<const Job*> all;
+  for (const auto& [name, j] : jobs_) all.push_back(j.get());
+  std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->name < b->name; });
+  for (const Job* j : all) *r.add_jobs() = StatusOf(*j);
+  return r;
+}
+
+// ---------------------------------------------------------------- rendezvous
+
+absl::Status JobRegistry::CheckGeneration(const Job& job, int64_t generation) const {
+  if (generation == job.generation) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("generation ", generation, " is not job \"", job.name,
+                                         "\"'s current generation ", job.generation));
+}
+
+absl::Status JobRegistry::SetKey(const v1::SetKeyRequest& request) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+    MUONSHARD_RETURN_IF_ERROR(CheckGeneration(*job, request.generation()));
+    MUONSHARD_RETURN_IF_ERROR(
+        job->kv->Set(request.key(), request.value(), request.create_only(), &effects.completions));
+  }
+  Flush(effects);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GetKeyResponse> JobRegistry::GetKey(const v1::GetKeyRequest& request) const {
+  absl::MutexLock lock(&mu_);
+  MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+  MUONSHARD_RETURN_IF_ERROR(CheckGeneration(*job, request.generation()));
+  v1::GetKeyResponse r;
+  MUONSHARD_ASSIGN_OR_RETURN(*r.mutable_value(), job->kv->Get(request.key()));
+  return r;
+}
+
+absl::StatusOr<JobRegistry::WaitStarted> JobRegistry::WaitKeys(const v1::WaitKeysRequest& request,
+                                                               WaitCallback callback) {
+  if (request.keys().empty()) return absl::InvalidArgumentError("no keys to wait for");
+  if (request.keys_size() > options_.max_keys_per_wait) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "waiting for ", request.keys_size(), " keys; the limit is ", options_.max_keys_per_wait));
+  }
+  for (const std::string& key : request.keys()) MUONSHARD_RETURN_IF_ERROR(CheckKey(key, options_));
+  if (request.timeout_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("timeout_ms ", request.timeout_ms(), " is negative"));
+  }
+  const absl::Duration timeout = std::min(
+      request.timeout_ms() == 0 ? options_.default_wait : absl::Milliseconds(request.timeout_ms()),
+      options_.max_wait);
+  std::vector<std::string> keys(request.keys().begin(), request.keys().end());
+
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("coordinator is shutting down");
+  MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+  MUONSHARD_RETURN_IF_ERROR(CheckGeneration(*job, request.generation()));
+  WaitStarted started;
+  if ((started.values = job->kv->GetAll(keys))) return started;
+  size_t waiters = 0;
+  for (const auto& [name, j] : jobs_) waiters += j->kv->num_waiters();
+  if (static_cast<int64_t>(waiters) >= options_.max_waiters) {
+    return absl::ResourceExhaustedError(absl::StrCat(waiters,
+                                                     " rendezvous waits are pending; the limit is ",
+                                                     options_.max_waiters, " (--max-waiters)"));
+  }
+  started.id = next_wait_id_++;
+  job->kv->AddWaiter(started.id, std::move(keys), clock_->Now() + timeout, std::move(callback));
+  return started;
+}
+
+bool JobRegistry::CancelWait(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, job] : jobs_) {
+    if (job->kv->Cancel(id)) return true;
+  }
+  return false;
+}
+
+void JobRegistry::ExpireWaits() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto& [name, job] : jobs_) job->kv->ExpireBefore(now, &effects.completions);
+  }
+  Flush(effects);
+}
+
+void JobRegistry::Shutdown() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    for (auto& [name, job] : jobs_) {
+      job->kv->AbortAll(absl::UnavailableError("coordinator is shutting down"),
+                        &effects.completions);
+    }
+  }
+  Flush(effects);
+}
+
+// ---------------------------------------------------------------- watch
+
+v1::JobEvent JobRegistry::Snapshot(const std::string& name, const Job* job) const {
+  v1::JobEvent e;
+  e.set_job(name);
+  e.set_type(v1::JOB_EVENT_SNAPSHOT);
+  e.set_time_micros(absl::ToUnixMicros(clock_->Now()));
+  if (job == nullptr) return e;  // revision 0: the job does not exist yet
+  v1::JobStatus s = StatusOf(*job);
+  e.set_revision(job->revision);
+  e.set_generation(job->generation);
+  e.set_plan_version(job->plan_version);
+  e.set_world_size(job->world_size);
+  e.mutable_workers()->Swap(s.mutable_workers());
+  return e;
+}
+
+std::optional<v1::JobEvent> JobRegistry::NextEvent(const std::string& job,
+                                                   std::optional<int64_t> cursor) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job);
+  const Job* j = it == jobs_.end() ? nullptr : it->second.get();
+  if (j == nullptr) {
+    if (cursor == 0) return std::nullopt;  // has seen the empty snapshot
+    return Snapshot(job, nullptr);
+  }
+  if (!cursor.has_value()) return Snapshot(job, j);
+  if (*cursor == j->revision) return std::nullopt;
+  const int64_t first = j->history.empty() ? j->revision + 1 : j->history.front().revision();
+  int64_t c = *cursor;
+  // Saw the job before it existed: replay it from its start if still held.
+  if (c == 0 && first == j->base_revision + 1) c = j->base_revision;
+  if (c >= first - 1 && c < j->revision) return j->history[static_cast<size_t>(c + 1 - first)];
+  return Snapshot(job, j);
+}
+
+}  // namespace muonshard::coordinator

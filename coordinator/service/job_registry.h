@@ -1,0 +1,167 @@
+#ifndef MUONSHARD_COORDINATOR_SERVICE_JOB_REGISTRY_H_
+#define MUONSHARD_COORDINATOR_SERVICE_JOB_REGISTRY_H_
+
+// JobRegistry: the membership half of the coordinator domain. Jobs, their
+// workers' state machine, the generation fence and the rendezvous store.
+//
+// NOTE [Membership state machine]
+// - The first Join of a job (or of a job with no joined worker left) fixes
+//   its plan version (the requested one, or the latest) and world size.
+//   Every later joiner must ask for that version or none
+//   (FAILED_PRECONDITION otherwise).
+// - A worker is JOINED until it leaves (LEFT) or misses heartbeats for the
+//   heartbeat timeout (FAILED, found by CheckHeartbeats). A Join from the
+//   same (host, device) with a new incarnation means the old process
+//   restarted: the old entry is FAILED first.
+// - The generation increments when a member of the current generation fails
+//   or leaves (once per CheckHeartbeats pass): the group is broken and must
+//   re-rendezvous. Survivors learn it from ABORTED heartbeats (or the job's
+//   watch) and Join again, which moves them into the new generation. The
+//   rendezvous keys of the old generation are dropped and its waits ABORTED.
+// - Generations are persisted in the PlanStore so they keep growing across
+//   coordinator restarts. Job revisions (the watch cursor) start at
+//   generation x 10^9 when a job is first seen by this process, so a cursor
+//   from before a restart is never mistaken for one of this process.
+//
+// Thread-safe (one mutex). Wait callbacks and the change hook run after the
+// mutex is released; the observer is called under it.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "coordinator/service/observer.h"
+#include "coordinator/service/options.h"
+#include "coordinator/service/plan_catalog.h"
+#include "coordinator/service/plan_store.h"
+#include "coordinator/service/rendezvous_kv.h"
+#include "muonshard/v1/coordinator.pb.h"
+
+namespace muonshard::coordinator {
+
+class JobRegistry {
+ public:
+  // Called (outside the lock) with the name of each job that has new events.
+  using ChangeHook = std::function<void(const std::string& job)>;
+
+  // Every pointer must outlive the registry.
+  JobRegistry(PlanStore* store, const PlanCatalog* catalog, Clock* clock,
+              const CoordinatorOptions& options, CoordinatorObserver* observer,
+              ChangeHook on_change);
+  ~JobRegistry();
+
+  // Possible errors: INVALID_ARGUMENT (empty job or host, rank outside the
+  // world), NOT_FOUND (unknown plan version), FAILED_PRECONDITION (no plan
+  // submitted, plan version differs from the job's, job full, already
+  // joined as another rank), ALREADY_EXISTS (rank held by a live worker),
+  // RESOURCE_EXHAUSTED (--max-jobs), UNAVAILABLE (store).
+  absl::StatusOr<v1::JoinJobResponse> Join(const v1::JoinJobRequest& request);
+
+  // Possible errors: NOT_FOUND (job), INVALID_ARGUMENT (rank), ABORTED
+  // (stale generation; the worker was marked failed or left),
+  // FAILED_PRECONDITION (rank not held by this incarnation).
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
+
+  // Idempotent. Possible errors: NOT_FOUND, INVALID_ARGUMENT,
+  // FAILED_PRECONDITION as for Heartbeat.
+  absl::StatusOr<v1::LeaveJobResponse> Leave(const v1::LeaveJobRequest& request);
+
+  // Every job (job empty) or one; NOT_FOUND for an unknown named job.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const std::string& job) const;
+
+  // Rendezvous store. Possible errors: NOT_FOUND (job, key), ABORTED (not
+  // the job's current generation), INVALID_ARGUMENT / ALREADY_EXISTS /
+  // RESOURCE_EXHAUSTED (see RendezvousKv).
+  absl::Status SetKey(const v1::SetKeyRequest& request);
+  absl::StatusOr<v1::GetKeyResponse> GetKey(const v1::GetKeyRequest& request) const;
+
+  // Values at once when every key is set; otherwise registers a wait and
+  // returns its id: `callback` then runs exactly once (values, or
+  // DEADLINE_EXCEEDED, ABORTED on a generation change, UNAVAILABLE on
+  // shutdown) unless CancelWait(id) returns true. The callback may run on
+  // another thread before WaitKeys returns.
+  struct WaitStarted {
+    std::optional<std::vector<std::string>> values;  // set: no wait registered
+    uint64_t id = 0;
+  };
+  absl::StatusOr<WaitStarted> WaitKeys(const v1::WaitKeysRequest& request, WaitCallback callback);
+  // True when the wait was removed before completing (its callback will not run).
+  bool CancelWait(uint64_t id);
+
+  // Marks workers silent for longer than the heartbeat timeout FAILED.
+  void CheckHeartbeats();
+  // Fails waits whose deadline has passed.
+  void ExpireWaits();
+
+  // The next event after `cursor` for a watcher of `job`: nullopt cursor (or
+  // one this process cannot replay from) gives a JOB_EVENT_SNAPSHOT; nullopt
+  // result = caught up.
+  std::optional<v1::JobEvent> NextEvent(const std::string& job,
+                                        std::optional<int64_t> cursor) const;
+
+  // Fails every wait with UNAVAILABLE; later waits fail the same way.
+  void Shutdown();
+
+ private:
+  struct Job;
+  // Side effects collected under the lock and run after it.
+  struct Effects {
+    std::vector<WaitCompletion> completions;
+    std::vector<std::string> changed_jobs;
+  };
+
+  void Flush(Effects& effects);
+  absl::StatusOr<Job*> FindJob(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Job*> CreateJob(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyPlan(Job& job, const v1::PlanVersionInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdmitPlan(Job*& job, const v1::JoinJobRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<int>> Rejoin(Job& job, const v1::JoinJobRequest& request,
+                                            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JoinJobResponse JoinResponse(const Job& job, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int> PickRank(const Job& job, const v1::JoinJobRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckGeneration(const Job& job, int64_t generation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::WorkerStatus*> FindWorker(Job& job, int rank, uint64_t incarnation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpireJobWorkers(Job& job, absl::Time now, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker,
+            const std::string& reason, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BumpGeneration(Job& job, const std::string& reason, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobStatus StatusOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobEvent Snapshot(const std::string& name, const Job* job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PlanStore* const store_;
+  const PlanCatalog* const catalog_;
+  Clock* const clock_;
+  const CoordinatorOptions options_;
+  CoordinatorObserver* const observer_;
+  const ChangeHook on_change_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace muonshard::coordinator
+
+#endif  // MUONSHARD_COORDINATOR_SERVICE_JOB_REGISTRY_H_

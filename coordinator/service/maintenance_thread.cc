@@ -1,0 +1,30 @@
+#include "coordinator/service/maintenance_thread.h"
+
+#include "absl/time/clock.h"
+
+namespace muonshard::coordinator {
+
+MaintenanceThread::MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick,
+                                     absl::Duration heartbeat_tick)
+    : service_(service),
+      wait_tick_(wait_tick),
+      heartbeat_tick_(heartbeat_tick),
+      thread_([this] { Run(); }) {}
+
+MaintenanceThread::~MaintenanceThread() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void MaintenanceThread::Run() {
+  absl::Time next_heartbeat_check = absl::Now() + heartbeat_tick_;
+  while (!stop_.WaitForNotificationWithTimeout(wait_tick_)) {
+    service_->ExpireWaits();
+    if (absl::Now() >= next_heartbeat_check) {
+      service_->CheckHeartbeats();
+      next_heartbeat_check = absl::Now() + heartbeat_tick_;
+    }
+  }
+}
+
+}  // namespace muonshard::coordinator

@@ -1,0 +1,206 @@
+#include "coordinator/service/metrics.h"
+
+#include <exception>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace muonshard::coordinator {
+namespace {
+
+constexpr int64_t kMuonStateBytes = 8;
+constexpr int64_t kAdamwStateBytes = 12;
+constexpr int kNumColours = 3;  // v1::Colour values
+
+prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name,
+                              const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+std::string ColourLabel(v1::Colour c) { return absl::AsciiStrToLower(v1::Colour_Name(c)); }
+
+}  // namespace
+
+const char* RpcName(Rpc rpc) {
+  static constexpr const char* kNames[kNumRpcs] = {
+      "SubmitPlan", "GetPlan",  "ListPlans",   "DiffPlans", "Watch",  "JoinJob",
+      "Heartbeat",  "LeaveJob", "ListWorkers", "SetKey",    "GetKey", "WaitKeys"};
+  return kNames[static_cast<int>(rpc)];
+}
+
+std::vector<RankColourLoad> RankColourLoads(const v1::Plan& plan) {
+  const int n = plan.ranks_size();
+  std::vector<std::array<RankColourLoad, kNumColours>> load(n);
+  std::vector<std::array<bool, kNumColours>> member(n, {false, false, false});
+  for (const v1::CommGroup& g : plan.groups()) {
+    for (int r : g.ranks()) member.at(r)[g.colour()] = true;
+  }
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) {
+      RankColourLoad& l = load.at(r.rank())[plan.tensors(o.tensor()).colour()];
+      l.state_bytes += o.numel() * kMuonStateBytes;
+      l.ns_flops += o.ns_flops();
+    }
+  }
+  for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
+    const v1::CommGroup& g = plan.groups(b.group());
+    for (int i = 0; i < g.ranks_size(); ++i) {
+      load.at(g.ranks(i))[g.colour()].state_bytes +=
+          (b.shard_offsets(i + 1) - b.shard_offsets(i)) * kAdamwStateBytes;
+    }
+  }
+  std::vector<RankColourLoad> out;
+  for (int r = 0; r < n; ++r) {
+    for (int c = 1; c < kNumColours; ++c) {
+      if (!member[r][c]) continue;
+      RankColourLoad l = load[r][c];
+      l.rank = r;
+      l.colour = static_cast<v1::Colour>(c);
+      out.push_back(l);
+    }
+  }
+  return out;
+}
+
+CoordinatorMetrics::CoordinatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      versions_created_(prometheus::BuildCounter()
+                            .Name("muonshard_plan_versions_total")
+                            .Help("Plan versions created by this coordinator process")
+                            .Register(*registry_)
+                            .Add({})),
+      latest_version_(PlainGauge(*registry_, "muonshard_plan_latest_version",
+                                 "Newest stored plan version (0: none)")),
+      compute_seconds_(
+          prometheus::BuildHistogram()
+              .Name("muonshard_plan_compute_seconds")
+              .Help("Planner time per new plan version")
+              .Register(*registry_)
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
+                                                               1, 5, 10, 30, 60})),
+      state_bytes_(prometheus::BuildGauge()
+                       .Name("muonshard_plan_optimizer_state_bytes")
+                       .Help("Optimizer-state bytes per rank and colour in the latest plan")
+                       .Register(*registry_)),
+      ns_flops_(prometheus::BuildGauge()
+                    .Name("muonshard_plan_ns_flops")
+                    .Help("Newton-Schulz FLOPs per step per rank and colour in the latest plan")
+                    .Register(*registry_)),
+      imbalance_{&PlainGauge(*registry_, "muonshard_plan_memory_imbalance_ratio",
+                             "(max - min) / max of per-rank optimizer state, latest plan"),
+                 &PlainGauge(*registry_, "muonshard_plan_memory_max_over_mean_ratio",
+                             "max / mean of per-rank optimizer state, latest plan"),
+                 &PlainGauge(*registry_, "muonshard_plan_memory_max_over_lower_bound_ratio",
+                             "max / lower bound of per-rank optimizer state, latest plan"),
+                 &PlainGauge(*registry_, "muonshard_plan_flops_imbalance_ratio",
+                             "(max - min) / max of per-rank Newton-Schulz FLOPs, latest plan"),
+                 &PlainGauge(*registry_, "muonshard_plan_flops_max_over_mean_ratio",
+                             "max / mean of per-rank Newton-Schulz FLOPs, latest plan"),
+                 &PlainGauge(*registry_, "muonshard_plan_flops_max_over_lower_bound_ratio",
+                             "max / lower bound of per-rank Newton-Schulz FLOPs, latest plan")},
+      workers_(prometheus::BuildGauge()
+                   .Name("muonshard_workers")
+                   .Help("Workers per job by state (joined, failed, left)")
+                   .Register(*registry_)),
+      generation_(prometheus::BuildGauge()
+                      .Name("muonshard_job_generation")
+                      .Help("Current generation of each job")
+                      .Register(*registry_)),
+      watch_streams_(PlainGauge(*registry_, "muonshard_watch_streams", "Open Watch streams")),
+      rpcs_(prometheus::BuildCounter()
+                .Name("muonshard_rpcs_total")
+                .Help("Coordinator RPCs by method and status code")
+                .Register(*registry_)) {
+  for (auto& per_code : rpc_counters_) {
+    for (auto& c : per_code) c.store(nullptr);
+  }
+  // Counters start at 0 so rate() sees the first call (Prometheus practice).
+  for (int m = 0; m < kNumRpcs; ++m) {
+    rpc_counters_[m][0].store(
+        &rpcs_.Add({{"method", RpcName(static_cast<Rpc>(m))}, {"code", "OK"}}));
+  }
+}
+
+void CoordinatorMetrics::RecordRpc(Rpc rpc, absl::StatusCode code) {
+  const int c = static_cast<int>(code);
+  if (c < 0 || c >= 17) return;
+  std::atomic<prometheus::Counter*>& slot = rpc_counters_[static_cast<int>(rpc)][c];
+  prometheus::Counter* counter = slot.load(std::memory_order_acquire);
+  if (counter == nullptr) {
+    // Family::Add returns the existing series for equal labels, so a race
+    // here only stores the same pointer twice.
+    counter = &rpcs_.Add({{"method", RpcName(rpc)}, {"code", absl::StatusCodeToString(code)}});
+    slot.store(counter, std::memory_order_release);
+  }
+  counter->Increment();
+}
+
+void CoordinatorMetrics::OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) {
+  versions_created_.Increment();
+  compute_seconds_.Observe(absl::ToDoubleSeconds(compute));
+}
+
+void CoordinatorMetrics::OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) {
+  const std::vector<RankColourLoad> loads = RankColourLoads(plan);
+  absl::MutexLock lock(&mu_);
+  latest_version_.Set(static_cast<double>(info.version()));
+  const v1::PlanStats& s = plan.stats();
+  const double values[6] = {s.memory_imbalance(),        s.max_over_mean_state_bytes(),
+                            s.max_over_lb_state_bytes(), s.flops_imbalance(),
+                            s.max_over_mean_ns_flops(),  s.max_over_lb_ns_flops()};
+  for (int i = 0; i < 6; ++i) imbalance_[i]->Set(values[i]);
+  // The previous plan's ranks may not exist any more: drop every series.
+  for (size_t i = 0; i < rank_series_.size(); i += 2) {
+    state_bytes_.Remove(rank_series_[i]);
+    ns_flops_.Remove(rank_series_[i + 1]);
+  }
+  rank_series_.clear();
+  for (const RankColourLoad& l : loads) {
+    const std::map<std::string, std::string> labels = {{"rank", absl::StrCat(l.rank)},
+                                                       {"colour", ColourLabel(l.colour)}};
+    prometheus::Gauge& bytes = state_bytes_.Add(labels);
+    prometheus::Gauge& flops = ns_flops_.Add(labels);
+    bytes.Set(static_cast<double>(l.state_bytes));
+    flops.Set(l.ns_flops);
+    rank_series_.push_back(&bytes);
+    rank_series_.push_back(&flops);
+  }
+}
+
+void CoordinatorMetrics::OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) {
+  generation_.Add({{"job", event.job()}}).Set(static_cast<double>(event.generation()));
+  workers_.Add({{"job", event.job()}, {"state", "joined"}}).Set(static_cast<double>(counts.joined));
+  workers_.Add({{"job", event.job()}, {"state", "failed"}}).Set(static_cast<double>(counts.failed));
+  workers_.Add({{"job", event.job()}, {"state", "left"}}).Set(static_cast<double>(counts.left));
+}
+
+void CoordinatorMetrics::OnWatchers(int64_t count) {
+  watch_streams_.Set(static_cast<double>(count));
+}
+
+MetricsExposer::MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port)
+    : exposer_(std::move(exposer)), port_(port) {}
+
+MetricsExposer::~MetricsExposer() = default;
+
+absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
+    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry) {
+  const std::string address = absl::StrCat(host, ":", port);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // prometheus-cpp reports a failed bind by throwing (CivetException);
+  // this is the boundary where that becomes a status.
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(registry);
+  std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty())
+    return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
+  return std::unique_ptr<MetricsExposer>(new MetricsExposer(std::move(exposer), ports.front()));
+}
+
+}  // namespace muonshard::coordinator

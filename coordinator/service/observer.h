@@ -1,0 +1,66 @@
+#ifndef MUONSHARD_COORDINATOR_SERVICE_OBSERVER_H_
+#define MUONSHARD_COORDINATOR_SERVICE_OBSERVER_H_
+
+// CoordinatorObserver: what the domain tells the outside world about its
+// state changes (metrics, the one-line-per-change log), so that the domain
+// depends on neither prometheus nor a logger.
+//
+// Methods are called synchronously, in the order the changes happen, some
+// under the service's locks: implementations must be quick and must not call
+// back into CoordinatorService. They may be called from several threads.
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "muonshard/v1/coordinator.pb.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::coordinator {
+
+// Workers of one job by state.
+struct WorkerCounts {
+  int64_t joined = 0;
+  int64_t failed = 0;
+  int64_t left = 0;
+};
+
+class CoordinatorObserver {
+ public:
+  virtual ~CoordinatorObserver() = default;
+
+  // A new version was stored; `compute` is the planner's time.
+  virtual void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) {}
+  // The latest version is now `plan` (also called once at startup).
+  virtual void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) {}
+  // A membership event; `counts` is the job's state after it.
+  virtual void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) {}
+  // Number of open watch streams.
+  virtual void OnWatchers(int64_t count) {}
+};
+
+// Forwards to several observers in order.
+class ObserverList final : public CoordinatorObserver {
+ public:
+  explicit ObserverList(std::vector<CoordinatorObserver*> observers)
+      : observers_(std::move(observers)) {}
+  void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) override {
+    for (CoordinatorObserver* o : observers_) o->OnPlanCreated(info, compute);
+  }
+  void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) override {
+    for (CoordinatorObserver* o : observers_) o->OnLatestPlan(info, plan);
+  }
+  void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override {
+    for (CoordinatorObserver* o : observers_) o->OnJobEvent(event, counts);
+  }
+  void OnWatchers(int64_t count) override {
+    for (CoordinatorObserver* o : observers_) o->OnWatchers(count);
+  }
+
+ private:
+  std::vector<CoordinatorObserver*> observers_;  // not owned
+};
+
+}  // namespace muonshard::coordinator
+
+#endif  // MUONSHARD_COORDINATOR_SERVICE_OBSERVER_H_

@@ -1,0 +1,674 @@
+// Integration tests against the real muonshard-coordinator process on
+// 127.0.0.1: the RPC surface, persistence across kill -9, status codes,
+// authentication, TLS / mTLS, health, metrics over HTTP, SIGTERM drain, and
+// the muonshardctl commands with their exit codes.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/coordinator_client.h"
+#include "common/proto_json.h"
+#include "coordinator/planner/plan_view.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/service/grpc_status.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "gtest/gtest.h"
+#include "tests/coordinator/subprocess.h"
+#include "tests/coordinator/temp_dir.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::coordinator {
+namespace {
+
+using ::muonshard::cli::ConnectionOptions;
+using ::muonshard::cli::CoordinatorClient;
+using ::muonshard::testing::BinaryPath;
+using ::muonshard::testing::CommandResult;
+using ::muonshard::testing::CoordinatorProcess;
+using ::muonshard::testing::DenseManifest;
+using ::muonshard::testing::IsOk;
+using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::RunCommand;
+using ::muonshard::testing::StatusIs;
+using ::muonshard::testing::TempDir;
+using ::testing::HasSubstr;
+
+// Upper bound of any single stream read in these tests.
+constexpr absl::Duration kStreamBound = absl::Seconds(30);
+
+v1::PlanRequest Request(int world, int layers = 2) {
+  return MakeRequest(DenseManifest(layers, 256, 512, 1000), world);
+}
+
+// The raw ServerReflectionResponse to a list_services request, over the
+// v1alpha reflection stream (a generic call: Debian ships no reflection
+// client library). Step by step on a completion queue, each step bounded by
+// the context's deadline.
+absl::StatusOr<std::string> ListServicesViaReflection(
+    const std::shared_ptr<grpc::Channel>& channel) {
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  grpc::CompletionQueue cq;
+  auto call =
+      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto step = [&cq](int tag) {
+    void* got = nullptr;
+    bool ok = false;
+    return cq.Next(&got, &ok) && ok && got == reinterpret_cast<void*>(static_cast<intptr_t>(tag));
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (!step(1)) return absl::UnavailableError("reflection: call did not start");
+  grpc::Slice request(std::string("\x3a\x00", 2));  // list_services = "" (field 7)
+  grpc::ByteBuffer request_buffer(&request, 1);
+  call->Write(request_buffer, reinterpret_cast<void*>(2));
+  if (!step(2)) return absl::UnavailableError("reflection: write failed");
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  if (!step(3)) return absl::UnavailableError("reflection: no response");
+  call->WritesDone(reinterpret_cast<void*>(4));
+  step(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  grpc::Slice flat;
+  if (!response.DumpToSingleSlice(&flat).ok()) return absl::InternalError("reflection: bad buffer");
+  return std::string(reinterpret_cast<const char*>(flat.begin()), flat.size());
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+class CoordinatorServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
+
+  std::string data_dir() const { return dir_.Join("data"); }
+
+  // Starts (or restarts, on the same data dir) the coordinator.
+  void StartServer(const std::vector<std::string>& extra_args = {}) {
+    server_.reset();
+    auto p = CoordinatorProcess::Start(data_dir(), dir_.path(), extra_args);
+    ASSERT_THAT(p.status(), IsOk());
+    server_ = std::make_unique<CoordinatorProcess>(*std::move(p));
+  }
+
+  std::unique_ptr<CoordinatorClient> Client(ConnectionOptions options = {}) {
+    options.coordinator = server_->address();
+    options.timeout_s = 30;
+    auto c = CoordinatorClient::Connect(options);
+    EXPECT_THAT(c.status(), IsOk());
+    return c.ok() ? *std::move(c) : nullptr;
+  }
+
+  absl::StatusOr<v1::SubmitPlanResponse> Submit(CoordinatorClient& c, const v1::PlanRequest& r) {
+    v1::SubmitPlanRequest request;
+    *request.mutable_request() = r;
+    v1::SubmitPlanResponse response;
+    auto ctx = c.NewContext();
+    absl::Status s = FromGrpcStatus(c.stub().SubmitPlan(ctx.get(), request, &response));
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::StatusOr<v1::GetPlanResponse> Get(CoordinatorClient& c, int64_t version,
+                                          std::optional<int> rank = std::nullopt) {
+    v1::GetPlanRequest request;
+    request.set_version(version);
+    if (rank) request.set_rank(*rank);
+    v1::GetPlanResponse response;
+    auto ctx = c.NewContext();
+    absl::Status s = FromGrpcStatus(c.stub().GetPlan(ctx.get(), request, &response));
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  absl::StatusOr<v1::ListPlansResponse> List(CoordinatorClient& c) {
+    v1::ListPlansResponse response;
+    auto ctx = c.NewContext();
+    absl::Status s =
+        FromGrpcStatus(c.stub().ListPlans(ctx.get(), v1::ListPlansRequest(), &response));
+    if (!s.ok()) return s;
+    return response;
+  }
+
+  CommandResult Ctl(std::vector<std::string> args) {
+    args.insert(args.begin(), BinaryPath("muonshardctl"));
+    auto r = RunCommand(args, dir_.path());
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult();
+  }
+
+  CommandResult Shell(const std::string& command) {
+    auto r = RunCommand({"/bin/sh", "-c", command}, dir_.path());
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult();
+  }
+
+  // The body of GET /metrics, via curl.
+  std::string ScrapeMetrics() {
+    CommandResult r = Shell(absl::StrCat(
+        "curl -sf --max-time 10 http://127.0.0.1:", server_->metrics_port(), "/metrics"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<CoordinatorProcess> server_;
+};
+
+// ---------------------------------------------------------------- plans
+
+TEST_F(CoordinatorServerTest, Health_ServiceAndServer_Serving) {
+  StartServer();
+  auto c = Client();
+  EXPECT_EQ(*c->CheckHealth("muonshard.v1.Coordinator"), "SERVING");
+  EXPECT_EQ(*c->CheckHealth(""), "SERVING");
+  EXPECT_THAT(c->CheckHealth("no.such.Service").status(),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST_F(CoordinatorServerTest, Reflection_ListsCoordinatorAndHealthServices) {
+  StartServer();
+  auto c = Client();
+  auto services = ListServicesViaReflection(c->channel());
+  ASSERT_THAT(services.status(), IsOk());
+  EXPECT_THAT(*services, HasSubstr("muonshard.v1.Coordinator"));
+  EXPECT_THAT(*services, HasSubstr("grpc.health.v1.Health"));
+}
+
+TEST_F(CoordinatorServerTest, SubmitGetList_RoundTripsPlansAndRankViews) {
+  StartServer();
+  auto c = Client();
+  auto v1r = Submit(*c, Request(4));
+  ASSERT_THAT(v1r.status(), IsOk());
+  EXPECT_EQ(v1r->version(), 1);
+  EXPECT_TRUE(v1r->created());
+  auto v2r = Submit(*c, Request(8));
+  ASSERT_THAT(v2r.status(), IsOk());
+  EXPECT_EQ(v2r->version(), 2);
+  auto again = Submit(*c, Request(4));
+  ASSERT_THAT(again.status(), IsOk());
+  EXPECT_EQ(again->version(), 1);
+  EXPECT_FALSE(again->created());
+
+  auto expected = planner::ComputePlan(Request(8));
+  ASSERT_THAT(expected.status(), IsOk());
+  v1::Plan named = *expected;
+  planner::AddDisplayNames(&named);  // responses carry the display names
+  auto latest = Get(*c, 0);
+  ASSERT_THAT(latest.status(), IsOk());
+  EXPECT_EQ(latest->info().version(), 2);
+  EXPECT_EQ(SerializeDeterministic(latest->plan()), SerializeDeterministic(named));
+  for (int rank : {0, 5, 7}) {
+    auto view = Get(*c, 2, rank);
+    ASSERT_THAT(view.status(), IsOk());
+    auto want = planner::ExtractRankView(*expected, rank);
+    EXPECT_EQ(SerializeDeterministic(view->rank_view()), SerializeDeterministic(*want));
+  }
+  auto list = List(*c);
+  ASSERT_THAT(list.status(), IsOk());
+  ASSERT_EQ(list->versions_size(), 2);
+  EXPECT_EQ(list->versions(0).content_hash(), v1r->content_hash());
+  EXPECT_EQ(list->latest_version(), 2);
+}
+
+TEST_F(CoordinatorServerTest, DiffPlans_OverRpc_ListsChangedTensors) {
+  StartServer();
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  ASSERT_THAT(Submit(*c, Request(8)).status(), IsOk());
+  v1::DiffPlansRequest request;
+  request.set_from_version(1);
+  request.set_to_version(2);
+  v1::DiffPlansResponse response;
+  auto ctx = c->NewContext();
+  ASSERT_THAT(FromGrpcStatus(c->stub().DiffPlans(ctx.get(), request, &response)), IsOk());
+  EXPECT_GT(response.diff().tensors_size(), 0);
+  EXPECT_GT(response.diff().moved_state_bytes(), 0);
+}
+
+TEST_F(CoordinatorServerTest, KillDashNine_VersionsSurviveAndNumbersNeverRepeat) {
+  StartServer();
+  std::string hash1;
+  {
+    auto c = Client();
+    auto r1 = Submit(*c, Request(4));
+    ASSERT_THAT(r1.status(), IsOk());
+    hash1 = r1->content_hash();
+    ASSERT_THAT(Submit(*c, Request(5)).status(), IsOk());
+  }
+  server_->Signal(SIGKILL);  // right after the replies: nothing may be lost
+  ASSERT_THAT(server_->WaitForExit(absl::Seconds(30)).status(), IsOk());
+  StartServer();
+  auto c = Client();
+  auto list = List(*c);
+  ASSERT_THAT(list.status(), IsOk());
+  ASSERT_EQ(list->versions_size(), 2);
+  EXPECT_EQ(list->versions(0).content_hash(), hash1);
+  auto plan1 = Get(*c, 1);
+  ASSERT_THAT(plan1.status(), IsOk());
+  EXPECT_EQ(plan1->plan().content_hash(), hash1);
+  auto v3 = Submit(*c, Request(6));
+  ASSERT_THAT(v3.status(), IsOk());
+  EXPECT_EQ(v3->version(), 3);
+  auto old = Submit(*c, Request(4));
+  ASSERT_THAT(old.status(), IsOk());
+  EXPECT_EQ(old->version(), 1);
+  EXPECT_FALSE(old->created());
+}
+
+// ---------------------------------------------------------------- watch
+
+TEST_F(CoordinatorServerTest, Watch_ReplaysThenStreamsAndResumesAcrossRestart) {
+  StartServer();
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  ASSERT_THAT(Submit(*c, Request(5)).status(), IsOk());
+  int64_t last_seen = 0;
+  {
+    v1::WatchRequest request;
+    request.set_from_version(0);
+    auto ctx = c->NewContext(/*streaming=*/true);
+    ctx->set_deadline(absl::ToChronoTime(absl::Now() + kStreamBound));
+    auto reader = c->stub().Watch(ctx.get(), request);
+    v1::WatchEvent e;
+    ASSERT_TRUE(reader->Read(&e));
+    EXPECT_EQ(e.plan().version(), 1);
+    ASSERT_TRUE(reader->Read(&e));
+    EXPECT_EQ(e.plan().version(), 2);
+    ASSERT_THAT(Submit(*c, Request(6)).status(), IsOk());
+    ASSERT_TRUE(reader->Read(&e));
+    EXPECT_EQ(e.plan().version(), 3);
+    last_seen = e.plan().version();
+    ctx->TryCancel();
+    reader->Finish();
+  }
+  // While nobody watches, the coordinator dies and comes back; a new version
+  // appears. Resuming from the last version seen delivers exactly it.
+  server_->Signal(SIGKILL);
+  ASSERT_THAT(server_->WaitForExit(absl::Seconds(30)).status(), IsOk());
+  StartServer();
+  c = Client();
+  ASSERT_THAT(Submit(*c, Request(7)).status(), IsOk());
+  v1::WatchRequest request;
+  request.set_from_version(last_seen);
+  auto ctx = c->NewContext(/*streaming=*/true);
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + kStreamBound));
+  auto reader = c->stub().Watch(ctx.get(), request);
+  v1::WatchEvent e;
+  ASSERT_TRUE(reader->Read(&e));
+  EXPECT_EQ(e.plan().version(), 4);
+  ctx->TryCancel();
+  reader->Finish();
+}
+
+TEST_F(CoordinatorServerTest, Watch_Job_FailedWorkersBumpGeneration) {
+  StartServer({"--heartbeat-timeout", "0.3"});
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(2)).status(), IsOk());
+  v1::WatchRequest request;
+  request.set_from_version(1);
+  request.set_job("train");
+  auto ctx = c->NewContext(/*streaming=*/true);
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + kStreamBound));
+  auto reader = c->stub().Watch(ctx.get(), request);
+  v1::WatchEvent e;
+  ASSERT_TRUE(reader->Read(&e));
+  EXPECT_EQ(e.job().type(), v1::JOB_EVENT_SNAPSHOT);
+  int64_t generation = 0;
+  for (const char* host : {"node-a", "node-b"}) {
+    v1::JoinJobRequest join;
+    join.set_job("train");
+    join.set_host(host);
+    join.set_incarnation(42);
+    v1::JoinJobResponse joined;
+    auto jctx = c->NewContext();
+    ASSERT_THAT(FromGrpcStatus(c->stub().JoinJob(jctx.get(), join, &joined)), IsOk());
+    generation = joined.generation();
+  }
+  // Neither worker heartbeats: both fail, and the generation moves on. (On a
+  // slow machine the first may fail before the second joins, which adds a
+  // bump; the assertions hold either way.)
+  int joined = 0;
+  int failed = 0;
+  int bumps = 0;
+  for (int i = 0; i < 20 && !(failed == 2 && e.job().type() == v1::JOB_EVENT_GENERATION_CHANGED);
+       ++i) {
+    ASSERT_TRUE(reader->Read(&e));
+    joined += e.job().type() == v1::JOB_EVENT_WORKER_JOINED;
+    failed += e.job().type() == v1::JOB_EVENT_WORKER_FAILED;
+    bumps += e.job().type() == v1::JOB_EVENT_GENERATION_CHANGED;
+  }
+  EXPECT_EQ(joined, 2);
+  EXPECT_EQ(failed, 2);
+  EXPECT_GE(bumps, 1);
+  EXPECT_EQ(e.job().type(), v1::JOB_EVENT_GENERATION_CHANGED);
+  EXPECT_GT(e.job().generation(), generation);
+  v1::HeartbeatRequest beat;
+  beat.set_job("train");
+  beat.set_rank(0);
+  beat.set_generation(generation);
+  beat.set_incarnation(42);
+  v1::HeartbeatResponse hb;
+  auto hctx = c->NewContext();
+  EXPECT_THAT(FromGrpcStatus(c->stub().Heartbeat(hctx.get(), beat, &hb)),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("failed")));
+  ctx->TryCancel();
+  reader->Finish();
+  EXPECT_THAT(server_->Log(), HasSubstr("missed heartbeats"));
+}
+
+TEST_F(CoordinatorServerTest, Sigterm_DrainsWatchStreamsAndExitsCleanly) {
+  StartServer();
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  v1::WatchRequest request;
+  auto ctx = c->NewContext(/*streaming=*/true);
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + kStreamBound));
+  auto reader = c->stub().Watch(ctx.get(), request);
+  v1::WatchEvent e;
+  ASSERT_TRUE(reader->Read(&e));
+  server_->Signal(SIGTERM);
+  EXPECT_FALSE(reader->Read(&e));
+  EXPECT_THAT(FromGrpcStatus(reader->Finish()),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  auto code = server_->WaitForExit(absl::Seconds(30));
+  ASSERT_THAT(code.status(), IsOk());
+  EXPECT_EQ(*code, 0);
+  EXPECT_THAT(server_->Log(), HasSubstr("stopped"));
+}
+
+// ---------------------------------------------------------------- rendezvous
+
+TEST_F(CoordinatorServerTest, Rendezvous_WaitCompletesOnSetAndTimesOut) {
+  StartServer();
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(2)).status(), IsOk());
+  v1::JoinJobRequest join;
+  join.set_job("j");
+  join.set_host("h");
+  v1::JoinJobResponse joined;
+  auto jctx = c->NewContext();
+  ASSERT_THAT(FromGrpcStatus(c->stub().JoinJob(jctx.get(), join, &joined)), IsOk());
+
+  v1::WaitKeysRequest wait;
+  wait.set_job("j");
+  wait.set_generation(joined.generation());
+  wait.add_keys("nccl/0");
+  wait.set_timeout_ms(30000);
+  v1::WaitKeysResponse waited;
+  absl::Status wait_status;
+  std::thread waiter([&] {
+    auto wctx = c->NewContext();
+    wait_status = FromGrpcStatus(c->stub().WaitKeys(wctx.get(), wait, &waited));
+  });
+  v1::SetKeyRequest set;
+  set.set_job("j");
+  set.set_generation(joined.generation());
+  set.set_key("nccl/0");
+  set.set_value(std::string(128, '\x7f'));
+  v1::SetKeyResponse set_response;
+  auto sctx = c->NewContext();
+  ASSERT_THAT(FromGrpcStatus(c->stub().SetKey(sctx.get(), set, &set_response)), IsOk());
+  waiter.join();
+  ASSERT_THAT(wait_status, IsOk());
+  ASSERT_EQ(waited.values_size(), 1);
+  EXPECT_EQ(waited.values(0), set.value());
+
+  wait.set_keys(0, "never");
+  wait.set_timeout_ms(200);
+  auto tctx = c->NewContext();
+  EXPECT_THAT(FromGrpcStatus(c->stub().WaitKeys(tctx.get(), wait, &waited)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never")));
+  // The client gives up first: the server cancels the wait (counted as
+  // CANCELLED) instead of keeping it until its own timeout.
+  wait.set_keys(0, "late");
+  wait.set_timeout_ms(600000);
+  auto cctx = c->NewContext();
+  cctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Milliseconds(300)));
+  EXPECT_THAT(FromGrpcStatus(c->stub().WaitKeys(cctx.get(), wait, &waited)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, ::testing::_));
+  const std::string cancelled = "muonshard_rpcs_total{code=\"CANCELLED\",method=\"WaitKeys\"} 1";
+  const absl::Time poll_deadline = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(ScrapeMetrics(), cancelled) && absl::Now() < poll_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));  // bounded polling of /metrics
+  }
+  EXPECT_THAT(ScrapeMetrics(), HasSubstr(cancelled));
+
+  set.set_generation(joined.generation() + 1);
+  auto actx = c->NewContext();
+  EXPECT_THAT(FromGrpcStatus(c->stub().SetKey(actx.get(), set, &set_response)),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST_F(CoordinatorServerTest, BadInput_MapsToHouseStatusCodes) {
+  StartServer({"--max-world-size", "16", "--max-message-bytes", "8000"});
+  auto c = Client();
+  EXPECT_THAT(Get(*c, 0).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no plan")));
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  EXPECT_THAT(Get(*c, 99).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("99")));
+  EXPECT_THAT(Get(*c, 1, 4).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 4")));
+  v1::PlanRequest bad = Request(4);
+  bad.mutable_manifest()->mutable_tensors(0)->clear_shape();
+  EXPECT_THAT(Submit(*c, bad).status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                 HasSubstr(bad.manifest().tensors(0).name())));
+  EXPECT_THAT(Submit(*c, Request(32)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-world-size")));
+  v1::PlanRequest big = MakeRequest(DenseManifest(40, 256, 512, 1000), 4);
+  ASSERT_GT(big.ByteSizeLong(), 8000u);
+  EXPECT_THAT(Submit(*c, big).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, ::testing::_));
+  v1::JoinJobRequest join;
+  join.set_job("j");
+  join.set_host("h");
+  join.set_plan_version(7);
+  v1::JoinJobResponse joined;
+  auto jctx = c->NewContext();
+  EXPECT_THAT(FromGrpcStatus(c->stub().JoinJob(jctx.get(), join, &joined)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("7")));
+  v1::SetKeyRequest set;
+  set.set_job("j");
+  set.set_key("k");
+  v1::SetKeyResponse set_response;
+  auto sctx = c->NewContext();
+  EXPECT_THAT(FromGrpcStatus(c->stub().SetKey(sctx.get(), set, &set_response)),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job")));
+}
+
+// ---------------------------------------------------------------- security
+
+TEST_F(CoordinatorServerTest, AuthToken_MutatingRpcsNeedIt_ReadsDoNot) {
+  WriteText(dir_.Join("token"), "s3cret\n");
+  WriteText(dir_.Join("wrong"), "guess\n");
+  StartServer({"--auth-token-file", dir_.Join("token")});
+  auto anonymous = Client();
+  EXPECT_THAT(Submit(*anonymous, Request(4)).status(),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("Bearer")));
+  ConnectionOptions wrong;
+  wrong.token_file = dir_.Join("wrong");
+  EXPECT_THAT(Submit(*Client(wrong), Request(4)).status(),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("rejected")));
+  ConnectionOptions right;
+  right.token_file = dir_.Join("token");
+  ASSERT_THAT(Submit(*Client(right), Request(4)).status(), IsOk());
+  EXPECT_THAT(Get(*anonymous, 1).status(), IsOk());
+  v1::JoinJobRequest join;
+  join.set_job("j");
+  join.set_host("h");
+  v1::JoinJobResponse joined;
+  auto jctx = anonymous->NewContext();
+  EXPECT_THAT(FromGrpcStatus(anonymous->stub().JoinJob(jctx.get(), join, &joined)),
+              StatusIs(absl::StatusCode::kUnauthenticated, ::testing::_));
+}
+
+class TlsTest : public CoordinatorServerTest {
+ protected:
+  // A CA, a server certificate for 127.0.0.1/localhost and a client
+  // certificate, made with the openssl CLI in the test's directory.
+  void SetUp() override {
+    CoordinatorServerTest::SetUp();
+    const std::string d = dir_.path();
+    const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    WriteText(d + "/server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+    WriteText(d + "/client.ext", "extendedKeyUsage=clientAuth\n");
+    CommandResult r = Shell(absl::StrCat(
+        "set -e; cd ", d, "; ", "openssl req -x509 ", key,
+        " -keyout ca.key -out ca.crt -days 2 -subj /CN=muonshard-test-ca; ", "openssl req ", key,
+        " -keyout server.key -out server.csr -subj /CN=127.0.0.1; ",
+        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt "
+        "-days 2 -extfile server.ext; ",
+        "openssl req ", key, " -keyout client.key -out client.csr -subj /CN=worker; ",
+        "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt "
+        "-days 2 -extfile client.ext"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+
+  ConnectionOptions Tls(bool client_cert) const {
+    ConnectionOptions o;
+    o.tls_ca = dir_.Join("ca.crt");
+    if (client_cert) {
+      o.tls_cert = dir_.Join("client.crt");
+      o.tls_key = dir_.Join("client.key");
+    }
+    o.timeout_s = 10;
+    return o;
+  }
+};
+
+TEST_F(TlsTest, ServerTls_TrustedClientWorksPlaintextClientFails) {
+  StartServer({"--tls-cert", dir_.Join("server.crt"), "--tls-key", dir_.Join("server.key")});
+  auto tls = Client(Tls(/*client_cert=*/false));
+  EXPECT_EQ(*tls->CheckHealth("muonshard.v1.Coordinator"), "SERVING");
+  ASSERT_THAT(Submit(*tls, Request(4)).status(), IsOk());
+  auto plain = Client();
+  EXPECT_THAT(Get(*plain, 1).status(), StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+}
+
+TEST_F(TlsTest, MutualTls_ClientWithoutCertificateRejected) {
+  StartServer({"--tls-cert", dir_.Join("server.crt"), "--tls-key", dir_.Join("server.key"),
+               "--tls-client-ca", dir_.Join("ca.crt")});
+  auto with_cert = Client(Tls(/*client_cert=*/true));
+  ASSERT_THAT(Submit(*with_cert, Request(4)).status(), IsOk());
+  auto without_cert = Client(Tls(/*client_cert=*/false));
+  EXPECT_THAT(Get(*without_cert, 1).status(),
+              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  // The CLI takes the same files.
+  CommandResult ok =
+      Ctl({"health", "--coordinator", server_->address(), "--tls-ca", dir_.Join("ca.crt"),
+           "--tls-cert", dir_.Join("client.crt"), "--tls-key", dir_.Join("client.key")});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("SERVING"));
+}
+
+// ---------------------------------------------------------------- metrics
+
+TEST_F(CoordinatorServerTest, Metrics_ScrapedOverHttp_ReflectPlansJobsAndRpcs) {
+  StartServer();
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());  // identical: one version
+  EXPECT_THAT(Get(*c, 9).status(), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  v1::JoinJobRequest join;
+  join.set_job("train");
+  join.set_host("h");
+  v1::JoinJobResponse joined;
+  auto jctx = c->NewContext();
+  ASSERT_THAT(FromGrpcStatus(c->stub().JoinJob(jctx.get(), join, &joined)), IsOk());
+  const std::string text = ScrapeMetrics();
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_latest_version 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_versions_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_compute_seconds_count 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("muonshard_plan_optimizer_state_bytes{colour=\"default\",rank=\"3\"}"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_ns_flops{colour=\"default\",rank=\"0\"}"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_memory_max_over_mean_ratio"));
+  EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"SubmitPlan\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_workers{job=\"train\",state=\"joined\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("muonshard_job_generation{job=\"train\"} ",
+                                           joined.generation(), "\n")));
+}
+
+// ---------------------------------------------------------------- CLI
+
+TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {
+  StartServer();
+  const std::string manifest = dir_.Join("manifest.json");
+  auto json = ToJson(DenseManifest(2, 256, 512, 1000));
+  ASSERT_THAT(json.status(), IsOk());
+  WriteText(manifest, *json);
+  const std::string addr = server_->address();
+
+  CommandResult health = Ctl({"health", "--coordinator", addr});
+  EXPECT_EQ(health.exit_code, 0) << health.err;
+  EXPECT_THAT(health.out, HasSubstr("SERVING"));
+  CommandResult empty = Ctl({"get", "--coordinator", addr});
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_THAT(empty.err, HasSubstr("FAILED_PRECONDITION"));
+
+  CommandResult submit =
+      Ctl({"submit", "--coordinator", addr, "--manifest", manifest, "--world-size", "4"});
+  EXPECT_EQ(submit.exit_code, 0) << submit.err;
+  EXPECT_THAT(submit.out, HasSubstr("version 1 created"));
+  CommandResult submit2 = Ctl({"submit", "--coordinator", addr, "--manifest", manifest,
+                               "--world-size", "8", "--output", "json"});
+  EXPECT_EQ(submit2.exit_code, 0) << submit2.err;
+  v1::SubmitPlanResponse parsed;
+  ASSERT_THAT(FromJson(submit2.out, &parsed, "submit output"), IsOk());
+  EXPECT_EQ(parsed.version(), 2);
+
+  CommandResult get = Ctl({"get", "--coordinator", addr, "--version", "1"});
+  EXPECT_EQ(get.exit_code, 0) << get.err;
+  EXPECT_THAT(get.out, HasSubstr("state_MiB"));
+  CommandResult rank = Ctl({"get", "--coordinator", addr, "--rank", "2", "--output", "json"});
+  EXPECT_EQ(rank.exit_code, 0) << rank.err;
+  v1::RankView view;
+  ASSERT_THAT(FromJson(rank.out, &view, "get --rank output"), IsOk());
+  EXPECT_EQ(view.rank().rank(), 2);
+  CommandResult list = Ctl({"list", "--coordinator", addr});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("dense"));
+  CommandResult diff = Ctl({"diff", "1", "2", "--coordinator", addr});
+  EXPECT_EQ(diff.exit_code, 0) << diff.err;
+  EXPECT_THAT(diff.out, HasSubstr("v1 (world 4) -> v2 (world 8)"));
+  CommandResult watch =
+      Ctl({"watch", "--from-version", "0", "--count", "2", "--coordinator", addr});
+  EXPECT_EQ(watch.exit_code, 0) << watch.err;
+  EXPECT_THAT(watch.out, HasSubstr("plan version=2"));
+  CommandResult workers = Ctl({"workers", "--coordinator", addr});
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+
+  // Bad input: exit 2.
+  EXPECT_EQ(Ctl({"get", "--coordinator", addr, "--version", "99"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"get", "--coordinator", addr, "--rank", "9"}).exit_code, 2);
+  EXPECT_EQ(Ctl({"diff", "1", "--coordinator", addr}).exit_code, 2);
+  EXPECT_EQ(Ctl({"submit", "--coordinator", addr, "--manifest", dir_.Join("missing.json"),
+                 "--world-size", "4"})
+                .exit_code,
+            2);
+  EXPECT_EQ(Ctl({"list", "--coordinator", addr, "--no-such-flag"}).exit_code, 2);
+  // RPC failure: exit 1.
+  server_->Signal(SIGKILL);
+  ASSERT_THAT(server_->WaitForExit(absl::Seconds(30)).status(), IsOk());
+  CommandResult down = Ctl({"list", "--coordinator", addr, "--timeout", "2"});
+  EXPECT_EQ(down.exit_code, 1);
+  EXPECT_THAT(down.err, HasSubstr("UNAVAILABLE"));
+}
+
+}  // namespace
+}  // namespace muonshard::coordinator

@@ -1,0 +1,770 @@
+// CoordinatorService domain tests: a FakeClock drives heartbeats and wait
+// deadlines (no sleeping), an in-memory store backs the plans.
+#include "coordinator/service/coordinator_service.h"
+
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "common/proto_json.h"
+#include "coordinator/planner/plan_view.h"
+#include "coordinator/planner/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/fake_clock.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::coordinator {
+namespace {
+
+using ::muonshard::testing::DenseManifest;
+using ::muonshard::testing::FakeClock;
+using ::muonshard::testing::IsOk;
+using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records what the domain reports, to check the observer contract.
+class RecordingObserver final : public CoordinatorObserver {
+ public:
+  void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    created.push_back(info.version());
+  }
+  void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan&) override {
+    absl::MutexLock lock(&mu_);
+    latest = info.version();
+  }
+  void OnJobEvent(const v1::JobEvent& e, const WorkerCounts& c) override {
+    absl::MutexLock lock(&mu_);
+    events.push_back(e.type());
+    counts = c;
+  }
+  void OnWatchers(int64_t n) override {
+    absl::MutexLock lock(&mu_);
+    watchers = n;
+  }
+
+  absl::Mutex mu_;
+  std::vector<int64_t> created;
+  int64_t latest = 0;
+  std::vector<v1::JobEventType> events;
+  WorkerCounts counts;
+  int64_t watchers = 0;
+};
+
+v1::SubmitPlanRequest Submit(int world, int layers = 2) {
+  v1::SubmitPlanRequest r;
+  *r.mutable_request() = MakeRequest(DenseManifest(layers, 256, 512, 1000), world);
+  return r;
+}
+
+v1::JoinJobRequest JoinReq(const std::string& host, std::optional<int> rank = std::nullopt,
+                           uint64_t incarnation = 1, const std::string& job = "job") {
+  v1::JoinJobRequest r;
+  r.set_job(job);
+  r.set_host(host);
+  r.set_device("gpu0");
+  r.set_incarnation(incarnation);
+  if (rank) r.set_rank(*rank);
+  return r;
+}
+
+v1::HeartbeatRequest Beat(int rank, int64_t generation, uint64_t incarnation = 1) {
+  v1::HeartbeatRequest r;
+  r.set_job("job");
+  r.set_rank(rank);
+  r.set_generation(generation);
+  r.set_incarnation(incarnation);
+  return r;
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Restart(); }
+
+  // A new service over the same store: what a coordinator restart keeps.
+  void Restart() {
+    service_.reset();
+    options_.heartbeat_timeout = absl::Seconds(10);
+    auto s = CoordinatorService::Create(store_.get(), &clock_, options_, &observer_);
+    ASSERT_THAT(s.status(), IsOk());
+    service_ = std::move(*s);
+  }
+
+  int64_t MustSubmit(int world, int layers = 2) {
+    auto r = service_->SubmitPlan(Submit(world, layers));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? r->version() : -1;
+  }
+
+  v1::JoinJobResponse MustJoin(const v1::JoinJobRequest& request) {
+    auto r = service_->JoinJob(request);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : v1::JoinJobResponse();
+  }
+
+  // Drains a watcher: every event available now.
+  static std::vector<v1::WatchEvent> Drain(Watcher& w) {
+    std::vector<v1::WatchEvent> out;
+    for (int i = 0; i < 10000; ++i) {
+      auto e = w.Next();
+      if (!e.ok() || !e->has_value()) break;
+      out.push_back(**e);
+    }
+    return out;
+  }
+
+  static std::vector<int64_t> PlanVersions(const std::vector<v1::WatchEvent>& events) {
+    std::vector<int64_t> out;
+    for (const v1::WatchEvent& e : events) {
+      if (e.has_plan()) out.push_back(e.plan().version());
+    }
+    return out;
+  }
+
+  static std::vector<v1::JobEventType> JobTypes(const std::vector<v1::WatchEvent>& events) {
+    std::vector<v1::JobEventType> out;
+    for (const v1::WatchEvent& e : events) {
+      if (e.has_job()) out.push_back(e.job().type());
+    }
+    return out;
+  }
+
+  FakeClock clock_;
+  CoordinatorOptions options_;
+  RecordingObserver observer_;
+  std::unique_ptr<PlanStore> store_ = NewInMemoryPlanStore();
+  std::unique_ptr<CoordinatorService> service_;
+};
+
+// ---------------------------------------------------------------- plans
+
+TEST_F(CoordinatorServiceTest, SubmitPlan_NewRequest_CreatesVersionWithHashAndInfo) {
+  auto r = service_->SubmitPlan(Submit(4));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->version(), 1);
+  EXPECT_TRUE(r->created());
+  EXPECT_THAT(r->content_hash(), HasSubstr("sha256:"));
+  EXPECT_EQ(r->info().topology().world_size(), 4);
+  EXPECT_GT(r->info().tensors(), 0);
+  EXPECT_GT(r->info().plan_bytes(), 0);
+  EXPECT_EQ(r->info().create_time_micros(), absl::ToUnixMicros(clock_.Now()));
+  EXPECT_THAT(observer_.created, ElementsAre(1));
+  EXPECT_EQ(observer_.latest, 1);
+}
+
+TEST_F(CoordinatorServiceTest, SubmitPlan_IdenticalOrEquivalentRequest_ReturnsExistingVersion) {
+  auto first = service_->SubmitPlan(Submit(4));
+  ASSERT_THAT(first.status(), IsOk());
+  MustSubmit(8);
+  v1::SubmitPlanRequest same_meaning = Submit(4);
+  same_meaning.mutable_request()->mutable_topology()->set_pp(0);  // 0 = 1: canonicalized
+  for (const v1::SubmitPlanRequest& req : {Submit(4), same_meaning}) {
+    auto again = service_->SubmitPlan(req);
+    ASSERT_THAT(again.status(), IsOk());
+    EXPECT_EQ(again->version(), 1);
+    EXPECT_FALSE(again->created());
+    EXPECT_EQ(again->content_hash(), first->content_hash());
+  }
+  EXPECT_THAT(observer_.created, ElementsAre(1, 2));
+}
+
+TEST_F(CoordinatorServiceTest, SubmitPlan_BadManifest_InvalidArgumentNamingTensor) {
+  v1::SubmitPlanRequest r = Submit(4);
+  r.mutable_request()->mutable_manifest()->mutable_tensors(1)->set_shape(0, 0);
+  EXPECT_THAT(service_->SubmitPlan(r).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(r.request().manifest().tensors(1).name())));
+}
+
+TEST_F(CoordinatorServiceTest, SubmitPlan_OverLimits_ResourceExhaustedNamingFlag) {
+  options_.max_tensors = 5;
+  options_.max_world_size = 16;
+  Restart();
+  EXPECT_THAT(service_->SubmitPlan(Submit(4)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-tensors")));
+  options_.max_tensors = 1000;
+  Restart();
+  EXPECT_THAT(service_->SubmitPlan(Submit(32)).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-world-size")));
+}
+
+TEST_F(CoordinatorServiceTest, GetPlan_NothingSubmitted_FailedPrecondition) {
+  EXPECT_THAT(service_->GetPlan(v1::GetPlanRequest()).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no plan")));
+}
+
+TEST_F(CoordinatorServiceTest, GetPlan_LatestOrByVersion_ReturnsThatPlan) {
+  MustSubmit(4);
+  MustSubmit(8);
+  v1::GetPlanRequest latest;
+  auto r = service_->GetPlan(latest);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->info().version(), 2);
+  ASSERT_TRUE(r->has_plan());
+  EXPECT_EQ(r->plan().topology().world_size(), 8);
+  EXPECT_EQ(r->plan().content_hash(), r->info().content_hash());
+  v1::GetPlanRequest first;
+  first.set_version(1);
+  auto r1 = service_->GetPlan(first);
+  ASSERT_THAT(r1.status(), IsOk());
+  EXPECT_EQ(r1->plan().topology().world_size(), 4);
+}
+
+TEST_F(CoordinatorServiceTest, GetPlan_Rank_ReturnsThatRanksView) {
+  MustSubmit(4);
+  v1::GetPlanRequest req;
+  req.set_rank(3);
+  auto r = service_->GetPlan(req);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_TRUE(r->has_rank_view());
+  auto whole = service_->GetPlan(v1::GetPlanRequest());
+  ASSERT_THAT(whole.status(), IsOk());
+  auto expected = planner::ExtractRankView(whole->plan(), 3);
+  ASSERT_THAT(expected.status(), IsOk());
+  EXPECT_EQ(SerializeDeterministic(r->rank_view()), SerializeDeterministic(*expected));
+}
+
+// NOTE [Shared view pieces]: every rank's view is assembled from one shared
+// encoded body per group set, yet parses to exactly ExtractRankView.
+TEST_F(CoordinatorServiceTest, GetPlan_EveryRank_MatchesExtractRankViewAndSharesBody) {
+  v1::SubmitPlanRequest moe;
+  *moe.mutable_request() =
+      MakeRequest(::muonshard::testing::MoeManifest(4, 128, 256, 8, 1000), 16, /*pp=*/2, /*ep=*/2);
+  ASSERT_THAT(service_->SubmitPlan(moe).status(), IsOk());
+  auto whole = service_->GetPlan(v1::GetPlanRequest());
+  ASSERT_THAT(whole.status(), IsOk());
+  for (int rank = 0; rank < 16; ++rank) {
+    v1::GetPlanRequest req;
+    req.set_rank(rank);
+    auto r = service_->GetPlan(req);
+    ASSERT_THAT(r.status(), IsOk());
+    auto expected = planner::ExtractRankView(whole->plan(), rank);
+    ASSERT_THAT(expected.status(), IsOk());
+    EXPECT_EQ(SerializeDeterministic(r->rank_view()), SerializeDeterministic(*expected))
+        << "rank " << rank;
+    EXPECT_EQ(r->info().version(), 1);
+  }
+}
+
+TEST_F(CoordinatorServiceTest, GetPlanBytes_RanksInTheSameGroups_ShareOneEncodedBody) {
+  MustSubmit(8);  // pp = 1: every rank is in the one DEFAULT group
+  v1::GetPlanRequest a;
+  a.set_rank(0);
+  v1::GetPlanRequest b;
+  b.set_rank(5);
+  auto pa = service_->GetPlanBytes(a);
+  auto pb = service_->GetPlanBytes(b);
+  ASSERT_THAT(pa.status(), IsOk());
+  ASSERT_THAT(pb.status(), IsOk());
+  std::set<const std::string*> shared;
+  for (const auto& x : *pa) {
+    for (const auto& y : *pb) {
+      if (x.get() == y.get() && x->size() > 1000) shared.insert(x.get());
+    }
+  }
+  EXPECT_EQ(shared.size(), 1u);  // the view body; info is shared too but small
+  EXPECT_NE(Concatenate(*pa), Concatenate(*pb));
+}
+
+// ---------------------------------------------------------------- watch
+
+TEST_F(CoordinatorServiceTest, Watch_FromVersion_ReplaysNewerThenStreamsNewOnes) {
+  MustSubmit(2);
+  MustSubmit(3);
+  MustSubmit(4);
+  int wakes = 0;
+  v1::WatchRequest req;
+  req.set_from_version(1);
+  auto w = service_->Watch(req, [&wakes] { ++wakes; });
+  ASSERT_THAT(w.status(), IsOk());
+  EXPECT_THAT(PlanVersions(Drain(**w)), ElementsAre(2, 3));
+  MustSubmit(5);
+  EXPECT_EQ(wakes, 1);
+  MustSubmit(5);  // identical: no new version, no wake
+  EXPECT_EQ(wakes, 1);
+  EXPECT_THAT(PlanVersions(Drain(**w)), ElementsAre(4));
+}
+
+TEST_F(CoordinatorServiceTest, Watch_ReconnectFromLastSeen_MissesNothing) {
+  MustSubmit(2);
+  v1::WatchRequest req;
+  req.set_from_version(0);
+  int64_t last_seen = 0;
+  {
+    auto w = service_->Watch(req, [] {});
+    ASSERT_THAT(w.status(), IsOk());
+    last_seen = PlanVersions(Drain(**w)).back();
+  }
+  MustSubmit(3);  // while disconnected
+  MustSubmit(4);
+  req.set_from_version(last_seen);
+  auto w = service_->Watch(req, [] {});
+  ASSERT_THAT(w.status(), IsOk());
+  EXPECT_THAT(PlanVersions(Drain(**w)), ElementsAre(2, 3));
+}
+
+TEST_F(CoordinatorServiceTest, Watch_NoFromVersion_StartsWithLatest) {
+  MustSubmit(2);
+  MustSubmit(3);
+  auto w = service_->Watch(v1::WatchRequest(), [] {});
+  ASSERT_THAT(w.status(), IsOk());
+  EXPECT_THAT(PlanVersions(Drain(**w)), ElementsAre(2));
+}
+
+TEST_F(CoordinatorServiceTest, Watch_BadCursorsOrTooMany_Rejected) {
+  MustSubmit(2);
+  v1::WatchRequest ahead;
+  ahead.set_from_version(5);
+  EXPECT_THAT(service_->Watch(ahead, [] {}).status(),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("latest version 1")));
+  v1::WatchRequest negative;
+  negative.set_from_version(-1);
+  EXPECT_THAT(service_->Watch(negative, [] {}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  options_.max_watchers = 1;
+  Restart();
+  auto first = service_->Watch(v1::WatchRequest(), [] {});
+  ASSERT_THAT(first.status(), IsOk());
+  EXPECT_EQ(observer_.watchers, 1);
+  EXPECT_THAT(service_->Watch(v1::WatchRequest(), [] {}).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-watchers")));
+  first->reset();
+  EXPECT_EQ(observer_.watchers, 0);
+}
+
+TEST_F(CoordinatorServiceTest, Watch_Shutdown_DrainsThenUnavailable) {
+  MustSubmit(2);
+  int wakes = 0;
+  v1::WatchRequest req;
+  req.set_from_version(0);
+  auto w = service_->Watch(req, [&wakes] { ++wakes; });
+  ASSERT_THAT(w.status(), IsOk());
+  service_->Shutdown();
+  EXPECT_EQ(wakes, 1);
+  auto first = (*w)->Next();
+  ASSERT_THAT(first.status(), IsOk());
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->plan().version(), 1);
+  EXPECT_THAT((*w)->Next().status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("from_version 1")));
+  EXPECT_THAT(service_->SubmitPlan(Submit(3)).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+}
+
+TEST_F(CoordinatorServiceTest, Watch_Job_SnapshotThenMembershipEvents) {
+  MustSubmit(2);
+  int wakes = 0;
+  v1::WatchRequest req;
+  req.set_job("job");
+  req.set_from_version(1);
+  auto w = service_->Watch(req, [&wakes] { ++wakes; });
+  ASSERT_THAT(w.status(), IsOk());
+  std::vector<v1::WatchEvent> first = Drain(**w);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].job().type(), v1::JOB_EVENT_SNAPSHOT);
+  EXPECT_EQ(first[0].job().revision(), 0);  // the job does not exist yet
+  MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  EXPECT_EQ(wakes, 2);
+  clock_.Advance(absl::Seconds(11));
+  service_->CheckHeartbeats();
+  std::vector<v1::WatchEvent> events = Drain(**w);
+  EXPECT_THAT(JobTypes(events),
+              ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED,
+                          v1::JOB_EVENT_WORKER_FAILED, v1::JOB_EVENT_WORKER_FAILED,
+                          v1::JOB_EVENT_GENERATION_CHANGED));
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].job().revision(), events[i - 1].job().revision() + 1);
+  }
+  EXPECT_EQ(events.back().job().generation(), b.generation() + 1);
+  EXPECT_THAT(events.back().job().reason(), HasSubstr("missed heartbeats"));
+}
+
+TEST_F(CoordinatorServiceTest, Watch_JobResumeFromRevision_ReplaysOrSnapshots) {
+  MustSubmit(2);
+  MustJoin(JoinReq("a"));
+  MustJoin(JoinReq("b"));
+  auto list = service_->ListWorkers(v1::ListWorkersRequest());
+  ASSERT_THAT(list.status(), IsOk());
+  const int64_t head = list->jobs(0).revision();
+  v1::WatchRequest req;
+  req.set_job("job");
+  req.set_from_version(1);
+  req.set_from_job_revision(head - 1);
+  auto w = service_->Watch(req, [] {});
+  ASSERT_THAT(w.status(), IsOk());
+  std::vector<v1::WatchEvent> replay = Drain(**w);
+  ASSERT_EQ(replay.size(), 1u);
+  EXPECT_EQ(replay[0].job().type(), v1::JOB_EVENT_WORKER_JOINED);
+  EXPECT_EQ(replay[0].job().revision(), head);
+  // A revision from before a coordinator restart cannot be replayed.
+  Restart();
+  MustJoin(JoinReq("a"));
+  req.set_from_job_revision(head);
+  auto w2 = service_->Watch(req, [] {});
+  ASSERT_THAT(w2.status(), IsOk());
+  std::vector<v1::WatchEvent> after = Drain(**w2);
+  ASSERT_EQ(after.size(), 1u);
+  EXPECT_EQ(after[0].job().type(), v1::JOB_EVENT_SNAPSHOT);
+  EXPECT_GT(after[0].job().revision(), head);
+}
+
+// ---------------------------------------------------------------- membership
+
+TEST_F(CoordinatorServiceTest, JoinJob_NothingSubmitted_FailedPrecondition) {
+  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no plan")));
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_FirstJoinerFixesLatestVersion_RanksInOrder) {
+  MustSubmit(2);
+  const int64_t v = MustSubmit(3);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  EXPECT_EQ(a.rank(), 0);
+  EXPECT_EQ(a.world_size(), 3);
+  EXPECT_EQ(a.plan_version(), v);
+  EXPECT_EQ(a.generation(), 1);
+  EXPECT_EQ(a.heartbeat_timeout_ms(), 10000);
+  EXPECT_EQ(MustJoin(JoinReq("b")).rank(), 1);
+  MustSubmit(4);  // a newer plan does not move a running job
+  EXPECT_EQ(MustJoin(JoinReq("c")).plan_version(), v);
+  EXPECT_THAT(service_->JoinJob(JoinReq("d")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
+  EXPECT_EQ(observer_.counts.joined, 3);
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_OtherPlanVersionThanJob_FailedPrecondition) {
+  MustSubmit(2);
+  MustSubmit(3);
+  v1::JoinJobRequest first = JoinReq("a");
+  first.set_plan_version(1);
+  EXPECT_EQ(MustJoin(first).plan_version(), 1);
+  v1::JoinJobRequest other = JoinReq("b");
+  other.set_plan_version(2);
+  EXPECT_THAT(service_->JoinJob(other).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("runs plan version 1")));
+  v1::JoinJobRequest missing = JoinReq("x", std::nullopt, 1, "other-job");
+  missing.set_plan_version(9);
+  EXPECT_THAT(service_->JoinJob(missing).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("9")));
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_RequestedRank_TakenOrOutside) {
+  MustSubmit(4);
+  EXPECT_EQ(MustJoin(JoinReq("a", 2)).rank(), 2);
+  EXPECT_THAT(service_->JoinJob(JoinReq("b", 2)).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("rank 2")));
+  EXPECT_THAT(service_->JoinJob(JoinReq("b", 4)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_THAT(service_->JoinJob(JoinReq("")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
+  EXPECT_EQ(MustJoin(JoinReq("b")).rank(), 0);
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_SameWorkerAgain_IsIdempotent) {
+  MustSubmit(4);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse again = MustJoin(JoinReq("a"));
+  EXPECT_EQ(again.rank(), a.rank());
+  EXPECT_EQ(again.generation(), a.generation());
+  EXPECT_THAT(service_->JoinJob(JoinReq("a", 3)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("already joined")));
+  EXPECT_EQ(observer_.counts.joined, 1);
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_NewIncarnation_FailsOldEntryAndBumpsGeneration) {
+  MustSubmit(4);
+  v1::JoinJobResponse old = MustJoin(JoinReq("a", std::nullopt, /*incarnation=*/1));
+  MustJoin(JoinReq("b"));
+  v1::JoinJobResponse restarted = MustJoin(JoinReq("a", std::nullopt, /*incarnation=*/2));
+  EXPECT_EQ(restarted.rank(), old.rank());
+  EXPECT_EQ(restarted.generation(), old.generation() + 1);
+  EXPECT_THAT(service_->Heartbeat(Beat(old.rank(), restarted.generation(), 1)).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("incarnation")));
+}
+
+TEST_F(CoordinatorServiceTest, Heartbeat_WithinTimeout_StaysJoined) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Seconds(8));
+    auto r = service_->Heartbeat(Beat(a.rank(), a.generation()));
+    ASSERT_THAT(r.status(), IsOk());
+    EXPECT_EQ(r->generation(), a.generation());
+    service_->CheckHeartbeats();
+  }
+  auto list = service_->ListWorkers(v1::ListWorkersRequest());
+  ASSERT_THAT(list.status(), IsOk());
+  EXPECT_EQ(list->jobs(0).workers(0).state(), v1::WORKER_STATE_JOINED);
+  EXPECT_EQ(list->jobs(0).generation(), a.generation());
+}
+
+TEST_F(CoordinatorServiceTest, Heartbeat_MissedForTimeout_FailedAndGenerationBumpedOnce) {
+  MustSubmit(3);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  v1::JoinJobResponse c = MustJoin(JoinReq("c"));
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(), IsOk());
+  clock_.Advance(absl::Seconds(5));  // b and c silent for 11 s, a for 5 s
+  service_->CheckHeartbeats();
+  auto list = service_->ListWorkers(v1::ListWorkersRequest());
+  ASSERT_THAT(list.status(), IsOk());
+  const v1::JobStatus& job = list->jobs(0);
+  EXPECT_EQ(job.generation(), a.generation() + 1);
+  EXPECT_EQ(job.workers(a.rank()).state(), v1::WORKER_STATE_JOINED);
+  EXPECT_EQ(job.workers(b.rank()).state(), v1::WORKER_STATE_FAILED);
+  EXPECT_EQ(job.workers(c.rank()).state(), v1::WORKER_STATE_FAILED);
+  EXPECT_EQ(observer_.counts.failed, 2);
+  // The survivor learns of it from an ABORTED heartbeat, joins again, and
+  // runs in the new generation.
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("stale")));
+  v1::JoinJobResponse rejoined = MustJoin(JoinReq("a"));
+  EXPECT_EQ(rejoined.rank(), a.rank());
+  EXPECT_EQ(rejoined.generation(), job.generation());
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), rejoined.generation())), IsOk());
+  // A failed worker that comes back must join again too.
+  EXPECT_THAT(service_->Heartbeat(Beat(b.rank(), rejoined.generation())).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("failed")));
+  EXPECT_EQ(MustJoin(JoinReq("b")).rank(), b.rank());
+  // Nothing else expires: a second pass bumps nothing.
+  service_->CheckHeartbeats();
+  auto again = service_->ListWorkers(v1::ListWorkersRequest());
+  EXPECT_EQ(again->jobs(0).generation(), job.generation());
+}
+
+TEST_F(CoordinatorServiceTest, Heartbeat_UnknownJobOrRank_NotFoundOrFailedPrecondition) {
+  MustSubmit(4);
+  EXPECT_THAT(service_->Heartbeat(Beat(0, 1)).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job")));
+  MustJoin(JoinReq("a"));
+  EXPECT_THAT(service_->Heartbeat(Beat(1, 1)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not joined")));
+  EXPECT_THAT(service_->Heartbeat(Beat(9, 1)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+TEST_F(CoordinatorServiceTest, LeaveJob_FirstLeaveBumpsGenerationLaterOnesDoNot) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  v1::LeaveJobRequest leave;
+  leave.set_job("job");
+  leave.set_rank(a.rank());
+  leave.set_incarnation(1);
+  auto r = service_->LeaveJob(leave);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->generation(), a.generation() + 1);
+  EXPECT_EQ(service_->LeaveJob(leave)->generation(), a.generation() + 1);  // idempotent
+  leave.set_rank(b.rank());
+  EXPECT_EQ(service_->LeaveJob(leave)->generation(), a.generation() + 1);
+  EXPECT_EQ(observer_.counts.left, 2);
+  EXPECT_EQ(observer_.counts.joined, 0);
+}
+
+TEST_F(CoordinatorServiceTest, JoinJob_AfterCoordinatorRestart_GenerationKeepsGrowing) {
+  MustSubmit(2);
+  v1::JoinJobResponse before = MustJoin(JoinReq("a"));
+  clock_.Advance(absl::Seconds(11));
+  service_->CheckHeartbeats();  // generation before + 1
+  Restart();
+  v1::JoinJobResponse after = MustJoin(JoinReq("a"));
+  EXPECT_GT(after.generation(), before.generation() + 1);
+}
+
+TEST_F(CoordinatorServiceTest, ListWorkers_UnknownJob_NotFound) {
+  v1::ListWorkersRequest req;
+  req.set_job("nope");
+  EXPECT_THAT(service_->ListWorkers(req).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
+// ---------------------------------------------------------------- rendezvous
+
+class RendezvousTest : public CoordinatorServiceTest {
+ protected:
+  void SetUp() override {
+    CoordinatorServiceTest::SetUp();
+    MustSubmit(2);
+    a_ = MustJoin(JoinReq("a"));
+    MustJoin(JoinReq("b"));
+  }
+
+  absl::Status Set(const std::string& key, const std::string& value, bool create_only = false,
+                   int64_t generation = -1) {
+    v1::SetKeyRequest r;
+    r.set_job("job");
+    r.set_generation(generation < 0 ? a_.generation() : generation);
+    r.set_key(key);
+    r.set_value(value);
+    r.set_create_only(create_only);
+    return service_->SetKey(r);
+  }
+
+  absl::StatusOr<std::string> Get(const std::string& key, int64_t generation = -1) {
+    v1::GetKeyRequest r;
+    r.set_job("job");
+    r.set_generation(generation < 0 ? a_.generation() : generation);
+    r.set_key(key);
+    auto resp = service_->GetKey(r);
+    if (!resp.ok()) return resp.status();
+    return resp->value();
+  }
+
+  // Starts a wait whose result lands in *result (and `done` notified).
+  struct PendingWait {
+    absl::Notification done;
+    absl::StatusOr<std::vector<std::string>> result;
+    uint64_t id = 0;
+  };
+  absl::StatusOr<std::optional<std::vector<std::string>>> Wait(std::vector<std::string> keys,
+                                                               int64_t timeout_ms,
+                                                               PendingWait* pending) {
+    v1::WaitKeysRequest r;
+    r.set_job("job");
+    r.set_generation(a_.generation());
+    for (const std::string& k : keys) r.add_keys(k);
+    r.set_timeout_ms(timeout_ms);
+    auto started = service_->WaitKeys(r, [pending](absl::StatusOr<std::vector<std::string>> v) {
+      pending->result = std::move(v);
+      pending->done.Notify();
+    });
+    if (!started.ok()) return started.status();
+    pending->id = started->id;
+    return started->values;
+  }
+
+  v1::JoinJobResponse a_;
+};
+
+TEST_F(RendezvousTest, SetThenGet_ReturnsValue) {
+  ASSERT_THAT(Set("nccl/0", std::string("\0\1id", 4)), IsOk());
+  auto v = Get("nccl/0");
+  ASSERT_THAT(v.status(), IsOk());
+  EXPECT_EQ(*v, std::string("\0\1id", 4));
+  ASSERT_THAT(Set("nccl/0", "other"), IsOk());  // overwrite allowed
+  EXPECT_EQ(*Get("nccl/0"), "other");
+  EXPECT_THAT(Set("nccl/0", "x", /*create_only=*/true),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("nccl/0")));
+  EXPECT_THAT(Get("missing").status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+}
+
+TEST_F(RendezvousTest, OtherGeneration_Aborted) {
+  EXPECT_THAT(Set("k", "v", false, a_.generation() + 1),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+  EXPECT_THAT(Get("k", a_.generation() - 1).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+}
+
+TEST_F(RendezvousTest, SizeLimits_NamedInError) {
+  EXPECT_THAT(Set(std::string(513, 'k'), "v"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-key-bytes")));
+  EXPECT_THAT(Set("k", std::string((1 << 20) + 1, 'v')),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-value-bytes")));
+  EXPECT_THAT(Set("", "v"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+  options_.max_kv_bytes_per_job = 100;
+  Restart();
+  MustSubmit(2);
+  a_ = MustJoin(JoinReq("a"));
+  ASSERT_THAT(Set("k1", std::string(60, 'v')), IsOk());
+  EXPECT_THAT(Set("k2", std::string(60, 'v')),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-kv-bytes-per-job")));
+}
+
+TEST_F(RendezvousTest, WaitKeys_AllSet_ReturnsAtOnce) {
+  ASSERT_THAT(Set("a", "1"), IsOk());
+  ASSERT_THAT(Set("b", "2"), IsOk());
+  PendingWait p;
+  auto r = Wait({"b", "a"}, 1000, &p);
+  ASSERT_THAT(r.status(), IsOk());
+  ASSERT_TRUE(r->has_value());
+  EXPECT_THAT(**r, ElementsAre("2", "1"));
+}
+
+TEST_F(RendezvousTest, WaitKeys_SetLater_CompletesWhenLastKeyArrives) {
+  PendingWait p;
+  auto r = Wait({"a", "b", "a"}, 1000, &p);
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_FALSE(r->has_value());
+  ASSERT_THAT(Set("a", "1"), IsOk());
+  EXPECT_FALSE(p.done.HasBeenNotified());
+  ASSERT_THAT(Set("b", "2"), IsOk());
+  ASSERT_TRUE(p.done.HasBeenNotified());
+  ASSERT_THAT(p.result.status(), IsOk());
+  EXPECT_THAT(*p.result, ElementsAre("1", "2", "1"));
+  EXPECT_FALSE(service_->CancelWait(p.id));  // already completed
+}
+
+TEST_F(RendezvousTest, WaitKeys_Timeout_DeadlineExceededWithoutSleeping) {
+  PendingWait p;
+  ASSERT_THAT(Wait({"never"}, 5000, &p).status(), IsOk());
+  clock_.Advance(absl::Seconds(4));
+  service_->ExpireWaits();
+  EXPECT_FALSE(p.done.HasBeenNotified());
+  clock_.Advance(absl::Seconds(1));
+  service_->ExpireWaits();
+  ASSERT_TRUE(p.done.HasBeenNotified());
+  EXPECT_THAT(p.result.status(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never")));
+}
+
+TEST_F(RendezvousTest, WaitKeys_GenerationBump_AbortsWaitAndDropsKeys) {
+  ASSERT_THAT(Set("old", "v"), IsOk());
+  PendingWait p;
+  ASSERT_THAT(Wait({"nccl"}, 60000, &p).status(), IsOk());
+  clock_.Advance(absl::Seconds(11));
+  service_->CheckHeartbeats();
+  ASSERT_TRUE(p.done.HasBeenNotified());
+  EXPECT_THAT(p.result.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+  v1::JoinJobResponse again = MustJoin(JoinReq("a"));
+  EXPECT_THAT(Get("old", again.generation()).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("old")));
+}
+
+TEST_F(RendezvousTest, WaitKeys_Cancelled_CallbackNeverRuns) {
+  PendingWait p;
+  ASSERT_THAT(Wait({"k"}, 60000, &p).status(), IsOk());
+  EXPECT_TRUE(service_->CancelWait(p.id));
+  ASSERT_THAT(Set("k", "v"), IsOk());
+  clock_.Advance(absl::Minutes(2));
+  service_->ExpireWaits();
+  EXPECT_FALSE(p.done.HasBeenNotified());
+}
+
+TEST_F(RendezvousTest, WaitKeys_Shutdown_Unavailable) {
+  PendingWait p;
+  ASSERT_THAT(Wait({"k"}, 60000, &p).status(), IsOk());
+  service_->Shutdown();
+  ASSERT_TRUE(p.done.HasBeenNotified());
+  EXPECT_THAT(p.result.status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  PendingWait late;
+  EXPECT_THAT(Wait({"k"}, 1000, &late).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+}
+
+TEST_F(RendezvousTest, WaitKeys_BadRequests_InvalidArgumentOrResourceExhausted) {
+  PendingWait p;
+  EXPECT_THAT(Wait({}, 1000, &p).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no keys")));
+  EXPECT_THAT(Wait({"k"}, -1, &p).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  options_.max_waiters = 1;
+  Restart();
+  MustSubmit(2);
+  a_ = MustJoin(JoinReq("a"));
+  ASSERT_THAT(Wait({"k"}, 1000, &p).status(), IsOk());
+  PendingWait q;
+  EXPECT_THAT(Wait({"k"}, 1000, &q).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-waiters")));
+}
+
+}  // namespace
+}  // namespace muonshard::coordinator
