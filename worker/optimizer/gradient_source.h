@@ -1,0 +1,67 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_GRADIENT_SOURCE_H_
+#define MUONSHARD_WORKER_OPTIMIZER_GRADIENT_SOURCE_H_
+
+// How a training program hands its local gradients to an optimizer step, and
+// how it learns which tensor parts a rank holds.
+//
+// A rank holds a *part* of a tensor: the whole tensor, or, for a fused expert
+// stack under expert parallelism, the contiguous element range of its
+// expert-parallel rank (v1::TensorPart). Gradients and parameter values are
+// always exchanged for the rank's whole part, as fp32, row-major in the
+// tensor's flattened element space from element_begin to element_end.
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::worker {
+
+// One tensor part a rank holds. `spec` points into the optimizer that
+// returned it and lives as long as that optimizer.
+struct HeldTensor {
+  int tensor = 0;  // index into Plan.tensors
+  const v1::PlannedTensor* spec = nullptr;
+  int group = 0;  // CommGroup id of the part
+  int64_t element_begin = 0;
+  int64_t element_end = 0;
+
+  int64_t numel() const { return element_end - element_begin; }
+};
+
+// The local (not yet averaged) fp32 gradients of one step, one rank.
+// Thread-compatible; an optimizer calls it from its caller's thread only.
+class GradientSource {
+ public:
+  virtual ~GradientSource() = default;
+
+  // The gradient of the part of plan tensor `tensor` this rank holds
+  // (HeldTensor::numel() values). The span must stay valid until the step
+  // that asked for it returns.
+  // Possible errors: NOT_FOUND (no gradient for the tensor); any other code
+  // is passed through by the step.
+  virtual absl::StatusOr<absl::Span<const float>> PartGradient(int tensor) = 0;
+};
+
+// A GradientSource over gradients held in memory, keyed by plan tensor index.
+class GradientMap : public GradientSource {
+ public:
+  // Adds or replaces the gradient of `tensor`.
+  void Set(int tensor, std::vector<float> gradient) { grads_[tensor] = std::move(gradient); }
+  // The gradient of `tensor`, created empty if absent (to fill in place).
+  std::vector<float>& Mutable(int tensor) { return grads_[tensor]; }
+  size_t size() const { return grads_.size(); }
+
+  absl::StatusOr<absl::Span<const float>> PartGradient(int tensor) override;
+
+ private:
+  std::map<int, std::vector<float>> grads_;
+};
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_GRADIENT_SOURCE_H_

@@ -1,0 +1,69 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_OPTIMIZER_CONFIG_H_
+#define MUONSHARD_WORKER_OPTIMIZER_OPTIMIZER_CONFIG_H_
+
+// The hyper-parameters of the Muon + AdamW step, shared by ShardedOptimizer
+// and ReferenceOptimizer so both run the same math. Defaults are Paddle
+// Muon's constructor defaults (paddle_internals.md §3.1): lr 0.02, weight
+// decay 0.01, momentum 0.95 with Nesterov, 5 "simple" Newton-Schulz steps
+// with eps 1e-9, scale version 1 with extra factor 0.2, and AdamW betas
+// (0.9, 0.95) with eps 1e-9. One learning rate drives both optimizers, as in
+// Paddle (its AdamW runs with the Muon optimizer's lr).
+//
+// A plain value type; thread-compatible.
+
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/adamw.h"
+#include "kernels/muon_update.h"
+#include "kernels/newton_schulz.h"
+#include "muonshard/v1/manifest.pb.h"
+
+namespace muonshard::worker {
+
+struct OptimizerConfig {
+  float lr = 0.02f;
+  float weight_decay = 0.01f;
+
+  // Muon.
+  float muon_momentum = 0.95f;
+  bool nesterov = true;
+  // Coefficients, steps, normalisation eps and matmul precision.
+  kernels::NewtonSchulzOptions ns;
+  kernels::MuonScaleVersion muon_scale_version = kernels::MuonScaleVersion::kV1;
+  float muon_extra_scale = 0.2f;
+
+  // AdamW.
+  float adamw_beta1 = 0.9f;
+  float adamw_beta2 = 0.95f;
+  float adamw_eps = 1e-9f;
+
+  // Paddle's apply_decay_param_fun: whether the tensor of this name gets
+  // weight decay. Null decays every tensor (Paddle's default).
+  std::function<bool(absl::string_view name)> apply_decay;
+};
+
+// INVALID_ARGUMENT naming the field: non-finite or negative lr / weight
+// decay / eps, betas or momentum outside [0, 1), bad Newton-Schulz options.
+absl::Status ValidateOptimizerConfig(const OptimizerConfig& config);
+
+// INVALID_ARGUMENT unless lr is finite and >= 0.
+absl::Status ValidateLearningRate(float lr);
+
+// Whether `name` gets weight decay under `config`.
+bool WithDecay(const OptimizerConfig& config, absl::string_view name);
+
+// The kernel options for one tensor. AdamW never advances the beta powers
+// itself: both optimizers keep one pair and advance it once per step (see
+// NOTE [Beta powers] in sharded_optimizer.h).
+kernels::MuonOptions MuonOptionsFor(const OptimizerConfig& config, bool with_decay);
+kernels::AdamWOptions AdamWOptionsFor(const OptimizerConfig& config, bool with_decay);
+
+// The kernel layout of a plan layout (unspecified = OUT_IN, as the planner).
+kernels::WeightLayout KernelLayout(v1::Layout layout);
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_OPTIMIZER_CONFIG_H_

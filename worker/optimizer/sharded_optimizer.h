@@ -1,0 +1,236 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_SHARDED_OPTIMIZER_H_
+#define MUONSHARD_WORKER_OPTIMIZER_SHARDED_OPTIMIZER_H_
+
+// ShardedOptimizer: one rank's part of the sharded Muon + AdamW step, executed
+// exactly as its plan view (v1::RankView) lays it out — Paddle's
+// MuonShardingOptimizer ("Sharding Stage1 V3", paddle_internals.md §2b) as a
+// library. A training program creates one per rank, sets the initial
+// parameters, and calls Step() with its local gradients every iteration.
+//
+// Memory (host; see "Device" below):
+//   * Model copy: every tensor part in the rank's groups, in the tensor's
+//     dtype (BF16/FP16 as 16-bit words, FP32 as float), stored — as Paddle's
+//     parameters are views of param_storage — inside the parameter buffer of
+//     the bucket that holds it. Every rank of a group holds every bucket of
+//     the group, padding included.
+//   * Gradient buffers: one per bucket in the plan's gradient dtype
+//     (policy.grad_dtype, FP32 unless set), laid out exactly as the bucket.
+//   * Optimizer state, only for what the rank owns: fp32 master + momentum of
+//     each owned Muon shard; fp32 master + two moments of its shard of every
+//     AdamW bucket (padding included), i.e. RankPlan.optimizer_state_bytes.
+//
+// One Step():
+//   1. Reduce. Each local gradient is packed into its bucket entries; every
+//      Muon bucket is reduced (mean) to its owner and every AdamW bucket
+//      reduce-scattered (mean) with the plan's (possibly uneven) shard
+//      offsets. A group's collectives run inside one GroupStart/GroupEnd;
+//      groups go in ascending id on every rank (NOTE [Collective ordering] in
+//      communicator.h).
+//   2. Muon on each owned shard (a whole 2-D matrix, or a range of matrices
+//      of a 3-D expert stack, each matrix orthogonalised and scaled on its
+//      own) with KernelBackend::MuonUpdate.
+//   3. AdamW on the rank's shard of each AdamW bucket with
+//      KernelBackend::AdamW.
+//   4. Sync. Masters are cast into the model copy; each Muon bucket's
+//      parameters are broadcast from its owner and each AdamW bucket's
+//      parameters all-gathered. A bucket holds one dtype, so each broadcast
+//      moves exactly one dtype: the fix of Paddle #79286, where the seed packs
+//      an owner's parameters of mixed dtypes into one buffer of the first
+//      parameter's dtype and corrupts the rest.
+//   Groups of one rank communicate nothing (the plan counts 0 bytes).
+//
+// NOTE [Beta powers]
+// Paddle keeps a (β1^t, β2^t) pair per AdamW parameter. Every parameter is
+// stepped every step, so all pairs are equal; the optimizer keeps one pair
+// for all its AdamW shards and advances it once per step. The two scalars
+// are not part of optimizer_state_bytes (the plan does not count them).
+//
+// Numerics: with the same kernels, an InProcess communicator (which sums in
+// rank order, then divides) and the same gradients, every master and model
+// copy is bit-identical to ReferenceOptimizer's; other backends differ by
+// their fp32 summation order only.
+//
+// Device: buffers are host memory, so the kernel backend must be the CPU one
+// (FAILED_PRECONDITION otherwise) and communicators host-memory ones
+// (InProcess, Gloo).
+//
+// Collective calls: Step() and GatherMasters() are collectives over every
+// group of the rank: all ranks must call them in the same order. A rank that
+// returns early (bad gradients) leaves its peers to fail on the
+// communicators' timeouts.
+//
+// Thread-compatible: one thread at a time. *backend and the communicators
+// must outlive the optimizer.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/kernel_backend.h"
+#include "muonshard/v1/plan.pb.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/counting_communicator.h"
+#include "worker/optimizer/gradient_source.h"
+#include "worker/optimizer/internal/typed_buffer.h"
+#include "worker/optimizer/internal/view_layout.h"
+#include "worker/optimizer/optimizer_config.h"
+#include "worker/optimizer/step_stats.h"
+
+namespace muonshard::worker {
+
+class ShardedOptimizer {
+ public:
+  // The communicator of every group the rank is in, by plan group id
+  // (CommGroup.id), each with the group's size and this rank's group rank.
+  // A group of one rank may be left out.
+  using CommGroups = absl::flat_hash_map<int, Communicator*>;
+
+  // Validates `view` against itself and `comms` and allocates every buffer
+  // (parameters zero until SetParameter). The optimizer keeps a copy of the
+  // view.
+  // Possible errors: INVALID_ARGUMENT (a view that does not hold together,
+  // naming the bucket/tensor/field; a missing, extra or mis-sized
+  // communicator; a bad config), FAILED_PRECONDITION (a non-CPU backend).
+  static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const v1::RankView& view, const CommGroups& comms,
+                                                                  kernels::KernelBackend* backend,
+                                                                  const OptimizerConfig& config);
+
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+  ~ShardedOptimizer();
+
+  int rank() const { return layout_.rank; }
+  const v1::RankView& view() const { return view_; }
+  // The tensor parts this rank holds, by ascending plan index.
+  const std::vector<HeldTensor>& held_tensors() const { return held_; }
+
+  // Sets the value of the rank's part of `tensor` (HeldTensor::numel() fp32
+  // values): the model copy becomes dtype(values) and the masters this rank
+  // owns of it float(dtype(values)), as Paddle creates masters from the
+  // low-precision parameter. Every rank of the group must set the same
+  // values. Optimizer state (momentum, moments) is left as is. Every held
+  // tensor must be set before the first Step().
+  // Possible errors: NOT_FOUND (tensor not held), INVALID_ARGUMENT (size),
+  // FAILED_PRECONDITION (broken by an earlier failed step).
+  absl::Status SetParameter(int tensor, absl::Span<const float> values);
+
+  // One optimizer step with this rank's local gradients (see above).
+  // Possible errors: FAILED_PRECONDITION (a parameter never set, or the
+  // optimizer is broken), INVALID_ARGUMENT (a gradient of the wrong size;
+  // nothing has changed), whatever `grads` returns (nothing has changed),
+  // and the communicators' and kernels' codes (ABORTED, DEADLINE_EXCEEDED,
+  // INTERNAL, ...). After an error past the gradient checks the state is
+  // partly updated: the optimizer is broken and every later call returns
+  // FAILED_PRECONDITION (restore from a checkpoint into a new one).
+  absl::StatusOr<StepStats> Step(GradientSource& grads);
+
+  // The model copy of the rank's part of `tensor` as fp32 values.
+  // Possible errors: NOT_FOUND, INVALID_ARGUMENT (out has the wrong size).
+  absl::Status ReadModelCopy(int tensor, absl::Span<float> out) const;
+  absl::StatusOr<std::vector<float>> ModelCopy(int tensor) const;
+
+  // The full fp32 master of every tensor part in the rank's groups, by plan
+  // index (part values, as ReadModelCopy): owners broadcast their Muon
+  // masters and the AdamW shards are all-gathered. A collective (see above);
+  // for dumps and comparisons, not for the training loop.
+  // Possible errors: FAILED_PRECONDITION (broken), the communicators' codes.
+  absl::StatusOr<std::map<int, std::vector<float>>> GatherMasters();
+
+  // Bytes of optimizer state actually allocated (equals the plan's
+  // RankPlan.optimizer_state_bytes), of model-copy buffers and of gradient
+  // buffers.
+  int64_t optimizer_state_bytes() const;
+  int64_t model_copy_bytes() const;
+  int64_t gradient_buffer_bytes() const;
+
+  int64_t steps_done() const { return steps_; }
+  float lr() const { return config_.lr; }
+  // For schedules: the learning rate of the following steps.
+  // Possible errors: INVALID_ARGUMENT (negative or not finite).
+  absl::Status SetLearningRate(float lr);
+
+ private:
+  struct GroupState {
+    std::unique_ptr<CountingCommunicator> comm;  // null for a group of one
+  };
+  struct MuonBucketState {
+    internal::TypedBuffer params;  // bucket dtype: the model copy
+    internal::TypedBuffer grads;   // gradient dtype
+  };
+  struct MuonShardState {
+    std::vector<float> master;
+    std::vector<float> momentum;
+    bool with_decay = true;
+  };
+  struct AdamwBucketState {
+    internal::TypedBuffer params;       // bucket dtype: the model copy
+    internal::TypedBuffer grads;        // gradient dtype, whole bucket
+    internal::TypedBuffer shard_grads;  // gradient dtype, this shard (groups > 1)
+    internal::TypedBuffer staging;      // bucket dtype, this shard (groups > 1)
+    std::vector<float> master;
+    std::vector<float> moment1;
+    std::vector<float> moment2;
+    std::vector<bool> segment_decay;  // per layout segment
+  };
+
+  ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend, const OptimizerConfig& config);
+
+  absl::Status Init(const CommGroups& comms);
+  absl::Status InitComms(const CommGroups& comms);
+  absl::Status Allocate();
+
+  const internal::PartLayout* FindPart(int tensor) const;
+  const v1::PlannedTensor& Spec(const internal::PartLayout& part) const;
+  const v1::BucketEntry& Entry(const internal::EntryRef& ref) const;
+  internal::TypedBuffer& Params(const internal::EntryRef& ref);
+  const internal::TypedBuffer& Params(const internal::EntryRef& ref) const;
+
+  absl::Status CheckUsable() const;
+  absl::Status PackGradients(GradientSource& grads);
+  absl::Status PackPart(const internal::PartLayout& part, absl::Span<const float> grad);
+  absl::Status ReduceGradients();
+  absl::Status RunMuon();
+  absl::Status RunAdamw();
+  absl::Status SyncParameters();
+  // Runs issue(group, comm) for every group of more than one rank, in
+  // ascending id, each inside GroupStart/GroupEnd followed by Synchronize.
+  absl::Status ForEachCommGroup(absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue);
+  // fp32 view of `n` elements of a gradient buffer at `offset` (widened into
+  // scratch_ for 16-bit gradients).
+  const float* GradFloats(const internal::TypedBuffer& grads, int64_t offset, int64_t n);
+  StepCommBytes CommSnapshot() const;
+  absl::Status Broken(absl::Status status);
+
+  v1::RankView view_;
+  internal::ViewLayout layout_;
+  kernels::KernelBackend* const backend_;  // not owned
+  OptimizerConfig config_;
+  v1::DType grad_dtype_ = v1::FP32;
+
+  std::vector<GroupState> groups_;  // parallel to layout_.groups
+  std::vector<MuonBucketState> muon_;
+  std::vector<MuonShardState> shards_;  // parallel to layout_.owned
+  std::vector<AdamwBucketState> adamw_;
+  std::vector<HeldTensor> held_;  // parallel to layout_.parts
+  std::vector<bool> initialised_;
+  // Per part: owned shards and (adamw bucket, segment) pairs, for SetParameter.
+  std::vector<std::vector<int>> shards_of_part_;
+  std::vector<std::vector<std::pair<int, int>>> segments_of_part_;
+
+  float beta1_pow_ = 0;  // NOTE [Beta powers]
+  float beta2_pow_ = 0;
+  std::vector<float> scratch_;
+  absl::Status broken_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_SHARDED_OPTIMIZER_H_

@@ -1,0 +1,217 @@
+// ShardedOptimizer::Step: reduce, Muon, AdamW, sync (see the header).
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/optimizer/sharded_optimizer.h"
+
+namespace muonshard::worker {
+namespace {
+
+using internal::EntryRef;
+using internal::PartLayout;
+using internal::TypedBuffer;
+
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return seconds;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+// Zeroes the parts of `buffer` no entry covers (alignment padding, gaps), so
+// scratch left by a previous collective never travels as data.
+template <typename Entries>
+void ZeroUncovered(const Entries& entries, TypedBuffer& buffer) {
+  int64_t at = 0;
+  for (const v1::BucketEntry& e : entries) {
+    buffer.Zero(at, e.offset() - at);
+    at = e.offset() + e.numel();
+  }
+  buffer.Zero(at, buffer.numel() - at);
+}
+
+}  // namespace
+
+absl::Status ShardedOptimizer::CheckUsable() const {
+  if (!broken_.ok()) return broken_;
+  for (size_t p = 0; p < layout_.parts.size(); ++p) {
+    if (!initialised_[p]) {
+      return absl::FailedPreconditionError(absl::StrCat("rank ", rank(), ": tensor \"", held_[p].spec->name(),
+                                                        "\" was never set (SetParameter)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> ShardedOptimizer::Step(GradientSource& grads) {
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
+  StepStats stats;
+  Stopwatch phase;
+  Stopwatch total;
+  const StepCommBytes before = CommSnapshot();
+  // Packing only writes gradient buffers: a bad gradient leaves the
+  // optimizer as it was.
+  MUONSHARD_RETURN_IF_ERROR(PackGradients(grads));
+  absl::Status s = ReduceGradients();
+  if (!s.ok()) return Broken(s);
+  stats.reduce_seconds = phase.Lap();
+  s = RunMuon();
+  if (!s.ok()) return Broken(s);
+  stats.muon_seconds = phase.Lap();
+  s = RunAdamw();
+  if (!s.ok()) return Broken(s);
+  stats.adamw_seconds = phase.Lap();
+  s = SyncParameters();
+  if (!s.ok()) return Broken(s);
+  stats.sync_seconds = phase.Lap();
+  stats.total_seconds = total.Lap();
+  const StepCommBytes after = CommSnapshot();
+  stats.comm.grad_reduce = after.grad_reduce - before.grad_reduce;
+  stats.comm.grad_reduce_scatter = after.grad_reduce_scatter - before.grad_reduce_scatter;
+  stats.comm.param_broadcast = after.param_broadcast - before.param_broadcast;
+  stats.comm.param_all_gather = after.param_all_gather - before.param_all_gather;
+  stats.comm.collectives = after.collectives - before.collectives;
+  ++steps_;
+  return stats;
+}
+
+absl::Status ShardedOptimizer::PackGradients(GradientSource& grads) {
+  for (const PartLayout& part : layout_.parts) {
+    MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, grads.PartGradient(part.tensor));
+    MUONSHARD_RETURN_IF_ERROR(PackPart(part, grad));
+  }
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) ZeroUncovered(view_.muon_buckets(b).entries(), muon_[b].grads);
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
+    ZeroUncovered(view_.adamw_buckets(b).entries(), adamw_[b].grads);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::PackPart(const PartLayout& part, absl::Span<const float> grad) {
+  const int64_t numel = part.element_end - part.element_begin;
+  if (static_cast<int64_t>(grad.size()) != numel) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", grad.size(),
+                                                   " values for a part of ", numel));
+  }
+  for (const EntryRef& ref : part.entries) {
+    const v1::BucketEntry& e = Entry(ref);
+    TypedBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
+    buffer.Write(e.offset(), grad.subspan(e.element_begin() - part.element_begin, e.numel()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::ReduceGradients() {
+  const CommDType dtype = internal::ToCommDType(grad_dtype_);
+  return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
+    for (int b : layout_.groups[g].muon_buckets) {
+      MUONSHARD_RETURN_IF_ERROR(comm.Reduce(muon_[b].grads.data(), muon_[b].grads.numel(), dtype, ReduceOp::kAvg,
+                                            layout_.muon_buckets[b].owner_group_rank));
+    }
+    for (int b : layout_.groups[g].adamw_buckets) {
+      MUONSHARD_RETURN_IF_ERROR(comm.ReduceScatter(adamw_[b].grads.data(), adamw_[b].shard_grads.data(),
+                                                   layout_.adamw_buckets[b].counts, dtype, ReduceOp::kAvg));
+    }
+    return absl::OkStatus();
+  });
+}
+
+const float* ShardedOptimizer::GradFloats(const TypedBuffer& grads, int64_t offset, int64_t n) {
+  if (grads.dtype() == v1::FP32) return grads.floats() + offset;
+  if (static_cast<int64_t>(scratch_.size()) < n) scratch_.resize(n);
+  grads.Read(offset, absl::MakeSpan(scratch_.data(), n));
+  return scratch_.data();
+}
+
+absl::Status ShardedOptimizer::RunMuon() {
+  for (size_t i = 0; i < layout_.owned.size(); ++i) {
+    const internal::MuonShardLayout& o = layout_.owned[i];
+    const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+    MuonShardState& s = shards_[i];
+    TypedBuffer& params = muon_[o.bucket].params;
+    const bool bf16 = params.dtype() == v1::BF16;
+    kernels::MuonTensors t;
+    t.grad = GradFloats(muon_[o.bucket].grads, e.offset(), e.numel());
+    t.momentum = s.momentum.data();
+    t.master = s.master.data();
+    // bf16 models are written by the kernel straight into the bucket.
+    t.model = bf16 ? params.words() + e.offset() : nullptr;
+    MUONSHARD_RETURN_IF_ERROR(backend_->MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, s.with_decay)));
+    if (!bf16) params.Write(e.offset(), s.master);
+  }
+  return backend_->Synchronize();
+}
+
+absl::Status ShardedOptimizer::RunAdamw() {
+  const kernels::AdamWBetaPows pows{&beta1_pow_, &beta2_pow_};
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
+    const internal::AdamwBucketLayout& al = layout_.adamw_buckets[b];
+    AdamwBucketState& s = adamw_[b];
+    const int64_t shard = al.shard_end - al.shard_begin;
+    // A group of one has no reduce-scatter/all-gather: its shard is the
+    // whole bucket and the model is written in place.
+    const bool shared = groups_[al.group].comm != nullptr;
+    const float* grad = shared ? GradFloats(s.shard_grads, 0, shard) : GradFloats(s.grads, 0, shard);
+    TypedBuffer& model = shared ? s.staging : s.params;
+    const bool bf16 = model.dtype() == v1::BF16;
+    for (size_t k = 0; k < al.segments.size(); ++k) {
+      const int64_t at = al.segments[k].shard_offset;
+      const int64_t n = al.segments[k].numel;
+      kernels::AdamWTensors t;
+      t.grad = grad + at;
+      t.master = s.master.data() + at;
+      t.moment1 = s.moment1.data() + at;
+      t.moment2 = s.moment2.data() + at;
+      t.model = bf16 ? model.words() + at : nullptr;
+      MUONSHARD_RETURN_IF_ERROR(backend_->AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
+      if (!bf16) model.Write(at, absl::MakeConstSpan(s.master).subspan(at, n));
+    }
+  }
+  // NOTE [Beta powers]: once per step, after every shard used them.
+  kernels::AdamWOptions advance = AdamWOptionsFor(config_, true);
+  advance.advance_beta_pows = true;
+  kernels::AdvanceBetaPows(pows, advance);
+  return backend_->Synchronize();
+}
+
+absl::Status ShardedOptimizer::SyncParameters() {
+  return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
+    for (int b : layout_.groups[g].muon_buckets) {
+      TypedBuffer& params = muon_[b].params;
+      MUONSHARD_RETURN_IF_ERROR(comm.Broadcast(params.data(), params.numel(), params.comm_dtype(),
+                                               layout_.muon_buckets[b].owner_group_rank));
+    }
+    for (int b : layout_.groups[g].adamw_buckets) {
+      TypedBuffer& params = adamw_[b].params;
+      MUONSHARD_RETURN_IF_ERROR(comm.AllGather(adamw_[b].staging.data(), params.data(),
+                                               layout_.adamw_buckets[b].counts, params.comm_dtype()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+StepCommBytes ShardedOptimizer::CommSnapshot() const {
+  StepCommBytes bytes;
+  for (const GroupState& g : groups_) {
+    if (g.comm == nullptr) continue;
+    const CommCounters c = g.comm->Snapshot();
+    bytes.grad_reduce += c.reduce.bytes;
+    bytes.grad_reduce_scatter += c.reduce_scatter.bytes;
+    bytes.param_broadcast += c.broadcast.bytes;
+    bytes.param_all_gather += c.all_gather.bytes;
+    bytes.collectives += c.reduce.calls + c.reduce_scatter.calls + c.broadcast.calls + c.all_gather.calls +
+                         c.all_reduce.calls;
+  }
+  return bytes;
+}
+
+}  // namespace muonshard::worker
