@@ -19,6 +19,9 @@ int RunWatch(const std::vector<std::string>& args);
 int RunDiff(const std::vector<std::string>& args);
 int RunWorkers(const std::vector<std::string>& args);
 int RunHealth(const std::vector<std::string>& args);
+// Sharded checkpoints (cli/ckpt_commands.cc).
+int RunCkpt(const std::vector<std::string>& args);
+int RunReshard(const std::vector<std::string>& args);
 
 }  // namespace muonshard::cli
 

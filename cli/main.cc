@@ -25,6 +25,8 @@ const Command kCommands[] = {
     {"diff", "tensors that change owner or slice between two versions", muonshard::cli::RunDiff},
     {"workers", "list jobs and their workers", muonshard::cli::RunWorkers},
     {"health", "check the coordinator's grpc.health.v1 status", muonshard::cli::RunHealth},
+    {"ckpt", "inspect a sharded checkpoint: summary and integrity check", muonshard::cli::RunCkpt},
+    {"reshard", "reshard a checkpoint to another topology (or --dry-run)", muonshard::cli::RunReshard},
 };
 
 void PrintUsage(std::ostream& out) {

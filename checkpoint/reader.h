@@ -1,0 +1,73 @@
+#ifndef MUONSHARD_CHECKPOINT_READER_H_
+#define MUONSHARD_CHECKPOINT_READER_H_
+
+// Loading a sharded checkpoint under any plan of the same model.
+//
+//   OpenCheckpoint   follows DIR/latest (or opens the step asked for), reads
+//                    and validates index.json, plan.pb and request.pb, and
+//                    checks that every rank file exists with its size
+//   CheckCompatible  the plan to load under is of the checkpoint's model
+//   LoadRankState    ComputeReads for the caller's shards, then pread of
+//                    each piece range straight into the shard's memory
+//
+// What a load verifies: the index's structure and plan hash; for each file it
+// reads from, its size and that its safetensors header lists every piece read
+// at the offset the index gives; and the crc32 of every checksum chunk it
+// copies bytes from (a read covering part of a chunk reads the whole chunk
+// into a scratch buffer first). Bytes it does not read are not checked:
+// VerifyCheckpoint (verify.h, `muonshardctl ckpt inspect`) checks them all,
+// whole-file crc32 included.
+//
+// Errors never crash: NOT_FOUND (no checkpoint, no such step), DATA_LOSS
+// naming the file, key or step (torn, missing, truncated or corrupt data),
+// INVALID_ARGUMENT naming the tensor (a different model),
+// FAILED_PRECONDITION (a newer format). Thread-compatible: distinct ranks
+// may load concurrently from one Checkpoint.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "checkpoint/state.h"
+#include "muonshard/v1/checkpoint.pb.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::checkpoint {
+
+// One committed step, opened and validated.
+struct Checkpoint {
+  std::string root;      // the checkpoint directory
+  std::string step_dir;  // root/step-N
+  v1::CheckpointIndex index;
+  v1::Plan plan;            // the plan the state was saved under
+  v1::PlanRequest request;  // its canonical request
+};
+
+// The step `latest` names; without a `latest` (a first commit that died
+// before writing it) the highest step directory holding an index.json.
+// NOT_FOUND when there is none; DATA_LOSS when `latest` is malformed.
+absl::StatusOr<int64_t> LatestStep(const std::string& dir);
+
+// Opens `step` (or the latest) of `dir`. A step that only exists as
+// step-N.tmp is DATA_LOSS ("incomplete ... never committed").
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt);
+
+// INVALID_ARGUMENT naming the first tensor of `plan` the checkpoint lacks or
+// holds with another shape or optimizer.
+absl::Status CheckCompatible(const v1::CheckpointIndex& index, const v1::Plan& plan);
+
+struct LoadResult {
+  Scalars scalars;         // the checkpoint's step and beta powers
+  int64_t bytes_read = 0;  // from the files, headers and chunk widening included
+};
+
+// Fills every shard's memory with its state from the checkpoint.
+absl::StatusOr<LoadResult> LoadRankState(const Checkpoint& checkpoint, absl::Span<const StateShard> shards);
+
+}  // namespace muonshard::checkpoint
+
+#endif  // MUONSHARD_CHECKPOINT_READER_H_

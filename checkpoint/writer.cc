@@ -1,0 +1,419 @@
+#include "checkpoint/writer.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "absl/base/casts.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "checkpoint/internal/posix_file.h"
+#include "checkpoint/safetensors.h"
+#include "common/file_util.h"
+#include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "coordinator/planner/planner.h"
+
+namespace muonshard::checkpoint {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; so must the host be");
+
+constexpr char kFormatTag[] = "muonshard.checkpoint.v1";
+
+std::string Join(const std::string& dir, absl::string_view name) { return absl::StrCat(dir, "/", name); }
+
+// A key of the file being written: a state piece (shard != nullptr) or one of
+// Paddle's beta-power scalars.
+struct Entry {
+  const StateShard* shard = nullptr;
+  std::string key;
+  const float* data = nullptr;
+  int64_t bytes = 0;
+  int64_t offset = 0;  // relative to the data section
+};
+
+absl::Status CheckTarget(const RankFileTarget& target, const Scalars& scalars, const WriteOptions& options) {
+  if (target.dir.empty()) return absl::InvalidArgumentError("checkpoint directory is empty");
+  if (target.step < 0) return absl::InvalidArgumentError(absl::StrCat("step ", target.step, " is negative"));
+  if (scalars.step != target.step) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scalars are of step ", scalars.step, ", the save of step ", target.step));
+  }
+  if (target.world_size <= 0 || target.rank < 0 || target.rank >= target.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", target.rank, " of world ", target.world_size));
+  }
+  if (target.plan_hash.empty()) return absl::InvalidArgumentError("plan hash is empty");
+  if (options.checksum_chunk_bytes <= 0 || options.checksum_chunk_bytes % 4 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checksum chunk of ", options.checksum_chunk_bytes, " bytes is not a positive multiple of 4"));
+  }
+  return absl::OkStatus();
+}
+
+// Keys and data offsets, state pieces first (in the caller's order), then
+// Paddle's beta powers. INVALID_ARGUMENT on a bad shard or a repeated key.
+absl::StatusOr<std::vector<Entry>> LayOut(absl::Span<const StateShard> shards, KeyStyle style, const float* beta_pows) {
+  std::vector<Entry> entries;
+  absl::flat_hash_set<std::string> keys;
+  std::vector<const ShardSpec*> adamw;
+  for (const StateShard& s : shards) {
+    const ShardSpec& spec = s.spec;
+    if (spec.name.empty() || spec.begin < 0 || spec.numel() <= 0 ||
+        static_cast<int64_t>(s.data.size()) != spec.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("shard \"", spec.name, "\" ", StateKindName(spec.kind), " [",
+                                                     spec.begin, ", ", spec.end, ") holds ", s.data.size(),
+                                                     " elements"));
+    }
+    Entry e{&s, PieceKey(style, spec.name, spec.dtype, spec.kind, spec.begin, spec.end), s.data.data(),
+            spec.numel() * 4};
+    if (!keys.insert(e.key).second) {
+      return absl::InvalidArgumentError(absl::StrCat("two shards have the key \"", e.key, "\""));
+    }
+    if (spec.kind == StateKind::kMoment1) adamw.push_back(&spec);
+    entries.push_back(std::move(e));
+  }
+  if (style == KeyStyle::kPaddle) {
+    for (const ShardSpec* spec : adamw) {
+      for (int which : {1, 2}) {
+        entries.push_back({nullptr, PaddleBetaPowKey(spec->name, spec->dtype, which), &beta_pows[which - 1], 4});
+      }
+    }
+  }
+  int64_t at = 0;
+  for (Entry& e : entries) {
+    e.offset = at;
+    at += e.bytes;
+  }
+  return entries;
+}
+
+std::string EncodeHeader(const std::vector<Entry>& entries, const RankFileTarget& target) {
+  std::vector<SafetensorsEntry> st;
+  st.reserve(entries.size());
+  for (const Entry& e : entries) st.push_back({e.key, "F32", {e.bytes / 4}, e.offset, e.offset + e.bytes});
+  return EncodeSafetensorsHeader(st, {{"format", kFormatTag},
+                                      {"plan_hash", target.plan_hash},
+                                      {"rank", absl::StrCat(target.rank)},
+                                      {"world_size", absl::StrCat(target.world_size)},
+                                      {"step", absl::StrCat(target.step)}});
+}
+
+// Writes the file, filling `record` with its size, crc32 and every piece.
+absl::Status WriteData(const std::string& path, const std::string& header, const std::vector<Entry>& entries,
+                       const RankFileTarget& target, const WriteOptions& options, v1::CheckpointRankRecord* record) {
+  MUONSHARD_ASSIGN_OR_RETURN(internal::File file, internal::File::Create(path));
+  MUONSHARD_RETURN_IF_ERROR(file.Write(header));
+  uint32_t crc = internal::Crc32(0, header.data(), static_cast<int64_t>(header.size()));
+  int64_t written = static_cast<int64_t>(header.size());
+  const int64_t file_bytes = written + (entries.empty() ? 0 : entries.back().offset + entries.back().bytes);
+  const int64_t chunk = options.checksum_chunk_bytes;
+  const int total = static_cast<int>(
+      std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.shard != nullptr; }));
+  int pieces = 0;
+  for (const Entry& e : entries) {
+    v1::StatePiece* piece = nullptr;
+    if (e.shard != nullptr) {
+      v1::CheckpointRankRecord::Piece* p = record->add_pieces();
+      p->set_tensor(e.shard->spec.name);
+      p->set_kind(ToProto(e.shard->spec.kind));
+      piece = p->mutable_piece();
+      piece->set_key(e.key);
+      piece->set_begin(e.shard->spec.begin);
+      piece->set_end(e.shard->spec.end);
+      piece->set_data_offset(written);
+    }
+    const char* bytes = reinterpret_cast<const char*>(e.data);
+    for (int64_t off = 0; off < e.bytes; off += chunk) {
+      const int64_t n = std::min(chunk, e.bytes - off);
+      const uint32_t c = internal::Crc32(0, bytes + off, n);
+      if (piece != nullptr) piece->add_chunk_crc32(c);
+      crc = internal::Crc32Combine(crc, c, n);
+      MUONSHARD_RETURN_IF_ERROR(file.Write(absl::string_view(bytes + off, static_cast<size_t>(n))));
+    }
+    written += e.bytes;
+    if (e.shard != nullptr && options.on_piece_written) {
+      options.on_piece_written({target.rank, ++pieces, total, written, file_bytes});
+    }
+  }
+  MUONSHARD_RETURN_IF_ERROR(file.Sync());
+  MUONSHARD_RETURN_IF_ERROR(file.Close());
+  v1::CheckpointFile* f = record->mutable_file();
+  f->set_rank(target.rank);
+  f->set_size_bytes(written);
+  f->set_crc32(crc);
+  return absl::OkStatus();
+}
+
+// ---- Commit ----
+
+bool SameBits(float a, float b) { return absl::bit_cast<uint32_t>(a) == absl::bit_cast<uint32_t>(b); }
+
+absl::StatusOr<std::vector<v1::CheckpointRankRecord>> ReadRecords(const std::string& tmp, const v1::Plan& plan,
+                                                                  int64_t step, const CommitOptions& options) {
+  const int world = plan.ranks_size();
+  std::vector<v1::CheckpointRankRecord> records(world);
+  for (int r = 0; r < world; ++r) {
+    const std::string path = Join(tmp, RankRecordName(r, world));
+    auto json = ReadFile(path);
+    if (!json.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r, " has not written its checkpoint file: ", json.status().message()));
+    }
+    absl::Status parsed = FromJson(*json, &records[r], path);
+    if (!parsed.ok()) return absl::DataLossError(parsed.message());
+    const v1::CheckpointRankRecord& rec = records[r];
+    if (rec.step() != step || rec.plan_hash() != plan.content_hash() || rec.rank() != r || rec.world_size() != world) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, ": written for step ", rec.step(), ", plan ", rec.plan_hash(), ", rank ", rec.rank(), " of ",
+          rec.world_size(), "; the commit is for step ", step, ", plan ", plan.content_hash(), ", world ", world));
+    }
+    if (rec.save_id() != options.save_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": left by save attempt \"", rec.save_id(), "\", this one is \"", options.save_id, "\""));
+    }
+    const v1::CheckpointRankRecord& first = records[0];
+    if (rec.key_style() != first.key_style() || rec.checksum_chunk_bytes() != first.checksum_chunk_bytes()) {
+      return absl::FailedPreconditionError(absl::StrCat(path, ": key style or checksum chunk differs from rank 0's"));
+    }
+    // Bitwise: every AdamW parameter steps together, so every rank holds the
+    // very same beta powers; any difference is a bug upstream.
+    if (!SameBits(rec.scalars().beta1_pow(), first.scalars().beta1_pow()) ||
+        !SameBits(rec.scalars().beta2_pow(), first.scalars().beta2_pow())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", r, " saved beta powers (", rec.scalars().beta1_pow(), ", ", rec.scalars().beta2_pow(),
+                       "), rank 0 (", first.scalars().beta1_pow(), ", ", first.scalars().beta2_pow(), ")"));
+    }
+  }
+  return records;
+}
+
+absl::Status CheckFileSizes(const std::string& tmp, const std::vector<v1::CheckpointRankRecord>& records) {
+  for (const v1::CheckpointRankRecord& rec : records) {
+    const std::string path = Join(tmp, rec.file().name());
+    MUONSHARD_ASSIGN_OR_RETURN(int64_t size, internal::FileSize(path));
+    if (size != rec.file().size_bytes()) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": ", size, " bytes on disk, ", rec.file().size_bytes(), " written"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::CheckpointTensor TensorEntry(const v1::PlannedTensor& t) {
+  v1::CheckpointTensor out;
+  out.set_name(t.name());
+  *out.mutable_shape() = t.shape();
+  out.set_dtype(t.dtype());
+  out.set_optimizer(t.optimizer());
+  out.set_numel(t.numel());
+  for (StateKind kind : KindsOf(t.optimizer())) out.add_states()->set_kind(ToProto(kind));
+  return out;
+}
+
+// Sorts each state's pieces and checks they tile [0, numel) exactly.
+absl::Status SortAndCheckCoverage(v1::CheckpointTensor* t) {
+  for (v1::TensorStatePieces& state : *t->mutable_states()) {
+    auto* pieces = state.mutable_pieces();
+    std::sort(pieces->begin(), pieces->end(),
+              [](const v1::StatePiece& a, const v1::StatePiece& b) { return a.begin() < b.begin(); });
+    int64_t at = 0;
+    for (const v1::StatePiece& p : *pieces) {
+      if (p.begin() != at) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "tensor \"", t->name(), "\" ", v1::StateKind_Name(state.kind()), ": elements [", std::min(at, p.begin()),
+            ", ", std::max(at, p.begin()), p.begin() > at ? ") were saved by no rank" : ") were saved twice"));
+      }
+      at = p.end();
+    }
+    if (at != t->numel()) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor \"", t->name(), "\" ", v1::StateKind_Name(state.kind()),
+                                                        ": elements [", at, ", ", t->numel(),
+                                                        ") were saved by no rank"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CheckpointIndex> BuildIndex(const v1::Plan& plan, int64_t step,
+                                               const std::vector<v1::CheckpointRankRecord>& records,
+                                               const CommitOptions& options) {
+  v1::CheckpointIndex index;
+  index.set_format_version(kCheckpointFormatVersion);
+  index.set_step(step);
+  index.set_plan_hash(plan.content_hash());
+  index.set_plan_version(options.plan_version);
+  index.set_model(plan.model());
+  *index.mutable_topology() = plan.topology();
+  *index.mutable_policy() = plan.policy();
+  *index.mutable_optimizer() = options.optimizer;
+  *index.mutable_scalars() = records[0].scalars();
+  index.set_checksum_chunk_bytes(records[0].checksum_chunk_bytes());
+  index.set_key_style(records[0].key_style());
+  absl::flat_hash_map<absl::string_view, int> by_name;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    *index.add_tensors() = TensorEntry(plan.tensors(i));
+    by_name[plan.tensors(i).name()] = i;
+  }
+  for (int r = 0; r < static_cast<int>(records.size()); ++r) {
+    *index.add_files() = records[r].file();
+    for (const v1::CheckpointRankRecord::Piece& p : records[r].pieces()) {
+      auto it = by_name.find(p.tensor());
+      v1::CheckpointTensor* t = it == by_name.end() ? nullptr : index.mutable_tensors(it->second);
+      v1::TensorStatePieces* state = nullptr;
+      for (int s = 0; t != nullptr && s < t->states_size(); ++s) {
+        if (t->states(s).kind() == p.kind()) state = t->mutable_states(s);
+      }
+      if (state == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat("rank ", r, " saved \"", p.tensor(), "\" ",
+                                                          v1::StateKind_Name(p.kind()), ", which the plan has not"));
+      }
+      v1::StatePiece* piece = state->add_pieces();
+      *piece = p.piece();
+      piece->set_file(r);
+    }
+  }
+  for (v1::CheckpointTensor& t : *index.mutable_tensors()) MUONSHARD_RETURN_IF_ERROR(SortAndCheckCoverage(&t));
+  MUONSHARD_RETURN_IF_ERROR(ValidateIndex(index));
+  return index;
+}
+
+// Removes everything in the temporary step directory that the index does not
+// name: rank records, and files of an earlier attempt at this step.
+absl::Status RemoveStrays(const std::string& tmp, const v1::CheckpointIndex& index) {
+  absl::flat_hash_set<std::string> keep = {kPlanFileName, kRequestFileName};
+  for (const v1::CheckpointFile& f : index.files()) keep.insert(f.name());
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(tmp));
+  for (const std::string& name : names) {
+    if (!keep.contains(name)) MUONSHARD_RETURN_IF_ERROR(internal::RemoveTree(Join(tmp, name)));
+  }
+  return absl::OkStatus();
+}
+
+// The name `latest` holds, or "" when there is none.
+std::string LatestName(const std::string& dir) {
+  auto content = ReadFile(Join(dir, kLatestFileName));
+  if (!content.ok()) return "";
+  std::string name = *content;
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+// A complete step-N left by a commit that crashed before moving `latest` is
+// moved aside (and removed by the cleanup); the one `latest` names never is.
+absl::Status ClearTarget(const std::string& dir, int64_t step) {
+  const std::string final_dir = Join(dir, StepDirName(step));
+  MUONSHARD_ASSIGN_OR_RETURN(bool exists, internal::Exists(final_dir));
+  if (!exists) return absl::OkStatus();
+  if (LatestName(dir) == StepDirName(step)) {
+    return absl::AlreadyExistsError(absl::StrCat(final_dir, " exists and is the latest checkpoint"));
+  }
+  const std::string aside = Join(dir, absl::StrCat(StepDirName(step), ".replaced.tmp"));
+  MUONSHARD_RETURN_IF_ERROR(internal::RemoveTree(aside));
+  return internal::Rename(final_dir, aside);
+}
+
+// Best effort: leftovers are harmless (never loaded) and retried next time.
+void CleanUp(const std::string& dir, int64_t step, int keep_last) {
+  auto names = internal::ListDir(dir);
+  if (!names.ok()) return;
+  std::vector<int64_t> steps;
+  for (const std::string& name : *names) {
+    if (auto s = ParseStepDirName(name)) {
+      steps.push_back(*s);
+    } else if (absl::EndsWith(name, ".tmp") || absl::StartsWith(name, absl::StrCat(kLatestFileName, ".tmp."))) {
+      internal::RemoveTree(Join(dir, name)).IgnoreError();
+    }
+  }
+  if (keep_last <= 0) return;
+  std::sort(steps.begin(), steps.end());
+  const int excess = static_cast<int>(steps.size()) - keep_last;
+  for (int i = 0; i < excess; ++i) {
+    if (steps[i] != step) internal::RemoveTree(Join(dir, StepDirName(steps[i]))).IgnoreError();
+  }
+}
+
+absl::Status WriteMetadataFiles(const std::string& tmp, const v1::Plan& plan, const v1::PlanRequest& canonical) {
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kPlanFileName), SerializeDeterministic(plan)));
+  return WriteFileAtomic(Join(tmp, kRequestFileName), SerializeDeterministic(canonical));
+}
+
+void Stage(const CommitOptions& options, absl::string_view stage) {
+  if (options.on_stage) options.on_stage(stage);
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& target,
+                                                       absl::Span<const StateShard> shards, const Scalars& scalars,
+                                                       const WriteOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(CheckTarget(target, scalars, options));
+  const float beta_pows[2] = {scalars.beta1_pow, scalars.beta2_pow};
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<Entry> entries, LayOut(shards, options.key_style, beta_pows));
+  const std::string tmp = Join(target.dir, TempStepDirName(target.step));
+  MUONSHARD_RETURN_IF_ERROR(internal::MakeDirs(tmp));
+
+  v1::CheckpointRankRecord record;
+  record.set_step(target.step);
+  record.set_plan_hash(target.plan_hash);
+  record.set_rank(target.rank);
+  record.set_world_size(target.world_size);
+  record.set_checksum_chunk_bytes(options.checksum_chunk_bytes);
+  record.set_key_style(std::string(KeyStyleName(options.key_style)));
+  record.set_save_id(target.save_id);
+  record.mutable_scalars()->set_beta1_pow(scalars.beta1_pow);
+  record.mutable_scalars()->set_beta2_pow(scalars.beta2_pow);
+  record.mutable_file()->set_name(RankFileName(target.rank, target.world_size));
+
+  const std::string path = Join(tmp, record.file().name());
+  MUONSHARD_RETURN_IF_ERROR(WriteData(path, EncodeHeader(entries, target), entries, target, options, &record));
+  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(record, /*pretty=*/false));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, RankRecordName(target.rank, target.world_size)), json));
+  return record;
+}
+
+absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan,
+                              const v1::PlanRequest& request, const CommitOptions& options) {
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest canonical, planner::CanonicalizeRequest(request));
+  if (planner::ContentHash(canonical) != plan.content_hash()) {
+    return absl::InvalidArgumentError(absl::StrCat("the request's content hash ", planner::ContentHash(canonical),
+                                                   " is not the plan's ", plan.content_hash()));
+  }
+  if (plan.ranks_size() == 0) return absl::InvalidArgumentError("the plan has no ranks");
+  const std::string tmp = Join(dir, TempStepDirName(step));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<v1::CheckpointRankRecord> records, ReadRecords(tmp, plan, step, options));
+  MUONSHARD_RETURN_IF_ERROR(CheckFileSizes(tmp, records));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::CheckpointIndex index, BuildIndex(plan, step, records, options));
+  MUONSHARD_RETURN_IF_ERROR(WriteMetadataFiles(tmp, plan, canonical));
+  MUONSHARD_RETURN_IF_ERROR(RemoveStrays(tmp, index));
+  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(index, /*pretty=*/false));
+  // The index goes last: WriteFileAtomic fsyncs it and the directory, so
+  // everything it describes is durable before the step can be renamed.
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kIndexFileName), json));
+  Stage(options, "index-written");
+  MUONSHARD_RETURN_IF_ERROR(ClearTarget(dir, step));
+  MUONSHARD_RETURN_IF_ERROR(internal::Rename(tmp, Join(dir, StepDirName(step))));
+  MUONSHARD_RETURN_IF_ERROR(SyncDirectory(dir));
+  Stage(options, "renamed");
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kLatestFileName), StepDirName(step) + "\n"));
+  Stage(options, "latest-updated");
+  CleanUp(dir, step, options.keep_last);
+  return absl::OkStatus();
+}
+
+absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
+                            absl::Span<const std::vector<StateShard>> ranks, const Scalars& scalars,
+                            const WriteOptions& write_options, const CommitOptions& commit_options) {
+  if (static_cast<int>(ranks.size()) != plan.ranks_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(ranks.size(), " ranks of state for a plan of ", plan.ranks_size()));
+  }
+  for (int r = 0; r < plan.ranks_size(); ++r) {
+    RankFileTarget target{dir, step, plan.content_hash(), r, plan.ranks_size(), commit_options.save_id};
+    MUONSHARD_RETURN_IF_ERROR(WriteRankFile(target, ranks[r], scalars, write_options).status());
+  }
+  return CommitCheckpoint(dir, step, plan, request, commit_options);
+}
+
+}  // namespace muonshard::checkpoint

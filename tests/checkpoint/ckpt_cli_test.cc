@@ -1,0 +1,175 @@
+// The real `muonshardctl ckpt inspect` and `muonshardctl reshard`: exit
+// codes, output, and totals held against the planner's ComputeTransfers.
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/reshard_plan.h"
+#include "checkpoint/verify.h"
+#include "checkpoint/writer.h"
+#include "common/proto_json.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/planner/transfer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/checkpoint/ckpt_test_util.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::checkpoint {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+class CkptCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(p_, testing::MakePlan(testing::SmallMoeManifest(), 4, 1, 2));
+    auto state = testing::SyntheticState(p_.plan);
+    ASSERT_TRUE(state.ok());
+    ckpt_ = dir_.Sub("ckpt");
+    MUONSHARD_ASSERT_OK(
+        SaveCheckpoint(ckpt_, 30, p_.plan, p_.request, testing::ShardLists(*state), testing::SyntheticScalars(30)));
+  }
+
+  // `muonshardctl <args>`; arguments need no quoting beyond what they hold.
+  RunResult Ctl(const std::string& args) {
+    RunResult r;
+    const std::string out = dir_.Sub("stdout"), err = dir_.Sub("stderr");
+    const std::string command =
+        absl::StrCat("'", testing::BinaryPath("muonshardctl"), "' ", args, " >'", out, "' 2>'", err, "' </dev/null");
+    const int status = std::system(command.c_str());
+    if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+    r.out = testing::ReadAll(out).value_or("");
+    r.err = testing::ReadAll(err).value_or("");
+    return r;
+  }
+
+  testing::ScratchDir dir_;
+  testing::PlanAndRequest p_;
+  std::string ckpt_;
+};
+
+TEST_F(CkptCliTest, Inspect_SummaryPerRankBytesAndIntegrity) {
+  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(step 30)"));
+  EXPECT_THAT(r.out, HasSubstr(p_.plan.content_hash()));
+  EXPECT_THAT(r.out, HasSubstr("world 4 (pp 1, ep 2)"));
+  EXPECT_THAT(r.out, HasSubstr("integrity    OK"));
+  EXPECT_THAT(r.out, HasSubstr("rank-00003-of-00004.safetensors"));
+}
+
+TEST_F(CkptCliTest, InspectJson_MatchesTheLibrarySummary) {
+  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --step 30 --output json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::CheckpointSummary printed;
+  MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(ckpt_));
+  v1::CheckpointSummary expected = SummarizeCheckpoint(c);
+  expected.set_verified(true);
+  EXPECT_EQ(SerializeDeterministic(printed), SerializeDeterministic(expected)) << r.out;
+}
+
+TEST_F(CkptCliTest, InspectCorrupt_ExitsOneNamingTheFile) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(ckpt_));
+  const std::string file = c.step_dir + "/" + c.index.files(2).name();
+  MUONSHARD_ASSERT_OK(testing::FlipByte(file, c.index.files(2).size_bytes() - 3));
+  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("rank-00002-of-00004.safetensors"));
+  EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
+}
+
+TEST_F(CkptCliTest, BadInput_ExitsTwo) {
+  EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", dir_.Sub("missing"))).exit_code, 2);
+  EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --step 31")).exit_code, 2);
+  EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --bogus")).exit_code, 2);
+  EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --output yaml")).exit_code, 2);
+  EXPECT_EQ(Ctl("ckpt inspect").exit_code, 2);
+  EXPECT_EQ(Ctl("ckpt frobnicate").exit_code, 2);
+  EXPECT_EQ(Ctl("reshard --to-world-size 2 --dry-run").exit_code, 2);
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --dry-run")).exit_code, 2);
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2")).exit_code, 2) << "no --out";
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 3 --dry-run")).exit_code, 2)
+      << "world 3 with the checkpoint's ep 2";
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", dir_.Sub("missing"), " --to-world-size 2 --dry-run")).exit_code,
+            2);
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --out ", ckpt_)).exit_code, 2);
+}
+
+TEST_F(CkptCliTest, ReshardDryRunJson_TransfersAreThePlannersAndNothingIsWritten) {
+  RunResult r = Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 3 --ep 1 --dry-run --output json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::ReshardSummary printed;
+  MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, testing::MakePlan(testing::SmallMoeManifest(), 3));
+  EXPECT_EQ(printed.to_plan_hash(), to.plan.content_hash());
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(planner::TransferSummary want, planner::ComputeTransfers(p_.plan, to.plan));
+  EXPECT_EQ(printed.state_bytes(), want.state_bytes);
+  EXPECT_EQ(printed.moved_bytes(), want.moved_bytes);
+  ASSERT_EQ(printed.transfers_size(), static_cast<int>(want.transfers.size()));
+  for (int i = 0; i < printed.transfers_size(); ++i) {
+    EXPECT_EQ(printed.transfers(i).from(), want.transfers[i].from);
+    EXPECT_EQ(printed.transfers(i).to(), want.transfers[i].to);
+    EXPECT_EQ(printed.transfers(i).bytes(), want.transfers[i].bytes);
+  }
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(ckpt_));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReadTraffic traffic, ComputeReadTraffic(c.index, to.plan));
+  EXPECT_EQ(printed.bytes_read(), traffic.verified_bytes);
+  EXPECT_TRUE(printed.out_step_dir().empty());
+  EXPECT_EQ(SerializeDeterministic(printed.to_topology()), SerializeDeterministic(to.plan.topology()));
+}
+
+TEST_F(CkptCliTest, ReshardDryRunTable_GridAndTotals) {
+  RunResult r = Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 8 --policy balanced --dry-run"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to,
+                                 testing::MakePlan(testing::SmallMoeManifest(), 8, 1, 2, v1::BALANCED));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(planner::TransferSummary want, planner::ComputeTransfers(p_.plan, to.plan));
+  EXPECT_THAT(r.out, HasSubstr("world 8 (pp 1, ep 2), policy BALANCED"));
+  EXPECT_THAT(r.out, HasSubstr("old\\new"));
+  EXPECT_THAT(r.out, HasSubstr("total read"));
+  std::string grouped;
+  const std::string digits = absl::StrCat(want.state_bytes);
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("state        ", grouped, " bytes")));
+  EXPECT_THAT(r.out, Not(HasSubstr("written")));
+}
+
+TEST_F(CkptCliTest, ReshardWrite_ThenInspectAndLoadUnderTheNewPlan) {
+  const std::string out = dir_.Sub("w2");
+  RunResult r =
+      Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --ep 1 --out ", out, " --key-style paddle"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrCat("written      ", out, "/step-30")));
+  EXPECT_THAT(r.err, HasSubstr("rank 2/2 written"));
+  RunResult inspect = Ctl(absl::StrCat("ckpt inspect ", out));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_THAT(inspect.out, HasSubstr("world 2 (pp 1, ep 1)"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
+  EXPECT_EQ(c.index.key_style(), "paddle");
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, testing::MakePlan(testing::SmallMoeManifest(), 2));
+  EXPECT_EQ(c.index.plan_hash(), to.plan.content_hash());
+  for (int rank = 0; rank < 2; ++rank) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<testing::RankBuffers> buffers, testing::AllocateRank(to.plan, rank));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(LoadResult loaded, LoadRankState(c, buffers->shards));
+    MUONSHARD_EXPECT_OK(testing::CheckSynthetic(*buffers));
+    EXPECT_EQ(loaded.scalars.beta1_pow, testing::SyntheticScalars(30).beta1_pow);
+  }
+}
+
+}  // namespace
+}  // namespace muonshard::checkpoint
