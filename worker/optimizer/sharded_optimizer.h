@@ -73,6 +73,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "checkpoint/state.h"
 #include "kernels/kernel_backend.h"
 #include "muonshard/v1/plan.pb.h"
 #include "worker/comm/communicator.h"
@@ -149,6 +150,21 @@ class ShardedOptimizer {
   int64_t optimizer_state_bytes() const;
   int64_t model_copy_bytes() const;
   int64_t gradient_buffer_bytes() const;
+
+  // Checkpointing (checkpoint/state.h). The rank's optimizer state as shards
+  // pointing into this optimizer's own buffers, in
+  // checkpoint::ExpectedShards(view) order: save them, or fill them from a
+  // checkpoint of any plan of the same model and call RestoreFromState.
+  // The spans stay valid while the optimizer lives.
+  // Possible errors: INTERNAL (the view and the buffers disagree).
+  absl::StatusOr<std::vector<checkpoint::StateShard>> StateShards();
+  checkpoint::Scalars scalars() const;
+  // After the shards were filled: takes the step count and beta powers and
+  // rebuilds every model copy from the masters (the same cast, broadcast and
+  // all-gather as a step's sync), so every rank of every group agrees. A
+  // collective, like Step().
+  // Possible errors: FAILED_PRECONDITION (broken), the communicators' codes.
+  absl::Status RestoreFromState(const checkpoint::Scalars& scalars);
 
   int64_t steps_done() const { return steps_; }
   float lr() const { return config_.lr; }

@@ -199,6 +199,69 @@ absl::Status ShardedOptimizer::SyncParameters() {
   });
 }
 
+absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShards() {
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::ShardSpec> specs, checkpoint::ExpectedShards(view_));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::SliceLocation> slices, checkpoint::LocateSlices(view_));
+  absl::flat_hash_map<int, int> adamw_position;  // AdamwBucket.id -> position in the view
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) adamw_position[view_.adamw_buckets(b).id()] = b;
+  std::vector<checkpoint::StateShard> shards;
+  shards.reserve(specs.size());
+  size_t k = 0;
+  auto add = [&](std::vector<float>& buffer, int64_t at, checkpoint::StateKind kind) -> absl::Status {
+    if (k >= specs.size() || specs[k].kind != kind || at + specs[k].numel() > static_cast<int64_t>(buffer.size())) {
+      return absl::InternalError(absl::StrCat("rank ", rank(), ": optimizer buffers do not match the view's shard ", k));
+    }
+    shards.push_back({specs[k], absl::MakeSpan(buffer).subspan(at, specs[k].numel())});
+    ++k;
+    return absl::OkStatus();
+  };
+  using Kind = checkpoint::StateKind;
+  for (MuonShardState& s : shards_) {
+    MUONSHARD_RETURN_IF_ERROR(add(s.master, 0, Kind::kMaster));
+    MUONSHARD_RETURN_IF_ERROR(add(s.momentum, 0, Kind::kMomentum));
+  }
+  for (const checkpoint::SliceLocation& slice : slices) {
+    AdamwBucketState& b = adamw_[adamw_position[slice.bucket]];
+    MUONSHARD_RETURN_IF_ERROR(add(b.master, slice.shard_offset, Kind::kMaster));
+    MUONSHARD_RETURN_IF_ERROR(add(b.moment1, slice.shard_offset, Kind::kMoment1));
+    MUONSHARD_RETURN_IF_ERROR(add(b.moment2, slice.shard_offset, Kind::kMoment2));
+  }
+  if (k != specs.size()) return absl::InternalError("optimizer buffers do not cover the view's shards");
+  return shards;
+}
+
+checkpoint::Scalars ShardedOptimizer::scalars() const {
+  checkpoint::Scalars s;
+  s.step = steps_;
+  s.beta1_pow = beta1_pow_;
+  s.beta2_pow = beta2_pow_;
+  return s;
+}
+
+absl::Status ShardedOptimizer::RestoreFromState(const checkpoint::Scalars& scalars) {
+  if (!broken_.ok()) return broken_;  // parameters need not be set: this sets them
+  steps_ = scalars.step;
+  beta1_pow_ = scalars.beta1_pow;
+  beta2_pow_ = scalars.beta2_pow;
+  // Owners write their masters into the model copy, exactly as a step does.
+  for (size_t i = 0; i < layout_.owned.size(); ++i) {
+    const internal::MuonShardLayout& o = layout_.owned[i];
+    muon_[o.bucket].params.Write(view_.muon_buckets(o.bucket).entries(o.entry).offset(), shards_[i].master);
+  }
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
+    const internal::AdamwBucketLayout& al = layout_.adamw_buckets[b];
+    AdamwBucketState& s = adamw_[b];
+    TypedBuffer& model = groups_[al.group].comm != nullptr ? s.staging : s.params;
+    for (const internal::AdamwSegment& seg : al.segments) {
+      model.Write(seg.shard_offset, absl::MakeConstSpan(s.master).subspan(seg.shard_offset, seg.numel));
+    }
+  }
+  absl::Status synced = SyncParameters();
+  if (!synced.ok()) return Broken(synced);
+  initialised_.assign(initialised_.size(), true);
+  return absl::OkStatus();
+}
+
 StepCommBytes ShardedOptimizer::CommSnapshot() const {
   StepCommBytes bytes;
   for (const GroupState& g : groups_) {

@@ -1,0 +1,221 @@
+// Train, save, resume under another plan, continue: the central
+// checkpoint promise, with the real sharded optimizer (threads as ranks,
+// in-process communicators). Gradients depend only on (tensor, step,
+// element), identical on every rank, so the uninterrupted trajectory does
+// not depend on the world size and any layout can continue it: same world
+// size -> bit-identical, otherwise within 1e-5 (the mean of n equal fp32
+// values is exact for n a power of two and within an ulp otherwise).
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
+#include "coordinator/planner/plan_view.h"
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_backend.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/optimizer_test_util.h"
+#include "worker/optimizer/gradient_source.h"
+#include "worker/optimizer/sharded_optimizer.h"
+
+namespace muonshard::checkpoint {
+namespace {
+
+using worker::ShardedOptimizer;
+
+// A deterministic value in [-scale, scale) of (name, salt, element).
+float Value(const std::string& name, int64_t salt, int64_t element, float scale) {
+  uint64_t h = std::hash<std::string>{}(name) ^ (static_cast<uint64_t>(salt) * 0x9E3779B97F4A7C15ull);
+  h ^= static_cast<uint64_t>(element) + 0x632BE59BD9B4E019ull + (h << 6) + (h >> 2);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return scale * (static_cast<float>(h >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+}
+
+// Every rank of one plan: communicators, backends, optimizers.
+struct Job {
+  v1::Plan plan;
+  worker::testing::PlanComms comms;
+  std::vector<std::unique_ptr<kernels::KernelBackend>> backends;
+  std::vector<std::unique_ptr<ShardedOptimizer>> ranks;
+};
+
+std::unique_ptr<Job> StartJob(const v1::ModelManifest& manifest, int world, int ep, v1::Policy policy) {
+  auto job = std::make_unique<Job>();
+  v1::PlanRequest request = testing::MakeRequest(manifest, world, 1, ep, policy);
+  auto plan = planner::ComputePlan(request);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  job->plan = *std::move(plan);
+  auto comms = worker::testing::CreateInProcessPlanComms(job->plan);
+  EXPECT_TRUE(comms.ok()) << comms.status();
+  job->comms = *std::move(comms);
+  for (int r = 0; r < world; ++r) {
+    auto view = planner::ExtractRankView(job->plan, r);
+    EXPECT_TRUE(view.ok()) << view.status();
+    job->backends.push_back(kernels::CreateCpuKernelBackend());
+    auto opt = ShardedOptimizer::Create(*view, job->comms.by_rank[r], job->backends.back().get(),
+                                        worker::OptimizerConfig());
+    EXPECT_TRUE(opt.ok()) << opt.status();
+    job->ranks.push_back(*std::move(opt));
+  }
+  return job;
+}
+
+// Runs fn(rank) on one thread per rank (collectives need them all).
+void OnEveryRank(Job& job, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> status(job.ranks.size());
+  std::vector<std::thread> threads;
+  for (size_t r = 0; r < job.ranks.size(); ++r) threads.emplace_back([&, r] { status[r] = fn(r); });
+  for (std::thread& t : threads) t.join();
+  for (size_t r = 0; r < status.size(); ++r) ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+}
+
+void SetInitialParameters(Job& job) {
+  for (auto& opt : job.ranks) {
+    for (const worker::HeldTensor& h : opt->held_tensors()) {
+      std::vector<float> v(h.numel());
+      for (int64_t i = 0; i < h.numel(); ++i) v[i] = Value(h.spec->name(), -1, h.element_begin + i, 0.5f);
+      ASSERT_TRUE(opt->SetParameter(h.tensor, v).ok());
+    }
+  }
+}
+
+void Train(Job& job, int64_t from, int64_t to) {
+  OnEveryRank(job, [&](int r) -> absl::Status {
+    ShardedOptimizer& opt = *job.ranks[r];
+    for (int64_t step = from; step < to; ++step) {
+      worker::GradientMap grads;
+      for (const worker::HeldTensor& h : opt.held_tensors()) {
+        std::vector<float>& g = grads.Mutable(h.tensor);
+        g.resize(h.numel());
+        for (int64_t i = 0; i < h.numel(); ++i) g[i] = Value(h.spec->name(), step, h.element_begin + i, 1.0f);
+      }
+      auto stats = opt.Step(grads);
+      if (!stats.ok()) return stats.status();
+    }
+    return absl::OkStatus();
+  });
+}
+
+void Save(Job& job, const std::string& dir, int64_t step) {
+  OnEveryRank(job, [&](int r) -> absl::Status {
+    auto shards = job.ranks[r]->StateShards();
+    if (!shards.ok()) return shards.status();
+    RankFileTarget target{dir, step, job.plan.content_hash(), r, job.plan.topology().world_size(), ""};
+    return WriteRankFile(target, *shards, job.ranks[r]->scalars()).status();
+  });
+  v1::PlanRequest request;
+  *request.mutable_topology() = job.plan.topology();
+  *request.mutable_policy() = job.plan.policy();
+  request.mutable_manifest()->set_model(job.plan.model());
+  for (const v1::PlannedTensor& t : job.plan.tensors()) {
+    v1::TensorSpec* s = request.mutable_manifest()->add_tensors();
+    s->set_name(t.name());
+    *s->mutable_shape() = t.shape();
+    s->set_dtype(t.dtype());
+  }
+  MUONSHARD_ASSERT_OK(CommitCheckpoint(dir, step, job.plan, request));
+}
+
+void Resume(Job& job, const std::string& dir) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint ckpt, OpenCheckpoint(dir));
+  MUONSHARD_ASSERT_OK(CheckCompatible(ckpt.index, job.plan));
+  std::vector<Scalars> scalars(job.ranks.size());
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<StateShard> shards, job.ranks[r]->StateShards());
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(LoadResult loaded, LoadRankState(ckpt, shards));
+    scalars[r] = loaded.scalars;
+  }
+  OnEveryRank(job, [&](int r) { return job.ranks[r]->RestoreFromState(scalars[r]); });
+}
+
+// Full fp32 masters by tensor name, assembled from every rank's parts.
+std::map<std::string, std::vector<float>> Masters(Job& job) {
+  std::vector<std::map<int, std::vector<float>>> per_rank(job.ranks.size());
+  OnEveryRank(job, [&](int r) -> absl::Status {
+    auto m = job.ranks[r]->GatherMasters();
+    if (!m.ok()) return m.status();
+    per_rank[r] = *std::move(m);
+    return absl::OkStatus();
+  });
+  std::map<std::string, std::vector<float>> out;
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    for (const worker::HeldTensor& h : job.ranks[r]->held_tensors()) {
+      std::vector<float>& full = out[h.spec->name()];
+      full.resize(h.spec->numel());
+      const std::vector<float>& part = per_rank[r].at(h.tensor);
+      std::copy(part.begin(), part.end(), full.begin() + h.element_begin);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  std::string name;
+  bool moe;
+  int world;
+  int ep;
+  v1::Policy policy;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class ResumeTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
+  const Case& c = GetParam();
+  const v1::ModelManifest manifest =
+      c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128);
+  const int from_ep = c.moe ? 2 : 1;
+  constexpr int kSteps = 3;
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/resume-", c.name);
+  std::filesystem::remove_all(dir);
+
+  auto uninterrupted = StartJob(manifest, 4, from_ep, v1::SEED);
+  SetInitialParameters(*uninterrupted);
+  Train(*uninterrupted, 0, kSteps);
+  Save(*uninterrupted, dir, kSteps);
+  Train(*uninterrupted, kSteps, 2 * kSteps);
+  const auto expected = Masters(*uninterrupted);
+
+  auto resumed = StartJob(manifest, c.world, c.ep, c.policy);
+  Resume(*resumed, dir);
+  EXPECT_EQ(resumed->ranks[0]->steps_done(), kSteps);
+  Train(*resumed, kSteps, 2 * kSteps);
+  const auto actual = Masters(*resumed);
+
+  ASSERT_EQ(actual.size(), expected.size());
+  const bool same_layout = c.world == 4 && c.ep == from_ep && c.policy == v1::SEED;
+  for (const auto& [name, want] : expected) {
+    const std::vector<float>& got = actual.at(name);
+    if (same_layout) {
+      EXPECT_TRUE(worker::testing::BitEqual(got, want)) << name;
+    } else {
+      EXPECT_TRUE(worker::testing::NearScaled(got, want, 1e-5)) << name;
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ResumeTest,
+    ::testing::Values(Case{"dense_w4_same", false, 4, 1, v1::SEED}, Case{"dense_w1", false, 1, 1, v1::SEED},
+                      Case{"dense_w2", false, 2, 1, v1::SEED}, Case{"dense_w3", false, 3, 1, v1::SEED},
+                      Case{"dense_w8", false, 8, 1, v1::SEED}, Case{"dense_w3_balanced", false, 3, 1, v1::BALANCED},
+                      Case{"moe_w4_same", true, 4, 2, v1::SEED}, Case{"moe_w4_ep4", true, 4, 4, v1::SEED},
+                      Case{"moe_w4_ep1", true, 4, 1, v1::SEED}, Case{"moe_w8_ep4_balanced", true, 8, 4, v1::BALANCED},
+                      Case{"moe_w2_ep2", true, 2, 2, v1::SEED}),
+    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace muonshard::checkpoint
