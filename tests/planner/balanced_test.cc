@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "coordinator/planner/plan_validator.h"
+#include "coordinator/planner/transfer.h"
+#include <memory>
 #include "coordinator/planner/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,6 +101,70 @@ TEST(BalancedTest, NeverWorseThanSeed) {
       EXPECT_LE(b.stats().max_ns_flops(), s.stats().max_ns_flops() * 1.02);
     }
   }
+}
+
+}  // namespace
+}  // namespace muonshard::planner
+
+namespace muonshard::planner {
+namespace {
+
+TEST(StickyTest, KeepsPreviousOwnersAndMovesLessThanFromScratch) {
+  v1::ModelManifest m = testing::MoeManifest(4, 128, 64, 8, 500);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(MakeRequest(m, 16, 1, 2, v1::BALANCED)));
+  for (int world : {16, 12, 8}) {
+    SCOPED_TRACE(::testing::Message() << "world " << world);
+    v1::PlanRequest request = MakeRequest(m, world, 1, 2, v1::BALANCED);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan scratch, ComputePlan(request));
+    request.mutable_policy()->set_sticky_to(previous.content_hash());
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* sticky_ptr, ComputePlan(request, nullptr, &previous));
+    std::unique_ptr<v1::Plan> sticky(sticky_ptr);
+    MUONSHARD_ASSERT_OK(ValidatePlan(*sticky));
+    EXPECT_NE(sticky->content_hash(), scratch.content_hash());  // the previous plan is part of the request
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary kept, ComputeTransfers(previous, *sticky));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary fresh, ComputeTransfers(previous, scratch));
+    EXPECT_LE(kept.moved_bytes, fresh.moved_bytes);
+    if (world == 16) {
+      // Same topology: every Muon matrix keeps its owner.
+      for (int r = 0; r < 16; ++r) EXPECT_EQ(sticky->ranks(r).muon_numel(), previous.ranks(r).muon_numel());
+    }
+    // Balance given up for stickiness stays within the 2% slack (+ granularity).
+    EXPECT_LE(sticky->stats().max_ns_flops(), scratch.stats().max_ns_flops() * 1.05);
+  }
+}
+
+TEST(StickyTest, RejectsAMissingOrWrongPreviousPlan) {
+  v1::ModelManifest m = testing::DenseManifest(2, 64, 96, 100);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(MakeRequest(m, 4, 1, 1, v1::BALANCED)));
+  v1::PlanRequest request = MakeRequest(m, 2, 1, 1, v1::BALANCED);
+  request.mutable_policy()->set_sticky_to(previous.content_hash());
+  EXPECT_THAT(ComputePlan(request), testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                                      ::testing::HasSubstr("previous plan was not supplied")));
+  request.mutable_policy()->set_sticky_to("sha256:beef");
+  EXPECT_THAT(ComputePlan(request, nullptr, &previous),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("sticky_to")));
+  request.mutable_policy()->set_sticky_to(previous.content_hash());
+  request.mutable_policy()->set_policy(v1::SEED);
+  EXPECT_THAT(ComputePlan(request, nullptr, &previous),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("needs policy BALANCED")));
+}
+
+TEST(TransferTest, AccountsEveryStateByteOnce) {
+  v1::ModelManifest m = testing::MoeManifest(2, 64, 32, 8, 200);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan a, ComputePlan(MakeRequest(m, 8, 1, 2, v1::SEED)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan b, ComputePlan(MakeRequest(m, 3, 1, 1, v1::BALANCED)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary same, ComputeTransfers(a, a));
+  EXPECT_EQ(same.moved_bytes, 0);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary t, ComputeTransfers(a, b));
+  int64_t sum = 0;
+  for (const RankTransfer& x : t.transfers) sum += x.bytes;
+  EXPECT_EQ(sum, t.state_bytes);
+  // State without padding: Muon 8 B + AdamW 12 B per real element.
+  EXPECT_EQ(t.state_bytes, a.stats().muon_params() * 8 + a.stats().adamw_params() * 12);
+  EXPECT_GT(t.moved_bytes, 0);
+  v1::ModelManifest other = testing::DenseManifest(2, 64, 96, 100);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan c, ComputePlan(MakeRequest(other, 2)));
+  EXPECT_THAT(ComputeTransfers(a, c), testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 }
 
 }  // namespace
