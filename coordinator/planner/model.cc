@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,23 @@ std::optional<std::string> AsLiteral(absl::string_view p, bool* at_start, bool* 
   if (out.empty()) return std::nullopt;
   for (char& c : out) c = absl::ascii_tolower(c);
   return out;
+}
+
+// excludes.Matches(name), memoised by the name's digit skeleton when the
+// patterns allow it.
+bool ExcludedMemo(const ExcludeMatcher& excludes, absl::string_view name,
+                  absl::flat_hash_map<std::string, bool>& memo, std::string& skeleton) {
+  if (!excludes.digit_agnostic()) return excludes.Matches(name);
+  skeleton.resize(name.size());
+  size_t n = 0;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool digit = absl::ascii_isdigit(name[i]);
+    if (!digit || i == 0 || !absl::ascii_isdigit(name[i - 1])) skeleton[n++] = digit ? '0' : name[i];
+  }
+  skeleton.resize(n);
+  auto [it, inserted] = memo.try_emplace(skeleton, false);
+  if (inserted) it->second = excludes.Matches(name);
+  return it->second;
 }
 
 // Shape, dtype and optimizer checks of one tensor; fills numel/esize/shape view.
@@ -243,6 +261,7 @@ absl::StatusOr<ExcludeMatcher> ExcludeMatcher::Create(const std::vector<std::str
     Literal lit;
     if (auto text = AsLiteral(p, &lit.at_start, &lit.at_end)) {
       lit.lower = *std::move(text);
+      for (char c : lit.lower) m.digit_free_ = m.digit_free_ && !absl::ascii_isdigit(c);
       m.literals_.push_back(std::move(lit));
     } else {
       regexes.push_back(absl::StrCat("(?:", p, ")"));
@@ -323,6 +342,10 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
 
   ResolvedModel model;
   model.tensors.resize(manifest.tensors_size());
+  // Exclusion answers by name skeleton (ExcludeMatcher::digit_agnostic): a
+  // 70k-tensor MoE manifest has a few dozen.
+  absl::flat_hash_map<std::string, bool> memo;
+  std::string skeleton;
   absl::flat_hash_set<absl::string_view> names;
   names.reserve(manifest.tensors_size());
   for (int i = 0; i < manifest.tensors_size(); ++i) {
@@ -334,7 +357,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
     if (t.optimizer() != v1::OPTIMIZER_UNSPECIFIED) {
       r.muon = t.optimizer() == v1::MUON;
     } else {
-      bool excluded = excludes->Matches(t.name());
+      bool excluded = ExcludedMemo(*excludes, t.name(), memo, skeleton);
       r.muon = (t.shape_size() == 2 || t.shape_size() == 3) && !excluded;
     }
   }

@@ -33,6 +33,11 @@ class ExcludeMatcher {
  public:
   static absl::StatusOr<ExcludeMatcher> Create(const std::vector<std::string>& patterns);
   bool Matches(absl::string_view name) const;
+  // True when every pattern is a literal without digits: then a name matches
+  // iff the name with each run of digits replaced by one '0' does (a
+  // digit-free literal can only match inside digit-free stretches), so
+  // callers may memoise by that skeleton ("layers.0.mlp.experts.0...").
+  bool digit_agnostic() const { return regex_ == nullptr && digit_free_; }
 
  private:
   struct Literal {
@@ -45,6 +50,7 @@ class ExcludeMatcher {
   // one pass over a name tests every literal at the positions that matter.
   std::vector<std::vector<int>> by_first_char_;
   std::shared_ptr<const RE2> regex_;
+  bool digit_free_ = true;
 };
 
 // A tensor of the manifest after validation and classification.
