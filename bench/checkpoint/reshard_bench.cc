@@ -5,7 +5,7 @@
 // new ranks' buffers, chunk crc32s checked), warm (page cache) and cold
 // (each file's pages dropped with posix_fadvise first), after a first pass
 // into freshly allocated buffers, and with
-// --write-reshard writes one resharded checkpoint. Figures go to docs/benchmarks-checkpoint.md.
+// --write-reshard writes one resharded checkpoint. Figures are in docs/benchmarks.md (Checkpoints).
 //
 //   muonshard-bench-checkpoint --dir /tmp/ckpt-bench [--threads 2] [--layers 6] [--write-reshard]
 //
