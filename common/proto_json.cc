@@ -11,6 +11,9 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
                                    bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
+  // Scripts read fields like ranks[].rank: print zeros and empty lists too
+  // instead of proto3's default of omitting them.
+  options.always_print_primitive_fields = true;
   options.add_whitespace = pretty;
   std::string out;
   auto status = google::protobuf::util::MessageToJsonString(message, &out, options);

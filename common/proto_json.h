@@ -11,7 +11,8 @@
 namespace muonshard {
 
 // proto3 JSON with the original (snake_case) field names, the house format for
-// manifests, plans and every `--output json`.
+// manifests, plans and every `--output json`. Fields at their default value
+// (0, "", empty lists) are printed too, so scripts can rely on them.
 absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
                                    bool pretty = true);
 

@@ -1,0 +1,132 @@
+// `muonshardctl plan` as users run it: the real binary, exit codes 0/2,
+// JSON field names scripts rely on, and messages naming the bad input.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "muonshard/v1/plan.pb.h"
+#include "tests/testing/manifest_builder.h"
+
+namespace muonshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+std::string Ctl() {
+  const char* dir = std::getenv("MUONSHARD_BIN_DIR");
+  return absl::StrCat(dir != nullptr ? dir : "build/bin", "/muonshardctl");
+}
+
+Result RunCtl(const std::string& args) {
+  const std::string err_file = absl::StrCat(::testing::TempDir(), "/plan_cli_stderr.txt");
+  Result r;
+  FILE* pipe = popen(absl::StrCat(Ctl(), " ", args, " 2>", err_file).c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::ofstream(path) << *ToJson(m);
+  return path;
+}
+
+TEST(PlanCliTest, JsonHasTheFieldsScriptsRelyOn) {
+  const std::string manifest = WriteManifest(testing::DenseManifest(2, 64, 96, 100), "dense.json");
+  Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --policy seed-all --output json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok());
+  const auto& ranks = json.fields().at("ranks").list_value();
+  ASSERT_EQ(ranks.values_size(), 4);
+  for (int i = 0; i < 4; ++i) {
+    const auto& rank = ranks.values(i).struct_value().fields();
+    EXPECT_EQ(rank.at("rank").number_value(), i);  // printed even for rank 0
+    ASSERT_TRUE(rank.count("owned") && rank.count("slices") && rank.count("ns_flops"));
+    EXPECT_TRUE(rank.count("optimizer_state_bytes"));
+    for (const auto& o : rank.at("owned").list_value().values()) {
+      EXPECT_THAT(o.struct_value().fields().at("name").string_value(), HasSubstr("model.layers."));
+    }
+    for (const auto& s : rank.at("slices").list_value().values()) {
+      const auto& f = s.struct_value().fields();
+      EXPECT_FALSE(f.at("name").string_value().empty());
+      EXPECT_TRUE(f.count("begin") && f.count("end"));
+    }
+  }
+  const auto& stats = json.fields().at("stats").struct_value().fields();
+  EXPECT_TRUE(stats.count("memory_imbalance"));
+  EXPECT_TRUE(stats.count("max_over_mean_state_bytes"));
+  // And it parses back as a Plan.
+  v1::Plan plan;
+  EXPECT_TRUE(FromJson(r.out, &plan, "stdout").ok());
+  EXPECT_EQ(plan.ranks_size(), 4);
+}
+
+TEST(PlanCliTest, TableByDefault) {
+  const std::string manifest = WriteManifest(testing::MoeManifest(2, 64, 32, 4, 100), "moe.json");
+  Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("state_MiB"));
+  EXPECT_THAT(r.out, HasSubstr("max/LB"));
+}
+
+TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
+  const std::string dup = WriteManifest(
+      testing::ManifestBuilder().Add("a.weight", {4, 4}).Add("a.weight", {4}).Build(), "dup.json");
+  Result r = RunCtl(absl::StrCat("plan --manifest ", dup, " --world-size 2"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("tensor \"a.weight\": duplicate name"));
+
+  const std::string zero = WriteManifest(
+      testing::ManifestBuilder().Add("model.layers.3.mlp.up_proj.weight", {4, 0}).Build(), "zero.json");
+  r = RunCtl(absl::StrCat("plan --manifest ", zero, " --world-size 2"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("\"model.layers.3.mlp.up_proj.weight\": shape has a 0 dimension"));
+
+  const std::string ok = WriteManifest(testing::MoeManifest(1, 64, 32, 6, 100), "moe6.json");
+  r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 8 --ep 4"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("6 experts are not divisible by ep 4"));
+  r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 6 --pp 4"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not divisible by pp"));
+  r = RunCtl(absl::StrCat("plan --manifest ", ok));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--world-size"));
+  r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 2 --policy best"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--policy"));
+  r = RunCtl("plan --manifest /nonexistent.json --world-size 2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent.json"));
+
+  std::ofstream(absl::StrCat(::testing::TempDir(), "/bad.json")) << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
+  r = RunCtl(absl::StrCat("plan --manifest ", ::testing::TempDir(), "/bad.json --world-size 2"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("FP8"));
+}
+
+}  // namespace
+}  // namespace muonshard
