@@ -2,6 +2,8 @@
 
 #include "kernels/kernel_backend.h"
 
+#include <cblas.h>
+
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -12,6 +14,7 @@
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include "kernels/internal/cuda_backend_factory.h"
+#include "kernels/internal/parallel_for.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 
@@ -67,6 +70,16 @@ const char* DeviceKindName(DeviceKind kind) {
 
 std::unique_ptr<KernelBackend> CreateCpuKernelBackend() {
   return std::make_unique<CpuKernelBackend>();
+}
+
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend(
+    const CpuBackendOptions& options) {
+  if (options.threads > 0) {
+    openblas_set_num_threads(options.threads);
+    internal::CpuThreadBudget().store(options.threads,
+                                      std::memory_order_relaxed);
+  }
+  return CreateCpuKernelBackend();
 }
 
 absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(

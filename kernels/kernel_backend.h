@@ -77,6 +77,22 @@ class KernelBackend {
 // The CPU backend (OpenBLAS); always available.
 std::unique_ptr<KernelBackend> CreateCpuKernelBackend();
 
+struct CpuBackendOptions {
+  // Threads the CPU kernels may use: OpenBLAS's pool and the kernels' own
+  // fork-join loops. 0 keeps the defaults (OpenBLAS's own setting, one loop
+  // thread per hardware thread). Several processes on one host (one worker
+  // per rank) should split the cores between them: left at the default,
+  // every process's OpenBLAS spins one thread per core on the same cores.
+  int threads = 0;
+};
+
+// The CPU backend with a thread budget. OpenBLAS's pool is process-wide, so
+// the budget is too: it applies to every CPU backend of the process from
+// this call on (the last call wins). Call it before the kernels run, not
+// concurrently with them.
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend(
+    const CpuBackendOptions& options);
+
 // A backend for `kind`. For kCuda, `device_ordinal` selects the GPU.
 // Possible errors: FAILED_PRECONDITION (kCuda in a build without CUDA),
 // UNAVAILABLE (no CUDA device, or no device `device_ordinal`),

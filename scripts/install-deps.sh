@@ -11,9 +11,10 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   openssl curl python3
 )
-# Tools the deploy checks use (compose config, promtool, a real Prometheus server).
+# Tools the deploy checks use (compose config, promtool, a real Prometheus server,
+# PyYAML for the tests in tests/deploy).
 if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" ]]; then
-  PACKAGES+=(prometheus docker-compose)
+  PACKAGES+=(prometheus docker-compose python3-yaml)
 fi
 
 missing=()

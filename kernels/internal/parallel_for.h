@@ -6,14 +6,25 @@
 // worth far more than a thread start (whole matrices, multi-MB slices).
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
 
 namespace muonshard::kernels::internal {
 
-// Number of worker threads the CPU kernels use by default.
+// The process's thread budget for the CPU kernels (0: none set), written by
+// CreateCpuKernelBackend(CpuBackendOptions) (kernel_backend.h).
+inline std::atomic<int>& CpuThreadBudget() {
+  static std::atomic<int> budget{0};
+  return budget;
+}
+
+// Number of worker threads the CPU kernels use: the budget when one is set,
+// else one per hardware thread.
 inline int DefaultCpuThreads() {
+  const int budget = CpuThreadBudget().load(std::memory_order_relaxed);
+  if (budget > 0) return budget;
   return std::max(1u, std::thread::hardware_concurrency());
 }
 

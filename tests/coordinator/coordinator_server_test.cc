@@ -21,10 +21,10 @@
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
-#include "tests/coordinator/subprocess.h"
-#include "tests/coordinator/temp_dir.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard::coordinator {
 namespace {

@@ -17,9 +17,9 @@
 #include "coordinator/service/sqlite_plan_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/coordinator/temp_dir.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard::coordinator {
 namespace {

@@ -1,5 +1,5 @@
-#ifndef MUONSHARD_TESTS_COORDINATOR_TEMP_DIR_H_
-#define MUONSHARD_TESTS_COORDINATOR_TEMP_DIR_H_
+#ifndef MUONSHARD_TESTS_TESTING_TEMP_DIR_H_
+#define MUONSHARD_TESTS_TESTING_TEMP_DIR_H_
 
 // A fresh directory under $TMPDIR (or /tmp), removed with its contents when
 // the object goes away.
@@ -38,4 +38,4 @@ class TempDir {
 
 }  // namespace muonshard::testing
 
-#endif  // MUONSHARD_TESTS_COORDINATOR_TEMP_DIR_H_
+#endif  // MUONSHARD_TESTS_TESTING_TEMP_DIR_H_

@@ -1,0 +1,88 @@
+# syntax=docker/dockerfile:1
+# muonshard-worker images, with muonshardctl (the Kubernetes init container
+# submits the job's plan with it). Two targets, built from the repository root:
+#
+#   # CPU ranks (Gloo) on Debian 12: the docker-compose demo's workers
+#   docker build -f deploy/docker/worker.Dockerfile --target cpu -t muonshard/worker:0.1.0-cpu .
+#   # GPU ranks (CUDA kernels, NCCL) on the NVIDIA CUDA runtime base
+#   docker build -f deploy/docker/worker.Dockerfile --target gpu -t muonshard/worker:0.1.0-gpu .
+#
+# gRPC 1.51 / Protobuf 3.21 in both, as in the coordinator image: Debian 12
+# and Ubuntu 24.04 (the CUDA images' base) ship the same versions. Runs as
+# uid 10001; /metrics on 9465 (+ local rank).
+
+# The Debian 12 packages of the shared libraries the CPU build of
+# muonshard-worker and muonshardctl load (deploy/docker/runtime-packages.sh;
+# checked in the build stage and by the deploy_runtime_packages test).
+ARG CPU_RUNTIME_PACKAGES="libabsl20220623 libc-ares2 libc6 libcivetweb1 libgcc-s1 libgfortran5 \
+libgloo0 libgrpc++1.51 libgrpc29 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200 \
+libopenblas0-pthread libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libprotobuf32 \
+libquadmath0 libre2-9 libssl3 libstdc++6 zlib1g"
+ARG CUDA_VERSION=13.0.0
+# sm_90: H100 / H200 (the project's default); e.g. "80;90" adds A100.
+ARG CUDA_ARCHITECTURES=90
+
+# ================================================================ CPU
+FROM debian:bookworm AS build-cpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+WORKDIR /src
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN MUONSHARD_DEPLOY_TOOLS=0 bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUONSHARD_CUDA=OFF \
+ && cmake --build /build -j"$(nproc)" --target muonshard-worker muonshardctl
+ARG CPU_RUNTIME_PACKAGES
+RUN deploy/docker/runtime-packages.sh /build/bin/muonshard-worker /build/bin/muonshardctl \
+      > /build/needed-packages.txt \
+ && missing=$(comm -23 /build/needed-packages.txt <(tr ' ' '\n' <<<"$CPU_RUNTIME_PACKAGES" | sed '/^$/d' | sort -u)) \
+ && if [[ -n "$missing" ]]; then echo "CPU_RUNTIME_PACKAGES lacks: $missing" >&2; exit 1; fi
+
+FROM debian:bookworm-slim AS cpu
+ARG CPU_RUNTIME_PACKAGES
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $CPU_RUNTIME_PACKAGES \
+ && rm -rf /var/lib/apt/lists/*
+RUN groupadd --system --gid 10001 muonshard \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin muonshard
+COPY --from=build-cpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
+USER 10001:10001
+EXPOSE 9465
+ENTRYPOINT ["muonshard-worker"]
+CMD ["--help"]
+
+# ================================================================ GPU
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build-gpu
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV DEBIAN_FRONTEND=noninteractive
+WORKDIR /src
+# The same dependency script: its package names are Ubuntu's too.
+COPY scripts/install-deps.sh scripts/install-deps.sh
+RUN MUONSHARD_DEPLOY_TOOLS=0 bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+ARG CUDA_ARCHITECTURES
+RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUONSHARD_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
+ && cmake --build /build -j"$(nproc)" --target muonshard-worker muonshardctl
+# Ubuntu's package names differ from Debian's (t64 renames): the runtime list
+# is what the built binaries load, resolved on this same Ubuntu release.
+RUN deploy/docker/runtime-packages.sh /build/bin/muonshard-worker /build/bin/muonshardctl \
+      > /build/runtime-packages.txt
+
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS gpu
+COPY --from=build-gpu /build/runtime-packages.txt /tmp/runtime-packages.txt
+# CUDA runtime, cuBLAS and NCCL come with the base (already installed: apt
+# keeps them); the rest (gRPC, Protobuf, Abseil, Gloo, OpenBLAS, ...) is added.
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive xargs -a /tmp/runtime-packages.txt \
+      apt-get install -y --no-install-recommends \
+ && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
+RUN groupadd --system --gid 10001 muonshard \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin muonshard
+COPY --from=build-gpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
+USER 10001:10001
+EXPOSE 9465
+ENTRYPOINT ["muonshard-worker"]
+CMD ["--help"]

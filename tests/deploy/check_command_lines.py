@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""deploy_command_lines_{compose,k8s}: the command lines the deployments run are ones the
+binaries accept, and the CPU ones really run.
+
+1. Every flag in every command line of docker-compose.yml (+ the GPU
+   override) and the Dockerfiles' CMD / HEALTHCHECK (`compose`), or of the
+   rendered Kubernetes overlays cpu and gpu: containers, init containers,
+   exec probes (`k8s`), is in the `--help` of the program it runs.
+2. The compose demo and the Kubernetes cpu overlay, run for real on
+   127.0.0.1: the coordinator with its deployment arguments, the submission
+   exactly as deployed, then the four workers exactly as deployed (with
+   ConfigMap values and the downward API substituted as Kubernetes would),
+   except for what loopback needs: addresses (127.0.0.1, ports picked by the
+   OS), 2 steps, no linger. Every worker must finish with exit 0."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deploy_common as dc  # noqa: E402
+import check_compose  # noqa: E402
+
+PROGRAMS = ("muonshard-coordinator", "muonshard-worker", "muonshardctl")
+
+
+def help_flags(binary, sub=None):
+    argv = [binary] + ([sub] if sub else []) + ["--help"]
+    r = dc.run(argv, timeout=30)
+    return set(re.findall(r"^\s+(--[a-z0-9-]+)\b", r.stdout + r.stderr, re.M)) | {"--help"}
+
+
+def used_flags(argv):
+    return [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+
+
+def command_lines(compose_cfgs, renders, dockerfiles):
+    """(where, program, subcommand, argv-after-program)."""
+    out = []
+    for label, cfg in compose_cfgs:
+        for name, s in cfg["services"].items():
+            if name == "coordinator":
+                out.append((f"compose {label} {name}", "muonshard-coordinator", None, s["command"]))
+                hc = s["healthcheck"]["test"]
+                out.append((f"compose {label} {name} healthcheck", "muonshardctl", hc[2], hc[3:]))
+            elif name == "submit-plan":
+                argv = s["entrypoint"] + s["command"]
+                out.append((f"compose {label} {name}", "muonshardctl", argv[1], argv[2:]))
+            elif name.startswith("worker-"):
+                out.append((f"compose {label} {name}", "muonshard-worker", None, s["command"]))
+    for label, docs in renders:
+        for o in docs:
+            if o.get("kind") not in ("Deployment", "Job"):
+                continue
+            spec = o["spec"]["template"]["spec"]
+            for ct in spec.get("initContainers", []) + spec["containers"]:
+                cmd = ct.get("command") or []
+                prog = os.path.basename(cmd[0]) if cmd else (
+                    "muonshard-coordinator" if "coordinator" in ct["image"] else "muonshard-worker")
+                rest = cmd[1:] + ct.get("args", [])
+                sub = rest.pop(0) if prog == "muonshardctl" else None
+                out.append((f"k8s {label} {o['kind']}/{ct['name']}", prog, sub, rest))
+                for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                    ex = ct.get(probe, {}).get("exec", {}).get("command")
+                    if ex:
+                        out.append((f"k8s {label} {ct['name']} {probe}", ex[0], ex[1], ex[2:]))
+    for df in ("coordinator.Dockerfile", "worker.Dockerfile") if dockerfiles else ():
+        with open(os.path.join(dc.REPO, "deploy", "docker", df)) as f:
+            text = f.read().replace("\\\n", " ")
+        for m in re.finditer(r'^HEALTHCHECK .*?CMD (\[.*\])', text, re.M):
+            argv = eval(m.group(1))  # a JSON-style list literal
+            out.append((f"{df} HEALTHCHECK", argv[0], argv[1], argv[2:]))
+        entry = None
+        for line in text.splitlines():
+            if line.startswith("ENTRYPOINT"):
+                entry = eval(line.split(None, 1)[1])[0]
+            if line.startswith("CMD") and entry:
+                out.append((f"{df} CMD", entry, None, eval(line.split(None, 1)[1])))
+    return out
+
+
+def substitute(argv, values):
+    """Sets `--flag VALUE` / `--flag=VALUE` of the flags in `values`."""
+    out, skip_next = [], False
+    for i, a in enumerate(argv):
+        if skip_next:
+            skip_next = False
+            continue
+        name = a.split("=", 1)[0]
+        if name in values:
+            out.append(f"{name}={values[name]}")
+            skip_next = "=" not in a
+        else:
+            out.append(a)
+    return out
+
+
+def k8s_expand(argv, env):
+    return [re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env[m.group(1)], a) for a in argv]
+
+
+class Run:
+    """One deployment's coordinator, submission and workers on loopback."""
+
+    def __init__(self, c, label, scratch):
+        self.c, self.label = c, label
+        os.makedirs(scratch)
+        self.stack = dc.LoopbackStack(scratch)
+        self.scratch = scratch
+
+    def coordinator(self, argv):
+        port_file = os.path.join(self.scratch, "coordinator.port")
+        argv = substitute(argv, {"--listen": "127.0.0.1:0", "--metrics-host": "127.0.0.1",
+                                 "--metrics-port": "0",
+                                 "--data-dir": os.path.join(self.scratch, "data")})
+        p = self.stack.spawn("coordinator", [self.stack.binary("muonshard-coordinator"), *argv,
+                                             "--port-file", port_file])
+        ports = self.stack._wait_port_file("coordinator", p, port_file, 30)
+        self.stack.coordinator_port = ports["grpc_port"]
+        return self.stack.address
+
+    def submit(self, argv):
+        r = dc.run([self.stack.binary("muonshardctl"), "submit", *argv], timeout=60)
+        self.c.check(r.returncode == 0, f"{self.label}: submission {argv} exit {r.returncode}: {r.stderr}")
+
+    def workers(self, argvs, timeout=240):
+        procs = []
+        for i, argv in enumerate(argvs):
+            procs.append((i, self.stack.spawn(f"worker-{i}", [self.stack.binary("muonshard-worker"), *argv])))
+        deadline = time.monotonic() + timeout
+        for i, p in procs:
+            try:
+                p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self.c.check(p.returncode == 0, f"{self.label}: worker {i} exit {p.returncode}:\n"
+                                            f"{self.stack.log_of(f'worker-{i}')[-3000:]}")
+        return [self.stack.log_of(f"worker-{i}") for i, _ in procs]
+
+
+def loopback(argv, address):
+    return substitute(argv, {"--coordinator": address, "--hostname": "127.0.0.1",
+                             "--metrics-host": "127.0.0.1", "--metrics-port": "0",
+                             "--steps": "2", "--linger": "0", "--blas-threads": "1"})
+
+
+def run_compose(c, cfg, scratch):
+    s = cfg["services"]
+    r = Run(c, "compose demo", scratch)
+    try:
+        address = r.coordinator(s["coordinator"]["command"])
+        argv = s["submit-plan"]["entrypoint"][2:] + s["submit-plan"]["command"]
+        # The manifest, from the repository folder compose mounts.
+        for v in check_compose.volumes_of(s["submit-plan"]):
+            m = check_compose.flag(argv, "--manifest")
+            if v["type"] == "bind" and m.startswith(v["target"] + "/"):
+                argv = substitute(argv, {"--manifest": v["source"] + m[len(v["target"]):]})
+        r.submit(substitute(argv, {"--coordinator": address}))
+        names = sorted(n for n in s if n.startswith("worker-"))
+        # In its container each worker's host name is its service's
+        # `hostname:` (its JoinJob identity); on one machine it is given.
+        logs = r.workers([loopback(s[n]["command"], address) + ["--host-id", s[n]["hostname"]]
+                          for n in names])
+        job = check_compose.flag(s[names[0]]["command"], "--job")
+        c.check(sum(f'joined job "{job}"' in log for log in logs) == len(names),
+                f"compose demo: {len(names)} workers joined job {job}")
+    finally:
+        r.stack.stop()
+
+
+def run_k8s(c, docs, scratch):
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in docs}
+    dep = objs[("Deployment", "muonshard-coordinator")]
+    job = objs[("Job", "muonshard-worker")]
+    spec = job["spec"]["template"]["spec"]
+    init = spec["initContainers"][0]
+    worker = spec["containers"][0]
+    env = {}
+    for ef in worker.get("envFrom", []):
+        env.update(objs[("ConfigMap", ef["configMapRef"]["name"])]["data"])
+    r = Run(c, "k8s cpu", scratch)
+    try:
+        address = r.coordinator(dep["spec"]["template"]["spec"]["containers"][0]["args"])
+        # The manifest ConfigMap, mounted as a file.
+        argv = k8s_expand(init["args"], {**env, "COORDINATOR": address})
+        mount = {m["name"]: m["mountPath"] for m in init["volumeMounts"]}
+        for v in spec["volumes"]:
+            if "configMap" in v and v["name"] in mount:
+                cm = objs[("ConfigMap", v["configMap"]["name"])]
+                d = os.path.join(scratch, "cm-" + v["name"])
+                os.makedirs(d)
+                for k, val in cm["data"].items():
+                    with open(os.path.join(d, k), "w") as f:
+                        f.write(val)
+                argv = [a.replace(mount[v["name"]], d) for a in argv]
+        r.submit(argv)
+        world = int(env["WORLD_SIZE"])
+        c.check(job["spec"]["completions"] == world, "k8s cpu: one pod per rank")
+        argvs = []
+        for rank in range(world):
+            pod_env = {**env, "COORDINATOR": address, "JOB_COMPLETION_INDEX": str(rank),
+                       "POD_IP": "127.0.0.1", "POD_NAME": f"muonshard-worker-{rank}-x"}
+            argvs.append(loopback(k8s_expand(worker["args"], pod_env), address))
+        logs = r.workers(argvs)
+        c.check(all(f'joined job "{env["MUONSHARD_JOB"]}" as rank {i} of {world}' in log
+                    for i, log in enumerate(logs)),
+                f"k8s cpu: pod i joined job {env['MUONSHARD_JOB']} as rank i of {world}")
+    finally:
+        r.stack.stop()
+
+
+def main():
+    which = sys.argv[1] if len(sys.argv) > 1 else ""
+    if which not in ("compose", "k8s"):
+        print("usage: check_command_lines.py compose|k8s")
+        sys.exit(2)
+    tool = dc.require_tool("docker-compose" if which == "compose" else "kubectl")
+    bins = dc.bin_dir()
+    for b in ("muonshard-coordinator", "muonshardctl"):
+        if not os.access(os.path.join(bins, b), os.X_OK):
+            print(f"FAIL: {bins}/{b} is missing (build it first)")
+            sys.exit(1)
+    if not os.access(os.path.join(bins, "muonshard-worker"), os.X_OK):
+        dc.skip(f"{bins}/muonshard-worker is not built")
+    c = dc.Checker(f"deploy_command_lines_{which}")
+
+    compose_cfgs, renders = [], []
+    if which == "compose":
+        for label, files in (("cpu", [check_compose.BASE]), ("gpu", [check_compose.BASE, check_compose.GPU])):
+            ok, cfg = check_compose.resolved(tool, files)
+            c.check(ok and cfg is not None, f"compose {label} resolves")
+            if cfg:
+                compose_cfgs.append((label, cfg))
+    else:
+        for overlay in ("cpu", "gpu"):
+            r = dc.run([tool, "kustomize", os.path.join(dc.REPO, "deploy", "k8s", "overlays", overlay)])
+            c.check(r.returncode == 0, f"kustomize {overlay}: {r.stderr}")
+            if r.returncode == 0:
+                renders.append((overlay, dc.load_yaml(r.stdout, text=True)))
+
+    helps = {}
+    lines = command_lines(compose_cfgs, renders, dockerfiles=(which == "compose"))
+    c.check(len(lines) >= 6, f"found the deployments' command lines ({len(lines)})")
+    for where, prog, sub, argv in lines:
+        c.check(prog in PROGRAMS, f"{where}: runs a muonshard program ({prog})")
+        if prog not in PROGRAMS:
+            continue
+        key = (prog, sub)
+        if key not in helps:
+            helps[key] = help_flags(os.path.join(bins, prog), sub)
+            c.check(len(helps[key]) >= 3, f"{prog} {sub or ''} --help lists flags")
+        for f in used_flags(argv):
+            c.check(f in helps[key], f"{where}: {prog} {sub or ''} has no flag {f}")
+
+    scratch = tempfile.mkdtemp(prefix=f"muonshard-deploy-cmdlines-{which}-")
+    try:
+        if compose_cfgs:
+            run_compose(c, compose_cfgs[0][1], os.path.join(scratch, "compose"))
+        if renders:
+            run_k8s(c, renders[0][1], os.path.join(scratch, "k8s"))
+    except Exception as e:  # noqa: BLE001 - reported as a failure with its message
+        c.check(False, f"{type(e).__name__}: {e}")
+    finally:
+        if not c.failures:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print(f"logs kept in {scratch}")
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

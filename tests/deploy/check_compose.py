@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""deploy_compose: `docker-compose config -q` accepts docker-compose.yml and
+docker-compose.yml + docker-compose.gpu.yml, and the resolved configurations
+hold the demo together: the coordinator's healthcheck and named volume, the
+one-shot submission after the coordinator is healthy, four Gloo workers (one
+per rank 0..3, world size = the submitted one) that start after a successful
+submission and restart on failure, Prometheus scraping exactly these services
+on their metrics ports, Grafana provisioned with the dashboard; in the GPU
+variant, NCCL and one reserved GPU per worker."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deploy_common as dc  # noqa: E402
+
+BASE = os.path.join(dc.REPO, "docker-compose.yml")
+GPU = os.path.join(dc.REPO, "docker-compose.gpu.yml")
+
+
+def flag(argv, name):
+    """Value of `--name V` or `--name=V` in an argv list, else None."""
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def volumes_of(service):
+    """A service's mounts as {type, source, target}: `config` of
+    docker-compose 1.29 prints "source:target[:mode]", Compose v2 the long
+    form."""
+    out = []
+    for v in service.get("volumes", []):
+        if isinstance(v, dict):
+            out.append({"type": v.get("type"), "source": v.get("source"), "target": v.get("target")})
+            continue
+        parts = v.split(":")
+        if len(parts) == 1:
+            out.append({"type": "volume", "source": None, "target": parts[0]})
+            continue
+        kind = "bind" if parts[0].startswith(("/", ".")) else "volume"
+        out.append({"type": kind, "source": parts[0], "target": parts[1]})
+    return out
+
+
+def resolved(compose, files):
+    args = [compose]
+    for f in files:
+        args += ["-f", f]
+    r = dc.run(args + ["config", "-q"], cwd=dc.REPO)
+    ok = r.returncode == 0
+    if not ok:
+        print(r.stdout + r.stderr)
+    r2 = dc.run(args + ["config"], cwd=dc.REPO)
+    return ok, (dc.load_yaml(r2.stdout, text=True)[0] if r2.returncode == 0 else None)
+
+
+def check_common(c, cfg, label, backend):
+    services = cfg["services"]
+    co = services.get("coordinator")
+    c.check(co is not None, f"{label}: a coordinator service")
+    if co is None:
+        return
+    hc = co.get("healthcheck", {}).get("test", [])
+    c.check(hc[:3] == ["CMD", "muonshardctl", "health"], f"{label}: coordinator healthcheck runs muonshardctl health: {hc}")
+    data_dir = flag(co.get("command", []), "--data-dir")
+    vols = volumes_of(co)
+    c.check(any(v["type"] == "volume" and v["target"] == data_dir and v["source"] in cfg.get("volumes", {})
+                for v in vols),
+            f"{label}: a named volume at the coordinator's --data-dir {data_dir}: {vols}")
+    c.check(flag(co.get("command", []), "--metrics-host") == "0.0.0.0",
+            f"{label}: coordinator metrics reachable from the network (--metrics-host 0.0.0.0)")
+    c.check((flag(co.get("command", []), "--listen") or "").startswith("0.0.0.0:"),
+            f"{label}: coordinator listens on all interfaces")
+    coordinator_metrics = flag(co["command"], "--metrics-port")
+    grpc_port = flag(co["command"], "--listen").rsplit(":", 1)[1]
+
+    sub = services.get("submit-plan", {})
+    sub_argv = (sub.get("entrypoint") or []) + (sub.get("command") or [])
+    c.check(sub_argv[:2] == ["muonshardctl", "submit"], f"{label}: submit-plan runs muonshardctl submit")
+    c.check(sub.get("depends_on", {}).get("coordinator", {}).get("condition") == "service_healthy",
+            f"{label}: submit-plan waits for a healthy coordinator")
+    c.check(sub.get("restart", "no") == "no", f"{label}: submit-plan is one-shot")
+    c.check(flag(sub_argv, "--coordinator") == f"coordinator:{grpc_port}", f"{label}: submit-plan dials the coordinator")
+    manifest = flag(sub_argv, "--manifest")
+    mounted = [v for v in volumes_of(sub) if v["type"] == "bind" and manifest and manifest.startswith(v["target"] + "/")]
+    c.check(mounted and os.path.isfile(os.path.join(mounted[0]["source"], manifest[len(mounted[0]["target"]) + 1:])),
+            f"{label}: the submitted manifest {manifest} is mounted from the repository")
+    world = int(flag(sub_argv, "--world-size") or 0)
+
+    workers = {n: s for n, s in services.items() if n.startswith("worker-")}
+    c.check(world == 4 and len(workers) == world, f"{label}: 4 workers for world size {world}: {sorted(workers)}")
+    ranks, jobs = [], set()
+    for name, w in sorted(workers.items()):
+        argv = w.get("command", [])
+        rank = flag(argv, "--rank")
+        ranks.append(rank)
+        jobs.add(flag(argv, "--job"))
+        c.check(flag(argv, "--backend") == backend, f"{label}: {name} uses --backend {backend}")
+        c.check(flag(argv, "--coordinator") == f"coordinator:{grpc_port}", f"{label}: {name} dials the coordinator")
+        c.check(name == f"worker-{rank}", f"{label}: {name} runs rank {rank}")
+        c.check(flag(argv, "--hostname") == w.get("hostname") == name,
+                f"{label}: {name} binds and advertises its own hostname for Gloo")
+        c.check(flag(argv, "--metrics-host") == "0.0.0.0" and flag(argv, "--metrics-port") == "9465"
+                and flag(argv, "--local-rank") == "0",
+                f"{label}: {name} serves /metrics on 0.0.0.0:9465 (+ local rank 0)")
+        deps = w.get("depends_on", {})
+        c.check(deps.get("coordinator", {}).get("condition") == "service_healthy"
+                and deps.get("submit-plan", {}).get("condition") == "service_completed_successfully",
+                f"{label}: {name} starts after a healthy coordinator and a successful submission")
+        c.check(w.get("restart") == "on-failure", f"{label}: {name} restarts on failure")
+    c.check(sorted(ranks) == [str(r) for r in range(world)], f"{label}: ranks 0..{world - 1}: {ranks}")
+    c.check(len(jobs) == 1 and None not in jobs, f"{label}: one job: {jobs}")
+
+    # Prometheus: its config is the repository's, scraping these services.
+    prom = services.get("prometheus", {})
+    pvols = {v["target"]: v["source"] for v in volumes_of(prom)}
+    c.check(pvols.get("/etc/prometheus") == os.path.join(dc.REPO, "deploy", "prometheus"),
+            f"{label}: Prometheus mounts deploy/prometheus")
+    pcfg = dc.load_yaml(dc.PROMETHEUS_CONFIG)
+    targets = {t for sc in pcfg["scrape_configs"] for st in sc["static_configs"] for t in st["targets"]}
+    want = {f"coordinator:{coordinator_metrics}"} | {f"{n}:9465" for n in workers}
+    c.check(targets == want, f"{label}: prometheus.yml scrapes {sorted(want)}, has {sorted(targets)}")
+    # Grafana: provisioning and the dashboard where the provider reads it.
+    g = services.get("grafana", {})
+    gvols = {v["target"]: v["source"] for v in volumes_of(g)}
+    c.check(gvols.get("/etc/grafana/provisioning") == os.path.join(dc.REPO, "deploy", "grafana", "provisioning"),
+            f"{label}: Grafana provisioning mounted")
+    c.check(gvols.get("/etc/dashboards/muonshard/muonshard.json") == dc.DASHBOARD,
+            f"{label}: the dashboard mounted where the provider reads it")
+    # Every bind mount exists; no image floats.
+    for name, s in services.items():
+        for v in volumes_of(s):
+            if v["type"] == "bind":
+                c.check(os.path.exists(v["source"]), f"{label}: {name} mounts {v['source']}, which exists")
+        image = s.get("image", "")
+        c.check(":" in image and not image.endswith(":latest"), f"{label}: {name} image {image!r} has a fixed tag")
+        if "build" in s:
+            df = os.path.join(s["build"]["context"], s["build"].get("dockerfile", "Dockerfile"))
+            c.check(os.path.isfile(df), f"{label}: {name} builds from {df}, which exists")
+            target = s["build"].get("target")
+            if target:
+                with open(df) as f:
+                    text = f.read()
+                c.check(f" AS {target}\n" in text, f"{label}: {name} build target {target} is a stage of {df}")
+
+
+def main():
+    compose = dc.require_tool("docker-compose")
+    c = dc.Checker("deploy_compose")
+    ok, base = resolved(compose, [BASE])
+    c.check(ok, "docker-compose -f docker-compose.yml config -q")
+    if base:
+        check_common(c, base, "cpu", "gloo")
+        c.check(all(s.get("image", "").endswith("-cpu") for n, s in base["services"].items() if n.startswith("worker-")),
+                "cpu: workers run the CPU image")
+    ok, gpu = resolved(compose, [BASE, GPU])
+    c.check(ok, "docker-compose -f docker-compose.yml -f docker-compose.gpu.yml config -q")
+    if gpu:
+        check_common(c, gpu, "gpu", "nccl")
+        ids = []
+        for name, s in sorted(gpu["services"].items()):
+            if not name.startswith("worker-"):
+                continue
+            devices = s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
+            c.check(len(devices) == 1 and devices[0].get("driver") == "nvidia"
+                    and "gpu" in devices[0].get("capabilities", []) and len(devices[0].get("device_ids", [])) == 1,
+                    f"gpu: {name} reserves one NVIDIA GPU: {devices}")
+            ids += [d for dev in devices for d in dev.get("device_ids", [])]
+            c.check(s["build"].get("target") == "gpu" and s["image"].endswith("-gpu"), f"gpu: {name} runs the GPU image")
+        c.check(len(ids) == len(set(ids)) == 4, f"gpu: each worker its own GPU: {ids}")
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""deploy_images: what can be checked of the Dockerfiles without a container
+engine.
+
+1. Runtime packages: the Debian 12 package lists of the coordinator image
+   (RUNTIME_PACKAGES) and the CPU worker image (CPU_RUNTIME_PACKAGES) are
+   exactly the packages owning the shared libraries that `ldd` resolves for
+   the binaries built here (deploy/docker/runtime-packages.sh: ldd + dpkg -S),
+   so the images stay runnable as the code's dependencies change. The GPU
+   image computes its list with the same script at build time; running it
+   here also tests the script.
+2. The project's conventions for its images: multi-stage builds whose build
+   stages run scripts/install-deps.sh and a Release CMake build of the
+   binaries they copy; pinned base images (no `latest`); runtime stages that
+   run as the non-root uid 10001; the coordinator's HEALTHCHECK through
+   muonshardctl health; the GPU stage on NVIDIA's CUDA runtime base with CUDA
+   and NCCL on; a .dockerignore that keeps build trees and .git out of the
+   build context. (Not a Dockerfile linter: hadolint is not available.)"""
+
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deploy_common as dc  # noqa: E402
+
+DOCKER = os.path.join(dc.REPO, "deploy", "docker")
+SCRIPT = os.path.join(DOCKER, "runtime-packages.sh")
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def arg_default(text, name):
+    m = re.search(r'^ARG ' + name + r'="([^"]*)"', text.replace("\\\n", ""), re.M)
+    return sorted(m.group(1).split()) if m else None
+
+
+def stages(text):
+    """[(name, base, body)] of a Dockerfile's stages."""
+    out = []
+    parts = re.split(r"^FROM\s+", text, flags=re.M)
+    for part in parts[1:]:
+        first, _, body = part.partition("\n")
+        m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", first.strip())
+        out.append((m.group(2), m.group(1), body))
+    return out
+
+
+def check_dockerfile(c, name, text, finals):
+    st = stages(text)
+    c.check(len(st) >= 2, f"{name}: multi-stage ({len(st)} stages)")
+    global_args = dict(re.findall(r'^ARG (\w+)=(\S+)', text.split("\nFROM", 1)[0], re.M))
+    for stage, base, body in st:
+        where = f"{name} stage {stage or '(final)'}"
+        resolved = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), base)
+        c.check(re.fullmatch(r"[\w./-]+:[\w.-]+", resolved) is not None and not resolved.endswith(":latest"),
+                f"{where}: pinned base image {resolved}")
+        if "cmake --build" in body:
+            c.check("COPY scripts/install-deps.sh" in body and "bash scripts/install-deps.sh" in body,
+                    f"{where}: installs build dependencies with scripts/install-deps.sh")
+            c.check("-DCMAKE_BUILD_TYPE=Release" in body, f"{where}: Release build")
+            built = set(re.findall(r"--target ([\w\- ]+)", body.replace("\\\n", " "))[0].split())
+            c.check({"muonshardctl"} <= built, f"{where}: builds muonshardctl")
+    by_name = {s[0]: s for s in st}
+    for final in finals:
+        stage = by_name.get(final) if final else st[-1]
+        c.check(stage is not None, f"{name}: a runtime stage {final}")
+        if stage is None:
+            continue
+        _, base, body = stage
+        where = f"{name} runtime stage {final or '(final)'}"
+        c.check(re.search(r"^USER 10001:10001$", body, re.M) is not None, f"{where}: runs as uid 10001")
+        c.check("cmake" not in body and "install-deps" not in body, f"{where}: no build tools")
+        copies = re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", body, re.M)
+        c.check(copies, f"{where}: copies the binaries from a build stage")
+        for src_stage, files, _ in copies:
+            c.check(src_stage in by_name, f"{where}: COPY --from={src_stage} names a stage")
+            src_body = by_name.get(src_stage, (None, None, ""))[2]
+            for f in files.split():
+                if f.startswith("/build/bin/"):
+                    c.check(os.path.basename(f) in src_body, f"{where}: {f} is built in stage {src_stage}")
+        entry = re.search(r'^ENTRYPOINT \["([^"]+)"', body, re.M)
+        c.check(entry is not None and any(entry.group(1) in files for _, files, _ in copies),
+                f"{where}: the ENTRYPOINT is a copied binary")
+
+
+def main():
+    c = dc.Checker("deploy_images")
+    coordinator_df = read(os.path.join(DOCKER, "coordinator.Dockerfile"))
+    worker_df = read(os.path.join(DOCKER, "worker.Dockerfile"))
+    check_dockerfile(c, "coordinator.Dockerfile", coordinator_df, [None])
+    check_dockerfile(c, "worker.Dockerfile", worker_df, ["cpu", "gpu"])
+    c.check(re.search(r'^HEALTHCHECK .*CMD \["muonshardctl", "health"', coordinator_df.replace("\\\n", ""), re.M)
+            is not None, "coordinator.Dockerfile: HEALTHCHECK via muonshardctl health")
+    c.check(re.search(r"^FROM debian:bookworm-slim\s*$", coordinator_df, re.M) is not None,
+            "coordinator.Dockerfile: Debian 12 runtime base")
+    gpu = dict((s[0], s) for s in stages(worker_df))
+    c.check(gpu.get("gpu", (None, ""))[1].startswith("nvidia/cuda:") and "-runtime-" in gpu["gpu"][1],
+            "worker.Dockerfile: the gpu stage is on an NVIDIA CUDA runtime base")
+    c.check("-DMUONSHARD_CUDA=ON" in gpu.get("build-gpu", (None, None, ""))[2],
+            "worker.Dockerfile: the GPU build has CUDA and NCCL on (MUONSHARD_CUDA=ON fails without them)")
+    ignore = read(os.path.join(dc.REPO, ".dockerignore")).split()
+    c.check({".git", "build", "build-*"} <= set(ignore), ".dockerignore keeps .git and build trees out")
+
+    # Runtime packages against the binaries built here.
+    if not dc.shutil.which("dpkg-query") or not dc.shutil.which("ldd"):
+        dc.skip("dpkg-query / ldd not available (not a Debian system)")
+    bins = dc.bin_dir()
+    lists = [("coordinator.Dockerfile RUNTIME_PACKAGES", arg_default(coordinator_df, "RUNTIME_PACKAGES"),
+              ["muonshard-coordinator", "muonshardctl"]),
+             ("worker.Dockerfile CPU_RUNTIME_PACKAGES", arg_default(worker_df, "CPU_RUNTIME_PACKAGES"),
+              ["muonshard-worker", "muonshardctl"])]
+    for what, listed, binaries in lists:
+        c.check(listed, f"{what} is set")
+        paths = [os.path.join(bins, b) for b in binaries]
+        missing = [p for p in paths if not os.access(p, os.X_OK)]
+        if missing:
+            c.check(False, f"{what}: binaries not built: {missing}")
+            continue
+        r = dc.run(["bash", SCRIPT, *paths])
+        c.check(r.returncode == 0, f"runtime-packages.sh {binaries}: {r.stderr}")
+        needed = sorted(r.stdout.split())
+        c.check(len(needed) >= 5, f"{what}: the script found the binaries' packages ({needed})")
+        c.check(set(needed) <= set(listed or []),
+                f"{what} lacks {sorted(set(needed) - set(listed or []))} (ldd of {binaries})")
+        c.check(set(listed or []) <= set(needed),
+                f"{what} lists {sorted(set(listed or []) - set(needed))}, which {binaries} do not load")
+        print(f"{what}: {' '.join(needed)}")
+    # The script fails loudly on a library no package owns.
+    r = dc.run(["bash", SCRIPT, "/nonexistent-binary"])
+    c.check(r.returncode != 0, "runtime-packages.sh fails for a missing binary")
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

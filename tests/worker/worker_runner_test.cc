@@ -1,0 +1,325 @@
+// The worker process's pieces that need no coordinator: parameter dumps
+// (file round trip, comparison, part files and their merge), metrics
+// (exported names, recorded values), the plan-view check against JoinJob
+// with an in-memory plan source, option validation, the NCCL refusal and
+// the CPU thread budget.
+
+#include "worker/worker_runner.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "coordinator/planner/plan_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_backend.h"
+#include "prometheus/text_serializer.h"
+#include "tests/testing/http_get.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
+#include "tests/worker/optimizer_test_util.h"
+#include "worker/client/plan_source.h"
+#include "worker/metrics.h"
+#include "worker/param_dump.h"
+#include "worker/params_file.h"
+
+namespace muonshard::worker {
+namespace {
+
+using ::muonshard::testing::PrometheusHasFamily;
+using ::muonshard::testing::PrometheusSample;
+using ::muonshard::testing::StatusIs;
+using ::muonshard::testing::TempDir;
+using ::testing::HasSubstr;
+
+ParamsFile TwoTensors() {
+  ParamsFile f;
+  f.tensors.push_back({"a.weight", {2, 3}, {1, -2, 3, -4, 5, -6}});
+  f.tensors.push_back({"b.bias", {4}, {0.5f, 0, -0.25f, 1e-30f}});
+  f.tensors.push_back({"empty", {0, 3}, {}});
+  f.metadata = {{"steps", "3"}, {"source", "reference"}};
+  return f;
+}
+
+TEST(ParamsFileTest, WriteRead_RoundTripsValuesShapesAndMetadata) {
+  TempDir dir;
+  const ParamsFile f = TwoTensors();
+  MUONSHARD_ASSERT_OK(WriteParamsFile(dir.Join("p.safetensors"), f));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile back, ReadParamsFile(dir.Join("p.safetensors")));
+  ASSERT_EQ(back.tensors.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(back.tensors[i].name, f.tensors[i].name);
+    EXPECT_EQ(back.tensors[i].shape, f.tensors[i].shape);
+    EXPECT_EQ(back.tensors[i].values, f.tensors[i].values);
+  }
+  EXPECT_EQ(back.metadata, f.metadata);
+}
+
+TEST(ParamsFileTest, Write_ValuesDisagreeWithShape_InvalidArgumentNamingTensor) {
+  TempDir dir;
+  ParamsFile f;
+  f.tensors.push_back({"x", {2, 2}, {1, 2, 3}});
+  EXPECT_THAT(WriteParamsFile(dir.Join("p"), f), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"x\"")));
+}
+
+TEST(ParamsFileTest, Read_NotSafetensorsOrMissing_DataLossOrNotFound) {
+  TempDir dir;
+  std::ofstream(dir.Join("junk"), std::ios::binary) << "this is not a safetensors file at all";
+  EXPECT_THAT(ReadParamsFile(dir.Join("junk")), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("junk")));
+  EXPECT_THAT(ReadParamsFile(dir.Join("missing")), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+}
+
+TEST(CompareParamsTest, Identical_BitIdenticalAndOk) {
+  const ParamsComparison c = CompareParams(TwoTensors(), TwoTensors(), 0);
+  EXPECT_TRUE(c.ok());
+  EXPECT_TRUE(c.bit_identical());
+  EXPECT_EQ(c.failed(), 0);
+}
+
+TEST(CompareParamsTest, ErrorRelativeToTensorScale_ComparedWithRtol) {
+  ParamsFile a = TwoTensors();
+  // 6e-5 off on a tensor of scale 6: relative 1e-5.
+  a.tensors[0].values[1] += 6e-5f;
+  const ParamsComparison loose = CompareParams(a, TwoTensors(), 2e-5);
+  EXPECT_TRUE(loose.ok());
+  EXPECT_FALSE(loose.bit_identical());
+  ASSERT_NE(loose.worst(), nullptr);
+  EXPECT_EQ(loose.worst()->name, "a.weight");
+  EXPECT_NEAR(loose.worst()->rel, 1e-5, 1e-6);
+  const ParamsComparison tight = CompareParams(a, TwoTensors(), 5e-6);
+  EXPECT_FALSE(tight.ok());
+  EXPECT_EQ(tight.failed(), 1);
+}
+
+TEST(CompareParamsTest, NaN_FailsEvenWithLargeRtol) {
+  ParamsFile a = TwoTensors();
+  a.tensors[1].values[0] = std::nanf("");
+  EXPECT_FALSE(CompareParams(a, TwoTensors(), 1e9).ok());
+}
+
+TEST(CompareParamsTest, MissingExtraShapeAndRunMetadata_AreMismatches) {
+  ParamsFile a = TwoTensors();
+  a.tensors[0].shape = {3, 2};
+  a.tensors.pop_back();
+  a.tensors.push_back({"extra", {1}, {0}});
+  a.metadata["steps"] = "4";
+  a.metadata["source"] = "sharded";  // not a run property: may differ
+  const ParamsComparison c = CompareParams(a, TwoTensors(), 1);
+  EXPECT_FALSE(c.ok());
+  EXPECT_THAT(c.mismatches,
+              ::testing::UnorderedElementsAre(HasSubstr("\"a.weight\": shape"), HasSubstr("\"empty\" is missing"),
+                                              HasSubstr("\"extra\" is missing"), HasSubstr("\"steps\" differs")));
+}
+
+// Part files of a plan with fused expert stacks split by expert
+// parallelism: the lowest rank of each group writes its group's parts, and
+// the merge restores every tensor whole.
+class ParamDumpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(
+        plan_, testing::BuildPlan(testing::StackManifest(), /*world=*/4, /*ep=*/2, testing::PolicyKind::kSeed));
+  }
+
+  // Rank r's held parts with values = tensor index + element index / 1000.
+  void PartsOf(int rank, v1::RankView* view, std::vector<HeldTensor>* held, std::map<int, std::vector<float>>* m) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(*view, planner::ExtractRankView(plan_, rank));
+    for (int index = 0; index < plan_.tensors_size(); ++index) {
+      const v1::PlannedTensor& t = plan_.tensors(index);
+      for (const v1::TensorPart& p : t.parts()) {
+        const v1::CommGroup& g = plan_.groups(p.group());
+        if (std::find(g.ranks().begin(), g.ranks().end(), rank) == g.ranks().end()) continue;
+        held->push_back({index, &t, p.group(), p.element_begin(), p.element_end()});
+        std::vector<float>& v = (*m)[index];
+        for (int64_t i = p.element_begin(); i < p.element_end(); ++i) v.push_back(index + i / 1000.0f);
+      }
+    }
+  }
+
+  v1::Plan plan_;
+};
+
+TEST_F(ParamDumpTest, RankPartsThenMerge_RestoresEveryTensorWhole) {
+  std::vector<ParamsFile> parts;
+  int writers = 0;
+  for (int r = 0; r < plan_.ranks_size(); ++r) {
+    v1::RankView view;
+    std::vector<HeldTensor> held;
+    std::map<int, std::vector<float>> masters;
+    PartsOf(r, &view, &held, &masters);
+    if (!WritesParts(view, held)) continue;
+    ++writers;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile f, RankParts(view, held, masters));
+    parts.push_back(std::move(f));
+  }
+  // Rank 0 writes the sharding group's tensors and ep rank 0's stack parts;
+  // ep rank 1's moe_sharding group has its own lowest rank.
+  EXPECT_EQ(writers, 2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile merged, MergeParts(plan_, parts));
+  ASSERT_EQ(static_cast<int>(merged.tensors.size()), plan_.tensors_size());
+  for (int i = 0; i < plan_.tensors_size(); ++i) {
+    const ParamTensor& t = merged.tensors[i];
+    EXPECT_EQ(t.name, plan_.tensors(i).name());
+    ASSERT_EQ(static_cast<int64_t>(t.values.size()), plan_.tensors(i).numel());
+    for (int64_t e = 0; e < plan_.tensors(i).numel(); e += 97) EXPECT_EQ(t.values[e], i + e / 1000.0f);
+  }
+}
+
+TEST_F(ParamDumpTest, Merge_MissingPart_InvalidArgumentNamingTensor) {
+  v1::RankView view;
+  std::vector<HeldTensor> held;
+  std::map<int, std::vector<float>> masters;
+  PartsOf(0, &view, &held, &masters);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile rank0, RankParts(view, held, masters));
+  EXPECT_THAT(MergeParts(plan_, {rank0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is in no part file")));
+  EXPECT_THAT(MergeParts(plan_, {rank0, rank0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("written twice")));
+}
+
+TEST(WorkerMetricsTest, Registry_ExportsExactlyTheListedFamiliesWithJobAndRank) {
+  WorkerMetrics metrics("j1", 3);
+  std::set<std::string> names;
+  for (const auto& family : metrics.registry()->Collect()) {
+    names.insert(family.name);
+    for (const auto& m : family.metric) {
+      std::map<std::string, std::string> labels;
+      for (const auto& l : m.label) labels[l.name] = l.value;
+      EXPECT_EQ(labels["job"], "j1") << family.name;
+      EXPECT_EQ(labels["rank"], "3") << family.name;
+      for (const auto& [k, v] : labels) {
+        EXPECT_THAT(k, ::testing::AnyOf("job", "rank", "phase", "op")) << family.name;
+      }
+    }
+  }
+  EXPECT_EQ(names, std::set<std::string>(std::begin(kWorkerExportedMetrics), std::end(kWorkerExportedMetrics)));
+}
+
+TEST(WorkerMetricsTest, RecordStep_AccumulatesBytesFlopsStepsAndPhases) {
+  WorkerMetrics metrics("j", 0);
+  StepStats stats;
+  stats.reduce_seconds = 0.002;
+  stats.muon_seconds = 0.004;
+  stats.comm.grad_reduce = 100;
+  stats.comm.grad_reduce_scatter = 200;
+  stats.comm.param_broadcast = 300;
+  stats.comm.param_all_gather = 400;
+  metrics.RecordStep(stats, /*loss=*/1.5, /*ns_flops=*/1e6, /*train_step_seconds=*/0.01);
+  metrics.RecordStep(stats, /*loss=*/1.25, /*ns_flops=*/1e6, /*train_step_seconds=*/0.01);
+  metrics.SetOptimizerStateBytes(4096);
+  const std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_steps_total"), 2);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_loss"), 1.25);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_ns_flops_total"), 2e6);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_optimizer_state_bytes"), 4096);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_comm_bytes_total", {{"op", "reduce"}}), 200);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_comm_bytes_total", {{"op", "reduce_scatter"}}), 400);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_comm_bytes_total", {{"op", "broadcast"}}), 600);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_comm_bytes_total", {{"op", "all_gather"}}), 800);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_step_seconds_count", {{"phase", "orthogonalise"}}), 2);
+  EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_step_seconds_sum", {{"phase", "orthogonalise"}}), 0.008, 1e-12);
+  for (const char* name : kWorkerExportedMetrics) EXPECT_TRUE(PrometheusHasFamily(text, name)) << name;
+}
+
+// JoinJob's answer for `plan` stored as version 1 of an in-memory source.
+JoinedJob JoinedFor(const v1::Plan& plan, int rank) {
+  JoinedJob j;
+  j.job = "j";
+  j.rank = rank;
+  j.world_size = plan.ranks_size();
+  j.plan_version = 1;
+  j.content_hash = plan.content_hash();
+  return j;
+}
+
+TEST(FetchJoinedViewTest, MatchingHashAndRank_ReturnsTheRanksView) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
+                                 testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kBalanced));
+  InMemoryPlanSource source;
+  ASSERT_EQ(source.Add(plan), 1);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, FetchJoinedView(source, JoinedFor(plan, 2)));
+  EXPECT_EQ(view.rank().rank(), 2);
+  EXPECT_EQ(view.content_hash(), plan.content_hash());
+}
+
+TEST(FetchJoinedViewTest, ViewOfAnotherPlan_FailedPreconditionNamingBothHashes) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan seed,
+                                 testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kSeed));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan balanced,
+                                 testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kBalanced));
+  ASSERT_NE(seed.content_hash(), balanced.content_hash());
+  InMemoryPlanSource source;
+  source.Add(balanced);  // version 1 holds another plan than the job runs
+  EXPECT_THAT(FetchJoinedView(source, JoinedFor(seed, 0)),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(HasSubstr(seed.content_hash()), HasSubstr(balanced.content_hash()))));
+}
+
+TEST(FetchJoinedViewTest, UnknownVersion_NotFound) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
+                                 testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kSeed));
+  InMemoryPlanSource source;
+  source.Add(plan);
+  JoinedJob j = JoinedFor(plan, 0);
+  j.plan_version = 7;
+  EXPECT_THAT(FetchJoinedView(source, j), StatusIs(absl::StatusCode::kNotFound, HasSubstr("7")));
+}
+
+TEST(WorkerOptionsTest, Validate_NamesTheFlag) {
+  WorkerOptions o;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--job")));
+  o.job = "j";
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  o.backend = "mpi";
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--backend")));
+  o.backend = "gloo";
+  o.workload = "mnist";
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--workload")));
+  o.workload = "synthetic";
+  o.lr = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lr")));
+  o.lr = 0.02f;
+  o.reference = true;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dump-params")));
+}
+
+TEST(RunWorkerTest, NcclBackend_FailedPreconditionExplainingWhyBeforeConnecting) {
+  WorkerOptions o;
+  o.job = "j";
+  o.backend = "nccl";
+  o.connection.coordinator = "127.0.0.1:1";  // never contacted
+  EXPECT_THAT(RunWorker(o), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                     ::testing::AllOf(HasSubstr("host memory"), HasSubstr("CPU kernel backend"))));
+}
+
+TEST(RunWorkerTest, ExitCodes_FollowTheCliConvention) {
+  EXPECT_EQ(ExitCodeFor(absl::OkStatus()), 0);
+  EXPECT_EQ(ExitCodeFor(absl::InvalidArgumentError("x")), 2);
+  EXPECT_EQ(ExitCodeFor(absl::FailedPreconditionError("x")), 1);
+  EXPECT_EQ(ExitCodeFor(absl::AbortedError("x")), 1);
+}
+
+TEST(CpuThreadBudgetTest, CreateWithThreads_SetsOpenBlasPool) {
+  const int before = openblas_get_num_threads();
+  kernels::CpuBackendOptions o;
+  o.threads = 1;
+  std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend(o);
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  o.threads = 0;  // keeps whatever is set
+  backend = kernels::CreateCpuKernelBackend(o);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  openblas_set_num_threads(before);
+}
+
+}  // namespace
+}  // namespace muonshard::worker

@@ -1,0 +1,190 @@
+#include "worker/client/coordinator_session.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace muonshard::worker {
+namespace {
+
+// Longest real-time wait before the heartbeat thread re-reads its clock.
+constexpr absl::Duration kClockSlice = absl::Milliseconds(20);
+
+uint64_t RandomIncarnation() {
+  std::random_device device;
+  uint64_t value = 0;
+  while (value == 0) value = (uint64_t{device()} << 32) ^ device();
+  return value;
+}
+
+v1::JoinJobRequest JoinRequest(const SessionOptions& options, uint64_t incarnation) {
+  v1::JoinJobRequest request;
+  request.set_job(options.job);
+  request.set_host(options.host);
+  request.set_device(options.device);
+  request.set_incarnation(incarnation);
+  if (options.rank.has_value()) request.set_rank(*options.rank);
+  request.set_plan_version(options.plan_version);
+  return request;
+}
+
+JoinedJob ToJoinedJob(const std::string& job, uint64_t incarnation, const v1::JoinJobResponse& r) {
+  JoinedJob joined;
+  joined.job = job;
+  joined.rank = r.rank();
+  joined.world_size = r.world_size();
+  joined.generation = r.generation();
+  joined.plan_version = r.plan_version();
+  joined.content_hash = r.content_hash();
+  joined.incarnation = incarnation;
+  joined.heartbeat_timeout = absl::Milliseconds(r.heartbeat_timeout_ms());
+  return joined;
+}
+
+absl::StatusOr<v1::JoinJobResponse> JoinOnce(cli::CoordinatorClient& client, const v1::JoinJobRequest& request) {
+  v1::JoinJobResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
+  absl::Status s = coordinator::FromGrpcStatus(client.stub().JoinJob(ctx.get(), request, &response));
+  if (!s.ok()) return s;
+  return response;
+}
+
+// JoinJob, retried with exponential backoff while UNAVAILABLE (see
+// SessionOptions). The attempts are bounded by join_timeout in real time.
+absl::StatusOr<v1::JoinJobResponse> JoinWithRetries(cli::CoordinatorClient& client, const SessionOptions& options,
+                                                    const v1::JoinJobRequest& request) {
+  const absl::Time deadline = absl::Now() + options.join_timeout;
+  absl::Duration backoff = options.initial_backoff;
+  for (int attempt = 1;; ++attempt) {
+    absl::StatusOr<v1::JoinJobResponse> response = JoinOnce(client, request);
+    if (response.ok() || response.status().code() != absl::StatusCode::kUnavailable) {
+      return response;
+    }
+    if (absl::Now() + backoff > deadline) {
+      return Annotate(response.status(), absl::StrCat("coordinator unreachable after ", attempt, " attempt(s) in ",
+                                                      absl::FormatDuration(options.join_timeout)));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, options.max_backoff);
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(cli::CoordinatorClient* client,
+                                                                             const SessionOptions& options) {
+  if (options.clock == nullptr) return absl::InvalidArgumentError("session: null clock");
+  if (options.initial_backoff <= absl::ZeroDuration() || options.max_backoff < options.initial_backoff) {
+    return absl::InvalidArgumentError("session: backoff must be > 0 and max >= initial");
+  }
+  const uint64_t incarnation = options.incarnation != 0 ? options.incarnation : RandomIncarnation();
+  absl::StatusOr<v1::JoinJobResponse> response = JoinWithRetries(*client, options, JoinRequest(options, incarnation));
+  if (!response.ok()) {
+    return Annotate(response.status(), absl::StrCat("joining job \"", options.job, "\""));
+  }
+  JoinedJob joined = ToJoinedJob(options.job, incarnation, *response);
+  return std::unique_ptr<CoordinatorSession>(new CoordinatorSession(client, options, std::move(joined)));
+}
+
+CoordinatorSession::CoordinatorSession(cli::CoordinatorClient* client, const SessionOptions& options, JoinedJob joined)
+    : client_(client),
+      clock_(options.clock),
+      joined_(std::move(joined)),
+      period_(options.heartbeat_period > absl::ZeroDuration()
+                  ? options.heartbeat_period
+                  : std::max(joined_.heartbeat_timeout / 3, absl::Milliseconds(10))) {
+  // The schedule starts now, not when the thread gets to run, so a test's
+  // clock.Advance(period) right after Join() is always a full period.
+  const absl::Time first = clock_->Now() + period_;
+  thread_ = std::thread([this, first] { HeartbeatLoop(first); });
+}
+
+CoordinatorSession::~CoordinatorSession() { Leave().IgnoreError(); }
+
+absl::Status CoordinatorSession::health() const {
+  absl::MutexLock lock(&mu_);
+  return health_;
+}
+
+int64_t CoordinatorSession::heartbeats() const {
+  absl::MutexLock lock(&mu_);
+  return heartbeats_;
+}
+
+void CoordinatorSession::HeartbeatLoop(absl::Time first) {
+  absl::Time next = first;
+  while (!WaitUntil(next)) {
+    if (!Record(SendHeartbeat())) return;
+    next = clock_->Now() + period_;
+  }
+}
+
+bool CoordinatorSession::WaitUntil(absl::Time t) {
+  absl::MutexLock lock(&mu_);
+  while (!stopping_) {
+    const absl::Time now = clock_->Now();
+    if (now >= t) return false;
+    mu_.AwaitWithTimeout(absl::Condition(&stopping_), std::min(t - now, kClockSlice));
+  }
+  return true;
+}
+
+absl::Status CoordinatorSession::SendHeartbeat() {
+  v1::HeartbeatRequest request;
+  request.set_job(joined_.job);
+  request.set_rank(joined_.rank);
+  request.set_generation(joined_.generation);
+  request.set_incarnation(joined_.incarnation);
+  v1::HeartbeatResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  return coordinator::FromGrpcStatus(client_->stub().Heartbeat(ctx.get(), request, &response));
+}
+
+bool CoordinatorSession::Record(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  ++heartbeats_;
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+      return true;  // transient: try again next period
+    case absl::StatusCode::kAborted:
+      health_ = absl::AbortedError(absl::StrCat("job \"", joined_.job, "\" moved past generation ", joined_.generation,
+                                                " (a member failed or left; heartbeat answered: ", status.message(),
+                                                "); stopping — re-joining a new generation is not implemented yet"));
+      return false;
+    default:
+      health_ = Annotate(status, absl::StrCat("heartbeat of rank ", joined_.rank, " in job \"", joined_.job, "\""));
+      return false;
+  }
+}
+
+void CoordinatorSession::StopHeartbeats() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status CoordinatorSession::Leave() {
+  StopHeartbeats();
+  absl::MutexLock lock(&mu_);
+  if (left_.has_value()) return *left_;
+  v1::LeaveJobRequest request;
+  request.set_job(joined_.job);
+  request.set_rank(joined_.rank);
+  request.set_incarnation(joined_.incarnation);
+  v1::LeaveJobResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  left_ = Annotate(coordinator::FromGrpcStatus(client_->stub().LeaveJob(ctx.get(), request, &response)),
+                   absl::StrCat("leaving job \"", joined_.job, "\""));
+  return *left_;
+}
+
+}  // namespace muonshard::worker

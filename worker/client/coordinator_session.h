@@ -1,0 +1,134 @@
+#ifndef MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_
+#define MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_
+
+// CoordinatorSession: one worker process's membership of a job. Join()
+// registers with the coordinator (JoinJob, retried with bounded exponential
+// backoff while the coordinator is unreachable), a background thread then
+// heartbeats at a third of the coordinator's heartbeat timeout, and Leave()
+// (or the destructor) stops it and leaves the job.
+//
+// Generations: the coordinator answers a heartbeat with ABORTED once the
+// job's generation has moved past the one this worker joined (a member
+// failed or left; see NOTE [Membership state machine] in
+// coordinator/service/job_registry.h). The session then stops heartbeating
+// and health() reports ABORTED with a message saying so; the worker must
+// stop cleanly (its communicators' group is broken). Re-joining the new
+// generation and resuming is the recovery protocol, future work.
+// Transient heartbeat failures (UNAVAILABLE, DEADLINE_EXCEEDED) are retried
+// at the next period; if they last past the heartbeat timeout the
+// coordinator marks the worker failed and the next answer is ABORTED.
+//
+// Clock: the heartbeat schedule reads the injected Clock. Its waits are cut
+// into short real-time slices that re-read the clock, so a FakeClock that a
+// test advances (without notifying anyone) drives heartbeats
+// deterministically.
+//
+// Thread-safe, except Leave() and the destructor, which belong to the
+// owning thread. *client and options.clock must outlive the session.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cli/coordinator_client.h"
+#include "common/clock.h"
+
+namespace muonshard::worker {
+
+struct SessionOptions {
+  std::string job;
+  std::string host;    // identity of the worker's machine
+  std::string device;  // unique per worker process on `host` (e.g. "cpu:3")
+  // Random per process start; 0 draws one.
+  uint64_t incarnation = 0;
+  std::optional<int> rank;   // unset: the coordinator picks the lowest free
+  int64_t plan_version = 0;  // 0: the job's (the first joiner takes the latest)
+
+  // JoinJob answered UNAVAILABLE (coordinator not up yet, restarting) is
+  // retried after initial_backoff, doubling up to max_backoff, until
+  // join_timeout has passed since the first attempt. Other errors are final.
+  absl::Duration join_timeout = absl::Seconds(30);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Zero: a third of the coordinator's heartbeat timeout.
+  absl::Duration heartbeat_period = absl::ZeroDuration();
+  Clock* clock = RealClock();
+};
+
+// What JoinJob answered.
+struct JoinedJob {
+  std::string job;
+  int rank = 0;
+  int world_size = 0;
+  int64_t generation = 0;
+  int64_t plan_version = 0;
+  std::string content_hash;
+  uint64_t incarnation = 0;
+  absl::Duration heartbeat_timeout;
+};
+
+class CoordinatorSession {
+ public:
+  // Joins and starts heartbeating.
+  // Possible errors: INVALID_ARGUMENT (empty job/host, bad rank or version),
+  // FAILED_PRECONDITION (plan version differs from the job's — the message
+  // names both — job full, no plan submitted), NOT_FOUND (unknown plan
+  // version), ALREADY_EXISTS (rank held), UNAVAILABLE (coordinator
+  // unreachable for join_timeout), UNAUTHENTICATED.
+  static absl::StatusOr<std::unique_ptr<CoordinatorSession>> Join(cli::CoordinatorClient* client,
+                                                                  const SessionOptions& options);
+
+  CoordinatorSession(const CoordinatorSession&) = delete;
+  CoordinatorSession& operator=(const CoordinatorSession&) = delete;
+  // Stops the heartbeat thread and leaves the job unless Leave() ran.
+  ~CoordinatorSession();
+
+  const JoinedJob& joined() const { return joined_; }
+
+  // OK while the membership holds. ABORTED once a heartbeat was answered
+  // ABORTED (the generation moved); FAILED_PRECONDITION / NOT_FOUND when the
+  // coordinator no longer knows this worker. Sticky.
+  absl::Status health() const;
+  // Heartbeats answered so far (any answer), for tests and logs.
+  int64_t heartbeats() const;
+
+  // Stops heartbeating and leaves the job (LeaveJob). Idempotent: later
+  // calls return the first call's result.
+  // Possible errors: the RPC's (the coordinator then notices the silence).
+  absl::Status Leave();
+
+ private:
+  CoordinatorSession(cli::CoordinatorClient* client, const SessionOptions& options, JoinedJob joined);
+
+  // Heartbeats at `first`, then every period after each answer.
+  void HeartbeatLoop(absl::Time first);
+  // Blocks until the clock reaches `t` (false) or Stop() (true).
+  bool WaitUntil(absl::Time t);
+  absl::Status SendHeartbeat();
+  // Records an answer; false when it ends the loop (a terminal error).
+  bool Record(const absl::Status& status);
+  void StopHeartbeats();
+
+  cli::CoordinatorClient* const client_;  // not owned
+  Clock* const clock_;                    // not owned
+  const JoinedJob joined_;
+  const absl::Duration period_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status health_ ABSL_GUARDED_BY(mu_);
+  int64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<absl::Status> left_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_

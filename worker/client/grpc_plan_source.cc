@@ -1,0 +1,49 @@
+#include "worker/client/grpc_plan_source.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace muonshard::worker {
+namespace {
+
+std::string VersionName(int64_t version) {
+  return version == 0 ? std::string("the latest plan version") : absl::StrCat("plan version ", version);
+}
+
+absl::StatusOr<v1::GetPlanResponse> GetPlan(cli::CoordinatorClient& client, int64_t version, std::optional<int> rank) {
+  v1::GetPlanRequest request;
+  request.set_version(version);
+  if (rank.has_value()) request.set_rank(*rank);
+  v1::GetPlanResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
+  absl::Status s = coordinator::FromGrpcStatus(client.stub().GetPlan(ctx.get(), request, &response));
+  if (!s.ok()) {
+    return Annotate(s, absl::StrCat("fetching ", VersionName(version),
+                                    rank.has_value() ? absl::StrCat(" (rank ", *rank, ")") : ""));
+  }
+  return response;
+}
+
+}  // namespace
+
+absl::StatusOr<VersionedRankView> GrpcPlanSource::FetchRankView(int64_t version, int rank) {
+  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, GetPlan(*client_, version, rank));
+  if (!response.has_rank_view()) {
+    return absl::InternalError(absl::StrCat("GetPlan of rank ", rank, " returned no rank view"));
+  }
+  return VersionedRankView{response.info().version(), std::move(*response.mutable_rank_view())};
+}
+
+absl::StatusOr<VersionedPlan> GrpcPlanSource::FetchPlan(int64_t version) {
+  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, GetPlan(*client_, version, std::nullopt));
+  if (!response.has_plan()) return absl::InternalError("GetPlan returned no plan");
+  return VersionedPlan{response.info().version(), std::move(*response.mutable_plan())};
+}
+
+}  // namespace muonshard::worker

@@ -1,0 +1,86 @@
+#include "worker/client/grpc_rendezvous_store.h"
+
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace muonshard::worker {
+namespace {
+
+absl::Status CheckKey(const std::string& key) {
+  if (key.empty()) return absl::InvalidArgumentError("rendezvous key is empty");
+  return absl::OkStatus();
+}
+
+// Milliseconds of `timeout`, rounded up so a sub-millisecond wait still
+// waits (0 would ask for the server's default).
+int64_t CeilMillis(absl::Duration timeout) {
+  return absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1)));
+}
+
+}  // namespace
+
+GrpcRendezvousStore::GrpcRendezvousStore(cli::CoordinatorClient* client, GrpcRendezvousStoreOptions options)
+    : client_(client), options_(std::move(options)) {}
+
+absl::Status GrpcRendezvousStore::Annotated(const absl::Status& s, const std::string& key) const {
+  return Annotate(s, absl::StrCat("rendezvous key \"", key, "\" (job \"", options_.job, "\", generation ",
+                                  options_.generation, ")"));
+}
+
+absl::Status GrpcRendezvousStore::Set(const std::string& key, const std::string& value) {
+  MUONSHARD_RETURN_IF_ERROR(CheckKey(key));
+  v1::SetKeyRequest request;
+  request.set_job(options_.job);
+  request.set_generation(options_.generation);
+  request.set_key(key);
+  request.set_value(value);
+  v1::SetKeyResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  return Annotated(coordinator::FromGrpcStatus(client_->stub().SetKey(ctx.get(), request, &response)), key);
+}
+
+absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key) {
+  MUONSHARD_RETURN_IF_ERROR(CheckKey(key));
+  v1::GetKeyRequest request;
+  request.set_job(options_.job);
+  request.set_generation(options_.generation);
+  request.set_key(key);
+  v1::GetKeyResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  absl::Status s = coordinator::FromGrpcStatus(client_->stub().GetKey(ctx.get(), request, &response));
+  if (!s.ok()) return Annotated(s, key);
+  return std::move(*response.mutable_value());
+}
+
+absl::StatusOr<std::string> GrpcRendezvousStore::Wait(const std::string& key, absl::Duration timeout) {
+  MUONSHARD_RETURN_IF_ERROR(CheckKey(key));
+  if (timeout <= absl::ZeroDuration()) {
+    absl::StatusOr<std::string> value = Get(key);
+    if (value.status().code() == absl::StatusCode::kNotFound) {
+      return absl::DeadlineExceededError(value.status().message());
+    }
+    return value;
+  }
+  v1::WaitKeysRequest request;
+  request.set_job(options_.job);
+  request.set_generation(options_.generation);
+  request.add_keys(key);
+  request.set_timeout_ms(CeilMillis(timeout));
+  v1::WaitKeysResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + options_.rpc_slack));
+  absl::Status s = coordinator::FromGrpcStatus(client_->stub().WaitKeys(ctx.get(), request, &response));
+  if (!s.ok()) return Annotated(s, key);
+  if (response.values_size() != 1) {
+    return Annotated(
+        absl::InternalError(absl::StrCat("WaitKeys returned ", response.values_size(), " values for one key")), key);
+  }
+  return std::move(*response.mutable_values(0));
+}
+
+}  // namespace muonshard::worker

@@ -1,0 +1,81 @@
+#include "worker/internal/runner_util.h"
+
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/workload/regression_workload.h"
+#include "worker/workload/synthetic_workload.h"
+
+namespace muonshard::worker::internal {
+
+std::ostream& Log(const WorkerOptions& options) { return options.log != nullptr ? *options.log : std::cerr; }
+
+absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& options) {
+  if (options.workload == "regression") {
+    RegressionWorkloadOptions o;
+    o.seed = options.seed;
+    return std::unique_ptr<Workload>(new RegressionWorkload(o));
+  }
+  if (options.workload == "synthetic") {
+    SyntheticWorkloadOptions o;
+    o.seed = options.seed;
+    return std::unique_ptr<Workload>(new SyntheticWorkload(o));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --workload: \"", options.workload, "\" is not regression or synthetic"));
+}
+
+OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options) {
+  OptimizerConfig config;
+  config.lr = options.lr;
+  config.weight_decay = options.weight_decay;
+  return config;
+}
+
+std::unique_ptr<kernels::KernelBackend> MakeCpuBackend(int threads) {
+  kernels::CpuBackendOptions o;
+  o.threads = threads;
+  return kernels::CreateCpuKernelBackend(o);
+}
+
+int HardwareThreads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+std::map<std::string, std::string> DumpMetadata(const WorkerOptions& options, const std::string& source,
+                                                const std::string& model, const std::string& content_hash,
+                                                int64_t plan_version) {
+  return {{"format", "muonshard-params/1"},
+          {"source", source},
+          {"model", model},
+          {"content_hash", content_hash},
+          {"plan_version", absl::StrCat(plan_version)},
+          {"steps", absl::StrCat(options.steps)},
+          {"workload", options.workload},
+          {"seed", absl::StrCat(options.seed)},
+          {"lr", absl::StrCat(options.lr)},
+          {"weight_decay", absl::StrCat(options.weight_decay)}};
+}
+
+std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_seconds, const StepStats* stats) {
+  std::string line = absl::StrFormat("step %d/%d  loss %.6e  step %.1f ms", step, steps, loss, step_seconds * 1e3);
+  if (stats != nullptr) {
+    absl::StrAppendFormat(&line, "  (reduce %.1f, orthogonalise %.1f, adamw %.1f, sync %.1f ms)",
+                          stats->reduce_seconds * 1e3, stats->muon_seconds * 1e3, stats->adamw_seconds * 1e3,
+                          stats->sync_seconds * 1e3);
+  }
+  return line;
+}
+
+absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world,
+                          absl::Duration timeout) {
+  MUONSHARD_RETURN_IF_ERROR(store.Set(absl::StrCat(name, "/", rank), ""));
+  for (int r = 0; r < world; ++r) {
+    absl::StatusOr<std::string> s = store.Wait(absl::StrCat(name, "/", r), timeout);
+    if (!s.ok()) return Annotate(s.status(), absl::StrCat("barrier \"", name, "\" waiting for rank ", r));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace muonshard::worker::internal

@@ -1,0 +1,52 @@
+#ifndef MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_
+#define MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_
+
+// Pieces shared by RunWorker and RunReference (worker_runner.h): workload
+// and optimizer config from the options, the thread budget, dump metadata,
+// progress lines, and the rendezvous barrier. Not API.
+
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/kernel_backend.h"
+#include "worker/comm/rendezvous_store.h"
+#include "worker/optimizer/optimizer_config.h"
+#include "worker/optimizer/step_stats.h"
+#include "worker/worker_runner.h"
+#include "worker/workload/workload.h"
+
+namespace muonshard::worker::internal {
+
+std::ostream& Log(const WorkerOptions& options);
+
+// "regression" or "synthetic" with the options' seed; INVALID_ARGUMENT else.
+absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& options);
+OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options);
+
+// The CPU kernel backend with `threads` (> 0) as its thread budget.
+std::unique_ptr<kernels::KernelBackend> MakeCpuBackend(int threads);
+// Hardware threads of this machine (at least 1).
+int HardwareThreads();
+
+// Metadata of a parameter dump: what identifies the run, so dumps of
+// different runs are not compared by accident.
+std::map<std::string, std::string> DumpMetadata(const WorkerOptions& options, const std::string& source,
+                                                const std::string& model, const std::string& content_hash,
+                                                int64_t plan_version);
+
+// "step 3/20  loss 1.234567e-01  step 12.3 ms  (reduce 1.0, orthogonalise
+// 5.0, adamw 0.2, sync 3.0 ms)".
+std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_seconds, const StepStats* stats);
+
+// Every rank sets "<name>/<rank>" and waits for all `world` ranks' keys,
+// each wait bounded by `timeout`.
+absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout);
+
+}  // namespace muonshard::worker::internal
+
+#endif  // MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_

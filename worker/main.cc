@@ -1,0 +1,166 @@
+// muonshard-worker: flags -> WorkerOptions -> RunWorker / RunReference
+// (worker_runner.h). Exit 0 on success, 1 on a runtime failure, 2 on bad
+// usage. SIGTERM / SIGINT stop the run at the next step boundary (or end
+// --linger); a second signal exits at once.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/flags.h"
+#include "worker/worker_runner.h"
+
+namespace muonshard::worker {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
+    "         [--backend gloo|nccl] [--workload regression|synthetic] [--steps N] [--lr X]\n"
+    "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S] ...\n"
+    "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
+    "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
+
+struct Flags {
+  WorkerOptions o;
+  std::string plan_version = "latest";
+  int64_t rank = -1;
+  double lr = 0.02;
+  double weight_decay = 0.01;
+  int64_t seed = 1;
+  double comm_timeout_s = 60;
+  double join_timeout_s = 30;
+  double linger_s = 0;
+
+  void Register(FlagSet& f) {
+    o.connection.Register(f);
+    f.String("job", &o.job, "job name (required unless --reference)");
+    f.String("plan-version", &plan_version, "plan version to run, or latest (the job's, for later joiners)");
+    f.Int("rank", &rank, "ask for this rank (default: the coordinator assigns the lowest free one)");
+    f.String("backend", &o.backend, "communication backend: gloo (CPU) | nccl (not supported yet)");
+    f.String("reduce-order", &o.reduce_order,
+             "ring (Gloo's) | rank (sums in rank order: bit-identical to --reference, more traffic)");
+    f.String("workload", &o.workload, "regression (a real loss that falls) | synthetic (random gradients)");
+    f.Int("steps", &o.steps, "training steps");
+    f.Double("lr", &lr, "learning rate (Muon and AdamW)");
+    f.Double("weight-decay", &weight_decay, "decoupled weight decay");
+    f.Int("seed", &seed, "workload seed (data and initial parameters)");
+    f.Bool("reference", &o.reference, "run the job's plan unsharded in this process (plain Muon + AdamW)");
+    f.String("dump-params", &o.dump_params, "write the final fp32 parameters here (safetensors)");
+    f.Int("metrics-port", &o.metrics_port, "/metrics on this port + local rank (0: any free port, <0: off)");
+    f.String("metrics-host", &o.metrics_host, "address the /metrics endpoint binds");
+    f.Int("local-rank", &o.local_rank, "rank on this host (default: the job rank)");
+    f.Int("local-world-size", &o.local_world_size, "workers on this host (default: the job's world size)");
+    f.String("port-file", &o.port_file, "write {\"rank\": R, \"metrics_port\": M, ...} here once serving");
+    f.String("hostname", &o.hostname, "address Gloo binds and advertises");
+    f.String("interface", &o.interface, "network interface for Gloo (overrides --hostname)");
+    f.Double("comm-timeout", &comm_timeout_s, "seconds for rendezvous, each collective and barriers");
+    f.Double("join-timeout", &join_timeout_s, "seconds to keep retrying an unreachable coordinator");
+    f.Int("blas-threads", &o.blas_threads, "OpenBLAS threads (0: cores / local world size)");
+    f.Double("linger", &linger_s, "seconds to keep serving /metrics after the run (SIGTERM ends it)");
+    f.Int("log-every", &o.log_every, "print rank 0's progress every N steps");
+    f.String("host-id", &o.host, "host identity for the coordinator (default: hostname)");
+    f.String("device", &o.device,
+             "device identity for the coordinator (default: cpu:<local rank>, cpu:rank-<rank> or per process)");
+  }
+
+  absl::Status Finalize() {
+    if (plan_version == "latest") {
+      o.plan_version = 0;
+    } else if (!absl::SimpleAtoi(plan_version, &o.plan_version) || o.plan_version <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("flag --plan-version: \"", plan_version, "\" is not a positive version or latest"));
+    }
+    if (rank >= 0) o.rank = static_cast<int>(rank);
+    o.lr = static_cast<float>(lr);
+    o.weight_decay = static_cast<float>(weight_decay);
+    o.seed = static_cast<uint64_t>(seed);
+    if (!(comm_timeout_s > 0) || !(join_timeout_s > 0) || !(linger_s >= 0)) {
+      return absl::InvalidArgumentError("flags --comm-timeout, --join-timeout must be > 0, --linger >= 0");
+    }
+    o.comm_timeout = absl::Seconds(comm_timeout_s);
+    o.join_timeout = absl::Seconds(join_timeout_s);
+    o.linger = absl::Seconds(linger_s);
+    return ValidateWorkerOptions(o);
+  }
+};
+
+// Signals received so far; written by the handler (lock-free atomics are
+// async-signal-safe).
+std::atomic<int> g_signals{0};
+
+void OnStopSignal(int /*sig*/) {
+  // A second signal exits at once: a collective can block for the comm
+  // timeout before the run reaches a step boundary.
+  if (g_signals.fetch_add(1) >= 1) _exit(1);
+}
+
+// Turns SIGTERM / SIGINT into `stop` (checked by the run at step
+// boundaries and by --linger). A handler rather than sigwait: OpenBLAS
+// starts its threads before main() with the signals unblocked, so a blocked
+// mask cannot keep the signals away from every thread. The watcher thread
+// polls the handler's counter.
+class SignalWatcher {
+ public:
+  SignalWatcher() {
+    struct sigaction action = {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
+    thread_ = std::thread([this] { Watch(); });
+  }
+  ~SignalWatcher() {
+    done_.Notify();
+    thread_.join();
+  }
+  const absl::Notification* stop() const { return &stop_; }
+
+ private:
+  void Watch() {
+    while (!done_.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      if (g_signals.load() > 0 && !stop_.HasBeenNotified()) {
+        std::cerr << "muonshard-worker: signal received: stopping at the next step boundary (again to exit now)\n";
+        stop_.Notify();
+      }
+    }
+  }
+
+  absl::Notification stop_;
+  absl::Notification done_;
+  std::thread thread_;
+};
+
+int Main(int argc, char** argv) {
+  FlagSet flag_set(kUsage);
+  Flags flags;
+  flags.Register(flag_set);
+  absl::StatusOr<std::vector<std::string>> positional = flag_set.Parse(ArgsOf(argc, argv));
+  if (flag_set.help_requested()) {
+    std::cout << flag_set.Usage();
+    return 0;
+  }
+  absl::Status s = positional.ok() ? flags.Finalize() : positional.status();
+  if (s.ok() && !positional->empty()) s = absl::InvalidArgumentError("unexpected arguments");
+  if (!s.ok()) {
+    std::cerr << "error: " << s.message() << "\n\n" << flag_set.Usage();
+    return ExitCodeFor(s);
+  }
+  SignalWatcher watcher;
+  flags.o.stop = watcher.stop();
+  s = flags.o.reference ? RunReference(flags.o) : RunWorker(flags.o);
+  if (!s.ok()) std::cerr << "muonshard-worker: error: " << s << "\n";
+  return ExitCodeFor(s);
+}
+
+}  // namespace
+}  // namespace muonshard::worker
+
+int main(int argc, char** argv) { return muonshard::worker::Main(argc, argv); }

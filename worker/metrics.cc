@@ -1,0 +1,123 @@
+#include "worker/metrics.h"
+
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace muonshard::worker {
+namespace {
+
+using prometheus::Labels;
+
+// Step phases run from sub-millisecond (tiny models) to seconds (real
+// shards on CPU).
+const prometheus::Histogram::BucketBoundaries& SecondsBuckets() {
+  static const auto* const buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  return *buckets;
+}
+
+prometheus::Gauge& Gauge(prometheus::Registry& r, const std::string& name, const std::string& help,
+                         const Labels& labels) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(labels);
+}
+
+prometheus::Counter& Counter(prometheus::Registry& r, const std::string& name, const std::string& help,
+                             const Labels& labels) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add(labels);
+}
+
+Labels With(Labels labels, const std::string& key, const std::string& value) {
+  labels.emplace(key, value);
+  return labels;
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
+    : labels_{{"job", job}, {"rank", absl::StrCat(rank)}},
+      registry_(std::make_shared<prometheus::Registry>()),
+      state_bytes_(Gauge(*registry_, "muonshard_worker_optimizer_state_bytes",
+                         "Optimizer state (fp32 masters, momenta, moments) allocated by this rank", labels_)),
+      plan_state_bytes_(Gauge(*registry_, "muonshard_worker_plan_optimizer_state_bytes",
+                              "Optimizer state bytes the plan assigns to this rank", labels_)),
+      imbalance_(Gauge(*registry_, "muonshard_worker_plan_memory_imbalance_ratio",
+                       "The plan's optimizer-state imbalance over ranks, (max - min) / max", labels_)),
+      train_step_seconds_(prometheus::BuildHistogram()
+                              .Name("muonshard_worker_train_step_seconds")
+                              .Help("One training step: local gradients plus the optimizer step")
+                              .Register(*registry_)
+                              .Add(labels_, SecondsBuckets())),
+      ns_flops_(Counter(*registry_, "muonshard_worker_ns_flops_total",
+                        "Newton-Schulz FLOPs run on the matrices this rank owns (the plan's per-step figure)",
+                        labels_)),
+      loss_(Gauge(*registry_, "muonshard_worker_loss", "This rank's training loss before the last step", labels_)),
+      plan_version_(Gauge(*registry_, "muonshard_worker_plan_version", "Plan version the worker runs", labels_)),
+      generation_(Gauge(*registry_, "muonshard_worker_generation", "Job generation the worker joined", labels_)),
+      steps_(Counter(*registry_, "muonshard_worker_steps_total", "Optimizer steps completed", labels_)) {
+  auto& phases = prometheus::BuildHistogram()
+                     .Name("muonshard_worker_step_seconds")
+                     .Help(
+                         "Optimizer step time by phase: reduce (gradients to owners / shards), "
+                         "orthogonalise (Muon: momentum, Newton-Schulz, update), adamw, sync "
+                         "(parameters broadcast / all-gathered)")
+                     .Register(*registry_);
+  for (size_t i = 0; i < phases_.size(); ++i) {
+    phases_[i] = &phases.Add(With(labels_, "phase", kStepPhases[i]), SecondsBuckets());
+  }
+  auto& comm = prometheus::BuildCounter()
+                   .Name("muonshard_worker_comm_bytes_total")
+                   .Help("Bytes handed to collectives by the optimizer step, by op (the plan's accounting)")
+                   .Register(*registry_);
+  for (size_t i = 0; i < comm_bytes_.size(); ++i) {
+    comm_bytes_[i] = &comm.Add(With(labels_, "op", kCommOps[i]));
+  }
+}
+
+void WorkerMetrics::SetPlan(const v1::RankView& view, int64_t plan_version, int64_t generation) {
+  plan_state_bytes_.Set(static_cast<double>(view.rank().optimizer_state_bytes()));
+  imbalance_.Set(view.stats().memory_imbalance());
+  plan_version_.Set(static_cast<double>(plan_version));
+  generation_.Set(static_cast<double>(generation));
+}
+
+void WorkerMetrics::SetOptimizerStateBytes(int64_t bytes) { state_bytes_.Set(static_cast<double>(bytes)); }
+
+void WorkerMetrics::RecordStep(const StepStats& stats, double loss, double ns_flops, double train_step_seconds) {
+  const double phase_seconds[] = {stats.reduce_seconds, stats.muon_seconds, stats.adamw_seconds, stats.sync_seconds};
+  for (size_t i = 0; i < phases_.size(); ++i) phases_[i]->Observe(phase_seconds[i]);
+  const int64_t op_bytes[] = {stats.comm.grad_reduce, stats.comm.grad_reduce_scatter, stats.comm.param_broadcast,
+                              stats.comm.param_all_gather};
+  for (size_t i = 0; i < comm_bytes_.size(); ++i) comm_bytes_[i]->Increment(static_cast<double>(op_bytes[i]));
+  train_step_seconds_.Observe(train_step_seconds);
+  ns_flops_.Increment(ns_flops);
+  loss_.Set(loss);
+  steps_.Increment();
+}
+
+WorkerMetricsServer::WorkerMetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
+    : exposer_(std::move(exposer)), port_(port) {}
+
+WorkerMetricsServer::~WorkerMetricsServer() = default;
+
+absl::StatusOr<std::unique_ptr<WorkerMetricsServer>> WorkerMetricsServer::Start(
+    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry) {
+  const std::string address = absl::StrCat(host, ":", port);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  // prometheus-cpp reports a failed bind by throwing (CivetException); this
+  // is the boundary where that becomes a status.
+  try {
+    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
+  }
+  exposer->RegisterCollectable(registry);
+  std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
+  return std::unique_ptr<WorkerMetricsServer>(new WorkerMetricsServer(std::move(exposer), ports.front()));
+}
+
+}  // namespace muonshard::worker

@@ -1,0 +1,108 @@
+#ifndef MUONSHARD_WORKER_METRICS_H_
+#define MUONSHARD_WORKER_METRICS_H_
+
+// A worker process's Prometheus metrics (prometheus-cpp) and the HTTP
+// exposer serving them on /metrics (default port 9465 + local rank).
+//
+// Exported names are listed in kWorkerExportedMetrics (dashboards and scrape
+// rules use only these; tests check that /metrics holds every one of them).
+// Every series carries the labels job and rank; step phases add `phase`
+// (reduce, orthogonalise, adamw, sync) and communication adds `op` (reduce,
+// reduce_scatter, broadcast, all_gather — the plan's four per-step figures,
+// see worker/comm/counting_communicator.h for how bytes are counted).
+//
+// Thread-safe (prometheus-cpp's metrics are; the scrape thread reads while
+// the training thread writes).
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "muonshard/v1/plan.pb.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/labels.h"
+#include "prometheus/registry.h"
+#include "worker/optimizer/step_stats.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace muonshard::worker {
+
+// Every metric family a worker exports (histograms add _bucket, _sum and
+// _count series).
+inline constexpr const char* kWorkerExportedMetrics[] = {
+    "muonshard_worker_optimizer_state_bytes",        // gauge: allocated by the optimizer
+    "muonshard_worker_plan_optimizer_state_bytes",   // gauge: the plan's figure for the rank
+    "muonshard_worker_plan_memory_imbalance_ratio",  // gauge: the plan's (max-min)/max
+    "muonshard_worker_step_seconds",                 // histogram {phase}
+    "muonshard_worker_train_step_seconds",           // histogram: gradients + optimizer step
+    "muonshard_worker_comm_bytes_total",             // counter {op}
+    "muonshard_worker_ns_flops_total",               // counter: Newton-Schulz FLOPs run
+    "muonshard_worker_loss",                         // gauge: this rank's loss before the last step
+    "muonshard_worker_plan_version",                 // gauge
+    "muonshard_worker_generation",                   // gauge
+    "muonshard_worker_steps_total",                  // counter
+};
+
+// The `phase` label values, in step order.
+inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw", "sync"};
+// The `op` label values.
+inline constexpr const char* kCommOps[] = {"reduce", "reduce_scatter", "broadcast", "all_gather"};
+
+class WorkerMetrics {
+ public:
+  WorkerMetrics(const std::string& job, int rank);
+
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  // The plan the worker runs: version, generation, the rank's planned state
+  // bytes and the plan's memory imbalance (PlanStats.memory_imbalance).
+  void SetPlan(const v1::RankView& view, int64_t plan_version, int64_t generation);
+  // What the optimizer actually allocated.
+  void SetOptimizerStateBytes(int64_t bytes);
+  // One finished step: its phases and comm bytes, the rank's loss before it,
+  // the Newton-Schulz FLOPs it ran and the whole training step's seconds
+  // (gradients included).
+  void RecordStep(const StepStats& stats, double loss, double ns_flops, double train_step_seconds);
+
+ private:
+  const prometheus::Labels labels_;  // job and rank, on every series
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Gauge& state_bytes_;
+  prometheus::Gauge& plan_state_bytes_;
+  prometheus::Gauge& imbalance_;
+  std::array<prometheus::Histogram*, 4> phases_;  // kStepPhases order
+  prometheus::Histogram& train_step_seconds_;
+  std::array<prometheus::Counter*, 4> comm_bytes_;  // kCommOps order
+  prometheus::Counter& ns_flops_;
+  prometheus::Gauge& loss_;
+  prometheus::Gauge& plan_version_;
+  prometheus::Gauge& generation_;
+  prometheus::Counter& steps_;
+};
+
+// Serves a registry on http://host:port/metrics.
+class WorkerMetricsServer {
+ public:
+  // port 0 picks a free port. Possible errors: UNAVAILABLE (cannot bind,
+  // naming the address).
+  static absl::StatusOr<std::unique_ptr<WorkerMetricsServer>> Start(const std::string& host, int port,
+                                                                    std::shared_ptr<prometheus::Registry> registry);
+  ~WorkerMetricsServer();
+  int port() const { return port_; }
+
+ private:
+  WorkerMetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port);
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_METRICS_H_

@@ -1,0 +1,147 @@
+#include "worker/param_dump.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace muonshard::worker {
+namespace {
+
+int LowestRank(const v1::CommGroup& group) {
+  return group.ranks().empty() ? -1 : *std::min_element(group.ranks().begin(), group.ranks().end());
+}
+
+const v1::CommGroup* FindGroup(const v1::RankView& view, int id) {
+  for (const v1::CommGroup& g : view.groups()) {
+    if (g.id() == id) return &g;
+  }
+  return nullptr;
+}
+
+bool IsWriter(const v1::RankView& view, const HeldTensor& h) {
+  const v1::CommGroup* g = FindGroup(view, h.group);
+  return g != nullptr && LowestRank(*g) == view.rank().rank();
+}
+
+bool IsWhole(const HeldTensor& h) { return h.element_begin == 0 && h.element_end == h.spec->numel(); }
+
+std::vector<int64_t> Shape(const v1::PlannedTensor& t) { return {t.shape().begin(), t.shape().end()}; }
+
+// A piece of a part file: its tensor name and element range.
+struct Piece {
+  std::string name;
+  int64_t begin = 0;
+  int64_t end = -1;  // -1: the whole tensor
+};
+
+// "NAME" (whole) or "NAME@BEGIN-END".
+Piece ParseKey(const std::string& key) {
+  const size_t at = key.rfind('@');
+  if (at == std::string::npos) return {key};
+  std::vector<std::string> range = absl::StrSplit(key.substr(at + 1), '-');
+  Piece p{key.substr(0, at)};
+  if (range.size() != 2 || !absl::SimpleAtoi(range[0], &p.begin) || !absl::SimpleAtoi(range[1], &p.end)) {
+    return {key};
+  }
+  return p;
+}
+
+// Copies `t` into `out` (the whole tensor's values) and marks the elements
+// covered; INVALID_ARGUMENT when it does not fit or overlaps.
+absl::Status Place(const Piece& piece, const ParamTensor& t, const v1::PlannedTensor& spec, std::vector<float>& out,
+                   std::vector<bool>& covered) {
+  const int64_t begin = piece.end < 0 ? 0 : piece.begin;
+  const int64_t end = piece.end < 0 ? spec.numel() : piece.end;
+  if (piece.end < 0 && t.shape != Shape(spec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", spec.name(), "\": part file shape differs from the plan's"));
+  }
+  if (begin < 0 || end > spec.numel() || end - begin != static_cast<int64_t>(t.values.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.name(), "\": part [", begin, ", ", end,
+                                                   ") does not fit ", spec.numel(), " elements"));
+  }
+  for (int64_t i = begin; i < end; ++i) {
+    if (covered[i]) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.name(), "\": element ", i, " written twice"));
+    }
+    covered[i] = true;
+    out[i] = t.values[i - begin];
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string PartFilePath(const std::string& path, int rank) { return absl::StrCat(path, ".rank-", rank); }
+
+bool WritesParts(const v1::RankView& view, const std::vector<HeldTensor>& held) {
+  return std::any_of(held.begin(), held.end(), [&view](const HeldTensor& h) { return IsWriter(view, h); });
+}
+
+absl::StatusOr<ParamsFile> RankParts(const v1::RankView& view, const std::vector<HeldTensor>& held,
+                                     const std::map<int, std::vector<float>>& masters) {
+  ParamsFile out;
+  for (const HeldTensor& h : held) {
+    if (!IsWriter(view, h)) continue;
+    auto it = masters.find(h.tensor);
+    if (it == masters.end() || static_cast<int64_t>(it->second.size()) != h.numel()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", h.spec->name(), "\": gathered master missing or of the wrong size"));
+    }
+    if (IsWhole(h)) {
+      out.tensors.push_back({h.spec->name(), Shape(*h.spec), it->second});
+    } else {
+      out.tensors.push_back(
+          {absl::StrCat(h.spec->name(), "@", h.element_begin, "-", h.element_end), {h.numel()}, it->second});
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<ParamsFile> MergeParts(const v1::Plan& plan, absl::Span<const ParamsFile> parts) {
+  absl::flat_hash_map<std::string, int> index;
+  for (int i = 0; i < plan.tensors_size(); ++i) index[plan.tensors(i).name()] = i;
+  std::vector<std::vector<float>> values(plan.tensors_size());
+  std::vector<std::vector<bool>> covered(plan.tensors_size());
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    values[i].assign(plan.tensors(i).numel(), 0.0f);
+    covered[i].assign(plan.tensors(i).numel(), false);
+  }
+  for (const ParamsFile& part : parts) {
+    for (const ParamTensor& t : part.tensors) {
+      const Piece piece = ParseKey(t.name);
+      auto it = index.find(piece.name);
+      if (it == index.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("part file tensor \"", t.name, "\" is not in the plan"));
+      }
+      absl::Status s = Place(piece, t, plan.tensors(it->second), values[it->second], covered[it->second]);
+      if (!s.ok()) return s;
+    }
+  }
+  ParamsFile out;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const v1::PlannedTensor& spec = plan.tensors(i);
+    auto hole = std::find(covered[i].begin(), covered[i].end(), false);
+    if (hole != covered[i].end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", spec.name(), "\": element ", hole - covered[i].begin(), " is in no part file"));
+    }
+    out.tensors.push_back({spec.name(), Shape(spec), std::move(values[i])});
+  }
+  return out;
+}
+
+ParamsFile ReferenceParams(const v1::Plan& plan, const ReferenceOptimizer& reference) {
+  ParamsFile out;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    out.tensors.push_back({plan.tensors(i).name(), Shape(plan.tensors(i)), reference.master(i)});
+  }
+  return out;
+}
+
+}  // namespace muonshard::worker

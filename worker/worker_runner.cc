@@ -1,0 +1,324 @@
+#include "worker/worker_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "worker/client/coordinator_session.h"
+#include "worker/client/grpc_plan_source.h"
+#include "worker/client/grpc_rendezvous_store.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/internal/runner_util.h"
+#include "worker/metrics.h"
+#include "worker/optimizer/sharded_optimizer.h"
+#include "worker/param_dump.h"
+#include "worker/rank_order_communicator.h"
+#include "worker/workload/workload_driver.h"
+
+namespace muonshard::worker {
+namespace {
+
+using internal::Log;
+
+constexpr char kNcclRefusal[] =
+    "--backend nccl is not supported yet: the sharded optimizer keeps parameters, gradients and optimizer "
+    "state in host memory and runs only on the CPU kernel backend, while NCCL needs device buffers; use "
+    "--backend gloo (see docs/benchmarks-worker.md, \"GPU path\")";
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// The worker's identity on its host for the coordinator, which takes a new
+// process of an existing (host, device) for a restart of the old one: the
+// local rank or the asked-for rank when known (a restarted rank is then
+// recognised), else unique per process and run.
+std::string DeviceIdentity(const WorkerOptions& options) {
+  static std::atomic<int> runs{0};
+  if (!options.device.empty()) return options.device;
+  if (options.local_rank >= 0) return absl::StrCat("cpu:", options.local_rank);
+  if (options.rank.has_value()) return absl::StrCat("cpu:rank-", *options.rank);
+  return absl::StrCat("cpu:pid-", getpid(), "-", runs.fetch_add(1));
+}
+
+// One rank's run, step by step (see worker_runner.h). Members are created in
+// Run()'s order and destroyed in reverse: communicators before the store and
+// session they bootstrapped through.
+class WorkerRun {
+ public:
+  explicit WorkerRun(const WorkerOptions& options) : options_(options) {}
+
+  absl::Status Run() {
+    MUONSHARD_RETURN_IF_ERROR(Connect());
+    MUONSHARD_RETURN_IF_ERROR(Join());
+    MUONSHARD_RETURN_IF_ERROR(StartMetrics());
+    MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
+    MUONSHARD_RETURN_IF_ERROR(CreateOptimizer());
+    MUONSHARD_RETURN_IF_ERROR(Train());
+    MUONSHARD_RETURN_IF_ERROR(Dump());
+    MUONSHARD_RETURN_IF_ERROR(Finish());
+    Linger();
+    return absl::OkStatus();
+  }
+
+ private:
+  int rank() const { return session_->joined().rank; }
+  int world() const { return session_->joined().world_size; }
+  int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
+  std::string Prefix() const { return absl::StrCat("rank ", rank(), ": "); }
+
+  absl::Status Connect() {
+    MUONSHARD_ASSIGN_OR_RETURN(client_, cli::CoordinatorClient::Connect(options_.connection));
+    plan_source_ = std::make_unique<GrpcPlanSource>(client_.get());
+    return absl::OkStatus();
+  }
+
+  absl::Status Join() {
+    SessionOptions o;
+    o.job = options_.job;
+    o.host = options_.host.empty() ? HostName() : options_.host;
+    o.device = DeviceIdentity(options_);
+    o.rank = options_.rank;
+    o.plan_version = options_.plan_version;
+    o.join_timeout = options_.join_timeout;
+    o.clock = options_.clock;
+    MUONSHARD_ASSIGN_OR_RETURN(session_, CoordinatorSession::Join(client_.get(), o));
+    MUONSHARD_ASSIGN_OR_RETURN(view_, FetchJoinedView(*plan_source_, session_->joined()));
+    const JoinedJob& j = session_->joined();
+    Log(options_) << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size
+                  << ", generation " << j.generation << ", plan version " << j.plan_version << " ("
+                  << j.content_hash.substr(0, 19) << "), model " << view_.model() << "\n";
+    return absl::OkStatus();
+  }
+
+  absl::Status StartMetrics() {
+    const JoinedJob& j = session_->joined();
+    metrics_ = std::make_unique<WorkerMetrics>(j.job, j.rank);
+    metrics_->SetPlan(view_, j.plan_version, j.generation);
+    int port = -1;
+    if (options_.metrics_port >= 0) {
+      const int wanted = options_.metrics_port == 0 ? 0 : options_.metrics_port + local_rank();
+      MUONSHARD_ASSIGN_OR_RETURN(server_,
+                                 WorkerMetricsServer::Start(options_.metrics_host, wanted, metrics_->registry()));
+      port = server_->port();
+      Log(options_) << Prefix() << "metrics on http://" << options_.metrics_host << ":" << port << "/metrics\n";
+    }
+    if (options_.port_file.empty()) return absl::OkStatus();
+    return WriteFileAtomic(options_.port_file, absl::StrCat("{\"rank\": ", j.rank, ", \"metrics_port\": ", port,
+                                                            ", \"generation\": ", j.generation,
+                                                            ", \"plan_version\": ", j.plan_version, "}\n"));
+  }
+
+  absl::Status CreateCommunicators() {
+    GrpcRendezvousStoreOptions so;
+    so.job = session_->joined().job;
+    so.generation = session_->joined().generation;
+    store_ = std::make_unique<GrpcRendezvousStore>(client_.get(), so);
+    std::vector<const v1::CommGroup*> groups;
+    for (const v1::CommGroup& g : view_.groups()) groups.push_back(&g);
+    std::sort(groups.begin(), groups.end(), [](auto* a, auto* b) { return a->id() < b->id(); });
+    for (const v1::CommGroup* g : groups) MUONSHARD_RETURN_IF_ERROR(CreateCommunicator(*g));
+    return absl::OkStatus();
+  }
+
+  absl::Status CreateCommunicator(const v1::CommGroup& group) {
+    auto at = std::find(group.ranks().begin(), group.ranks().end(), rank());
+    if (at == group.ranks().end() || group.ranks_size() < 2) return absl::OkStatus();
+    GlooOptions o;
+    o.rank = static_cast<int>(at - group.ranks().begin());
+    o.size = group.ranks_size();
+    o.hostname = options_.hostname;
+    o.interface = options_.interface;
+    o.key_prefix = absl::StrCat(session_->joined().job, "/", session_->joined().generation, "/g", group.id(), "/");
+    o.timeout = options_.comm_timeout;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(o, store_.get());
+    if (!comm.ok()) return Annotate(comm.status(), absl::StrCat("rendezvous of comm group ", group.id()));
+    if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
+    comm_groups_[group.id()] = comm->get();
+    comms_.push_back(*std::move(comm));
+    return absl::OkStatus();
+  }
+
+  absl::Status CreateOptimizer() {
+    const int local_world = options_.local_world_size > 0 ? options_.local_world_size : world();
+    const int threads =
+        options_.blas_threads > 0 ? options_.blas_threads : std::max(1, internal::HardwareThreads() / local_world);
+    backend_ = internal::MakeCpuBackend(threads);
+    MUONSHARD_ASSIGN_OR_RETURN(workload_, internal::MakeWorkload(options_));
+    MUONSHARD_ASSIGN_OR_RETURN(optimizer_, ShardedOptimizer::Create(view_, comm_groups_, backend_.get(),
+                                                                    internal::MakeOptimizerConfig(options_)));
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(*workload_, *optimizer_));
+    metrics_->SetOptimizerStateBytes(optimizer_->optimizer_state_bytes());
+    Log(options_) << Prefix() << comms_.size() << " Gloo communicator(s) (reduce order " << options_.reduce_order
+                  << "), " << optimizer_->held_tensors().size() << " tensor parts, optimizer state "
+                  << optimizer_->optimizer_state_bytes() << " bytes (plan " << view_.rank().optimizer_state_bytes()
+                  << "), " << threads << " BLAS thread(s)\n";
+    return absl::OkStatus();
+  }
+
+  // Why the run must stop before the next step, if it must.
+  absl::Status CheckContinue(int64_t step) const {
+    if (options_.stop != nullptr && options_.stop->HasBeenNotified()) {
+      return absl::CancelledError(absl::StrCat("stopped by request before step ", step + 1));
+    }
+    return session_->health();
+  }
+
+  absl::Status Train() {
+    const absl::Time start = absl::Now();
+    for (int64_t step = 0; step < options_.steps; ++step) {
+      MUONSHARD_RETURN_IF_ERROR(CheckContinue(step));
+      const absl::Time t0 = absl::Now();
+      absl::StatusOr<TrainStepResult> r = TrainStep(*workload_, *optimizer_, step);
+      if (!r.ok()) return Annotate(r.status(), absl::StrCat("step ", step + 1));
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+      metrics_->RecordStep(r->stats, r->loss, view_.rank().ns_flops(), seconds);
+      if (rank() == 0 && ((step + 1) % std::max(1, options_.log_every) == 0 || step + 1 == options_.steps)) {
+        Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
+                      << "\n";
+      }
+    }
+    Log(options_) << Prefix() << "trained " << options_.steps << " step(s) in "
+                  << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))) << "\n";
+    return absl::OkStatus();
+  }
+
+  // Part files, then (after the barrier in Finish) rank 0's merge.
+  absl::Status Dump() {
+    if (options_.dump_params.empty()) return absl::OkStatus();
+    MUONSHARD_ASSIGN_OR_RETURN(const auto masters, optimizer_->GatherMasters());
+    if (!WritesParts(view_, optimizer_->held_tensors())) return absl::OkStatus();
+    MUONSHARD_ASSIGN_OR_RETURN(ParamsFile parts, RankParts(view_, optimizer_->held_tensors(), masters));
+    return WriteParamsFile(PartFilePath(options_.dump_params, rank()), parts);
+  }
+
+  absl::Status MergeDump() {
+    MUONSHARD_ASSIGN_OR_RETURN(VersionedPlan plan, plan_source_->FetchPlan(session_->joined().plan_version));
+    std::vector<ParamsFile> parts;
+    std::vector<std::string> paths;
+    for (int r = 0; r < world(); ++r) {
+      const std::string path = PartFilePath(options_.dump_params, r);
+      absl::StatusOr<ParamsFile> part = ReadParamsFile(path);
+      if (part.status().code() == absl::StatusCode::kNotFound) continue;  // rank r writes no part
+      if (!part.ok()) return part.status();
+      parts.push_back(*std::move(part));
+      paths.push_back(path);
+    }
+    absl::StatusOr<ParamsFile> merged = MergeParts(plan.plan, parts);
+    if (!merged.ok()) {
+      return Annotate(merged.status(), absl::StrCat("merging ", paths.size(), " part file(s) of ", options_.dump_params,
+                                                    " (the parts must be on a file "
+                                                    "system rank 0 sees)"));
+    }
+    merged->metadata = internal::DumpMetadata(options_, "sharded", view_.model(), view_.content_hash(),
+                                              session_->joined().plan_version);
+    MUONSHARD_RETURN_IF_ERROR(WriteParamsFile(options_.dump_params, *merged));
+    for (const std::string& p : paths) std::remove(p.c_str());
+    Log(options_) << Prefix() << "wrote " << merged->tensors.size() << " tensors (fp32 masters) to "
+                  << options_.dump_params << "\n";
+    return absl::OkStatus();
+  }
+
+  // NOTE [Leaving together]
+  // A leave moves the job to a new generation and drops the old one's keys,
+  // aborting every pending rendezvous wait. So a rank that passed a barrier
+  // and left at once would abort a slower peer still reading the same
+  // barrier's keys. Two barriers: "finished" must succeed (every rank is
+  // done training and has written its dump part); "exiting" then only keeps
+  // ranks from leaving while a peer may still read "finished". A peer can
+  // leave during "exiting" only after every rank passed "finished", so an
+  // error there (ABORTED: someone left already) changes nothing and is
+  // reported, not returned.
+  absl::Status Finish() {
+    MUONSHARD_RETURN_IF_ERROR(internal::StoreBarrier(*store_, "finished", rank(), world(), options_.comm_timeout));
+    if (absl::Status s = internal::StoreBarrier(*store_, "exiting", rank(), world(), options_.comm_timeout);
+        !s.ok() && s.code() != absl::StatusCode::kAborted) {
+      Log(options_) << Prefix() << "warning: " << s << "\n";
+    }
+    if (!options_.dump_params.empty() && rank() == 0) MUONSHARD_RETURN_IF_ERROR(MergeDump());
+    // The run is complete: a failed leave only delays the coordinator's
+    // noticing (it marks a silent worker failed), so it is reported, not
+    // returned.
+    if (absl::Status s = session_->Leave(); !s.ok()) Log(options_) << Prefix() << "warning: " << s << "\n";
+    return absl::OkStatus();
+  }
+
+  void Linger() {
+    if (options_.linger <= absl::ZeroDuration() || server_ == nullptr) return;
+    Log(options_) << Prefix() << "serving /metrics on port " << server_->port() << " for up to "
+                  << absl::FormatDuration(options_.linger) << "\n";
+    if (options_.stop != nullptr) {
+      options_.stop->WaitForNotificationWithTimeout(options_.linger);
+    } else {
+      absl::SleepFor(options_.linger);
+    }
+  }
+
+  const WorkerOptions& options_;
+  std::unique_ptr<cli::CoordinatorClient> client_;
+  std::unique_ptr<PlanSource> plan_source_;
+  std::unique_ptr<CoordinatorSession> session_;
+  v1::RankView view_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<WorkerMetricsServer> server_;
+  std::unique_ptr<GrpcRendezvousStore> store_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  ShardedOptimizer::CommGroups comm_groups_;
+  std::unique_ptr<kernels::KernelBackend> backend_;
+  std::unique_ptr<Workload> workload_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+};
+
+}  // namespace
+
+absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("flag --backend: \"", options.backend, "\" is not gloo or nccl"));
+  }
+  if (options.reduce_order != "ring" && options.reduce_order != "rank") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --reduce-order: \"", options.reduce_order, "\" is not ring or rank"));
+  }
+  if (options.workload != "regression" && options.workload != "synthetic") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --workload: \"", options.workload, "\" is not regression or synthetic"));
+  }
+  if (!options.reference && options.job.empty()) return absl::InvalidArgumentError("flag --job is required");
+  if (options.reference && options.dump_params.empty()) {
+    return absl::InvalidArgumentError("flag --reference needs --dump-params (where to write its result)");
+  }
+  if (options.steps < 0) return absl::InvalidArgumentError("flag --steps must be >= 0");
+  if (options.plan_version < 0) return absl::InvalidArgumentError("flag --plan-version must be >= 0 or latest");
+  if (options.rank.has_value() && *options.rank < 0) return absl::InvalidArgumentError("flag --rank must be >= 0");
+  if (options.blas_threads < 0) return absl::InvalidArgumentError("flag --blas-threads must be >= 0");
+  if (options.comm_timeout <= absl::ZeroDuration() || options.join_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("flags --comm-timeout and --join-timeout must be > 0");
+  }
+  absl::Status config = ValidateOptimizerConfig(internal::MakeOptimizerConfig(options));
+  if (!config.ok()) return Annotate(config, "flags --lr / --weight-decay");
+  return absl::OkStatus();
+}
+
+absl::Status RunWorker(const WorkerOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateWorkerOptions(options));
+  if (options.backend == "nccl") return absl::FailedPreconditionError(kNcclRefusal);
+  return WorkerRun(options).Run();
+}
+
+int ExitCodeFor(const absl::Status& status) {
+  if (status.ok()) return 0;
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace muonshard::worker
