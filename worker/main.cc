@@ -24,7 +24,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
     "         [--backend gloo|nccl] [--workload regression|synthetic] [--steps N] [--lr X]\n"
-    "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S] ...\n"
+    "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S]\n"
+    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
     "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
 
@@ -54,6 +55,9 @@ struct Flags {
     f.Int("seed", &seed, "workload seed (data and initial parameters)");
     f.Bool("reference", &o.reference, "run the job's plan unsharded in this process (plain Muon + AdamW)");
     f.String("dump-params", &o.dump_params, "write the final fp32 parameters here (safetensors)");
+    f.String("checkpoint-dir", &o.checkpoint_dir, "write sharded checkpoints here (step-N/ + latest)");
+    f.Int("checkpoint-every", &o.checkpoint_every, "checkpoint after every N-th step (0: after the last only)");
+    f.Bool("resume", &o.resume, "continue from the latest checkpoint in --checkpoint-dir (any plan of the model)");
     f.Int("metrics-port", &o.metrics_port, "/metrics on this port + local rank (0: any free port, <0: off)");
     f.String("metrics-host", &o.metrics_host, "address the /metrics endpoint binds");
     f.Int("local-rank", &o.local_rank, "rank on this host (default: the job rank)");

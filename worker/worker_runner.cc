@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/file_util.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
 #include "common/status_macros.h"
 #include "worker/client/coordinator_session.h"
 #include "worker/client/grpc_plan_source.h"
@@ -65,7 +67,8 @@ class WorkerRun {
     MUONSHARD_RETURN_IF_ERROR(StartMetrics());
     MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
     MUONSHARD_RETURN_IF_ERROR(CreateOptimizer());
-    MUONSHARD_RETURN_IF_ERROR(Train());
+    MUONSHARD_ASSIGN_OR_RETURN(const int64_t first_step, Resume());
+    MUONSHARD_RETURN_IF_ERROR(Train(first_step));
     MUONSHARD_RETURN_IF_ERROR(Dump());
     MUONSHARD_RETURN_IF_ERROR(Finish());
     Linger();
@@ -175,9 +178,9 @@ class WorkerRun {
     return session_->health();
   }
 
-  absl::Status Train() {
+  absl::Status Train(int64_t first_step) {
     const absl::Time start = absl::Now();
-    for (int64_t step = 0; step < options_.steps; ++step) {
+    for (int64_t step = first_step; step < options_.steps; ++step) {
       MUONSHARD_RETURN_IF_ERROR(CheckContinue(step));
       const absl::Time t0 = absl::Now();
       absl::StatusOr<TrainStepResult> r = TrainStep(*workload_, *optimizer_, step);
@@ -188,9 +191,64 @@ class WorkerRun {
         Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
                       << "\n";
       }
+      MUONSHARD_RETURN_IF_ERROR(MaybeSave(step + 1));
     }
-    Log(options_) << Prefix() << "trained " << options_.steps << " step(s) in "
+    Log(options_) << Prefix() << "trained " << std::max<int64_t>(0, options_.steps - first_step) << " step(s) in "
                   << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))) << "\n";
+    return absl::OkStatus();
+  }
+
+  // The job's whole plan (for checkpoint index and compatibility checks),
+  // fetched once.
+  absl::StatusOr<const VersionedPlan*> FullPlan() {
+    if (full_plan_ == nullptr) {
+      MUONSHARD_ASSIGN_OR_RETURN(VersionedPlan p, plan_source_->FetchPlan(session_->joined().plan_version));
+      full_plan_ = std::make_unique<VersionedPlan>(std::move(p));
+    }
+    return full_plan_.get();
+  }
+
+  // With --resume: the checkpoint's state into the optimizer (a collective:
+  // the model copies are rebuilt with the step's own sync); the step to go on
+  // from.
+  absl::StatusOr<int64_t> Resume() {
+    if (!options_.resume) return 0;
+    MUONSHARD_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::OpenCheckpoint(options_.checkpoint_dir));
+    MUONSHARD_ASSIGN_OR_RETURN(const VersionedPlan* plan, FullPlan());
+    MUONSHARD_RETURN_IF_ERROR(checkpoint::CheckCompatible(ckpt.index, plan->plan));
+    MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+    MUONSHARD_ASSIGN_OR_RETURN(checkpoint::LoadResult loaded, checkpoint::LoadRankState(ckpt, shards));
+    MUONSHARD_RETURN_IF_ERROR(optimizer_->RestoreFromState(loaded.scalars));
+    Log(options_) << Prefix() << "resumed from " << ckpt.step_dir << " (step " << loaded.scalars.step
+                  << ", saved under plan " << ckpt.index.plan_hash().substr(0, 19) << ", world "
+                  << ckpt.index.topology().world_size() << "; read " << loaded.bytes_read << " bytes)\n";
+    return loaded.scalars.step;
+  }
+
+  // After step `done`, when due: every rank writes its file, meets the others,
+  // and rank 0 commits (index last, then the rename and `latest`).
+  absl::Status MaybeSave(int64_t done) {
+    if (options_.checkpoint_dir.empty()) return absl::OkStatus();
+    const bool due = (options_.checkpoint_every > 0 && done % options_.checkpoint_every == 0) || done == options_.steps;
+    if (!due) return absl::OkStatus();
+    const std::string save_id = absl::StrCat("generation-", session_->joined().generation);
+    MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+    checkpoint::RankFileTarget target{options_.checkpoint_dir, done, view_.content_hash(), rank(), world(), save_id};
+    MUONSHARD_RETURN_IF_ERROR(checkpoint::WriteRankFile(target, shards, optimizer_->scalars()).status());
+    MUONSHARD_RETURN_IF_ERROR(
+        internal::StoreBarrier(*store_, absl::StrCat("checkpoint-", done), rank(), world(), options_.comm_timeout));
+    if (rank() != 0) return absl::OkStatus();
+    MUONSHARD_ASSIGN_OR_RETURN(const VersionedPlan* plan, FullPlan());
+    checkpoint::CommitOptions commit;
+    commit.plan_version = session_->joined().plan_version;
+    commit.save_id = save_id;
+    (*commit.optimizer.mutable_extra())["workload"] = options_.workload;
+    (*commit.optimizer.mutable_extra())["seed"] = absl::StrCat(options_.seed);
+    commit.optimizer.set_lr(options_.lr);
+    commit.optimizer.set_weight_decay(options_.weight_decay);
+    MUONSHARD_RETURN_IF_ERROR(
+        checkpoint::CommitCheckpoint(options_.checkpoint_dir, done, plan->plan, plan->request, commit));
+    Log(options_) << Prefix() << "checkpoint of step " << done << " committed in " << options_.checkpoint_dir << "\n";
     return absl::OkStatus();
   }
 
@@ -278,6 +336,7 @@ class WorkerRun {
   std::unique_ptr<kernels::KernelBackend> backend_;
   std::unique_ptr<Workload> workload_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<VersionedPlan> full_plan_;
 };
 
 }  // namespace
@@ -299,6 +358,13 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
     return absl::InvalidArgumentError("flag --reference needs --dump-params (where to write its result)");
   }
   if (options.steps < 0) return absl::InvalidArgumentError("flag --steps must be >= 0");
+  if (options.resume && options.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("flag --resume needs --checkpoint-dir");
+  }
+  if (options.checkpoint_every < 0) return absl::InvalidArgumentError("flag --checkpoint-every must be >= 0");
+  if (options.reference && (options.resume || !options.checkpoint_dir.empty())) {
+    return absl::InvalidArgumentError("flags --checkpoint-dir / --resume are for sharded workers, not --reference");
+  }
   if (options.plan_version < 0) return absl::InvalidArgumentError("flag --plan-version must be >= 0 or latest");
   if (options.rank.has_value() && *options.rank < 0) return absl::InvalidArgumentError("flag --rank must be >= 0");
   if (options.blas_threads < 0) return absl::InvalidArgumentError("flag --blas-threads must be >= 0");

@@ -21,6 +21,10 @@
 //      (TrainStep), recording every step's phases, comm bytes and loss.
 //      Between steps it stops when the session's health fails (the job's
 //      generation moved: ABORTED) or `stop` is notified (CANCELLED).
+//   5b. With resume: load the latest checkpoint of checkpoint_dir into the
+//      optimizer (any plan of the same model: each rank reads the pieces its
+//      plan view needs) and continue from its step; with checkpoint_dir:
+//      save every checkpoint_every steps (write, barrier, rank 0 commits).
 //   6. With dump_params: gather the fp32 masters and write them (see
 //      param_dump.h: part files, merged by rank 0).
 //   7. Meet every rank at a rendezvous barrier (nobody leaves, and so bumps
@@ -74,6 +78,14 @@ struct WorkerOptions {
 
   bool reference = false;   // RunReference instead of RunWorker
   std::string dump_params;  // safetensors path; empty: no dump
+  // Sharded checkpoints (checkpoint/): every rank writes its optimizer state
+  // under checkpoint_dir after every checkpoint_every-th step (0: only after
+  // the last step); rank 0 commits each step once all ranks wrote theirs.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  // Load the latest checkpoint of checkpoint_dir (saved under any plan of the
+  // same model) before training and continue from its step up to `steps`.
+  bool resume = false;
 
   // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
   // picks a free port, negative disables the endpoint.

@@ -85,7 +85,7 @@ absl::StatusOr<SerializedPieces> CoordinatorService::GetPlanBytes(
     const v1::GetPlanRequest& request) {
   std::optional<int> rank;
   if (request.has_rank()) rank = request.rank();
-  return catalog_.GetResponse(request.version(), rank);
+  return catalog_.GetResponse(request.version(), rank, request.with_request());
 }
 
 absl::StatusOr<v1::GetPlanResponse> CoordinatorService::GetPlan(const v1::GetPlanRequest& request) {

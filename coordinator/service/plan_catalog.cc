@@ -214,11 +214,20 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCatalog::GetPlan(int64_t ver
 }
 
 absl::StatusOr<SerializedPieces> PlanCatalog::GetResponse(int64_t version,
-                                                          std::optional<int> rank) {
+                                                          std::optional<int> rank, bool with_request) {
   MUONSHARD_ASSIGN_OR_RETURN(int64_t v, Resolve(version));
   if (rank.has_value()) {
     MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const RankViews> views, Load(v));
     return views->Response(*rank);
+  }
+  if (with_request) {
+    // Serialized messages concatenate as a merge: the cached plan response
+    // followed by a response holding only the request.
+    MUONSHARD_ASSIGN_OR_RETURN(SerializedPieces pieces, GetResponse(v, std::nullopt, false));
+    v1::GetPlanResponse only_request;
+    MUONSHARD_ASSIGN_OR_RETURN(*only_request.mutable_request(), store_->GetRequest(v));
+    pieces.push_back(std::make_shared<const std::string>(only_request.SerializeAsString()));
+    return pieces;
   }
   if (std::shared_ptr<const std::string> hit = whole_plans_.Get(v)) return SerializedPieces{hit};
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const v1::Plan> plan, GetPlan(v));

@@ -52,7 +52,10 @@ class PlanCatalog {
   // version 0 = latest. Possible errors: FAILED_PRECONDITION (nothing
   // submitted yet), NOT_FOUND (unknown version), INVALID_ARGUMENT (rank
   // outside the plan's world), DATA_LOSS / UNAVAILABLE (store).
-  absl::StatusOr<SerializedPieces> GetResponse(int64_t version, std::optional<int> rank);
+  // `with_request` appends the canonical request (GetPlanResponse.request) to
+  // a whole-plan response.
+  absl::StatusOr<SerializedPieces> GetResponse(int64_t version, std::optional<int> rank,
+                                               bool with_request = false);
 
   // The decoded plan of a version (0 = latest); errors as GetResponseBytes.
   absl::StatusOr<std::shared_ptr<const v1::Plan>> GetPlan(int64_t version);

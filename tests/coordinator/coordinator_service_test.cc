@@ -217,6 +217,23 @@ TEST_F(CoordinatorServiceTest, GetPlan_LatestOrByVersion_ReturnsThatPlan) {
   EXPECT_EQ(r1->plan().topology().world_size(), 4);
 }
 
+TEST_F(CoordinatorServiceTest, GetPlan_WithRequest_ReturnsTheCanonicalRequestOfThePlan) {
+  MustSubmit(4);
+  v1::GetPlanRequest req;
+  req.set_with_request(true);
+  for (int round = 0; round < 2; ++round) {  // uncached, then cached plan bytes
+    auto r = service_->GetPlan(req);
+    ASSERT_THAT(r.status(), IsOk());
+    ASSERT_TRUE(r->has_plan());
+    ASSERT_TRUE(r->has_request());
+    EXPECT_EQ(planner::ContentHash(r->request()), r->plan().content_hash());
+    EXPECT_EQ(r->request().topology().world_size(), 4);
+  }
+  auto plain = service_->GetPlan(v1::GetPlanRequest());
+  ASSERT_THAT(plain.status(), IsOk());
+  EXPECT_FALSE(plain->has_request());
+}
+
 TEST_F(CoordinatorServiceTest, GetPlan_Rank_ReturnsThatRanksView) {
   MustSubmit(4);
   v1::GetPlanRequest req;

@@ -46,3 +46,4 @@ TEST(PlanViewTest, HoldsEverythingTheRankNeedsAndNothingElse) {
 
 }  // namespace
 }  // namespace muonshard::planner
+

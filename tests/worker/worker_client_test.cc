@@ -358,6 +358,91 @@ TEST(RunWorkerInProcessTest, TwoRanksAsThreads_TrainDumpAndMatchReferenceBitForB
   EXPECT_EQ(expected.metadata.at("source"), "reference");
 }
 
+// Runs `world` ranks of `o` as threads; every rank must succeed.
+void RunRanks(const WorkerOptions& o, int world) {
+  std::vector<std::ostringstream> logs(world);
+  std::vector<absl::Status> results(world);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back([&, r] {
+      WorkerOptions mine = o;
+      mine.rank = r;
+      mine.log = &logs[r];
+      results[r] = RunWorker(mine);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(results[r].ok()) << results[r] << "\n" << logs[r].str();
+}
+
+// --checkpoint-dir / --resume: train 2 steps and save, resume in a new job
+// and train to 4: bit-identical to 4 uninterrupted steps; a job of another
+// world size resumes the same checkpoint too.
+TEST(RunWorkerInProcessTest, CheckpointAndResume_ContinuesTheUninterruptedRun) {
+  Coordinator& c = Shared();
+  ASSERT_NE(c.client, nullptr);
+  const v1::ModelManifest manifest = ::muonshard::testing::MoeManifest(1, 32, 16, 2, 40);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t v2,
+                                 Submit(*c.client, ::muonshard::testing::MakeRequest(manifest, 2, 1, 2)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t v1,
+                                 Submit(*c.client, ::muonshard::testing::MakeRequest(manifest, 1)));
+  TempDir dir;
+  WorkerOptions o;
+  o.connection.coordinator = c.process->address();
+  o.plan_version = v2;
+  o.metrics_port = -1;
+  o.blas_threads = 1;
+
+  WorkerOptions whole = o;
+  whole.job = UniqueJob("uninterrupted");
+  whole.steps = 4;
+  whole.dump_params = dir.Join("uninterrupted.safetensors");
+  RunRanks(whole, 2);
+
+  WorkerOptions first = o;
+  first.job = UniqueJob("first-half");
+  first.steps = 2;
+  first.checkpoint_dir = dir.Join("ckpt");
+  first.checkpoint_every = 1;
+  RunRanks(first, 2);
+
+  WorkerOptions second = o;
+  second.job = UniqueJob("second-half");
+  second.steps = 4;
+  second.checkpoint_dir = first.checkpoint_dir;
+  second.resume = true;
+  second.dump_params = dir.Join("resumed.safetensors");
+  RunRanks(second, 2);
+
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile resumed, ReadParamsFile(second.dump_params));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile expected, ReadParamsFile(whole.dump_params));
+  const ParamsComparison cmp = CompareParams(resumed, expected, 0);
+  EXPECT_TRUE(cmp.bit_identical()) << ::testing::PrintToString(cmp.mismatches);
+
+  // Another plan (one rank, no expert parallelism) loads the latest state
+  // (step 4: the resumed job saved after its last step too).
+  WorkerOptions other = o;
+  other.job = UniqueJob("one-rank");
+  other.plan_version = v1;
+  other.steps = 6;
+  other.checkpoint_dir = first.checkpoint_dir;
+  other.resume = true;
+  std::ostringstream log;
+  other.log = &log;
+  other.rank = 0;
+  MUONSHARD_ASSERT_OK(RunWorker(other)) << log.str();
+  EXPECT_THAT(log.str(), HasSubstr("resumed from"));
+  EXPECT_THAT(log.str(), HasSubstr("(step 4,"));
+  EXPECT_THAT(log.str(), HasSubstr("step 6/6"));
+  EXPECT_THAT(log.str(), HasSubstr("trained 2 step(s)"));
+
+  // --resume without a checkpoint directory is bad usage.
+  WorkerOptions bad = o;
+  bad.job = UniqueJob("bad");
+  bad.resume = true;
+  EXPECT_THAT(RunWorker(bad), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--checkpoint-dir")));
+}
+
 TEST(RunWorkerInProcessTest, StopAlreadyRequested_CancelledBeforeTheFirstStepAndLeaves) {
   Coordinator& c = Shared();
   ASSERT_NE(c.client, nullptr);

@@ -20,6 +20,7 @@ absl::StatusOr<v1::GetPlanResponse> GetPlan(cli::CoordinatorClient& client, int6
   v1::GetPlanRequest request;
   request.set_version(version);
   if (rank.has_value()) request.set_rank(*rank);
+  request.set_with_request(!rank.has_value());
   v1::GetPlanResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
   absl::Status s = coordinator::FromGrpcStatus(client.stub().GetPlan(ctx.get(), request, &response));
@@ -43,7 +44,8 @@ absl::StatusOr<VersionedRankView> GrpcPlanSource::FetchRankView(int64_t version,
 absl::StatusOr<VersionedPlan> GrpcPlanSource::FetchPlan(int64_t version) {
   MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, GetPlan(*client_, version, std::nullopt));
   if (!response.has_plan()) return absl::InternalError("GetPlan returned no plan");
-  return VersionedPlan{response.info().version(), std::move(*response.mutable_plan())};
+  return VersionedPlan{response.info().version(), std::move(*response.mutable_plan()),
+                       std::move(*response.mutable_request())};
 }
 
 }  // namespace muonshard::worker

@@ -33,10 +33,10 @@ absl::StatusOr<v1::RankView> FetchJoinedView(PlanSource& source, const JoinedJob
   return std::move(fetched.view);
 }
 
-int64_t InMemoryPlanSource::Add(v1::Plan plan) {
+int64_t InMemoryPlanSource::Add(v1::Plan plan, v1::PlanRequest request) {
   absl::MutexLock lock(&mu_);
   const int64_t version = plans_.empty() ? 1 : plans_.rbegin()->first + 1;
-  plans_.emplace(version, std::move(plan));
+  plans_.emplace(version, VersionedPlan{version, std::move(plan), std::move(request)});
   return version;
 }
 
@@ -45,7 +45,7 @@ absl::StatusOr<VersionedPlan> InMemoryPlanSource::FetchPlan(int64_t version) {
   if (plans_.empty()) return absl::FailedPreconditionError("no plan stored");
   auto it = version == 0 ? std::prev(plans_.end()) : plans_.find(version);
   if (it == plans_.end()) return absl::NotFoundError(absl::StrCat("plan version ", version, " not found"));
-  return VersionedPlan{it->first, it->second};
+  return it->second;
 }
 
 absl::StatusOr<VersionedRankView> InMemoryPlanSource::FetchRankView(int64_t version, int rank) {

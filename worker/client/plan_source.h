@@ -28,6 +28,9 @@ struct VersionedRankView {
 struct VersionedPlan {
   int64_t version = 0;
   v1::Plan plan;
+  // The canonical request it was computed from (empty when the source does
+  // not keep it): what a checkpoint stores to reshard its state later.
+  v1::PlanRequest request;
 };
 
 class PlanSource {
@@ -54,15 +57,15 @@ absl::StatusOr<v1::RankView> FetchJoinedView(PlanSource& source, const JoinedJob
 // Plans held in memory, versions numbered from 1 in Add() order.
 class InMemoryPlanSource : public PlanSource {
  public:
-  // Stores `plan` as the next version; returns it.
-  int64_t Add(v1::Plan plan);
+  // Stores `plan` (and optionally its request) as the next version; returns it.
+  int64_t Add(v1::Plan plan, v1::PlanRequest request = {});
 
   absl::StatusOr<VersionedRankView> FetchRankView(int64_t version, int rank) override;
   absl::StatusOr<VersionedPlan> FetchPlan(int64_t version) override;
 
  private:
   absl::Mutex mu_;
-  std::map<int64_t, v1::Plan> plans_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, VersionedPlan> plans_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace muonshard::worker
