@@ -12,7 +12,7 @@
 #      adds them in, so the comparison below can demand bit-identical fp32
 #      masters: with Gloo's ring order the regression model's bf16 forward
 #      pass amplifies last-ulp summation differences step after step (see
-#      docs/benchmarks-worker.md);
+#      docs/benchmarks.md);
 #   4. shows what each worker allocated and measured (from its /metrics);
 #   5. runs the same training unsharded (muonshard-worker --reference) and
 #      compares the final fp32 parameters of every tensor

@@ -34,7 +34,7 @@ using internal::Log;
 constexpr char kNcclRefusal[] =
     "--backend nccl is not supported yet: the sharded optimizer keeps parameters, gradients and optimizer "
     "state in host memory and runs only on the CPU kernel backend, while NCCL needs device buffers; use "
-    "--backend gloo (see docs/benchmarks-worker.md, \"GPU path\")";
+    "--backend gloo (see docs/benchmarks.md, \"GPU path\")";
 
 std::string HostName() {
   char name[256] = {};
