@@ -9,6 +9,7 @@
 #include "kernels/bf16.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/optimizer/internal/typed_buffer.h"
+#include "common/half_float.h"
 
 namespace muonshard::worker::internal {
 namespace {
@@ -16,27 +17,27 @@ namespace {
 TEST(Fp16Test, RoundTrip_EveryHalfValueIsExact) {
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const uint16_t h = static_cast<uint16_t>(bits);
-    const float f = Fp16BitsToFloat(h);
+    const float f = HalfToFloat(h);
     if (std::isnan(f)) {
-      EXPECT_TRUE(std::isnan(Fp16BitsToFloat(FloatToFp16Bits(f)))) << std::hex << bits;
+      EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(f)))) << std::hex << bits;
       continue;
     }
-    EXPECT_EQ(FloatToFp16Bits(f), h) << std::hex << bits;
+    EXPECT_EQ(FloatToHalf(f), h) << std::hex << bits;
   }
 }
 
 TEST(Fp16Test, FloatToFp16Bits_RoundsToNearestEven) {
-  EXPECT_EQ(FloatToFp16Bits(1.0f), 0x3c00);
-  EXPECT_EQ(FloatToFp16Bits(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even
-  EXPECT_EQ(FloatToFp16Bits(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
-  EXPECT_EQ(FloatToFp16Bits(65504.0f), 0x7bff);
-  EXPECT_EQ(FloatToFp16Bits(65519.0f), 0x7bff);
-  EXPECT_EQ(FloatToFp16Bits(65520.0f), 0x7c00);  // half-way to 2^16 rounds to infinity
-  EXPECT_EQ(FloatToFp16Bits(-1e9f), 0xfc00);
-  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -25)), 0x0000);      // tie between 0 and 2^-24
-  EXPECT_EQ(FloatToFp16Bits(3 * std::ldexp(1.0f, -25)), 0x0002);  // 1.5 units -> 2
-  EXPECT_EQ(FloatToFp16Bits(-0.0f), 0x8000);
-  EXPECT_EQ(FloatToFp16Bits(std::ldexp(1.0f, -14) * (1 - std::ldexp(1.0f, -12))), 0x0400);  // up to min normal
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // half-way to 2^16 rounds to infinity
+  EXPECT_EQ(FloatToHalf(-1e9f), 0xfc00);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);      // tie between 0 and 2^-24
+  EXPECT_EQ(FloatToHalf(3 * std::ldexp(1.0f, -25)), 0x0002);  // 1.5 units -> 2
+  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -14) * (1 - std::ldexp(1.0f, -12))), 0x0400);  // up to min normal
 }
 
 TEST(TypedBufferTest, WriteRead_RoundsToTheDtype) {

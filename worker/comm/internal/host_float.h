@@ -9,14 +9,16 @@
 
 #include <cstdint>
 
+#include "common/half_float.h"
 #include "worker/comm/communicator.h"
 
 namespace muonshard::worker::internal {
 
-float BFloat16ToFloat(uint16_t bits);
-uint16_t FloatToBFloat16(float value);
-float HalfToFloat(uint16_t bits);
-uint16_t FloatToHalf(float value);
+// Scalar conversions: common/half_float.h.
+using ::muonshard::BFloat16ToFloat;
+using ::muonshard::FloatToBFloat16;
+using ::muonshard::FloatToHalf;
+using ::muonshard::HalfToFloat;
 
 // dst[i] = float(src[i]) for `count` elements of `dtype` (a known dtype).
 void WidenToFloat(const void* src, int64_t count, CommDType dtype, float* dst);

@@ -21,11 +21,6 @@
 
 namespace muonshard::worker::internal {
 
-// IEEE binary16 <-> binary32 (round to nearest even; NaN stays quiet NaN,
-// out-of-range values become infinity). The kernels library has bf16 only.
-uint16_t FloatToFp16Bits(float value);
-float Fp16BitsToFloat(uint16_t bits);
-
 // Rounds `value` to the nearest value of `dtype` (identity for FP32).
 // REQUIRES: dtype is BF16, FP16 or FP32.
 float RoundToDType(float value, v1::DType dtype);
