@@ -1,30 +1,12 @@
 #include "worker/optimizer/internal/typed_buffer.h"
 
-#include "common/half_float.h"
-
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/half_float.h"
 
 namespace muonshard::worker::internal {
-namespace {
-
-uint32_t Bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  return u;
-}
-
-float FromBits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
-
-}  // namespace
-
 
 float RoundToDType(float value, v1::DType dtype) {
   switch (dtype) {
