@@ -74,6 +74,23 @@ absl::Status ZeroSums(const internal::NsBuffers& buffers, int64_t batch,
       "clearing the norm accumulators");
 }
 
+// LaunchConvert takes the element types as ints.
+static_assert(static_cast<int>(ElementType::kFloat32) == 0 &&
+                  static_cast<int>(ElementType::kBFloat16) == 1 &&
+                  static_cast<int>(ElementType::kFloat16) == 2,
+              "LaunchConvert's type codes");
+
+void FreeDeviceMemory(void* pointer) { (void)cudaFree(pointer); }
+
+absl::Status CheckCopy(const char* what, const void* a, const void* b,
+                       int64_t n) {
+  if (n < 0 || (n > 0 && (a == nullptr || b == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": bad arguments (n = ", n, ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaKernelBackend>> CudaKernelBackend::Create(
@@ -269,6 +286,98 @@ absl::Status CudaKernelBackend::Synchronize() {
   internal::ScopedCudaDevice scope(device_);
   return CudaToStatus(cudaStreamSynchronize(stream_),
                       "waiting for the kernel stream");
+}
+
+absl::StatusOr<BackendMemory> CudaKernelBackend::Allocate(int64_t bytes) {
+  if (bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Allocate: negative size ", bytes));
+  }
+  BackendMemory memory(nullptr, &FreeDeviceMemory);
+  if (bytes == 0) return memory;
+  internal::ScopedCudaDevice scope(device_);
+  void* pointer = nullptr;
+  const cudaError_t error = cudaMalloc(&pointer, static_cast<size_t>(bytes));
+  if (error == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "Allocate: out of memory on CUDA device ", device_, " for ", bytes,
+        " bytes"));
+  }
+  MUONSHARD_CUDA_RETURN_IF_ERROR(error, "allocating device memory");
+  memory.reset(pointer);
+  // Plain (not stream-ordered) memset: the memory is zero for every stream,
+  // NCCL's included, once Allocate returns.
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaMemset(pointer, 0, static_cast<size_t>(bytes)),
+      "zeroing device memory");
+  return memory;
+}
+
+absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
+                                             int64_t bytes) {
+  MUONSHARD_RETURN_IF_ERROR(CheckCopy("CopyFromHost", host, dst, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
+  internal::ScopedCudaDevice scope(device_);
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
+                      cudaMemcpyHostToDevice, stream_),
+      "copying to the device");
+  // From pageable memory the copy has left `host` once the call returns;
+  // from pinned memory it has not, so wait for it.
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, host) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::OkStatus();
+  }
+  if (attributes.type != cudaMemoryTypeHost) return absl::OkStatus();
+  return CudaToStatus(cudaStreamSynchronize(stream_),
+                      "waiting for a copy from pinned memory");
+}
+
+absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host,
+                                           int64_t bytes) {
+  MUONSHARD_RETURN_IF_ERROR(CheckCopy("CopyToHost", src, host, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{src, "source"}}));
+  internal::ScopedCudaDevice scope(device_);
+  MUONSHARD_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host, src, static_cast<size_t>(bytes),
+                      cudaMemcpyDeviceToHost, stream_),
+      "copying to the host");
+  return CudaToStatus(cudaStreamSynchronize(stream_),
+                      "waiting for a copy to the host");
+}
+
+absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
+  MUONSHARD_RETURN_IF_ERROR(CheckCopy("SetZero", dst, dst, bytes));
+  if (bytes == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(
+      cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_),
+      "zeroing device memory");
+}
+
+absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type,
+                                        void* out, ElementType out_type,
+                                        int64_t n) {
+  MUONSHARD_RETURN_IF_ERROR(CheckCopy("Convert", in, out, n));
+  if (n == 0 || (in == out && in_type == out_type)) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(
+      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  internal::ScopedCudaDevice scope(device_);
+  if (in_type == out_type) {
+    return CudaToStatus(
+        cudaMemcpyAsync(out, in, static_cast<size_t>(n * ElementBytes(in_type)),
+                        cudaMemcpyDeviceToDevice, stream_),
+        "copying on the device");
+  }
+  return CudaToStatus(
+      internal::LaunchConvert(in, static_cast<int>(in_type), out,
+                              static_cast<int>(out_type), n, stream_),
+      "converting element types");
 }
 
 namespace internal {

@@ -64,6 +64,14 @@ class CudaKernelBackend final : public KernelBackend {
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
 
+  absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override;
+  absl::Status CopyFromHost(const void* host, void* dst,
+                            int64_t bytes) override;
+  absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;
+  absl::Status SetZero(void* dst, int64_t bytes) override;
+  absl::Status Convert(const void* in, ElementType in_type, void* out,
+                       ElementType out_type, int64_t n) override;
+
  private:
   CudaKernelBackend(int device, bool bf16_by_default, cudaStream_t stream,
                     std::unique_ptr<internal::CublasLtGemm> gemm);

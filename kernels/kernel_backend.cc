@@ -5,12 +5,14 @@
 #include <cblas.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/half_float.h"
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include "kernels/internal/cuda_backend_factory.h"
@@ -20,6 +22,41 @@
 
 namespace muonshard::kernels {
 namespace {
+
+float LoadFloat(const void* p, ElementType type, int64_t i) {
+  switch (type) {
+    case ElementType::kBFloat16:
+      return Bf16ToFloat(static_cast<const Bf16Bits*>(p)[i]);
+    case ElementType::kFloat16:
+      return HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case ElementType::kFloat32:
+      break;
+  }
+  return static_cast<const float*>(p)[i];
+}
+
+void StoreFloat(void* p, ElementType type, int64_t i, float v) {
+  switch (type) {
+    case ElementType::kBFloat16:
+      static_cast<Bf16Bits*>(p)[i] = FloatToBf16(v);
+      return;
+    case ElementType::kFloat16:
+      static_cast<uint16_t*>(p)[i] = FloatToHalf(v);
+      return;
+    case ElementType::kFloat32:
+      static_cast<float*>(p)[i] = v;
+      return;
+  }
+}
+
+absl::Status CheckBytes(const char* what, int64_t bytes, const void* a,
+                        const void* b) {
+  if (bytes < 0 || (bytes > 0 && (a == nullptr || b == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": bad arguments (", bytes, " bytes)"));
+  }
+  return absl::OkStatus();
+}
 
 // Thin adapter over the *Cpu functions: they already validate and block.
 class CpuKernelBackend final : public KernelBackend {
@@ -54,6 +91,66 @@ class CpuKernelBackend final : public KernelBackend {
   }
 
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override {
+    if (bytes < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Allocate: negative size ", bytes));
+    }
+    BackendMemory memory(nullptr, &std::free);
+    if (bytes == 0) return memory;
+    memory.reset(std::calloc(static_cast<size_t>(bytes), 1));
+    if (memory == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("Allocate: out of host memory for ", bytes, " bytes"));
+    }
+    return memory;
+  }
+
+  absl::Status CopyFromHost(const void* host, void* dst,
+                            int64_t bytes) override {
+    return Copy("CopyFromHost", host, dst, bytes);
+  }
+
+  absl::Status CopyToHost(const void* src, void* host,
+                          int64_t bytes) override {
+    return Copy("CopyToHost", src, host, bytes);
+  }
+
+  absl::Status SetZero(void* dst, int64_t bytes) override {
+    if (absl::Status s = CheckBytes("SetZero", bytes, dst, dst); !s.ok()) {
+      return s;
+    }
+    if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+
+  absl::Status Convert(const void* in, ElementType in_type, void* out,
+                       ElementType out_type, int64_t n) override {
+    if (absl::Status s = CheckBytes("Convert", n, in, out); !s.ok()) return s;
+    if (in_type == out_type) {
+      if (in != out) std::memmove(out, in, n * ElementBytes(in_type));
+      return absl::OkStatus();
+    }
+    if (in_type == ElementType::kFloat32 &&
+        out_type == ElementType::kBFloat16) {
+      FloatToBf16(static_cast<const float*>(in), static_cast<Bf16Bits*>(out),
+                  n);
+      return absl::OkStatus();
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      StoreFloat(out, out_type, i, LoadFloat(in, in_type, i));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  static absl::Status Copy(const char* what, const void* from, void* to,
+                           int64_t bytes) {
+    if (absl::Status s = CheckBytes(what, bytes, from, to); !s.ok()) return s;
+    if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace
@@ -66,6 +163,10 @@ const char* DeviceKindName(DeviceKind kind) {
       return "cuda";
   }
   return "unknown";
+}
+
+int ElementBytes(ElementType type) {
+  return type == ElementType::kFloat32 ? 4 : 2;
 }
 
 std::unique_ptr<KernelBackend> CreateCpuKernelBackend() {

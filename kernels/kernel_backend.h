@@ -7,7 +7,10 @@
 // Memory: every tensor pointer passed to a backend lives in that backend's
 // memory space: host memory for kCpu, device memory (cudaMalloc) of the
 // backend's device for kCuda. Scalars (options, AdamW beta powers) are always
-// host values. The CUDA backend rejects host tensor pointers with
+// host values. Allocate() hands out memory of the backend's space, and the
+// copies and conversions below move values into, out of and within it, so a
+// caller can keep all its buffers there without knowing which backend it
+// has. The CUDA backend rejects host tensor pointers with
 // INVALID_ARGUMENT; the CPU backend cannot detect device pointers, so passing
 // one is undefined behaviour.
 //
@@ -19,6 +22,7 @@
 //
 // Thread-safety: a backend is used by one thread at a time.
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -36,6 +40,21 @@ enum class DeviceKind {
 };
 
 const char* DeviceKindName(DeviceKind kind);
+
+// Element types of the buffers a backend converts between: the optimizer's
+// fused buckets hold one of these each.
+enum class ElementType {
+  kFloat32,
+  kBFloat16,
+  kFloat16,
+};
+
+// Bytes per element: 4 or 2.
+int ElementBytes(ElementType type);
+
+// Memory in a backend's space (see Allocate), freed by its deleter; it must
+// not outlive the process's use of that device.
+using BackendMemory = std::unique_ptr<void, void (*)(void*)>;
 
 class KernelBackend {
  public:
@@ -72,6 +91,38 @@ class KernelBackend {
   // Waits for all work issued so far; returns the first device error.
   // Possible errors: INTERNAL.
   virtual absl::Status Synchronize() = 0;
+
+  // --- Memory of the backend's space, for callers that keep their buffers
+  // there (the sharded optimizer). Ordered with the kernels like any call.
+
+  // `bytes` zero bytes (bytes == 0: a null pointer), aligned for any element
+  // type. Allocation synchronises: for set-up, not for the step.
+  // Possible errors: INVALID_ARGUMENT (negative), RESOURCE_EXHAUSTED,
+  // INTERNAL.
+  virtual absl::StatusOr<BackendMemory> Allocate(int64_t bytes) = 0;
+
+  // dst[0, bytes) = host[0, bytes); `host` may be reused on return.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status CopyFromHost(const void* host, void* dst,
+                                    int64_t bytes) = 0;
+
+  // host[0, bytes) = src[0, bytes) after all work issued so far; returns when
+  // `host` holds the values.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL (including an earlier
+  // device error).
+  virtual absl::Status CopyToHost(const void* src, void* host,
+                                  int64_t bytes) = 0;
+
+  // dst[0, bytes) = 0.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status SetZero(void* dst, int64_t bytes) = 0;
+
+  // out[i] = out_type(in[i]) for i < n, through fp32, rounding to nearest
+  // even (as kernels/bf16.h and common/half_float.h); a plain copy when the
+  // types are equal. `in` and `out` must not overlap unless equal.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status Convert(const void* in, ElementType in_type, void* out,
+                               ElementType out_type, int64_t n) = 0;
 };
 
 // The CPU backend (OpenBLAS); always available.

@@ -4,6 +4,7 @@
 // kernels put the matrix index on gridDim.y (or z) so each block works inside
 // one matrix and per-matrix scalars are loaded once.
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -206,6 +207,39 @@ __global__ void CastToBf16Kernel(const float* in, Bf16Bits* out, int64_t n) {
   }
 }
 
+// Element types as in kernels::ElementType.
+constexpr int kConvertFloat32 = 0;
+constexpr int kConvertBFloat16 = 1;
+
+__device__ __forceinline__ float LoadAsFloat(const void* p, int type,
+                                             int64_t i) {
+  if (type == kConvertFloat32) return static_cast<const float*>(p)[i];
+  if (type == kConvertBFloat16) {
+    return Bf16ToFloat(static_cast<const Bf16Bits*>(p)[i]);
+  }
+  return __half2float(static_cast<const __half*>(p)[i]);
+}
+
+__device__ __forceinline__ void StoreFromFloat(void* p, int type, int64_t i,
+                                               float v) {
+  if (type == kConvertFloat32) {
+    static_cast<float*>(p)[i] = v;
+  } else if (type == kConvertBFloat16) {
+    static_cast<Bf16Bits*>(p)[i] = FloatToBf16(v);
+  } else {
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  }
+}
+
+// The type branches are uniform across the grid, so they cost nothing next
+// to the memory traffic.
+__global__ void ConvertKernel(const void* in, int in_type, void* out,
+                              int out_type, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    StoreFromFloat(out, out_type, i, LoadAsFloat(in, in_type, i));
+  }
+}
+
 template <typename T>
 cudaError_t LaunchNormalizeT(const float* in, int64_t batch,
                              int64_t per_matrix, const double* sums, float eps,
@@ -310,6 +344,14 @@ cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n,
                              cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   CastToBf16Kernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type,
+                          int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  ConvertKernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, in_type, out,
+                                                      out_type, n);
   return cudaGetLastError();
 }
 

@@ -69,6 +69,11 @@ cudaError_t LaunchAdamW(const float* grad, float* master, float* moment1,
 cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n,
                              cudaStream_t stream);
 
+// out[i] = out_type(float(in[i])) for i < n; types are ElementType values
+// (0 fp32, 1 bf16, 2 fp16), rounding to nearest even.
+cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type,
+                          int64_t n, cudaStream_t stream);
+
 }  // namespace muonshard::kernels::internal
 
 #endif  // MUONSHARD_KERNELS_INTERNAL_CUDA_ELEMENTWISE_H_

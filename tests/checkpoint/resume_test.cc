@@ -21,6 +21,7 @@
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
+#include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
@@ -50,7 +51,13 @@ struct Job {
   std::vector<std::unique_ptr<ShardedOptimizer>> ranks;
 };
 
-std::unique_ptr<Job> StartJob(const v1::ModelManifest& manifest, int world, int ep, v1::Policy policy) {
+std::unique_ptr<kernels::KernelBackend> MakeBackend(bool fake_device) {
+  if (fake_device) return std::make_unique<worker::testing::FakeDeviceBackend>();
+  return kernels::CreateCpuKernelBackend();
+}
+
+std::unique_ptr<Job> StartJob(const v1::ModelManifest& manifest, int world, int ep, v1::Policy policy,
+                              bool fake_device = false) {
   auto job = std::make_unique<Job>();
   v1::PlanRequest request = testing::MakeRequest(manifest, world, 1, ep, policy);
   auto plan = planner::ComputePlan(request);
@@ -62,7 +69,7 @@ std::unique_ptr<Job> StartJob(const v1::ModelManifest& manifest, int world, int 
   for (int r = 0; r < world; ++r) {
     auto view = planner::ExtractRankView(job->plan, r);
     EXPECT_TRUE(view.ok()) << view.status();
-    job->backends.push_back(kernels::CreateCpuKernelBackend());
+    job->backends.push_back(MakeBackend(fake_device));
     auto opt = ShardedOptimizer::Create(*view, job->comms.by_rank[r], job->backends.back().get(),
                                         worker::OptimizerConfig());
     EXPECT_TRUE(opt.ok()) << opt.status();
@@ -166,6 +173,9 @@ struct Case {
   int world;
   int ep;
   v1::Policy policy;
+  // Both jobs on FakeDeviceBackend: the checkpoint shards are host copies
+  // of device state (StateShards/RestoreFromState's mirror path).
+  bool fake_device = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -181,14 +191,14 @@ TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
   const std::string dir = absl::StrCat(::testing::TempDir(), "/resume-", c.name);
   std::filesystem::remove_all(dir);
 
-  auto uninterrupted = StartJob(manifest, 4, from_ep, v1::SEED);
+  auto uninterrupted = StartJob(manifest, 4, from_ep, v1::SEED, c.fake_device);
   SetInitialParameters(*uninterrupted);
   Train(*uninterrupted, 0, kSteps);
   Save(*uninterrupted, dir, kSteps);
   Train(*uninterrupted, kSteps, 2 * kSteps);
   const auto expected = Masters(*uninterrupted);
 
-  auto resumed = StartJob(manifest, c.world, c.ep, c.policy);
+  auto resumed = StartJob(manifest, c.world, c.ep, c.policy, c.fake_device);
   Resume(*resumed, dir);
   EXPECT_EQ(resumed->ranks[0]->steps_done(), kSteps);
   Train(*resumed, kSteps, 2 * kSteps);
@@ -213,6 +223,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"dense_w2", false, 2, 1, v1::SEED}, Case{"dense_w3", false, 3, 1, v1::SEED},
                       Case{"dense_w8", false, 8, 1, v1::SEED}, Case{"dense_w3_balanced", false, 3, 1, v1::BALANCED},
                       Case{"moe_w4_same", true, 4, 2, v1::SEED}, Case{"moe_w4_ep4", true, 4, 4, v1::SEED},
+                      Case{"moe_w4_same_fake_device", true, 4, 2, v1::SEED, true},
+                      Case{"dense_w3_balanced_fake_device", false, 3, 1, v1::BALANCED, true},
                       Case{"moe_w4_ep1", true, 4, 1, v1::SEED}, Case{"moe_w8_ep4_balanced", true, 8, 4, v1::BALANCED},
                       Case{"moe_w2_ep2", true, 2, 2, v1::SEED}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });

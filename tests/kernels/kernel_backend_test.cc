@@ -11,6 +11,7 @@
 #include "kernels/bf16.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
+#include "tests/kernels/backend_memory_conformance.h"
 #include "tests/kernels/kernel_test_util.h"
 #include "tests/testing/status_matchers.h"
 
@@ -93,3 +94,17 @@ TEST(CpuKernelBackendTest, ForwardsToTheCpuKernels) {
 
 }  // namespace
 }  // namespace muonshard::kernels
+
+namespace muonshard::kernels::testing {
+namespace {
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackendMemoryConformanceTest,
+                         ::testing::Values(BackendFactory{
+                             "Cpu",
+                             []() -> absl::StatusOr<std::unique_ptr<KernelBackend>> {
+                               return CreateCpuKernelBackend();
+                             }}),
+                         BackendFactoryName);
+
+}  // namespace
+}  // namespace muonshard::kernels::testing

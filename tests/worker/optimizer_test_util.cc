@@ -10,6 +10,7 @@
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
 #include "kernels/kernel_backend.h"
+#include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/worker/comm_test_util.h"
 #include "tests/worker/uneven_plan.h"
@@ -56,7 +57,9 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateGlooComms(const
 absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, const ShardedOptimizer::CommGroups& comms,
                                    const Workload& workload, const RunOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
-  std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend();
+  std::unique_ptr<kernels::KernelBackend> backend = options.kernels == KernelKind::kFakeDevice
+                                                       ? std::make_unique<testing::FakeDeviceBackend>()
+                                                       : kernels::CreateCpuKernelBackend();
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer,
                              ShardedOptimizer::Create(view, comms, backend.get(), options.config));
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));

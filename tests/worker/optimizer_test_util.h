@@ -48,9 +48,12 @@ struct PlanComms {
 absl::StatusOr<PlanComms> CreateInProcessPlanComms(const v1::Plan& plan, const InProcessOptions& options = {});
 
 enum class CommBackend { kInProcess, kGloo };
+// kFakeDevice: FakeDeviceBackend, the device code paths on the CPU kernels.
+enum class KernelKind { kCpu, kFakeDevice };
 
 struct RunOptions {
   CommBackend backend = CommBackend::kInProcess;
+  KernelKind kernels = KernelKind::kCpu;
   int steps = 3;
   OptimizerConfig config;
   absl::Duration timeout = absl::Seconds(60);
@@ -66,7 +69,7 @@ struct RankResult {
 };
 
 // `options.steps` training steps of `workload` on every rank of `plan`, one
-// thread per rank, each with its own CPU kernel backend.
+// thread per rank, each with its own kernel backend (options.kernels).
 absl::StatusOr<std::vector<RankResult>> RunSharded(const v1::Plan& plan, const Workload& workload,
                                                    const RunOptions& options);
 

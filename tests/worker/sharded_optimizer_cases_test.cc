@@ -60,6 +60,11 @@ TEST(ShardedOptimizerTest, Step_MixedDtypeOwner_BroadcastsEachDtypeExactly) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan, workload, options));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan, workload, options));
   ExpectMatchesReference(plan, ranks, reference, /*rtol=*/0);
+  // fp32 and fp16 model copies are cast from the masters in the backend on
+  // a device: the same bits.
+  options.kernels = KernelKind::kFakeDevice;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> device_ranks, RunSharded(plan, workload, options));
+  ExpectMatchesReference(plan, device_ranks, reference, /*rtol=*/0);
 
   // Rank 1 received o_proj (fp32) with every bit of the owner's master,
   // including values bf16 cannot hold, and down_proj (fp16) as fp16(master).
@@ -86,6 +91,10 @@ TEST(ShardedOptimizerTest, Step_Bf16GradientBuffers_MatchReferenceAndHalveGradie
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan, workload, options));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan, workload, options));
   ExpectMatchesReference(plan, ranks, reference, /*rtol=*/0);
+  // bf16 gradients are widened in the backend on a device: the same bits.
+  options.kernels = KernelKind::kFakeDevice;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> device_ranks, RunSharded(plan, workload, options));
+  ExpectMatchesReference(plan, device_ranks, reference, /*rtol=*/0);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(ranks[r].steps[0].comm.grad_reduce, plan.ranks(r).grad_reduce_bytes());
     EXPECT_EQ(ranks[r].steps[0].comm.grad_reduce_scatter, plan.ranks(r).grad_reduce_scatter_bytes());

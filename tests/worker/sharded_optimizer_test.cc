@@ -114,6 +114,19 @@ TEST_P(ShardedOptimizerEquivalenceTest, Step_InProcess_BitIdenticalToReference) 
   ExpectMatchesReference(plan_, ranks, reference, /*rtol=*/0);
 }
 
+// The device code paths (buffers in backend memory, host values crossing
+// only through copies, conversions in the backend) on a fake device that
+// refuses any pointer on the wrong side: the same bits as the reference.
+TEST_P(ShardedOptimizerEquivalenceTest, Step_FakeDevice_BitIdenticalToReference) {
+  RegressionWorkload workload;
+  RunOptions options;
+  options.steps = 3;
+  options.kernels = KernelKind::kFakeDevice;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan_, workload, options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan_, workload, options));
+  ExpectMatchesReference(plan_, ranks, reference, /*rtol=*/0);
+}
+
 TEST_P(ShardedOptimizerEquivalenceTest, Create_AllocatesThePlansOptimizerState) {
   SyntheticWorkload workload;
   RunOptions options;

@@ -9,12 +9,13 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/optimizer/internal/typed_buffer.h"
 
 namespace muonshard::worker {
 
 using internal::EntryRef;
 using internal::PartLayout;
-using internal::TypedBuffer;
+using internal::BackendBuffer;
 
 ShardedOptimizer::ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend,
                                    const OptimizerConfig& config)
@@ -27,11 +28,6 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
                                                                            kernels::KernelBackend* backend,
                                                                            const OptimizerConfig& config) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
-  if (backend->device_kind() != kernels::DeviceKind::kCpu) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "ShardedOptimizer keeps its buffers in host memory and needs the cpu kernel backend, got ",
-        kernels::DeviceKindName(backend->device_kind())));
-  }
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
@@ -79,11 +75,16 @@ absl::Status ShardedOptimizer::InitComms(const CommGroups& comms) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<BackendBuffer> ShardedOptimizer::NewBuffer(v1::DType dtype, int64_t numel) {
+  return BackendBuffer::Create(*backend_, dtype, numel);
+}
+
 absl::Status ShardedOptimizer::Allocate() {
+  int64_t widest_grad = 0;  // the most gradient elements one kernel call reads
   for (const v1::MuonBucket& b : view_.muon_buckets()) {
     MuonBucketState s;
-    MUONSHARD_ASSIGN_OR_RETURN(s.params, TypedBuffer::Create(b.dtype(), b.numel()));
-    MUONSHARD_ASSIGN_OR_RETURN(s.grads, TypedBuffer::Create(grad_dtype_, b.numel()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.params, NewBuffer(b.dtype(), b.numel()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.grads, NewBuffer(grad_dtype_, b.numel()));
     muon_.push_back(std::move(s));
   }
   shards_of_part_.resize(layout_.parts.size());
@@ -91,8 +92,9 @@ absl::Status ShardedOptimizer::Allocate() {
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     const internal::MuonShardLayout& o = layout_.owned[i];
     MuonShardState s;
-    s.master.assign(o.shape.elements(), 0.0f);
-    s.momentum.assign(o.shape.elements(), 0.0f);
+    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewBuffer(v1::FP32, o.shape.elements()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.momentum, NewBuffer(v1::FP32, o.shape.elements()));
+    widest_grad = std::max(widest_grad, o.shape.elements());
     s.with_decay = WithDecay(config_, Spec(layout_.parts[o.part]).name());
     shards_.push_back(std::move(s));
     shards_of_part_[o.part].push_back(static_cast<int>(i));
@@ -103,19 +105,23 @@ absl::Status ShardedOptimizer::Allocate() {
     const int64_t shard = al.shard_end - al.shard_begin;
     const bool shared = layout_.groups[al.group].size > 1;
     AdamwBucketState s;
-    MUONSHARD_ASSIGN_OR_RETURN(s.params, TypedBuffer::Create(bucket.dtype(), bucket.numel()));
-    MUONSHARD_ASSIGN_OR_RETURN(s.grads, TypedBuffer::Create(grad_dtype_, bucket.numel()));
-    MUONSHARD_ASSIGN_OR_RETURN(s.shard_grads, TypedBuffer::Create(grad_dtype_, shared ? shard : 0));
-    MUONSHARD_ASSIGN_OR_RETURN(s.staging, TypedBuffer::Create(bucket.dtype(), shared ? shard : 0));
-    s.master.assign(shard, 0.0f);
-    s.moment1.assign(shard, 0.0f);
-    s.moment2.assign(shard, 0.0f);
+    MUONSHARD_ASSIGN_OR_RETURN(s.params, NewBuffer(bucket.dtype(), bucket.numel()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.grads, NewBuffer(grad_dtype_, bucket.numel()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.shard_grads, NewBuffer(grad_dtype_, shared ? shard : 0));
+    MUONSHARD_ASSIGN_OR_RETURN(s.staging, NewBuffer(bucket.dtype(), shared ? shard : 0));
+    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewBuffer(v1::FP32, shard));
+    MUONSHARD_ASSIGN_OR_RETURN(s.moment1, NewBuffer(v1::FP32, shard));
+    MUONSHARD_ASSIGN_OR_RETURN(s.moment2, NewBuffer(v1::FP32, shard));
+    widest_grad = std::max(widest_grad, shard);
     for (size_t k = 0; k < al.segments.size(); ++k) {
       const int part = al.segments[k].part;
       s.segment_decay.push_back(WithDecay(config_, Spec(layout_.parts[part]).name()));
       segments_of_part_[part].emplace_back(b, static_cast<int>(k));
     }
     adamw_.push_back(std::move(s));
+  }
+  if (grad_dtype_ != v1::FP32) {
+    MUONSHARD_ASSIGN_OR_RETURN(scratch_, NewBuffer(v1::FP32, widest_grad));
   }
   for (const PartLayout& p : layout_.parts) {
     held_.push_back(HeldTensor{p.tensor, &Spec(p), layout_.groups[p.group].id, p.element_begin, p.element_end});
@@ -138,11 +144,11 @@ const v1::BucketEntry& ShardedOptimizer::Entry(const EntryRef& ref) const {
                   : view_.adamw_buckets(ref.bucket).entries(ref.entry);
 }
 
-TypedBuffer& ShardedOptimizer::Params(const EntryRef& ref) {
+BackendBuffer& ShardedOptimizer::Params(const EntryRef& ref) {
   return ref.muon ? muon_[ref.bucket].params : adamw_[ref.bucket].params;
 }
 
-const TypedBuffer& ShardedOptimizer::Params(const EntryRef& ref) const {
+const BackendBuffer& ShardedOptimizer::Params(const EntryRef& ref) const {
   return ref.muon ? muon_[ref.bucket].params : adamw_[ref.bucket].params;
 }
 
@@ -157,15 +163,25 @@ absl::Status ShardedOptimizer::SetParameter(int tensor, absl::Span<const float> 
   }
   std::vector<float> rounded(values.begin(), values.end());
   for (float& v : rounded) v = internal::RoundToDType(v, Spec(*part).dtype());
-  for (const EntryRef& ref : part->entries) {
+  const absl::Span<const float> part_values = absl::MakeConstSpan(rounded);
+  // A device error here leaves the copies partly written: broken.
+  absl::Status s = WriteParameter(*part, part_values);
+  if (!s.ok()) return Broken(s);
+  initialised_[part - layout_.parts.data()] = true;
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::WriteParameter(const PartLayout& part, absl::Span<const float> rounded) {
+  for (const EntryRef& ref : part.entries) {
     const v1::BucketEntry& e = Entry(ref);
-    Params(ref).Write(e.offset(),
-                      absl::MakeConstSpan(rounded).subspan(e.element_begin() - part->element_begin, e.numel()));
+    MUONSHARD_RETURN_IF_ERROR(
+        Params(ref).Write(e.offset(), rounded.subspan(e.element_begin() - part.element_begin, e.numel())));
   }
-  const int part_index = static_cast<int>(part - layout_.parts.data());
+  const int part_index = static_cast<int>(&part - layout_.parts.data());
   for (int i : shards_of_part_[part_index]) {
     const v1::BucketEntry& e = view_.muon_buckets(layout_.owned[i].bucket).entries(layout_.owned[i].entry);
-    std::copy_n(rounded.begin() + (e.element_begin() - part->element_begin), e.numel(), shards_[i].master.begin());
+    MUONSHARD_RETURN_IF_ERROR(
+        shards_[i].master.Write(0, rounded.subspan(e.element_begin() - part.element_begin, e.numel())));
   }
   for (const auto& [b, k] : segments_of_part_[part_index]) {
     const internal::AdamwSegment& seg = layout_.adamw_buckets[b].segments[k];
@@ -174,12 +190,13 @@ absl::Status ShardedOptimizer::SetParameter(int tensor, absl::Span<const float> 
     // padding after them keeps a zero master).
     const int64_t begin = layout_.adamw_buckets[b].shard_begin + seg.shard_offset;
     const int64_t end = std::min(begin + seg.numel, e.offset() + e.numel());
-    for (int64_t pos = begin; pos < end; ++pos) {
-      adamw_[b].master[pos - layout_.adamw_buckets[b].shard_begin] =
-          rounded[e.element_begin() + (pos - e.offset()) - part->element_begin];
-    }
+    if (end <= begin) continue;
+    MUONSHARD_RETURN_IF_ERROR(adamw_[b].master.Write(
+        begin - layout_.adamw_buckets[b].shard_begin,
+        rounded.subspan(e.element_begin() + (begin - e.offset()) - part.element_begin, end - begin)));
   }
-  initialised_[part_index] = true;
+  // Host sources are consumed on return; the backend may still be copying
+  // into device memory, which the next step orders after.
   return absl::OkStatus();
 }
 
@@ -192,7 +209,8 @@ absl::Status ShardedOptimizer::ReadModelCopy(int tensor, absl::Span<float> out) 
   }
   for (const EntryRef& ref : part->entries) {
     const v1::BucketEntry& e = Entry(ref);
-    Params(ref).Read(e.offset(), out.subspan(e.element_begin() - part->element_begin, e.numel()));
+    MUONSHARD_RETURN_IF_ERROR(
+        Params(ref).Read(e.offset(), out.subspan(e.element_begin() - part->element_begin, e.numel())));
   }
   return absl::OkStatus();
 }
@@ -226,19 +244,22 @@ absl::StatusOr<std::map<int, std::vector<float>>> ShardedOptimizer::GatherMaster
   if (!broken_.ok()) return broken_;
   // fp32 copies of every bucket: the owners' Muon masters, then each AdamW
   // shard's masters gathered into the whole buffer.
-  std::vector<TypedBuffer> muon(view_.muon_buckets_size());
-  std::vector<TypedBuffer> adamw(view_.adamw_buckets_size());
+  std::vector<BackendBuffer> muon(view_.muon_buckets_size());
+  std::vector<BackendBuffer> adamw(view_.adamw_buckets_size());
   for (int b = 0; b < view_.muon_buckets_size(); ++b) {
-    MUONSHARD_ASSIGN_OR_RETURN(muon[b], TypedBuffer::Create(v1::FP32, view_.muon_buckets(b).numel()));
+    MUONSHARD_ASSIGN_OR_RETURN(muon[b], NewBuffer(v1::FP32, view_.muon_buckets(b).numel()));
   }
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     const v1::BucketEntry& e = view_.muon_buckets(layout_.owned[i].bucket).entries(layout_.owned[i].entry);
-    muon[layout_.owned[i].bucket].Write(e.offset(), shards_[i].master);
+    MUONSHARD_RETURN_IF_ERROR(muon[layout_.owned[i].bucket].ConvertFrom(e.offset(), shards_[i].master, 0, e.numel()));
   }
   for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
-    MUONSHARD_ASSIGN_OR_RETURN(adamw[b], TypedBuffer::Create(v1::FP32, view_.adamw_buckets(b).numel()));
-    if (groups_[layout_.adamw_buckets[b].group].comm == nullptr) adamw[b].Write(0, adamw_[b].master);
+    MUONSHARD_ASSIGN_OR_RETURN(adamw[b], NewBuffer(v1::FP32, view_.adamw_buckets(b).numel()));
+    if (groups_[layout_.adamw_buckets[b].group].comm == nullptr) {
+      MUONSHARD_RETURN_IF_ERROR(adamw[b].ConvertFrom(0, adamw_[b].master, 0, adamw_[b].master.numel()));
+    }
   }
+  MUONSHARD_RETURN_IF_ERROR(backend_->Synchronize());
   MUONSHARD_RETURN_IF_ERROR(ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
     for (int b : layout_.groups[g].muon_buckets) {
       MUONSHARD_RETURN_IF_ERROR(comm.Broadcast(muon[b].data(), muon[b].numel(), CommDType::kFloat32,
@@ -256,8 +277,8 @@ absl::StatusOr<std::map<int, std::vector<float>>> ShardedOptimizer::GatherMaster
     values.resize(part.element_end - part.element_begin);
     for (const EntryRef& ref : part.entries) {
       const v1::BucketEntry& e = Entry(ref);
-      (ref.muon ? muon : adamw)[ref.bucket].Read(
-          e.offset(), absl::MakeSpan(values).subspan(e.element_begin() - part.element_begin, e.numel()));
+      MUONSHARD_RETURN_IF_ERROR((ref.muon ? muon : adamw)[ref.bucket].Read(
+          e.offset(), absl::MakeSpan(values).subspan(e.element_begin() - part.element_begin, e.numel())));
     }
   }
   return out;
@@ -265,10 +286,8 @@ absl::StatusOr<std::map<int, std::vector<float>>> ShardedOptimizer::GatherMaster
 
 int64_t ShardedOptimizer::optimizer_state_bytes() const {
   int64_t bytes = 0;
-  for (const MuonShardState& s : shards_) bytes += (s.master.size() + s.momentum.size()) * sizeof(float);
-  for (const AdamwBucketState& s : adamw_) {
-    bytes += (s.master.size() + s.moment1.size() + s.moment2.size()) * sizeof(float);
-  }
+  for (const MuonShardState& s : shards_) bytes += s.master.bytes() + s.momentum.bytes();
+  for (const AdamwBucketState& s : adamw_) bytes += s.master.bytes() + s.moment1.bytes() + s.moment2.bytes();
   return bytes;
 }
 

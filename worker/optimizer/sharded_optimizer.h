@@ -7,7 +7,8 @@
 // library. A training program creates one per rank, sets the initial
 // parameters, and calls Step() with its local gradients every iteration.
 //
-// Memory (host; see "Device" below):
+// Memory (all of it in the kernel backend's space: host memory for the CPU
+// backend, device memory for CUDA; see "Device" below):
 //   * Model copy: every tensor part in the rank's groups, in the tensor's
 //     dtype (BF16/FP16 as 16-bit words, FP32 as float), stored — as Paddle's
 //     parameters are views of param_storage — inside the parameter buffer of
@@ -50,9 +51,16 @@
 // copy is bit-identical to ReferenceOptimizer's; other backends differ by
 // their fp32 summation order only.
 //
-// Device: buffers are host memory, so the kernel backend must be the CPU one
-// (FAILED_PRECONDITION otherwise) and communicators host-memory ones
-// (InProcess, Gloo).
+// Device: every buffer lives in the kernel backend's memory, and the
+// communicators receive pointers into it, so they must work in the same
+// space: host-memory communicators (InProcess, Gloo) with the CPU backend,
+// NCCL on the backend's GPU with the CUDA backend. Host values cross only in
+// SetParameter, the gradients' packing (GradientSource hands host spans),
+// ReadModelCopy/GatherMasters and the checkpoint shards. Kernels run on the
+// backend's stream and collectives on the communicators' streams; the
+// optimizer synchronises the backend before each round of collectives and
+// the communicators after it, so no stream reads a buffer another is still
+// writing.
 //
 // Collective calls: Step() and GatherMasters() are collectives over every
 // group of the rank: all ranks must call them in the same order. A rank that
@@ -79,7 +87,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/counting_communicator.h"
 #include "worker/optimizer/gradient_source.h"
-#include "worker/optimizer/internal/typed_buffer.h"
+#include "worker/optimizer/internal/backend_buffer.h"
 #include "worker/optimizer/internal/view_layout.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/step_stats.h"
@@ -98,7 +106,8 @@ class ShardedOptimizer {
   // view.
   // Possible errors: INVALID_ARGUMENT (a view that does not hold together,
   // naming the bucket/tensor/field; a missing, extra or mis-sized
-  // communicator; a bad config), FAILED_PRECONDITION (a non-CPU backend).
+  // communicator; a bad config), the backend's allocation errors
+  // (RESOURCE_EXHAUSTED, INTERNAL).
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const v1::RankView& view, const CommGroups& comms,
                                                                   kernels::KernelBackend* backend,
                                                                   const OptimizerConfig& config);
@@ -152,10 +161,12 @@ class ShardedOptimizer {
   int64_t gradient_buffer_bytes() const;
 
   // Checkpointing (checkpoint/state.h). The rank's optimizer state as shards
-  // pointing into this optimizer's own buffers, in
-  // checkpoint::ExpectedShards(view) order: save them, or fill them from a
-  // checkpoint of any plan of the same model and call RestoreFromState.
-  // The spans stay valid while the optimizer lives.
+  // of host memory, in checkpoint::ExpectedShards(view) order: save them, or
+  // fill them from a checkpoint of any plan of the same model and call
+  // RestoreFromState. With the CPU backend the spans point into the
+  // optimizer's own buffers; with a device backend into host copies taken by
+  // this call (RestoreFromState copies them back). The spans stay valid
+  // until the next StateShards() call.
   // Possible errors: INTERNAL (the view and the buffers disagree).
   absl::StatusOr<std::vector<checkpoint::StateShard>> StateShards();
   checkpoint::Scalars scalars() const;
@@ -177,24 +188,25 @@ class ShardedOptimizer {
     std::unique_ptr<CountingCommunicator> comm;  // null for a group of one
   };
   struct MuonBucketState {
-    internal::TypedBuffer params;  // bucket dtype: the model copy
-    internal::TypedBuffer grads;   // gradient dtype
+    internal::BackendBuffer params;  // bucket dtype: the model copy
+    internal::BackendBuffer grads;   // gradient dtype
   };
   struct MuonShardState {
-    std::vector<float> master;
-    std::vector<float> momentum;
+    internal::BackendBuffer master;  // fp32
+    internal::BackendBuffer momentum;
     bool with_decay = true;
   };
   struct AdamwBucketState {
-    internal::TypedBuffer params;       // bucket dtype: the model copy
-    internal::TypedBuffer grads;        // gradient dtype, whole bucket
-    internal::TypedBuffer shard_grads;  // gradient dtype, this shard (groups > 1)
-    internal::TypedBuffer staging;      // bucket dtype, this shard (groups > 1)
-    std::vector<float> master;
-    std::vector<float> moment1;
-    std::vector<float> moment2;
+    internal::BackendBuffer params;       // bucket dtype: the model copy
+    internal::BackendBuffer grads;        // gradient dtype, whole bucket
+    internal::BackendBuffer shard_grads;  // gradient dtype, this shard (groups > 1)
+    internal::BackendBuffer staging;      // bucket dtype, this shard (groups > 1)
+    internal::BackendBuffer master;       // fp32, this shard
+    internal::BackendBuffer moment1;
+    internal::BackendBuffer moment2;
     std::vector<bool> segment_decay;  // per layout segment
   };
+
 
   ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend, const OptimizerConfig& config);
 
@@ -203,10 +215,14 @@ class ShardedOptimizer {
   absl::Status Allocate();
 
   const internal::PartLayout* FindPart(int tensor) const;
+  // Writes already rounded values of a part into its model copies and the
+  // masters this rank owns of it.
+  absl::Status WriteParameter(const internal::PartLayout& part, absl::Span<const float> rounded);
   const v1::PlannedTensor& Spec(const internal::PartLayout& part) const;
   const v1::BucketEntry& Entry(const internal::EntryRef& ref) const;
-  internal::TypedBuffer& Params(const internal::EntryRef& ref);
-  const internal::TypedBuffer& Params(const internal::EntryRef& ref) const;
+  internal::BackendBuffer& Params(const internal::EntryRef& ref);
+  const internal::BackendBuffer& Params(const internal::EntryRef& ref) const;
+  absl::StatusOr<internal::BackendBuffer> NewBuffer(v1::DType dtype, int64_t numel);
 
   absl::Status CheckUsable() const;
   absl::Status PackGradients(GradientSource& grads);
@@ -215,12 +231,18 @@ class ShardedOptimizer {
   absl::Status RunMuon();
   absl::Status RunAdamw();
   absl::Status SyncParameters();
+  // Uploads the checkpoint mirrors (device backends) and casts every owned
+  // master into its model copy, as a step does before its sync.
+  absl::Status RebuildModelCopies();
   // Runs issue(group, comm) for every group of more than one rank, in
   // ascending id, each inside GroupStart/GroupEnd followed by Synchronize.
   absl::Status ForEachCommGroup(absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue);
   // fp32 view of `n` elements of a gradient buffer at `offset` (widened into
-  // scratch_ for 16-bit gradients).
-  const float* GradFloats(const internal::TypedBuffer& grads, int64_t offset, int64_t n);
+  // scratch_ for 16-bit gradients; valid until the next call).
+  absl::StatusOr<const float*> GradFloats(const internal::BackendBuffer& grads, int64_t offset, int64_t n);
+  // Host memory for the checkpoint shard of `buffer` (see StateShards).
+  absl::StatusOr<absl::Span<float>> HostState(internal::BackendBuffer& buffer);
+  bool host_memory() const { return backend_->device_kind() == kernels::DeviceKind::kCpu; }
   StepCommBytes CommSnapshot() const;
   absl::Status Broken(absl::Status status);
 
@@ -242,7 +264,10 @@ class ShardedOptimizer {
 
   float beta1_pow_ = 0;  // NOTE [Beta powers]
   float beta2_pow_ = 0;
-  std::vector<float> scratch_;
+  internal::BackendBuffer scratch_;  // fp32, for 16-bit gradients
+  // Device backends only: host copies of the state buffers handed out by
+  // StateShards(), written back by RestoreFromState().
+  absl::flat_hash_map<internal::BackendBuffer*, std::vector<float>> mirrors_;
   absl::Status broken_;
   int64_t steps_ = 0;
 };

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/sharded_optimizer.h"
 
 namespace muonshard::worker {
@@ -12,7 +13,7 @@ namespace {
 
 using internal::EntryRef;
 using internal::PartLayout;
-using internal::TypedBuffer;
+using internal::BackendBuffer;
 
 class Stopwatch {
  public:
@@ -30,13 +31,13 @@ class Stopwatch {
 // Zeroes the parts of `buffer` no entry covers (alignment padding, gaps), so
 // scratch left by a previous collective never travels as data.
 template <typename Entries>
-void ZeroUncovered(const Entries& entries, TypedBuffer& buffer) {
+absl::Status ZeroUncovered(const Entries& entries, BackendBuffer& buffer) {
   int64_t at = 0;
   for (const v1::BucketEntry& e : entries) {
-    buffer.Zero(at, e.offset() - at);
+    MUONSHARD_RETURN_IF_ERROR(buffer.Zero(at, e.offset() - at));
     at = e.offset() + e.numel();
   }
-  buffer.Zero(at, buffer.numel() - at);
+  return buffer.Zero(at, buffer.numel() - at);
 }
 
 }  // namespace
@@ -61,7 +62,10 @@ absl::StatusOr<StepStats> ShardedOptimizer::Step(GradientSource& grads) {
   // Packing only writes gradient buffers: a bad gradient leaves the
   // optimizer as it was.
   MUONSHARD_RETURN_IF_ERROR(PackGradients(grads));
-  absl::Status s = ReduceGradients();
+  // The collectives run on the communicators' streams: the packed gradients
+  // must have landed first.
+  absl::Status s = backend_->Synchronize();
+  if (s.ok()) s = ReduceGradients();
   if (!s.ok()) return Broken(s);
   stats.reduce_seconds = phase.Lap();
   s = RunMuon();
@@ -89,9 +93,11 @@ absl::Status ShardedOptimizer::PackGradients(GradientSource& grads) {
     MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, grads.PartGradient(part.tensor));
     MUONSHARD_RETURN_IF_ERROR(PackPart(part, grad));
   }
-  for (int b = 0; b < view_.muon_buckets_size(); ++b) ZeroUncovered(view_.muon_buckets(b).entries(), muon_[b].grads);
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) {
+    MUONSHARD_RETURN_IF_ERROR(ZeroUncovered(view_.muon_buckets(b).entries(), muon_[b].grads));
+  }
   for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
-    ZeroUncovered(view_.adamw_buckets(b).entries(), adamw_[b].grads);
+    MUONSHARD_RETURN_IF_ERROR(ZeroUncovered(view_.adamw_buckets(b).entries(), adamw_[b].grads));
   }
   return absl::OkStatus();
 }
@@ -104,8 +110,8 @@ absl::Status ShardedOptimizer::PackPart(const PartLayout& part, absl::Span<const
   }
   for (const EntryRef& ref : part.entries) {
     const v1::BucketEntry& e = Entry(ref);
-    TypedBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
-    buffer.Write(e.offset(), grad.subspan(e.element_begin() - part.element_begin, e.numel()));
+    BackendBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
+    MUONSHARD_RETURN_IF_ERROR(buffer.Write(e.offset(), grad.subspan(e.element_begin() - part.element_begin, e.numel())));
   }
   return absl::OkStatus();
 }
@@ -125,11 +131,12 @@ absl::Status ShardedOptimizer::ReduceGradients() {
   });
 }
 
-const float* ShardedOptimizer::GradFloats(const TypedBuffer& grads, int64_t offset, int64_t n) {
+absl::StatusOr<const float*> ShardedOptimizer::GradFloats(const BackendBuffer& grads, int64_t offset, int64_t n) {
   if (grads.dtype() == v1::FP32) return grads.floats() + offset;
-  if (static_cast<int64_t>(scratch_.size()) < n) scratch_.resize(n);
-  grads.Read(offset, absl::MakeSpan(scratch_.data(), n));
-  return scratch_.data();
+  // Stream-ordered: the kernel that reads scratch_ runs before the next
+  // conversion overwrites it.
+  MUONSHARD_RETURN_IF_ERROR(scratch_.ConvertFrom(0, grads, offset, n));
+  return scratch_.floats();
 }
 
 absl::Status ShardedOptimizer::RunMuon() {
@@ -137,16 +144,16 @@ absl::Status ShardedOptimizer::RunMuon() {
     const internal::MuonShardLayout& o = layout_.owned[i];
     const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
     MuonShardState& s = shards_[i];
-    TypedBuffer& params = muon_[o.bucket].params;
+    BackendBuffer& params = muon_[o.bucket].params;
     const bool bf16 = params.dtype() == v1::BF16;
     kernels::MuonTensors t;
-    t.grad = GradFloats(muon_[o.bucket].grads, e.offset(), e.numel());
-    t.momentum = s.momentum.data();
-    t.master = s.master.data();
+    MUONSHARD_ASSIGN_OR_RETURN(t.grad, GradFloats(muon_[o.bucket].grads, e.offset(), e.numel()));
+    t.momentum = s.momentum.floats();
+    t.master = s.master.floats();
     // bf16 models are written by the kernel straight into the bucket.
     t.model = bf16 ? params.words() + e.offset() : nullptr;
     MUONSHARD_RETURN_IF_ERROR(backend_->MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, s.with_decay)));
-    if (!bf16) params.Write(e.offset(), s.master);
+    if (!bf16) MUONSHARD_RETURN_IF_ERROR(params.ConvertFrom(e.offset(), s.master, 0, e.numel()));
   }
   return backend_->Synchronize();
 }
@@ -160,20 +167,20 @@ absl::Status ShardedOptimizer::RunAdamw() {
     // A group of one has no reduce-scatter/all-gather: its shard is the
     // whole bucket and the model is written in place.
     const bool shared = groups_[al.group].comm != nullptr;
-    const float* grad = shared ? GradFloats(s.shard_grads, 0, shard) : GradFloats(s.grads, 0, shard);
-    TypedBuffer& model = shared ? s.staging : s.params;
+    MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(shared ? s.shard_grads : s.grads, 0, shard));
+    BackendBuffer& model = shared ? s.staging : s.params;
     const bool bf16 = model.dtype() == v1::BF16;
     for (size_t k = 0; k < al.segments.size(); ++k) {
       const int64_t at = al.segments[k].shard_offset;
       const int64_t n = al.segments[k].numel;
       kernels::AdamWTensors t;
       t.grad = grad + at;
-      t.master = s.master.data() + at;
-      t.moment1 = s.moment1.data() + at;
-      t.moment2 = s.moment2.data() + at;
+      t.master = s.master.floats() + at;
+      t.moment1 = s.moment1.floats() + at;
+      t.moment2 = s.moment2.floats() + at;
       t.model = bf16 ? model.words() + at : nullptr;
       MUONSHARD_RETURN_IF_ERROR(backend_->AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
-      if (!bf16) model.Write(at, absl::MakeConstSpan(s.master).subspan(at, n));
+      if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(at, s.master, at, n));
     }
   }
   // NOTE [Beta powers]: once per step, after every shard used them.
@@ -186,12 +193,12 @@ absl::Status ShardedOptimizer::RunAdamw() {
 absl::Status ShardedOptimizer::SyncParameters() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
     for (int b : layout_.groups[g].muon_buckets) {
-      TypedBuffer& params = muon_[b].params;
+      BackendBuffer& params = muon_[b].params;
       MUONSHARD_RETURN_IF_ERROR(comm.Broadcast(params.data(), params.numel(), params.comm_dtype(),
                                                layout_.muon_buckets[b].owner_group_rank));
     }
     for (int b : layout_.groups[g].adamw_buckets) {
-      TypedBuffer& params = adamw_[b].params;
+      BackendBuffer& params = adamw_[b].params;
       MUONSHARD_RETURN_IF_ERROR(comm.AllGather(adamw_[b].staging.data(), params.data(),
                                                layout_.adamw_buckets[b].counts, params.comm_dtype()));
     }
@@ -207,11 +214,13 @@ absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShard
   std::vector<checkpoint::StateShard> shards;
   shards.reserve(specs.size());
   size_t k = 0;
-  auto add = [&](std::vector<float>& buffer, int64_t at, checkpoint::StateKind kind) -> absl::Status {
-    if (k >= specs.size() || specs[k].kind != kind || at + specs[k].numel() > static_cast<int64_t>(buffer.size())) {
+  mirrors_.clear();
+  auto add = [&](BackendBuffer& buffer, int64_t at, checkpoint::StateKind kind) -> absl::Status {
+    if (k >= specs.size() || specs[k].kind != kind || at + specs[k].numel() > buffer.numel()) {
       return absl::InternalError(absl::StrCat("rank ", rank(), ": optimizer buffers do not match the view's shard ", k));
     }
-    shards.push_back({specs[k], absl::MakeSpan(buffer).subspan(at, specs[k].numel())});
+    MUONSHARD_ASSIGN_OR_RETURN(absl::Span<float> host, HostState(buffer));
+    shards.push_back({specs[k], host.subspan(at, specs[k].numel())});
     ++k;
     return absl::OkStatus();
   };
@@ -230,6 +239,16 @@ absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShard
   return shards;
 }
 
+absl::StatusOr<absl::Span<float>> ShardedOptimizer::HostState(BackendBuffer& buffer) {
+  if (host_memory()) return absl::MakeSpan(buffer.floats(), buffer.numel());
+  auto [it, inserted] = mirrors_.try_emplace(&buffer);
+  if (inserted) {
+    it->second.resize(buffer.numel());
+    MUONSHARD_RETURN_IF_ERROR(buffer.Read(0, absl::MakeSpan(it->second)));
+  }
+  return absl::MakeSpan(it->second);
+}
+
 checkpoint::Scalars ShardedOptimizer::scalars() const {
   checkpoint::Scalars s;
   s.step = steps_;
@@ -243,22 +262,32 @@ absl::Status ShardedOptimizer::RestoreFromState(const checkpoint::Scalars& scala
   steps_ = scalars.step;
   beta1_pow_ = scalars.beta1_pow;
   beta2_pow_ = scalars.beta2_pow;
+  absl::Status s = RebuildModelCopies();
+  if (s.ok()) s = backend_->Synchronize();
+  if (s.ok()) s = SyncParameters();
+  if (!s.ok()) return Broken(s);
+  initialised_.assign(initialised_.size(), true);
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::RebuildModelCopies() {
+  for (auto& [buffer, values] : mirrors_) {
+    MUONSHARD_RETURN_IF_ERROR(buffer->Write(0, values));
+  }
   // Owners write their masters into the model copy, exactly as a step does.
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     const internal::MuonShardLayout& o = layout_.owned[i];
-    muon_[o.bucket].params.Write(view_.muon_buckets(o.bucket).entries(o.entry).offset(), shards_[i].master);
+    const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+    MUONSHARD_RETURN_IF_ERROR(muon_[o.bucket].params.ConvertFrom(e.offset(), shards_[i].master, 0, e.numel()));
   }
   for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
     const internal::AdamwBucketLayout& al = layout_.adamw_buckets[b];
     AdamwBucketState& s = adamw_[b];
-    TypedBuffer& model = groups_[al.group].comm != nullptr ? s.staging : s.params;
+    BackendBuffer& model = groups_[al.group].comm != nullptr ? s.staging : s.params;
     for (const internal::AdamwSegment& seg : al.segments) {
-      model.Write(seg.shard_offset, absl::MakeConstSpan(s.master).subspan(seg.shard_offset, seg.numel));
+      MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(seg.shard_offset, s.master, seg.shard_offset, seg.numel));
     }
   }
-  absl::Status synced = SyncParameters();
-  if (!synced.ok()) return Broken(synced);
-  initialised_.assign(initialised_.size(), true);
   return absl::OkStatus();
 }
 

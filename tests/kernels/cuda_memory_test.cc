@@ -1,0 +1,39 @@
+// KernelBackend's memory conformance suite on the CUDA backend (skipped
+// without a device), plus what only a device can get wrong: host pointers
+// refused where device memory is required.
+
+#include <memory>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_backend.h"
+#include "tests/kernels/backend_memory_conformance.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::kernels::testing {
+namespace {
+
+using ::muonshard::testing::StatusIs;
+using ::testing::_;
+
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCuda() { return CreateKernelBackend(DeviceKind::kCuda, 0); }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, BackendMemoryConformanceTest, ::testing::Values(BackendFactory{"Cuda", CreateCuda}),
+                         BackendFactoryName);
+
+TEST(CudaBackendMemoryTest, HostPointersWhereDeviceMemoryBelongs_AreInvalidArgument) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = CreateCuda();
+  if (!backend.ok()) GTEST_SKIP() << "no CUDA device: " << backend.status();
+  std::vector<float> host(16, 1.0f), other(16);
+  EXPECT_THAT((*backend)->CopyFromHost(host.data(), other.data(), 64),
+              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT((*backend)->CopyToHost(host.data(), other.data(), 64), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT((*backend)->SetZero(host.data(), 64), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT((*backend)->Convert(host.data(), ElementType::kFloat32, other.data(), ElementType::kBFloat16, 16),
+              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  MUONSHARD_EXPECT_OK((*backend)->Synchronize());
+}
+
+}  // namespace
+}  // namespace muonshard::kernels::testing

@@ -1,0 +1,82 @@
+#include "worker/optimizer/internal/backend_buffer.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/optimizer/internal/typed_buffer.h"
+
+namespace muonshard::worker::internal {
+namespace {
+
+void FreeNothing(void*) {}
+
+}  // namespace
+
+kernels::ElementType ToElementType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BF16:
+      return kernels::ElementType::kBFloat16;
+    case v1::FP16:
+      return kernels::ElementType::kFloat16;
+    default:
+      return kernels::ElementType::kFloat32;
+  }
+}
+
+BackendBuffer::BackendBuffer() : memory_(nullptr, &FreeNothing) {}
+
+absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& backend, v1::DType dtype,
+                                                    int64_t numel) {
+  if (DTypeBytes(dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
+  }
+  if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("negative buffer size ", numel));
+  BackendBuffer b;
+  b.backend_ = &backend;
+  b.dtype_ = dtype;
+  b.numel_ = numel;
+  MUONSHARD_ASSIGN_OR_RETURN(b.memory_, backend.Allocate(numel * DTypeBytes(dtype)));
+  return b;
+}
+
+int64_t BackendBuffer::bytes() const { return numel_ * DTypeBytes(dtype_); }
+
+CommDType BackendBuffer::comm_dtype() const { return ToCommDType(dtype_); }
+
+void* BackendBuffer::At(int64_t offset) const { return static_cast<char*>(memory_.get()) + offset * DTypeBytes(dtype_); }
+
+absl::Status BackendBuffer::Write(int64_t offset, absl::Span<const float> values) {
+  if (values.empty()) return absl::OkStatus();
+  if (dtype_ == v1::FP32) {
+    return backend_->CopyFromHost(values.data(), At(offset), static_cast<int64_t>(values.size() * sizeof(float)));
+  }
+  // 16-bit: round on the host (the same conversion TypedBuffer uses), then
+  // copy the words.
+  MUONSHARD_ASSIGN_OR_RETURN(TypedBuffer staging, TypedBuffer::Create(dtype_, static_cast<int64_t>(values.size())));
+  staging.Write(0, values);
+  return backend_->CopyFromHost(staging.data(), At(offset), staging.bytes());
+}
+
+absl::Status BackendBuffer::Read(int64_t offset, absl::Span<float> out) const {
+  if (out.empty()) return absl::OkStatus();
+  if (dtype_ == v1::FP32) {
+    return backend_->CopyToHost(At(offset), out.data(), static_cast<int64_t>(out.size() * sizeof(float)));
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(TypedBuffer staging, TypedBuffer::Create(dtype_, static_cast<int64_t>(out.size())));
+  MUONSHARD_RETURN_IF_ERROR(backend_->CopyToHost(At(offset), staging.data(), staging.bytes()));
+  staging.Read(0, out);
+  return absl::OkStatus();
+}
+
+absl::Status BackendBuffer::Zero(int64_t offset, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  return backend_->SetZero(At(offset), n * DTypeBytes(dtype_));
+}
+
+absl::Status BackendBuffer::ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  return backend_->Convert(src.At(src_offset), ToElementType(src.dtype_), At(offset), ToElementType(dtype_), n);
+}
+
+}  // namespace muonshard::worker::internal

@@ -1,0 +1,78 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_INTERNAL_BACKEND_BUFFER_H_
+#define MUONSHARD_WORKER_OPTIMIZER_INTERNAL_BACKEND_BUFFER_H_
+
+// BackendBuffer: a zero-filled array of one plan dtype in a KernelBackend's
+// memory space (host memory for the CPU backend, device memory for CUDA).
+// The sharded optimizer keeps every bucket and all optimizer state in these,
+// so the same code runs the step on either backend: host values enter and
+// leave only through Write/Read (converted on the host, then copied), and
+// dtype conversions between buffers run in the backend (ConvertFrom).
+//
+// Ordering follows the backend: Write, Zero and ConvertFrom are enqueued on
+// its stream; Read waits for everything issued before it. Communicators work
+// on their own streams, so callers synchronise the backend before handing a
+// buffer to a collective (ShardedOptimizer does).
+//
+// Thread-compatible. The backend must outlive the buffer.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kernels/kernel_backend.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "worker/comm/communicator.h"
+
+namespace muonshard::worker::internal {
+
+// The kernels' element type of a plan dtype. REQUIRES: BF16, FP16 or FP32.
+kernels::ElementType ToElementType(v1::DType dtype);
+
+class BackendBuffer {
+ public:
+  // An empty FP32 buffer without a backend.
+  BackendBuffer();
+
+  // `numel` zeros of `dtype` in `backend`'s memory.
+  // Possible errors: INVALID_ARGUMENT (unknown dtype, negative size), the
+  // backend's allocation errors (RESOURCE_EXHAUSTED, INTERNAL).
+  static absl::StatusOr<BackendBuffer> Create(kernels::KernelBackend& backend, v1::DType dtype, int64_t numel);
+
+  v1::DType dtype() const { return dtype_; }
+  int64_t numel() const { return numel_; }
+  int64_t bytes() const;
+  CommDType comm_dtype() const;
+
+  // Pointers into the backend's memory space (device pointers on CUDA).
+  void* data() { return memory_.get(); }
+  const void* data() const { return memory_.get(); }
+  // REQUIRES: floats() only for FP32, words() only for BF16/FP16.
+  float* floats() { return static_cast<float*>(memory_.get()); }
+  const float* floats() const { return static_cast<const float*>(memory_.get()); }
+  uint16_t* words() { return static_cast<uint16_t*>(memory_.get()); }
+
+  // Elements [offset, offset + values.size()) = dtype(values), from host
+  // values. REQUIRES (all methods): ranges inside the buffers (callers use
+  // validated plan offsets).
+  absl::Status Write(int64_t offset, absl::Span<const float> values);
+  // Host out = float(elements [offset, offset + out.size())).
+  absl::Status Read(int64_t offset, absl::Span<float> out) const;
+  // Zeroes [offset, offset + n).
+  absl::Status Zero(int64_t offset, int64_t n);
+  // Elements [offset, offset + n) = dtype(src[src_offset, src_offset + n)),
+  // in the backend. REQUIRES: src in the same backend, not overlapping.
+  absl::Status ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n);
+
+ private:
+  void* At(int64_t offset) const;
+
+  kernels::KernelBackend* backend_ = nullptr;
+  v1::DType dtype_ = v1::FP32;
+  int64_t numel_ = 0;
+  kernels::BackendMemory memory_;
+};
+
+}  // namespace muonshard::worker::internal
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_INTERNAL_BACKEND_BUFFER_H_
