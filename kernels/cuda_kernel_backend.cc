@@ -20,7 +20,6 @@
 #include "kernels/cuda_status.h"
 #include "kernels/internal/adamw_scalars.h"
 #include "kernels/internal/cublaslt_gemm.h"
-#include "kernels/internal/cuda_backend_factory.h"
 #include "kernels/internal/cuda_device.h"
 #include "kernels/internal/cuda_elementwise.h"
 #include "kernels/internal/cuda_newton_schulz.h"
@@ -380,14 +379,4 @@ absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type,
       "converting element types");
 }
 
-namespace internal {
-
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
-    int device_ordinal) {
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CudaKernelBackend> backend,
-                             CudaKernelBackend::Create(device_ordinal));
-  return std::unique_ptr<KernelBackend>(std::move(backend));
-}
-
-}  // namespace internal
 }  // namespace muonshard::kernels

@@ -64,10 +64,12 @@ COPY . .
 ARG CUDA_ARCHITECTURES
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUONSHARD_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
- && cmake --build /build -j"$(nproc)" --target muonshard-worker muonshardctl
+ && cmake --build /build -j"$(nproc)" --target muonshard-worker muonshardctl muonshard_gpu
 # Ubuntu's package names differ from Debian's (t64 renames): the runtime list
-# is what the built binaries load, resolved on this same Ubuntu release.
+# is what the built binaries and the GPU plugin load, resolved on this same
+# Ubuntu release.
 RUN deploy/docker/runtime-packages.sh /build/bin/muonshard-worker /build/bin/muonshardctl \
+      /build/bin/libmuonshard_gpu.so \
       > /build/runtime-packages.txt
 
 FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04 AS gpu
@@ -82,6 +84,9 @@ RUN groupadd --system --gid 10001 muonshard \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin muonshard
 COPY --from=build-gpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
+# The CUDA kernels and NCCL, loaded by the worker for --backend nccl from
+# <binary dir>/../lib (common/gpu_plugin.h).
+COPY --from=build-gpu /build/bin/libmuonshard_gpu.so /usr/local/lib/
 USER 10001:10001
 EXPOSE 9465
 ENTRYPOINT ["muonshard-worker"]

@@ -2,9 +2,9 @@
 #define MUONSHARD_KERNELS_INTERNAL_CUDA_BACKEND_FACTORY_H_
 
 // The one seam between the backend factory and CUDA. The build links exactly
-// one definition: cuda_kernel_backend.cc in CUDA builds, or
-// cuda_backend_unavailable.cc (FAILED_PRECONDITION) in CPU-only builds, so no
-// caller needs an #ifdef.
+// one definition: cuda_backend_plugin.cc in CUDA builds (it asks the GPU
+// plugin, gpu/, for a CudaKernelBackend), or cuda_backend_unavailable.cc
+// (FAILED_PRECONDITION) in CPU-only builds, so no caller needs an #ifdef.
 
 #include <memory>
 

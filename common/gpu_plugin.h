@@ -1,0 +1,34 @@
+#ifndef MUONSHARD_COMMON_GPU_PLUGIN_H_
+#define MUONSHARD_COMMON_GPU_PLUGIN_H_
+
+// Locating the GPU plugin, libmuonshard_gpu.so (gpu/): the CUDA kernel
+// backend and the NCCL communicator, built only with CUDA and loaded on first
+// use. Binaries never link cuBLAS, the CUDA runtime or NCCL directly: those
+// libraries bring ~120 KiB of static thread-local storage, which glibc counts
+// against every new thread's stack, so a library that starts threads with
+// small fixed stacks (civetweb's 100 KiB, under prometheus-cpp's /metrics)
+// fails with EINVAL once they are loaded at start-up. dlopen()ed libraries
+// use dynamic TLS instead, and CPU-only runs never map them at all.
+//
+// Search order: $MUONSHARD_GPU_PLUGIN (a path), then the running binary's
+// directory, then <binary dir>/../lib, then the dynamic loader's own search
+// (LD_LIBRARY_PATH, the cache). The plugin stays loaded for the life of the
+// process (objects it created may live until exit).
+//
+// Thread-safe.
+
+#include "absl/status/statusor.h"
+
+namespace muonshard {
+
+inline constexpr char kGpuPluginFile[] = "libmuonshard_gpu.so";
+
+// The address of `symbol` in the plugin (loading it on the first call).
+// Possible errors: FAILED_PRECONDITION (no plugin found or it does not load,
+// with the loader's message; a plugin from another build), NOT_FOUND (the
+// plugin lacks `symbol`).
+absl::StatusOr<void*> GpuPluginSymbol(const char* symbol);
+
+}  // namespace muonshard
+
+#endif  // MUONSHARD_COMMON_GPU_PLUGIN_H_
