@@ -104,7 +104,7 @@ ctest --test-dir "$BUILD_DIR" -L gpu -R '^(WorkerNcclTest|WorkerNcclFactoryTest)
   --timeout 300 --output-junit "$OUT/ctest-junit.xml" >"$OUT/ctest.log" 2>&1
 ctest_rc=$?
 ran_one_rank=$(grep -cE 'WorkerNcclTest\.OneRank_.* Passed' "$OUT/ctest.log" || true)
-note "gpu tests: ctest exit $ctest_rc; $(grep -E 'tests passed|tests failed' "$OUT/ctest.log" || echo 'no totals')"
+note "gpu tests: ctest exit $ctest_rc; $(grep -E '^[0-9]+% tests passed' "$OUT/ctest.log" || echo 'no totals')"
 note "single-GPU worker cases passed: $ran_one_rank (of 2)"
 grep -E '^\s*[0-9]+/[0-9]+ Test +#[0-9]+: .*(Skipped|Failed|Not Run)' "$OUT/ctest.log" | tee -a "$OUT/summary.txt"
 grep -oE 'nccl \(ns .*' "$OUT/ctest.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
@@ -214,7 +214,7 @@ step_rows() {
         }'
   done
 } >"$OUT/step-times.txt"
-grep median "$OUT/step-times.txt" | sed 's/^/step time: /' | tee -a "$OUT/summary.txt"
+grep ' median' "$OUT/step-times.txt" | sed 's/^/step time: /' | tee -a "$OUT/summary.txt"
 
 note "status: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)"
 echo "logs: $OUT"
