@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/file_util.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "worker/client/coordinator_session.h"
 #include "worker/client/grpc_plan_source.h"
@@ -107,8 +107,8 @@ class WorkerRun {
     SessionOptions o;
     o.job = options_.job;
     o.host = options_.host.empty() ? HostName() : options_.host;
-    o.device = DeviceIdentity(options_, nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_)
-                                               : std::nullopt);
+    o.device = DeviceIdentity(options_,
+                              nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
     o.rank = options_.rank;
     o.plan_version = options_.plan_version;
     o.join_timeout = options_.join_timeout;
@@ -145,8 +145,8 @@ class WorkerRun {
   absl::Status CreateBackend() {
     if (!nccl()) {
       const int local_world = options_.local_world_size > 0 ? options_.local_world_size : world();
-      blas_threads_ = options_.blas_threads > 0 ? options_.blas_threads
-                                                : std::max(1, internal::HardwareThreads() / local_world);
+      blas_threads_ =
+          options_.blas_threads > 0 ? options_.blas_threads : std::max(1, internal::HardwareThreads() / local_world);
       backend_ = internal::MakeCpuBackend(blas_threads_);
       return absl::OkStatus();
     }
@@ -225,8 +225,8 @@ class WorkerRun {
     } else {
       log << " Gloo communicator(s) (reduce order " << options_.reduce_order << "), ";
     }
-    log << optimizer_->held_tensors().size() << " tensor parts, optimizer state "
-        << optimizer_->optimizer_state_bytes() << " bytes (plan " << view_.rank().optimizer_state_bytes() << "), ";
+    log << optimizer_->held_tensors().size() << " tensor parts, optimizer state " << optimizer_->optimizer_state_bytes()
+        << " bytes (plan " << view_.rank().optimizer_state_bytes() << "), ";
     if (nccl()) {
       log << "CUDA device " << cuda_device_ << " of " << cuda_devices_ << ", Newton-Schulz precision "
           << options_.ns_precision << "\n";

@@ -85,8 +85,8 @@ inline constexpr int kDefaultWorkerMetricsPort = 9465;
 struct WorkerOptions {
   cli::ConnectionOptions connection;  // --coordinator, TLS, token, RPC timeout
   std::string job;
-  int64_t plan_version = 0;  // 0: the job's (the latest for its first worker)
-  std::optional<int> rank;   // unset: the coordinator assigns one
+  int64_t plan_version = 0;      // 0: the job's (the latest for its first worker)
+  std::optional<int> rank;       // unset: the coordinator assigns one
   std::string backend = "gloo";  // or "nccl" (see above)
   // nccl: the CUDA device ordinal; -1: the local rank modulo the visible
   // devices (see CudaDevice above).
@@ -145,7 +145,7 @@ struct WorkerOptions {
   std::ostream* log = nullptr;  // progress and status lines; null: std::cerr
   // Notified: stop at the next step boundary (CANCELLED), or end the linger.
   const absl::Notification* stop = nullptr;
-  std::string host;            // JoinJob identity; empty: gethostname()
+  std::string host;  // JoinJob identity; empty: gethostname()
   // JoinJob identity; empty: "cpu:<local rank>" (gloo) or "cuda:<device>"
   // (nccl), or unique per process when neither is known before joining.
   std::string device;

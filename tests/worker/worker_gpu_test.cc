@@ -85,9 +85,9 @@ int DeviceCount() {
   return count;
 }
 
-#define SKIP_WITHOUT_DEVICES(n)                                                               \
-  do {                                                                                        \
-    const int have = DeviceCount();                                                           \
+#define SKIP_WITHOUT_DEVICES(n)                                                           \
+  do {                                                                                    \
+    const int have = DeviceCount();                                                       \
     if (have < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s), found " << have; \
   } while (0)
 
@@ -209,9 +209,8 @@ TEST(WorkerNcclTest, OneRank_Fp32NewtonSchulz_MatchesTheCpuReference) {
 
 TEST(WorkerNcclTest, OneRank_DefaultBf16NewtonSchulz_MatchesTheBf16EmulatingReference) {
   SKIP_WITHOUT_DEVICES(1);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(
-      const int64_t version,
-      Submit(::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(2, 64, 96, 80), 1)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t version, Submit(::muonshard::testing::MakeRequest(
+                                                            ::muonshard::testing::DenseManifest(2, 64, 96, 80), 1)));
   TempDir dir;
   WorkerOptions o = NcclRunOptions(version, dir.Join("nccl.safetensors"));
   std::ostringstream log;
@@ -227,15 +226,14 @@ TEST(WorkerNcclTest, OneRank_DefaultBf16NewtonSchulz_MatchesTheBf16EmulatingRefe
 // generation moves, as for any failed worker).
 TEST(WorkerNcclTest, CudaDevicePastTheVisibleOnes_UnavailableNamingTheDevice) {
   SKIP_WITHOUT_DEVICES(1);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(
-      const int64_t version,
-      Submit(::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(1, 32, 48, 40), 1)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t version, Submit(::muonshard::testing::MakeRequest(
+                                                            ::muonshard::testing::DenseManifest(1, 32, 48, 40), 1)));
   WorkerOptions o = NcclRunOptions(version, "");
   o.cuda_device = DeviceCount();
   std::ostringstream log;
   o.log = &log;
   EXPECT_THAT(RunWorker(o), ::muonshard::testing::StatusIs(absl::StatusCode::kUnavailable,
-                                                          HasSubstr(absl::StrCat("device ", o.cuda_device))));
+                                                           HasSubstr(absl::StrCat("device ", o.cuda_device))));
 }
 
 // Two ranks as threads, one GPU each: a dense plan (one group of two: one

@@ -334,7 +334,7 @@ TEST(CudaDeviceForTest, ExplicitElseLocalRankModuloTheDevices) {
   WorkerOptions o;
   o.backend = "nccl";
   EXPECT_EQ(internal::CudaDeviceFor(o, std::nullopt, 4), std::nullopt);  // rank not known yet
-  EXPECT_EQ(internal::CudaDeviceFor(o, 5, 4), 1);                         // one host: the job rank
+  EXPECT_EQ(internal::CudaDeviceFor(o, 5, 4), 1);                        // one host: the job rank
   EXPECT_EQ(internal::CudaDeviceFor(o, 0, 1), 0);
   o.local_world_size = 3;  // ranks 0-2, 3-5, ... per host
   EXPECT_EQ(internal::CudaDeviceFor(o, 5, 4), 2);
