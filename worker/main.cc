@@ -23,7 +23,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
-    "         [--backend gloo|nccl] [--workload regression|synthetic] [--steps N] [--lr X]\n"
+    "         [--backend gloo|nccl [--cuda-device N]] [--workload regression|synthetic] [--steps N] [--lr X]\n"
     "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S]\n"
     "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
@@ -45,9 +45,15 @@ struct Flags {
     f.String("job", &o.job, "job name (required unless --reference)");
     f.String("plan-version", &plan_version, "plan version to run, or latest (the job's, for later joiners)");
     f.Int("rank", &rank, "ask for this rank (default: the coordinator assigns the lowest free one)");
-    f.String("backend", &o.backend, "communication backend: gloo (CPU) | nccl (not supported yet)");
+    f.String("backend", &o.backend,
+             "gloo (CPU kernels, Gloo over TCP) | nccl (the step on the GPU: CUDA kernels + NCCL, one GPU per rank)");
+    f.Int("cuda-device", &o.cuda_device,
+          "nccl: CUDA device ordinal (default: local rank modulo the visible devices; local rank from --local-rank, "
+          "else rank modulo --local-world-size, else rank)");
     f.String("reduce-order", &o.reduce_order,
-             "ring (Gloo's) | rank (sums in rank order: bit-identical to --reference, more traffic)");
+             "gloo: ring (Gloo's) | rank (sums in rank order: bit-identical to --reference, more traffic)");
+    f.String("ns-precision", &o.ns_precision,
+             "Newton-Schulz matmuls: default (bf16 on CUDA, fp32 on the CPU) | fp32 | bf16 (emulated on the CPU)");
     f.String("workload", &o.workload, "regression (a real loss that falls) | synthetic (random gradients)");
     f.Int("steps", &o.steps, "training steps");
     f.Double("lr", &lr, "learning rate (Muon and AdamW)");
@@ -72,7 +78,8 @@ struct Flags {
     f.Int("log-every", &o.log_every, "print rank 0's progress every N steps");
     f.String("host-id", &o.host, "host identity for the coordinator (default: hostname)");
     f.String("device", &o.device,
-             "device identity for the coordinator (default: cpu:<local rank>, cpu:rank-<rank> or per process)");
+             "device identity for the coordinator (default: cuda:<device> with nccl, else cpu:<local rank>, "
+             "cpu:rank-<rank> or per process)");
   }
 
   absl::Status Finalize() {

@@ -6,19 +6,22 @@
 #include <atomic>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/file_util.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "worker/client/coordinator_session.h"
 #include "worker/client/grpc_plan_source.h"
 #include "worker/client/grpc_rendezvous_store.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/internal/nccl_factory.h"
 #include "worker/internal/runner_util.h"
 #include "worker/metrics.h"
 #include "worker/optimizer/sharded_optimizer.h"
@@ -31,11 +34,6 @@ namespace {
 
 using internal::Log;
 
-constexpr char kNcclRefusal[] =
-    "--backend nccl is not supported yet: the sharded optimizer keeps parameters, gradients and optimizer "
-    "state in host memory and runs only on the CPU kernel backend, while NCCL needs device buffers; use "
-    "--backend gloo (see docs/benchmarks.md, \"GPU path\")";
-
 std::string HostName() {
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
@@ -44,14 +42,19 @@ std::string HostName() {
 
 // The worker's identity on its host for the coordinator, which takes a new
 // process of an existing (host, device) for a restart of the old one: the
-// local rank or the asked-for rank when known (a restarted rank is then
-// recognised), else unique per process and run.
-std::string DeviceIdentity(const WorkerOptions& options) {
+// CUDA device (nccl: one rank per GPU), the local rank or the asked-for rank
+// when known (a restarted rank is then recognised), else unique per process
+// and run. `cuda_device`: the nccl backend's device when known before
+// joining.
+std::string DeviceIdentity(const WorkerOptions& options, std::optional<int> cuda_device) {
   static std::atomic<int> runs{0};
   if (!options.device.empty()) return options.device;
-  if (options.local_rank >= 0) return absl::StrCat("cpu:", options.local_rank);
-  if (options.rank.has_value()) return absl::StrCat("cpu:rank-", *options.rank);
-  return absl::StrCat("cpu:pid-", getpid(), "-", runs.fetch_add(1));
+  const bool cuda = options.backend == "nccl";
+  if (cuda && cuda_device.has_value()) return absl::StrCat("cuda:", *cuda_device);
+  const char* kind = cuda ? "cuda" : "cpu";
+  if (!cuda && options.local_rank >= 0) return absl::StrCat("cpu:", options.local_rank);
+  if (options.rank.has_value()) return absl::StrCat(kind, ":rank-", *options.rank);
+  return absl::StrCat(kind, ":pid-", getpid(), "-", runs.fetch_add(1));
 }
 
 // One rank's run, step by step (see worker_runner.h). Members are created in
@@ -62,9 +65,11 @@ class WorkerRun {
   explicit WorkerRun(const WorkerOptions& options) : options_(options) {}
 
   absl::Status Run() {
+    MUONSHARD_RETURN_IF_ERROR(CheckDevices());
     MUONSHARD_RETURN_IF_ERROR(Connect());
     MUONSHARD_RETURN_IF_ERROR(Join());
     MUONSHARD_RETURN_IF_ERROR(StartMetrics());
+    MUONSHARD_RETURN_IF_ERROR(CreateBackend());
     MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
     MUONSHARD_RETURN_IF_ERROR(CreateOptimizer());
     MUONSHARD_ASSIGN_OR_RETURN(const int64_t first_step, Resume());
@@ -80,6 +85,17 @@ class WorkerRun {
   int world() const { return session_->joined().world_size; }
   int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
   std::string Prefix() const { return absl::StrCat("rank ", rank(), ": "); }
+  bool nccl() const { return options_.backend == "nccl"; }
+
+  // nccl: whether this process can use a GPU at all, before it joins (a
+  // worker that joined and then failed would move the job's generation).
+  absl::Status CheckDevices() {
+    if (!nccl()) return absl::OkStatus();
+    absl::StatusOr<int> devices = internal::VisibleCudaDevices();
+    if (!devices.ok()) return Annotate(devices.status(), "--backend nccl needs a CUDA device");
+    cuda_devices_ = *devices;
+    return absl::OkStatus();
+  }
 
   absl::Status Connect() {
     MUONSHARD_ASSIGN_OR_RETURN(client_, cli::CoordinatorClient::Connect(options_.connection));
@@ -91,7 +107,8 @@ class WorkerRun {
     SessionOptions o;
     o.job = options_.job;
     o.host = options_.host.empty() ? HostName() : options_.host;
-    o.device = DeviceIdentity(options_);
+    o.device = DeviceIdentity(options_,
+                              nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
     o.rank = options_.rank;
     o.plan_version = options_.plan_version;
     o.join_timeout = options_.join_timeout;
@@ -123,6 +140,27 @@ class WorkerRun {
                                                             ", \"plan_version\": ", j.plan_version, "}\n"));
   }
 
+  // gloo: the CPU kernels with the thread budget. nccl: the CUDA kernels on
+  // the rank's device, so the optimizer's buffers live in device memory.
+  absl::Status CreateBackend() {
+    if (!nccl()) {
+      const int local_world = options_.local_world_size > 0 ? options_.local_world_size : world();
+      blas_threads_ =
+          options_.blas_threads > 0 ? options_.blas_threads : std::max(1, internal::HardwareThreads() / local_world);
+      backend_ = internal::MakeCpuBackend(blas_threads_);
+      return absl::OkStatus();
+    }
+    cuda_device_ = *internal::CudaDeviceFor(options_, rank(), cuda_devices_);
+    absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> backend =
+        kernels::CreateKernelBackend(kernels::DeviceKind::kCuda, cuda_device_);
+    if (!backend.ok()) {
+      return Annotate(backend.status(), absl::StrCat("--backend nccl: the CUDA kernel backend on device ", cuda_device_,
+                                                     " (of ", cuda_devices_, " visible)"));
+    }
+    backend_ = *std::move(backend);
+    return absl::OkStatus();
+  }
+
   absl::Status CreateCommunicators() {
     GrpcRendezvousStoreOptions so;
     so.job = session_->joined().job;
@@ -138,15 +176,36 @@ class WorkerRun {
   absl::Status CreateCommunicator(const v1::CommGroup& group) {
     auto at = std::find(group.ranks().begin(), group.ranks().end(), rank());
     if (at == group.ranks().end() || group.ranks_size() < 2) return absl::OkStatus();
-    GlooOptions o;
-    o.rank = static_cast<int>(at - group.ranks().begin());
-    o.size = group.ranks_size();
-    o.hostname = options_.hostname;
-    o.interface = options_.interface;
-    o.key_prefix = absl::StrCat(session_->joined().job, "/", session_->joined().generation, "/g", group.id(), "/");
-    o.timeout = options_.comm_timeout;
-    absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(o, store_.get());
-    if (!comm.ok()) return Annotate(comm.status(), absl::StrCat("rendezvous of comm group ", group.id()));
+    const int group_rank = static_cast<int>(at - group.ranks().begin());
+    const std::string prefix =
+        absl::StrCat(session_->joined().job, "/", session_->joined().generation, "/g", group.id(), "/");
+    absl::StatusOr<std::unique_ptr<Communicator>> comm;
+    if (nccl()) {
+      internal::NcclGroupOptions o;
+      o.rank = group_rank;
+      o.size = group.ranks_size();
+      o.device = cuda_device_;
+      // Its own namespace: the NCCL id key must never meet a Gloo
+      // rendezvous's keys of the same group.
+      o.key_prefix = absl::StrCat(prefix, "nccl/");
+      o.timeout = options_.comm_timeout;
+      // On the backend's stream (NOTE [One stream] in nccl_factory.cc);
+      // backend_ outlives the communicators (member order).
+      comm = internal::CreateNcclGroupCommunicator(o, backend_.get(), store_.get());
+    } else {
+      GlooOptions o;
+      o.rank = group_rank;
+      o.size = group.ranks_size();
+      o.hostname = options_.hostname;
+      o.interface = options_.interface;
+      o.key_prefix = prefix;
+      o.timeout = options_.comm_timeout;
+      comm = CreateGlooCommunicator(o, store_.get());
+    }
+    if (!comm.ok()) {
+      return Annotate(comm.status(),
+                      absl::StrCat("rendezvous of comm group ", group.id(), " (", nccl() ? "NCCL" : "Gloo", ")"));
+    }
     if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
     comm_groups_[group.id()] = comm->get();
     comms_.push_back(*std::move(comm));
@@ -154,19 +213,26 @@ class WorkerRun {
   }
 
   absl::Status CreateOptimizer() {
-    const int local_world = options_.local_world_size > 0 ? options_.local_world_size : world();
-    const int threads =
-        options_.blas_threads > 0 ? options_.blas_threads : std::max(1, internal::HardwareThreads() / local_world);
-    backend_ = internal::MakeCpuBackend(threads);
     MUONSHARD_ASSIGN_OR_RETURN(workload_, internal::MakeWorkload(options_));
     MUONSHARD_ASSIGN_OR_RETURN(optimizer_, ShardedOptimizer::Create(view_, comm_groups_, backend_.get(),
                                                                     internal::MakeOptimizerConfig(options_)));
     MUONSHARD_RETURN_IF_ERROR(InitializeParameters(*workload_, *optimizer_));
     metrics_->SetOptimizerStateBytes(optimizer_->optimizer_state_bytes());
-    Log(options_) << Prefix() << comms_.size() << " Gloo communicator(s) (reduce order " << options_.reduce_order
-                  << "), " << optimizer_->held_tensors().size() << " tensor parts, optimizer state "
-                  << optimizer_->optimizer_state_bytes() << " bytes (plan " << view_.rank().optimizer_state_bytes()
-                  << "), " << threads << " BLAS thread(s)\n";
+    std::ostream& log = Log(options_);
+    log << Prefix() << comms_.size();
+    if (nccl()) {
+      log << " NCCL communicator(s), ";
+    } else {
+      log << " Gloo communicator(s) (reduce order " << options_.reduce_order << "), ";
+    }
+    log << optimizer_->held_tensors().size() << " tensor parts, optimizer state " << optimizer_->optimizer_state_bytes()
+        << " bytes (plan " << view_.rank().optimizer_state_bytes() << "), ";
+    if (nccl()) {
+      log << "CUDA device " << cuda_device_ << " of " << cuda_devices_ << ", Newton-Schulz precision "
+          << options_.ns_precision << "\n";
+    } else {
+      log << blas_threads_ << " BLAS thread(s)\n";
+    }
     return absl::OkStatus();
   }
 
@@ -281,6 +347,7 @@ class WorkerRun {
     }
     merged->metadata = internal::DumpMetadata(options_, "sharded", view_.model(), view_.content_hash(),
                                               session_->joined().plan_version);
+    merged->metadata["backend"] = options_.backend;
     MUONSHARD_RETURN_IF_ERROR(WriteParamsFile(options_.dump_params, *merged));
     for (const std::string& p : paths) std::remove(p.c_str());
     Log(options_) << Prefix() << "wrote " << merged->tensors.size() << " tensors (fp32 masters) to "
@@ -330,10 +397,15 @@ class WorkerRun {
   v1::RankView view_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<WorkerMetricsServer> server_;
+  int cuda_devices_ = 0;  // nccl: visible CUDA devices
+  int cuda_device_ = -1;  // nccl: this rank's
+  int blas_threads_ = 0;  // gloo
+  // Before the communicators: NCCL ones enqueue on its stream, so it must
+  // be destroyed after them.
+  std::unique_ptr<kernels::KernelBackend> backend_;
   std::unique_ptr<GrpcRendezvousStore> store_;
   std::vector<std::unique_ptr<Communicator>> comms_;
   ShardedOptimizer::CommGroups comm_groups_;
-  std::unique_ptr<kernels::KernelBackend> backend_;
   std::unique_ptr<Workload> workload_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<VersionedPlan> full_plan_;
@@ -349,6 +421,16 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --reduce-order: \"", options.reduce_order, "\" is not ring or rank"));
   }
+  if (options.backend == "nccl" && options.reduce_order == "rank") {
+    return absl::InvalidArgumentError(
+        "flag --reduce-order rank is for --backend gloo only (it wraps host-memory communicators; NCCL reduces on "
+        "the device in its own order)");
+  }
+  if (options.cuda_device < -1) return absl::InvalidArgumentError("flag --cuda-device must be >= 0 (or -1: auto)");
+  if (options.cuda_device >= 0 && options.backend != "nccl") {
+    return absl::InvalidArgumentError("flag --cuda-device is for --backend nccl only");
+  }
+  MUONSHARD_RETURN_IF_ERROR(internal::ParseNsPrecision(options.ns_precision).status());
   if (options.workload != "regression" && options.workload != "synthetic") {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --workload: \"", options.workload, "\" is not regression or synthetic"));
@@ -378,7 +460,6 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
 
 absl::Status RunWorker(const WorkerOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateWorkerOptions(options));
-  if (options.backend == "nccl") return absl::FailedPreconditionError(kNcclRefusal);
   return WorkerRun(options).Run();
 }
 

@@ -10,7 +10,8 @@
 //   * /metrics holds every name of kWorkerExportedMetrics;
 //   * muonshard-compare-params agrees (exit 0);
 //   * a worker asking for another plan version than its job's refuses to
-//     start, naming both versions; --backend nccl is refused.
+//     start, naming both versions; --backend nccl refuses --reduce-order
+//     rank and, without a CUDA device, fails at start-up saying so.
 // Dense and MoE (ep 2, per-expert tensors and fused expert stacks)
 // manifests, policies seed and balanced, the regression and synthetic
 // workloads. Models are small and runs 3 steps, so the suite stays within
@@ -34,6 +35,7 @@
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/optimizer_test_util.h"
+#include "worker/internal/nccl_factory.h"
 #include "worker/metrics.h"
 #include "worker/params_file.h"
 
@@ -302,12 +304,22 @@ TEST_F(WorkerProcessTest, PlanVersionOtherThanTheJobs_WorkerRefusesNamingBothVer
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
 }
 
-TEST_F(WorkerProcessTest, BackendNccl_RefusedAtStartupWithReason) {
+TEST_F(WorkerProcessTest, BackendNcclWithReduceOrderRank_ExitTwoNamingTheFlag) {
   std::vector<std::string> args = WorkerArgs("nccl", 1);
-  args.insert(args.end(), {"--backend", "nccl"});
+  args.insert(args.end(), {"--backend", "nccl", "--reduce-order", "rank"});
   MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult r, RunCommand(args, dir_.path()));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--reduce-order"));
+}
+
+// With a device the worker would run (worker_gpu_test, scripts/gpu/worker.sh).
+TEST_F(WorkerProcessTest, BackendNcclWithoutCudaDevice_ExitOneNamingTheReason) {
+  if (internal::VisibleCudaDevices().ok()) GTEST_SKIP() << "a CUDA device is present";
+  std::vector<std::string> args = WorkerArgs("nccl", 1);
+  args.insert(args.end(), {"--backend", "nccl", "--join-timeout", "5"});
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult r, RunCommand(args, dir_.path(), kRunBound));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("host memory"));
+  EXPECT_THAT(r.err, HasSubstr("--backend nccl needs a CUDA device"));
 }
 
 TEST_F(WorkerProcessTest, BadUsage_ExitTwoNamingTheFlag) {

@@ -1,8 +1,9 @@
 // The worker process's pieces that need no coordinator: parameter dumps
 // (file round trip, comparison, part files and their merge), metrics
 // (exported names, recorded values), the plan-view check against JoinJob
-// with an in-memory plan source, option validation, the NCCL refusal and
-// the CPU thread budget.
+// with an in-memory plan source, option validation, the nccl backend's
+// device choice and its failure without a CUDA device, and the CPU thread
+// budget.
 
 #include "worker/worker_runner.h"
 
@@ -28,6 +29,8 @@
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/optimizer_test_util.h"
 #include "worker/client/plan_source.h"
+#include "worker/internal/nccl_factory.h"
+#include "worker/internal/runner_util.h"
 #include "worker/metrics.h"
 #include "worker/param_dump.h"
 #include "worker/params_file.h"
@@ -292,13 +295,71 @@ TEST(WorkerOptionsTest, Validate_NamesTheFlag) {
   EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dump-params")));
 }
 
-TEST(RunWorkerTest, NcclBackend_FailedPreconditionExplainingWhyBeforeConnecting) {
+TEST(WorkerOptionsTest, NcclFlags_ValidOnlyWithTheNcclBackend) {
+  WorkerOptions o;
+  o.job = "j";
+  o.backend = "nccl";
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  o.cuda_device = 1;
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  // RankOrderCommunicator wraps host-memory communicators only.
+  o.reduce_order = "rank";
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--reduce-order")));
+  o.reduce_order = "ring";
+  o.cuda_device = -2;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cuda-device")));
+  o.backend = "gloo";
+  o.cuda_device = 0;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--cuda-device")));
+  o.cuda_device = -1;
+  o.reduce_order = "rank";
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+}
+
+TEST(WorkerOptionsTest, NsPrecision_MapsOntoTheOptimizerConfig) {
+  WorkerOptions o;
+  o.job = "j";
+  EXPECT_EQ(internal::MakeOptimizerConfig(o).ns.precision, kernels::MatmulPrecision::kDefault);
+  o.ns_precision = "fp32";
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  EXPECT_EQ(internal::MakeOptimizerConfig(o).ns.precision, kernels::MatmulPrecision::kFp32);
+  o.ns_precision = "bf16";
+  EXPECT_EQ(internal::MakeOptimizerConfig(o).ns.precision, kernels::MatmulPrecision::kBf16);
+  EXPECT_EQ(internal::DumpMetadata(o, "sharded", "m", "h", 1).at("ns_precision"), "bf16");
+  o.ns_precision = "tf32";
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--ns-precision")));
+}
+
+TEST(CudaDeviceForTest, ExplicitElseLocalRankModuloTheDevices) {
+  WorkerOptions o;
+  o.backend = "nccl";
+  EXPECT_EQ(internal::CudaDeviceFor(o, std::nullopt, 4), std::nullopt);  // rank not known yet
+  EXPECT_EQ(internal::CudaDeviceFor(o, 5, 4), 1);                        // one host: the job rank
+  EXPECT_EQ(internal::CudaDeviceFor(o, 0, 1), 0);
+  o.local_world_size = 3;  // ranks 0-2, 3-5, ... per host
+  EXPECT_EQ(internal::CudaDeviceFor(o, 5, 4), 2);
+  EXPECT_EQ(internal::CudaDeviceFor(o, 3, 4), 0);
+  o.local_rank = 6;
+  EXPECT_EQ(internal::CudaDeviceFor(o, std::nullopt, 4), 2);
+  EXPECT_EQ(internal::CudaDeviceFor(o, 0, 4), 2);
+  o.cuda_device = 7;  // explicit: as given, even past the devices (the backend refuses it)
+  EXPECT_EQ(internal::CudaDeviceFor(o, 0, 4), 7);
+}
+
+// Without a usable CUDA device (a CPU-only build: FAILED_PRECONDITION; a
+// CUDA build on a machine without a GPU: UNAVAILABLE) the worker fails at
+// once with a reason, before it contacts the coordinator (an unreachable
+// one here, whose retries the short join timeout would cut off anyway).
+TEST(RunWorkerTest, NcclBackendWithoutCudaDevice_FailsBeforeConnectingNamingTheReason) {
+  if (internal::VisibleCudaDevices().ok()) GTEST_SKIP() << "a CUDA device is present (worker_gpu_test covers it)";
   WorkerOptions o;
   o.job = "j";
   o.backend = "nccl";
   o.connection.coordinator = "127.0.0.1:1";  // never contacted
-  EXPECT_THAT(RunWorker(o), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                     ::testing::AllOf(HasSubstr("host memory"), HasSubstr("CPU kernel backend"))));
+  o.join_timeout = absl::Seconds(2);
+  const absl::Status s = RunWorker(o);
+  EXPECT_THAT(s.code(), ::testing::AnyOf(absl::StatusCode::kFailedPrecondition, absl::StatusCode::kUnavailable)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--backend nccl needs a CUDA device")) << s;
 }
 
 TEST(RunWorkerTest, ExitCodes_FollowTheCliConvention) {

@@ -1,5 +1,6 @@
 #include "worker/internal/runner_util.h"
 
+#include <algorithm>
 #include <iostream>
 #include <thread>
 
@@ -28,11 +29,32 @@ absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& opti
       absl::StrCat("flag --workload: \"", options.workload, "\" is not regression or synthetic"));
 }
 
+absl::StatusOr<kernels::MatmulPrecision> ParseNsPrecision(const std::string& name) {
+  if (name == "default") return kernels::MatmulPrecision::kDefault;
+  if (name == "fp32") return kernels::MatmulPrecision::kFp32;
+  if (name == "bf16") return kernels::MatmulPrecision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat("flag --ns-precision: \"", name, "\" is not default, fp32 or bf16"));
+}
+
 OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options) {
   OptimizerConfig config;
   config.lr = options.lr;
   config.weight_decay = options.weight_decay;
+  config.ns.precision = ParseNsPrecision(options.ns_precision).value_or(kernels::MatmulPrecision::kDefault);
   return config;
+}
+
+std::optional<int> CudaDeviceFor(const WorkerOptions& options, std::optional<int> rank, int devices) {
+  if (options.cuda_device >= 0) return options.cuda_device;
+  int local = options.local_rank;
+  if (local < 0) {
+    if (!rank.has_value()) return std::nullopt;
+    // One host per local_world_size consecutive ranks when it is given;
+    // otherwise one host (the job rank is the local rank), as for the
+    // metrics port.
+    local = options.local_world_size > 0 ? *rank % options.local_world_size : *rank;
+  }
+  return local % std::max(1, devices);
 }
 
 std::unique_ptr<kernels::KernelBackend> MakeCpuBackend(int threads) {
@@ -55,7 +77,11 @@ std::map<std::string, std::string> DumpMetadata(const WorkerOptions& options, co
           {"workload", options.workload},
           {"seed", absl::StrCat(options.seed)},
           {"lr", absl::StrCat(options.lr)},
-          {"weight_decay", absl::StrCat(options.weight_decay)}};
+          {"weight_decay", absl::StrCat(options.weight_decay)},
+          // Not run metadata for CompareParams: comparing precisions (a bf16
+          // GPU run against the fp32 reference, with a tolerance) is a
+          // legitimate comparison.
+          {"ns_precision", options.ns_precision}};
 }
 
 std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_seconds, const StepStats* stats) {

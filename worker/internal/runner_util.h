@@ -2,11 +2,12 @@
 #define MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_
 
 // Pieces shared by RunWorker and RunReference (worker_runner.h): workload
-// and optimizer config from the options, the thread budget, dump metadata,
+// and optimizer config from the options, the nccl backend's device, the thread budget, dump metadata,
 // progress lines, and the rendezvous barrier. Not API.
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 
@@ -26,7 +27,18 @@ std::ostream& Log(const WorkerOptions& options);
 
 // "regression" or "synthetic" with the options' seed; INVALID_ARGUMENT else.
 absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& options);
+// INVALID_ARGUMENT naming --ns-precision unless "default", "fp32" or "bf16".
+absl::StatusOr<kernels::MatmulPrecision> ParseNsPrecision(const std::string& name);
+// lr, weight decay and Newton-Schulz precision from the options (an unknown
+// precision, rejected by ValidateWorkerOptions, leaves the default).
 OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options);
+
+// The nccl backend's CUDA device for the worker of job rank `rank` when it
+// can be told (worker_runner.h, CudaDevice): cuda_device when set, else the
+// local rank (local_rank; else rank modulo local_world_size when set; else
+// rank) modulo `devices` (>= 1). nullopt when it depends on a rank not known
+// yet (no cuda_device, no local_rank, no rank).
+std::optional<int> CudaDeviceFor(const WorkerOptions& options, std::optional<int> rank, int devices);
 
 // The CPU kernel backend with `threads` (> 0) as its thread budget.
 std::unique_ptr<kernels::KernelBackend> MakeCpuBackend(int threads);
