@@ -41,9 +41,13 @@ std::vector<std::string> Candidates() {
   return out;
 }
 
-absl::StatusOr<void*> Load() {
+}  // namespace
+
+namespace internal {
+
+absl::StatusOr<void*> LoadGpuPlugin(const std::vector<std::string>& paths) {
   std::vector<std::string> errors;
-  for (const std::string& path : Candidates()) {
+  for (const std::string& path : paths) {
     void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* error = dlerror();
@@ -65,11 +69,11 @@ absl::StatusOr<void*> Load() {
       absl::StrJoin(errors, "; ")));
 }
 
-}  // namespace
+}  // namespace internal
 
 absl::StatusOr<void*> GpuPluginSymbol(const char* symbol) {
   // Loaded once; a failed load is remembered too (the answer will not change).
-  static const absl::StatusOr<void*>* const handle = new absl::StatusOr<void*>(Load());
+  static const absl::StatusOr<void*>* const handle = new absl::StatusOr<void*>(internal::LoadGpuPlugin(Candidates()));
   if (!handle->ok()) return handle->status();
   void* address = dlsym(**handle, symbol);
   if (address == nullptr) {

@@ -17,6 +17,9 @@
 //
 // Thread-safe.
 
+#include <string>
+#include <vector>
+
 #include "absl/status/statusor.h"
 
 namespace muonshard {
@@ -28,6 +31,12 @@ inline constexpr char kGpuPluginFile[] = "libmuonshard_gpu.so";
 // with the loader's message; a plugin from another build), NOT_FOUND (the
 // plugin lacks `symbol`).
 absl::StatusOr<void*> GpuPluginSymbol(const char* symbol);
+
+namespace internal {
+// Loads the first of `paths` that loads (uncached; for tests). Errors as
+// GpuPluginSymbol's.
+absl::StatusOr<void*> LoadGpuPlugin(const std::vector<std::string>& paths);
+}  // namespace internal
 
 }  // namespace muonshard
 

@@ -54,12 +54,22 @@ absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateGlooComms(const
   return comms;
 }
 
+absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> MakeKernelBackend(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kFakeDevice:
+      return std::make_unique<testing::FakeDeviceBackend>();
+    case KernelKind::kCuda:
+      return kernels::CreateKernelBackend(kernels::DeviceKind::kCuda, 0);
+    case KernelKind::kCpu:
+      break;
+  }
+  return kernels::CreateCpuKernelBackend();
+}
+
 absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, const ShardedOptimizer::CommGroups& comms,
                                    const Workload& workload, const RunOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
-  std::unique_ptr<kernels::KernelBackend> backend = options.kernels == KernelKind::kFakeDevice
-                                                       ? std::make_unique<testing::FakeDeviceBackend>()
-                                                       : kernels::CreateCpuKernelBackend();
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> backend, MakeKernelBackend(options.kernels));
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer,
                              ShardedOptimizer::Create(view, comms, backend.get(), options.config));
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));

@@ -49,7 +49,8 @@ absl::StatusOr<PlanComms> CreateInProcessPlanComms(const v1::Plan& plan, const I
 
 enum class CommBackend { kInProcess, kGloo };
 // kFakeDevice: FakeDeviceBackend, the device code paths on the CPU kernels.
-enum class KernelKind { kCpu, kFakeDevice };
+// kCuda: the CUDA backend on device 0 (through the GPU plugin).
+enum class KernelKind { kCpu, kFakeDevice, kCuda };
 
 struct RunOptions {
   CommBackend backend = CommBackend::kInProcess;

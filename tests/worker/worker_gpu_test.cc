@@ -278,7 +278,7 @@ TEST(WorkerNcclTest, TwoRanksOneGpuEach_Fp32NewtonSchulz_MatchesTheCpuReference)
 
 // The seam the runner creates its NCCL communicators through: a one-rank
 // group on device 0 enqueues on the CUDA backend's stream (NOTE [One
-// stream] in nccl_factory.cc) under the given key prefix, and its
+// stream] in gpu/gpu_plugin.cc) under the given key prefix, and its
 // collectives work on device buffers.
 TEST(WorkerNcclFactoryTest, OneRankGroup_RunsOnTheBackendsStream) {
   SKIP_WITHOUT_DEVICES(1);

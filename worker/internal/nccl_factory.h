@@ -3,9 +3,10 @@
 
 // The worker's one seam to CUDA and NCCL (--backend nccl). The build links
 // exactly one definition of these functions: nccl_factory.cc in CUDA builds
-// (MUONSHARD_WITH_CUDA), or nccl_factory_unavailable.cc, which answers
-// FAILED_PRECONDITION, so the runner and its tests need no #ifdef and this
-// header includes no CUDA header. Not API.
+// (MUONSHARD_WITH_CUDA), which calls into the GPU plugin (gpu/), or
+// nccl_factory_unavailable.cc, which answers FAILED_PRECONDITION, so the
+// runner and its tests need no #ifdef and this header includes no CUDA
+// header. NcclGroupOptions crosses into the plugin: same build only. Not API.
 
 #include <memory>
 #include <string>
@@ -19,8 +20,9 @@
 namespace muonshard::worker::internal {
 
 // The CUDA devices this process sees (after CUDA_VISIBLE_DEVICES), >= 1.
-// Possible errors: FAILED_PRECONDITION (built without CUDA), UNAVAILABLE (no
-// driver, no device, or the CUDA runtime failed to initialise).
+// Possible errors: FAILED_PRECONDITION (built without CUDA, or the GPU
+// plugin is missing), UNAVAILABLE (no driver, no device, or the CUDA runtime
+// failed to initialise).
 absl::StatusOr<int> VisibleCudaDevices();
 
 // NcclOptions (worker/comm/nccl_communicator.h) without CUDA types.
@@ -36,7 +38,7 @@ struct NcclGroupOptions {
 // until every rank of the group joined or the timeout expired). When
 // `backend` is the CUDA kernel backend of options.device, the communicator
 // enqueues on the backend's stream (see NOTE [One stream] in
-// nccl_factory.cc); `backend` must then outlive it. Otherwise (null, or
+// gpu/gpu_plugin.cc); `backend` must then outlive it. Otherwise (null, or
 // another backend) it creates its own stream.
 // Possible errors: CreateNcclCommunicator's; FAILED_PRECONDITION (built
 // without CUDA).
