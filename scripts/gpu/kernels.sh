@@ -109,6 +109,12 @@ enable_testing()
 set(CMAKE_RUNTIME_OUTPUT_DIRECTORY \${PROJECT_BINARY_DIR}/bin)
 muonshard_cc_library(muonshard_file_util SRCS "$REPO/common/file_util.cc"
   DEPS absl::status absl::statusor absl::strings)
+muonshard_cc_library(muonshard_common
+  SRCS "$REPO/common/clock.cc" "$REPO/common/flags.cc" "$REPO/common/half_float.cc"
+  DEPS absl::status absl::statusor absl::strings absl::time)
+muonshard_cc_library(muonshard_gpu_plugin_loader SRCS "$REPO/common/gpu_plugin.cc"
+  DEPS absl::status absl::statusor absl::strings \${CMAKE_DL_LIBS})
+target_compile_definitions(muonshard_gpu_plugin_loader PRIVATE MUONSHARD_BUILD_ID="kernels-only")
 # status_matchers.h is header-only; the real muonshard_testing needs protobuf.
 add_library(muonshard_testing INTERFACE)
 target_link_libraries(muonshard_testing INTERFACE GTest::gmock)

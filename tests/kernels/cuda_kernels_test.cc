@@ -24,6 +24,7 @@
 #include "gtest/gtest.h"
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
+#include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
@@ -57,8 +58,11 @@ class CudaKernelsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HasCudaDevice()) GTEST_SKIP() << "no CUDA device";
-    absl::StatusOr<std::unique_ptr<KernelBackend>> backend =
-        CreateKernelBackend(DeviceKind::kCuda);
+    // The class itself, not CreateKernelBackend(kCuda), which loads the GPU
+    // plugin: these tests also run in scripts/gpu/kernels.sh's kernels-only
+    // build, which has none (worker_gpu_test covers the plugin path).
+    absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend =
+        CudaKernelBackend::Create(0);
     ASSERT_THAT(backend, IsOk());
     cuda_ = *std::move(backend);
     cpu_ = CreateCpuKernelBackend();
@@ -292,7 +296,7 @@ TEST_F(CudaKernelsTest, RejectsHostPointers) {
 }
 
 TEST_F(CudaKernelsTest, MissingDeviceOrdinalIsUnavailable) {
-  EXPECT_THAT(CreateKernelBackend(DeviceKind::kCuda, 1 << 20),
+  EXPECT_THAT(CudaKernelBackend::Create(1 << 20),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("no CUDA device")));
 }
 

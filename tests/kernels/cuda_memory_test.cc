@@ -3,10 +3,12 @@
 // refused where device memory is required.
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "tests/kernels/backend_memory_conformance.h"
 #include "tests/testing/status_matchers.h"
@@ -17,7 +19,13 @@ namespace {
 using ::muonshard::testing::StatusIs;
 using ::testing::_;
 
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCuda() { return CreateKernelBackend(DeviceKind::kCuda, 0); }
+// The class itself rather than CreateKernelBackend(kCuda), which loads the
+// GPU plugin (see cuda_kernels_test.cc).
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCuda() {
+  absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend = CudaKernelBackend::Create(0);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<KernelBackend>(*std::move(backend));
+}
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendMemoryConformanceTest, ::testing::Values(BackendFactory{"Cuda", CreateCuda}),
                          BackendFactoryName);
