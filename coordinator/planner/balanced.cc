@@ -183,7 +183,13 @@ class StageBalancer {
           }
         }
       }
-      if (best_k < 0) break;
+      if (best_k < 0) {
+        // No single move or swap helps: re-split the worst rank's matrices
+        // together with a light rank's (k-for-m exchanges, e.g. (4 large +
+        // 2 small) + (3 + 3) -> (5 + 0) + (2 + 5) when neither alone fits).
+        if (!RepackWorst(worst, budget)) break;
+        continue;
+      }
       Remove(best_k);
       if (best_j >= 0) {
         Remove(best_j);
@@ -193,10 +199,97 @@ class StageBalancer {
     }
   }
 
+  // Pools the matrices of `worst` with those of each of the lightest ranks
+  // of its class in turn and splits the pool again to minimise the pair's
+  // max load. Matrices of one (flops, bytes, class) are interchangeable
+  // (experts of a stack, same-shape layers), so the split enumerates how
+  // many of each kind go to `worst`, bounded by kRepackCombos. Returns
+  // whether it lowered the pair's max.
+  bool RepackWorst(int worst, int64_t& budget) {
+    const std::vector<Item>& items = *items_;
+    const double top = LoadOf(worst);
+    // Partners: the lightest ranks in worst's moe_sharding group (they can
+    // take every class worst holds) and of the whole stage.
+    std::vector<int> partners = Lightest(ep_ > 1 ? 1 + worst % ep_ : 0, kTargets);
+    for (int t : Lightest(0, kTargets)) partners.push_back(t);
+    for (int t : partners) {
+      if (t == worst || budget <= 0) continue;
+      if (items_on_[worst].size() + items_on_[t].size() > kRepackItems) continue;
+      // Kinds in the pool: movable ones (eligible on both ranks) are split;
+      // the others stay where they are.
+      struct Kind {
+        double flops, bytes;
+        int cls;
+        std::vector<int> members;  // items, those on `worst` first
+        int on_worst = 0;
+      };
+      std::vector<Kind> kinds;
+      double fixed_fw = 0, fixed_mw = 0, fixed_ft = 0, fixed_mt = 0;
+      for (int r : {worst, t}) {
+        for (int k : items_on_[r]) {
+          const Item& it = items[k];
+          if (!Eligible(it, worst) || !Eligible(it, t)) {
+            (r == worst ? fixed_fw : fixed_ft) += it.flops;
+            (r == worst ? fixed_mw : fixed_mt) += it.bytes;
+            continue;
+          }
+          auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& x) {
+            return x.flops == it.flops && x.bytes == it.bytes && x.cls == it.cls;
+          });
+          if (kind == kinds.end()) kind = kinds.insert(kinds.end(), Kind{it.flops, it.bytes, it.cls, {}, 0});
+          kind->members.push_back(k);
+          if (r == worst) ++kind->on_worst;
+        }
+      }
+      int64_t combos = 1;
+      for (const Kind& x : kinds) combos = std::min<int64_t>(combos * (x.members.size() + 1), kRepackCombos + 1);
+      if (combos > kRepackCombos) continue;
+      budget -= combos;
+      // Odometer over counts to `worst`.
+      std::vector<int> count(kinds.size(), 0), best_count;
+      double best = top - 1e-9;
+      while (true) {
+        double fw = fixed_fw, mw = fixed_mw, ft = fixed_ft, mt = fixed_mt;
+        for (size_t x = 0; x < kinds.size(); ++x) {
+          const int rest = static_cast<int>(kinds[x].members.size()) - count[x];
+          fw += count[x] * kinds[x].flops;
+          mw += count[x] * kinds[x].bytes;
+          ft += rest * kinds[x].flops;
+          mt += rest * kinds[x].bytes;
+        }
+        const double v = std::max(Load(fw, mw), Load(ft, mt));
+        if (v < best) std::tie(best, best_count) = std::make_pair(v, count);
+        size_t x = 0;
+        while (x < kinds.size() && ++count[x] > static_cast<int>(kinds[x].members.size())) count[x++] = 0;
+        if (x == kinds.size()) break;
+      }
+      if (best_count.empty()) continue;
+      // Apply: keep matrices where they are as far as the counts allow.
+      for (size_t x = 0; x < kinds.size(); ++x) {
+        int surplus = kinds[x].on_worst - best_count[x];  // > 0: worst gives, < 0: worst takes
+        for (int k : kinds[x].members) {
+          if (surplus > 0 && owner_[k] == worst) {
+            Remove(k);
+            Add(k, t);
+            --surplus;
+          } else if (surplus < 0 && owner_[k] == t) {
+            Remove(k);
+            Add(k, worst);
+            ++surplus;
+          }
+        }
+      }
+      return true;
+    }
+    return false;
+  }
+
   static constexpr double kStickySlack = 1.02;
   static constexpr int kTargets = 8;
   static constexpr size_t kSwapScan = 96;
   static constexpr int64_t kRefineBudget = 4000000;
+  static constexpr size_t kRepackItems = 64;
+  static constexpr int64_t kRepackCombos = 4096;
 
   const int n_;
   const int ep_;

@@ -65,6 +65,30 @@ TEST(BalancedTest, DenseMatricesComplementExpertLoad) {
   EXPECT_EQ(max_muon, 4 * 64 * 64);
 }
 
+TEST(BalancedTest, ReSplitsPairsWhereNoSingleMoveOrSwapHelps) {
+  // gpt-oss-20b's geometry at W = 256: 24 layers of 32 gate_up (10 units of
+  // NS work, 2 of memory) and 32 down experts (6 and 1), q/o (7.7) and k/v.
+  // A rank with 4 gate_up + 2 down (52 units, 1.051 x mean) cannot shed
+  // load by one move or swap with a 3 + 3 rank (48); re-splitting the pair
+  // into 5 + 0 and 2 + 5 (50 each) can.
+  ManifestBuilder b("gpt-oss-20b-shaped");
+  b.Add("model.embed_tokens.weight", {201088, 2880});
+  for (int l = 0; l < 24; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "self_attn.q_proj.weight", {4096, 2880});
+    b.Add(p + "self_attn.k_proj.weight", {512, 2880});
+    b.Add(p + "self_attn.v_proj.weight", {512, 2880});
+    b.Add(p + "self_attn.o_proj.weight", {2880, 4096});
+    b.Add(p + "mlp.experts.gate_up_proj", {32, 2880, 5760});
+    b.Add(p + "mlp.experts.down_proj", {32, 2880, 2880});
+  }
+  b.Add("lm_head.weight", {201088, 2880});
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(b.Build(), 256, 1, 1, v1::BALANCED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  EXPECT_LE(plan.stats().max_over_lb_ns_flops(), 1.02);
+  EXPECT_LE(plan.stats().max_over_lb_state_bytes(), 1.02);
+}
+
 TEST(BalancedTest, UnevenAdamwShardsFillAroundMuon) {
   // A Muon matrix on one of two ranks; the AdamW embedding water-fills the other.
   v1::ModelManifest m = ManifestBuilder()
