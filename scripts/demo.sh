@@ -65,17 +65,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.1 s.
-wait_for() {
-  local seconds=$1 what=$2
-  shift 2
-  for _ in $(seq $((seconds * 10))); do
-    if "$@"; then return 0; fi
-    sleep 0.1
-  done
-  echo "demo: timed out after ${seconds}s waiting for $what" >&2
-  return 1
-}
+# shellcheck source=scripts/lib/wait_for.sh
+source scripts/lib/wait_for.sh  # (the working directory is the repository root)
 
 # json_int FILE FIELD: an integer field of a one-line JSON port file.
 json_int() { sed -n "s/.*\"$2\": \(-\?[0-9]\+\).*/\1/p" "$1" 2>/dev/null; }

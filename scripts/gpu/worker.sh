@@ -113,17 +113,8 @@ grep -oE 'nccl \(ns .*' "$OUT/ctest.log" | sed 's/^/  /' | tee -a "$OUT/summary.
 
 # ---- End to end: processes, as a deployment runs them.
 E2E=$OUT/e2e
-# wait_for SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.1 s.
-wait_for() {
-  local seconds=$1 what=$2
-  shift 2
-  for _ in $(seq $((seconds * 10))); do
-    if "$@"; then return 0; fi
-    sleep 0.1
-  done
-  note "timed out after ${seconds}s waiting for $what"
-  return 1
-}
+# shellcheck source=scripts/lib/wait_for.sh
+source scripts/lib/wait_for.sh  # (the working directory is the repository root)
 json_int() { sed -n "s/.*\"$2\": \(-\?[0-9]\+\).*/\1/p" "$1" 2>/dev/null; }
 
 "$BIN/muonshard-coordinator" --listen 127.0.0.1:0 --data-dir "$E2E/data" --metrics-port 0 \

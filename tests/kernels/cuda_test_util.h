@@ -1,7 +1,7 @@
 #ifndef MUONSHARD_TESTS_KERNELS_CUDA_TEST_UTIL_H_
 #define MUONSHARD_TESTS_KERNELS_CUDA_TEST_UTIL_H_
 
-// Helpers for the CUDA kernel tests (CUDA builds only).
+// Helpers for the CUDA tests (CUDA builds only).
 
 #include <cuda_runtime_api.h>
 
@@ -11,15 +11,19 @@
 
 namespace muonshard::kernels::testing {
 
-// True when a CUDA device is usable; clears the error otherwise.
-inline bool HasCudaDevice() {
+// CUDA devices visible to this process, 0 when the runtime cannot tell (no
+// driver); clears the sticky error in that case. Shared by every GPU test.
+inline int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
+
+// True when a CUDA device is usable.
+inline bool HasCudaDevice() { return CudaDeviceCount() > 0; }
 
 // Device copy of a host vector; synchronous copies, failures reported as
 // gtest failures.

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_conformance.h"
 #include "tests/worker/comm_test_util.h"
@@ -33,14 +34,7 @@ using ::muonshard::testing::StatusIs;
 using ::testing::_;
 using ::testing::HasSubstr;
 
-int DeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+int DeviceCount() { return kernels::testing::CudaDeviceCount(); }
 
 std::string NeedDevices(int size) {
   const int have = DeviceCount();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "common/status_macros.h"
 #include "kernels/kernel_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -37,6 +38,25 @@ class ShardedOptimizerGpuTest : public ::testing::TestWithParam<GpuCase> {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, BuildPlan(manifest, /*world=*/1, /*ep=*/1, GetParam().policy));
   }
 
+  struct GpuRun {
+    std::vector<RankResult> ranks;
+    ReferenceRun reference;
+  };
+
+  // Three steps on the GPU and the same on the CPU reference, both with
+  // `precision` matmuls in Newton–Schulz.
+  absl::StatusOr<GpuRun> Run(const Workload& workload, kernels::MatmulPrecision precision) {
+    RunOptions options;
+    options.steps = 3;
+    options.config.ns.precision = precision;
+    options.kernels = KernelKind::kCuda;
+    GpuRun run;
+    MUONSHARD_ASSIGN_OR_RETURN(run.ranks, RunSharded(plan_, workload, options));
+    options.kernels = KernelKind::kCpu;
+    MUONSHARD_ASSIGN_OR_RETURN(run.reference, RunReference(plan_, workload, options));
+    return run;
+  }
+
   v1::Plan plan_;
 };
 
@@ -45,31 +65,17 @@ class ShardedOptimizerGpuTest : public ::testing::TestWithParam<GpuCase> {
 // scale); bf16 on the GPU is compared with the CPU's bf16 emulation (1e-2).
 TEST_P(ShardedOptimizerGpuTest, Fp32Matmuls_MatchTheCpuReference) {
   RegressionWorkload workload;
-  RunOptions options;
-  options.steps = 3;
-  options.config.ns.precision = kernels::MatmulPrecision::kFp32;
-  options.kernels = KernelKind::kCuda;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan_, workload, options));
-  RunOptions reference_options = options;
-  reference_options.kernels = KernelKind::kCpu;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan_, workload, reference_options));
-  ExpectMatchesReference(plan_, ranks, reference, /*rtol=*/1e-3);
-  EXPECT_EQ(ranks[0].state_bytes, plan_.ranks(0).optimizer_state_bytes());
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(GpuRun run, Run(workload, kernels::MatmulPrecision::kFp32));
+  ExpectMatchesReference(plan_, run.ranks, run.reference, /*rtol=*/1e-3);
+  EXPECT_EQ(run.ranks[0].state_bytes, plan_.ranks(0).optimizer_state_bytes());
 }
 
 // Synthetic gradients do not depend on the parameters, so the comparison
 // measures the update alone.
 TEST_P(ShardedOptimizerGpuTest, Bf16Matmuls_MatchTheCpuBf16Emulation) {
   SyntheticWorkload workload;
-  RunOptions options;
-  options.steps = 3;
-  options.config.ns.precision = kernels::MatmulPrecision::kBf16;
-  options.kernels = KernelKind::kCuda;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan_, workload, options));
-  RunOptions reference_options = options;
-  reference_options.kernels = KernelKind::kCpu;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan_, workload, reference_options));
-  const double error = MaxScaledMasterError(plan_, ranks, reference);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(GpuRun run, Run(workload, kernels::MatmulPrecision::kBf16));
+  const double error = MaxScaledMasterError(plan_, run.ranks, run.reference);
   RecordProperty("max_scaled_master_error", std::to_string(error));
   EXPECT_LT(error, 1e-2);
 }

@@ -55,6 +55,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
+#include "tests/kernels/cuda_test_util.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
@@ -76,14 +77,7 @@ constexpr int kSteps = 3;
 constexpr double kFp32Rtol = 1e-3;  // NOTE [GPU tolerance]
 constexpr double kBf16Rtol = 1e-2;  // NOTE [GPU tolerance]
 
-int DeviceCount() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+int DeviceCount() { return kernels::testing::CudaDeviceCount(); }
 
 #define SKIP_WITHOUT_DEVICES(n)                                                           \
   do {                                                                                    \
