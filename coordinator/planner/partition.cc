@@ -1,7 +1,10 @@
 #include "coordinator/planner/partition.h"
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
+#include <queue>
+#include <utility>
 
 #include "coordinator/planner/bucketing.h"
 
@@ -21,12 +24,18 @@ std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, 
     int64_t over = total * 4 / ((int64_t{1} << 20) * buffer_mb);
     active = total > 0 ? static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, over + 1), group_size)) : 1;
   }
-  std::vector<int64_t> sizes(active, 0);
+  // The seed's min(sizes) picks the first least-loaded rank: the heap's
+  // (size, rank) order is the same choice in O(log active) instead of a
+  // scan over up to 1,024 ranks per tensor.
+  using Load = std::pair<int64_t, int>;
+  std::priority_queue<Load, std::vector<Load>, std::greater<Load>> lightest;
+  for (int r = 0; r < active; ++r) lightest.emplace(0, r);
   std::vector<int> owner(numels.size(), 0);
   for (int i : order) {
-    int r = static_cast<int>(std::min_element(sizes.begin(), sizes.end()) - sizes.begin());
+    auto [size, r] = lightest.top();
+    lightest.pop();
     owner[i] = r;
-    sizes[r] += numels[i];
+    lightest.emplace(size + numels[i], r);
   }
   return owner;
 }

@@ -43,12 +43,19 @@ std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan) {
     }
     for (const v1::TensorSlice& s : r.slices()) t.adamw_numel += s.end() - s.begin();
   }
+  // Every rank of a group moves every Muon bucket of the group: sum per
+  // group first (thousands of buckets x up to 1,024 ranks otherwise).
+  std::vector<int64_t> group_reduce(plan.groups_size(), 0), group_broadcast(plan.groups_size(), 0);
   for (const v1::MuonBucket& b : plan.muon_buckets()) {
-    const v1::CommGroup& g = plan.groups(b.group());
+    group_reduce[b.group()] += b.numel() * grad_esize;
+    group_broadcast[b.group()] += b.numel() * DTypeSize(b.dtype());
+  }
+  for (int gi = 0; gi < plan.groups_size(); ++gi) {
+    const v1::CommGroup& g = plan.groups(gi);
     if (g.ranks_size() < 2) continue;
     for (int rank : g.ranks()) {
-      totals[rank].grad_reduce_bytes += b.numel() * grad_esize;
-      totals[rank].param_broadcast_bytes += b.numel() * DTypeSize(b.dtype());
+      totals[rank].grad_reduce_bytes += group_reduce[gi];
+      totals[rank].param_broadcast_bytes += group_broadcast[gi];
     }
   }
   for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
