@@ -5,6 +5,7 @@
 // the fake-device tests cover on the CPU, now on real device memory.
 
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,8 @@ struct GpuCase {
   bool stacks;  // StackManifest (bf16/fp16/fp32, 3-D stacks) or a dense model
   PolicyKind policy;
 };
+
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
 
 class ShardedOptimizerGpuTest : public ::testing::TestWithParam<GpuCase> {
  protected:
