@@ -133,7 +133,7 @@ run_worker() {
   local name=$1
   shift
   timeout 600 "$BIN/muonshard-worker" --coordinator "$COORD" --job "$name" --plan-version "$VERSION" \
-    --steps "$STEPS" --metrics-port -1 --log-every 1 --comm-timeout 120 "$@" >"$E2E/$name.log" 2>&1
+    --steps "$STEPS" --metrics-port 0 --log-every 1 --comm-timeout 120 "$@" >"$E2E/$name.log" 2>&1
 }
 # run_reference NAME ARGS...: the unsharded CPU run, e2e/NAME.log.
 run_reference() {

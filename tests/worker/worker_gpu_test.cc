@@ -140,7 +140,9 @@ WorkerOptions NcclRunOptions(int64_t version, const std::string& dump) {
   o.backend = "nccl";
   o.workload = "synthetic";
   o.steps = kSteps;
-  o.metrics_port = -1;
+  // /metrics on: its server's threads must start with the CUDA libraries
+  // loaded (the GPU plugin keeps their TLS out of the static block).
+  o.metrics_port = 0;
   o.comm_timeout = absl::Seconds(60);
   o.dump_params = dump;
   return o;
