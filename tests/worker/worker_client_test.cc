@@ -22,6 +22,7 @@
 #include "coordinator/service/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/worker/worker_test_util.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -329,20 +330,9 @@ TEST(RunWorkerInProcessTest, TwoRanksAsThreads_TrainDumpAndMatchReferenceBitForB
   o.metrics_port = 0;
   o.blas_threads = 1;
   o.dump_params = dir.Join("sharded.safetensors");
-  std::ostringstream logs[2];
-  absl::Status results[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      WorkerOptions mine = o;
-      mine.rank = r;
-      mine.log = &logs[r];
-      results[r] = RunWorker(mine);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  for (int r = 0; r < 2; ++r) MUONSHARD_ASSERT_OK(results[r]) << logs[r].str();
-  EXPECT_THAT(logs[0].str(), HasSubstr("step 2/2"));
+  const std::vector<testing::RankRun> runs = testing::RunRanksAsThreads(o, 2);
+  for (const testing::RankRun& run : runs) MUONSHARD_ASSERT_OK(run.status) << run.log;
+  EXPECT_THAT(runs[0].log, HasSubstr("step 2/2"));
 
   WorkerOptions ref = o;
   ref.reference = true;
@@ -360,19 +350,9 @@ TEST(RunWorkerInProcessTest, TwoRanksAsThreads_TrainDumpAndMatchReferenceBitForB
 
 // Runs `world` ranks of `o` as threads; every rank must succeed.
 void RunRanks(const WorkerOptions& o, int world) {
-  std::vector<std::ostringstream> logs(world);
-  std::vector<absl::Status> results(world);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.emplace_back([&, r] {
-      WorkerOptions mine = o;
-      mine.rank = r;
-      mine.log = &logs[r];
-      results[r] = RunWorker(mine);
-    });
+  for (const testing::RankRun& run : testing::RunRanksAsThreads(o, world)) {
+    EXPECT_TRUE(run.status.ok()) << run.status << "\n" << run.log;
   }
-  for (std::thread& t : ranks) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_TRUE(results[r].ok()) << results[r] << "\n" << logs[r].str();
 }
 
 // --checkpoint-dir / --resume: train 2 steps and save, resume in a new job

@@ -56,6 +56,7 @@
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "tests/kernels/cuda_test_util.h"
+#include "tests/worker/worker_test_util.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
@@ -250,22 +251,12 @@ TEST(WorkerNcclTest, TwoRanksOneGpuEach_Fp32NewtonSchulz_MatchesTheCpuReference)
     TempDir dir;
     WorkerOptions o = NcclRunOptions(version, dir.Join("nccl.safetensors"));
     o.ns_precision = "fp32";
-    std::ostringstream logs[2];
-    absl::Status results[2];
-    std::vector<std::thread> ranks;
+    // Rank r runs on device r (rank modulo the devices).
+    const std::vector<testing::RankRun> runs = testing::RunRanksAsThreads(o, 2);
     for (int r = 0; r < 2; ++r) {
-      ranks.emplace_back([&, r] {
-        WorkerOptions mine = o;
-        mine.rank = r;  // device r (rank modulo the devices)
-        mine.log = &logs[r];
-        results[r] = RunWorker(mine);
-      });
-    }
-    for (std::thread& t : ranks) t.join();
-    for (int r = 0; r < 2; ++r) {
-      MUONSHARD_ASSERT_OK(results[r]) << logs[r].str();
-      EXPECT_THAT(logs[r].str(), HasSubstr(absl::StrCat("CUDA device ", r, " of ")));
-      EXPECT_THAT(logs[r].str(), ::testing::Not(HasSubstr(" 0 NCCL communicator(s)")));
+      MUONSHARD_ASSERT_OK(runs[r].status) << runs[r].log;
+      EXPECT_THAT(runs[r].log, HasSubstr(absl::StrCat("CUDA device ", r, " of ")));
+      EXPECT_THAT(runs[r].log, ::testing::Not(HasSubstr(" 0 NCCL communicator(s)")));
     }
     const ParamsComparison cmp = CompareWithReference(o, "fp32", kFp32Rtol, dir);
     EXPECT_TRUE(cmp.ok()) << "failed " << cmp.failed();
