@@ -22,6 +22,7 @@
 #include "kernels/internal/cublaslt_gemm.h"
 #include "kernels/internal/cuda_device.h"
 #include "kernels/internal/cuda_elementwise.h"
+#include "kernels/internal/memory_args.h"
 #include "kernels/internal/cuda_newton_schulz.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
@@ -80,15 +81,6 @@ static_assert(static_cast<int>(ElementType::kFloat32) == 0 &&
               "LaunchConvert's type codes");
 
 void FreeDeviceMemory(void* pointer) { (void)cudaFree(pointer); }
-
-absl::Status CheckCopy(const char* what, const void* a, const void* b,
-                       int64_t n) {
-  if (n < 0 || (n > 0 && (a == nullptr || b == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad arguments (n = ", n, ")"));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -269,10 +261,7 @@ absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,
 
 absl::Status CudaKernelBackend::CastToBf16(const float* in, Bf16Bits* out,
                                            int64_t n) {
-  if (n < 0 || (n > 0 && (in == nullptr || out == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CastToBf16: bad arguments (n = ", n, ")"));
-  }
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CastToBf16", n, in, out));
   if (n == 0) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(
       CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
@@ -315,7 +304,7 @@ absl::StatusOr<BackendMemory> CudaKernelBackend::Allocate(int64_t bytes) {
 
 absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
                                              int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(CheckCopy("CopyFromHost", host, dst, bytes));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CopyFromHost", bytes, host, dst));
   if (bytes == 0) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
   internal::ScopedCudaDevice scope(device_);
@@ -337,7 +326,7 @@ absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
 
 absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host,
                                            int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(CheckCopy("CopyToHost", src, host, bytes));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CopyToHost", bytes, src, host));
   if (bytes == 0) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{src, "source"}}));
   internal::ScopedCudaDevice scope(device_);
@@ -350,7 +339,7 @@ absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host,
 }
 
 absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(CheckCopy("SetZero", dst, dst, bytes));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("SetZero", bytes, dst, dst));
   if (bytes == 0) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
   internal::ScopedCudaDevice scope(device_);
@@ -362,7 +351,7 @@ absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
 absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type,
                                         void* out, ElementType out_type,
                                         int64_t n) {
-  MUONSHARD_RETURN_IF_ERROR(CheckCopy("Convert", in, out, n));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("Convert", n, in, out));
   if (n == 0 || (in == out && in_type == out_type)) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(
       CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));

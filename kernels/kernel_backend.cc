@@ -13,9 +13,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/half_float.h"
+#include "common/status_macros.h"
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include "kernels/internal/cuda_backend_factory.h"
+#include "kernels/internal/memory_args.h"
 #include "kernels/internal/parallel_for.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
@@ -49,15 +51,6 @@ void StoreFloat(void* p, ElementType type, int64_t i, float v) {
   }
 }
 
-absl::Status CheckBytes(const char* what, int64_t bytes, const void* a,
-                        const void* b) {
-  if (bytes < 0 || (bytes > 0 && (a == nullptr || b == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad arguments (", bytes, " bytes)"));
-  }
-  return absl::OkStatus();
-}
-
 // Thin adapter over the *Cpu functions: they already validate and block.
 class CpuKernelBackend final : public KernelBackend {
  public:
@@ -82,10 +75,7 @@ class CpuKernelBackend final : public KernelBackend {
   }
 
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override {
-    if (n < 0 || (n > 0 && (in == nullptr || out == nullptr))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CastToBf16: bad arguments (n = ", n, ")"));
-    }
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CastToBf16", n, in, out));
     FloatToBf16(in, out, n);
     return absl::OkStatus();
   }
@@ -118,16 +108,14 @@ class CpuKernelBackend final : public KernelBackend {
   }
 
   absl::Status SetZero(void* dst, int64_t bytes) override {
-    if (absl::Status s = CheckBytes("SetZero", bytes, dst, dst); !s.ok()) {
-      return s;
-    }
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("SetZero", bytes, dst, dst));
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
 
   absl::Status Convert(const void* in, ElementType in_type, void* out,
                        ElementType out_type, int64_t n) override {
-    if (absl::Status s = CheckBytes("Convert", n, in, out); !s.ok()) return s;
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("Convert", n, in, out));
     if (in_type == out_type) {
       if (in != out) std::memmove(out, in, n * ElementBytes(in_type));
       return absl::OkStatus();
@@ -147,13 +135,26 @@ class CpuKernelBackend final : public KernelBackend {
  private:
   static absl::Status Copy(const char* what, const void* from, void* to,
                            int64_t bytes) {
-    if (absl::Status s = CheckBytes(what, bytes, from, to); !s.ok()) return s;
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs(what, bytes, from, to));
     if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
 };
 
 }  // namespace
+
+namespace internal {
+
+absl::Status CheckMemoryArgs(const char* what, int64_t n, const void* a,
+                             const void* b) {
+  if (n < 0 || (n > 0 && (a == nullptr || b == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": bad arguments (n = ", n, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {
