@@ -1,6 +1,7 @@
 #include "worker/optimizer/internal/backend_buffer.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -10,6 +11,13 @@ namespace muonshard::worker::internal {
 namespace {
 
 void FreeNothing(void*) {}
+
+// Host words for 16-bit Write/Read, at least `n` of them.
+std::vector<uint16_t>& Staging(size_t n) {
+  thread_local std::vector<uint16_t> staging;
+  if (staging.size() < n) staging.resize(n);
+  return staging;
+}
 
 }  // namespace
 
@@ -51,11 +59,12 @@ absl::Status BackendBuffer::Write(int64_t offset, absl::Span<const float> values
   if (dtype_ == v1::FP32) {
     return backend_->CopyFromHost(values.data(), At(offset), static_cast<int64_t>(values.size() * sizeof(float)));
   }
-  // 16-bit: round on the host (the same conversion TypedBuffer uses), then
-  // copy the words.
-  MUONSHARD_ASSIGN_OR_RETURN(TypedBuffer staging, TypedBuffer::Create(dtype_, static_cast<int64_t>(values.size())));
-  staging.Write(0, values);
-  return backend_->CopyFromHost(staging.data(), At(offset), staging.bytes());
+  // 16-bit: round on the host (TypedBuffer's conversion), then copy the
+  // words; the staging grows once per thread, not per call (gradients are
+  // packed entry by entry every step).
+  std::vector<uint16_t>& staging = Staging(values.size());
+  EncodeWords(dtype_, values, staging.data());
+  return backend_->CopyFromHost(staging.data(), At(offset), static_cast<int64_t>(values.size() * sizeof(uint16_t)));
 }
 
 absl::Status BackendBuffer::Read(int64_t offset, absl::Span<float> out) const {
@@ -63,9 +72,10 @@ absl::Status BackendBuffer::Read(int64_t offset, absl::Span<float> out) const {
   if (dtype_ == v1::FP32) {
     return backend_->CopyToHost(At(offset), out.data(), static_cast<int64_t>(out.size() * sizeof(float)));
   }
-  MUONSHARD_ASSIGN_OR_RETURN(TypedBuffer staging, TypedBuffer::Create(dtype_, static_cast<int64_t>(out.size())));
-  MUONSHARD_RETURN_IF_ERROR(backend_->CopyToHost(At(offset), staging.data(), staging.bytes()));
-  staging.Read(0, out);
+  std::vector<uint16_t>& staging = Staging(out.size());
+  MUONSHARD_RETURN_IF_ERROR(
+      backend_->CopyToHost(At(offset), staging.data(), static_cast<int64_t>(out.size() * sizeof(uint16_t))));
+  DecodeWords(dtype_, staging.data(), out);
   return absl::OkStatus();
 }
 

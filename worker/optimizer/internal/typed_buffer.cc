@@ -58,32 +58,38 @@ absl::StatusOr<TypedBuffer> TypedBuffer::Create(v1::DType dtype, int64_t numel) 
   return b;
 }
 
-void TypedBuffer::Write(int64_t offset, absl::Span<const float> values) {
+void EncodeWords(v1::DType dtype, absl::Span<const float> values, uint16_t* out) {
   const int64_t n = static_cast<int64_t>(values.size());
-  switch (dtype_) {
-    case v1::BF16:
-      kernels::FloatToBf16(values.data(), words_.data() + offset, n);
-      return;
-    case v1::FP16:
-      for (int64_t i = 0; i < n; ++i) words_[offset + i] = FloatToHalf(values[i]);
-      return;
-    default:
-      std::copy(values.begin(), values.end(), floats_.begin() + offset);
+  if (dtype == v1::BF16) {
+    kernels::FloatToBf16(values.data(), out, n);
+    return;
   }
+  for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(values[i]);
+}
+
+void DecodeWords(v1::DType dtype, const uint16_t* words, absl::Span<float> out) {
+  const int64_t n = static_cast<int64_t>(out.size());
+  if (dtype == v1::BF16) {
+    kernels::Bf16ToFloat(words, out.data(), n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(words[i]);
+}
+
+void TypedBuffer::Write(int64_t offset, absl::Span<const float> values) {
+  if (is_fp32()) {
+    std::copy(values.begin(), values.end(), floats_.begin() + offset);
+    return;
+  }
+  EncodeWords(dtype_, values, words_.data() + offset);
 }
 
 void TypedBuffer::Read(int64_t offset, absl::Span<float> out) const {
-  const int64_t n = static_cast<int64_t>(out.size());
-  switch (dtype_) {
-    case v1::BF16:
-      kernels::Bf16ToFloat(words_.data() + offset, out.data(), n);
-      return;
-    case v1::FP16:
-      for (int64_t i = 0; i < n; ++i) out[i] = HalfToFloat(words_[offset + i]);
-      return;
-    default:
-      std::copy(floats_.begin() + offset, floats_.begin() + offset + n, out.begin());
+  if (is_fp32()) {
+    std::copy(floats_.begin() + offset, floats_.begin() + offset + static_cast<int64_t>(out.size()), out.begin());
+    return;
   }
+  DecodeWords(dtype_, words_.data() + offset, out);
 }
 
 void TypedBuffer::Zero(int64_t offset, int64_t n) {

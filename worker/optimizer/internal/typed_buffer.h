@@ -31,6 +31,11 @@ int DTypeBytes(v1::DType dtype);
 // The communicator dtype of a plan dtype. REQUIRES: a known dtype.
 CommDType ToCommDType(v1::DType dtype);
 
+// The 16-bit words of dtype(values): out[i] for each value, and back.
+// REQUIRES: dtype is BF16 or FP16; `out`/`words` hold values.size() words.
+void EncodeWords(v1::DType dtype, absl::Span<const float> values, uint16_t* out);
+void DecodeWords(v1::DType dtype, const uint16_t* words, absl::Span<float> out);
+
 class TypedBuffer {
  public:
   // An empty FP32 buffer.
