@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 namespace muonshard {
 
@@ -31,6 +33,19 @@ inline constexpr char kGpuPluginFile[] = "libmuonshard_gpu.so";
 // with the loader's message; a plugin from another build), NOT_FOUND (the
 // plugin lacks `symbol`).
 absl::StatusOr<void*> GpuPluginSymbol(const char* symbol);
+
+// Calls the plugin's entry point `symbol`, whose signature is
+// void(Args..., absl::StatusOr<Result>*): every export answers through an
+// out-parameter so that its C signature stays plain. Errors: GpuPluginSymbol's
+// and the entry point's.
+template <typename Result, typename... Args>
+absl::StatusOr<Result> CallGpuPlugin(const char* symbol, Args... args) {
+  absl::StatusOr<void*> address = GpuPluginSymbol(symbol);
+  if (!address.ok()) return address.status();
+  absl::StatusOr<Result> result = absl::InternalError(absl::StrCat("GPU plugin: ", symbol, " did not answer"));
+  reinterpret_cast<void (*)(Args..., absl::StatusOr<Result>*)>(*address)(args..., &result);
+  return result;
+}
 
 namespace internal {
 // Loads the first of `paths` that loads (uncached; for tests). Errors as

@@ -6,7 +6,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gpu_plugin.h"
-#include "common/status_macros.h"
 #include "kernels/internal/cuda_backend_factory.h"
 #include "kernels/kernel_backend.h"
 
@@ -14,14 +13,8 @@ namespace muonshard::kernels::internal {
 
 absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
     int device_ordinal) {
-  // Signature of gpu/gpu_plugin.cc's export.
-  using CreateFn = void (*)(int, absl::StatusOr<std::unique_ptr<KernelBackend>>*);
-  MUONSHARD_ASSIGN_OR_RETURN(void* symbol,
-                             GpuPluginSymbol("muonshard_gpu_create_kernel_backend"));
-  absl::StatusOr<std::unique_ptr<KernelBackend>> backend =
-      absl::InternalError("GPU plugin did not answer");
-  reinterpret_cast<CreateFn>(symbol)(device_ordinal, &backend);
-  return backend;
+  return CallGpuPlugin<std::unique_ptr<KernelBackend>>(
+      "muonshard_gpu_create_kernel_backend", device_ordinal);
 }
 
 }  // namespace muonshard::kernels::internal

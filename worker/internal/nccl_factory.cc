@@ -9,27 +9,16 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gpu_plugin.h"
-#include "common/status_macros.h"
 
 namespace muonshard::worker::internal {
 
-absl::StatusOr<int> VisibleCudaDevices() {
-  using Fn = void (*)(absl::StatusOr<int>*);
-  MUONSHARD_ASSIGN_OR_RETURN(void* symbol, GpuPluginSymbol("muonshard_gpu_visible_devices"));
-  absl::StatusOr<int> count = absl::InternalError("GPU plugin did not answer");
-  reinterpret_cast<Fn>(symbol)(&count);
-  return count;
-}
+absl::StatusOr<int> VisibleCudaDevices() { return CallGpuPlugin<int>("muonshard_gpu_visible_devices"); }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclGroupCommunicator(const NcclGroupOptions& options,
                                                                           kernels::KernelBackend* backend,
                                                                           RendezvousStore* store) {
-  using Fn = void (*)(const NcclGroupOptions*, kernels::KernelBackend*, RendezvousStore*,
-                      absl::StatusOr<std::unique_ptr<Communicator>>*);
-  MUONSHARD_ASSIGN_OR_RETURN(void* symbol, GpuPluginSymbol("muonshard_gpu_create_nccl_communicator"));
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = absl::InternalError("GPU plugin did not answer");
-  reinterpret_cast<Fn>(symbol)(&options, backend, store, &comm);
-  return comm;
+  return CallGpuPlugin<std::unique_ptr<Communicator>>("muonshard_gpu_create_nccl_communicator", &options, backend,
+                                                      store);
 }
 
 }  // namespace muonshard::worker::internal

@@ -163,9 +163,8 @@ absl::Status ShardedOptimizer::SetParameter(int tensor, absl::Span<const float> 
   }
   std::vector<float> rounded(values.begin(), values.end());
   for (float& v : rounded) v = internal::RoundToDType(v, Spec(*part).dtype());
-  const absl::Span<const float> part_values = absl::MakeConstSpan(rounded);
   // A device error here leaves the copies partly written: broken.
-  absl::Status s = WriteParameter(*part, part_values);
+  absl::Status s = WriteParameter(*part, rounded);
   if (!s.ok()) return Broken(s);
   initialised_[part - layout_.parts.data()] = true;
   return absl::OkStatus();
