@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "prometheus/exposer.h"
 
 namespace muonshard::worker {
 namespace {
@@ -96,28 +95,6 @@ void WorkerMetrics::RecordStep(const StepStats& stats, double loss, double ns_fl
   ns_flops_.Increment(ns_flops);
   loss_.Set(loss);
   steps_.Increment();
-}
-
-WorkerMetricsServer::WorkerMetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-    : exposer_(std::move(exposer)), port_(port) {}
-
-WorkerMetricsServer::~WorkerMetricsServer() = default;
-
-absl::StatusOr<std::unique_ptr<WorkerMetricsServer>> WorkerMetricsServer::Start(
-    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry) {
-  const std::string address = absl::StrCat(host, ":", port);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  // prometheus-cpp reports a failed bind by throwing (CivetException); this
-  // is the boundary where that becomes a status.
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/1);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
-  }
-  exposer->RegisterCollectable(registry);
-  std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty()) return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
-  return std::unique_ptr<WorkerMetricsServer>(new WorkerMetricsServer(std::move(exposer), ports.front()));
 }
 
 }  // namespace muonshard::worker

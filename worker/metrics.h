@@ -1,8 +1,8 @@
 #ifndef MUONSHARD_WORKER_METRICS_H_
 #define MUONSHARD_WORKER_METRICS_H_
 
-// A worker process's Prometheus metrics (prometheus-cpp) and the HTTP
-// exposer serving them on /metrics (default port 9465 + local rank).
+// A worker process's Prometheus metrics (prometheus-cpp), served on
+// /metrics (default port 9465 + local rank) by common/metrics_http.h.
 //
 // Exported names are listed in kWorkerExportedMetrics (dashboards and scrape
 // rules use only these; tests check that /metrics holds every one of them).
@@ -27,10 +27,6 @@
 #include "prometheus/labels.h"
 #include "prometheus/registry.h"
 #include "worker/optimizer/step_stats.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace muonshard::worker {
 
@@ -85,22 +81,6 @@ class WorkerMetrics {
   prometheus::Gauge& plan_version_;
   prometheus::Gauge& generation_;
   prometheus::Counter& steps_;
-};
-
-// Serves a registry on http://host:port/metrics.
-class WorkerMetricsServer {
- public:
-  // port 0 picks a free port. Possible errors: UNAVAILABLE (cannot bind,
-  // naming the address).
-  static absl::StatusOr<std::unique_ptr<WorkerMetricsServer>> Start(const std::string& host, int port,
-                                                                    std::shared_ptr<prometheus::Registry> registry);
-  ~WorkerMetricsServer();
-  int port() const { return port_; }
-
- private:
-  WorkerMetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port);
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
 };
 
 }  // namespace muonshard::worker

@@ -16,6 +16,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "common/file_util.h"
+#include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "worker/client/coordinator_session.h"
 #include "worker/client/grpc_plan_source.h"
@@ -130,7 +131,8 @@ class WorkerRun {
     if (options_.metrics_port >= 0) {
       const int wanted = options_.metrics_port == 0 ? 0 : options_.metrics_port + local_rank();
       MUONSHARD_ASSIGN_OR_RETURN(server_,
-                                 WorkerMetricsServer::Start(options_.metrics_host, wanted, metrics_->registry()));
+                                 MetricsHttpServer::Start(options_.metrics_host, wanted, metrics_->registry(),
+                                                           /*num_threads=*/1));
       port = server_->port();
       Log(options_) << Prefix() << "metrics on http://" << options_.metrics_host << ":" << port << "/metrics\n";
     }
@@ -396,7 +398,7 @@ class WorkerRun {
   std::unique_ptr<CoordinatorSession> session_;
   v1::RankView view_;
   std::unique_ptr<WorkerMetrics> metrics_;
-  std::unique_ptr<WorkerMetricsServer> server_;
+  std::unique_ptr<MetricsHttpServer> server_;
   int cuda_devices_ = 0;  // nccl: visible CUDA devices
   int cuda_device_ = -1;  // nccl: this rank's
   int blas_threads_ = 0;  // gloo

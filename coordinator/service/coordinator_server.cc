@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/event_log.h"
@@ -70,7 +71,7 @@ struct CoordinatorServer::Parts {
   std::unique_ptr<CoordinatorService> service;
   std::unique_ptr<WorkQueue> work;
   std::unique_ptr<GrpcCoordinatorService> grpc_service;
-  std::unique_ptr<MetricsExposer> exposer;
+  std::unique_ptr<MetricsHttpServer> exposer;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MaintenanceThread> maintenance;
 };
@@ -95,8 +96,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   int metrics_port = -1;
   if (options.metrics_port >= 0) {
     MUONSHARD_ASSIGN_OR_RETURN(parts->exposer,
-                               MetricsExposer::Start(options.metrics_host, options.metrics_port,
-                                                     parts->metrics.registry()));
+                               MetricsHttpServer::Start(options.metrics_host, options.metrics_port,
+                                                        parts->metrics.registry(), /*num_threads=*/2));
     metrics_port = parts->exposer->port();
   }
 

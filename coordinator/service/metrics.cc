@@ -4,7 +4,6 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "prometheus/exposer.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -177,30 +176,6 @@ void CoordinatorMetrics::OnJobEvent(const v1::JobEvent& event, const WorkerCount
 
 void CoordinatorMetrics::OnWatchers(int64_t count) {
   watch_streams_.Set(static_cast<double>(count));
-}
-
-MetricsExposer::MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port)
-    : exposer_(std::move(exposer)), port_(port) {}
-
-MetricsExposer::~MetricsExposer() = default;
-
-absl::StatusOr<std::unique_ptr<MetricsExposer>> MetricsExposer::Start(
-    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry) {
-  const std::string address = absl::StrCat(host, ":", port);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  // prometheus-cpp reports a failed bind by throwing (CivetException);
-  // this is the boundary where that becomes a status.
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", address, ": ", e.what()));
-  }
-  exposer->RegisterCollectable(registry);
-  std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty())
-    return absl::UnavailableError(absl::StrCat("metrics: no port bound for ", address));
-  return std::unique_ptr<MetricsExposer>(new MetricsExposer(std::move(exposer), ports.front()));
 }
 
 }  // namespace muonshard::coordinator

@@ -2,8 +2,8 @@
 #define MUONSHARD_COORDINATOR_SERVICE_METRICS_H_
 
 // The coordinator's Prometheus metrics (prometheus-cpp), fed by the domain
-// through CoordinatorObserver and by the gRPC adapter (RPC counts), and the
-// HTTP exposer serving them on /metrics.
+// through CoordinatorObserver and by the gRPC adapter (RPC counts), served
+// on /metrics by common/metrics_http.h.
 //
 // Exported names are listed in kExportedMetrics (dashboards and scrape rules
 // use only these; a test checks the registry exports exactly them). Labels
@@ -29,10 +29,6 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-
-namespace prometheus {
-class Exposer;
-}
 
 namespace muonshard::coordinator {
 
@@ -117,21 +113,6 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   std::vector<prometheus::Gauge*> rank_series_ ABSL_GUARDED_BY(mu_);  // of the latest plan
   // Per RPC and status code; created on first use (OK ones at startup).
   std::array<std::array<std::atomic<prometheus::Counter*>, 17>, kNumRpcs> rpc_counters_;
-};
-
-// Serves a registry on http://host:port/metrics.
-class MetricsExposer {
- public:
-  // port 0 picks a free port. Possible errors: UNAVAILABLE (cannot bind).
-  static absl::StatusOr<std::unique_ptr<MetricsExposer>> Start(
-      const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry);
-  ~MetricsExposer();
-  int port() const { return port_; }
-
- private:
-  MetricsExposer(std::unique_ptr<prometheus::Exposer> exposer, int port);
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  int port_;
 };
 
 }  // namespace muonshard::coordinator

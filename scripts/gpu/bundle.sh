@@ -21,9 +21,9 @@
 #   kernels   kernels_gpu_test (CUDA kernels against the CPU, device memory
 #             conformance) and kernels_backend_test
 #   comm      worker_comm_gpu_test (NCCL conformance; n > GPUs skips)
-#   worker    worker_gpu_test (the optimizer on the CUDA backend against the
-#             CPU reference, the nccl worker in-process; two ranks need two
-#             GPUs)
+#   worker    worker_nccl_test (the nccl worker in-process against the CPU
+#             reference; two ranks need two GPUs) and worker_gpu_test (the
+#             optimizer on the CUDA backend, the runner's NCCL seam)
 #   e2e       scripts/gpu/worker_e2e.sh (coordinator + nccl worker processes
 #             against the unsharded CPU reference)
 #   bench     muonshard-bench-kernels-gpu (NS5 against the cuBLAS GEMM rate)
@@ -37,7 +37,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$REPO" || exit 1
 BUNDLE="$REPO/build-gpu-bundle/bundle.tar.gz"
 
-BINARIES=(kernels_gpu_test kernels_backend_test worker_comm_gpu_test worker_gpu_test
+BINARIES=(kernels_gpu_test kernels_backend_test worker_comm_gpu_test worker_nccl_test worker_gpu_test
   muonshard-bench-kernels-gpu muonshard-coordinator muonshard-worker muonshardctl
   muonshard-compare-params)
 PLUGIN=libmuonshard_gpu.so
@@ -160,7 +160,7 @@ run() {
   grep -qE '^\[ +OK +\] Nccl/CommunicatorConformanceTest\..*/Nccl_n1' "$OUT/comm.log" ||
     { note "comm: no single-GPU conformance case ran"; status=1; }
 
-  run_gtest worker 200 worker_gpu_test || status=1
+  run_gtest worker 200 worker_nccl_test worker_gpu_test || status=1
   grep -oE 'nccl \(ns .*' "$OUT/worker.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
   [[ $(grep -cE '^\[ +OK +\] WorkerNcclTest\.OneRank_' "$OUT/worker.log") -eq 2 ]] ||
     { note "worker: the single-GPU worker cases did not both run"; status=1; }

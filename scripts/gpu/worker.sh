@@ -62,7 +62,7 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DMUONSHARD_WERROR=ON -DMUONSHARD_CUDA=ON \
 
 # gtest_discover_tests lists the cases by running the binary after linking.
 start=$SECONDS
-cmake --build "$BUILD_DIR" -j "$JOBS" --target worker_gpu_test muonshard-coordinator muonshard-worker \
+cmake --build "$BUILD_DIR" -j "$JOBS" --target worker_nccl_test worker_gpu_test muonshard-coordinator muonshard-worker \
   muonshardctl muonshard-compare-params >"$OUT/build.log" 2>&1 || fail "build failed (see build.log)"
 note "build: ok in $((SECONDS - start)) s"
 BIN=$BUILD_DIR/bin

@@ -4,16 +4,26 @@
 // Tolerances, per precision:
 // * fp32 NS: relative Frobenius error 1e-4 (both sides are fp32 with
 //   different summation orders; measured CPU-vs-float64 error is ~1e-6).
-// * bf16 NS vs the CPU's bf16 emulation: 1e-2. The rounding points are the
-//   same but summation orders differ, and a flipped bf16 rounding propagates;
-//   two CPU bf16 runs with different orders differ by ~1e-3.
-// * bf16 NS vs fp32: 3e-2 (bf16 itself costs ~1.5%).
-// * Elementwise AdamW / momentum: a few fp32 ulps (the GPU contracts to FMA).
+// * bf16 NS vs the CPU's bf16 emulation: 1e-2, or twice the bf16 error of
+//   the same input (the emulation against fp32) where that is larger. Both
+//   sides round at the same points but sum in different orders, and a
+//   flipped bf16 rounding propagates through the iterations: two CPU bf16
+//   runs with different orders differ by ~1e-3 on large matrices, but each
+//   evaluation is about the bf16 error away from the exact result, and in a
+//   small matrix one flip is a visible share of the norm (1x13x6 on an H200:
+//   3.1% from the emulation, whose own error is 2.2%), so their distance
+//   approaches the sum of the two.
+// * bf16 NS vs fp32: 3e-2 (bf16 itself costs ~1.1-2.2% on these shapes).
+// * Elementwise AdamW / momentum: a few fp32 ulps at the values' scale (the
+//   GPU contracts to FMA); NOTE [AdamW tolerance].
 // * bf16 casts: bit-identical (same code on both sides).
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cfloat>
 #include <cstdint>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -134,8 +144,14 @@ TEST_F(CudaKernelsTest, NewtonSchulzBf16MatchesCpuEmulation) {
       SCOPED_TRACE(absl::StrCat(ShapeName(shape), " symmetric=", static_cast<int>(sym)));
       const std::vector<float> got =
           CudaNs(in, shape, NsOptions(MatmulPrecision::kBf16, sym));
-      EXPECT_LE(RelativeError(got, emulated), kBf16VsEmulationTolerance);
+      const double bf16_error = RelativeError(emulated, fp32);
+      const double vs_emulation = RelativeError(got, emulated);
+      EXPECT_LE(vs_emulation, std::max(kBf16VsEmulationTolerance, 2 * bf16_error));
       EXPECT_LE(RelativeError(got, fp32), kBf16VsFp32Tolerance);
+      // The margins, for the GPU scripts' logs.
+      std::cout << ShapeName(shape) << " symmetric=" << static_cast<int>(sym)
+                << ": vs emulation " << vs_emulation << ", emulation vs fp32 "
+                << bf16_error << "\n";
       for (float v : got) ASSERT_EQ(v, RoundToBf16(v));
     }
   }
@@ -256,7 +272,18 @@ TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
     MUONSHARD_ASSERT_OK(cuda_->Synchronize());  // d_grad is freed next.
   }
   const std::vector<float> gpu_master = d_master.ToHost();
-  EXPECT_LE(MaxAbsDiff(gpu_master, cpu_master), 5e-8);
+  // NOTE [AdamW tolerance]: every |master| here is below 1, so 4 ulps at
+  // magnitude 1 bound the rounding of any element (measured on an H200: 1
+  // ulp, 5.96e-8 at a value above 0.5). The steps' relative error catches a
+  // wrong update that stays small in absolute terms (measured ~1e-6).
+  ASSERT_LT(MaxAbsDiff(master, std::vector<float>(n)), 1.0);
+  EXPECT_LE(MaxAbsDiff(gpu_master, cpu_master), 4 * FLT_EPSILON);
+  std::vector<float> gpu_step(n), cpu_step(n);
+  for (int64_t i = 0; i < n; ++i) {
+    gpu_step[i] = gpu_master[i] - master[i];
+    cpu_step[i] = cpu_master[i] - master[i];
+  }
+  EXPECT_LE(RelativeError(gpu_step, cpu_step), 1e-4);
   EXPECT_LE(MaxAbsDiff(d_m1.ToHost(), cpu_m1), 5e-9);
   EXPECT_LE(MaxAbsDiff(d_m2.ToHost(), cpu_m2), 1e-10);
   const std::vector<Bf16Bits> model = d_model.ToHost();

@@ -63,7 +63,7 @@ class ShardedOptimizerGpuTest : public ::testing::TestWithParam<GpuCase> {
   v1::Plan plan_;
 };
 
-// Tolerances as NOTE [GPU tolerance] in worker_gpu_test.cc: fp32 matmuls
+// Tolerances as NOTE [GPU tolerance] in worker_nccl_test.cc: fp32 matmuls
 // on both sides differ by summation order only (1e-3 of each tensor's
 // scale); bf16 on the GPU is compared with the CPU's bf16 emulation (1e-2).
 TEST_P(ShardedOptimizerGpuTest, Fp32Matmuls_MatchTheCpuReference) {

@@ -312,7 +312,7 @@ TEST_F(WorkerProcessTest, BackendNcclWithReduceOrderRank_ExitTwoNamingTheFlag) {
   EXPECT_THAT(r.err, HasSubstr("--reduce-order"));
 }
 
-// With a device the worker would run (worker_gpu_test, scripts/gpu/worker.sh).
+// With a device the worker would run (worker_nccl_test, scripts/gpu/worker.sh).
 TEST_F(WorkerProcessTest, BackendNcclWithoutCudaDevice_ExitOneNamingTheReason) {
   if (internal::VisibleCudaDevices().ok()) GTEST_SKIP() << "a CUDA device is present";
   std::vector<std::string> args = WorkerArgs("nccl", 1);

@@ -351,7 +351,7 @@ TEST(CudaDeviceForTest, ExplicitElseLocalRankModuloTheDevices) {
 // once with a reason, before it contacts the coordinator (an unreachable
 // one here, whose retries the short join timeout would cut off anyway).
 TEST(RunWorkerTest, NcclBackendWithoutCudaDevice_FailsBeforeConnectingNamingTheReason) {
-  if (internal::VisibleCudaDevices().ok()) GTEST_SKIP() << "a CUDA device is present (worker_gpu_test covers it)";
+  if (internal::VisibleCudaDevices().ok()) GTEST_SKIP() << "a CUDA device is present (worker_nccl_test covers it)";
   WorkerOptions o;
   o.job = "j";
   o.backend = "nccl";
