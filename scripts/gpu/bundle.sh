@@ -27,6 +27,7 @@
 #   e2e       scripts/gpu/worker_e2e.sh (coordinator + nccl worker processes
 #             against the unsharded CPU reference)
 #   bench     muonshard-bench-kernels-gpu (NS5 against the cuBLAS GEMM rate)
+# MUONSHARD_GPU_PARTS (default "kernels comm worker e2e bench") picks parts.
 #   memcheck  with MUONSHARD_GPU_SANITIZE=1: the kernel tests under
 #             compute-sanitizer memcheck
 # Writes at most 8 files to $OUT: summary.txt, env.txt, kernels.log,
@@ -117,14 +118,71 @@ run_gtest() {
   return $rc
 }
 
+# The parts of `run`, in its environment (OUT, BIN, work); each returns
+# non-zero when it failed.
+part_kernels() {
+  local rc=0
+  run_gtest kernels 150 kernels_gpu_test kernels_backend_test || rc=1
+  [[ $(grep -cE '^\[ +SKIPPED +\] [0-9]+ test' "$OUT/kernels.log") -eq 0 ]] ||
+    { note "kernels: cases skipped on a GPU machine"; rc=1; }
+  return $rc
+}
+
+part_comm() {
+  local rc=0
+  run_gtest comm 150 worker_comm_gpu_test || rc=1
+  grep -qE '^\[ +OK +\] Nccl/CommunicatorConformanceTest\..*/Nccl_n1' "$OUT/comm.log" ||
+    { note "comm: no single-GPU conformance case ran"; rc=1; }
+  return $rc
+}
+
+part_worker() {
+  local rc=0
+  run_gtest worker 200 worker_nccl_test worker_gpu_test || rc=1
+  grep -oE 'nccl \(ns .*' "$OUT/worker.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
+  [[ $(grep -cE '^\[ +OK +\] WorkerNcclTest\.OneRank_' "$OUT/worker.log") -eq 2 ]] ||
+    { note "worker: the single-GPU worker cases did not both run"; rc=1; }
+  return $rc
+}
+
+part_e2e() {
+  local rc=0
+  note "e2e:"
+  BIN=$BIN OUT=$work/e2e timeout 240 bash scripts/gpu/worker_e2e.sh >"$work/e2e.out" 2>&1 || rc=1
+  sed 's/^/  /' "$work/e2e/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+  cp "$work/e2e.out" "$work/e2e/worker_e2e.out" 2>/dev/null
+  tar -C "$work" --exclude='*.safetensors' --exclude='data' -czf "$OUT/e2e.tar.gz" e2e
+  return $rc
+}
+
+part_bench() {
+  if timeout 150 "$BIN/muonshard-bench-kernels-gpu" >"$OUT/bench.log" 2>&1; then
+    note "bench (TFLOP/s; ratio = NS / cuBLAS bf16 GEMM on B·X; goal >= 0.75):"
+    grep -E '^(case=|ns_gpu_tflops=)' "$OUT/bench.log" | tee -a "$OUT/summary.txt"
+  else
+    note "bench: FAILED (bench.log)"
+    return 1
+  fi
+}
+
+part_memcheck() {
+  command -v compute-sanitizer >/dev/null || { note "memcheck: no compute-sanitizer on this machine"; return 0; }
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kernels_gpu_test" \
+    --gtest_filter='*Fp32MatchesCpu:*Bf16MatchesCpuEmulation:*MuonUpdate*:*AdamW*:*Convert*:*InPlace*' \
+    >"$OUT/sanitizer.log" 2>&1
+  local rc=$?
+  note "memcheck (kernels_gpu_test NS/Muon/AdamW/Convert/GEMM): exit $rc (0 = clean; sanitizer.log)"
+  return $rc
+}
+
 run() {
   OUT=${OUT:-$(mktemp -d -t muonshard-gpu-bundle-out-XXXXXX)}
   mkdir -p "$OUT"
   OUT=$(cd "$OUT" && pwd)
   : >"$OUT/summary.txt"
   [[ -f "$BUNDLE" ]] || { note "no $BUNDLE: run 'scripts/gpu/bundle.sh pack' where the project builds"; return 1; }
-  local work status=0 lib dir
-  work=$(mktemp -d -t muonshard-gpu-bundle-XXXXXX)
+  local status=0 lib dir
+  work=$(mktemp -d -t muonshard-gpu-bundle-XXXXXX)  # global: the parts use it
   tar -C "$work" -xzf "$BUNDLE" || { note "cannot unpack $BUNDLE"; return 1; }
   BIN=$work/bin
   local ld_path=$work/lib
@@ -153,43 +211,11 @@ run() {
   note "# muonshard GPU checks (bundle), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
 
-  run_gtest kernels 150 kernels_gpu_test kernels_backend_test || status=1
-  [[ $(grep -cE '^\[ +SKIPPED +\] [0-9]+ test' "$OUT/kernels.log") -eq 0 ]] || { note "kernels: cases skipped on a GPU machine"; status=1; }
-
-  run_gtest comm 150 worker_comm_gpu_test || status=1
-  grep -qE '^\[ +OK +\] Nccl/CommunicatorConformanceTest\..*/Nccl_n1' "$OUT/comm.log" ||
-    { note "comm: no single-GPU conformance case ran"; status=1; }
-
-  run_gtest worker 200 worker_nccl_test worker_gpu_test || status=1
-  grep -oE 'nccl \(ns .*' "$OUT/worker.log" | sed 's/^/  /' | tee -a "$OUT/summary.txt"
-  [[ $(grep -cE '^\[ +OK +\] WorkerNcclTest\.OneRank_' "$OUT/worker.log") -eq 2 ]] ||
-    { note "worker: the single-GPU worker cases did not both run"; status=1; }
-
-  note "e2e:"
-  BIN=$BIN OUT=$work/e2e timeout 240 bash scripts/gpu/worker_e2e.sh >"$work/e2e.out" 2>&1 || status=1
-  sed 's/^/  /' "$work/e2e/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
-  cp "$work/e2e.out" "$work/e2e/worker_e2e.out" 2>/dev/null
-  tar -C "$work" --exclude='*.safetensors' --exclude='data' -czf "$OUT/e2e.tar.gz" e2e
-
-  if timeout 150 "$BIN/muonshard-bench-kernels-gpu" >"$OUT/bench.log" 2>&1; then
-    note "bench (TFLOP/s; ratio = NS / cuBLAS bf16 GEMM on B·X; goal >= 0.75):"
-    grep -E '^(case=|ns_gpu_tflops=)' "$OUT/bench.log" | tee -a "$OUT/summary.txt"
-  else
-    note "bench: FAILED (bench.log)"
-    status=1
-  fi
-  if [[ "${MUONSHARD_GPU_SANITIZE:-0}" == "1" ]]; then
-    if command -v compute-sanitizer >/dev/null; then
-      timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kernels_gpu_test" \
-        --gtest_filter='*Fp32MatchesCpu:*Bf16MatchesCpuEmulation:*MuonUpdate*:*AdamW*:*Convert*' \
-        >"$OUT/sanitizer.log" 2>&1
-      local rc=$?
-      note "memcheck (kernels_gpu_test NS/Muon/AdamW/Convert): exit $rc (0 = clean; sanitizer.log)"
-      [[ $rc -eq 0 ]] || status=1
-    else
-      note "memcheck: no compute-sanitizer on this machine"
-    fi
-  fi
+  local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench}
+  [[ "${MUONSHARD_GPU_SANITIZE:-0}" == "1" ]] && parts+=" memcheck"
+  for part in $parts; do
+    "part_$part" || status=1
+  done
   rm -rf "$work"
   note "status: $([[ $status -eq 0 ]] && echo PASS || echo FAIL); logs in $OUT"
   return $status

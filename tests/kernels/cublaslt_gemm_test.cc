@@ -142,6 +142,24 @@ TEST_P(CublasLtGemmTest, MatchesHostReferenceWithSeparateCAndD) {
   }
 }
 
+// C == D with beta != 0 accumulates in place (the fallback copies nothing):
+// applied exactly once.
+TEST_P(CublasLtGemmTest, InPlaceAccumulate_AppliedOnce) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(absl::StrCat("bf16=", bf16));
+    const GemmSpec spec = MakeSpec(bf16, false, false, 256, 192, 320, 2);
+    const auto a = AsStored(RandomNormal(spec.stride_a * spec.batch, 950), bf16);
+    const auto b = AsStored(RandomNormal(spec.stride_b * spec.batch, 951), bf16);
+    const auto c = AsStored(RandomNormal(spec.stride_d * spec.batch, 952), bf16);
+    DeviceMatrices da(a, bf16), db(b, bf16), dcd(c, bf16);
+    MUONSHARD_ASSERT_OK(gemm_->Run(spec, 0.25f, da.get(), db.get(), 1.0f,
+                                   dcd.get(), dcd.get(), nullptr));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<float> expected = Reference(spec, 0.25f, a, b, 1.0f, c);
+    EXPECT_LE(RelativeError(dcd.ToHost(), expected), bf16 ? 8e-3 : 1e-5);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(LtAndFallback, CublasLtGemmTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "CublasFallback" : "CublasLt";
