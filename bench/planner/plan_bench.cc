@@ -44,6 +44,7 @@ void BM_PlanArena(benchmark::State& state, v1::Policy policy) {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 1 << 20;
   options.max_block_size = 64 << 20;
+  uint64_t arena_bytes = 0;
   for (auto _ : state) {
     google::protobuf::Arena arena(options);
     auto plan = planner::ComputePlan(request, &arena);
@@ -52,8 +53,10 @@ void BM_PlanArena(benchmark::State& state, v1::Policy policy) {
       return;
     }
     benchmark::DoNotOptimize((*plan)->ranks_size());
+    arena_bytes = arena.SpaceUsed();
   }
   state.counters["tensors"] = Manifest().tensors_size();
+  state.counters["plan_mb"] = static_cast<double>(arena_bytes) / 1e6;
 }
 
 // Phases, to see where plan time goes.

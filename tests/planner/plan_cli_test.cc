@@ -84,6 +84,17 @@ TEST(PlanCliTest, JsonHasTheFieldsScriptsRelyOn) {
   EXPECT_EQ(plan.ranks_size(), 4);
 }
 
+// Stored plans are keyed by their content hash, so the hash of a request
+// must never change between versions: pinned for the bundled tiny MoE model
+// (also against the streamed SHA-256 of HashRequestParts).
+TEST(PlanCliTest, ContentHashIsStable) {
+  Result r = RunCtl("plan --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  v1::Plan plan;
+  ASSERT_TRUE(FromJson(r.out, &plan, "stdout").ok());
+  EXPECT_EQ(plan.content_hash(), "sha256:9837cc407f2835ca6a787ff35a15cb05fe90100d336770f54d78bc02f8fcb499");
+}
+
 TEST(PlanCliTest, TableByDefault) {
   const std::string manifest = WriteManifest(testing::MoeManifest(2, 64, 32, 4, 100), "moe.json");
   Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2"));
