@@ -1,6 +1,8 @@
 #include "coordinator/planner/model.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -88,6 +90,24 @@ std::optional<std::string> AsLiteral(absl::string_view p, bool* at_start, bool* 
   return out;
 }
 
+// Whether any of the eight bytes is an ASCII digit: each byte XOR '0' is
+// below 10 exactly for digits, and the has-less-than bit trick (exact for
+// "any byte", not per byte) tests that.
+bool HasDigitByte(uint64_t word) {
+  constexpr uint64_t kOnes = 0x0101010101010101ULL;
+  constexpr uint64_t kHigh = 0x8080808080808080ULL;
+  const uint64_t x = word ^ (kOnes * '0');
+  return ((x - kOnes * 10) & ~x & kHigh) != 0;
+}
+
+// Appends name[i] to the skeleton at n (a digit run becomes one '0');
+// returns the new length.
+size_t AppendSkeletonChar(absl::string_view name, size_t i, std::string& skeleton, size_t n) {
+  const bool digit = absl::ascii_isdigit(name[i]);
+  if (!digit || i == 0 || !absl::ascii_isdigit(name[i - 1])) skeleton[n++] = digit ? '0' : name[i];
+  return n;
+}
+
 // excludes.Matches(name), memoised by the name's digit skeleton when the
 // patterns allow it.
 bool ExcludedMemo(const ExcludeMatcher& excludes, absl::string_view name,
@@ -95,10 +115,21 @@ bool ExcludedMemo(const ExcludeMatcher& excludes, absl::string_view name,
   if (!excludes.digit_agnostic()) return excludes.Matches(name);
   skeleton.resize(name.size());
   size_t n = 0;
-  for (size_t i = 0; i < name.size(); ++i) {
-    const bool digit = absl::ascii_isdigit(name[i]);
-    if (!digit || i == 0 || !absl::ascii_isdigit(name[i - 1])) skeleton[n++] = digit ? '0' : name[i];
+  size_t i = 0;
+  // Eight bytes at a time while they hold no digit (most of a name: digit
+  // runs are the layer and expert indices); byte by byte where one does.
+  while (i + 8 <= name.size()) {
+    uint64_t word;
+    std::memcpy(&word, name.data() + i, sizeof(word));
+    if (!HasDigitByte(word)) {
+      std::memcpy(&skeleton[n], &word, sizeof(word));
+      n += 8;
+      i += 8;
+      continue;
+    }
+    for (const size_t end = i + 8; i < end; ++i) n = AppendSkeletonChar(name, i, skeleton, n);
   }
+  for (; i < name.size(); ++i) n = AppendSkeletonChar(name, i, skeleton, n);
   skeleton.resize(n);
   auto [it, inserted] = memo.try_emplace(skeleton, false);
   if (inserted) it->second = excludes.Matches(name);
