@@ -64,7 +64,11 @@ pack() {
     awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u); do
     is_system_lib "$lib" || cp -L "$lib" "$stage/lib/"
   done
-  tar -C "$stage" -czf "$BUNDLE" bin lib || return 1
+  # The commit the binaries were built from (the GPU machine's copy of the
+  # tree may carry another .git, or none).
+  echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +changes)" \
+    >"$stage/commit"
+  tar -C "$stage" -czf "$BUNDLE" bin lib commit || return 1
   rm -rf "$stage"
   echo "bundle: $BUNDLE ($(du -h "$BUNDLE" | cut -f1); carry build-gpu-bundle)"
 }
@@ -208,7 +212,7 @@ run() {
     note "unresolved shared libraries (env.txt)"
     status=1
   fi
-  note "# muonshard GPU checks (bundle), $(date -u +%FT%TZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  note "# muonshard GPU checks (bundle), $(date -u +%FT%TZ), binaries of commit $(cat "$work/commit" 2>/dev/null || echo unknown)"
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
 
   local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench}
