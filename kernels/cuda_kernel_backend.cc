@@ -302,16 +302,25 @@ absl::StatusOr<BackendMemory> CudaKernelBackend::Allocate(int64_t bytes) {
   return memory;
 }
 
+absl::Status CudaKernelBackend::EnqueueCopy(const char* op, const void* src,
+                                            void* dst, int64_t bytes,
+                                            cudaMemcpyKind kind) {
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs(op, bytes, src, dst));
+  if (bytes == 0) return absl::OkStatus();
+  const bool to_device = kind == cudaMemcpyHostToDevice;
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+      device_, {to_device ? NamedPointer{dst, "destination"} : NamedPointer{src, "source"}}));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(
+      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
+      to_device ? "copying to the device" : "copying to the host");
+}
+
 absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
                                              int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CopyFromHost", bytes, host, dst));
+  MUONSHARD_RETURN_IF_ERROR(
+      EnqueueCopy("CopyFromHost", host, dst, bytes, cudaMemcpyHostToDevice));
   if (bytes == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
-  internal::ScopedCudaDevice scope(device_);
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes),
-                      cudaMemcpyHostToDevice, stream_),
-      "copying to the device");
   // From pageable memory the copy has left `host` once the call returns;
   // from pinned memory it has not, so wait for it.
   cudaPointerAttributes attributes{};
@@ -326,14 +335,9 @@ absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
 
 absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host,
                                            int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CopyToHost", bytes, src, host));
+  MUONSHARD_RETURN_IF_ERROR(
+      EnqueueCopy("CopyToHost", src, host, bytes, cudaMemcpyDeviceToHost));
   if (bytes == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{src, "source"}}));
-  internal::ScopedCudaDevice scope(device_);
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host, src, static_cast<size_t>(bytes),
-                      cudaMemcpyDeviceToHost, stream_),
-      "copying to the host");
   return CudaToStatus(cudaStreamSynchronize(stream_),
                       "waiting for a copy to the host");
 }

@@ -75,6 +75,10 @@ class CudaKernelBackend final : public KernelBackend {
  private:
   CudaKernelBackend(int device, bool bf16_by_default, cudaStream_t stream,
                     std::unique_ptr<internal::CublasLtGemm> gemm);
+  // CopyFromHost's and CopyToHost's checks and their copy on the stream
+  // (nothing enqueued for 0 bytes).
+  absl::Status EnqueueCopy(const char* op, const void* src, void* dst,
+                           int64_t bytes, cudaMemcpyKind kind);
 
   const int device_;
   const bool bf16_by_default_;

@@ -3,7 +3,7 @@
 #include <openssl/evp.h>
 
 #include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/io/zero_copy_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 
 #include <algorithm>
@@ -14,7 +14,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/balanced.h"
 #include "coordinator/planner/bucketing.h"
