@@ -1,6 +1,7 @@
 #include "coordinator/planner/model.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -100,41 +101,163 @@ bool HasDigitByte(uint64_t word) {
   return ((x - kOnes * 10) & ~x & kHigh) != 0;
 }
 
-// Appends name[i] to the skeleton at n (a digit run becomes one '0');
-// returns the new length.
-size_t AppendSkeletonChar(absl::string_view name, size_t i, std::string& skeleton, size_t n) {
-  const bool digit = absl::ascii_isdigit(name[i]);
-  if (!digit || i == 0 || !absl::ascii_isdigit(name[i - 1])) skeleton[n++] = digit ? '0' : name[i];
-  return n;
+// The ordinal of the digit run that IndexAfter(name, token) would read, found
+// on the name's skeleton (each digit run is one '0'); -1 if none. `token`
+// holds no digit, so its occurrences and their neighbours are the same in
+// the name and in its skeleton.
+int RunAfter(absl::string_view skeleton, absl::string_view token) {
+  size_t pos = 0;
+  while ((pos = skeleton.find(token, pos)) != absl::string_view::npos) {
+    const bool boundary = pos == 0 || skeleton[pos - 1] == '.';
+    const size_t i = pos + token.size();
+    if (boundary && i < skeleton.size() && skeleton[i] == '0' &&
+        (i + 1 == skeleton.size() || skeleton[i + 1] == '.')) {
+      return static_cast<int>(std::count(skeleton.begin(), skeleton.begin() + i, '0'));
+    }
+    pos += token.size();
+  }
+  return -1;
 }
 
-// excludes.Matches(name), memoised by the name's digit skeleton when the
-// patterns allow it.
-bool ExcludedMemo(const ExcludeMatcher& excludes, absl::string_view name,
-                  absl::flat_hash_map<std::string, bool>& memo, std::string& skeleton) {
-  if (!excludes.digit_agnostic()) return excludes.Matches(name);
-  skeleton.resize(name.size());
-  size_t n = 0;
-  size_t i = 0;
-  // Eight bytes at a time while they hold no digit (most of a name: digit
-  // runs are the layer and expert indices); byte by byte where one does.
-  while (i + 8 <= name.size()) {
-    uint64_t word;
-    std::memcpy(&word, name.data() + i, sizeof(word));
-    if (!HasDigitByte(word)) {
-      std::memcpy(&skeleton[n], &word, sizeof(word));
-      n += 8;
-      i += 8;
-      continue;
-    }
-    for (const size_t end = i + 8; i < end; ++i) n = AppendSkeletonChar(name, i, skeleton, n);
+// Scans each tensor name once. Digit runs collapse to one '0' in the name's
+// skeleton ("model.layers.0.mlp.experts.0.up_proj.weight"; a 70k-tensor MoE
+// manifest has a few dozen), and what depends on the skeleton only -- where
+// "layers.N" and "experts.N" sit, whether it names a fused expert stack and,
+// for digit-agnostic patterns, exclusion -- is worked out once per skeleton.
+// The skeleton's id and the name's digits, packed in one integer, key the
+// duplicate-name check, so names are hashed as strings once, not twice.
+class NameScanner {
+ public:
+  struct Facts {
+    bool duplicate = false;
+    bool excluded = false;  // only when asked for
+    int layer = -1;         // IndexAfter(name, "layers.")
+    int expert = -1;        // IndexAfter(name, "experts.")
+    bool expert_stack = false;
+  };
+
+  NameScanner(const ExcludeMatcher& excludes, int expected_names) : excludes_(excludes) {
+    packed_.reserve(expected_names);
   }
-  for (; i < name.size(); ++i) n = AppendSkeletonChar(name, i, skeleton, n);
-  skeleton.resize(n);
-  auto [it, inserted] = memo.try_emplace(skeleton, false);
-  if (inserted) it->second = excludes.Matches(name);
-  return it->second;
-}
+
+  Facts Scan(absl::string_view name, bool need_excluded) {
+    BuildSkeleton(name);
+    const SkeletonInfo& info = Lookup(name);
+    Facts f;
+    f.expert_stack = info.expert_stack;
+    if (need_excluded) f.excluded = excludes_.digit_agnostic() ? info.excluded : excludes_.Matches(name);
+    if (long_run_ || info.layer_run >= kMaxRuns || info.expert_run >= kMaxRuns) {
+      f.layer = IndexAfter(name, "layers.");  // values past 9 digits: the parser's own limits
+      f.expert = IndexAfter(name, "experts.");
+    } else {
+      f.layer = info.layer_run >= 0 ? run_value_[info.layer_run] : -1;
+      f.expert = info.expert_run >= 0 ? run_value_[info.expert_run] : -1;
+    }
+    if (packable_ && info.id < (1u << kIdBits)) {
+      f.duplicate = !packed_.insert(info.id | (nibbles_ << kIdBits)).second;
+    } else {
+      f.duplicate = !unpacked_.insert(name).second;
+    }
+    return f;
+  }
+
+ private:
+  static constexpr int kMaxRuns = 8;
+  static constexpr int kIdBits = 20;                  // skeleton ids that pack
+  static constexpr int kMaxNibbles = (64 - kIdBits) / 4;
+  static constexpr uint64_t kSeparator = 0xF;
+
+  struct SkeletonInfo {
+    uint32_t id = 0;
+    bool excluded = false;
+    bool expert_stack = false;
+    int layer_run = -1;
+    int expert_run = -1;
+  };
+
+  // Fills skeleton_, the values of the first kMaxRuns digit runs, and the
+  // name's digits as nibbles (digit + 1, runs separated by 0xF; no nibble is
+  // 0, so with the skeleton fixing the run count the packing is injective).
+  void BuildSkeleton(absl::string_view name) {
+    skeleton_.resize(name.size());
+    n_ = 0;
+    runs_ = 0;
+    nibbles_ = 0;
+    num_nibbles_ = 0;
+    packable_ = true;
+    long_run_ = false;
+    size_t i = 0;
+    // Eight bytes at a time while they hold no digit (most of a name: digit
+    // runs are the layer and expert indices); byte by byte where one does.
+    while (i + 8 <= name.size()) {
+      uint64_t word;
+      std::memcpy(&word, name.data() + i, sizeof(word));
+      if (!HasDigitByte(word)) {
+        std::memcpy(&skeleton_[n_], &word, sizeof(word));
+        n_ += 8;
+        i += 8;
+        continue;
+      }
+      for (const size_t end = i + 8; i < end; ++i) AddChar(name, i);
+    }
+    for (; i < name.size(); ++i) AddChar(name, i);
+    skeleton_.resize(n_);
+  }
+
+  void AddChar(absl::string_view name, size_t i) {
+    const char c = name[i];
+    if (!absl::ascii_isdigit(c)) {
+      skeleton_[n_++] = c;
+      return;
+    }
+    if (i == 0 || !absl::ascii_isdigit(name[i - 1])) {  // a run starts
+      skeleton_[n_++] = '0';
+      if (runs_ > 0) AddNibble(kSeparator);
+      if (runs_ < kMaxRuns) run_value_[runs_] = 0;
+      run_digits_ = 0;
+      ++runs_;
+    }
+    if (++run_digits_ > 9) long_run_ = true;
+    if (runs_ <= kMaxRuns && !long_run_) run_value_[runs_ - 1] = run_value_[runs_ - 1] * 10 + (c - '0');
+    AddNibble(static_cast<uint64_t>(c - '0') + 1);
+  }
+
+  void AddNibble(uint64_t v) {
+    if (num_nibbles_ == kMaxNibbles) {
+      packable_ = false;
+      return;
+    }
+    nibbles_ |= v << (4 * num_nibbles_++);
+  }
+
+  const SkeletonInfo& Lookup(absl::string_view name) {
+    auto [it, inserted] = memo_.try_emplace(skeleton_);
+    if (inserted) {
+      SkeletonInfo& info = it->second;
+      info.id = static_cast<uint32_t>(memo_.size() - 1);
+      info.layer_run = RunAfter(skeleton_, "layers.");
+      info.expert_run = RunAfter(skeleton_, "experts.");
+      info.expert_stack = IsExpertStackName(skeleton_);
+      if (excludes_.digit_agnostic()) info.excluded = excludes_.Matches(name);
+    }
+    return it->second;
+  }
+
+  const ExcludeMatcher& excludes_;
+  absl::flat_hash_map<std::string, SkeletonInfo> memo_;
+  absl::flat_hash_set<uint64_t> packed_;
+  absl::flat_hash_set<absl::string_view> unpacked_;
+  // The name being scanned.
+  std::string skeleton_;
+  size_t n_ = 0;
+  int runs_ = 0;
+  int run_digits_ = 0;
+  std::array<int, kMaxRuns> run_value_{};
+  uint64_t nibbles_ = 0;
+  int num_nibbles_ = 0;
+  bool packable_ = true;
+  bool long_run_ = false;
+};
 
 // Shape, dtype and optimizer checks of one tensor; fills numel/esize/shape view.
 absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out) {
@@ -183,62 +306,67 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   return absl::OkStatus();
 }
 
+// What the per-tensor pass learns for stage and expert placement, which
+// need the whole manifest (layer count, expert count) before they resolve.
+struct Placement {
+  std::vector<int> layer;  // "layers.N" index, -1 if none
+  std::vector<bool> explicit_stage;
+  int num_layers = 0;
+  int num_experts = 0;
+  // The first error of each kind in manifest order; the stage error wins.
+  absl::Status stage_error;
+  absl::Status expert_error;
+};
+
+// Explicit stage and expert of tensor i, checked; records the first error
+// of each kind rather than returning, so that shape and name errors of
+// later tensors still come first.
+void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout,
+                 const NameScanner::Facts& facts, ResolvedTensor& r, Placement& p) {
+  p.layer[i] = facts.layer;
+  p.num_layers = std::max(p.num_layers, facts.layer + 1);
+  if (t.has_stage()) {
+    p.explicit_stage[i] = true;
+    r.stage = t.stage();
+    if ((t.stage() < 0 || t.stage() >= layout.pp()) && p.stage_error.ok()) {
+      p.stage_error = TensorError(t, i, absl::StrCat("stage ", t.stage(), " is outside [0, pp=", layout.pp(), ")"));
+    }
+  }
+  if (t.has_expert()) {
+    if (facts.expert >= 0 && facts.expert != t.expert() && p.expert_error.ok()) {
+      p.expert_error = TensorError(
+          t, i, absl::StrCat("expert ", t.expert(), " disagrees with the name's experts.", facts.expert));
+    }
+    r.expert = t.expert();
+  } else {
+    r.expert = facts.expert;
+  }
+  if (r.expert >= 0) {
+    p.num_experts = std::max(p.num_experts, r.expert + 1);
+  } else if (facts.expert_stack && t.shape_size() >= 2) {
+    r.stack = true;
+  }
+}
+
 // Stage of every tensor: explicit, else from "layers.N" in contiguous equal
 // blocks, else the stage of the closest preceding layered tensor (embedding
 // -> first stage; final norm and lm_head -> last).
-absl::Status AssignStages(const v1::ModelManifest& m, const RankLayout& layout,
-                          std::vector<ResolvedTensor>* tensors) {
-  std::vector<int> layer(m.tensors_size(), -1);
-  int num_layers = 0;
-  for (int i = 0; i < m.tensors_size(); ++i) {
-    layer[i] = IndexAfter(m.tensors(i).name(), "layers.");
-    num_layers = std::max(num_layers, layer[i] + 1);
-  }
+void AssignStages(const Placement& p, int pp, std::vector<ResolvedTensor>& tensors) {
+  const int n = static_cast<int>(tensors.size());
   int current = 0;
-  for (int i = 0; i < m.tensors_size(); ++i) {
-    const v1::TensorSpec& t = m.tensors(i);
-    if (t.has_stage()) {
-      if (t.stage() < 0 || t.stage() >= layout.pp()) {
-        return TensorError(t, i, absl::StrCat("stage ", t.stage(), " is outside [0, pp=", layout.pp(), ")"));
-      }
-      current = t.stage();
-    } else if (layer[i] >= 0) {
-      current = static_cast<int>(int64_t{layer[i]} * layout.pp() / num_layers);
+  for (int i = 0; i < n; ++i) {
+    if (p.explicit_stage[i]) {
+      current = tensors[i].stage;
+    } else if (p.layer[i] >= 0) {
+      current = static_cast<int>(int64_t{p.layer[i]} * pp / p.num_layers);
     }
-    (*tensors)[i].stage = current;
+    tensors[i].stage = current;
   }
   // Trailing untagged tensors (final norm, lm_head) belong to the last stage.
-  for (int i = m.tensors_size() - 1; i >= 0; --i) {
-    const v1::TensorSpec& t = m.tensors(i);
-    if (t.has_stage() || layer[i] >= 0) break;
-    if (num_layers > 0) (*tensors)[i].stage = layout.pp() - 1;
+  for (int i = n - 1; i >= 0; --i) {
+    if (p.explicit_stage[i] || p.layer[i] >= 0) break;
+    if (p.num_layers > 0) tensors[i].stage = pp - 1;
   }
-  return absl::OkStatus();
-}
-
-absl::Status AssignExperts(const v1::ModelManifest& m, std::vector<ResolvedTensor>* tensors,
-                           int* num_experts) {
-  *num_experts = 0;
-  for (int i = 0; i < m.tensors_size(); ++i) {
-    const v1::TensorSpec& t = m.tensors(i);
-    ResolvedTensor& r = (*tensors)[i];
-    int from_name = IndexAfter(t.name(), "experts.");
-    if (t.has_expert()) {
-      if (from_name >= 0 && from_name != t.expert()) {
-        return TensorError(t, i, absl::StrCat("expert ", t.expert(), " disagrees with the name's experts.",
-                                              from_name));
-      }
-      r.expert = t.expert();
-    } else {
-      r.expert = from_name;
-    }
-    if (r.expert >= 0) {
-      *num_experts = std::max(*num_experts, r.expert + 1);
-    } else if (IsExpertStackName(t.name()) && t.shape_size() >= 2) {
-      r.stack = true;
-    }
-  }
-  return absl::OkStatus();
 }
 
 // Splits a tensor into its units: one per ep rank for a fused expert stack
@@ -371,32 +499,29 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
   auto excludes = ExcludeMatcher::Create(exclude_patterns);
   if (!excludes.ok()) return excludes.status();
 
+  const int n = manifest.tensors_size();
   ResolvedModel model;
-  model.tensors.resize(manifest.tensors_size());
-  // Exclusion answers by name skeleton (ExcludeMatcher::digit_agnostic): a
-  // 70k-tensor MoE manifest has a few dozen.
-  absl::flat_hash_map<std::string, bool> memo;
-  std::string skeleton;
-  absl::flat_hash_set<absl::string_view> names;
-  names.reserve(manifest.tensors_size());
-  for (int i = 0; i < manifest.tensors_size(); ++i) {
+  model.tensors.resize(n);
+  NameScanner names(*excludes, n);
+  Placement placement;
+  placement.layer.resize(n);
+  placement.explicit_stage.resize(n);
+  for (int i = 0; i < n; ++i) {
     const v1::TensorSpec& t = manifest.tensors(i);
     ResolvedTensor& r = model.tensors[i];
     absl::Status s = CheckTensor(t, i, &r);
     if (!s.ok()) return s;
-    if (!names.insert(t.name()).second) return TensorError(t, i, "duplicate name");
-    if (t.optimizer() != v1::OPTIMIZER_UNSPECIFIED) {
-      r.muon = t.optimizer() == v1::MUON;
-    } else {
-      bool excluded = ExcludedMemo(*excludes, t.name(), memo, skeleton);
-      r.muon = (t.shape_size() == 2 || t.shape_size() == 3) && !excluded;
-    }
+    const bool classify = t.optimizer() == v1::OPTIMIZER_UNSPECIFIED;
+    const NameScanner::Facts facts = names.Scan(t.name(), classify);
+    if (facts.duplicate) return TensorError(t, i, "duplicate name");
+    r.muon = classify ? (t.shape_size() == 2 || t.shape_size() == 3) && !facts.excluded
+                      : t.optimizer() == v1::MUON;
+    PlaceTensor(t, i, layout, facts, r, placement);
   }
-  absl::Status s = AssignStages(manifest, layout, &model.tensors);
-  if (!s.ok()) return s;
-  int num_experts = 0;
-  s = AssignExperts(manifest, &model.tensors, &num_experts);
-  if (!s.ok()) return s;
+  if (!placement.stage_error.ok()) return placement.stage_error;
+  if (!placement.expert_error.ok()) return placement.expert_error;
+  AssignStages(placement, layout.pp(), model.tensors);
+  const int num_experts = placement.num_experts;
   if (layout.ep() > 1 && num_experts > 0 && num_experts % layout.ep() != 0) {
     return absl::InvalidArgumentError(absl::StrCat("manifest: ", num_experts,
                                                    " experts are not divisible by ep ", layout.ep()));
@@ -405,8 +530,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
   model.muon_units.resize(layout.num_groups());
   model.adamw_units.resize(layout.num_groups());
   model.units.reserve(manifest.tensors_size());
-  for (int i = 0; i < manifest.tensors_size(); ++i) {
-    s = AddUnits(manifest.tensors(i), i, model.tensors[i], layout, num_experts, &model);
+  for (int i = 0; i < n; ++i) {
+    absl::Status s = AddUnits(manifest.tensors(i), i, model.tensors[i], layout, num_experts, &model);
     if (!s.ok()) return s;
   }
   return model;

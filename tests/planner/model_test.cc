@@ -1,0 +1,187 @@
+// ResolveModel's name handling: one scan per name feeds the duplicate check,
+// the "layers.N" / "experts.N" indices, fused-stack detection and Muon
+// exclusion. Checked against RE2 oracles on random names and on the edge
+// cases of the scanner (leading zeros, long digit runs, many runs).
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "coordinator/planner/model.h"
+#include "coordinator/planner/topology.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "re2/re2.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::planner {
+namespace {
+
+using ::muonshard::testing::ManifestBuilder;
+using ::muonshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+RankLayout Layout(int world, int pp = 1, int ep = 1) {
+  v1::Topology t;
+  t.set_world_size(world);
+  t.set_pp(pp);
+  t.set_ep(ep);
+  return *RankLayout::Create(t);
+}
+
+absl::StatusOr<ResolvedModel> Resolve(const v1::ModelManifest& m, const RankLayout& layout) {
+  return ResolveModel(m, layout, DefaultExcludePatterns());
+}
+
+// The first "experts.N" (at the start or after a '.', N then '.' or the end).
+int ExpertOracle(const std::string& name) {
+  static const RE2* const re = new RE2(R"((?:^|\.)experts\.(\d+)(?:\.|$))");
+  std::string digits;
+  if (!RE2::PartialMatch(name, *re, &digits)) return -1;
+  return std::stoi(digits);
+}
+
+bool ExcludedOracle(const std::string& name) {
+  RE2::Options options;
+  options.set_case_sensitive(false);
+  for (const std::string& p : DefaultExcludePatterns()) {
+    if (RE2::PartialMatch(name, RE2(p, options))) return true;
+  }
+  return false;
+}
+
+// Names built from the tokens that matter, digits of every length and the
+// exclusion words, so skeletons repeat and digit runs vary.
+std::string RandomName(std::mt19937_64& rng) {
+  static const std::vector<std::string> kParts = {
+      "model", "layers", "experts", "mlp", "gate", "up_proj", "weight", "bias", "Embed", "x1y", "router",
+      "lm_head", "sinks", "layers0", "0experts"};
+  std::string name;
+  const int parts = 1 + static_cast<int>(rng() % 7);
+  for (int p = 0; p < parts; ++p) {
+    if (p > 0) name += '.';
+    if (rng() % 3 == 0) {
+      const int digits = 1 + static_cast<int>(rng() % 4);
+      for (int d = 0; d < digits; ++d) name += static_cast<char>('0' + rng() % 10);
+    } else {
+      name += kParts[rng() % kParts.size()];
+    }
+  }
+  return name;
+}
+
+TEST(ResolveModelTest, RandomNames_ExpertIndexAndExclusionAgreeWithRe2) {
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    ManifestBuilder b;
+    std::vector<std::string> names;
+    absl::flat_hash_set<std::string> seen;
+    while (names.size() < 300) {
+      std::string name = RandomName(rng);
+      if (seen.insert(name).second) names.push_back(name);
+    }
+    // Explicit experts would have to agree with the name; leave them out.
+    for (const std::string& n : names) b.Add(n, {8, 16});
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(b.Build(), Layout(2)));
+    for (size_t i = 0; i < names.size(); ++i) {
+      EXPECT_EQ(model.tensors[i].expert, ExpertOracle(names[i])) << names[i];
+      EXPECT_EQ(model.tensors[i].muon, !ExcludedOracle(names[i])) << names[i];
+    }
+  }
+}
+
+TEST(ResolveModelTest, RandomNames_EveryRepeatIsADuplicate) {
+  std::mt19937_64 rng(11);
+  for (int round = 0; round < 50; ++round) {
+    ManifestBuilder b;
+    std::vector<std::string> names;
+    absl::flat_hash_set<std::string> seen;
+    while (names.size() < 200) {
+      std::string name = RandomName(rng);
+      if (seen.insert(name).second) names.push_back(name);
+    }
+    for (const std::string& n : names) b.Add(n, {4});
+    const std::string& again = names[rng() % names.size()];
+    b.Add(again, {4});
+    EXPECT_THAT(Resolve(b.Build(), Layout(2)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"" + again + "\": duplicate name")));
+  }
+}
+
+TEST(ResolveModelTest, DigitsThatDifferOnlyInLeadingZerosAreDistinctNames) {
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("layers.1.w", {4})
+                            .Add("layers.01.w", {4})
+                            .Add("layers.001.w", {4})
+                            .Add("layers.10.w", {4})
+                            .Add("layers.1.w0", {4})
+                            .Add("layers.10.w0", {4})
+                            .Add("layers.1.w00", {4})
+                            .Build();
+  MUONSHARD_ASSERT_OK(Resolve(m, Layout(2)).status());
+}
+
+TEST(ResolveModelTest, NamesWithMoreDigitsThanPackIntoTheKey_StillChecked) {
+  const std::string long_name = "a.123456789012345678901234567890.b";
+  const std::string many_runs = "l.1.2.3.4.5.6.7.8.9.10.11.12.experts.13";
+  MUONSHARD_ASSERT_OK(Resolve(ManifestBuilder().Add(long_name, {4}).Add(many_runs, {4}).Build(), Layout(2)).status());
+  EXPECT_THAT(Resolve(ManifestBuilder().Add(long_name, {4}).Add("x", {4}).Add(long_name, {4}).Build(), Layout(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate name")));
+  EXPECT_THAT(Resolve(ManifestBuilder().Add(many_runs, {4}).Add(many_runs, {4}).Build(), Layout(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate name")));
+  // The expert index past eight digit runs is still read.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(ManifestBuilder().Add(many_runs, {4}).Build(), Layout(2)));
+  EXPECT_EQ(model.tensors[0].expert, 13);
+}
+
+TEST(ResolveModelTest, LayerIndicesPlaceStagesWhateverTheirDigitCount) {
+  // Layers 0 and 7 of 8 on pp 2, written with leading zeros and as a
+  // ten-digit run.
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("embed.weight", {4, 4})
+                            .Add("layers.0000000000.w", {4, 4})
+                            .Add("layers.07.w", {4, 4})
+                            .Add("norm.weight", {4})
+                            .Build();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(m, Layout(4, 2)));
+  EXPECT_EQ(model.tensors[0].stage, 0);
+  EXPECT_EQ(model.tensors[1].stage, 0);
+  EXPECT_EQ(model.tensors[2].stage, 1);
+  EXPECT_EQ(model.tensors[3].stage, 1);
+}
+
+TEST(ResolveModelTest, FusedExpertStackRecognisedByName) {
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("model.layers.0.mlp.experts.gate_up_proj", {4, 8, 16})
+                            .Add("model.layers.0.mlp.experts.3.up_proj.weight", {8, 16})
+                            .Add("model.layers.0.mlp.not_experts.w", {4, 8, 16})
+                            .Build();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(m, Layout(4, 1, 2)));
+  EXPECT_TRUE(model.tensors[0].stack);
+  EXPECT_FALSE(model.tensors[1].stack);
+  EXPECT_EQ(model.tensors[1].expert, 3);
+  EXPECT_FALSE(model.tensors[2].stack);
+}
+
+TEST(ResolveModelTest, StageErrorsPrecedeExpertErrorsAndFollowShapeErrors) {
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("experts.1.w", {4}, v1::BF16, 2)  // expert disagrees with the name
+                            .AddWithStage("s.w", {4}, 5)           // stage outside [0, 2)
+                            .Build();
+  EXPECT_THAT(Resolve(m, Layout(4, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"s.w\": stage 5 is outside")));
+  *m.add_tensors() = m.tensors(0);
+  m.mutable_tensors(2)->set_name("z");
+  m.mutable_tensors(2)->clear_shape();
+  EXPECT_THAT(Resolve(m, Layout(4, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"z\": shape is empty")));
+  m.mutable_tensors()->RemoveLast();
+  m.mutable_tensors(1)->clear_stage();
+  EXPECT_THAT(Resolve(m, Layout(4, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"experts.1.w\": expert 2 disagrees with the name's experts.1")));
+}
+
+}  // namespace
+}  // namespace muonshard::planner
