@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/balanced.h"
 #include "coordinator/planner/bucketing.h"
@@ -174,9 +175,12 @@ class PlanBuilder {
     }
   }
 
+  // One pass over the manifest; units are tensor-major, so each tensor's
+  // parts are the next units in order.
   void EmitTensors() {
     const v1::ModelManifest& m = manifest_;
     plan_->mutable_tensors()->Reserve(m.tensors_size());
+    size_t u = 0;
     for (int i = 0; i < m.tensors_size(); ++i) {
       const v1::TensorSpec& spec = m.tensors(i);
       const ResolvedTensor& r = model_.tensors[i];
@@ -189,16 +193,16 @@ class PlanBuilder {
       t->set_stage(r.stage);
       t->set_expert(r.expert);
       t->set_numel(r.numel);
-    }
-    for (const Unit& u : model_.units) {
-      v1::PlannedTensor* t = plan_->mutable_tensors(u.tensor);
-      t->set_colour(plan_->groups(u.group).colour());
-      v1::TensorPart* part = t->add_parts();
-      part->set_group(u.group);
-      part->set_element_begin(u.elem_begin);
-      part->set_element_end(u.elem_begin + u.numel);
-      part->set_matrix_begin(u.matrix_begin);
-      part->set_matrix_end(u.matrix_end);
+      for (; u < model_.units.size() && model_.units[u].tensor == i; ++u) {
+        const Unit& unit = model_.units[u];
+        t->set_colour(layout_.GroupColour(unit.group));
+        v1::TensorPart* part = t->add_parts();
+        part->set_group(unit.group);
+        part->set_element_begin(unit.elem_begin);
+        part->set_element_end(unit.elem_begin + unit.numel);
+        part->set_matrix_begin(unit.matrix_begin);
+        part->set_matrix_end(unit.matrix_end);
+      }
     }
   }
 
@@ -253,9 +257,35 @@ class PlanBuilder {
     return owners;
   }
 
-  int64_t ShardNumel(const MuonShard& s) const {
-    const ResolvedTensor& t = model_.tensors[model_.units[s.unit].tensor];
-    return int64_t{s.matrix_end - s.matrix_begin} * t.rows * t.cols;
+  // A Muon shard with everything its bucket entry and owned record need,
+  // gathered while the shards are still in manifest order: the per-owner
+  // emission then reads one array in order, not the tensor table at random.
+  struct OwnedShard {
+    int unit;
+    int tensor;
+    int matrix_begin;
+    int matrix_end;
+    v1::DType dtype;
+    int esize;
+    int64_t element_begin;
+    int64_t numel;
+    double ns_flops;
+  };
+
+  OwnedShard Gather(const MuonShard& s) const {
+    const Unit& u = model_.units[s.unit];
+    const ResolvedTensor& t = model_.tensors[u.tensor];
+    const int64_t matrix_numel = t.rows * t.cols;
+    const int matrices = s.matrix_end - s.matrix_begin;
+    return OwnedShard{s.unit,
+                      u.tensor,
+                      s.matrix_begin,
+                      s.matrix_end,
+                      t.dtype,
+                      t.esize,
+                      int64_t{s.matrix_begin} * matrix_numel,
+                      matrices * matrix_numel,
+                      matrices * NsFlops(t.rows, t.cols, policy_.ns_steps())};
   }
 
   // Per group and owner (ascending), the owner's shards in manifest order,
@@ -272,58 +302,58 @@ class PlanBuilder {
     std::vector<int> start(group_base.back() + 1, 0);
     for (const MuonShard& s : shards) ++start[key(s) + 1];
     for (size_t k = 1; k < start.size(); ++k) start[k] += start[k - 1];
-    std::vector<MuonShard> sorted(shards.size());
+    std::vector<OwnedShard> sorted(shards.size());
     std::vector<int> fill(start.begin(), start.end() - 1);
-    for (const MuonShard& s : shards) sorted[fill[key(s)]++] = s;
+    for (const MuonShard& s : shards) sorted[fill[key(s)]++] = Gather(s);
     for (int g = 0; g < plan_->groups_size(); ++g) {
+      const v1::CommGroup& group = plan_->groups(g);
       for (int k = group_base[g]; k < group_base[g + 1]; ++k) {
         if (start[k] == start[k + 1]) continue;
         auto first = sorted.begin() + start[k], last = sorted.begin() + start[k + 1];
-        auto by_unit = [](const MuonShard& a, const MuonShard& b) {
+        auto by_unit = [](const OwnedShard& a, const OwnedShard& b) {
           return std::tie(a.unit, a.matrix_begin) < std::tie(b.unit, b.matrix_begin);
         };
         if (!std::is_sorted(first, last, by_unit)) std::sort(first, last, by_unit);
-        EmitOwnerBuckets(g, std::vector<MuonShard>(first, last));
+        v1::RankPlan* owner = plan_->mutable_ranks(group.ranks(k - group_base[g]));
+        owner->mutable_owned()->Reserve(owner->owned_size() + static_cast<int>(last - first));
+        EmitOwnerBuckets(g, absl::MakeConstSpan(&*first, last - first), owner);
       }
     }
   }
 
-  void EmitOwnerBuckets(int group, const std::vector<MuonShard>& owned) {
+  void EmitOwnerBuckets(int group, absl::Span<const OwnedShard> owned, v1::RankPlan* owner) {
     std::vector<v1::DType> dtypes;
     std::vector<int64_t> numels;
-    for (const MuonShard& s : owned) {
-      dtypes.push_back(model_.tensors[model_.units[s.unit].tensor].dtype);
-      numels.push_back(ShardNumel(s));
+    dtypes.reserve(owned.size());
+    numels.reserve(owned.size());
+    for (const OwnedShard& s : owned) {
+      dtypes.push_back(s.dtype);
+      numels.push_back(s.numel);
     }
-    const v1::CommGroup& g = plan_->groups(group);
-    const int owner = g.ranks(owned.front().owner);
-    const int steps = policy_.ns_steps();
     for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
       v1::MuonBucket* b = plan_->add_muon_buckets();
       b->set_id(plan_->muon_buckets_size() - 1);
       b->set_group(group);
-      b->set_owner(owner);
+      b->set_owner(owner->rank());
       b->set_dtype(dtypes[members[0]]);
+      b->mutable_entries()->Reserve(static_cast<int>(members.size()));
       int64_t offset = 0;
       for (int k : members) {
-        const MuonShard& s = owned[k];
-        const Unit& u = model_.units[s.unit];
-        const ResolvedTensor& t = model_.tensors[u.tensor];
-        const int64_t matrix_numel = t.rows * t.cols;
+        const OwnedShard& s = owned[k];
         v1::BucketEntry* e = b->add_entries();
-        e->set_tensor(u.tensor);
-        e->set_element_begin(int64_t{s.matrix_begin} * matrix_numel);
-        e->set_numel(numels[k]);
+        e->set_tensor(s.tensor);
+        e->set_element_begin(s.element_begin);
+        e->set_numel(s.numel);
         e->set_offset(offset);
-        e->set_padded_numel(ReducePaddedNumel(numels[k], t.esize));
+        e->set_padded_numel(ReducePaddedNumel(s.numel, s.esize));
         offset += e->padded_numel();
 
-        v1::OwnedTensor* o = plan_->mutable_ranks(owner)->add_owned();
-        o->set_tensor(u.tensor);
+        v1::OwnedTensor* o = owner->add_owned();
+        o->set_tensor(s.tensor);
         o->set_matrix_begin(s.matrix_begin);
         o->set_matrix_end(s.matrix_end);
-        o->set_numel(numels[k]);
-        o->set_ns_flops((s.matrix_end - s.matrix_begin) * NsFlops(t.rows, t.cols, steps));
+        o->set_numel(s.numel);
+        o->set_ns_flops(s.ns_flops);
         o->set_bucket(b->id());
       }
       b->set_numel(offset);

@@ -52,12 +52,11 @@ std::vector<int> RankLayout::GroupRanks(int group) const {
 v1::CommGroup RankLayout::GroupProto(int group) const {
   v1::CommGroup g;
   g.set_id(group);
+  g.set_colour(GroupColour(group));
   if (group < pp_) {
-    g.set_colour(v1::DEFAULT);
     g.set_stage(group);
     g.set_ep_rank(-1);
   } else {
-    g.set_colour(v1::MOE_EXPERT);
     g.set_stage((group - pp_) / ep_);
     g.set_ep_rank((group - pp_) % ep_);
   }

@@ -36,6 +36,7 @@ class RankLayout {
   int num_groups() const { return ep_ > 1 ? pp_ + pp_ * ep_ : pp_; }
   int DefaultGroup(int stage) const { return stage; }
   int MoeGroup(int stage, int ep_rank) const { return ep_ > 1 ? pp_ + stage * ep_ + ep_rank : stage; }
+  v1::Colour GroupColour(int group) const { return group < pp_ ? v1::DEFAULT : v1::MOE_EXPERT; }
   // The global ranks of a group, in group-rank order.
   std::vector<int> GroupRanks(int group) const;
   v1::CommGroup GroupProto(int group) const;
