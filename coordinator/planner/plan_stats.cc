@@ -34,7 +34,6 @@ double Ratio(double a, double b) { return b > 0 ? a / b : (a > 0 ? 0 : 1); }
 
 std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan) {
   std::vector<RankTotals> totals(plan.ranks_size());
-  const int grad_esize = DTypeSize(plan.policy().grad_dtype());
   for (const v1::RankPlan& r : plan.ranks()) {
     RankTotals& t = totals[r.rank()];
     for (const v1::OwnedTensor& o : r.owned()) {
@@ -43,6 +42,12 @@ std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan) {
     }
     for (const v1::TensorSlice& s : r.slices()) t.adamw_numel += s.end() - s.begin();
   }
+  AddBucketTotals(plan, totals);
+  return totals;
+}
+
+void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
+  const int grad_esize = DTypeSize(plan.policy().grad_dtype());
   // Every rank of a group moves every Muon bucket of the group: sum per
   // group first (thousands of buckets x up to 1,024 ranks otherwise).
   std::vector<int64_t> group_reduce(plan.groups_size(), 0), group_broadcast(plan.groups_size(), 0);
@@ -72,11 +77,25 @@ std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan) {
     t.optimizer_state_bytes =
         t.muon_numel * kMuonStateBytesPerElem + t.adamw_shard_numel * kAdamwStateBytesPerElem;
   }
-  return totals;
 }
 
 v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops) {
-  std::vector<RankTotals> totals = ComputeRankTotals(plan);
+  ParamCounts counts;
+  for (const v1::PlannedTensor& t : plan.tensors()) {
+    counts.total_params += t.numel();
+    if (t.optimizer() == v1::MUON) {
+      counts.muon_params += t.numel();
+      ++counts.muon_tensors;
+    } else {
+      counts.adamw_params += t.numel();
+      ++counts.adamw_tensors;
+    }
+  }
+  return ComputePlanStats(plan, ComputeRankTotals(plan), counts, max_matrix_numel, max_matrix_flops);
+}
+
+v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& totals, const ParamCounts& counts,
+                               int64_t max_matrix_numel, double max_matrix_flops) {
   std::vector<int64_t> bytes;
   std::vector<double> flops;
   for (v1::RankPlan& r : *plan.mutable_ranks()) {
@@ -95,16 +114,11 @@ v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double 
   }
 
   v1::PlanStats s;
-  for (const v1::PlannedTensor& t : plan.tensors()) {
-    s.set_total_params(s.total_params() + t.numel());
-    if (t.optimizer() == v1::MUON) {
-      s.set_muon_params(s.muon_params() + t.numel());
-      s.set_muon_tensors(s.muon_tensors() + 1);
-    } else {
-      s.set_adamw_params(s.adamw_params() + t.numel());
-      s.set_adamw_tensors(s.adamw_tensors() + 1);
-    }
-  }
+  s.set_total_params(counts.total_params);
+  s.set_muon_params(counts.muon_params);
+  s.set_adamw_params(counts.adamw_params);
+  s.set_muon_tensors(counts.muon_tensors);
+  s.set_adamw_tensors(counts.adamw_tensors);
   Spread b = SpreadOf(bytes);
   s.set_max_state_bytes(static_cast<int64_t>(b.max));
   s.set_min_state_bytes(static_cast<int64_t>(b.min));

@@ -27,12 +27,29 @@ struct RankTotals {
   int64_t param_all_gather_bytes = 0;
 };
 std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan);
+// The second half of ComputeRankTotals, for a builder that summed
+// muon_numel, ns_flops and adamw_numel over each rank's owned tensors and
+// slices (in their order) as it emitted them: adds what the buckets imply
+// and the state bytes.
+void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals);
+
+// The plan-wide parameter counts (PlanStats fields 1-5).
+struct ParamCounts {
+  int64_t total_params = 0;
+  int64_t muon_params = 0;
+  int64_t adamw_params = 0;
+  int32_t muon_tensors = 0;
+  int32_t adamw_tensors = 0;
+};
 
 // Writes the totals into every RankPlan and returns the plan-level figures.
 // The lower bounds are max(mean, largest indivisible item): one Muon matrix
 // (a single expert of a 3-D stack) of `max_matrix_numel` elements and
 // `max_matrix_flops` Newton-Schulz FLOPs.
 v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops);
+// The same from totals and counts already known (see AddBucketTotals).
+v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& totals, const ParamCounts& counts,
+                               int64_t max_matrix_numel, double max_matrix_flops);
 
 // Tighter lower bounds on the busiest rank than PlanStats' max(mean, largest
 // matrix), for judging how far a plan is from the best achievable:

@@ -145,7 +145,8 @@ class PlanBuilder {
     MUONSHARD_ASSIGN_OR_RETURN(std::vector<MuonShard> shards, PartitionMuon());
     EmitMuonBuckets(shards);
     EmitAdamwBuckets();
-    *plan_->mutable_stats() = ComputePlanStats(*plan_, MaxMatrixNumel(), MaxMatrixFlops());
+    AddBucketTotals(*plan_, totals_);
+    *plan_->mutable_stats() = ComputePlanStats(*plan_, totals_, CountParams(), MaxMatrixNumel(), MaxMatrixFlops());
     v1::Plan* result = plan_;
     plan_ = nullptr;
     return result;
@@ -164,6 +165,7 @@ class PlanBuilder {
   }
 
   void EmitRanks() {
+    totals_.assign(layout_.world_size(), RankTotals());
     plan_->mutable_ranks()->Reserve(layout_.world_size());
     for (int r = 0; r < layout_.world_size(); ++r) {
       v1::RankPlan* rp = plan_->add_ranks();
@@ -322,6 +324,7 @@ class PlanBuilder {
   }
 
   void EmitOwnerBuckets(int group, absl::Span<const OwnedShard> owned, v1::RankPlan* owner) {
+    RankTotals& totals = totals_[owner->rank()];
     std::vector<v1::DType> dtypes;
     std::vector<int64_t> numels;
     dtypes.reserve(owned.size());
@@ -355,6 +358,8 @@ class PlanBuilder {
         o->set_numel(s.numel);
         o->set_ns_flops(s.ns_flops);
         o->set_bucket(b->id());
+        totals.muon_numel += s.numel;
+        totals.ns_flops += s.ns_flops;
       }
       b->set_numel(offset);
     }
@@ -459,6 +464,7 @@ class PlanBuilder {
         ++first;
       }
       v1::RankPlan* rank = plan_->mutable_ranks(g.ranks(i));
+      RankTotals& totals = totals_[g.ranks(i)];
       for (size_t k = first; k < static_cast<size_t>(b.entries_size()); ++k) {
         const v1::BucketEntry& e = b.entries(k);
         if (e.offset() >= re) break;
@@ -471,8 +477,19 @@ class PlanBuilder {
         s->set_end(e.element_begin() + std::min(end, e.numel()));
         s->set_padding(end - std::max(begin, e.numel()) > 0 ? end - std::max(begin, e.numel()) : 0);
         s->set_bucket(b.id());
+        totals.adamw_numel += s->end() - s->begin();
       }
     }
+  }
+
+  ParamCounts CountParams() const {
+    ParamCounts c;
+    for (const ResolvedTensor& t : model_.tensors) {
+      c.total_params += t.numel;
+      (t.muon ? c.muon_params : c.adamw_params) += t.numel;
+      ++(t.muon ? c.muon_tensors : c.adamw_tensors);
+    }
+    return c;
   }
 
   int64_t MaxMatrixNumel() const {
@@ -497,6 +514,9 @@ class PlanBuilder {
   ResolvedModel model_;
   const v1::Plan* previous_;  // sticky re-planning; may be null
   v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
+  // Per rank: the sums over its owned tensors and slices, kept as they are
+  // emitted (in the order ComputeRankTotals would add them).
+  std::vector<RankTotals> totals_;
 };
 
 }  // namespace
