@@ -230,21 +230,40 @@ class NameScanner {
     nibbles_ |= v << (4 * num_nibbles_++);
   }
 
+  // Manifests repeat a short cycle of skeletons (an expert's gate, up and
+  // down projections, then the next expert's), so the last few are compared
+  // before the table is hashed.
   const SkeletonInfo& Lookup(absl::string_view name) {
-    auto [it, inserted] = memo_.try_emplace(skeleton_);
+    for (const Recent& r : recent_) {
+      if (r.index != Recent::kNone && r.skeleton == skeleton_) return infos_[r.index];
+    }
+    auto [it, inserted] = memo_.try_emplace(skeleton_, static_cast<uint32_t>(infos_.size()));
     if (inserted) {
-      SkeletonInfo& info = it->second;
-      info.id = static_cast<uint32_t>(memo_.size() - 1);
+      SkeletonInfo info;
+      info.id = it->second;
       info.layer_run = RunAfter(skeleton_, "layers.");
       info.expert_run = RunAfter(skeleton_, "experts.");
       info.expert_stack = IsExpertStackName(skeleton_);
       if (excludes_.digit_agnostic()) info.excluded = excludes_.Matches(name);
+      infos_.push_back(info);
     }
-    return it->second;
+    Recent& slot = recent_[next_recent_];
+    next_recent_ = (next_recent_ + 1) % recent_.size();
+    slot.skeleton = skeleton_;
+    slot.index = it->second;
+    return infos_[it->second];
   }
 
   const ExcludeMatcher& excludes_;
-  absl::flat_hash_map<std::string, SkeletonInfo> memo_;
+  struct Recent {
+    static constexpr uint32_t kNone = ~uint32_t{0};
+    std::string skeleton;
+    uint32_t index = kNone;
+  };
+  absl::flat_hash_map<std::string, uint32_t> memo_;  // skeleton -> its index in infos_ (= its id)
+  std::vector<SkeletonInfo> infos_;
+  std::array<Recent, 4> recent_;
+  size_t next_recent_ = 0;
   absl::flat_hash_set<uint64_t> packed_;
   absl::flat_hash_set<absl::string_view> unpacked_;
   // The name being scanned.
