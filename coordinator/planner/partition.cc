@@ -12,10 +12,11 @@ namespace muonshard::planner {
 
 std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb,
                             bool all_ranks) {
-  std::vector<int> order(numels.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return numels[a] > numels[b]; });
+  // Stable sort by numel descending: (-numel, index) pairs sorted in place
+  // beat an indirect stable sort over the numel array.
+  std::vector<std::pair<int64_t, int>> keyed(numels.size());
+  for (size_t i = 0; i < numels.size(); ++i) keyed[i] = {-numels[i], static_cast<int>(i)};
+  std::sort(keyed.begin(), keyed.end());
   int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
   int active = group_size;
   if (!all_ranks) {
@@ -31,7 +32,7 @@ std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, 
   std::priority_queue<Load, std::vector<Load>, std::greater<Load>> lightest;
   for (int r = 0; r < active; ++r) lightest.emplace(0, r);
   std::vector<int> owner(numels.size(), 0);
-  for (int i : order) {
+  for (const auto& [neg_numel, i] : keyed) {
     auto [size, r] = lightest.top();
     lightest.pop();
     owner[i] = r;
@@ -43,6 +44,9 @@ std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, 
 std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
                                          int64_t buffer_mb, bool all_ranks, bool per_dtype) {
   std::vector<MuonShard> shards;
+  size_t total = 0;
+  for (const std::vector<int>& units : model.muon_units) total += units.size();
+  shards.reserve(total);
   for (int g = 0; g < layout.num_groups(); ++g) {
     const std::vector<int>& units = model.muon_units[g];
     if (units.empty()) continue;
