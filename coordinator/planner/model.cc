@@ -124,8 +124,10 @@ int RunAfter(absl::string_view skeleton, absl::string_view token) {
 // manifest has a few dozen), and what depends on the skeleton only -- where
 // "layers.N" and "experts.N" sit, whether it names a fused expert stack and,
 // for digit-agnostic patterns, exclusion -- is worked out once per skeleton.
-// The skeleton's id and the name's digits, packed in one integer, key the
-// duplicate-name check, so names are hashed as strings once, not twice.
+// Names of one skeleton differ only in their digits; manifests list them
+// in increasing index order (layer, then expert), so the duplicate check is
+// a comparison with the skeleton's previous name until that order breaks,
+// and a set of the digits packed in one integer from then on.
 class NameScanner {
  public:
   struct Facts {
@@ -136,9 +138,7 @@ class NameScanner {
     bool expert_stack = false;
   };
 
-  NameScanner(const ExcludeMatcher& excludes, int expected_names) : excludes_(excludes) {
-    packed_.reserve(expected_names);
-  }
+  explicit NameScanner(const ExcludeMatcher& excludes) : excludes_(excludes) {}
 
   Facts Scan(absl::string_view name, bool need_excluded) {
     BuildSkeleton(name);
@@ -153,8 +153,8 @@ class NameScanner {
       f.layer = info.layer_run >= 0 ? run_value_[info.layer_run] : -1;
       f.expert = info.expert_run >= 0 ? run_value_[info.expert_run] : -1;
     }
-    if (packable_ && info.id < (1u << kIdBits)) {
-      f.duplicate = !packed_.insert(info.id | (nibbles_ << kIdBits)).second;
+    if (packable_ && !long_run_ && runs_ <= kMaxRuns) {
+      f.duplicate = SeenDigits(digits_[info.id]);
     } else {
       f.duplicate = !unpacked_.insert(name).second;
     }
@@ -163,9 +163,34 @@ class NameScanner {
 
  private:
   static constexpr int kMaxRuns = 8;
-  static constexpr int kIdBits = 20;                  // skeleton ids that pack
-  static constexpr int kMaxNibbles = (64 - kIdBits) / 4;
+  static constexpr int kMaxNibbles = 16;
   static constexpr uint64_t kSeparator = 0xF;
+
+  // The digits seen under one skeleton.
+  struct Digits {
+    bool ordered = true;               // every name's run values above the last's
+    std::array<int, kMaxRuns> last{};  // run values of the last name, while ordered
+    std::vector<uint64_t> keys;        // packed digits, while ordered
+    absl::flat_hash_set<uint64_t> set;  // packed digits, once not
+  };
+
+  // Whether this name's digits were seen under its skeleton; records them.
+  // Strictly increasing run values cannot repeat, so while they increase the
+  // packed digits are only kept, to fill the set should the order break.
+  bool SeenDigits(Digits& d) {
+    if (d.ordered) {
+      if (d.keys.empty() || std::lexicographical_compare(d.last.begin(), d.last.begin() + runs_,
+                                                          run_value_.begin(), run_value_.begin() + runs_)) {
+        std::copy(run_value_.begin(), run_value_.begin() + runs_, d.last.begin());
+        d.keys.push_back(nibbles_);
+        return false;
+      }
+      d.ordered = false;
+      d.set.insert(d.keys.begin(), d.keys.end());
+      d.keys = std::vector<uint64_t>();
+    }
+    return !d.set.insert(nibbles_).second;
+  }
 
   struct SkeletonInfo {
     uint32_t id = 0;
@@ -246,6 +271,7 @@ class NameScanner {
       info.expert_stack = IsExpertStackName(skeleton_);
       if (excludes_.digit_agnostic()) info.excluded = excludes_.Matches(name);
       infos_.push_back(info);
+      digits_.emplace_back();
     }
     Recent& slot = recent_[next_recent_];
     next_recent_ = (next_recent_ + 1) % recent_.size();
@@ -262,9 +288,9 @@ class NameScanner {
   };
   absl::flat_hash_map<std::string, uint32_t> memo_;  // skeleton -> its index in infos_ (= its id)
   std::vector<SkeletonInfo> infos_;
+  std::vector<Digits> digits_;  // by skeleton id
   std::array<Recent, 4> recent_;
   size_t next_recent_ = 0;
-  absl::flat_hash_set<uint64_t> packed_;
   absl::flat_hash_set<absl::string_view> unpacked_;
   // The name being scanned.
   std::string skeleton_;
@@ -521,7 +547,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
   const int n = manifest.tensors_size();
   ResolvedModel model;
   model.tensors.resize(n);
-  NameScanner names(*excludes, n);
+  NameScanner names(*excludes);
   Placement placement;
   placement.layer.resize(n);
   placement.explicit_stage.resize(n);

@@ -122,6 +122,29 @@ TEST(ResolveModelTest, DigitsThatDifferOnlyInLeadingZerosAreDistinctNames) {
   MUONSHARD_ASSERT_OK(Resolve(m, Layout(2)).status());
 }
 
+// The duplicate check compares with the skeleton's previous name while the
+// indices increase, and falls back to a set when they do not.
+TEST(ResolveModelTest, DuplicatesFoundInAndOutOfIndexOrder) {
+  auto name = [](int layer, int expert) {
+    return "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(expert) + ".w";
+  };
+  ManifestBuilder in_order;
+  for (int l = 0; l < 3; ++l) {
+    for (int e = 0; e < 50; ++e) in_order.Add(name(l, e), {4});
+  }
+  MUONSHARD_ASSERT_OK(Resolve(in_order.Build(), Layout(2)).status());
+  ManifestBuilder shuffled;
+  for (int e : {5, 3, 4, 1, 40, 2, 0}) shuffled.Add(name(1, e), {4});
+  shuffled.Add(name(0, 9), {4});
+  MUONSHARD_ASSERT_OK(Resolve(shuffled.Build(), Layout(2)).status());
+  in_order.Add(name(1, 17), {4});  // repeats a name 83 names back, after the order held
+  EXPECT_THAT(Resolve(in_order.Build(), Layout(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"" + name(1, 17) + "\": duplicate name")));
+  shuffled.Add(name(1, 4), {4});  // the order broke earlier: found in the set
+  EXPECT_THAT(Resolve(shuffled.Build(), Layout(2)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"" + name(1, 4) + "\": duplicate name")));
+}
+
 TEST(ResolveModelTest, NamesWithMoreDigitsThanPackIntoTheKey_StillChecked) {
   const std::string long_name = "a.123456789012345678901234567890.b";
   const std::string many_runs = "l.1.2.3.4.5.6.7.8.9.10.11.12.experts.13";
