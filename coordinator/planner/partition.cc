@@ -16,7 +16,8 @@ std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, 
   // beat an indirect stable sort over the numel array.
   std::vector<std::pair<int64_t, int>> keyed(numels.size());
   for (size_t i = 0; i < numels.size(); ++i) keyed[i] = {-numels[i], static_cast<int>(i)};
-  std::sort(keyed.begin(), keyed.end());
+  // Expert groups are often one size throughout, and so already in order.
+  if (!std::is_sorted(keyed.begin(), keyed.end())) std::sort(keyed.begin(), keyed.end());
   int64_t total = std::accumulate(numels.begin(), numels.end(), int64_t{0});
   int active = group_size;
   if (!all_ranks) {
