@@ -1,6 +1,7 @@
 #ifndef MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_
 #define MUONSHARD_COORDINATOR_PLANNER_PLANNER_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -31,6 +32,11 @@ absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request);
 // objects: an arena makes building and freeing it several times cheaper.
 absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
                                       google::protobuf::Arena* arena);
+
+// The same on an arena of its own, sized for large plans; the plan lives as
+// long as any copy of the pointer (the arena goes with the last one). For
+// callers that keep plans, such as the coordinator's catalog.
+absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request);
 
 // Sticky re-planning: `previous` is the plan named by
 // request.policy().sticky_to (INVALID_ARGUMENT otherwise); the balanced

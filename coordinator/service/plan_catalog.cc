@@ -123,16 +123,18 @@ absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Submit(const v1::PlanRequest
   const std::string hash = planner::ContentHash(canonical);
   if (std::optional<v1::SubmitPlanResponse> existing = Existing(hash)) return *existing;
   const absl::Time start = clock_->Now();
-  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, planner::ComputePlan(canonical));
+  // On an arena: a 70k-tensor plan builds in about half the time (bench/planner).
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const v1::Plan> plan, planner::ComputeSharedPlan(canonical));
   return Store(canonical, hash, std::move(plan), clock_->Now() - start);
 }
 
 absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Store(const v1::PlanRequest& canonical,
-                                                          const std::string& hash, v1::Plan plan,
+                                                          const std::string& hash,
+                                                          std::shared_ptr<const v1::Plan> plan,
                                                           absl::Duration compute) {
   absl::MutexLock submit_lock(&submit_mu_);
   MUONSHARD_ASSIGN_OR_RETURN(PlanStore::PutResult put,
-                             store_->Put(MakeInfo(hash, clock_->Now(), plan), canonical, plan));
+                             store_->Put(MakeInfo(hash, clock_->Now(), *plan), canonical, *plan));
   // Not created: an identical request submitted concurrently was stored first.
   if (!put.created) return MakeSubmitResponse(put.info, /*created=*/false);
   const int64_t version = put.info.version();
@@ -141,10 +143,9 @@ absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Store(const v1::PlanRequest&
     index_[version] = put.info;
     by_hash_[hash] = version;
   }
-  auto shared = std::make_shared<const v1::Plan>(std::move(plan));
-  Cache(version, shared);
+  Cache(version, plan);
   observer_->OnPlanCreated(put.info, compute);
-  observer_->OnLatestPlan(put.info, *shared);
+  observer_->OnLatestPlan(put.info, *plan);
   return MakeSubmitResponse(put.info, /*created=*/true);
 }
 

@@ -79,7 +79,8 @@ class PlanCatalog {
   absl::StatusOr<std::shared_ptr<const RankViews>> Load(int64_t version);
   void Cache(int64_t version, std::shared_ptr<const v1::Plan> plan);
   absl::StatusOr<v1::SubmitPlanResponse> Store(const v1::PlanRequest& canonical,
-                                               const std::string& hash, v1::Plan plan,
+                                               const std::string& hash,
+                                               std::shared_ptr<const v1::Plan> plan,
                                                absl::Duration compute);
   std::optional<v1::SubmitPlanResponse> Existing(const std::string& hash) const;
 
