@@ -67,6 +67,18 @@ TEST(PlannerTest, DeterministicBytesAndHash) {
   EXPECT_NE(a.content_hash(), c.content_hash());
 }
 
+TEST(PlannerTest, SharedPlanOnItsArena_SameBytesAndOutlivesTheFirstPointer) {
+  v1::PlanRequest request = MakeRequest(testing::MoeManifest(2, 64, 32, 8, 100), 8, 1, 2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan heap, ComputePlan(request));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::shared_ptr<const v1::Plan> shared, ComputeSharedPlan(request));
+  EXPECT_NE(shared->GetArena(), nullptr);
+  std::shared_ptr<const v1::Plan> kept = shared;
+  shared.reset();
+  EXPECT_EQ(kept->SerializeAsString(), heap.SerializeAsString());
+  request.mutable_topology()->set_world_size(7);
+  EXPECT_THAT(ComputeSharedPlan(request), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_size")));
+}
+
 TEST(PlannerTest, RejectsBadManifests) {
   auto plan_of = [](const v1::ModelManifest& m) { return ComputePlan(MakeRequest(m, 2)); };
   EXPECT_THAT(plan_of(ManifestBuilder().Add("a", {2, 2}).Add("a", {3}).Build()),
