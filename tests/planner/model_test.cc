@@ -71,16 +71,21 @@ std::string RandomName(std::mt19937_64& rng) {
   return name;
 }
 
+std::vector<std::string> DistinctRandomNames(std::mt19937_64& rng, size_t count) {
+  std::vector<std::string> names;
+  absl::flat_hash_set<std::string> seen;
+  while (names.size() < count) {
+    std::string name = RandomName(rng);
+    if (seen.insert(name).second) names.push_back(name);
+  }
+  return names;
+}
+
 TEST(ResolveModelTest, RandomNames_ExpertIndexAndExclusionAgreeWithRe2) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 20; ++round) {
     ManifestBuilder b;
-    std::vector<std::string> names;
-    absl::flat_hash_set<std::string> seen;
-    while (names.size() < 300) {
-      std::string name = RandomName(rng);
-      if (seen.insert(name).second) names.push_back(name);
-    }
+    const std::vector<std::string> names = DistinctRandomNames(rng, 300);
     // Explicit experts would have to agree with the name; leave them out.
     for (const std::string& n : names) b.Add(n, {8, 16});
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(b.Build(), Layout(2)));
@@ -95,12 +100,7 @@ TEST(ResolveModelTest, RandomNames_EveryRepeatIsADuplicate) {
   std::mt19937_64 rng(11);
   for (int round = 0; round < 50; ++round) {
     ManifestBuilder b;
-    std::vector<std::string> names;
-    absl::flat_hash_set<std::string> seen;
-    while (names.size() < 200) {
-      std::string name = RandomName(rng);
-      if (seen.insert(name).second) names.push_back(name);
-    }
+    const std::vector<std::string> names = DistinctRandomNames(rng, 200);
     for (const std::string& n : names) b.Add(n, {4});
     const std::string& again = names[rng() % names.size()];
     b.Add(again, {4});
