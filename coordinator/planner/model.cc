@@ -142,7 +142,7 @@ class NameScanner {
 
   Facts Scan(absl::string_view name, bool need_excluded) {
     BuildSkeleton(name);
-    const SkeletonInfo& info = Lookup(name);
+    SkeletonInfo& info = Lookup(name);
     Facts f;
     f.expert_stack = info.expert_stack;
     if (need_excluded) f.excluded = excludes_.digit_agnostic() ? info.excluded : excludes_.Matches(name);
@@ -154,7 +154,7 @@ class NameScanner {
       f.expert = info.expert_run >= 0 ? run_value_[info.expert_run] : -1;
     }
     if (packable_ && !long_run_ && runs_ <= kMaxRuns) {
-      f.duplicate = SeenDigits(digits_[info.id]);
+      f.duplicate = SeenDigits(info.digits);
     } else {
       f.duplicate = !unpacked_.insert(name).second;
     }
@@ -193,11 +193,11 @@ class NameScanner {
   }
 
   struct SkeletonInfo {
-    uint32_t id = 0;
     bool excluded = false;
     bool expert_stack = false;
     int layer_run = -1;
     int expert_run = -1;
+    Digits digits;
   };
 
   // Fills skeleton_, the values of the first kMaxRuns digit runs, and the
@@ -258,20 +258,17 @@ class NameScanner {
   // Manifests repeat a short cycle of skeletons (an expert's gate, up and
   // down projections, then the next expert's), so the last few are compared
   // before the table is hashed.
-  const SkeletonInfo& Lookup(absl::string_view name) {
+  SkeletonInfo& Lookup(absl::string_view name) {
     for (const Recent& r : recent_) {
       if (r.index != Recent::kNone && r.skeleton == skeleton_) return infos_[r.index];
     }
     auto [it, inserted] = memo_.try_emplace(skeleton_, static_cast<uint32_t>(infos_.size()));
     if (inserted) {
-      SkeletonInfo info;
-      info.id = it->second;
+      SkeletonInfo& info = infos_.emplace_back();
       info.layer_run = RunAfter(skeleton_, "layers.");
       info.expert_run = RunAfter(skeleton_, "experts.");
       info.expert_stack = IsExpertStackName(skeleton_);
       if (excludes_.digit_agnostic()) info.excluded = excludes_.Matches(name);
-      infos_.push_back(info);
-      digits_.emplace_back();
     }
     Recent& slot = recent_[next_recent_];
     next_recent_ = (next_recent_ + 1) % recent_.size();
@@ -286,9 +283,8 @@ class NameScanner {
     std::string skeleton;
     uint32_t index = kNone;
   };
-  absl::flat_hash_map<std::string, uint32_t> memo_;  // skeleton -> its index in infos_ (= its id)
+  absl::flat_hash_map<std::string, uint32_t> memo_;  // skeleton -> its index in infos_
   std::vector<SkeletonInfo> infos_;
-  std::vector<Digits> digits_;  // by skeleton id
   std::array<Recent, 4> recent_;
   size_t next_recent_ = 0;
   absl::flat_hash_set<absl::string_view> unpacked_;
