@@ -41,12 +41,9 @@ void BM_PlanArena(benchmark::State& state, v1::Policy policy) {
   const int world = static_cast<int>(state.range(0));
   const int ep = static_cast<int>(state.range(1));
   v1::PlanRequest request = testing::MakeRequest(Manifest(), world, 1, ep, policy);
-  google::protobuf::ArenaOptions options;
-  options.start_block_size = 1 << 20;
-  options.max_block_size = 64 << 20;
   uint64_t arena_bytes = 0;
   for (auto _ : state) {
-    google::protobuf::Arena arena(options);
+    google::protobuf::Arena arena(planner::PlanArenaOptions());
     auto plan = planner::ComputePlan(request, &arena);
     if (!plan.ok()) {
       state.SkipWithError(std::string(plan.status().message()).c_str());

@@ -561,11 +561,15 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   return builder.Build(HashRequestParts(request.manifest(), topology, policy), arena);
 }
 
-absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request) {
+google::protobuf::ArenaOptions PlanArenaOptions() {
   google::protobuf::ArenaOptions options;
   options.start_block_size = 64 << 10;
   options.max_block_size = 16 << 20;
-  auto arena = std::make_shared<google::protobuf::Arena>(options);
+  return options;
+}
+
+absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request) {
+  auto arena = std::make_shared<google::protobuf::Arena>(PlanArenaOptions());
   MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * plan, ComputePlan(request, arena.get()));
   return std::shared_ptr<const v1::Plan>(std::move(arena), plan);  // aliasing: shares the arena's count
 }
