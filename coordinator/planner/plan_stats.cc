@@ -81,16 +81,7 @@ void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
 
 v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops) {
   ParamCounts counts;
-  for (const v1::PlannedTensor& t : plan.tensors()) {
-    counts.total_params += t.numel();
-    if (t.optimizer() == v1::MUON) {
-      counts.muon_params += t.numel();
-      ++counts.muon_tensors;
-    } else {
-      counts.adamw_params += t.numel();
-      ++counts.adamw_tensors;
-    }
-  }
+  for (const v1::PlannedTensor& t : plan.tensors()) counts.Add(t.numel(), t.optimizer() == v1::MUON);
   return ComputePlanStats(plan, ComputeRankTotals(plan), counts, max_matrix_numel, max_matrix_flops);
 }
 

@@ -40,6 +40,12 @@ struct ParamCounts {
   int64_t adamw_params = 0;
   int32_t muon_tensors = 0;
   int32_t adamw_tensors = 0;
+
+  void Add(int64_t numel, bool muon) {
+    total_params += numel;
+    (muon ? muon_params : adamw_params) += numel;
+    ++(muon ? muon_tensors : adamw_tensors);
+  }
 };
 
 // Writes the totals into every RankPlan and returns the plan-level figures.

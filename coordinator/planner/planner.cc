@@ -484,11 +484,7 @@ class PlanBuilder {
 
   ParamCounts CountParams() const {
     ParamCounts c;
-    for (const ResolvedTensor& t : model_.tensors) {
-      c.total_params += t.numel;
-      (t.muon ? c.muon_params : c.adamw_params) += t.numel;
-      ++(t.muon ? c.muon_tensors : c.adamw_tensors);
-    }
+    for (const ResolvedTensor& t : model_.tensors) c.Add(t.numel, t.muon);
     return c;
   }
 
