@@ -24,6 +24,7 @@
 #include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 #include "tests/worker/optimizer_test_util.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/sharded_optimizer.h"
@@ -188,8 +189,10 @@ TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
       c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128);
   const int from_ep = c.moe ? 2 : 1;
   constexpr int kSteps = 3;
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/resume-", c.name);
-  std::filesystem::remove_all(dir);
+  // A fresh directory: suites run side by side (ctest -j, several checkouts).
+  const testing::TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string& dir = tmp.path();
 
   auto uninterrupted = StartJob(manifest, 4, from_ep, v1::SEED, c.fake_device);
   SetInitialParameters(*uninterrupted);
@@ -214,7 +217,6 @@ TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
       EXPECT_TRUE(worker::testing::NearScaled(got, want, 1e-5)) << name;
     }
   }
-  std::filesystem::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -5,6 +5,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard {
 namespace {
@@ -12,8 +13,8 @@ namespace {
 using ::muonshard::testing::StatusIs;
 
 TEST(FileUtilTest, AtomicWriteReplacesContent) {
-  std::string dir = ::testing::TempDir();
-  std::string path = dir + "/file_util_test.txt";
+  const testing::TempDir dir;
+  const std::string path = dir.Join("file_util_test.txt");
   MUONSHARD_ASSERT_OK(WriteFileAtomic(path, "first"));
   MUONSHARD_ASSERT_OK(WriteFileAtomic(path, "second"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string got, ReadFile(path));

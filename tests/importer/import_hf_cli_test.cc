@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard::importer {
 namespace {
@@ -26,11 +27,11 @@ struct RunResult {
   std::string err;
 };
 
-// A path under the test temp dir unique to the running test case, so that
+// A path under the scratch dir unique to the running test case, so that
 // ctest may run the cases in parallel.
 std::string TempPath(absl::string_view suffix) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return absl::StrCat(::testing::TempDir(), "/", info->test_suite_name(), ".", info->name(), ".", suffix);
+  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".", suffix);
 }
 
 // `muonshardctl import-hf <args>`; `args` must need no shell quoting beyond

@@ -15,6 +15,7 @@
 #include "google/protobuf/util/json_util.h"
 #include "muonshard/v1/plan.pb.h"
 #include "tests/testing/manifest_builder.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard {
 namespace {
@@ -33,7 +34,7 @@ std::string Ctl() {
 }
 
 Result RunCtl(const std::string& args) {
-  const std::string err_file = absl::StrCat(::testing::TempDir(), "/plan_cli_stderr.txt");
+  const std::string err_file = absl::StrCat(testing::ProcessTempDir(), "/plan_cli_stderr.txt");
   Result r;
   FILE* pipe = popen(absl::StrCat(Ctl(), " ", args, " 2>", err_file).c_str(), "r");
   if (pipe == nullptr) return r;
@@ -48,7 +49,7 @@ Result RunCtl(const std::string& args) {
 }
 
 std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string path = absl::StrCat(testing::ProcessTempDir(), "/", name);
   std::ofstream(path) << *ToJson(m);
   return path;
 }
@@ -133,8 +134,8 @@ TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent.json"));
 
-  std::ofstream(absl::StrCat(::testing::TempDir(), "/bad.json")) << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
-  r = RunCtl(absl::StrCat("plan --manifest ", ::testing::TempDir(), "/bad.json --world-size 2"));
+  std::ofstream(absl::StrCat(testing::ProcessTempDir(), "/bad.json")) << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
+  r = RunCtl(absl::StrCat("plan --manifest ", testing::ProcessTempDir(), "/bad.json --world-size 2"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("FP8"));
 }

@@ -36,6 +36,14 @@ class TempDir {
   std::string path_;
 };
 
+// One directory for the whole test process, made on first use and removed
+// at exit, for helpers shared by many cases: ctest runs cases, and CI may
+// run whole suites, side by side, so fixed names under /tmp would collide.
+inline const std::string& ProcessTempDir() {
+  static const TempDir dir;  // a test binary may destroy statics at exit
+  return dir.path();
+}
+
 }  // namespace muonshard::testing
 
 #endif  // MUONSHARD_TESTS_TESTING_TEMP_DIR_H_
