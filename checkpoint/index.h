@@ -38,7 +38,7 @@ constexpr int64_t kDefaultChecksumChunkBytes = int64_t{1} << 20;
 enum class KeyStyle {
   // "<tensor>/<kind>/<begin>-<end>": self-describing, one key per piece.
   kStructured,
-  // Paddle's accumulator names (paddle_internals.md §5.2), for tools that
+  // Paddle's accumulator names (docs/reference/paddle_internals.md §5.2), for tools that
   // read Paddle optimizer files: "<tensor>_fp32_master_0" (master),
   // "<acc>_moment1_0" (Muon momentum, AdamW moment1), "<acc>_moment2_0",
   // plus "<acc>_beta1_pow_acc_0" / "<acc>_beta2_pow_acc_0" ([1]) beside each

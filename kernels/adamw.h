@@ -2,7 +2,7 @@
 #define MUONSHARD_KERNELS_ADAMW_H_
 
 // AdamW for the non-Muon (1-D / element-sharded) parameters, with the
-// semantics of Paddle's fused `adamw_` kernel (paddle_internals.md §3.6):
+// semantics of Paddle's fused `adamw_` kernel (docs/reference/paddle_internals.md §3.6):
 //
 //   p  = p · (1 - lr·wd)                        (only if with_decay)
 //   m1 = β1·m1 + (1-β1)·g

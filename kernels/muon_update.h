@@ -2,7 +2,7 @@
 #define MUONSHARD_KERNELS_MUON_UPDATE_H_
 
 // The Muon step for one 2-D parameter or one 3-D expert stack
-// (paddle_internals.md §3.4-3.5, Paddle "NEW": update on the fp32 master).
+// (docs/reference/paddle_internals.md §3.4-3.5, Paddle "NEW": update on the fp32 master).
 //
 // For each matrix of the batch (rows x cols, row-major), with g the fp32
 // gradient, m the fp32 momentum and p the fp32 master weight:

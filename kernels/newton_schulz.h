@@ -7,7 +7,7 @@
 // is 1 for a 2-D parameter and the number of experts for a 3-D stack; several
 // same-shape matrices packed back to back also form a batch). Each matrix G is
 // processed independently, following Paddle's `_zeropower_via_newtonschulz5`
-// (paddle_internals.md §3.3):
+// (docs/reference/paddle_internals.md §3.3):
 //
 //   X = G, or Gᵀ when rows > cols             (iterate on the smaller Gram)
 //   X = X / max(‖X‖_F, eps)                   (per matrix, in fp32)
@@ -61,7 +61,7 @@ struct NsCoefficients {
   float c = 0;
 };
 
-// Coefficient schedules; step i uses entry i % size (paddle_internals.md §3.3).
+// Coefficient schedules; step i uses entry i % size (docs/reference/paddle_internals.md §3.3).
 enum class NsCoefficientSet {
   kSimple,        // Keller Jordan's (3.4445, -4.7750, 2.0315); Paddle's default.
   kQuintic,       // 5 tuned tuples.

@@ -14,7 +14,7 @@
 namespace muonshard::kernels {
 namespace {
 
-// Tables from paddle_internals.md §3.3 (Paddle optimizer/muon.py, NEW).
+// Tables from docs/reference/paddle_internals.md §3.3 (Paddle optimizer/muon.py, NEW).
 std::vector<NsCoefficients> DeepseekV4Schedule() {
   std::vector<NsCoefficients> schedule(8, {3.4445f, -4.7750f, 2.0315f});
   schedule.insert(schedule.end(), 2, {2.0f, -1.5f, 0.5f});

@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 CTL="${1:-build}/bin/muonshardctl"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-configs=(../shared/fixtures/hf-configs/*.config.json tests/importer/configs/*.config.json)
+configs=(tests/importer/configs/*.config.json)
 echo "| model | W | ep | seed bytes max/LB | seed FLOPs max/LB | balanced bytes max/LB | balanced FLOPs max/LB | balanced bytes max/LB* | balanced FLOPs max/LB* | seed ms | balanced ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for config in "${configs[@]}"; do

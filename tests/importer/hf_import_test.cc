@@ -17,24 +17,26 @@ namespace {
 
 using ::muonshard::testing::StatusIs;
 using ::testing::ElementsAre;
-using testing::FixturePath;
 using ::testing::HasSubstr;
 using testing::IndexOf;
 using testing::NamesWithPrefix;
-using testing::ReadText;
+using testing::ReadConfig;
 using testing::Shape;
 using testing::Tensor;
-using testing::TestConfigPath;
 
-absl::StatusOr<v1::ModelManifest> ImportFile(const std::string& path, ImportOptions options = {}) {
-  return ImportHfConfig(ReadText(path), options);
+// The config of `model` (tests/importer/configs/) imported; a config that
+// cannot be read is the error, naming its path.
+absl::StatusOr<v1::ModelManifest> ImportConfig(absl::string_view model, ImportOptions options = {}) {
+  absl::StatusOr<std::string> json = ReadConfig(model);
+  if (!json.ok()) return json.status();
+  return ImportHfConfig(*json, options);
 }
 
 // ---------------------------------------------------------------------------
 // The shared fixtures: published tensor counts and totals, reproduced exactly.
 
 TEST(HfImportFixtureTest, Llama31_8B_MatchesPublishedCountTotalAndOrder) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(FixturePath("Llama-3.1-8B")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Llama-3.1-8B"));
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, 291);
   EXPECT_EQ(s.parameters, 8'030'261'248);
@@ -58,7 +60,7 @@ TEST(HfImportFixtureTest, Llama31_8B_MatchesPublishedCountTotalAndOrder) {
 }
 
 TEST(HfImportFixtureTest, Qwen3_30B_A3B_MatchesPublishedCountTotalAndOrder) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(FixturePath("Qwen3-30B-A3B")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Qwen3-30B-A3B"));
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, 18'867);
   EXPECT_EQ(s.parameters, 30'532'122'624);
@@ -84,7 +86,7 @@ TEST(HfImportFixtureTest, Qwen3_30B_A3B_MatchesPublishedCountTotalAndOrder) {
 }
 
 TEST(HfImportFixtureTest, DeepSeekV3_MatchesPublishedCountTotalOrderAndFp32Bias) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(FixturePath("DeepSeek-V3")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("DeepSeek-V3"));
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, 45'395);
   EXPECT_EQ(s.parameters, 671'026'419'200);
@@ -134,7 +136,7 @@ void PrintTo(const PublishedTotal& total, std::ostream* os) { *os << total.model
 class HfImportTotalsTest : public ::testing::TestWithParam<PublishedTotal> {};
 
 TEST_P(HfImportTotalsTest, MatchesTotal) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(TestConfigPath(GetParam().model)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig(GetParam().model));
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, GetParam().tensors);
   EXPECT_EQ(s.parameters, GetParam().parameters);
@@ -158,7 +160,7 @@ INSTANTIATE_TEST_SUITE_P(RealConfigs, HfImportTotalsTest,
                          });
 
 TEST(HfImportFamilyTest, GptOss_FusedExpertsAreInOutWithBiasesAndSinks) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(TestConfigPath("gpt-oss-20b")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("gpt-oss-20b"));
   EXPECT_THAT(
       NamesWithPrefix(m, "model.layers.0."),
       ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
@@ -185,7 +187,7 @@ TEST(HfImportFamilyTest, GptOss_FusedExpertsAreInOutWithBiasesAndSinks) {
 }
 
 TEST(HfImportFamilyTest, Mixtral_BlockSparseMoeNamesAndExpertIndex) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(TestConfigPath("Mixtral-8x7B-v0.1")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Mixtral-8x7B-v0.1"));
   std::vector<std::string> layer = NamesWithPrefix(m, "model.layers.5.");
   ASSERT_EQ(layer.size(), 31u);
   EXPECT_EQ(layer[4], "model.layers.5.block_sparse_moe.gate.weight");
@@ -199,7 +201,7 @@ TEST(HfImportFamilyTest, Mixtral_BlockSparseMoeNamesAndExpertIndex) {
 }
 
 TEST(HfImportFamilyTest, Ernie_OwnFieldNamesDenseFirstLayerFp32RouterTiedHead) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(TestConfigPath("ERNIE-4.5-21B-A3B-PT")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("ERNIE-4.5-21B-A3B-PT"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.gate_proj.weight")), ElementsAre(12288, 2560));
   EXPECT_EQ(IndexOf(m, "model.layers.0.mlp.gate.weight"), -1);
   std::vector<std::string> layer = NamesWithPrefix(m, "model.layers.27.mlp.");
@@ -218,7 +220,7 @@ TEST(HfImportFamilyTest, Ernie_OwnFieldNamesDenseFirstLayerFp32RouterTiedHead) {
 }
 
 TEST(HfImportFamilyTest, Ernie_UseBiasAndEndIndexDefault) {
-  std::string json = ReadText(TestConfigPath("ERNIE-4.5-21B-A3B-PT"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("ERNIE-4.5-21B-A3B-PT"));
   json = testing::SetField(json, "use_bias", testing::Flag(true));
   json = testing::SetField(json, "tie_word_embeddings", testing::Flag(false));
   json = testing::RemoveField(json, "moe_layer_end_index");  // -1: up to the last layer
@@ -232,7 +234,7 @@ TEST(HfImportFamilyTest, Ernie_UseBiasAndEndIndexDefault) {
 }
 
 TEST(HfImportFamilyTest, KimiK2_OneDenseLayerThenMoe) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(TestConfigPath("Kimi-K2-Instruct")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Kimi-K2-Instruct"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.down_proj.weight")), ElementsAre(7168, 18432));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.1.mlp.gate.weight")), ElementsAre(384, 7168));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.1.self_attn.o_proj.weight")), ElementsAre(7168, 64 * 128));
@@ -240,7 +242,7 @@ TEST(HfImportFamilyTest, KimiK2_OneDenseLayerThenMoe) {
 }
 
 TEST(HfImportFamilyTest, Qwen3Moe_MlpOnlyLayersAreDense) {
-  std::string json = ReadText(FixturePath("Qwen3-30B-A3B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Qwen3-30B-A3B"));
   google::protobuf::Value layers;
   *layers.mutable_list_value()->add_values() = testing::Number(0);
   json = testing::SetField(json, "mlp_only_layers", layers);
@@ -251,7 +253,8 @@ TEST(HfImportFamilyTest, Qwen3Moe_MlpOnlyLayersAreDense) {
 }
 
 TEST(HfImportFamilyTest, DeepSeek_NullQLoraRankUsesPlainQProj) {
-  std::string json = testing::SetField(ReadText(FixturePath("DeepSeek-V3")), "q_lora_rank", testing::Null());
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("DeepSeek-V3"));
+  json = testing::SetField(json, "q_lora_rank", testing::Null());
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportHfConfig(json, {}));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_proj.weight")), ElementsAre(128 * 192, 7168));
   EXPECT_EQ(IndexOf(m, "model.layers.0.self_attn.q_a_proj.weight"), -1);
@@ -261,8 +264,8 @@ TEST(HfImportFamilyTest, DeepSeek_NullQLoraRankUsesPlainQProj) {
 // Options and config switches.
 
 TEST(HfImportOptionTest, TieWordEmbeddings_DropsLmHead) {
-  std::string json =
-      testing::SetField(ReadText(FixturePath("Llama-3.1-8B")), "tie_word_embeddings", testing::Flag(true));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Llama-3.1-8B"));
+  json = testing::SetField(json, "tie_word_embeddings", testing::Flag(true));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportHfConfig(json, {}));
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, 290);
@@ -274,7 +277,7 @@ TEST(HfImportOptionTest, TieWordEmbeddings_DropsLmHead) {
 TEST(HfImportOptionTest, Mtp_AddsNextNLayerBeforeFinalNorm) {
   ImportOptions options;
   options.mtp = true;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportFile(FixturePath("DeepSeek-V3"), options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("DeepSeek-V3", options));
   ManifestSummary s = Summarize(m);
   // One MoE layer (782 tensors) plus embed_tokens, enorm, hnorm, eh_proj,
   // shared_head.norm and shared_head.head.
@@ -300,7 +303,7 @@ TEST(HfImportOptionTest, Mtp_KimiHasNoNextNLayers) {
   ImportOptions options;
   options.mtp = true;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m,
-                                 ImportFile(TestConfigPath("Kimi-K2-Instruct"), options));
+                                 ImportConfig("Kimi-K2-Instruct", options));
   EXPECT_EQ(Summarize(m).tensors, 69'975);
 }
 
@@ -308,12 +311,12 @@ TEST(HfImportOptionTest, Mtp_RejectedForFamilyWithoutNextNLayers) {
   ImportOptions options;
   options.mtp = true;
   EXPECT_THAT(
-      ImportFile(FixturePath("Llama-3.1-8B"), options),
+      ImportConfig("Llama-3.1-8B", options),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"llama\" has no next-n prediction layers")));
 }
 
 TEST(HfImportOptionTest, Dtype_FromTorchDtypeOrDtype) {
-  const std::string llama = ReadText(FixturePath("Llama-3.1-8B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(
       v1::ModelManifest fp32,
       ImportHfConfig(testing::SetField(llama, "torch_dtype", testing::Text("float32")), {}));
@@ -329,7 +332,7 @@ TEST(HfImportOptionTest, Dtype_FromTorchDtypeOrDtype) {
 }
 
 TEST(HfImportOptionTest, AttentionAndMlpBias_AddBiasTensors) {
-  std::string json = ReadText(FixturePath("Llama-3.1-8B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Llama-3.1-8B"));
   json = testing::SetField(json, "attention_bias", testing::Flag(true));
   json = testing::SetField(json, "mlp_bias", testing::Flag(true));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportHfConfig(json, {}));
@@ -340,7 +343,7 @@ TEST(HfImportOptionTest, AttentionAndMlpBias_AddBiasTensors) {
 }
 
 TEST(HfImportNameTest, FlagThenNameOrPathThenDefaultThenModelType) {
-  std::string json = ReadText(FixturePath("Llama-3.1-8B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Llama-3.1-8B"));
   ImportOptions options;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest bare, ImportHfConfig(json, options));
   EXPECT_EQ(bare.model(), "llama");
@@ -359,8 +362,8 @@ TEST(HfImportNameTest, FlagThenNameOrPathThenDefaultThenModelType) {
 // Errors: INVALID_ARGUMENT naming the field.
 
 TEST(HfImportErrorTest, UnknownModelType_NamesItAndListsSupported) {
-  std::string json =
-      testing::SetField(ReadText(FixturePath("Llama-3.1-8B")), "model_type", testing::Text("foo"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Llama-3.1-8B"));
+  json = testing::SetField(json, "model_type", testing::Text("foo"));
   EXPECT_THAT(ImportHfConfig(json, {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unknown model_type \"foo\" (supported: deepseek_v3, ernie4_5_moe, gpt_oss, "
@@ -368,24 +371,27 @@ TEST(HfImportErrorTest, UnknownModelType_NamesItAndListsSupported) {
 }
 
 TEST(HfImportErrorTest, MissingField_NamesIt) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string ernie_config, ReadConfig("ERNIE-4.5-21B-A3B-PT"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string deepseek_config, ReadConfig("DeepSeek-V3"));
   for (const char* field : {"model_type", "num_hidden_layers", "hidden_size", "intermediate_size"}) {
-    std::string json = testing::RemoveField(ReadText(FixturePath("Llama-3.1-8B")), field);
+    std::string json = testing::RemoveField(llama, field);
     EXPECT_THAT(ImportHfConfig(json, {}),
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(std::string("config.json: missing field \"") + field + "\"")));
   }
   std::string ernie =
-      testing::RemoveField(ReadText(TestConfigPath("ERNIE-4.5-21B-A3B-PT")), "moe_num_experts");
+      testing::RemoveField(ernie_config, "moe_num_experts");
   EXPECT_THAT(ImportHfConfig(ernie, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"moe_num_experts\"")));
   std::string deepseek =
-      testing::SetField(ReadText(FixturePath("DeepSeek-V3")), "kv_lora_rank", testing::Null());
+      testing::SetField(deepseek_config, "kv_lora_rank", testing::Null());
   EXPECT_THAT(ImportHfConfig(deepseek, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"kv_lora_rank\"")));
 }
 
 TEST(HfImportErrorTest, BadValues_NameTheField) {
-  const std::string llama = ReadText(FixturePath("Llama-3.1-8B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
   EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "hidden_size", testing::Text("4k")), {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("field \"hidden_size\" must be an integer, got \"4k\"")));
@@ -418,7 +424,7 @@ TEST(HfImportErrorTest, NotAJsonObject) {
 }
 
 TEST(HfImportErrorTest, AbsurdExpertCount_IsRejectedBeforeBuilding) {
-  std::string json = ReadText(FixturePath("Qwen3-30B-A3B"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Qwen3-30B-A3B"));
   json = testing::SetField(json, "num_hidden_layers", testing::Number(65536));
   json = testing::SetField(json, "num_experts", testing::Number(65536));
   EXPECT_THAT(ImportHfConfig(json, {}),
@@ -433,12 +439,14 @@ TEST(HfImportExamplesTest, BundledManifestsAreUpToDate) {
     ImportOptions options;
     options.name = model;
     MUONSHARD_ASSERT_OK_AND_ASSIGN(
-        v1::ModelManifest imported,
-        ImportFile(testing::SourcePath(std::string("examples/configs/") + model + ".config.json"), options));
+        const std::string config,
+        testing::ReadText(testing::SourcePath(std::string("examples/configs/") + model + ".config.json")));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest imported, ImportHfConfig(config, options));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(
+        const std::string json,
+        testing::ReadText(testing::SourcePath(std::string("examples/manifests/") + model + ".json")));
     v1::ModelManifest bundled;
-    MUONSHARD_ASSERT_OK(
-        FromJson(ReadText(testing::SourcePath(std::string("examples/manifests/") + model + ".json")),
-                 &bundled, model));
+    MUONSHARD_ASSERT_OK(FromJson(json, &bundled, model));
     EXPECT_EQ(SerializeDeterministic(imported), SerializeDeterministic(bundled))
         << model << ": regenerate with muonshardctl import-hf examples/configs/" << model
         << ".config.json > examples/manifests/" << model << ".json";

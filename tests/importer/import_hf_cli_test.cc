@@ -44,15 +44,16 @@ RunResult RunImportHf(const std::string& args) {
       absl::StrCat("'", testing::CtlPath(), "' import-hf ", args, " >'", out, "' 2>'", err, "' </dev/null");
   int status = std::system(command.c_str());
   if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  result.out = testing::ReadText(out);
-  result.err = testing::ReadText(err);
+  result.out = testing::ReadText(out).value_or("");
+  result.err = testing::ReadText(err).value_or("");
   return result;
 }
 
 std::string Quoted(const std::string& path) { return absl::StrCat("'", path, "'"); }
 
 TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
-  RunResult r = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, testing::ReadConfig("Llama-3.1-8B"));
+  RunResult r = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ModelManifest printed;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
@@ -62,7 +63,7 @@ TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
   options.name = "Llama-3.1-8B";
   MUONSHARD_ASSERT_OK_AND_ASSIGN(
       v1::ModelManifest expected,
-      ImportHfConfig(testing::ReadText(testing::FixturePath("Llama-3.1-8B")), options));
+      ImportHfConfig(llama, options));
   EXPECT_EQ(SerializeDeterministic(printed), SerializeDeterministic(expected));
   // snake_case proto field names, progress on stderr only.
   EXPECT_THAT(r.out, HasSubstr("\"tensors\""));
@@ -71,7 +72,7 @@ TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
 
 TEST(ImportHfCliTest, NameFlagAndTableOutput) {
   RunResult r =
-      RunImportHf(Quoted(testing::FixturePath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
+      RunImportHf(Quoted(testing::TestConfigPath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("DSV3"));
   EXPECT_THAT(r.out, HasSubstr("46,183"));           // tensors with the MTP layer
@@ -81,8 +82,8 @@ TEST(ImportHfCliTest, NameFlagAndTableOutput) {
 
 TEST(ImportHfCliTest, MissingField_ExitsTwoNamingIt) {
   const std::string path = TempPath("config.json");
-  std::string json =
-      testing::RemoveField(testing::ReadText(testing::FixturePath("Qwen3-30B-A3B")), "num_hidden_layers");
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, testing::ReadConfig("Qwen3-30B-A3B"));
+  json = testing::RemoveField(json, "num_hidden_layers");
   MUONSHARD_ASSERT_OK(WriteFileAtomic(path, json));
   RunResult r = RunImportHf(Quoted(path));
   EXPECT_EQ(r.exit_code, 2);
@@ -107,11 +108,11 @@ TEST(ImportHfCliTest, UnreadableFileAndBadUsage_ExitTwo) {
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.err, HasSubstr("usage: muonshardctl import-hf"));
 
-  RunResult bad_output = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")) + " --output yaml");
+  RunResult bad_output = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --output yaml");
   EXPECT_EQ(bad_output.exit_code, 2);
   EXPECT_THAT(bad_output.err, HasSubstr("--output"));
 
-  RunResult mtp_llama = RunImportHf(Quoted(testing::FixturePath("Llama-3.1-8B")) + " --mtp");
+  RunResult mtp_llama = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --mtp");
   EXPECT_EQ(mtp_llama.exit_code, 2);
   EXPECT_THAT(mtp_llama.err, HasSubstr("--mtp"));
 }

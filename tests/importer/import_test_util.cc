@@ -41,24 +41,15 @@ std::string SourcePath(absl::string_view relative) {
   return absl::StrCat(root != nullptr && *root != '\0' ? root : ".", "/", relative);
 }
 
-std::string FixturePath(absl::string_view model) {
-  return SourcePath(absl::StrCat("../shared/fixtures/hf-configs/", model, ".config.json"));
-}
-
 std::string TestConfigPath(absl::string_view model) {
   return SourcePath(absl::StrCat("tests/importer/configs/", model, ".config.json"));
 }
 
 std::string CtlPath() { return absl::StrCat(EnvDir("MUONSHARD_BIN_DIR"), "/muonshardctl"); }
 
-std::string ReadText(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) {
-    ADD_FAILURE() << text.status();
-    return "";
-  }
-  return *text;
-}
+absl::StatusOr<std::string> ReadConfig(absl::string_view model) { return ReadText(TestConfigPath(model)); }
+
+absl::StatusOr<std::string> ReadText(const std::string& path) { return ReadFile(path); }
 
 std::string SetField(const std::string& json, const std::string& key, const google::protobuf::Value& value) {
   google::protobuf::Struct root = ParseStruct(json);

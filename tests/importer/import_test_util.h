@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/struct.pb.h"
 #include "muonshard/v1/manifest.pb.h"
@@ -18,15 +19,17 @@ namespace muonshard::importer::testing {
 // $MUONSHARD_SOURCE_DIR/`relative`, else `relative` under the working
 // directory (ctest's is the source root).
 std::string SourcePath(absl::string_view relative);
-// The shared fixture config of `model`: ../shared/fixtures/hf-configs/<model>.config.json.
-std::string FixturePath(absl::string_view model);
-// tests/importer/configs/<model>.config.json.
+// tests/importer/configs/<model>.config.json: every config a test reads
+// lives in the repository.
 std::string TestConfigPath(absl::string_view model);
+// The text of TestConfigPath(model); NOT_FOUND naming the path when it cannot
+// be read, so a test that ASSERTs on it fails once, with the path.
+absl::StatusOr<std::string> ReadConfig(absl::string_view model);
 // $MUONSHARD_BIN_DIR/muonshardctl.
 std::string CtlPath();
 
-// The file's contents; fails the test (and returns "") when unreadable.
-std::string ReadText(const std::string& path);
+// The file's contents, or the read error naming the path.
+absl::StatusOr<std::string> ReadText(const std::string& path);
 
 // `json` with top-level `key` set to `value` (or removed, for RemoveField).
 std::string SetField(const std::string& json, const std::string& key, const google::protobuf::Value& value);

@@ -2,7 +2,7 @@
 """Writes the kernel test fixtures under tests/kernels/fixtures/.
 
 An independent NumPy (float64) implementation of the published algorithms,
-written from the formulas in paddle_internals.md §3 and not from the C++:
+written from the formulas in docs/reference/paddle_internals.md §3 and not from the C++:
 
 * Newton–Schulz: Paddle's `_zeropower_via_newtonschulz5` (Keller Jordan's
   iteration with a coefficient schedule cycled per step).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent Python model of the seed's partition rules (Paddle
 MuonShardingOptimizer + tensor_fusion_helper), written from
-../shared/reference/paddle_internals.md and the seed source, not from the C++.
+docs/reference/paddle_internals.md and the seed source, not from the C++.
 
 Usage: seed_reference.py MANIFEST.json --world-size W [--pp P] [--ep E]
            [--policy seed|seed-all] [--comm-buffer-mb 256] [--per-dtype] > out.json

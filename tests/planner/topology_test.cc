@@ -20,7 +20,7 @@ v1::Topology Topo(int w, int pp, int ep) {
 }
 
 TEST(RankLayoutTest, PaddleExampleWorld16Ep8) {
-  // paddle_internals.md 4.3: world 16, pp 1, ep 8 -> moe_sharding 2;
+  // docs/reference/paddle_internals.md 4.3: world 16, pp 1, ep 8 -> moe_sharding 2;
   // ms = r / 8, e = r % 8; moe_sharding groups {e, e + 8}; sharding group = all.
   MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout l, RankLayout::Create(Topo(16, 1, 8)));
   EXPECT_EQ(l.moe_sharding(), 2);

@@ -3,7 +3,7 @@
 
 // The hyper-parameters of the Muon + AdamW step, shared by ShardedOptimizer
 // and ReferenceOptimizer so both run the same math. Defaults are Paddle
-// Muon's constructor defaults (paddle_internals.md §3.1): lr 0.02, weight
+// Muon's constructor defaults (docs/reference/paddle_internals.md §3.1): lr 0.02, weight
 // decay 0.01, momentum 0.95 with Nesterov, 5 "simple" Newton-Schulz steps
 // with eps 1e-9, scale version 1 with extra factor 0.2, and AdamW betas
 // (0.9, 0.95) with eps 1e-9. One learning rate drives both optimizers, as in
