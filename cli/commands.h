@@ -10,6 +10,7 @@ namespace muonshard::cli {
 // the process exit code.
 int RunPlan(const std::vector<std::string>& args);
 int RunImportHf(const std::vector<std::string>& args);
+int RunImportSafetensors(const std::vector<std::string>& args);
 int RunCompare(const std::vector<std::string>& args);
 // Against a running coordinator (cli/coordinator_commands.cc).
 int RunSubmit(const std::vector<std::string>& args);

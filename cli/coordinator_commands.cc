@@ -17,13 +17,17 @@
 #include "absl/time/time.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
-#include "cli/coordinator_client.h"
+#include "client/coordinator_calls.h"
+#include "client/coordinator_client.h"
 #include "cli/plan_table.h"
 #include "common/proto_json.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 
 namespace muonshard::cli {
 namespace {
+
+using client::ConnectionOptions;
+using client::CoordinatorClient;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
@@ -135,11 +139,9 @@ int RunGet(const std::vector<std::string>& args) {
   v1::GetPlanRequest request;
   request.set_version(version);
   if (flags.WasSet("rank")) request.set_rank(rank);
-  v1::GetPlanResponse response;
-  auto ctx = c.client->NewContext();
-  absl::Status s =
-      coordinator::FromGrpcStatus(c.client->stub().GetPlan(ctx.get(), request, &response));
-  if (!s.ok()) return ReportRpcError(s);
+  absl::StatusOr<v1::GetPlanResponse> got = client::GetPlan(*c.client, request);
+  if (!got.ok()) return ReportRpcError(got.status());
+  const v1::GetPlanResponse& response = *got;
   if (c.json()) {
     if (response.has_rank_view()) return PrintJson(response.rank_view());
     return PrintJson(response.plan());
@@ -164,15 +166,11 @@ int RunSubmit(const std::vector<std::string>& args) {
   plan_flags.Register(flags);
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
-  v1::SubmitPlanRequest request;
   absl::StatusOr<v1::PlanRequest> plan_request = plan_flags.ToRequest();
   if (!plan_request.ok()) return ReportError(plan_request.status());
-  *request.mutable_request() = *std::move(plan_request);
-  v1::SubmitPlanResponse response;
-  auto ctx = c.client->NewContext();
-  absl::Status s =
-      coordinator::FromGrpcStatus(c.client->stub().SubmitPlan(ctx.get(), request, &response));
-  if (!s.ok()) return ReportRpcError(s);
+  absl::StatusOr<v1::SubmitPlanResponse> submitted = client::SubmitPlan(*c.client, *plan_request);
+  if (!submitted.ok()) return ReportRpcError(submitted.status());
+  const v1::SubmitPlanResponse& response = *submitted;
   if (c.json()) return PrintJson(response);
   std::cout << absl::StrFormat(
       "version %d %s\n", response.version(),
@@ -194,7 +192,7 @@ int RunList(const std::vector<std::string>& args) {
     v1::ListPlansResponse response;
     auto ctx = c.client->NewContext();
     absl::Status s =
-        coordinator::FromGrpcStatus(c.client->stub().ListPlans(ctx.get(), request, &response));
+        client::FromGrpcStatus(c.client->stub().ListPlans(ctx.get(), request, &response));
     if (!s.ok()) return ReportRpcError(s);
     all.set_latest_version(response.latest_version());
     for (v1::PlanVersionInfo& v : *response.mutable_versions()) *all.add_versions() = std::move(v);
@@ -278,7 +276,7 @@ int RunWatch(const std::vector<std::string>& args) {
     reader->Finish();  // CANCELLED, as asked
     return kExitOk;
   }
-  absl::Status s = coordinator::FromGrpcStatus(reader->Finish());
+  absl::Status s = client::FromGrpcStatus(reader->Finish());
   return s.ok() ? kExitOk : ReportRpcError(s);
 }
 
@@ -304,7 +302,7 @@ int RunDiff(const std::vector<std::string>& args) {
   v1::DiffPlansResponse response;
   auto ctx = c.client->NewContext();
   absl::Status s =
-      coordinator::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
+      client::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
   if (!s.ok()) return ReportRpcError(s);
   if (c.json()) return PrintJson(response.diff());
   const v1::PlanDiff& d = response.diff();
@@ -331,15 +329,13 @@ int RunWorkers(const std::vector<std::string>& args) {
       "usage: muonshardctl workers [--job J] [--output table|json] [--coordinator HOST:PORT]");
   Common c;
   c.Register(flags);
-  v1::ListWorkersRequest request;
-  flags.String("job", request.mutable_job(), "only this job (default: every job)");
+  std::string job;
+  flags.String("job", &job, "only this job (default: every job)");
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
-  v1::ListWorkersResponse response;
-  auto ctx = c.client->NewContext();
-  absl::Status s =
-      coordinator::FromGrpcStatus(c.client->stub().ListWorkers(ctx.get(), request, &response));
-  if (!s.ok()) return ReportRpcError(s);
+  absl::StatusOr<v1::ListWorkersResponse> listed = client::ListWorkers(*c.client, job);
+  if (!listed.ok()) return ReportRpcError(listed.status());
+  const v1::ListWorkersResponse& response = *listed;
   if (c.json()) return PrintJson(response);
   const int64_t now = absl::ToUnixMicros(absl::Now());
   for (const v1::JobStatus& job : response.jobs()) {

@@ -17,6 +17,8 @@ struct Command {
 const Command kCommands[] = {
     {"plan", "compute a partition plan locally and print it", muonshard::cli::RunPlan},
     {"import-hf", "build a manifest from a HuggingFace config.json", muonshard::cli::RunImportHf},
+    {"import-safetensors", "build a manifest from a safetensors checkpoint's headers",
+     muonshard::cli::RunImportSafetensors},
     {"compare", "seed vs balanced plans of a manifest, side by side", muonshard::cli::RunCompare},
     {"submit", "submit a plan request to the coordinator", muonshard::cli::RunSubmit},
     {"get", "print a stored plan, or one rank's view", muonshard::cli::RunGet},

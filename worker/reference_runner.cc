@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "worker/client/grpc_plan_source.h"
+#include "client/grpc_plan_source.h"
 #include "worker/internal/runner_util.h"
 #include "worker/optimizer/reference_optimizer.h"
 #include "worker/param_dump.h"
@@ -21,10 +21,10 @@ namespace {
 
 using internal::Log;
 
-absl::StatusOr<VersionedPlan> FetchPlan(const WorkerOptions& options) {
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<cli::CoordinatorClient> client,
-                             cli::CoordinatorClient::Connect(options.connection));
-  GrpcPlanSource source(client.get());
+absl::StatusOr<client::VersionedPlan> FetchPlan(const WorkerOptions& options) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<client::CoordinatorClient> client,
+                             client::CoordinatorClient::Connect(options.connection));
+  client::GrpcPlanSource source(client.get());
   return source.FetchPlan(options.plan_version);
 }
 
@@ -52,7 +52,7 @@ absl::Status Train(const WorkerOptions& options, const Workload& workload, Refer
 
 absl::Status RunReference(const WorkerOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateWorkerOptions(options));
-  MUONSHARD_ASSIGN_OR_RETURN(VersionedPlan plan, FetchPlan(options));
+  MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan plan, FetchPlan(options));
   // OpenBLAS's results can depend on its thread count (how it splits a
   // product), so by default the reference uses what each worker of a
   // one-host run of this plan uses: its comparison with them stays exact.

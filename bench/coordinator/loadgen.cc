@@ -22,16 +22,16 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cli/coordinator_client.h"
+#include "client/coordinator_client.h"
 #include "common/flags.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 
 namespace muonshard::bench {
 namespace {
 
-using cli::ConnectionOptions;
-using cli::CoordinatorClient;
+using client::ConnectionOptions;
+using client::CoordinatorClient;
 
 struct Options {
   ConnectionOptions connection;
@@ -105,7 +105,7 @@ absl::StatusOr<v1::SubmitPlanResponse> Submit(CoordinatorClient& client, const O
                                               int round) {
   v1::SubmitPlanResponse response;
   auto ctx = client.NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(
+  absl::Status s = client::FromGrpcStatus(
       client.stub().SubmitPlan(ctx.get(), SubmitRequest(o, round), &response));
   if (!s.ok()) return s;
   if (!response.created()) return absl::AlreadyExistsError("the request was already stored");

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 
 #include "muonshard/v1/manifest.pb.h"
 
@@ -28,6 +29,13 @@ struct ManifestSummary {
 int64_t NumElements(const v1::TensorSpec& tensor);
 
 ManifestSummary Summarize(const v1::ModelManifest& manifest);
+
+// 671026419200 -> "671,026,419,200".
+std::string GroupDigits(int64_t n);
+
+// The `--output table` text of the import commands: model, tensors,
+// parameters, expert tensors, then tensors and parameters per dtype.
+std::string FormatSummaryTable(const v1::ModelManifest& manifest);
 
 }  // namespace muonshard::importer
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -131,7 +131,7 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchEvent> {
     }
     finished_ = true;
     metrics_->RecordRpc(Rpc::kWatch, status.code());
-    Finish(ToGrpcStatus(status));
+    Finish(client::ToGrpcStatus(status));
   }
 
   CoordinatorService* const service_;
@@ -186,7 +186,7 @@ class WaitKeysReactor final : public grpc::ServerUnaryReactor {
       for (std::string& v : *result) response_->add_values(std::move(v));
     }
     metrics_->RecordRpc(Rpc::kWaitKeys, result.status().code());
-    Finish(ToGrpcStatus(result.status()));
+    Finish(client::ToGrpcStatus(result.status()));
   }
 
   CoordinatorService* const service_;
@@ -241,7 +241,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Done(grpc::CallbackServerConte
                                                        const absl::Status& status) {
   metrics_->RecordRpc(rpc, status.code());
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(client::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -252,7 +252,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Offload(grpc::CallbackServerCo
   const bool scheduled = work_->Schedule([this, reactor, rpc, body = std::move(body)] {
     absl::Status s = body();
     metrics_->RecordRpc(rpc, s.code());
-    reactor->Finish(ToGrpcStatus(s));
+    reactor->Finish(client::ToGrpcStatus(s));
     CallDone();
   });
   if (!scheduled) {
@@ -260,7 +260,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Offload(grpc::CallbackServerCo
     absl::Status s = absl::ResourceExhaustedError(
         absl::StrCat(RpcName(rpc), ": too many requests are queued; retry later"));
     metrics_->RecordRpc(rpc, s.code());
-    reactor->Finish(ToGrpcStatus(s));
+    reactor->Finish(client::ToGrpcStatus(s));
   }
   return reactor;
 }

@@ -13,11 +13,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cli/coordinator_client.h"
+#include "client/coordinator_client.h"
 #include "common/proto_json.h"
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
@@ -29,8 +29,9 @@
 namespace muonshard::coordinator {
 namespace {
 
-using ::muonshard::cli::ConnectionOptions;
-using ::muonshard::cli::CoordinatorClient;
+using ::muonshard::client::ConnectionOptions;
+using ::muonshard::client::CoordinatorClient;
+using ::muonshard::client::FromGrpcStatus;
 using ::muonshard::testing::BinaryPath;
 using ::muonshard::testing::CommandResult;
 using ::muonshard::testing::CoordinatorProcess;

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/planner.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
@@ -104,9 +104,9 @@ TEST(CoordinatorMetricsTest, OnLatestPlan_SmallerWorld_DropsStaleRankSeries) {
 TEST(GrpcStatusTest, EveryCode_RoundTripsWithMessage) {
   for (int code = 0; code <= 16; ++code) {
     absl::Status s(static_cast<absl::StatusCode>(code), code == 0 ? "" : absl::StrCat("m", code));
-    grpc::Status g = ToGrpcStatus(s);
+    grpc::Status g = client::ToGrpcStatus(s);
     EXPECT_EQ(static_cast<int>(g.error_code()), code);
-    EXPECT_EQ(FromGrpcStatus(g), s);
+    EXPECT_EQ(client::FromGrpcStatus(g), s);
   }
 }
 

@@ -18,8 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "cli/coordinator_client.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/coordinator_client.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"
@@ -29,10 +29,10 @@
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/rendezvous_store_conformance.h"
-#include "worker/client/coordinator_session.h"
-#include "worker/client/grpc_plan_source.h"
-#include "worker/client/grpc_rendezvous_store.h"
-#include "worker/client/plan_source.h"
+#include "client/coordinator_session.h"
+#include "client/grpc_plan_source.h"
+#include "client/grpc_rendezvous_store.h"
+#include "client/plan_source.h"
 #include "worker/params_file.h"
 #include "worker/worker_runner.h"
 
@@ -54,16 +54,16 @@ constexpr absl::Duration kBound = absl::Seconds(30);  // any wait that should su
 struct Coordinator {
   TempDir dir;
   std::unique_ptr<CoordinatorProcess> process;
-  std::unique_ptr<cli::CoordinatorClient> client;
+  std::unique_ptr<client::CoordinatorClient> client;
   int64_t version = 0;
 };
 
-absl::StatusOr<int64_t> Submit(cli::CoordinatorClient& client, const v1::PlanRequest& request) {
+absl::StatusOr<int64_t> Submit(client::CoordinatorClient& client, const v1::PlanRequest& request) {
   v1::SubmitPlanRequest submit;
   *submit.mutable_request() = request;
   v1::SubmitPlanResponse response;
   auto ctx = client.NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(client.stub().SubmitPlan(ctx.get(), submit, &response));
+  absl::Status s = client::FromGrpcStatus(client.stub().SubmitPlan(ctx.get(), submit, &response));
   if (!s.ok()) return s;
   return response.version();
 }
@@ -76,9 +76,9 @@ std::unique_ptr<Coordinator> StartCoordinator() {
   EXPECT_TRUE(p.ok()) << p.status();
   if (!p.ok()) return c;
   c->process = std::make_unique<CoordinatorProcess>(*std::move(p));
-  cli::ConnectionOptions o;
+  client::ConnectionOptions o;
   o.coordinator = c->process->address();
-  c->client = std::move(cli::CoordinatorClient::Connect(o).value());
+  c->client = std::move(client::CoordinatorClient::Connect(o).value());
   auto v = Submit(*c->client, ::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(1, 64, 96, 80),
                                                                 /*world_size=*/4));
   EXPECT_TRUE(v.ok()) << v.status();
@@ -92,8 +92,8 @@ Coordinator& Shared() {
   return *c;
 }
 
-SessionOptions Options(const std::string& job, std::optional<int> rank = std::nullopt) {
-  SessionOptions o;
+client::SessionOptions Options(const std::string& job, std::optional<int> rank = std::nullopt) {
+  client::SessionOptions o;
   o.job = job;
   o.host = "test-host";
   o.device = absl::StrCat("cpu:", rank.value_or(-1), ":", job);
@@ -102,12 +102,12 @@ SessionOptions Options(const std::string& job, std::optional<int> rank = std::nu
   return o;
 }
 
-std::unique_ptr<CoordinatorSession> MustJoin(const SessionOptions& o) {
+std::unique_ptr<client::CoordinatorSession> MustJoin(const client::SessionOptions& o) {
   if (Shared().client == nullptr) {
     ADD_FAILURE() << "no coordinator";
     return nullptr;
   }
-  auto s = CoordinatorSession::Join(Shared().client.get(), o);
+  auto s = client::CoordinatorSession::Join(Shared().client.get(), o);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? *std::move(s) : nullptr;
 }
@@ -122,7 +122,7 @@ class SessionStore : public RendezvousStore {
  public:
   // Null when the join fails (the suite's SetUp then fails the test).
   static std::unique_ptr<RendezvousStore> Create() {
-    std::unique_ptr<CoordinatorSession> session = MustJoin(Options(UniqueJob("conformance"), 0));
+    std::unique_ptr<client::CoordinatorSession> session = MustJoin(Options(UniqueJob("conformance"), 0));
     if (session == nullptr) return nullptr;
     return std::unique_ptr<RendezvousStore>(new SessionStore(std::move(session)));
   }
@@ -134,15 +134,15 @@ class SessionStore : public RendezvousStore {
   }
 
  private:
-  explicit SessionStore(std::unique_ptr<CoordinatorSession> session) : session_(std::move(session)) {
-    GrpcRendezvousStoreOptions o;
+  explicit SessionStore(std::unique_ptr<client::CoordinatorSession> session) : session_(std::move(session)) {
+    client::GrpcRendezvousStoreOptions o;
     o.job = session_->joined().job;
     o.generation = session_->joined().generation;
-    store_ = std::make_unique<GrpcRendezvousStore>(Shared().client.get(), o);
+    store_ = std::make_unique<client::GrpcRendezvousStore>(Shared().client.get(), o);
   }
 
-  std::unique_ptr<CoordinatorSession> session_;
-  std::unique_ptr<GrpcRendezvousStore> store_;
+  std::unique_ptr<client::CoordinatorSession> session_;
+  std::unique_ptr<client::GrpcRendezvousStore> store_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Coordinator, RendezvousStoreConformanceTest,
@@ -150,11 +150,11 @@ INSTANTIATE_TEST_SUITE_P(Coordinator, RendezvousStoreConformanceTest,
                                                                            [] { return SessionStore::Create(); }}),
                          testing::RendezvousStoreFactoryName);
 
-GrpcRendezvousStore StoreOf(const CoordinatorSession& session) {
-  GrpcRendezvousStoreOptions o;
+client::GrpcRendezvousStore StoreOf(const client::CoordinatorSession& session) {
+  client::GrpcRendezvousStoreOptions o;
   o.job = session.joined().job;
   o.generation = session.joined().generation;
-  return GrpcRendezvousStore(Shared().client.get(), o);
+  return client::GrpcRendezvousStore(Shared().client.get(), o);
 }
 
 TEST(GrpcRendezvousStoreTest, GenerationMoved_EveryCallAbortedNamingTheKey) {
@@ -162,7 +162,7 @@ TEST(GrpcRendezvousStoreTest, GenerationMoved_EveryCallAbortedNamingTheKey) {
   auto a = MustJoin(Options(job, 0));
   auto b = MustJoin(Options(job, 1));
   ASSERT_TRUE(a && b);
-  GrpcRendezvousStore store = StoreOf(*a);
+  client::GrpcRendezvousStore store = StoreOf(*a);
   MUONSHARD_ASSERT_OK(store.Set("k", "v"));
   MUONSHARD_ASSERT_OK(b->Leave());  // a member left: the generation moves on
   EXPECT_THAT(store.Set("k2", "v"), StatusIs(absl::StatusCode::kAborted, HasSubstr("\"k2\"")));
@@ -176,7 +176,7 @@ TEST(GrpcRendezvousStoreTest, PendingWait_AbortedWhenGenerationMoves) {
   auto a = MustJoin(Options(job, 0));
   auto b = MustJoin(Options(job, 1));
   ASSERT_TRUE(a && b);
-  GrpcRendezvousStore store = StoreOf(*a);
+  client::GrpcRendezvousStore store = StoreOf(*a);
   absl::Notification started;
   absl::StatusOr<std::string> got = absl::UnknownError("not run");
   std::thread waiter([&] {
@@ -194,7 +194,7 @@ TEST(GrpcRendezvousStoreTest, PendingWait_AbortedWhenGenerationMoves) {
 TEST(CoordinatorSessionTest, Join_ReportsRankWorldGenerationAndPlan) {
   auto s = MustJoin(Options(UniqueJob("join"), 2));
   ASSERT_NE(s, nullptr);
-  const JoinedJob& j = s->joined();
+  const client::JoinedJob& j = s->joined();
   EXPECT_EQ(j.rank, 2);
   EXPECT_EQ(j.world_size, 4);
   EXPECT_EQ(j.plan_version, Shared().version);
@@ -206,7 +206,7 @@ TEST(CoordinatorSessionTest, Join_ReportsRankWorldGenerationAndPlan) {
 
 TEST(CoordinatorSessionTest, FakeClock_HeartbeatsWhenTheClockReachesThePeriod) {
   FakeClock clock;
-  SessionOptions o = Options(UniqueJob("heartbeat"), 0);
+  client::SessionOptions o = Options(UniqueJob("heartbeat"), 0);
   o.clock = &clock;
   o.heartbeat_period = absl::Seconds(5);
   auto s = MustJoin(o);
@@ -223,7 +223,7 @@ TEST(CoordinatorSessionTest, FakeClock_HeartbeatsWhenTheClockReachesThePeriod) {
 TEST(CoordinatorSessionTest, GenerationMoved_HealthAbortedSayingWhy) {
   FakeClock clock;
   const std::string job = UniqueJob("moved");
-  SessionOptions o = Options(job, 0);
+  client::SessionOptions o = Options(job, 0);
   o.clock = &clock;
   o.heartbeat_period = absl::Seconds(1);
   auto a = MustJoin(o);
@@ -249,14 +249,14 @@ TEST(CoordinatorSessionTest, PlanVersionOtherThanTheJobs_FailedPreconditionNamin
                                                           v1::BALANCED)));
   ASSERT_NE(other, c.version);
   const std::string job = UniqueJob("mismatch");
-  SessionOptions first = Options(job, 0);
+  client::SessionOptions first = Options(job, 0);
   first.plan_version = other;
   auto a = MustJoin(first);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->joined().plan_version, other);
-  SessionOptions second = Options(job, 1);
+  client::SessionOptions second = Options(job, 1);
   second.plan_version = c.version;
-  EXPECT_THAT(CoordinatorSession::Join(c.client.get(), second),
+  EXPECT_THAT(client::CoordinatorSession::Join(c.client.get(), second),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        ::testing::AllOf(HasSubstr(absl::StrCat("plan version ", other)),
                                         HasSubstr(absl::StrCat("version ", c.version)))));
@@ -275,14 +275,14 @@ int ClosedPort() {
 }
 
 TEST(CoordinatorSessionTest, Unreachable_UnavailableAfterBoundedRetries) {
-  cli::ConnectionOptions co;
+  client::ConnectionOptions co;
   co.coordinator = absl::StrCat("127.0.0.1:", ClosedPort());
   co.timeout_s = 5;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto client, cli::CoordinatorClient::Connect(co));
-  SessionOptions o = Options("nowhere", 0);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto client, client::CoordinatorClient::Connect(co));
+  client::SessionOptions o = Options("nowhere", 0);
   o.join_timeout = absl::Milliseconds(300);
   o.initial_backoff = absl::Milliseconds(50);
-  EXPECT_THAT(CoordinatorSession::Join(client.get(), o),
+  EXPECT_THAT(client::CoordinatorSession::Join(client.get(), o),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("attempt")));
 }
 
@@ -293,7 +293,7 @@ TEST(CoordinatorSessionTest, Leave_IsIdempotentAndFreesTheRank) {
   ASSERT_TRUE(a && keep);
   MUONSHARD_ASSERT_OK(a->Leave());
   MUONSHARD_EXPECT_OK(a->Leave());
-  SessionOptions again = Options(job, 0);
+  client::SessionOptions again = Options(job, 0);
   again.device = "another-device";
   auto b = MustJoin(again);
   ASSERT_NE(b, nullptr);
@@ -303,11 +303,11 @@ TEST(CoordinatorSessionTest, Leave_IsIdempotentAndFreesTheRank) {
 TEST(GrpcPlanSourceTest, FetchJoinedView_ReturnsTheJoinedRanksViewOfTheJobsVersion) {
   auto s = MustJoin(Options(UniqueJob("view"), 3));
   ASSERT_NE(s, nullptr);
-  GrpcPlanSource source(Shared().client.get());
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, FetchJoinedView(source, s->joined()));
+  client::GrpcPlanSource source(Shared().client.get());
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, client::FetchJoinedView(source, s->joined()));
   EXPECT_EQ(view.rank().rank(), 3);
   EXPECT_EQ(view.content_hash(), s->joined().content_hash);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(VersionedPlan plan, source.FetchPlan(s->joined().plan_version));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(client::VersionedPlan plan, source.FetchPlan(s->joined().plan_version));
   EXPECT_EQ(plan.version, s->joined().plan_version);
   EXPECT_EQ(plan.plan.content_hash(), view.content_hash());
   EXPECT_THAT(source.FetchPlan(999), StatusIs(absl::StatusCode::kNotFound, HasSubstr("999")));
@@ -441,7 +441,7 @@ TEST(RunWorkerInProcessTest, StopAlreadyRequested_CancelledBeforeTheFirstStepAnd
   o.log = &log;
   EXPECT_THAT(RunWorker(o), StatusIs(absl::StatusCode::kCancelled, HasSubstr("before step 1")));
   // The rank was given back: another worker can join the job at once.
-  SessionOptions again = Options(o.job, 0);
+  client::SessionOptions again = Options(o.job, 0);
   again.plan_version = version;
   EXPECT_NE(MustJoin(again), nullptr);
 }

@@ -53,8 +53,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cli/coordinator_client.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/coordinator_client.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"
@@ -94,7 +94,7 @@ int DeviceCount() {
 struct Coordinator {
   TempDir dir;
   std::unique_ptr<CoordinatorProcess> process;
-  std::unique_ptr<cli::CoordinatorClient> client;
+  std::unique_ptr<client::CoordinatorClient> client;
 };
 
 Coordinator* StartCoordinator() {
@@ -103,9 +103,9 @@ Coordinator* StartCoordinator() {
   EXPECT_TRUE(p.ok()) << p.status();
   if (!p.ok()) return c;
   c->process = std::make_unique<CoordinatorProcess>(*std::move(p));
-  cli::ConnectionOptions o;
+  client::ConnectionOptions o;
   o.coordinator = c->process->address();
-  auto client = cli::CoordinatorClient::Connect(o);
+  auto client = client::CoordinatorClient::Connect(o);
   EXPECT_TRUE(client.ok()) << client.status();
   if (client.ok()) c->client = *std::move(client);
   return c;
@@ -124,7 +124,7 @@ absl::StatusOr<int64_t> Submit(const v1::PlanRequest& request) {
   *submit.mutable_request() = request;
   v1::SubmitPlanResponse response;
   auto ctx = c.client->NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(c.client->stub().SubmitPlan(ctx.get(), submit, &response));
+  absl::Status s = client::FromGrpcStatus(c.client->stub().SubmitPlan(ctx.get(), submit, &response));
   if (!s.ok()) return s;
   return response.version();
 }

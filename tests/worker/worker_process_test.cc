@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "cli/coordinator_client.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/coordinator_client.h"
+#include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/http_get.h"
@@ -123,9 +123,9 @@ class WorkerProcessTest : public ::testing::Test {
     auto p = CoordinatorProcess::Start(dir_.Join("data"), dir_.path());
     ASSERT_TRUE(p.ok()) << p.status();
     coordinator_ = std::make_unique<CoordinatorProcess>(*std::move(p));
-    cli::ConnectionOptions o;
+    client::ConnectionOptions o;
     o.coordinator = coordinator_->address();
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(client_, cli::CoordinatorClient::Connect(o));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(client_, client::CoordinatorClient::Connect(o));
   }
 
   absl::StatusOr<std::pair<int64_t, v1::Plan>> Submit(const v1::ModelManifest& manifest, int world, int ep,
@@ -134,13 +134,13 @@ class WorkerProcessTest : public ::testing::Test {
     *submit.mutable_request() = ::muonshard::testing::MakeRequest(manifest, world, 1, ep, policy);
     v1::SubmitPlanResponse response;
     auto ctx = client_->NewContext();
-    absl::Status s = coordinator::FromGrpcStatus(client_->stub().SubmitPlan(ctx.get(), submit, &response));
+    absl::Status s = client::FromGrpcStatus(client_->stub().SubmitPlan(ctx.get(), submit, &response));
     if (!s.ok()) return s;
     v1::GetPlanRequest get;
     get.set_version(response.version());
     v1::GetPlanResponse plan;
     auto ctx2 = client_->NewContext();
-    s = coordinator::FromGrpcStatus(client_->stub().GetPlan(ctx2.get(), get, &plan));
+    s = client::FromGrpcStatus(client_->stub().GetPlan(ctx2.get(), get, &plan));
     if (!s.ok()) return s;
     return std::make_pair(response.version(), plan.plan());
   }
@@ -172,7 +172,7 @@ class WorkerProcessTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
-  std::unique_ptr<cli::CoordinatorClient> client_;
+  std::unique_ptr<client::CoordinatorClient> client_;
 };
 
 class WorkerEndToEndTest : public WorkerProcessTest, public ::testing::WithParamInterface<Case> {};

@@ -28,7 +28,7 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/optimizer_test_util.h"
-#include "worker/client/plan_source.h"
+#include "client/plan_source.h"
 #include "worker/internal/nccl_factory.h"
 #include "worker/internal/runner_util.h"
 #include "worker/metrics.h"
@@ -234,8 +234,8 @@ TEST(WorkerMetricsTest, RecordStep_AccumulatesBytesFlopsStepsAndPhases) {
 }
 
 // JoinJob's answer for `plan` stored as version 1 of an in-memory source.
-JoinedJob JoinedFor(const v1::Plan& plan, int rank) {
-  JoinedJob j;
+client::JoinedJob JoinedFor(const v1::Plan& plan, int rank) {
+  client::JoinedJob j;
   j.job = "j";
   j.rank = rank;
   j.world_size = plan.ranks_size();
@@ -247,9 +247,9 @@ JoinedJob JoinedFor(const v1::Plan& plan, int rank) {
 TEST(FetchJoinedViewTest, MatchingHashAndRank_ReturnsTheRanksView) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
                                  testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kBalanced));
-  InMemoryPlanSource source;
+  client::InMemoryPlanSource source;
   ASSERT_EQ(source.Add(plan), 1);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, FetchJoinedView(source, JoinedFor(plan, 2)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, client::FetchJoinedView(source, JoinedFor(plan, 2)));
   EXPECT_EQ(view.rank().rank(), 2);
   EXPECT_EQ(view.content_hash(), plan.content_hash());
 }
@@ -260,9 +260,9 @@ TEST(FetchJoinedViewTest, ViewOfAnotherPlan_FailedPreconditionNamingBothHashes) 
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan balanced,
                                  testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kBalanced));
   ASSERT_NE(seed.content_hash(), balanced.content_hash());
-  InMemoryPlanSource source;
+  client::InMemoryPlanSource source;
   source.Add(balanced);  // version 1 holds another plan than the job runs
-  EXPECT_THAT(FetchJoinedView(source, JoinedFor(seed, 0)),
+  EXPECT_THAT(client::FetchJoinedView(source, JoinedFor(seed, 0)),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        ::testing::AllOf(HasSubstr(seed.content_hash()), HasSubstr(balanced.content_hash()))));
 }
@@ -270,11 +270,11 @@ TEST(FetchJoinedViewTest, ViewOfAnotherPlan_FailedPreconditionNamingBothHashes) 
 TEST(FetchJoinedViewTest, UnknownVersion_NotFound) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
                                  testing::BuildPlan(testing::StackManifest(), 4, 2, testing::PolicyKind::kSeed));
-  InMemoryPlanSource source;
+  client::InMemoryPlanSource source;
   source.Add(plan);
-  JoinedJob j = JoinedFor(plan, 0);
+  client::JoinedJob j = JoinedFor(plan, 0);
   j.plan_version = 7;
-  EXPECT_THAT(FetchJoinedView(source, j), StatusIs(absl::StatusCode::kNotFound, HasSubstr("7")));
+  EXPECT_THAT(client::FetchJoinedView(source, j), StatusIs(absl::StatusCode::kNotFound, HasSubstr("7")));
 }
 
 TEST(WorkerOptionsTest, Validate_NamesTheFlag) {

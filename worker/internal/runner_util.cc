@@ -12,7 +12,7 @@
 
 namespace muonshard::worker::internal {
 
-std::ostream& Log(const WorkerOptions& options) { return options.log != nullptr ? *options.log : std::cerr; }
+std::ostream& Log(const RankSessionOptions& options) { return options.log != nullptr ? *options.log : std::cerr; }
 
 absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& options) {
   if (options.workload == "regression") {
@@ -36,6 +36,17 @@ absl::StatusOr<kernels::MatmulPrecision> ParseNsPrecision(const std::string& nam
   return absl::InvalidArgumentError(absl::StrCat("flag --ns-precision: \"", name, "\" is not default, fp32 or bf16"));
 }
 
+const char* NsPrecisionName(kernels::MatmulPrecision precision) {
+  switch (precision) {
+    case kernels::MatmulPrecision::kFp32:
+      return "fp32";
+    case kernels::MatmulPrecision::kBf16:
+      return "bf16";
+    default:
+      return "default";
+  }
+}
+
 OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options) {
   OptimizerConfig config;
   config.lr = options.lr;
@@ -44,7 +55,7 @@ OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options) {
   return config;
 }
 
-std::optional<int> CudaDeviceFor(const WorkerOptions& options, std::optional<int> rank, int devices) {
+std::optional<int> CudaDeviceFor(const RankSessionOptions& options, std::optional<int> rank, int devices) {
   if (options.cuda_device >= 0) return options.cuda_device;
   int local = options.local_rank;
   if (local < 0) {

@@ -1,7 +1,7 @@
 #ifndef MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_
 #define MUONSHARD_WORKER_INTERNAL_RUNNER_UTIL_H_
 
-// Pieces shared by RunWorker and RunReference (worker_runner.h): workload
+// Pieces shared by RankSession, RunWorker and RunReference (rank_session.h, worker_runner.h): workload
 // and optimizer config from the options, the nccl backend's device, the thread budget, dump metadata,
 // progress lines, and the rendezvous barrier. Not API.
 
@@ -23,12 +23,15 @@
 
 namespace muonshard::worker::internal {
 
-std::ostream& Log(const WorkerOptions& options);
+// options.log, or std::cerr.
+std::ostream& Log(const RankSessionOptions& options);
 
 // "regression" or "synthetic" with the options' seed; INVALID_ARGUMENT else.
 absl::StatusOr<std::unique_ptr<Workload>> MakeWorkload(const WorkerOptions& options);
 // INVALID_ARGUMENT naming --ns-precision unless "default", "fp32" or "bf16".
 absl::StatusOr<kernels::MatmulPrecision> ParseNsPrecision(const std::string& name);
+// The --ns-precision name of `precision` ("default", "fp32", "bf16").
+const char* NsPrecisionName(kernels::MatmulPrecision precision);
 // lr, weight decay and Newton-Schulz precision from the options (an unknown
 // precision, rejected by ValidateWorkerOptions, leaves the default).
 OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options);
@@ -38,7 +41,7 @@ OptimizerConfig MakeOptimizerConfig(const WorkerOptions& options);
 // local rank (local_rank; else rank modulo local_world_size when set; else
 // rank) modulo `devices` (>= 1). nullopt when it depends on a rank not known
 // yet (no cuda_device, no local_rank, no rank).
-std::optional<int> CudaDeviceFor(const WorkerOptions& options, std::optional<int> rank, int devices);
+std::optional<int> CudaDeviceFor(const RankSessionOptions& options, std::optional<int> rank, int devices);
 
 // The CPU kernel backend with `threads` (> 0) as its thread budget.
 std::unique_ptr<kernels::KernelBackend> MakeCpuBackend(int threads);

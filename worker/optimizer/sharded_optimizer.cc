@@ -199,6 +199,30 @@ absl::Status ShardedOptimizer::WriteParameter(const PartLayout& part, absl::Span
   return absl::OkStatus();
 }
 
+absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::HostPartStorage(int tensor) {
+  const PartLayout* part = FindPart(tensor);
+  if (part == nullptr) return absl::NotFoundError(absl::StrCat("rank ", rank(), " holds no part of tensor ", tensor));
+  if (!host_memory()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor \"", Spec(*part).name(), "\": the optimizer's buffers are in device memory"));
+  }
+  if (part->entries.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat("tensor \"", Spec(*part).name(), "\": its part spans ",
+                                                      part->entries.size(), " bucket entries"));
+  }
+  const EntryRef& ref = part->entries[0];
+  const int64_t offset = Entry(ref).offset();
+  BackendBuffer& params = Params(ref);
+  BackendBuffer& grads = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
+  PartStorage out;
+  out.params = params.At(offset);
+  out.param_dtype = params.dtype();
+  out.grads = grads.At(offset);
+  out.grad_dtype = grads.dtype();
+  out.numel = part->element_end - part->element_begin;
+  return out;
+}
+
 absl::Status ShardedOptimizer::ReadModelCopy(int tensor, absl::Span<float> out) const {
   const PartLayout* part = FindPart(tensor);
   if (part == nullptr) return absl::NotFoundError(absl::StrCat("rank ", rank(), " holds no part of tensor ", tensor));

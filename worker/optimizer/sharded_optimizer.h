@@ -3,7 +3,7 @@
 
 // ShardedOptimizer: one rank's part of the sharded Muon + AdamW step, executed
 // exactly as its plan view (v1::RankView) lays it out — Paddle's
-// MuonShardingOptimizer ("Sharding Stage1 V3", paddle_internals.md §2b) as a
+// MuonShardingOptimizer ("Sharding Stage1 V3", docs/reference/paddle_internals.md §2b) as a
 // library. A training program creates one per rank, sets the initial
 // parameters, and calls Step() with its local gradients every iteration.
 //
@@ -141,6 +141,37 @@ class ShardedOptimizer {
   // FAILED_PRECONDITION (restore from a checkpoint into a new one).
   absl::StatusOr<StepStats> Step(GradientSource& grads);
 
+  // NOTE [Part storage]
+  // Where a held part's model copy and gradient live in the optimizer's own
+  // buffers, so a training program can keep its parameters and gradients
+  // there instead of in memory of its own (as Paddle's parameters and
+  // gradients are views of its fused param_storage / grad_storage): then a
+  // step reads the gradients and writes the parameters in place, with no
+  // copy at all. Set only with the CPU backend (host memory) and when one
+  // bucket entry covers the whole part (always, except a 3-D expert stack
+  // whose matrices have several owners); otherwise the program copies in
+  // (PartGradient spans) and out (ReadModelCopy).
+  //   params: the part's model copy, `numel` elements of the tensor's dtype
+  //     (float for FP32, 16-bit words for BF16/FP16), written by every
+  //     Step() and RestoreFromState(); the program may read it at any time
+  //     and write it only through SetParameter.
+  //   grads: the part's gradient slot in the bucket, `numel` elements of the
+  //     plan's gradient dtype. A GradientSource that returns exactly this
+  //     span (FP32 gradients only) hands its gradient over without a copy.
+  //     The step reduces the bucket in place, so after Step() the slot holds
+  //     an unspecified value: write or zero it before the next step.
+  // Both pointers stay valid for the optimizer's lifetime.
+  struct PartStorage {
+    void* params = nullptr;
+    v1::DType param_dtype = v1::FP32;
+    void* grads = nullptr;
+    v1::DType grad_dtype = v1::FP32;
+    int64_t numel = 0;
+  };
+  // NOT_FOUND (not held), FAILED_PRECONDITION (not in host memory, or split
+  // over several bucket entries: see above).
+  absl::StatusOr<PartStorage> HostPartStorage(int tensor);
+
   // The model copy of the rank's part of `tensor` as fp32 values.
   // Possible errors: NOT_FOUND, INVALID_ARGUMENT (out has the wrong size).
   absl::Status ReadModelCopy(int tensor, absl::Span<float> out) const;
@@ -176,6 +207,16 @@ class ShardedOptimizer {
   // collective, like Step().
   // Possible errors: FAILED_PRECONDITION (broken), the communicators' codes.
   absl::Status RestoreFromState(const checkpoint::Scalars& scalars);
+
+  // Makes every rank's model copies the owners' values without changing any
+  // optimizer state: owners cast their masters into the model copy and the
+  // step's sync (broadcast, all-gather) runs. After SetParameter on ranks
+  // that may have set different values (unseeded initialisation), this is
+  // what makes them agree, as DDP's broadcast of the initial parameters does.
+  // A collective, like Step().
+  // Possible errors: FAILED_PRECONDITION (a parameter never set; broken),
+  // the communicators' codes.
+  absl::Status SyncModelCopies();
 
   int64_t steps_done() const { return steps_; }
   float lr() const { return config_.lr; }

@@ -111,7 +111,10 @@ absl::Status ShardedOptimizer::PackPart(const PartLayout& part, absl::Span<const
   for (const EntryRef& ref : part.entries) {
     const v1::BucketEntry& e = Entry(ref);
     BackendBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
-    MUONSHARD_RETURN_IF_ERROR(buffer.Write(e.offset(), grad.subspan(e.element_begin() - part.element_begin, e.numel())));
+    absl::Span<const float> values = grad.subspan(e.element_begin() - part.element_begin, e.numel());
+    // Already in place (NOTE [Part storage]): nothing to copy.
+    if (host_memory() && buffer.dtype() == v1::FP32 && values.data() == buffer.At(e.offset())) continue;
+    MUONSHARD_RETURN_IF_ERROR(buffer.Write(e.offset(), values));
   }
   return absl::OkStatus();
 }
@@ -267,6 +270,16 @@ absl::Status ShardedOptimizer::RestoreFromState(const checkpoint::Scalars& scala
   if (s.ok()) s = SyncParameters();
   if (!s.ok()) return Broken(s);
   initialised_.assign(initialised_.size(), true);
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::SyncModelCopies() {
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
+  mirrors_.clear();  // nothing to upload: the state stays as it is
+  absl::Status s = RebuildModelCopies();
+  if (s.ok()) s = backend_->Synchronize();
+  if (s.ok()) s = SyncParameters();
+  if (!s.ok()) return Broken(s);
   return absl::OkStatus();
 }
 

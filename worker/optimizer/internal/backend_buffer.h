@@ -63,10 +63,10 @@ class BackendBuffer {
   // Elements [offset, offset + n) = dtype(src[src_offset, src_offset + n)),
   // in the backend. REQUIRES: src in the same backend, not overlapping.
   absl::Status ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n);
-
- private:
+  // The address of element `offset` (in the backend's memory space).
   void* At(int64_t offset) const;
 
+ private:
   kernels::KernelBackend* backend_ = nullptr;
   v1::DType dtype_ = v1::FP32;
   int64_t numel_ = 0;

@@ -1,32 +1,30 @@
-#include "worker/client/grpc_plan_source.h"
+#include "client/grpc_plan_source.h"
 
-#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/coordinator_calls.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 namespace {
 
 std::string VersionName(int64_t version) {
   return version == 0 ? std::string("the latest plan version") : absl::StrCat("plan version ", version);
 }
 
-absl::StatusOr<v1::GetPlanResponse> GetPlan(cli::CoordinatorClient& client, int64_t version, std::optional<int> rank) {
+absl::StatusOr<v1::GetPlanResponse> FetchVersion(CoordinatorClient& client, int64_t version,
+                                                 std::optional<int> rank) {
   v1::GetPlanRequest request;
   request.set_version(version);
   if (rank.has_value()) request.set_rank(*rank);
   request.set_with_request(!rank.has_value());
-  v1::GetPlanResponse response;
-  std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(client.stub().GetPlan(ctx.get(), request, &response));
-  if (!s.ok()) {
-    return Annotate(s, absl::StrCat("fetching ", VersionName(version),
-                                    rank.has_value() ? absl::StrCat(" (rank ", *rank, ")") : ""));
+  absl::StatusOr<v1::GetPlanResponse> response = GetPlan(client, request);
+  if (!response.ok()) {
+    return Annotate(response.status(), absl::StrCat("fetching ", VersionName(version),
+                                                    rank.has_value() ? absl::StrCat(" (rank ", *rank, ")") : ""));
   }
   return response;
 }
@@ -34,7 +32,7 @@ absl::StatusOr<v1::GetPlanResponse> GetPlan(cli::CoordinatorClient& client, int6
 }  // namespace
 
 absl::StatusOr<VersionedRankView> GrpcPlanSource::FetchRankView(int64_t version, int rank) {
-  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, GetPlan(*client_, version, rank));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, FetchVersion(*client_, version, rank));
   if (!response.has_rank_view()) {
     return absl::InternalError(absl::StrCat("GetPlan of rank ", rank, " returned no rank view"));
   }
@@ -42,10 +40,10 @@ absl::StatusOr<VersionedRankView> GrpcPlanSource::FetchRankView(int64_t version,
 }
 
 absl::StatusOr<VersionedPlan> GrpcPlanSource::FetchPlan(int64_t version) {
-  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, GetPlan(*client_, version, std::nullopt));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::GetPlanResponse response, FetchVersion(*client_, version, std::nullopt));
   if (!response.has_plan()) return absl::InternalError("GetPlan returned no plan");
   return VersionedPlan{response.info().version(), std::move(*response.mutable_plan()),
                        std::move(*response.mutable_request())};
 }
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client

@@ -1,5 +1,5 @@
-#ifndef MUONSHARD_WORKER_CLIENT_PLAN_SOURCE_H_
-#define MUONSHARD_WORKER_CLIENT_PLAN_SOURCE_H_
+#ifndef MUONSHARD_CLIENT_PLAN_SOURCE_H_
+#define MUONSHARD_CLIENT_PLAN_SOURCE_H_
 
 // PlanSource: where a worker gets its plan from — the coordinator
 // (GrpcPlanSource, grpc_plan_source.h) or memory (InMemoryPlanSource: tests,
@@ -15,10 +15,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "client/joined_job.h"
 #include "muonshard/v1/plan.pb.h"
-#include "worker/client/coordinator_session.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 
 // A plan version and what it holds.
 struct VersionedRankView {
@@ -68,6 +68,6 @@ class InMemoryPlanSource : public PlanSource {
   std::map<int64_t, VersionedPlan> plans_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client
 
-#endif  // MUONSHARD_WORKER_CLIENT_PLAN_SOURCE_H_
+#endif  // MUONSHARD_CLIENT_PLAN_SOURCE_H_

@@ -1,26 +1,26 @@
-#ifndef MUONSHARD_WORKER_CLIENT_GRPC_PLAN_SOURCE_H_
-#define MUONSHARD_WORKER_CLIENT_GRPC_PLAN_SOURCE_H_
+#ifndef MUONSHARD_CLIENT_GRPC_PLAN_SOURCE_H_
+#define MUONSHARD_CLIENT_GRPC_PLAN_SOURCE_H_
 
 // GrpcPlanSource: PlanSource over the coordinator's GetPlan RPC (a rank's
 // view, or the whole plan). Errors are the RPC's codes with the version
 // named. Thread-safe; *client must outlive the source.
 
-#include "cli/coordinator_client.h"
-#include "worker/client/plan_source.h"
+#include "client/coordinator_client.h"
+#include "client/plan_source.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 
 class GrpcPlanSource : public PlanSource {
  public:
-  explicit GrpcPlanSource(cli::CoordinatorClient* client) : client_(client) {}
+  explicit GrpcPlanSource(CoordinatorClient* client) : client_(client) {}
 
   absl::StatusOr<VersionedRankView> FetchRankView(int64_t version, int rank) override;
   absl::StatusOr<VersionedPlan> FetchPlan(int64_t version) override;
 
  private:
-  cli::CoordinatorClient* const client_;  // not owned
+  CoordinatorClient* const client_;  // not owned
 };
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client
 
-#endif  // MUONSHARD_WORKER_CLIENT_GRPC_PLAN_SOURCE_H_
+#endif  // MUONSHARD_CLIENT_GRPC_PLAN_SOURCE_H_

@@ -1,17 +1,19 @@
-#include "cli/coordinator_client.h"
+#include "client/coordinator_client.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_util.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
 
-namespace muonshard::cli {
+namespace muonshard::client {
 namespace {
 
 absl::StatusOr<std::string> ReadInput(const std::string& path, absl::string_view flag) {
@@ -82,8 +84,28 @@ absl::StatusOr<int> DecodeHealthStatus(const std::string& bytes) {
 
 }  // namespace
 
+void ApplyEnvironment(ConnectionOptions* options) {
+  auto take = [](const char* name, std::string* field) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value != '\0') *field = value;
+  };
+  take("MUONSHARD_COORDINATOR", &options->coordinator);
+  take("MUONSHARD_TOKEN_FILE", &options->token_file);
+  take("MUONSHARD_TLS_CA", &options->tls_ca);
+}
+
+std::string WithDefaultPort(const std::string& address) {
+  if (address.empty() || absl::StrContains(address, "/")) return address;  // a URI or a path
+  const bool bracketed = address.front() == '[';
+  const size_t colon = address.rfind(':');
+  const bool has_port = bracketed ? address.back() != ']' : colon != std::string::npos;
+  return has_port ? address : absl::StrCat(address, ":", kDefaultCoordinatorPort);
+}
+
 void ConnectionOptions::Register(FlagSet& flags) {
-  flags.String("coordinator", &coordinator, "coordinator address HOST:PORT");
+  ApplyEnvironment(this);
+  flags.String("coordinator", &coordinator,
+               "coordinator address HOST:PORT (a host alone: port 50051; default $MUONSHARD_COORDINATOR)");
   flags.String("tls-ca", &tls_ca, "CA certificate (PEM) to verify the coordinator: enables TLS");
   flags.String("tls-cert", &tls_cert, "client certificate (PEM) for mTLS");
   flags.String("tls-key", &tls_key, "client private key (PEM) for mTLS");
@@ -117,7 +139,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(options.coordinator, *credentials, args);
+  auto channel = grpc::CreateCustomChannel(WithDefaultPort(options.coordinator), *credentials, args);
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
       std::move(channel), std::move(authorization), absl::Seconds(options.timeout_s)));
 }
@@ -143,7 +165,7 @@ absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& se
                       done.Notify();
                     });
   done.WaitForNotification();  // bounded by the context's deadline
-  if (!status.ok()) return coordinator::FromGrpcStatus(status);
+  if (!status.ok()) return FromGrpcStatus(status);
   grpc::Slice flat;
   if (!response.DumpToSingleSlice(&flat).ok()) return absl::InternalError("unreadable response");
   absl::StatusOr<int> code =
@@ -153,4 +175,4 @@ absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& se
   return *code >= 0 && *code < 4 ? std::string(kNames[*code]) : absl::StrCat("STATUS_", *code);
 }
 
-}  // namespace muonshard::cli
+}  // namespace muonshard::client

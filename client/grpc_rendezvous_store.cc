@@ -1,4 +1,4 @@
-#include "worker/client/grpc_rendezvous_store.h"
+#include "client/grpc_rendezvous_store.h"
 
 #include <memory>
 #include <utility>
@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 namespace {
 
 absl::Status CheckKey(const std::string& key) {
@@ -24,7 +24,7 @@ int64_t CeilMillis(absl::Duration timeout) {
 
 }  // namespace
 
-GrpcRendezvousStore::GrpcRendezvousStore(cli::CoordinatorClient* client, GrpcRendezvousStoreOptions options)
+GrpcRendezvousStore::GrpcRendezvousStore(CoordinatorClient* client, GrpcRendezvousStoreOptions options)
     : client_(client), options_(std::move(options)) {}
 
 absl::Status GrpcRendezvousStore::Annotated(const absl::Status& s, const std::string& key) const {
@@ -41,7 +41,7 @@ absl::Status GrpcRendezvousStore::Set(const std::string& key, const std::string&
   request.set_value(value);
   v1::SetKeyResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
-  return Annotated(coordinator::FromGrpcStatus(client_->stub().SetKey(ctx.get(), request, &response)), key);
+  return Annotated(FromGrpcStatus(client_->stub().SetKey(ctx.get(), request, &response)), key);
 }
 
 absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key) {
@@ -52,7 +52,7 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Get(const std::string& key) {
   request.set_key(key);
   v1::GetKeyResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(client_->stub().GetKey(ctx.get(), request, &response));
+  absl::Status s = FromGrpcStatus(client_->stub().GetKey(ctx.get(), request, &response));
   if (!s.ok()) return Annotated(s, key);
   return std::move(*response.mutable_value());
 }
@@ -74,7 +74,7 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Wait(const std::string& key, ab
   v1::WaitKeysResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + options_.rpc_slack));
-  absl::Status s = coordinator::FromGrpcStatus(client_->stub().WaitKeys(ctx.get(), request, &response));
+  absl::Status s = FromGrpcStatus(client_->stub().WaitKeys(ctx.get(), request, &response));
   if (!s.ok()) return Annotated(s, key);
   if (response.values_size() != 1) {
     return Annotated(
@@ -83,4 +83,4 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Wait(const std::string& key, ab
   return std::move(*response.mutable_values(0));
 }
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client

@@ -1,8 +1,8 @@
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 
 #include <string>
 
-namespace muonshard::coordinator {
+namespace muonshard::client {
 
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -14,4 +14,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-}  // namespace muonshard::coordinator
+}  // namespace muonshard::client

@@ -1,4 +1,4 @@
-#include "worker/client/plan_source.h"
+#include "client/plan_source.h"
 
 #include <iterator>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "common/status_macros.h"
 #include "coordinator/planner/plan_view.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 
 absl::StatusOr<v1::RankView> FetchJoinedView(PlanSource& source, const JoinedJob& joined) {
   MUONSHARD_ASSIGN_OR_RETURN(VersionedRankView fetched, source.FetchRankView(joined.plan_version, joined.rank));
@@ -54,4 +54,4 @@ absl::StatusOr<VersionedRankView> InMemoryPlanSource::FetchRankView(int64_t vers
   return VersionedRankView{plan.version, std::move(view)};
 }
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client

@@ -1,5 +1,5 @@
-#ifndef MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_
-#define MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_
+#ifndef MUONSHARD_CLIENT_COORDINATOR_SESSION_H_
+#define MUONSHARD_CLIENT_COORDINATOR_SESSION_H_
 
 // CoordinatorSession: one worker process's membership of a job. Join()
 // registers with the coordinator (JoinJob, retried with bounded exponential
@@ -37,10 +37,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "cli/coordinator_client.h"
+#include "client/coordinator_client.h"
+#include "client/joined_job.h"
 #include "common/clock.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 
 struct SessionOptions {
   std::string job;
@@ -62,18 +63,6 @@ struct SessionOptions {
   Clock* clock = RealClock();
 };
 
-// What JoinJob answered.
-struct JoinedJob {
-  std::string job;
-  int rank = 0;
-  int world_size = 0;
-  int64_t generation = 0;
-  int64_t plan_version = 0;
-  std::string content_hash;
-  uint64_t incarnation = 0;
-  absl::Duration heartbeat_timeout;
-};
-
 class CoordinatorSession {
  public:
   // Joins and starts heartbeating.
@@ -82,7 +71,7 @@ class CoordinatorSession {
   // names both — job full, no plan submitted), NOT_FOUND (unknown plan
   // version), ALREADY_EXISTS (rank held), UNAVAILABLE (coordinator
   // unreachable for join_timeout), UNAUTHENTICATED.
-  static absl::StatusOr<std::unique_ptr<CoordinatorSession>> Join(cli::CoordinatorClient* client,
+  static absl::StatusOr<std::unique_ptr<CoordinatorSession>> Join(CoordinatorClient* client,
                                                                   const SessionOptions& options);
 
   CoordinatorSession(const CoordinatorSession&) = delete;
@@ -105,7 +94,7 @@ class CoordinatorSession {
   absl::Status Leave();
 
  private:
-  CoordinatorSession(cli::CoordinatorClient* client, const SessionOptions& options, JoinedJob joined);
+  CoordinatorSession(CoordinatorClient* client, const SessionOptions& options, JoinedJob joined);
 
   // Heartbeats at `first`, then every period after each answer.
   void HeartbeatLoop(absl::Time first);
@@ -116,7 +105,7 @@ class CoordinatorSession {
   bool Record(const absl::Status& status);
   void StopHeartbeats();
 
-  cli::CoordinatorClient* const client_;  // not owned
+  CoordinatorClient* const client_;  // not owned
   Clock* const clock_;                    // not owned
   const JoinedJob joined_;
   const absl::Duration period_;
@@ -129,6 +118,6 @@ class CoordinatorSession {
   std::thread thread_;
 };
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client
 
-#endif  // MUONSHARD_WORKER_CLIENT_COORDINATOR_SESSION_H_
+#endif  // MUONSHARD_CLIENT_COORDINATOR_SESSION_H_

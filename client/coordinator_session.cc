@@ -1,4 +1,4 @@
-#include "worker/client/coordinator_session.h"
+#include "client/coordinator_session.h"
 
 #include <algorithm>
 #include <random>
@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "coordinator/service/grpc_status.h"
+#include "client/grpc_status.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 namespace {
 
 // Longest real-time wait before the heartbeat thread re-reads its clock.
@@ -46,17 +46,17 @@ JoinedJob ToJoinedJob(const std::string& job, uint64_t incarnation, const v1::Jo
   return joined;
 }
 
-absl::StatusOr<v1::JoinJobResponse> JoinOnce(cli::CoordinatorClient& client, const v1::JoinJobRequest& request) {
+absl::StatusOr<v1::JoinJobResponse> JoinOnce(CoordinatorClient& client, const v1::JoinJobRequest& request) {
   v1::JoinJobResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
-  absl::Status s = coordinator::FromGrpcStatus(client.stub().JoinJob(ctx.get(), request, &response));
+  absl::Status s = FromGrpcStatus(client.stub().JoinJob(ctx.get(), request, &response));
   if (!s.ok()) return s;
   return response;
 }
 
 // JoinJob, retried with exponential backoff while UNAVAILABLE (see
 // SessionOptions). The attempts are bounded by join_timeout in real time.
-absl::StatusOr<v1::JoinJobResponse> JoinWithRetries(cli::CoordinatorClient& client, const SessionOptions& options,
+absl::StatusOr<v1::JoinJobResponse> JoinWithRetries(CoordinatorClient& client, const SessionOptions& options,
                                                     const v1::JoinJobRequest& request) {
   const absl::Time deadline = absl::Now() + options.join_timeout;
   absl::Duration backoff = options.initial_backoff;
@@ -76,7 +76,7 @@ absl::StatusOr<v1::JoinJobResponse> JoinWithRetries(cli::CoordinatorClient& clie
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(cli::CoordinatorClient* client,
+absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(CoordinatorClient* client,
                                                                              const SessionOptions& options) {
   if (options.clock == nullptr) return absl::InvalidArgumentError("session: null clock");
   if (options.initial_backoff <= absl::ZeroDuration() || options.max_backoff < options.initial_backoff) {
@@ -91,7 +91,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(cli
   return std::unique_ptr<CoordinatorSession>(new CoordinatorSession(client, options, std::move(joined)));
 }
 
-CoordinatorSession::CoordinatorSession(cli::CoordinatorClient* client, const SessionOptions& options, JoinedJob joined)
+CoordinatorSession::CoordinatorSession(CoordinatorClient* client, const SessionOptions& options, JoinedJob joined)
     : client_(client),
       clock_(options.clock),
       joined_(std::move(joined)),
@@ -142,7 +142,7 @@ absl::Status CoordinatorSession::SendHeartbeat() {
   request.set_incarnation(joined_.incarnation);
   v1::HeartbeatResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
-  return coordinator::FromGrpcStatus(client_->stub().Heartbeat(ctx.get(), request, &response));
+  return FromGrpcStatus(client_->stub().Heartbeat(ctx.get(), request, &response));
 }
 
 bool CoordinatorSession::Record(const absl::Status& status) {
@@ -182,9 +182,9 @@ absl::Status CoordinatorSession::Leave() {
   request.set_incarnation(joined_.incarnation);
   v1::LeaveJobResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
-  left_ = Annotate(coordinator::FromGrpcStatus(client_->stub().LeaveJob(ctx.get(), request, &response)),
+  left_ = Annotate(FromGrpcStatus(client_->stub().LeaveJob(ctx.get(), request, &response)),
                    absl::StrCat("leaving job \"", joined_.job, "\""));
   return *left_;
 }
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client

@@ -1,7 +1,7 @@
-#ifndef MUONSHARD_WORKER_CLIENT_GRPC_RENDEZVOUS_STORE_H_
-#define MUONSHARD_WORKER_CLIENT_GRPC_RENDEZVOUS_STORE_H_
+#ifndef MUONSHARD_CLIENT_GRPC_RENDEZVOUS_STORE_H_
+#define MUONSHARD_CLIENT_GRPC_RENDEZVOUS_STORE_H_
 
-// GrpcRendezvousStore: the RendezvousStore of one job generation, backed by
+// GrpcRendezvousStore: the RendezvousStore (worker/comm) of one job generation, backed by
 // the coordinator's rendezvous RPCs (SetKey / GetKey / WaitKeys). This is
 // what a worker's communicators bootstrap through (Gloo exchanges its TCP
 // addresses here, NCCL would exchange its unique id).
@@ -34,10 +34,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cli/coordinator_client.h"
+#include "client/coordinator_client.h"
 #include "worker/comm/rendezvous_store.h"
 
-namespace muonshard::worker {
+namespace muonshard::client {
 
 struct GrpcRendezvousStoreOptions {
   std::string job;
@@ -46,10 +46,10 @@ struct GrpcRendezvousStoreOptions {
   absl::Duration rpc_slack = absl::Seconds(10);
 };
 
-class GrpcRendezvousStore : public RendezvousStore {
+class GrpcRendezvousStore : public worker::RendezvousStore {
  public:
   // *client must outlive the store.
-  GrpcRendezvousStore(cli::CoordinatorClient* client, GrpcRendezvousStoreOptions options);
+  GrpcRendezvousStore(CoordinatorClient* client, GrpcRendezvousStoreOptions options);
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key) override;
@@ -62,10 +62,10 @@ class GrpcRendezvousStore : public RendezvousStore {
   // "rendezvous key "k" (job "j", generation g): " prefixed to `s`.
   absl::Status Annotated(const absl::Status& s, const std::string& key) const;
 
-  cli::CoordinatorClient* const client_;  // not owned
+  CoordinatorClient* const client_;  // not owned
   const GrpcRendezvousStoreOptions options_;
 };
 
-}  // namespace muonshard::worker
+}  // namespace muonshard::client
 
-#endif  // MUONSHARD_WORKER_CLIENT_GRPC_RENDEZVOUS_STORE_H_
+#endif  // MUONSHARD_CLIENT_GRPC_RENDEZVOUS_STORE_H_

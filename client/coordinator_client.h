@@ -1,5 +1,5 @@
-#ifndef MUONSHARD_CLI_COORDINATOR_CLIENT_H_
-#define MUONSHARD_CLI_COORDINATOR_CLIENT_H_
+#ifndef MUONSHARD_CLIENT_COORDINATOR_CLIENT_H_
+#define MUONSHARD_CLIENT_COORDINATOR_CLIENT_H_
 
 // A gRPC client of muonshard-coordinator for muonshardctl (and tests and the
 // load generator): channel creation with optional TLS / mTLS, the bearer
@@ -14,7 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "muonshard/v1/coordinator.grpc.pb.h"
 
-namespace muonshard::cli {
+namespace muonshard::client {
 
 struct ConnectionOptions {
   std::string coordinator = "127.0.0.1:50051";
@@ -27,9 +27,24 @@ struct ConnectionOptions {
   // global subchannel pool); load generators spread load this way.
   bool dedicated_connection = false;
 
-  // --coordinator, --tls-ca, --tls-cert, --tls-key, --token-file, --timeout.
+  // --coordinator, --tls-ca, --tls-cert, --tls-key, --token-file, --timeout,
+  // with the environment's values (ApplyEnvironment) as their defaults.
   void Register(FlagSet& flags);
 };
+
+// The coordinator's default gRPC port (design notes).
+inline constexpr int kDefaultCoordinatorPort = 50051;
+
+// Sets `options` from the environment where a variable is set and not
+// empty: MUONSHARD_COORDINATOR (HOST:PORT, or a host alone),
+// MUONSHARD_TOKEN_FILE, MUONSHARD_TLS_CA. Flags and arguments given
+// afterwards win.
+void ApplyEnvironment(ConnectionOptions* options);
+
+// `address` with ":50051" appended when it names a host without a port
+// ("localhost", "10.0.0.7", "[::1]"); other forms ("host:port", gRPC URIs
+// such as "dns:///host:port" or "unix:/path") unchanged.
+std::string WithDefaultPort(const std::string& address);
 
 class CoordinatorClient {
  public:
@@ -58,6 +73,6 @@ class CoordinatorClient {
   const absl::Duration timeout_;
 };
 
-}  // namespace muonshard::cli
+}  // namespace muonshard::client
 
-#endif  // MUONSHARD_CLI_COORDINATOR_CLIENT_H_
+#endif  // MUONSHARD_CLIENT_COORDINATOR_CLIENT_H_

@@ -1,0 +1,331 @@
+#include "worker/rank_session.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "checkpoint/writer.h"
+#include "client/grpc_plan_source.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
+#include "worker/comm/gloo_communicator.h"
+#include "worker/internal/nccl_factory.h"
+#include "worker/internal/runner_util.h"
+#include "worker/rank_order_communicator.h"
+
+namespace muonshard::worker {
+namespace {
+
+std::string HostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// The process's identity on its host for the coordinator, which takes a new
+// process of an existing (host, device) for a restart of the old one: the
+// CUDA device (nccl: one rank per GPU), the local rank or the asked-for rank
+// when known (a restarted rank is then recognised), else unique per process
+// and run. `cuda_device`: the nccl backend's device when known before
+// joining.
+std::string DeviceIdentity(const RankSessionOptions& options, std::optional<int> cuda_device) {
+  static std::atomic<int> runs{0};
+  if (!options.device.empty()) return options.device;
+  const bool cuda = options.backend == "nccl";
+  if (cuda && cuda_device.has_value()) return absl::StrCat("cuda:", *cuda_device);
+  const char* kind = cuda ? "cuda" : "cpu";
+  if (!cuda && options.local_rank >= 0) return absl::StrCat("cpu:", options.local_rank);
+  if (options.rank.has_value()) return absl::StrCat(kind, ":rank-", *options.rank);
+  return absl::StrCat(kind, ":pid-", getpid(), "-", runs.fetch_add(1));
+}
+
+}  // namespace
+
+absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
+  if (options.backend != "gloo" && options.backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("flag --backend: \"", options.backend, "\" is not gloo or nccl"));
+  }
+  if (options.reduce_order != "ring" && options.reduce_order != "rank") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --reduce-order: \"", options.reduce_order, "\" is not ring or rank"));
+  }
+  if (options.backend == "nccl" && options.reduce_order == "rank") {
+    return absl::InvalidArgumentError(
+        "flag --reduce-order rank is for --backend gloo only (it wraps host-memory communicators; NCCL reduces on "
+        "the device in its own order)");
+  }
+  if (options.cuda_device < -1) return absl::InvalidArgumentError("flag --cuda-device must be >= 0 (or -1: auto)");
+  if (options.cuda_device >= 0 && options.backend != "nccl") {
+    return absl::InvalidArgumentError("flag --cuda-device is for --backend nccl only");
+  }
+  if (options.job.empty()) return absl::InvalidArgumentError("flag --job is required");
+  if (options.plan_version < 0) return absl::InvalidArgumentError("flag --plan-version must be >= 0 or latest");
+  if (options.rank.has_value() && *options.rank < 0) return absl::InvalidArgumentError("flag --rank must be >= 0");
+  if (options.blas_threads < 0) return absl::InvalidArgumentError("flag --blas-threads must be >= 0");
+  if (options.comm_timeout <= absl::ZeroDuration() || options.join_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("flags --comm-timeout and --join-timeout must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+RankSession::RankSession(const RankSessionOptions& options, const OptimizerConfig& config)
+    : options_(options), config_(config) {}
+
+RankSession::~RankSession() {
+  // The optimizer and the communicators go before the membership: a peer
+  // that sees this rank leave aborts its own collectives.
+  optimizer_.reset();
+  comm_groups_.clear();
+  comms_.clear();
+}
+
+absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Start(const RankSessionOptions& options,
+                                                                const OptimizerConfig& config) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateRankSessionOptions(options));
+  MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
+  std::unique_ptr<RankSession> session(new RankSession(options, config));
+  MUONSHARD_RETURN_IF_ERROR(session->Run());
+  return session;
+}
+
+absl::Status RankSession::Run() {
+  MUONSHARD_RETURN_IF_ERROR(CheckDevices());
+  MUONSHARD_ASSIGN_OR_RETURN(client_, client::CoordinatorClient::Connect(options_.connection));
+  plan_source_ = std::make_unique<client::GrpcPlanSource>(client_.get());
+  MUONSHARD_RETURN_IF_ERROR(Join());
+  MUONSHARD_RETURN_IF_ERROR(StartMetrics());
+  MUONSHARD_RETURN_IF_ERROR(CreateBackend());
+  MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
+  return CreateOptimizer();
+}
+
+std::ostream& RankSession::Log() const { return internal::Log(options_); }
+
+std::string RankSession::Prefix() const { return absl::StrCat("rank ", rank(), ": "); }
+
+absl::Status RankSession::CheckDevices() {
+  if (!nccl()) return absl::OkStatus();
+  absl::StatusOr<int> devices = internal::VisibleCudaDevices();
+  if (!devices.ok()) return Annotate(devices.status(), "--backend nccl needs a CUDA device");
+  cuda_devices_ = *devices;
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::Join() {
+  client::SessionOptions o;
+  o.job = options_.job;
+  o.host = options_.host.empty() ? HostName() : options_.host;
+  o.device = DeviceIdentity(options_,
+                            nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
+  o.rank = options_.rank;
+  o.plan_version = options_.plan_version;
+  o.join_timeout = options_.join_timeout;
+  o.clock = options_.clock;
+  MUONSHARD_ASSIGN_OR_RETURN(session_, client::CoordinatorSession::Join(client_.get(), o));
+  MUONSHARD_ASSIGN_OR_RETURN(view_, client::FetchJoinedView(*plan_source_, session_->joined()));
+  if (options_.check_view) {
+    if (absl::Status s = options_.check_view(session_->joined(), view_); !s.ok()) {
+      (void)session_->Leave();  // its own error is the one to report
+      return s;
+    }
+  }
+  const client::JoinedJob& j = session_->joined();
+  Log() << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size
+        << ", generation " << j.generation << ", plan version " << j.plan_version << " ("
+        << j.content_hash.substr(0, 19) << "), model " << view_.model() << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::StartMetrics() {
+  const client::JoinedJob& j = session_->joined();
+  metrics_ = std::make_unique<WorkerMetrics>(j.job, j.rank);
+  metrics_->SetPlan(view_, j.plan_version, j.generation);
+  if (options_.metrics_port >= 0) {
+    const int wanted = options_.metrics_port == 0 ? 0 : options_.metrics_port + local_rank();
+    MUONSHARD_ASSIGN_OR_RETURN(server_, MetricsHttpServer::Start(options_.metrics_host, wanted, metrics_->registry(),
+                                                                 /*num_threads=*/1));
+    Log() << Prefix() << "metrics on http://" << options_.metrics_host << ":" << server_->port() << "/metrics\n";
+  }
+  if (options_.port_file.empty()) return absl::OkStatus();
+  return WriteFileAtomic(options_.port_file, absl::StrCat("{\"rank\": ", j.rank, ", \"metrics_port\": ",
+                                                          metrics_port(), ", \"generation\": ", j.generation,
+                                                          ", \"plan_version\": ", j.plan_version, "}\n"));
+}
+
+int RankSession::metrics_port() const { return server_ != nullptr ? server_->port() : -1; }
+
+// gloo: the CPU kernels with the thread budget. nccl: the CUDA kernels on
+// the rank's device, so the optimizer's buffers live in device memory.
+absl::Status RankSession::CreateBackend() {
+  if (!nccl()) {
+    const int local_world = options_.local_world_size > 0 ? options_.local_world_size : world_size();
+    blas_threads_ =
+        options_.blas_threads > 0 ? options_.blas_threads : std::max(1, internal::HardwareThreads() / local_world);
+    backend_ = internal::MakeCpuBackend(blas_threads_);
+    return absl::OkStatus();
+  }
+  cuda_device_ = *internal::CudaDeviceFor(options_, rank(), cuda_devices_);
+  absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> backend =
+      kernels::CreateKernelBackend(kernels::DeviceKind::kCuda, cuda_device_);
+  if (!backend.ok()) {
+    return Annotate(backend.status(), absl::StrCat("--backend nccl: the CUDA kernel backend on device ", cuda_device_,
+                                                   " (of ", cuda_devices_, " visible)"));
+  }
+  backend_ = *std::move(backend);
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::CreateCommunicators() {
+  client::GrpcRendezvousStoreOptions so;
+  so.job = session_->joined().job;
+  so.generation = session_->joined().generation;
+  store_ = std::make_unique<client::GrpcRendezvousStore>(client_.get(), so);
+  std::vector<const v1::CommGroup*> groups;
+  for (const v1::CommGroup& g : view_.groups()) groups.push_back(&g);
+  std::sort(groups.begin(), groups.end(), [](auto* a, auto* b) { return a->id() < b->id(); });
+  for (const v1::CommGroup* g : groups) MUONSHARD_RETURN_IF_ERROR(CreateCommunicator(*g));
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
+  auto at = std::find(group.ranks().begin(), group.ranks().end(), rank());
+  if (at == group.ranks().end() || group.ranks_size() < 2) return absl::OkStatus();
+  const int group_rank = static_cast<int>(at - group.ranks().begin());
+  const std::string prefix =
+      absl::StrCat(session_->joined().job, "/", session_->joined().generation, "/g", group.id(), "/");
+  absl::StatusOr<std::unique_ptr<Communicator>> comm;
+  if (nccl()) {
+    internal::NcclGroupOptions o;
+    o.rank = group_rank;
+    o.size = group.ranks_size();
+    o.device = cuda_device_;
+    // Its own namespace: the NCCL id key must never meet a Gloo
+    // rendezvous's keys of the same group.
+    o.key_prefix = absl::StrCat(prefix, "nccl/");
+    o.timeout = options_.comm_timeout;
+    // On the backend's stream (NOTE [One stream] in nccl_factory.cc);
+    // backend_ outlives the communicators (member order).
+    comm = internal::CreateNcclGroupCommunicator(o, backend_.get(), store_.get());
+  } else {
+    GlooOptions o;
+    o.rank = group_rank;
+    o.size = group.ranks_size();
+    o.hostname = options_.hostname;
+    o.interface = options_.interface;
+    o.key_prefix = prefix;
+    o.timeout = options_.comm_timeout;
+    comm = CreateGlooCommunicator(o, store_.get());
+  }
+  if (!comm.ok()) {
+    return Annotate(comm.status(),
+                    absl::StrCat("rendezvous of comm group ", group.id(), " (", nccl() ? "NCCL" : "Gloo", ")"));
+  }
+  if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
+  comm_groups_[group.id()] = comm->get();
+  comms_.push_back(*std::move(comm));
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::CreateOptimizer() {
+  MUONSHARD_ASSIGN_OR_RETURN(optimizer_, ShardedOptimizer::Create(view_, comm_groups_, backend_.get(), config_));
+  metrics_->SetOptimizerStateBytes(optimizer_->optimizer_state_bytes());
+  Log() << Prefix() << Describe() << "\n";
+  return absl::OkStatus();
+}
+
+std::string RankSession::Describe() const {
+  std::string out = absl::StrCat(comms_.size());
+  if (nccl()) {
+    absl::StrAppend(&out, " NCCL communicator(s), ");
+  } else {
+    absl::StrAppend(&out, " Gloo communicator(s) (reduce order ", options_.reduce_order, "), ");
+  }
+  absl::StrAppend(&out, optimizer_->held_tensors().size(), " tensor parts, optimizer state ",
+                  optimizer_->optimizer_state_bytes(), " bytes (plan ", view_.rank().optimizer_state_bytes(), "), ");
+  if (nccl()) {
+    absl::StrAppend(&out, "CUDA device ", cuda_device_, " of ", cuda_devices_, ", Newton-Schulz precision ",
+                    internal::NsPrecisionName(config_.ns.precision));
+  } else {
+    absl::StrAppend(&out, blas_threads_, " BLAS thread(s)");
+  }
+  return out;
+}
+
+absl::StatusOr<const client::VersionedPlan*> RankSession::FullPlan() {
+  if (full_plan_ == nullptr) {
+    MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan p, plan_source_->FetchPlan(session_->joined().plan_version));
+    full_plan_ = std::make_unique<client::VersionedPlan>(std::move(p));
+  }
+  return full_plan_.get();
+}
+
+absl::Status RankSession::Barrier(const std::string& name) {
+  return internal::StoreBarrier(*store_, name, rank(), world_size(), options_.comm_timeout);
+}
+
+absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
+                                         const v1::OptimizerHyperParams& hyper_params) {
+  const std::string save_id = absl::StrCat("generation-", session_->joined().generation);
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+  checkpoint::RankFileTarget target{dir, step, view_.content_hash(), rank(), world_size(), save_id};
+  MUONSHARD_RETURN_IF_ERROR(checkpoint::WriteRankFile(target, shards, optimizer_->scalars()).status());
+  MUONSHARD_RETURN_IF_ERROR(Barrier(absl::StrCat("checkpoint-", step)));
+  if (rank() != 0) return absl::OkStatus();
+  MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
+  checkpoint::CommitOptions commit;
+  commit.plan_version = session_->joined().plan_version;
+  commit.save_id = save_id;
+  commit.optimizer = hyper_params;
+  MUONSHARD_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(dir, step, plan->plan, plan->request, commit));
+  Log() << Prefix() << "checkpoint of step " << step << " committed in " << dir << "\n";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LoadedCheckpoint> RankSession::LoadCheckpoint(const std::string& dir, std::optional<int64_t> step) {
+  MUONSHARD_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::OpenCheckpoint(dir, step));
+  MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
+  MUONSHARD_RETURN_IF_ERROR(checkpoint::CheckCompatible(ckpt.index, plan->plan));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+  MUONSHARD_ASSIGN_OR_RETURN(checkpoint::LoadResult loaded, checkpoint::LoadRankState(ckpt, shards));
+  MUONSHARD_RETURN_IF_ERROR(optimizer_->RestoreFromState(loaded.scalars));
+  LoadedCheckpoint out;
+  out.step_dir = ckpt.step_dir;
+  out.step = loaded.scalars.step;
+  out.plan_hash = ckpt.index.plan_hash();
+  out.world_size = ckpt.index.topology().world_size();
+  out.bytes_read = loaded.bytes_read;
+  Log() << Prefix() << "resumed from " << out.step_dir << " (step " << out.step << ", saved under plan "
+        << out.plan_hash.substr(0, 19) << ", world " << out.world_size << "; read " << out.bytes_read << " bytes)\n";
+  return out;
+}
+
+// NOTE [Leaving together]
+// A leave moves the job to a new generation and drops the old one's keys,
+// aborting every pending rendezvous wait. So a rank that passed a barrier
+// and left at once would abort a slower peer still reading the same
+// barrier's keys. Two barriers: "finished" must succeed (every rank is done
+// training and has written what it writes); "exiting" then only keeps ranks
+// from leaving while a peer may still read "finished". A peer can leave
+// during "exiting" only after every rank passed "finished", so an error
+// there (ABORTED: someone left already) changes nothing and is reported, not
+// returned.
+absl::Status RankSession::Finish() {
+  if (finished_.has_value()) return *finished_;
+  absl::Status s = Barrier("finished");
+  if (s.ok()) {
+    if (absl::Status e = Barrier("exiting"); !e.ok() && e.code() != absl::StatusCode::kAborted) {
+      Log() << Prefix() << "warning: " << e << "\n";
+    }
+    // The run is complete: a failed leave only delays the coordinator's
+    // noticing (it marks a silent worker failed), so it is reported, not
+    // returned.
+    if (absl::Status l = session_->Leave(); !l.ok()) Log() << Prefix() << "warning: " << l << "\n";
+  }
+  finished_ = s;
+  return s;
+}
+
+}  // namespace muonshard::worker

@@ -1,0 +1,243 @@
+#ifndef MUONSHARD_WORKER_RANK_SESSION_H_
+#define MUONSHARD_WORKER_RANK_SESSION_H_
+
+// RankSession: one rank of a training job with everything its optimizer step
+// needs, as a library. muonshard-worker drives one with its synthetic and
+// regression workloads (worker_runner.h); a training program embeds one
+// through the Python package (python/muonshard), handing it the gradients
+// of its own model. Both run the same code: there is no second
+// implementation of the step.
+//
+// Start() does, in order:
+//   0. With backend "nccl": checks that this process sees a CUDA device
+//      before contacting anyone (FAILED_PRECONDITION in a build without
+//      CUDA, UNAVAILABLE without a device), so a process that cannot run
+//      never joins (and so never moves) the job.
+//   1. Joins the job at the coordinator (client::CoordinatorSession: rank,
+//      world size, generation, plan version and hash; heartbeats from then
+//      on).
+//   2. Fetches the rank's plan view, checks it is the job's
+//      (client::FetchJoinedView) and hands it to options.check_view.
+//   3. Serves /metrics (WorkerMetrics) on metrics_port + local rank.
+//   4. Creates the kernel backend: "gloo", the CPU one (OpenBLAS, with the
+//      thread budget below); "nccl", the CUDA one on the rank's device
+//      (CudaDevice in worker_runner.h), so every optimizer buffer lives in
+//      device memory.
+//   5. Rendezvouses through the coordinator (client::GrpcRendezvousStore of
+//      the job's generation) and creates one communicator per comm group of
+//      more than one rank that holds this rank, in ascending group id on
+//      every rank (so the blocking rendezvous cannot deadlock): "gloo", a
+//      Gloo one, key prefix "<job>/<generation>/g<group id>/", with
+//      reduce_order "rank" wrapped in a RankOrderCommunicator; "nccl", an
+//      NCCL one on the rank's device and the CUDA backend's stream, key
+//      prefix "<job>/<generation>/g<group id>/nccl/".
+//   6. Creates the ShardedOptimizer on that backend. Its parameters are not
+//      set: the caller sets every held tensor (ShardedOptimizer::
+//      SetParameter) or loads a checkpoint before the first step.
+//
+// Checkpoints: SaveCheckpoint (every rank writes its file, all meet at a
+// barrier, rank 0 commits) and LoadCheckpoint (each rank reads what its plan
+// view needs from a checkpoint saved under any plan of the same model) are
+// collectives over every rank of the job, like the step.
+//
+// Finish() ends a run cleanly: every rank meets the others (nobody leaves,
+// and so moves the generation, while a peer still trains), then leaves. A
+// session destroyed without Finish() leaves at once (its peers' next
+// rendezvous or heartbeat then sees the generation move).
+//
+// Thread-compatible: one thread drives a session (the heartbeat thread and
+// the /metrics server are internal). Members are destroyed in reverse
+// creation order: the optimizer, then the communicators, then the store and
+// the membership they bootstrapped through.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "checkpoint/reader.h"
+#include "client/coordinator_client.h"
+#include "client/coordinator_session.h"
+#include "client/grpc_rendezvous_store.h"
+#include "client/plan_source.h"
+#include "common/clock.h"
+#include "common/metrics_http.h"
+#include "kernels/kernel_backend.h"
+#include "muonshard/v1/checkpoint.pb.h"
+#include "muonshard/v1/plan.pb.h"
+#include "worker/comm/communicator.h"
+#include "worker/metrics.h"
+#include "worker/optimizer/optimizer_config.h"
+#include "worker/optimizer/sharded_optimizer.h"
+
+namespace muonshard::worker {
+
+// Convention (design notes): worker metrics on 9465 + local rank.
+inline constexpr int kDefaultWorkerMetricsPort = 9465;
+
+struct RankSessionOptions {
+  client::ConnectionOptions connection;  // coordinator, TLS, token, RPC timeout
+  std::string job;
+  int64_t plan_version = 0;      // 0: the job's (the latest for its first member)
+  std::optional<int> rank;       // unset: the coordinator assigns one
+  std::string backend = "gloo";  // or "nccl"
+  // nccl: the CUDA device ordinal; -1: the local rank modulo the visible
+  // devices (CudaDevice in worker_runner.h).
+  int cuda_device = -1;
+  // "ring": Gloo's own reductions (sums in ring order: equal to the
+  // reference up to fp32 summation order). "rank": RankOrderCommunicator
+  // (sums in group-rank order: bit-identical to the reference, at n x the
+  // reduction traffic; for verification). Gloo only.
+  std::string reduce_order = "ring";
+
+  // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
+  // picks a free port, negative disables the endpoint.
+  int metrics_port = kDefaultWorkerMetricsPort;
+  std::string metrics_host = "127.0.0.1";
+  int local_rank = -1;        // -1: the job rank (one host)
+  int local_world_size = -1;  // -1: the job's world size (one host)
+  // Written once serving: {"rank": R, "metrics_port": M, "generation": G,
+  // "plan_version": V}.
+  std::string port_file;
+
+  // Gloo: address to bind and advertise (or a network interface). NCCL
+  // picks its own interfaces (NCCL_SOCKET_IFNAME).
+  std::string hostname = "127.0.0.1";
+  std::string interface;
+  absl::Duration comm_timeout = absl::Seconds(60);  // rendezvous, collectives, barriers
+  absl::Duration join_timeout = absl::Seconds(30);  // retrying an unreachable coordinator
+  // OpenBLAS / CPU kernel threads (gloo); 0: cores / local_world_size (at
+  // least 1). OpenBLAS results can depend on its thread count, and an exact
+  // comparison with a reference needs the same setting.
+  int blas_threads = 0;
+
+  // Called with the rank's plan view after joining and before the
+  // rendezvous: a program checks here that it can run this view (its model
+  // holds the rank's tensors). An error leaves the job (peers waiting in
+  // the rendezvous see the generation move at once) and is Start()'s.
+  std::function<absl::Status(const client::JoinedJob&, const v1::RankView&)> check_view;
+
+  std::ostream* log = nullptr;  // status lines; null: std::cerr
+  std::string host;             // JoinJob identity; empty: gethostname()
+  // JoinJob identity; empty: "cpu:<local rank>" (gloo) or "cuda:<device>"
+  // (nccl), or unique per process when neither is known before joining.
+  std::string device;
+  Clock* clock = RealClock();  // heartbeats
+};
+
+// INVALID_ARGUMENT naming the option (as its muonshard-worker flag) for an
+// unusable combination.
+absl::Status ValidateRankSessionOptions(const RankSessionOptions& options);
+
+// What a checkpoint load did.
+struct LoadedCheckpoint {
+  std::string step_dir;
+  int64_t step = 0;
+  std::string plan_hash;  // the plan it was saved under
+  int world_size = 0;     // ... and that plan's world size
+  int64_t bytes_read = 0;
+};
+
+class RankSession {
+ public:
+  // Steps 0-6 above. Possible errors: INVALID_ARGUMENT (options, config),
+  // FAILED_PRECONDITION (nccl in a build without CUDA; a plan version or
+  // view that is not the job's), UNAVAILABLE (coordinator; nccl without a
+  // device), ABORTED (the generation moved during the rendezvous),
+  // DEADLINE_EXCEEDED (peers did not arrive within comm_timeout), the
+  // optimizer's errors.
+  static absl::StatusOr<std::unique_ptr<RankSession>> Start(const RankSessionOptions& options,
+                                                            const OptimizerConfig& config);
+
+  RankSession(const RankSession&) = delete;
+  RankSession& operator=(const RankSession&) = delete;
+  ~RankSession();
+
+  const client::JoinedJob& joined() const { return session_->joined(); }
+  int rank() const { return joined().rank; }
+  int world_size() const { return joined().world_size; }
+  int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
+  const v1::RankView& view() const { return view_; }
+  ShardedOptimizer& optimizer() { return *optimizer_; }
+  const ShardedOptimizer& optimizer() const { return *optimizer_; }
+  WorkerMetrics& metrics() { return *metrics_; }
+  // The /metrics port, or -1 when not serving.
+  int metrics_port() const;
+  // OK while the membership holds; ABORTED once the job's generation moved.
+  absl::Status health() const { return session_->health(); }
+  // The BLAS threads of the CPU backend (0 for nccl); the CUDA device (-1
+  // for gloo).
+  int blas_threads() const { return blas_threads_; }
+  int cuda_device() const { return cuda_device_; }
+  // "3 Gloo communicator(s) (reduce order ring), 42 tensor parts, optimizer
+  // state N bytes (plan N), 1 BLAS thread(s)".
+  std::string Describe() const;
+
+  // The job's whole plan and its canonical request, fetched once.
+  absl::StatusOr<const client::VersionedPlan*> FullPlan();
+
+  // Every rank sets "<name>/<rank>" in the rendezvous store and waits for
+  // every rank's key, each wait bounded by comm_timeout.
+  absl::Status Barrier(const std::string& name);
+
+  // Saves the optimizer's state as checkpoint step `step` of `dir`: every
+  // rank writes its file, all meet, rank 0 commits (index, rename,
+  // `latest`). `hyper_params` goes into the index. A collective.
+  absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params);
+
+  // Loads step `step` (default: the latest) of `dir` into the optimizer,
+  // whatever plan and world size it was saved under (reshard on load), and
+  // rebuilds every model copy from the loaded masters. A collective.
+  // Possible errors: NOT_FOUND (no checkpoint), DATA_LOSS (damaged),
+  // INVALID_ARGUMENT (another model), the communicators' codes.
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt);
+
+  // The end of a run (see above). Idempotent.
+  absl::Status Finish();
+
+ private:
+  RankSession(const RankSessionOptions& options, const OptimizerConfig& config);
+
+  absl::Status Run();
+  absl::Status CheckDevices();
+  absl::Status Join();
+  absl::Status StartMetrics();
+  absl::Status CreateBackend();
+  absl::Status CreateCommunicators();
+  absl::Status CreateCommunicator(const v1::CommGroup& group);
+  absl::Status CreateOptimizer();
+  std::ostream& Log() const;
+  std::string Prefix() const;
+  bool nccl() const { return options_.backend == "nccl"; }
+
+  const RankSessionOptions options_;
+  const OptimizerConfig config_;
+  std::unique_ptr<client::CoordinatorClient> client_;
+  std::unique_ptr<client::PlanSource> plan_source_;
+  std::unique_ptr<client::CoordinatorSession> session_;
+  v1::RankView view_;
+  std::unique_ptr<WorkerMetrics> metrics_;
+  std::unique_ptr<MetricsHttpServer> server_;
+  int cuda_devices_ = 0;  // nccl: visible CUDA devices
+  int cuda_device_ = -1;  // nccl: this rank's
+  int blas_threads_ = 0;  // gloo
+  // Before the communicators: NCCL ones enqueue on its stream, so it must
+  // be destroyed after them.
+  std::unique_ptr<kernels::KernelBackend> backend_;
+  std::unique_ptr<client::GrpcRendezvousStore> store_;
+  std::vector<std::unique_ptr<Communicator>> comms_;
+  ShardedOptimizer::CommGroups comm_groups_;
+  std::unique_ptr<ShardedOptimizer> optimizer_;
+  std::unique_ptr<client::VersionedPlan> full_plan_;
+  std::optional<absl::Status> finished_;
+};
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_RANK_SESSION_H_
