@@ -10,6 +10,9 @@ PACKAGES=(
   prometheus-cpp-dev libgloo-dev libsqlite3-dev sqlite3 libssl-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   openssl curl python3
+  # The Python package (python/): a pybind11 extension for Debian's
+  # /usr/bin/python3, and what its tests and the torch example use.
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch python3-setuptools
 )
 # Tools the deploy checks use (compose config, promtool, a real Prometheus server,
 # PyYAML for the tests in tests/deploy).

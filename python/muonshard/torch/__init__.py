@@ -1,0 +1,12 @@
+"""muonshard for PyTorch training programs.
+
+* `ShardedMuonAdamW`: a `torch.optim.Optimizer` running muonshard's sharded
+  Muon + AdamW step (the C++ step: plan view, communicators, kernels,
+  checkpoints) on a module's parameters.
+* `manifest_from_module`: the manifest of a live `nn.Module`, to submit as a plan.
+"""
+
+from muonshard.torch.manifest import manifest_from_module
+from muonshard.torch.optimizer import ShardedMuonAdamW
+
+__all__ = ["ShardedMuonAdamW", "manifest_from_module"]

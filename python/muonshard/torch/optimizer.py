@@ -1,0 +1,413 @@
+"""ShardedMuonAdamW: a torch optimizer that runs muonshard's sharded C++ step."""
+
+import math
+import os
+import time
+
+import numpy as np
+import torch
+
+from muonshard import _muonshard
+from muonshard.torch.manifest import dtype_name, named_parameters_of
+
+_TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _env_int(name):
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+class _Part:
+    """One tensor part this rank holds, and the parameter that is it."""
+
+    def __init__(self, held, param):
+        self.index = int(held["index"])
+        self.name = held["name"]
+        self.param = param
+        self.numel = int(held["element_end"]) - int(held["element_begin"])
+        self.aliased = False  # param.data views the optimizer's fused buffer
+        self.grad_slot = None  # torch view of the gradient slot in the fused buffer
+        self._zeros = None
+
+    def values(self):
+        """The parameter's current values as float32 numpy (for set_parameter)."""
+        return self.param.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+
+    def alias(self, storage):
+        """Makes the parameter (and its gradient, when both are fp32) views of the
+        optimizer's buffers: no copies in or out of a step (NOTE [Part storage])."""
+        params, grads = storage
+        view = torch.from_numpy(params)
+        if self.param.dtype == torch.bfloat16:
+            view = view.view(torch.bfloat16)
+        if view.dtype != self.param.dtype:
+            return
+        self.param.data = view.view(self.param.shape)
+        self.aliased = True
+        if grads.dtype == np.float32 and self.param.dtype == torch.float32:
+            slot = torch.from_numpy(grads).view(self.param.shape)
+            slot.copy_(self.param.grad if self.param.grad is not None else torch.zeros_like(slot))
+            self.grad_slot = slot
+            self.param.grad = slot
+
+    def gradient(self):
+        """This step's local gradient as float32 numpy (None counts as zeros)."""
+        grad = self.param.grad
+        if self.grad_slot is not None:
+            if grad is None:
+                self.grad_slot.zero_()
+                self.param.grad = self.grad_slot
+            elif grad.data_ptr() != self.grad_slot.data_ptr():
+                self.grad_slot.copy_(grad)  # the user replaced .grad: one copy into the slot
+            return self.grad_slot.view(-1).numpy()
+        if grad is None:
+            if self._zeros is None:
+                self._zeros = np.zeros(self.numel, dtype=np.float32)
+            return self._zeros
+        return grad.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+
+    def write_back(self, session):
+        """After a step or load: the model copy into a parameter that is not aliased."""
+        if self.aliased:
+            return
+        data = self.param.data
+        if data.dtype == torch.float32 and data.is_contiguous():
+            session.read_model_copy(self.index, data.view(-1).numpy())
+            return
+        values = np.empty(self.numel, dtype=np.float32)
+        session.read_model_copy(self.index, values)
+        data.copy_(torch.from_numpy(values).view(data.shape))
+
+    def zero_grad(self, set_to_none):
+        if self.grad_slot is not None:
+            # The fused gradient buffer stays (Paddle's grad storage): zeroed.
+            self.grad_slot.zero_()
+            self.param.grad = self.grad_slot
+        elif self.param.grad is not None:
+            if set_to_none:
+                self.param.grad = None
+            else:
+                self.param.grad.detach_()
+                self.param.grad.zero_()
+
+
+class ShardedMuonAdamW(torch.optim.Optimizer):
+    """Muon for matrices and AdamW for the rest, sharded over the job's ranks by a
+    muonshard plan: each Muon matrix is owned whole by one rank, AdamW state is
+    split element-wise; gradients are reduced to their owners and the updated
+    parameters broadcast / all-gathered back (Paddle's MuonShardingOptimizer,
+    executed by the C++ step; this class only hands it tensors).
+
+        opt = ShardedMuonAdamW(model, coordinator="host:50051", job="gpt", lr=0.02)
+        loss.backward(); opt.step(); opt.zero_grad()
+
+    Construction joins `job` at the coordinator (rank from torchrun's RANK when
+    set, else one the coordinator assigns; LOCAL_RANK / LOCAL_WORLD_SIZE are
+    used too), checks that the module holds exactly the plan's tensors of this
+    rank (name, shape, dtype: ValueError naming the tensor), rendezvouses with
+    the other ranks (Gloo over TCP, or NCCL) and sets the optimizer from the
+    module's current values. Every rank must start from the same values
+    (seed the model); with `sync_initial` (default) the owners' values are
+    broadcast once so ranks agree even if they did not.
+
+    Gradients: each parameter's `.grad` is this rank's local gradient; the step
+    averages it over the ranks holding the tensor. A parameter whose `.grad` is
+    None counts as a zero gradient. CPU parameters of float32 live inside the
+    optimizer's fused buffers (`param.data` and `param.grad` are views of them,
+    as Paddle's parameters are views of its param/grad storage), so a step
+    copies nothing; other parameters are copied in and out. After `step()` the
+    gradients are unspecified: call `zero_grad()` (which keeps the fused
+    gradient buffers and zeroes them; `set_to_none` applies only to parameters
+    outside them).
+
+    Hyper-parameters (Paddle Muon's defaults): one `lr` for Muon and AdamW
+    (changed by torch.optim.lr_scheduler through `param_groups[0]["lr"]`),
+    `weight_decay` (decoupled; `no_decay` names tensors without it),
+    `muon_momentum` with `nesterov`, Newton-Schulz `ns_steps` /
+    `ns_coefficients` / `ns_precision`, AdamW `betas` and `eps` (also the
+    Newton-Schulz normalisation epsilon, as in Paddle).
+
+    Checkpoints: `save_checkpoint(dir)` writes the project's sharded format
+    (every rank its shard, rank 0 commits), which `load_checkpoint(dir)` loads
+    under any plan and world size (reshard on load) and `muonshardctl ckpt
+    inspect` reads. `state_dict()` / `load_state_dict()` hold this rank's state
+    for this plan only.
+
+    Every wait is bounded: joining by `join_timeout`, the rendezvous and each
+    collective by `comm_timeout` (seconds). The methods are collectives where
+    the C++ step is (step, save/load_checkpoint, load_state_dict, close).
+    """
+
+    def __init__(self, params, coordinator=None, job=None, plan_version=0, lr=0.02, betas=(0.9, 0.95), eps=1e-9,
+                 weight_decay=0.01, muon_momentum=0.95, nesterov=True, ns_steps=5, ns_coefficients="simple",
+                 ns_precision="default", muon_scale_version=1, muon_extra_scale=0.2, no_decay=None, backend="gloo",
+                 rank=None, reduce_order="ring", metrics_port=None, hostname="127.0.0.1", comm_timeout=60.0,
+                 join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
+                 alias_buffers=True):
+        named = named_parameters_of(params)
+        if not job:
+            raise ValueError("job is required: the name every rank of this training run joins")
+        if backend not in ("gloo", "nccl"):
+            raise ValueError("backend %r is not gloo or nccl" % (backend,))
+        self._by_name = {}
+        for name, param in named:
+            dtype_name(param.dtype)  # ValueError for unsupported dtypes
+            if backend == "gloo" and param.device.type != "cpu":
+                raise ValueError("parameter %r is on %s: backend gloo needs CPU tensors" % (name, param.device))
+            if backend == "nccl":
+                raise ValueError("backend nccl needs CUDA tensors, which this torch build cannot hold; the CUDA "
+                                 "path runs through muonshard-worker --backend nccl")
+            self._by_name[name] = param
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, muon_momentum=muon_momentum,
+                        nesterov=nesterov)
+        super().__init__([{"params": [p for _, p in named]}], defaults)
+        if rank is None:
+            rank = _env_int("RANK")
+        self._parts = []
+        self._session = _muonshard.RankSession(
+            coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
+            plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
+            metrics_port=-1 if metrics_port is None else int(metrics_port), hostname=hostname,
+            local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
+            comm_timeout=float(comm_timeout), join_timeout=float(join_timeout), blas_threads=int(blas_threads),
+            lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
+            nesterov=bool(nesterov), adamw_beta1=float(betas[0]), adamw_beta2=float(betas[1]), eps=float(eps),
+            ns_steps=int(ns_steps), ns_coefficients=ns_coefficients, ns_precision=ns_precision,
+            muon_scale_version=int(muon_scale_version), muon_extra_scale=float(muon_extra_scale),
+            no_decay=None if no_decay is None else [n for n, _ in named if _matches_name(no_decay, n)],
+            check_view=self._check_view)
+        try:
+            self._initialise(alias_buffers, sync_initial)
+        except BaseException:
+            self._session.close()
+            raise
+        self._lr = float(lr)
+        self._last_step_end = None
+        self.last_step_stats = None
+
+    # ------------------------------------------------------------------ set-up
+
+    def _check_view(self, info, held):
+        """Before the rendezvous: the module must hold exactly this rank's tensors."""
+        world = _env_int("WORLD_SIZE")
+        if world is not None and world != info["world_size"]:
+            raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
+                             (world, info["plan_version"], info["world_size"]))
+        held_names = set()
+        for h in held:
+            name = h["name"]
+            held_names.add(name)
+            param = self._by_name.get(name)
+            if param is None:
+                raise ValueError("rank %d of plan version %d (model %s) holds tensor %r, which is not a parameter "
+                                 "of the module" % (info["rank"], info["plan_version"], info["model"], name))
+            numel = int(h["element_end"]) - int(h["element_begin"])
+            shape = tuple(int(d) for d in h["shape"])
+            whole = numel == int(h["numel"])
+            if whole and tuple(param.shape) != shape:
+                raise ValueError("parameter %r has shape %s; the plan's tensor is %s" %
+                                 (name, tuple(param.shape), shape))
+            if not whole and (param.numel() != numel or tuple(param.shape[1:]) != shape[1:]):
+                raise ValueError("parameter %r has shape %s; rank %d holds experts [%d, %d) of the plan's %s "
+                                 "(expert parallel: the module holds this rank's slice)" %
+                                 (name, tuple(param.shape), info["rank"], int(h["element_begin"]) // _rest(shape),
+                                  int(h["element_end"]) // _rest(shape), shape))
+            if _TORCH_DTYPES[h["dtype"]] != param.dtype:
+                raise ValueError("parameter %r is %s; the plan's tensor is %s" % (name, param.dtype, h["dtype"]))
+            self._parts.append(_Part(h, param))
+        for name in self._by_name:
+            if name not in held_names:
+                raise ValueError("parameter %r is not held by rank %d of plan version %d (model %s): it is not in "
+                                 "the plan's manifest, or (expert parallel) it is another rank's expert" %
+                                 (name, info["rank"], info["plan_version"], info["model"]))
+
+    def _initialise(self, alias_buffers, sync_initial):
+        for part in self._parts:
+            self._session.set_parameter(part.index, part.values())
+        if sync_initial:
+            self._session.sync_model_copies()
+        for part in self._parts:
+            storage = self._session.part_storage(part.index) if alias_buffers else None
+            if storage is not None:
+                part.alias(storage)
+            part.write_back(self._session)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def rank(self):
+        return self._session.rank
+
+    @property
+    def world_size(self):
+        return self._session.world_size
+
+    @property
+    def generation(self):
+        return self._session.generation
+
+    @property
+    def plan_version(self):
+        return self._session.plan_version
+
+    @property
+    def content_hash(self):
+        return self._session.content_hash
+
+    @property
+    def metrics_port(self):
+        """The /metrics port of this rank, or -1 when not serving."""
+        return self._session.metrics_port
+
+    @property
+    def steps_done(self):
+        return self._session.steps_done
+
+    @property
+    def held_tensors(self):
+        """The plan tensors this rank holds (dicts: index, name, shape, dtype, optimizer, ...)."""
+        return self._session.held()
+
+    def memory(self):
+        """Bytes this rank allocated: optimizer_state (masters, momentum, moments),
+        model_copy and gradients (fused buffers), and the plan's figure."""
+        return self._session.memory()
+
+    def describe(self):
+        return self._session.describe()
+
+    # ------------------------------------------------------------------ training
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One sharded step on every parameter's `.grad` (a collective)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._apply_lr()
+        grads = {part.index: part.gradient() for part in self._parts}
+        started = time.perf_counter()
+        train_seconds = started - self._last_step_end if self._last_step_end is not None else 0.0
+        loss_value = float(loss) if isinstance(loss, (float, int, torch.Tensor)) else math.nan
+        self.last_step_stats = self._session.step(grads, loss_value, train_seconds)
+        for part in self._parts:
+            part.write_back(self._session)
+        self._last_step_end = time.perf_counter()
+        return loss
+
+    def _apply_lr(self):
+        lr = float(self.param_groups[0]["lr"])
+        if lr != self._lr:
+            self._session.set_lr(lr)
+            self._lr = lr
+
+    def zero_grad(self, set_to_none=False):
+        for part in self._parts:
+            part.zero_grad(set_to_none)
+
+    def add_param_group(self, param_group):
+        if getattr(self, "_session", None) is not None:
+            raise NotImplementedError("the plan fixes the parameters: ShardedMuonAdamW takes no new param groups")
+        super().add_param_group(param_group)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self):
+        """This rank's optimizer state for this plan: fp32 shards keyed
+        "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
+        state = self._session.state()
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
+        for g in groups:
+            g["params"] = [p.index for p in self._parts]
+        return {
+            "state": {k: torch.from_numpy(v) for k, v in state["tensors"].items()},
+            "param_groups": groups,
+            "muonshard": {"format": 1, "content_hash": self.content_hash, "rank": self.rank,
+                          "world_size": self.world_size, "step": state["step"], "beta1_pow": state["beta1_pow"],
+                          "beta2_pow": state["beta2_pow"]},
+        }
+
+    def load_state_dict(self, state_dict):
+        """Restores a state_dict() of the same rank and plan (a collective: model
+        copies are rebuilt and synchronised). Another plan or world size:
+        save_checkpoint / load_checkpoint, which reshard."""
+        meta = state_dict.get("muonshard")
+        if meta is None:
+            raise ValueError("not a ShardedMuonAdamW state_dict (no \"muonshard\" entry)")
+        if meta["content_hash"] != self.content_hash or meta["rank"] != self.rank:
+            raise ValueError("state_dict of rank %d of plan %s cannot load into rank %d of plan %s; use "
+                             "save_checkpoint/load_checkpoint to change plans" %
+                             (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19]))
+        tensors = {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in state_dict["state"].items()}
+        self._session.load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]), float(meta["beta2_pow"]))
+        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        self._after_load()
+
+    def save_checkpoint(self, directory):
+        """Saves every rank's state as checkpoint step `steps_done` of `directory`
+        (a collective; rank 0 commits)."""
+        group = self.param_groups[0]
+        self._session.save_checkpoint(os.fspath(directory), self.steps_done, float(group["lr"]),
+                                      float(group["weight_decay"]), {"source": "muonshard.torch"})
+
+    def load_checkpoint(self, directory, step=None):
+        """Loads the latest (or `step`) checkpoint of `directory`, saved under any
+        plan and world size of the same model, into the optimizer and the
+        parameters; returns its step (a collective)."""
+        loaded = self._session.load_checkpoint(os.fspath(directory), step)
+        self._after_load()
+        return int(loaded["step"])
+
+    def _after_load(self):
+        self._lr = float("nan")  # the next step re-applies param_groups' lr
+        for part in self._parts:
+            part.write_back(self._session)
+
+    # ------------------------------------------------------------------ end
+
+    def close(self):
+        """Meets every rank and leaves the job (a collective), then frees the
+        session. Idempotent."""
+        session = getattr(self, "_session", None)
+        if session is None:
+            return
+        try:
+            session.finish()
+        finally:
+            self._detach_parameters()
+            session.close()
+            self._session = None
+
+    def _detach_parameters(self):
+        """Gives aliased parameters memory of their own again, so the module
+        outlives the optimizer's buffers."""
+        for part in self._parts:
+            if part.aliased:
+                part.param.data = part.param.data.clone()
+                part.aliased = False
+            if part.grad_slot is not None:
+                part.param.grad = part.grad_slot.clone()
+                part.grad_slot = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _rest(shape):
+    """Elements per expert of a 3-D stack's shape."""
+    n = 1
+    for d in shape[1:]:
+        n *= int(d)
+    return n
+
+
+def _matches_name(no_decay, name):
+    if callable(no_decay):
+        return bool(no_decay(name))
+    return name in set(no_decay)

@@ -1,0 +1,53 @@
+// The _muonshard extension module: the C++ libraries behind the Python
+// package `muonshard` (python/muonshard/). See python/CMakeLists.txt.
+
+#include <string>
+
+#include "common/proto_json.h"
+#include "coordinator/importer/hf_import.h"
+#include "coordinator/importer/safetensors_files.h"
+#include "pybind11/stl.h"
+#include "python/src/bindings.h"
+#include "python/src/status.h"
+
+namespace muonshard::python {
+
+namespace py = pybind11;
+
+void BindImporters(py::module_& m) {
+  m.def(
+      "import_hf_config",
+      [](const std::string& config_json, const std::string& name, bool mtp) {
+        importer::ImportOptions options;
+        options.name = name;
+        options.mtp = mtp;
+        v1::ModelManifest manifest = ValueOrThrow(importer::ImportHfConfig(config_json, options));
+        return ValueOrThrow(ToJson(manifest, /*pretty=*/false));
+      },
+      py::arg("config_json"), py::arg("name") = "", py::arg("mtp") = false,
+      "The manifest (proto3 JSON) of a HuggingFace config.json's text.");
+  m.def(
+      "import_safetensors",
+      [](const std::string& path, const std::string& name, bool skip_unsupported) {
+        importer::SafetensorsImportOptions options;
+        options.name = name;
+        options.skip_unsupported = skip_unsupported;
+        absl::StatusOr<importer::SafetensorsImport> imported;
+        {
+          py::gil_scoped_release release;  // file I/O
+          imported = importer::ImportSafetensors(path, options);
+        }
+        return ValueOrThrow(ToJson(ValueOrThrow(std::move(imported)).manifest, /*pretty=*/false));
+      },
+      py::arg("path"), py::arg("name") = "", py::arg("skip_unsupported") = false,
+      "The manifest (proto3 JSON) of a safetensors checkpoint, from its headers only.");
+}
+
+}  // namespace muonshard::python
+
+PYBIND11_MODULE(_muonshard, m) {
+  m.doc() = "muonshard's C++ core: coordinator client, rank sessions with the sharded optimizer, importers";
+  muonshard::python::BindCoordinator(m);
+  muonshard::python::BindRankSession(m);
+  muonshard::python::BindImporters(m);
+}

@@ -1,0 +1,480 @@
+// _muonshard.RankSession: one rank of a training job (worker/rank_session.h)
+// driven from Python. muonshard.torch.ShardedMuonAdamW is built on it: the
+// Python layer hands over gradients and reads parameters; every collective,
+// kernel and checkpoint byte is the C++ step's.
+//
+// Memory crosses without copies where it can: gradients are read straight
+// from the caller's float32 arrays (the buffer protocol), model copies are
+// written straight into the caller's arrays, and part_storage() exposes the
+// optimizer's own fused buffers as numpy arrays (NOTE [Part storage] in
+// sharded_optimizer.h) that torch parameters and gradients can view. Every
+// array handed out keeps the session alive.
+//
+// The GIL is released while the session joins, rendezvouses, steps, saves or
+// loads (all of which wait on peers).
+
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "checkpoint/state.h"
+#include "kernels/newton_schulz.h"
+#include "pybind11/numpy.h"
+#include "pybind11/stl.h"
+#include "python/src/bindings.h"
+#include "python/src/status.h"
+#include "worker/optimizer/gradient_source.h"
+#include "worker/rank_session.h"
+
+namespace muonshard::python {
+namespace {
+
+namespace py = pybind11;
+using FloatArray = py::array_t<float, py::array::c_style>;
+
+// Gradients as spans of arrays the caller keeps alive for the step.
+class SpanGradients : public worker::GradientSource {
+ public:
+  void Set(int tensor, absl::Span<const float> values) { spans_[tensor] = values; }
+  absl::StatusOr<absl::Span<const float>> PartGradient(int tensor) override {
+    auto it = spans_.find(tensor);
+    if (it == spans_.end()) return absl::NotFoundError(absl::StrCat("no gradient for plan tensor ", tensor));
+    return it->second;
+  }
+
+ private:
+  absl::flat_hash_map<int, absl::Span<const float>> spans_;
+};
+
+const char* DTypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BF16:
+      return "bfloat16";
+    case v1::FP16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+// The numpy dtype an array over `dtype` elements uses: 16-bit floats other
+// than fp16 have no numpy type, so bf16 travels as int16 words (torch views
+// them as bfloat16).
+py::dtype NumpyDType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BF16:
+      return py::dtype("int16");
+    case v1::FP16:
+      return py::dtype("float16");
+    default:
+      return py::dtype::of<float>();
+  }
+}
+
+py::array ArrayOver(void* data, v1::DType dtype, int64_t numel, py::handle owner) {
+  py::dtype type = NumpyDType(dtype);
+  const py::ssize_t item = type.itemsize();
+  return py::array(type, {static_cast<py::ssize_t>(numel)}, {item}, data, owner);
+}
+
+absl::StatusOr<kernels::NsCoefficientSet> CoefficientSet(const std::string& name) {
+  if (name == "simple") return kernels::NsCoefficientSet::kSimple;
+  if (name == "quintic") return kernels::NsCoefficientSet::kQuintic;
+  if (name == "polar_express") return kernels::NsCoefficientSet::kPolarExpress;
+  if (name == "aol") return kernels::NsCoefficientSet::kAol;
+  if (name == "deepseekv4") return kernels::NsCoefficientSet::kDeepseekV4;
+  return absl::InvalidArgumentError(absl::StrCat("ns_coefficients \"", name,
+                                                 "\" is not simple, quintic, polar_express, aol or deepseekv4"));
+}
+
+absl::StatusOr<kernels::MatmulPrecision> Precision(const std::string& name) {
+  if (name == "default") return kernels::MatmulPrecision::kDefault;
+  if (name == "fp32") return kernels::MatmulPrecision::kFp32;
+  if (name == "bf16") return kernels::MatmulPrecision::kBf16;
+  return absl::InvalidArgumentError(absl::StrCat("ns_precision \"", name, "\" is not default, fp32 or bf16"));
+}
+
+// The tensor parts `view`'s rank holds, as Python dicts (what held() returns).
+py::list HeldParts(const v1::RankView& view) {
+  absl::flat_hash_set<int> my_groups;
+  for (const v1::CommGroup& g : view.groups()) {
+    for (int r : g.ranks()) {
+      if (r == view.rank().rank()) my_groups.insert(g.id());
+    }
+  }
+  py::list out;
+  for (const v1::IndexedTensor& t : view.tensors()) {
+    for (const v1::TensorPart& p : t.tensor().parts()) {
+      if (!my_groups.contains(p.group())) continue;
+      py::dict d;
+      d["index"] = t.index();
+      d["name"] = t.tensor().name();
+      d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.tensor().shape().begin(), t.tensor().shape().end())));
+      d["dtype"] = DTypeName(t.tensor().dtype());
+      d["optimizer"] = v1::Optimizer_Name(t.tensor().optimizer());
+      d["layout"] = v1::Layout_Name(t.tensor().layout());
+      d["expert"] = t.tensor().expert();
+      d["group"] = p.group();
+      d["element_begin"] = p.element_begin();
+      d["element_end"] = p.element_end();
+      d["numel"] = t.tensor().numel();
+      out.append(std::move(d));
+    }
+  }
+  return out;
+}
+
+py::dict StatsDict(const worker::StepStats& s) {
+  py::dict d;
+  d["reduce_seconds"] = s.reduce_seconds;
+  d["muon_seconds"] = s.muon_seconds;
+  d["adamw_seconds"] = s.adamw_seconds;
+  d["sync_seconds"] = s.sync_seconds;
+  d["total_seconds"] = s.total_seconds;
+  d["grad_reduce_bytes"] = s.comm.grad_reduce;
+  d["grad_reduce_scatter_bytes"] = s.comm.grad_reduce_scatter;
+  d["param_broadcast_bytes"] = s.comm.param_broadcast;
+  d["param_all_gather_bytes"] = s.comm.param_all_gather;
+  d["collectives"] = s.comm.collectives;
+  return d;
+}
+
+std::string StateKey(const checkpoint::ShardSpec& spec) {
+  return absl::StrCat(spec.name, "/", checkpoint::StateKindName(spec.kind), "/", spec.begin, ":", spec.end);
+}
+
+FloatArray CheckedFloats(py::handle value, const std::string& what) {
+  if (!py::isinstance<py::array>(value)) {
+    RaiseStatus(absl::InvalidArgumentError(absl::StrCat(what, ": not a numpy array")));
+  }
+  py::array a = py::reinterpret_borrow<py::array>(value);
+  if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style)) {
+    RaiseStatus(absl::InvalidArgumentError(absl::StrCat(what, ": needs a C-contiguous float32 array")));
+  }
+  return py::reinterpret_borrow<FloatArray>(a);
+}
+
+class PyRankSession {
+ public:
+  explicit PyRankSession(py::kwargs kwargs) {
+    worker::RankSessionOptions options = SessionOptions(kwargs);
+    worker::OptimizerConfig config = Config(kwargs);
+    if (kwargs.contains("check_view") && !kwargs["check_view"].is_none()) {
+      // The session keeps its options (and so this callable) until it is
+      // destroyed, maybe without the GIL: the reference is dropped under it.
+      std::shared_ptr<py::object> check(new py::object(kwargs["check_view"]), [](py::object* o) {
+        py::gil_scoped_acquire gil;
+        delete o;
+      });
+      options.check_view = [check](const client::JoinedJob& joined, const v1::RankView& view) -> absl::Status {
+        py::gil_scoped_acquire gil;
+        try {
+          py::dict info;
+          info["rank"] = joined.rank;
+          info["world_size"] = joined.world_size;
+          info["plan_version"] = joined.plan_version;
+          info["model"] = view.model();
+          (*check)(info, HeldParts(view));
+        } catch (py::error_already_set& e) {
+          // The check's message, as INVALID_ARGUMENT (ValueError).
+          return absl::InvalidArgumentError(py::str(e.value()).cast<std::string>());
+        }
+        return absl::OkStatus();
+      };
+    }
+    absl::StatusOr<std::unique_ptr<worker::RankSession>> session;
+    {
+      py::gil_scoped_release release;
+      session = worker::RankSession::Start(options, config);
+    }
+    session_ = ValueOrThrow(std::move(session));
+  }
+
+  int rank() const { return session().rank(); }
+  int world_size() const { return session().world_size(); }
+  int64_t generation() const { return session().joined().generation; }
+  int64_t plan_version() const { return session().joined().plan_version; }
+  const std::string& content_hash() const { return session().joined().content_hash; }
+  const std::string& job() const { return session().joined().job; }
+  std::string model() const { return session().view().model(); }
+  int metrics_port() const { return session().metrics_port(); }
+  std::string describe() const { return session().Describe(); }
+  py::list held() const { return HeldParts(session().view()); }
+  float lr() const { return session().optimizer().lr(); }
+  int64_t steps_done() const { return session().optimizer().steps_done(); }
+
+  void SetLr(float lr) { ThrowIfError(session().optimizer().SetLearningRate(lr)); }
+
+  void CheckHealth() const { ThrowIfError(session().health()); }
+
+  // (params, grads) arrays over the optimizer's own buffers, or None where
+  // the part cannot be viewed (NOTE [Part storage]).
+  py::object PartStorage(py::object self, int tensor) {
+    absl::StatusOr<worker::ShardedOptimizer::PartStorage> s = session().optimizer().HostPartStorage(tensor);
+    if (s.status().code() == absl::StatusCode::kFailedPrecondition) return py::none();
+    worker::ShardedOptimizer::PartStorage storage = ValueOrThrow(std::move(s));
+    return py::make_tuple(ArrayOver(storage.params, storage.param_dtype, storage.numel, self),
+                          ArrayOver(storage.grads, storage.grad_dtype, storage.numel, self));
+  }
+
+  void SetParameter(int tensor, py::handle values) {
+    FloatArray a = CheckedFloats(values, absl::StrCat("set_parameter(", tensor, ")"));
+    ThrowIfError(session().optimizer().SetParameter(tensor, absl::MakeConstSpan(a.data(), a.size())));
+  }
+
+  void ReadModelCopy(int tensor, py::handle out) {
+    FloatArray a = CheckedFloats(out, absl::StrCat("read_model_copy(", tensor, ")"));
+    ThrowIfError(session().optimizer().ReadModelCopy(tensor, absl::MakeSpan(a.mutable_data(), a.size())));
+  }
+
+  void SyncModelCopies() { Blocking([&](worker::RankSession& rs) { return rs.optimizer().SyncModelCopies(); }); }
+
+  // One step with `grads` ({plan tensor index: float32 array of the part});
+  // `loss` and `train_seconds` (the training step around it) go to /metrics.
+  py::dict Step(py::dict grads, double loss, double train_seconds) {
+    SpanGradients source;
+    std::vector<FloatArray> keep;
+    for (auto [key, value] : grads) {
+      const int tensor = key.cast<int>();
+      keep.push_back(CheckedFloats(value, absl::StrCat("gradient of plan tensor ", tensor)));
+      source.Set(tensor, absl::MakeConstSpan(keep.back().data(), keep.back().size()));
+    }
+    worker::RankSession& rs = session();
+    absl::StatusOr<worker::StepStats> stats;
+    {
+      py::gil_scoped_release release;
+      stats = rs.optimizer().Step(source);
+      if (stats.ok()) {
+        rs.metrics().RecordStep(*stats, std::isfinite(loss) ? loss : 0.0, rs.view().rank().ns_flops(),
+                                train_seconds > 0 ? train_seconds : stats->total_seconds);
+      }
+    }
+    return StatsDict(ValueOrThrow(std::move(stats)));
+  }
+
+  py::dict Memory() const {
+    const worker::ShardedOptimizer& o = session().optimizer();
+    py::dict d;
+    d["optimizer_state"] = o.optimizer_state_bytes();
+    d["model_copy"] = o.model_copy_bytes();
+    d["gradients"] = o.gradient_buffer_bytes();
+    d["plan_optimizer_state"] = session().view().rank().optimizer_state_bytes();
+    return d;
+  }
+
+  // This rank's optimizer state: {"<tensor>/<kind>/<begin>:<end>": float32
+  // array (a copy)}, with the scalars.
+  py::dict State() {
+    std::vector<checkpoint::StateShard> shards = ValueOrThrow(session().optimizer().StateShards());
+    py::dict tensors;
+    for (const checkpoint::StateShard& s : shards) {
+      FloatArray a(static_cast<py::ssize_t>(s.data.size()));
+      std::copy(s.data.begin(), s.data.end(), a.mutable_data());
+      tensors[py::str(StateKey(s.spec))] = std::move(a);
+    }
+    const checkpoint::Scalars scalars = session().optimizer().scalars();
+    py::dict out;
+    out["tensors"] = std::move(tensors);
+    out["step"] = scalars.step;
+    out["beta1_pow"] = scalars.beta1_pow;
+    out["beta2_pow"] = scalars.beta2_pow;
+    return out;
+  }
+
+  // The inverse of State(): every shard must be present with its size.
+  void LoadState(py::dict tensors, int64_t step, float beta1_pow, float beta2_pow) {
+    std::vector<checkpoint::StateShard> shards = ValueOrThrow(session().optimizer().StateShards());
+    for (const checkpoint::StateShard& s : shards) {
+      const std::string key = StateKey(s.spec);
+      if (!tensors.contains(key)) RaiseStatus(absl::InvalidArgumentError(absl::StrCat("state has no \"", key, "\"")));
+      FloatArray a = CheckedFloats(tensors[py::str(key)], absl::StrCat("state \"", key, "\""));
+      if (static_cast<size_t>(a.size()) != s.data.size()) {
+        RaiseStatus(absl::InvalidArgumentError(
+            absl::StrCat("state \"", key, "\" holds ", a.size(), " values, not ", s.data.size())));
+      }
+      std::copy(a.data(), a.data() + a.size(), s.data.begin());
+    }
+    if (static_cast<size_t>(py::len(tensors)) != shards.size()) {
+      RaiseStatus(absl::InvalidArgumentError(absl::StrCat("state holds ", py::len(tensors), " tensors; rank ",
+                                                          rank(), " of this plan has ", shards.size())));
+    }
+    checkpoint::Scalars scalars{step, beta1_pow, beta2_pow};
+    Blocking([&](worker::RankSession& rs) { return rs.optimizer().RestoreFromState(scalars); });
+  }
+
+  void SaveCheckpoint(const std::string& dir, int64_t step, float lr, float weight_decay,
+                      const std::map<std::string, std::string>& extra) {
+    v1::OptimizerHyperParams hyper;
+    hyper.set_lr(lr);
+    hyper.set_weight_decay(weight_decay);
+    for (const auto& [k, v] : extra) (*hyper.mutable_extra())[k] = v;
+    Blocking([&](worker::RankSession& rs) { return rs.SaveCheckpoint(dir, step, hyper); });
+  }
+
+  py::dict LoadCheckpoint(const std::string& dir, std::optional<int64_t> step) {
+    worker::RankSession& rs = session();
+    absl::StatusOr<worker::LoadedCheckpoint> loaded;
+    {
+      py::gil_scoped_release release;
+      loaded = rs.LoadCheckpoint(dir, step);
+    }
+    worker::LoadedCheckpoint l = ValueOrThrow(std::move(loaded));
+    py::dict d;
+    d["step_dir"] = l.step_dir;
+    d["step"] = l.step;
+    d["plan_hash"] = l.plan_hash;
+    d["world_size"] = l.world_size;
+    d["bytes_read"] = l.bytes_read;
+    return d;
+  }
+
+  void Barrier(const std::string& name) { Blocking([&](worker::RankSession& rs) { return rs.Barrier(name); }); }
+
+  void Finish() { Blocking([&](worker::RankSession& rs) { return rs.Finish(); }); }
+
+  // Destroys the session (leaving the job if Finish() did not run).
+  void Close() {
+    py::gil_scoped_release release;
+    session_.reset();
+  }
+
+
+ private:
+  // The session; FAILED_PRECONDITION after close(). REQUIRES: the GIL.
+  worker::RankSession& session() const {
+    if (session_ == nullptr) RaiseStatus(absl::FailedPreconditionError("the muonshard session is closed"));
+    return *session_;
+  }
+
+  // fn(session) with the GIL released; its error raised.
+  template <typename Fn>
+  void Blocking(Fn fn) {
+    worker::RankSession& rs = session();
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = fn(rs);
+    }
+    ThrowIfError(s);
+  }
+
+  static double Seconds(const py::kwargs& kw, const char* key, double fallback) {
+    return kw.contains(key) ? kw[key].cast<double>() : fallback;
+  }
+
+  static worker::RankSessionOptions SessionOptions(const py::kwargs& kw) {
+    worker::RankSessionOptions o;
+    client::ApplyEnvironment(&o.connection);
+    auto str = [&](const char* key, std::string* field) {
+      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<std::string>();
+    };
+    auto integer = [&](const char* key, int* field) {
+      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<int>();
+    };
+    str("coordinator", &o.connection.coordinator);
+    str("token_file", &o.connection.token_file);
+    str("tls_ca", &o.connection.tls_ca);
+    o.connection.timeout_s = Seconds(kw, "rpc_timeout", 30);
+    str("job", &o.job);
+    if (kw.contains("plan_version") && !kw["plan_version"].is_none()) o.plan_version = kw["plan_version"].cast<int64_t>();
+    if (kw.contains("rank") && !kw["rank"].is_none()) o.rank = kw["rank"].cast<int>();
+    str("backend", &o.backend);
+    integer("cuda_device", &o.cuda_device);
+    str("reduce_order", &o.reduce_order);
+    o.metrics_port = -1;  // off unless asked for
+    integer("metrics_port", &o.metrics_port);
+    str("metrics_host", &o.metrics_host);
+    integer("local_rank", &o.local_rank);
+    integer("local_world_size", &o.local_world_size);
+    str("hostname", &o.hostname);
+    str("interface", &o.interface);
+    o.comm_timeout = absl::Seconds(Seconds(kw, "comm_timeout", 60));
+    o.join_timeout = absl::Seconds(Seconds(kw, "join_timeout", 30));
+    integer("blas_threads", &o.blas_threads);
+    str("device", &o.device);
+    return o;
+  }
+
+  static worker::OptimizerConfig Config(const py::kwargs& kw) {
+    worker::OptimizerConfig c;
+    auto f = [&](const char* key, float* field) {
+      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<float>();
+    };
+    f("lr", &c.lr);
+    f("weight_decay", &c.weight_decay);
+    f("muon_momentum", &c.muon_momentum);
+    f("adamw_beta1", &c.adamw_beta1);
+    f("adamw_beta2", &c.adamw_beta2);
+    f("eps", &c.adamw_eps);
+    f("muon_extra_scale", &c.muon_extra_scale);
+    if (kw.contains("eps")) c.ns.eps = c.adamw_eps;  // Paddle: adam_epsilon normalises NS too
+    if (kw.contains("nesterov")) c.nesterov = kw["nesterov"].cast<bool>();
+    if (kw.contains("ns_steps")) c.ns.steps = kw["ns_steps"].cast<int>();
+    if (kw.contains("ns_coefficients")) {
+      c.ns.coefficient_set = ValueOrThrow(CoefficientSet(kw["ns_coefficients"].cast<std::string>()));
+    }
+    if (kw.contains("ns_precision")) c.ns.precision = ValueOrThrow(Precision(kw["ns_precision"].cast<std::string>()));
+    if (kw.contains("muon_scale_version")) {
+      const int v = kw["muon_scale_version"].cast<int>();
+      if (v < 1 || v > 3) RaiseStatus(absl::InvalidArgumentError("muon_scale_version must be 1, 2 or 3"));
+      c.muon_scale_version = static_cast<kernels::MuonScaleVersion>(v);
+    }
+    if (kw.contains("no_decay") && !kw["no_decay"].is_none()) {
+      auto names = std::make_shared<absl::flat_hash_set<std::string>>();
+      for (py::handle n : kw["no_decay"]) names->insert(n.cast<std::string>());
+      c.apply_decay = [names](absl::string_view name) { return !names->contains(name); };
+    }
+    ThrowIfError(worker::ValidateOptimizerConfig(c));
+    return c;
+  }
+
+  std::unique_ptr<worker::RankSession> session_;
+};
+
+}  // namespace
+
+void BindRankSession(py::module_& m) {
+  py::class_<PyRankSession>(m, "RankSession")
+      .def(py::init<py::kwargs>())
+      .def_property_readonly("rank", &PyRankSession::rank)
+      .def_property_readonly("world_size", &PyRankSession::world_size)
+      .def_property_readonly("generation", &PyRankSession::generation)
+      .def_property_readonly("plan_version", &PyRankSession::plan_version)
+      .def_property_readonly("content_hash", &PyRankSession::content_hash)
+      .def_property_readonly("job", &PyRankSession::job)
+      .def_property_readonly("model", &PyRankSession::model)
+      .def_property_readonly("metrics_port", &PyRankSession::metrics_port)
+      .def_property_readonly("lr", &PyRankSession::lr)
+      .def_property_readonly("steps_done", &PyRankSession::steps_done)
+      .def("describe", &PyRankSession::describe)
+      .def("held", &PyRankSession::held)
+      .def("set_lr", &PyRankSession::SetLr, py::arg("lr"))
+      .def("check_health", &PyRankSession::CheckHealth)
+      .def(
+          "part_storage",
+          [](py::object self, int tensor) { return self.cast<PyRankSession&>().PartStorage(self, tensor); },
+          py::arg("tensor"))
+      .def("set_parameter", &PyRankSession::SetParameter, py::arg("tensor"), py::arg("values"))
+      .def("read_model_copy", &PyRankSession::ReadModelCopy, py::arg("tensor"), py::arg("out"))
+      .def("sync_model_copies", &PyRankSession::SyncModelCopies)
+      .def("step", &PyRankSession::Step, py::arg("grads"), py::arg("loss") = NAN, py::arg("train_seconds") = 0.0)
+      .def("memory", &PyRankSession::Memory)
+      .def("state", &PyRankSession::State)
+      .def("load_state", &PyRankSession::LoadState, py::arg("tensors"), py::arg("step"), py::arg("beta1_pow"),
+           py::arg("beta2_pow"))
+      .def("save_checkpoint", &PyRankSession::SaveCheckpoint, py::arg("dir"), py::arg("step"), py::arg("lr"),
+           py::arg("weight_decay"), py::arg("extra") = std::map<std::string, std::string>())
+      .def("load_checkpoint", &PyRankSession::LoadCheckpoint, py::arg("dir"), py::arg("step") = py::none())
+      .def("barrier", &PyRankSession::Barrier, py::arg("name"))
+      .def("finish", &PyRankSession::Finish)
+      .def("close", &PyRankSession::Close);
+}
+
+}  // namespace muonshard::python

@@ -1,0 +1,224 @@
+"""The Python package against a real coordinator process on loopback: the
+Coordinator client, manifests, errors, and ShardedMuonAdamW's bad-use cases
+(each a clear exception, never a hang) and /metrics."""
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+
+import pytest
+import torch
+
+import fixture_model
+import muonshard
+import muonshard.torch as mst
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dense_params():
+    return [(n, torch.nn.Parameter(v)) for n, v in fixture_model.full_tensors("dense", 3)]
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_errors_are_builtin_exceptions_with_codes():
+    e = muonshard._errors.from_status("INVALID_ARGUMENT", "bad")
+    assert isinstance(e, ValueError) and isinstance(e, muonshard.Error) and e.code == "INVALID_ARGUMENT"
+    assert isinstance(muonshard._errors.from_status("NOT_FOUND", "x"), LookupError)
+    assert isinstance(muonshard._errors.from_status("DEADLINE_EXCEEDED", "x"), TimeoutError)
+    assert isinstance(muonshard._errors.from_status("UNAVAILABLE", "x"), ConnectionError)
+    assert isinstance(muonshard._errors.from_status("UNAUTHENTICATED", "x"), PermissionError)
+    assert isinstance(muonshard._errors.from_status("PERMISSION_DENIED", "x"), PermissionError)
+    other = muonshard._errors.from_status("DATA_LOSS", "torn")
+    assert isinstance(other, RuntimeError) and other.code == "DATA_LOSS" and str(other) == "torn"
+
+
+# ------------------------------------------------------------------ Coordinator
+
+
+def test_submit_plan_rank_view_and_workers(coordinator):
+    c = muonshard.Coordinator(coordinator.address)
+    assert c.health() == "SERVING"
+    manifest = mst.manifest_from_module(dense_params(), "dense")
+    version = c.submit(manifest, world_size=2, policy="balanced")
+    assert c.submit(manifest, world_size=2, policy="balanced") == version  # identical request
+    plan = c.plan(version)
+    assert plan["model"] == "dense" and len(plan["tensors"]) == len(manifest["tensors"])
+    view = c.rank_view(version, 1)
+    assert view["rank"]["rank"] == 1
+    with pytest.raises(LookupError, match="nobody"):
+        c.workers("nobody")
+
+
+def test_bad_requests_raise_value_error_naming_the_item(coordinator):
+    c = muonshard.Coordinator(coordinator.address)
+    manifest = {"model": "m", "tensors": [{"name": "w", "shape": [0, 4], "dtype": "FP32"}]}
+    with pytest.raises(ValueError, match="\"w\""):
+        c.submit(manifest, world_size=2)
+    with pytest.raises(ValueError, match="policy"):
+        c.submit(manifest, world_size=2, policy="fastest")
+    with pytest.raises(RuntimeError, match="no plan"):
+        c.plan(0)  # nothing stored yet: FAILED_PRECONDITION
+    c.submit(mst.manifest_from_module(dense_params(), "dense"), world_size=2)
+    with pytest.raises(LookupError, match="999"):
+        c.plan(999)
+
+
+def test_unreachable_coordinator_fails_within_the_timeout():
+    c = muonshard.Coordinator("127.0.0.1:%d" % free_port(), timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises((ConnectionError, TimeoutError)):
+        c.health()
+    assert time.monotonic() - t0 < 20
+
+
+def test_host_without_port_means_50051():
+    assert muonshard.Coordinator("localhost").address == "localhost:50051"
+
+
+# ------------------------------------------------------------------ manifests
+
+
+def test_manifest_from_module_names_shapes_dtypes_and_experts():
+    model = torch.nn.Sequential()
+    model.add_module("proj", torch.nn.Linear(8, 4, bias=True))
+    m = mst.manifest_from_module(model, "tiny", muon_exclude=["proj.bias"], expert_of=lambda n: 3 if "weight" in n
+                                 else None)
+    assert m["model"] == "tiny"
+    assert [t["name"] for t in m["tensors"]] == ["proj.weight", "proj.bias"]
+    assert m["tensors"][0]["shape"] == [4, 8] and m["tensors"][0]["dtype"] == "FP32"
+    assert m["tensors"][0]["expert"] == 3 and "expert" not in m["tensors"][1]
+    assert m["tensors"][1]["optimizer"] == "ADAMW"
+    with pytest.raises(ValueError, match="float64"):
+        mst.manifest_from_module([("x", torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)))], "bad")
+
+
+def test_manifest_from_hf_config(tmp_path):
+    import os
+    config = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "configs", "tiny-moe.config.json")
+    m = muonshard.manifest_from_hf_config(config, name="tiny-moe")
+    assert m["model"] == "tiny-moe" and len(m["tensors"]) == 135
+
+
+# ------------------------------------------------------------------ ShardedMuonAdamW: bad use
+
+
+def test_parameters_not_matching_the_plan_raise_value_error_naming_the_tensor(coordinator):
+    c = muonshard.Coordinator(coordinator.address)
+    params = dense_params()
+    version = c.submit(mst.manifest_from_module(params, "dense"), world_size=1)
+    renamed = [("model.embed.weight" if n == "model.embed_tokens.weight" else n, p) for n, p in params]
+    with pytest.raises(ValueError, match="model.embed_tokens.weight"):
+        mst.ShardedMuonAdamW(renamed, coordinator=coordinator.address, job="j1", plan_version=version)
+    reshaped = [(n, torch.nn.Parameter(torch.zeros(3, 3)) if n == "lm_head.weight" else p) for n, p in params]
+    with pytest.raises(ValueError, match="lm_head.weight"):
+        mst.ShardedMuonAdamW(reshaped, coordinator=coordinator.address, job="j2", plan_version=version)
+    retyped = [(n, torch.nn.Parameter(p.detach().double().float().half()) if n == "model.norm.weight" else p)
+               for n, p in params]
+    with pytest.raises(ValueError, match="model.norm.weight"):
+        mst.ShardedMuonAdamW(retyped, coordinator=coordinator.address, job="j3", plan_version=version)
+    # Nothing was left joined: a correct module still joins these jobs as rank 0 of 1.
+    opt = mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j1", plan_version=version)
+    assert opt.rank == 0 and opt.world_size == 1
+    opt.close()
+
+
+def test_missing_coordinator_raises_connection_error_without_hanging():
+    t0 = time.monotonic()
+    with pytest.raises((ConnectionError, TimeoutError)):
+        mst.ShardedMuonAdamW(dense_params(), coordinator="127.0.0.1:%d" % free_port(), job="j", join_timeout=2)
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_job_running_another_plan_version_is_refused(coordinator):
+    """Rank 0 runs version A; a process asking for version B gets FAILED_PRECONDITION
+    at once, and rank 0's wait for its missing peer ends at comm_timeout."""
+    c = muonshard.Coordinator(coordinator.address)
+    params = dense_params()
+    manifest = mst.manifest_from_module(params, "dense")
+    a = c.submit(manifest, world_size=2, policy="seed")
+    b = c.submit(manifest, world_size=2, policy="balanced")
+    outcome = {}
+
+    def first():
+        try:
+            mst.ShardedMuonAdamW(dense_params(), coordinator=coordinator.address, job="vj", plan_version=a, rank=0,
+                                 comm_timeout=4)
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            outcome["first"] = e
+
+    t = threading.Thread(target=first)
+    t.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if c.workers("vj"):
+                break
+        except LookupError:  # not joined yet
+            time.sleep(0.05)
+    with pytest.raises(muonshard.FailedPreconditionError, match="plan version"):
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="vj", plan_version=b, rank=1)
+    t.join(60)
+    assert not t.is_alive()
+    assert isinstance(outcome.get("first"), (TimeoutError, muonshard.AbortedError)), outcome
+
+
+# ------------------------------------------------------------------ one process end to end
+
+
+def test_single_rank_step_metrics_and_state_dict_round_trip(coordinator, tmp_path):
+    c = muonshard.Coordinator(coordinator.address)
+    params = dense_params()
+    version = c.submit(mst.manifest_from_module(params, "dense"), world_size=1)
+    opt = mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="solo", plan_version=version,
+                               metrics_port=0)
+    by_name = dict(params)
+    q = by_name["model.layers.0.self_attn.q_proj.weight"]
+    before = q.detach().clone()
+    for p in by_name.values():
+        p.grad = torch.ones_like(p)
+    opt.step()
+    assert not torch.equal(q.detach(), before)  # updated in place
+    stats = opt.last_step_stats
+    assert stats["total_seconds"] > 0 and set(stats) >= {"reduce_seconds", "muon_seconds", "adamw_seconds"}
+    body = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % opt.metrics_port, timeout=10).read().decode()
+    assert 'muonshard_worker_steps_total{job="solo",rank="0"} 1' in body
+    saved = opt.state_dict()
+    snapshot = {n: p.detach().clone() for n, p in params}
+    opt.zero_grad()
+    for p in by_name.values():
+        p.grad = torch.full_like(p, 0.5)
+    opt.step()
+    opt.load_state_dict(saved)
+    for n, p in params:
+        assert torch.equal(p.detach(), snapshot[n]), n
+    assert opt.state_dict()["muonshard"]["step"] == 1
+    opt.save_checkpoint(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "latest").exists()
+    opt.close()
+    opt.close()  # idempotent
+    assert json.loads(json.dumps(c.workers("solo")))  # the job is listed, its worker left
+
+
+def test_pip_installs_the_built_tree_without_network(tmp_path):
+    """The README's install: `pip install --no-build-isolation --no-index build/python`."""
+    import os
+    import subprocess
+    import sys
+    from conftest import PACKAGE_DIR
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation", "--no-index", "--target",
+                    str(target), PACKAGE_DIR], check=True, timeout=120, capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", "import muonshard, muonshard.torch; print(muonshard.__file__)"],
+                         check=True, timeout=120, capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert out.stdout.strip().startswith(str(target))

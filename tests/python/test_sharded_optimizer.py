@@ -1,0 +1,215 @@
+"""ShardedMuonAdamW in 1-4 real processes (Gloo over TCP, a real coordinator on
+loopback) against the independent pure-torch reference (reference_optimizer.py):
+dense and MoE (per-expert and stacked, ep 2), policies seed and balanced,
+resume under another plan and world size, an LR scheduler. Each rank is a
+separate /usr/bin/python3 process running sharded_rank.py, as torchrun would
+start it (RANK, WORLD_SIZE, LOCAL_RANK set)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fixture_model
+import muonshard
+from conftest import HERE, package_env
+from reference_optimizer import ReferenceConfig, ReferenceOptimizer, paddle_ep_holders
+from sharded_rank import lr_lambda
+
+SEED = 7
+TIMEOUT = 180  # seconds for a whole multi-process run (every wait inside is bounded too)
+
+
+def run_ranks(coord, job, version, world, out, **flags):
+    """Starts `world` rank processes of sharded_rank.py and waits for all."""
+    os.makedirs(out, exist_ok=True)
+    procs = []
+    for rank in range(world):
+        env = package_env()
+        env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        args = [sys.executable, os.path.join(HERE, "sharded_rank.py"), "--coordinator", coord.address, "--job", job,
+                "--version", str(version), "--out", out]
+        for k, v in flags.items():
+            flag = "--" + k.replace("_", "-")
+            args += [flag] if v is True else [flag, str(v)]
+        log = open(os.path.join(out, "rank-%d.log" % rank), "wb")
+        procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    failures = []
+    for rank, (p, log) in enumerate(procs):
+        try:
+            p.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        log.close()
+        if p.returncode != 0:
+            with open(os.path.join(out, "rank-%d.log" % rank), errors="replace") as f:
+                failures.append("rank %d exited %s:\n%s" % (rank, p.returncode, f.read()[-3000:]))
+    assert not failures, "\n".join(failures)
+    return [torch.load(os.path.join(out, "rank-%d.pt" % r)) for r in range(world)]
+
+
+def submit(coord, kind, world, ep=1, policy="seed"):
+    import muonshard.torch as mst
+    params = [(n, torch.nn.Parameter(v)) for n, v in fixture_model.full_tensors(kind, SEED)]
+    manifest = mst.manifest_from_module(params, "test-" + kind)
+    c = muonshard.Coordinator(coord.address)
+    version = c.submit(manifest, world_size=world, ep=ep, policy=policy)
+    return c, version
+
+
+def reference(coord_client, version, kind, world, ep):
+    plan = coord_client.plan(version)
+    kinds = {t["name"]: t["optimizer"].lower() for t in plan["tensors"]}
+    tensors = [(n, v, "OUT_IN") for n, v in fixture_model.full_tensors(kind, SEED)]
+    holders = paddle_ep_holders(world, ep, n_experts=fixture_model.EXPERTS, fused_stacks=fixture_model.stacks(kind))
+    return ReferenceOptimizer(tensors, kinds, ReferenceConfig(), holders=holders)
+
+
+def reference_steps(ref, kind, world, ep, steps, lrs=None):
+    """Steps `steps` (an iterable of step numbers) of every rank's gradients."""
+    dtypes = {n: d for n, _, d in fixture_model.specs(kind)}
+    for i, step in enumerate(steps):
+        if lrs is not None:
+            ref.lr = lrs[i]
+        local = []
+        for rank in range(world):
+            grads = {}
+            for name, shape, _ in fixture_model.specs(kind):
+                g = fixture_model.gradient(name, shape, rank, step, SEED)
+                # What the rank hands over: its dtype's gradient, zeros for None.
+                grads[name] = torch.zeros(shape) if g is None else g.to(dtypes[name]).float()
+            local.append(grads)
+        ref.step(local)
+
+
+def assemble(results, kind_of_state):
+    """Whole tensors of one state kind from every rank's state_dict shards;
+    asserts every element is covered exactly once."""
+    shapes = {}
+    out, covered = {}, {}
+    for r in results:
+        for key, value in r["state"]["state"].items():
+            name, kind, span = key.rsplit("/", 2)
+            if kind != kind_of_state:
+                continue
+            begin, end = (int(x) for x in span.split(":"))
+            shapes.setdefault(name, None)
+            flat = out.setdefault(name, {})
+            flat[(begin, end)] = value
+            covered.setdefault(name, []).append((begin, end))
+    whole = {}
+    for name, pieces in out.items():
+        n = max(e for _, e in pieces)
+        t = torch.full((n,), float("nan"))
+        for (b, e), v in pieces.items():
+            assert torch.isnan(t[b:e]).all(), "%s: [%d, %d) covered twice" % (name, b, e)
+            t[b:e] = v
+        assert not torch.isnan(t).any(), "%s: elements not covered" % name
+        whole[name] = t
+    return whole
+
+
+def assert_close(actual, expected, what, rtol=1e-5):
+    expected = expected.reshape(-1).float()
+    actual = actual.reshape(-1).float()
+    assert actual.shape == expected.shape, what
+    scale = max(expected.abs().max().item(), 1e-6)
+    err = (actual - expected).abs().max().item() / scale
+    assert err <= rtol, "%s: max error %.3g (relative to max |x| %.3g) > %g" % (what, err, scale, rtol)
+    return err
+
+
+def check_against_reference(results, ref, kind, ep):
+    masters = assemble(results, "master")
+    assert set(masters) == set(ref.masters), "state covers %s" % sorted(set(ref.masters) ^ set(masters))
+    worst = 0.0
+    for name, value in masters.items():
+        worst = max(worst, assert_close(value, ref.masters[name], name + " master"))
+    for name, value in assemble(results, "momentum").items():
+        assert_close(value, ref.momentum[name], name + " momentum", rtol=1e-4)
+    for name, value in assemble(results, "moment1").items():
+        assert_close(value, ref.moment1[name], name + " moment1", rtol=1e-4)
+    # Every rank's parameters are the reference's model copies (its slice under ep).
+    for r in results:
+        for name, value in r["params"].items():
+            expected = ref.model_copy(name)
+            part = fixture_model.local_slice(name, tuple(expected.shape), r["rank"], ep)
+            if part is not None:
+                expected = expected[part[0]:part[1]]
+            assert value.dtype == expected.dtype, name
+            tol = 1e-5 if value.dtype == torch.float32 else 1e-2  # one bf16 ulp where a master straddles
+            assert_close(value, expected, "rank %d %s param" % (r["rank"], name), rtol=tol)
+    return worst
+
+
+CASES = [
+    # (kind, world, ep, policy)
+    ("dense", 1, 1, "seed"),
+    ("dense", 2, 1, "seed"),
+    ("dense", 3, 1, "balanced"),
+    ("moe", 4, 2, "seed"),
+    ("stack", 4, 2, "balanced"),
+    ("moe", 2, 2, "balanced"),
+]
+
+
+@pytest.mark.parametrize("kind,world,ep,policy", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_matches_reference(coordinator, tmp_path, kind, world, ep, policy):
+    client, version = submit(coordinator, kind, world, ep, policy)
+    steps = 4
+    results = run_ranks(coordinator, "job-%s-%d-%d-%s" % (kind, world, ep, policy), version, world,
+                        str(tmp_path), model=kind, ep=ep, steps=steps, seed=SEED)
+    ref = reference(client, version, kind, world, ep)
+    reference_steps(ref, kind, world, ep, range(steps))
+    worst = check_against_reference(results, ref, kind, ep)
+    print("%s world %d ep %d %s: worst master error %.3g" % (kind, world, ep, policy, worst))
+    for r in results:
+        assert r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"]
+        assert r["state"]["muonshard"]["step"] == steps
+
+
+def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path):
+    """A LambdaLR drives param_groups[0]["lr"] exactly as it does for torch.optim.AdamW,
+    and the step uses it (the masters follow the reference stepped with those rates)."""
+    client, version = submit(coordinator, "dense", 2)
+    steps = 4
+    results = run_ranks(coordinator, "job-lr", version, 2, str(tmp_path), model="dense", steps=steps, seed=SEED,
+                        schedule=True)
+    # The rates torch.optim.AdamW sees under the same scheduler.
+    p = torch.nn.Parameter(torch.zeros(1))
+    adamw = torch.optim.AdamW([p], lr=0.02)
+    sched = torch.optim.lr_scheduler.LambdaLR(adamw, lr_lambda)
+    expected = []
+    for _ in range(steps):
+        expected.append(adamw.param_groups[0]["lr"])
+        adamw.step()
+        sched.step()
+    assert results[0]["lrs"] == pytest.approx(expected, rel=0, abs=0)
+    ref = reference(client, version, "dense", 2, 1)
+    reference_steps(ref, "dense", 2, 1, range(steps), lrs=expected)
+    check_against_reference(results, ref, "dense", 1)
+
+
+def test_save_at_world_4_resume_at_world_2_under_another_policy(coordinator, tmp_path):
+    """Training continues from the saved state when the world size and policy
+    change (reshard on load): the result equals the reference trained through
+    the same steps with each phase's ranks."""
+    kind = "moe"
+    client, v4 = submit(coordinator, kind, 4, ep=2, policy="seed")
+    ckpt = str(tmp_path / "ckpt")
+    run_ranks(coordinator, "job-save", v4, 4, str(tmp_path / "a"), model=kind, ep=2, steps=3, seed=SEED,
+              save_dir=ckpt, save_at=3)
+    _, v2 = submit(coordinator, kind, 2, ep=1, policy="balanced")
+    results = run_ranks(coordinator, "job-resume", v2, 2, str(tmp_path / "b"), model=kind, ep=1, steps=5,
+                        seed=SEED, resume_dir=ckpt)
+    ref = reference(client, v4, kind, 4, 2)
+    reference_steps(ref, kind, 4, 2, range(3))
+    ref2 = ReferenceOptimizer.from_state_dict([(n, v, "OUT_IN") for n, v in fixture_model.full_tensors(kind, SEED)],
+                                              ref.kinds, ref.state_dict(), ReferenceConfig(),
+                                              holders=paddle_ep_holders(2, 1, n_experts=fixture_model.EXPERTS))
+    reference_steps(ref2, kind, 2, 1, range(3, 5))
+    check_against_reference(results, ref2, kind, 1)
+    assert results[0]["state"]["muonshard"]["step"] == 5
