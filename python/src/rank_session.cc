@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "checkpoint/state.h"
+#include "coordinator/planner/model.h"
 #include "kernels/newton_schulz.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
@@ -52,17 +53,6 @@ class SpanGradients : public worker::GradientSource {
  private:
   absl::flat_hash_map<int, absl::Span<const float>> spans_;
 };
-
-const char* DTypeName(v1::DType dtype) {
-  switch (dtype) {
-    case v1::BF16:
-      return "bfloat16";
-    case v1::FP16:
-      return "float16";
-    default:
-      return "float32";
-  }
-}
 
 // The numpy dtype an array over `dtype` elements uses: 16-bit floats other
 // than fp16 have no numpy type, so bf16 travels as int16 words (torch views
@@ -117,7 +107,7 @@ py::list HeldParts(const v1::RankView& view) {
       d["index"] = t.index();
       d["name"] = t.tensor().name();
       d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.tensor().shape().begin(), t.tensor().shape().end())));
-      d["dtype"] = DTypeName(t.tensor().dtype());
+      d["dtype"] = planner::DTypeName(t.tensor().dtype());
       d["optimizer"] = v1::Optimizer_Name(t.tensor().optimizer());
       d["layout"] = v1::Layout_Name(t.tensor().layout());
       d["expert"] = t.tensor().expert();

@@ -6,6 +6,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/model.h"
 #include "coordinator/planner/plan_validator.h"
 
 namespace muonshard::worker {
@@ -37,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ReferenceOptimizer>> ReferenceOptimizer::Create(c
 
 absl::Status ReferenceOptimizer::Init() {
   grad_dtype_ = plan_.policy().grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : plan_.policy().grad_dtype();
-  if (internal::DTypeBytes(grad_dtype_) == 0) {
+  if (planner::DTypeSize(grad_dtype_) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("plan: unknown policy.grad_dtype ", grad_dtype_));
   }
   beta1_pow_ = config_.adamw_beta1;

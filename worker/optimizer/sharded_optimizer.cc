@@ -9,6 +9,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/model.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 
 namespace muonshard::worker {
@@ -36,7 +37,7 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
 
 absl::Status ShardedOptimizer::Init(const CommGroups& comms) {
   grad_dtype_ = view_.policy().grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : view_.policy().grad_dtype();
-  if (internal::DTypeBytes(grad_dtype_) == 0) {
+  if (planner::DTypeSize(grad_dtype_) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank view: unknown policy.grad_dtype ", grad_dtype_));
   }
   MUONSHARD_ASSIGN_OR_RETURN(layout_, internal::BuildViewLayout(view_));

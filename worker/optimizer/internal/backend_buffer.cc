@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/model.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 
 namespace muonshard::worker::internal {
@@ -36,7 +37,7 @@ BackendBuffer::BackendBuffer() : memory_(nullptr, &FreeNothing) {}
 
 absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& backend, v1::DType dtype,
                                                     int64_t numel) {
-  if (DTypeBytes(dtype) == 0) {
+  if (planner::DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
   if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("negative buffer size ", numel));
@@ -44,15 +45,15 @@ absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& back
   b.backend_ = &backend;
   b.dtype_ = dtype;
   b.numel_ = numel;
-  MUONSHARD_ASSIGN_OR_RETURN(b.memory_, backend.Allocate(numel * DTypeBytes(dtype)));
+  MUONSHARD_ASSIGN_OR_RETURN(b.memory_, backend.Allocate(numel * planner::DTypeSize(dtype)));
   return b;
 }
 
-int64_t BackendBuffer::bytes() const { return numel_ * DTypeBytes(dtype_); }
+int64_t BackendBuffer::bytes() const { return numel_ * planner::DTypeSize(dtype_); }
 
 CommDType BackendBuffer::comm_dtype() const { return ToCommDType(dtype_); }
 
-void* BackendBuffer::At(int64_t offset) const { return static_cast<char*>(memory_.get()) + offset * DTypeBytes(dtype_); }
+void* BackendBuffer::At(int64_t offset) const { return static_cast<char*>(memory_.get()) + offset * planner::DTypeSize(dtype_); }
 
 absl::Status BackendBuffer::Write(int64_t offset, absl::Span<const float> values) {
   if (values.empty()) return absl::OkStatus();
@@ -81,7 +82,7 @@ absl::Status BackendBuffer::Read(int64_t offset, absl::Span<float> out) const {
 
 absl::Status BackendBuffer::Zero(int64_t offset, int64_t n) {
   if (n == 0) return absl::OkStatus();
-  return backend_->SetZero(At(offset), n * DTypeBytes(dtype_));
+  return backend_->SetZero(At(offset), n * planner::DTypeSize(dtype_));
 }
 
 absl::Status BackendBuffer::ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n) {

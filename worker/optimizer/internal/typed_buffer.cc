@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half_float.h"
+#include "coordinator/planner/model.h"
 
 namespace muonshard::worker::internal {
 
@@ -16,18 +17,6 @@ float RoundToDType(float value, v1::DType dtype) {
       return HalfToFloat(FloatToHalf(value));
     default:
       return value;
-  }
-}
-
-int DTypeBytes(v1::DType dtype) {
-  switch (dtype) {
-    case v1::BF16:
-    case v1::FP16:
-      return 2;
-    case v1::FP32:
-      return 4;
-    default:
-      return 0;
   }
 }
 
@@ -43,7 +32,7 @@ CommDType ToCommDType(v1::DType dtype) {
 }
 
 absl::StatusOr<TypedBuffer> TypedBuffer::Create(v1::DType dtype, int64_t numel) {
-  if (DTypeBytes(dtype) == 0) {
+  if (planner::DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
   if (numel < 0) return absl::InvalidArgumentError(absl::StrCat("negative buffer size ", numel));

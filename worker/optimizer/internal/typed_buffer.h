@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "coordinator/planner/model.h"
 #include "kernels/bf16.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "worker/comm/communicator.h"
@@ -25,8 +26,6 @@ namespace muonshard::worker::internal {
 // REQUIRES: dtype is BF16, FP16 or FP32.
 float RoundToDType(float value, v1::DType dtype);
 
-// Bytes per element of BF16/FP16/FP32; 0 otherwise.
-int DTypeBytes(v1::DType dtype);
 
 // The communicator dtype of a plan dtype. REQUIRES: a known dtype.
 CommDType ToCommDType(v1::DType dtype);
@@ -47,7 +46,7 @@ class TypedBuffer {
 
   v1::DType dtype() const { return dtype_; }
   int64_t numel() const { return numel_; }
-  int64_t bytes() const { return numel_ * DTypeBytes(dtype_); }
+  int64_t bytes() const { return numel_ * planner::DTypeSize(dtype_); }
   CommDType comm_dtype() const { return ToCommDType(dtype_); }
 
   void* data() { return is_fp32() ? static_cast<void*>(floats_.data()) : words_.data(); }

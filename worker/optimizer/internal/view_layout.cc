@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/model.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
 
@@ -79,7 +80,7 @@ class LayoutBuilder {
 
   static absl::Status CheckTensor(const v1::PlannedTensor& t) {
     const std::string name = absl::StrCat("tensor \"", t.name(), "\": ");
-    if (DTypeBytes(t.dtype()) == 0) return Invalid(absl::StrCat(name, "unknown dtype"));
+    if (planner::DTypeSize(t.dtype()) == 0) return Invalid(absl::StrCat(name, "unknown dtype"));
     if (t.optimizer() != v1::MUON && t.optimizer() != v1::ADAMW) {
       return Invalid(absl::StrCat(name, "optimizer must be MUON or ADAMW"));
     }
@@ -178,7 +179,7 @@ class LayoutBuilder {
     if (g == group_of_id_.end()) {
       return Invalid(absl::StrCat(what, ": group ", group_id, " is not one of the rank's groups"));
     }
-    if (DTypeBytes(dtype) == 0) return Invalid(absl::StrCat(what, ": unknown dtype"));
+    if (planner::DTypeSize(dtype) == 0) return Invalid(absl::StrCat(what, ": unknown dtype"));
     if (numel < 0) return Invalid(absl::StrCat(what, ": negative size"));
     return g->second;
   }
