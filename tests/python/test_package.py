@@ -101,6 +101,33 @@ def test_manifest_from_module_names_shapes_dtypes_and_experts():
         mst.manifest_from_module([("x", torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)))], "bad")
 
 
+def write_safetensors(path, header):
+    """A safetensors file of `header` with a zero data section of the right size."""
+    import struct
+    body = json.dumps(header).encode()
+    size = max([0] + [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"])
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(body)) + body + b"\0" * size)
+
+
+def test_manifest_from_safetensors_reads_the_headers_in_order(tmp_path):
+    header = {"model.layers.0.mlp.experts.1.up_proj.weight": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]},
+              "model.embed_tokens.weight": {"dtype": "F32", "shape": [3, 2], "data_offsets": [16, 40]},
+              "__metadata__": {"format": "pt"}}
+    write_safetensors(tmp_path / "model.safetensors", header)
+    m = muonshard.manifest_from_safetensors(tmp_path, name="tiny")
+    assert m["model"] == "tiny"
+    assert [t["name"] for t in m["tensors"]] == list(header)[:2]
+    assert m["tensors"][0]["dtype"] == "BF16" and m["tensors"][0]["expert"] == 1
+    assert [int(d) for d in m["tensors"][1]["shape"]] == [3, 2]
+    with open(tmp_path / "bad.safetensors", "wb") as f:
+        f.write(b"\xff" * 7)
+    with pytest.raises(ValueError, match="bad.safetensors"):
+        muonshard.manifest_from_safetensors(tmp_path / "bad.safetensors")
+    with pytest.raises(LookupError):
+        muonshard.manifest_from_safetensors(tmp_path / "missing")
+
+
 def test_manifest_from_hf_config(tmp_path):
     import os
     config = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "configs", "tiny-moe.config.json")
@@ -203,6 +230,12 @@ def test_single_rank_step_metrics_and_state_dict_round_trip(coordinator, tmp_pat
     assert opt.state_dict()["muonshard"]["step"] == 1
     opt.save_checkpoint(tmp_path / "ckpt")
     assert (tmp_path / "ckpt" / "latest").exists()
+    # The project's sharded format: muonshardctl verifies it.
+    import subprocess
+    inspect = subprocess.run([muonshard.find_binary("muonshardctl"), "ckpt", "inspect", str(tmp_path / "ckpt")],
+                             capture_output=True, text=True, timeout=60)
+    assert inspect.returncode == 0, inspect.stderr
+    assert "model        dense" in inspect.stdout and "step-1 (step 1)" in inspect.stdout
     opt.close()
     opt.close()  # idempotent
     assert json.loads(json.dumps(c.workers("solo")))  # the job is listed, its worker left

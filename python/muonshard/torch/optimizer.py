@@ -27,7 +27,11 @@ class _Part:
         self.param = param
         self.numel = int(held["element_end"]) - int(held["element_begin"])
         self.aliased = False  # param.data views the optimizer's fused buffer
-        self.grad_slot = None  # torch view of the gradient slot in the fused buffer
+        # fp32 view of the part's gradient slot in the fused buffer, and
+        # whether it is also the parameter's .grad (fp32 parameters).
+        self.slot = None
+        self.slot_numpy = None
+        self.grad_is_slot = False
         self._zeros = None
 
     def values(self):
@@ -35,32 +39,36 @@ class _Part:
         return self.param.detach().reshape(-1).to(torch.float32).contiguous().numpy()
 
     def alias(self, storage):
-        """Makes the parameter (and its gradient, when both are fp32) views of the
-        optimizer's buffers: no copies in or out of a step (NOTE [Part storage])."""
+        """Makes the parameter a view of the optimizer's model copy, and keeps a view
+        of its gradient slot: no copies in or out of a step (NOTE [Part storage]).
+        fp32 parameters get the slot as their .grad (backward accumulates into the
+        fused buffer); others are converted into it in one pass."""
         params, grads = storage
         view = torch.from_numpy(params)
         if self.param.dtype == torch.bfloat16:
             view = view.view(torch.bfloat16)
-        if view.dtype != self.param.dtype:
-            return
-        self.param.data = view.view(self.param.shape)
-        self.aliased = True
-        if grads.dtype == np.float32 and self.param.dtype == torch.float32:
-            slot = torch.from_numpy(grads).view(self.param.shape)
-            slot.copy_(self.param.grad if self.param.grad is not None else torch.zeros_like(slot))
-            self.grad_slot = slot
-            self.param.grad = slot
+        if view.dtype == self.param.dtype:
+            self.param.data = view.view(self.param.shape)
+            self.aliased = True
+        if grads.dtype == np.float32:
+            self.slot = torch.from_numpy(grads).view(self.param.shape)
+            self.slot_numpy = grads
+            self.slot.copy_(self.param.grad if self.param.grad is not None else torch.zeros_like(self.slot))
+            if self.param.dtype == torch.float32:
+                self.param.grad = self.slot
+                self.grad_is_slot = True
 
     def gradient(self):
         """This step's local gradient as float32 numpy (None counts as zeros)."""
         grad = self.param.grad
-        if self.grad_slot is not None:
+        if self.slot is not None:
             if grad is None:
-                self.grad_slot.zero_()
-                self.param.grad = self.grad_slot
-            elif grad.data_ptr() != self.grad_slot.data_ptr():
-                self.grad_slot.copy_(grad)  # the user replaced .grad: one copy into the slot
-            return self.grad_slot.view(-1).numpy()
+                self.slot.zero_()
+                if self.grad_is_slot:
+                    self.param.grad = self.slot
+            elif grad.data_ptr() != self.slot.data_ptr():
+                self.slot.copy_(grad)  # one pass: converted (bf16) or copied into the fused buffer
+            return self.slot_numpy
         if grad is None:
             if self._zeros is None:
                 self._zeros = np.zeros(self.numel, dtype=np.float32)
@@ -80,16 +88,27 @@ class _Part:
         data.copy_(torch.from_numpy(values).view(data.shape))
 
     def zero_grad(self, set_to_none):
-        if self.grad_slot is not None:
+        if self.grad_is_slot:
             # The fused gradient buffer stays (Paddle's grad storage): zeroed.
-            self.grad_slot.zero_()
-            self.param.grad = self.grad_slot
+            self.slot.zero_()
+            self.param.grad = self.slot
         elif self.param.grad is not None:
             if set_to_none:
                 self.param.grad = None
             else:
                 self.param.grad.detach_()
                 self.param.grad.zero_()
+
+    def detach(self):
+        """Gives an aliased parameter memory of its own again (the module outlives
+        the optimizer's buffers)."""
+        if self.aliased:
+            self.param.data = self.param.data.clone()
+            self.aliased = False
+        if self.grad_is_slot:
+            self.param.grad = self.slot.clone()
+        self.slot = self.slot_numpy = None
+        self.grad_is_slot = False
 
 
 class ShardedMuonAdamW(torch.optim.Optimizer):
@@ -113,13 +132,16 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     Gradients: each parameter's `.grad` is this rank's local gradient; the step
     averages it over the ranks holding the tensor. A parameter whose `.grad` is
-    None counts as a zero gradient. CPU parameters of float32 live inside the
-    optimizer's fused buffers (`param.data` and `param.grad` are views of them,
-    as Paddle's parameters are views of its param/grad storage), so a step
-    copies nothing; other parameters are copied in and out. After `step()` the
-    gradients are unspecified: call `zero_grad()` (which keeps the fused
-    gradient buffers and zeroes them; `set_to_none` applies only to parameters
-    outside them).
+    None counts as a zero gradient. CPU parameters live inside the optimizer's
+    fused buffers (`param.data` is a view of the model copy, as Paddle's
+    parameters are views of its param storage), so the step writes them in
+    place. float32 parameters' `.grad` is a view of the fused gradient buffer
+    too (backward accumulates into it, and the step copies nothing); bf16/fp16
+    gradients are converted into that buffer in one pass. A part that cannot be
+    a view (a 3-D stack whose experts have several owners) is copied in and out.
+    After `step()` the gradients are unspecified: call `zero_grad()` (which
+    keeps the fused gradient buffers and zeroes them; `set_to_none` applies only
+    to gradients outside them).
 
     Hyper-parameters (Paddle Muon's defaults): one `lr` for Muon and AdamW
     (changed by torch.optim.lr_scheduler through `param_groups[0]["lr"]`),
@@ -134,6 +156,14 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     inspect` reads. `state_dict()` / `load_state_dict()` hold this rank's state
     for this plan only.
 
+    `hostname` is the address Gloo binds and advertises to the peers (default
+    $MUONSHARD_HOSTNAME, else 127.0.0.1: set it, e.g. to the pod IP, when ranks
+    run on several hosts). `metrics_port` serves /metrics on that port + the
+    local rank (0: any free port; None: off).
+
+    `blas_threads` (0: cores / LOCAL_WORLD_SIZE) sets OpenBLAS's thread count,
+    which is process-wide: torch's CPU matmuls, on the same OpenBLAS, follow it.
+
     Every wait is bounded: joining by `join_timeout`, the rendezvous and each
     collective by `comm_timeout` (seconds). The methods are collectives where
     the C++ step is (step, save/load_checkpoint, load_state_dict, close).
@@ -142,7 +172,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def __init__(self, params, coordinator=None, job=None, plan_version=0, lr=0.02, betas=(0.9, 0.95), eps=1e-9,
                  weight_decay=0.01, muon_momentum=0.95, nesterov=True, ns_steps=5, ns_coefficients="simple",
                  ns_precision="default", muon_scale_version=1, muon_extra_scale=0.2, no_decay=None, backend="gloo",
-                 rank=None, reduce_order="ring", metrics_port=None, hostname="127.0.0.1", comm_timeout=60.0,
+                 rank=None, reduce_order="ring", metrics_port=None, hostname=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
                  alias_buffers=True):
         named = named_parameters_of(params)
@@ -168,7 +198,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._session = _muonshard.RankSession(
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
-            metrics_port=-1 if metrics_port is None else int(metrics_port), hostname=hostname,
+            metrics_port=-1 if metrics_port is None else int(metrics_port),
+            hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
             local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
             comm_timeout=float(comm_timeout), join_timeout=float(join_timeout), blas_threads=int(blas_threads),
             lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
@@ -382,15 +413,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             self._session = None
 
     def _detach_parameters(self):
-        """Gives aliased parameters memory of their own again, so the module
-        outlives the optimizer's buffers."""
         for part in self._parts:
-            if part.aliased:
-                part.param.data = part.param.data.clone()
-                part.aliased = False
-            if part.grad_slot is not None:
-                part.param.grad = part.grad_slot.clone()
-                part.grad_slot = None
+            part.detach()
 
     def __enter__(self):
         return self
