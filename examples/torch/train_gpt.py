@@ -1,0 +1,590 @@
+#!/usr/bin/env python3
+"""Train the example GPT on the synthetic language, data parallel, with one of three optimizers.
+
+    # 2 processes on this machine (Gloo), the sharded optimizer with a local coordinator:
+    python3 -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
+        --redirects 1 --tee 1 examples/torch/train_gpt.py --optimizer muonshard --moe --steps 100
+
+    # the baselines: torch AdamW with a gradient all-reduce, or unsharded Muon + AdamW
+    python3 -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
+        --redirects 1 --tee 1 examples/torch/train_gpt.py --optimizer adamw
+    python3 examples/torch/train_gpt.py --optimizer muon-local
+
+(`--redirects 1 --tee 1`: Debian 12's torch 1.13 launcher fails on Python 3.11
+with its default `--redirects 0` -- "'NoneType' object has no attribute 'get'",
+as 3.11's IntFlag no longer lists the zero member. Redirecting stdout and
+teeing it back to the console avoids it; newer torch needs neither flag.)
+
+Optimizers:
+  adamw       torch.optim.AdamW on every rank's full replica; the script averages
+              gradients with one all-reduce per step. Every rank holds 2 fp32
+              moments per parameter.
+  muon-local  an unsharded Muon + AdamW in plain torch (MuonAdamW below): Muon
+              for 2-D/3-D weight matrices, AdamW for embeddings, lm_head, norms
+              and the MoE router. The same math as muonshard's step, each rank
+              holding all of the state.
+  muonshard   muonshard.torch.ShardedMuonAdamW: the coordinator's plan gives each
+              rank the Muon matrices and AdamW slices it owns; the optimizer
+              reduces gradients to their owners, updates its part and sends the
+              new parameters back. No all-reduce in this script.
+
+Rank 0 prints the loss curve (mean loss over ranks, step time) and at the end
+each rank's optimizer memory next to what unsharded AdamW and unsharded
+Muon + AdamW would hold for this model. The exit code is 1 when the loss on a
+fixed held-out batch did not fall over the run (the demo relies on it), 2 on
+bad flags.
+
+The data is a pure function of (step, rank, world, seed) (data.py), so a run
+resumed from a checkpoint sees the batches it would have seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+# Running a script puts its own directory on sys.path; this keeps `gpt` and
+# `data` importable when the file is run some other way (runpy, an IDE).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import data  # noqa: E402
+from gpt import GPT, GPTConfig, count_parameters  # noqa: E402
+
+MIB = 1 << 20
+
+
+# --------------------------------------------------------------------------- flags
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Train a small GPT on a synthetic language (data parallel over Gloo).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--optimizer", choices=["muonshard", "adamw", "muon-local"], default="muonshard")
+    p.add_argument("--steps", type=int, default=100, help="last step to run (steps count from 1)")
+    p.add_argument("--hostname", default=None,
+                   help="muonshard: the address Gloo binds and advertises to the other ranks (default "
+                        "$MUONSHARD_HOSTNAME, else 127.0.0.1; the pod IP in a cluster)")
+    p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine",
+                   help="cosine: decay to 10%% of --lr at --schedule-steps (torch.optim.lr_scheduler.LambdaLR, which "
+                        "drives ShardedMuonAdamW as any torch optimizer)")
+    p.add_argument("--schedule-steps", type=int, default=None,
+                   help="the schedule's horizon (default --steps); give a run that stops early to resume "
+                        "later the whole run's horizon, so the resumed run follows the same rates")
+    p.add_argument("--lr", type=float, default=None,
+                   help="learning rate (default: 3e-3 for adamw, 0.02 for the Muon optimizers, "
+                        "which use one lr for their Muon and AdamW parts, as Paddle does)")
+    p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--batch-size", type=int, default=16, help="sequences per rank per step")
+    p.add_argument("--seed", type=int, default=0, help="seeds the model init and the data")
+    # Model.
+    p.add_argument("--moe", action="store_true", help="mixture-of-experts MLPs (top-2 routing)")
+    p.add_argument("--stacked-experts", action="store_true",
+                   help="experts as 3-D [E, out, in] parameters instead of one module each")
+    p.add_argument("--n-experts", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=data.DEFAULT_VOCAB)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--n-layers", type=int, default=4)
+    p.add_argument("--n-heads", type=int, default=4)
+    p.add_argument("--d-ff", type=int, default=None,
+                   help="SwiGLU intermediate size (default: 344 dense, 172 per expert with --moe)")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--bf16", action="store_true", help="bf16 parameters (default fp32)")
+    # muonshard.
+    p.add_argument("--coordinator", default=os.environ.get("MUONSHARD_COORDINATOR"),
+                   metavar="HOST:PORT",
+                   help="coordinator address (env MUONSHARD_COORDINATOR); without it rank 0 "
+                        "starts a local coordinator on 127.0.0.1 for the run")
+    p.add_argument("--job", default="gpt", help="job name at the coordinator (and manifest name)")
+    p.add_argument("--ep", type=int, default=1, help="expert-parallel degree of the plan")
+    p.add_argument("--policy", choices=["seed", "balanced"], default="balanced",
+                   help="the planner's partition policy (seed: Paddle's, which puts every Muon matrix of a "
+                        "model this small on one rank; balanced: muonshard's)")
+    p.add_argument("--metrics-port", type=int, default=None,
+                   help="serve the optimizer's /metrics on this port + local rank (0: any free port)")
+    # Checkpoints and logging.
+    p.add_argument("--checkpoint-dir", default=None)
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="save every N steps (0: only after the last step); needs --checkpoint-dir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint in --checkpoint-dir (from scratch if there is none)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--summary-json", default=None,
+                   help="rank 0 writes the loss curve, step times and memory here")
+    args = p.parse_args(argv)
+
+    if args.lr is None:
+        args.lr = 3e-3 if args.optimizer == "adamw" else 0.02
+    if args.d_ff is None:
+        args.d_ff = 172 if args.moe else 344
+    if args.stacked_experts and not args.moe:
+        p.error("--stacked-experts needs --moe")
+    if args.ep < 1:
+        p.error("--ep must be >= 1")
+    if args.ep > 1 and args.optimizer != "muonshard":
+        p.error("--ep applies to --optimizer muonshard only")
+    if (args.resume or args.checkpoint_every) and not args.checkpoint_dir:
+        p.error("--resume and --checkpoint-every need --checkpoint-dir")
+    if args.steps < 1 or args.batch_size < 1 or args.log_every < 1:
+        p.error("--steps, --batch-size and --log-every must be >= 1")
+    return args
+
+
+# --------------------------------------------------------------------------- Muon
+
+
+# Which tensors Muon updates: 2-D and 3-D ones whose name matches none of the
+# planner's default exclusion patterns (case-insensitive regexes), so that
+# muon-local classifies exactly as muonshard's plan does. The rest get AdamW.
+MUON_EXCLUDE = re.compile(r"embed|lm_head|bias|\.gate\.weight$|router|sinks", re.IGNORECASE)
+
+
+def is_muon(name: str, p: torch.Tensor) -> bool:
+    return p.ndim in (2, 3) and not MUON_EXCLUDE.search(name)
+
+
+NS_COEFFICIENTS = (3.4445, -4.7750, 2.0315)
+
+
+def newton_schulz(g: torch.Tensor, steps: int = 5, eps: float = 1e-9) -> torch.Tensor:
+    """Approximately orthogonalise g (or each matrix of a [E, m, n] stack), in fp32."""
+    a, b, c = NS_COEFFICIENTS
+    x = g.float()
+    transposed = x.shape[-2] > x.shape[-1]  # iterate on the smaller Gram matrix
+    if transposed:
+        x = x.transpose(-2, -1)
+    x = x / x.norm(dim=(-2, -1), keepdim=True).clamp_min(eps)
+    for _ in range(steps):
+        gram = x @ x.transpose(-2, -1)
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.transpose(-2, -1) if transposed else x
+
+
+class MuonAdamW(torch.optim.Optimizer):
+    """Unsharded Muon (for weight matrices) + AdamW (for everything else).
+
+    Muon, per [out, in] matrix (per expert for a 3-D stack), as muonshard's kernel:
+        m = beta*m + (1-beta)*g;  u = (1-beta)*g + beta*m          (Nesterov)
+        p = p*(1 - lr*wd) - lr * 0.2*sqrt(max(1, out/in)) * NewtonSchulz5(u)
+    AdamW (torch's, which equals Paddle's) with the same lr and weight decay.
+    """
+
+    def __init__(self, named_params, lr=0.02, betas=(0.9, 0.95), eps=1e-9, weight_decay=0.01,
+                 muon_momentum=0.95, ns_steps=5):
+        muon, adamw = [], []
+        for name, p in named_params:
+            (muon if is_muon(name, p) else adamw).append(p)
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                        muon_momentum=muon_momentum, ns_steps=ns_steps)
+        groups = [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)]
+        super().__init__([g for g in groups if g["params"]], defaults)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            lr, wd = group["lr"], group["weight_decay"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                g, state = p.grad.float(), self.state[p]
+                p.mul_(1 - lr * wd)  # decoupled weight decay
+                if group["use_muon"]:
+                    beta = group["muon_momentum"]
+                    if not state:
+                        state["momentum"] = torch.zeros_like(g)
+                    m = state["momentum"]
+                    m.mul_(beta).add_(g, alpha=1 - beta)
+                    u = g.mul(1 - beta).add_(m, alpha=beta)
+                    scale = 0.2 * math.sqrt(max(1.0, p.shape[-2] / p.shape[-1]))
+                    p.add_(newton_schulz(u, group["ns_steps"]).to(p.dtype), alpha=-lr * scale)
+                else:
+                    beta1, beta2 = group["betas"]
+                    if not state:
+                        state["step"] = 0
+                        state["exp_avg"] = torch.zeros_like(g)
+                        state["exp_avg_sq"] = torch.zeros_like(g)
+                    state["step"] += 1
+                    m1, m2, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
+                    m1.mul_(beta1).add_(g, alpha=1 - beta1)
+                    m2.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+                    denom = (m2 / (1 - beta2 ** t)).sqrt_().add_(group["eps"])
+                    p.add_((m1 / denom).to(p.dtype), alpha=-lr / (1 - beta1 ** t))
+        return None
+
+
+# --------------------------------------------------------------------------- optimizers
+
+
+class ReplicatedOptimizer:
+    """A torch optimizer on a full model replica per rank, plus the gradient all-reduce.
+
+    It has the interface of muonshard.torch.ShardedMuonAdamW that this script
+    uses (step, zero_grad, memory, save_checkpoint, load_checkpoint, close), so
+    the training loop is the same for every --optimizer.
+    """
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int, world: int):
+        self.model, self.opt = model, opt
+        self.rank, self.world_size = rank, world
+        self.steps_done = 0
+        self.last_step_stats = {}
+
+    def step(self):
+        t0 = time.perf_counter()
+        if self.world_size > 1:
+            allreduce_mean_gradients(list(self.model.parameters()), self.world_size)
+        t1 = time.perf_counter()
+        self.opt.step()
+        t2 = time.perf_counter()
+        self.steps_done += 1
+        reduce = {"reduce_seconds": t1 - t0} if self.world_size > 1 else {}
+        self.last_step_stats = {**reduce, "update_seconds": t2 - t1}
+
+    def zero_grad(self):
+        self.opt.zero_grad(set_to_none=False)
+
+    def memory(self) -> dict:
+        return {"optimizer_state": tensor_bytes(self.opt.state.values()),
+                "gradients": sum(p.grad.numel() * p.grad.element_size()
+                                 for p in self.model.parameters() if p.grad is not None)}
+
+    def _path(self, directory: str) -> str:
+        return os.path.join(directory, "replicated.pt")
+
+    def save_checkpoint(self, directory: str) -> None:
+        # Every rank holds the same replica: rank 0 writes it (atomically), all wait.
+        if self.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+            tmp = self._path(directory) + ".tmp"
+            torch.save({"step": self.steps_done, "model": self.model.state_dict(),
+                        "optimizer": self.opt.state_dict()}, tmp)
+            os.replace(tmp, self._path(directory))
+        barrier(self.world_size)
+
+    def load_checkpoint(self, directory: str) -> int:
+        if not os.path.exists(self._path(directory)):
+            raise FileNotFoundError(f"no checkpoint at {self._path(directory)}")
+        ckpt = torch.load(self._path(directory), map_location="cpu")
+        self.model.load_state_dict(ckpt["model"])
+        self.opt.load_state_dict(ckpt["optimizer"])
+        self.steps_done = ckpt["step"]
+        return self.steps_done
+
+    def close(self):
+        pass
+
+
+def allreduce_mean_gradients(params, world: int) -> None:
+    """Average gradients over ranks with one fp32 all-reduce of a flat buffer."""
+    grads = [p.grad for p in params]
+    flat = torch.cat([g.reshape(-1).float() for g in grads])
+    dist.all_reduce(flat)
+    flat /= world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int,
+                             stack: contextlib.ExitStack):
+    """ShardedMuonAdamW with its plan: rank 0 (starts a coordinator if needed and) submits."""
+    if args.ep > 1:
+        # With ep > 1 the plan gives each expert-parallel group E/ep experts;
+        # the forward/backward would need expert-parallel dispatch (all-to-all
+        # of tokens), which this data-parallel example does not do.
+        raise NotImplementedError(
+            "--ep > 1 needs expert-parallel dispatch in the model; this example is "
+            "data parallel (every rank holds all experts): use --ep 1")
+    try:
+        import muonshard
+        import muonshard.torch as mst
+    except ImportError as e:
+        raise ImportError(f"--optimizer muonshard needs the muonshard Python package ({e}); "
+                          "the adamw and muon-local optimizers work without it") from e
+
+    address, version, error, failure = args.coordinator, None, None, None
+    if rank == 0:
+        try:
+            if address is None:
+                coord_proc = stack.enter_context(muonshard.LocalCoordinator())
+                address = coord_proc.address
+                log(rank, f"started a local coordinator at {address}")
+            manifest = mst.manifest_from_module(model, name=args.job)
+            version = muonshard.Coordinator(address).submit(
+                manifest, world_size=world, ep=args.ep, policy=args.policy)
+            log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, "
+                      f"policy {args.policy}) to {address}")
+        except Exception as e:  # tell the other ranks before failing, so they do not hang
+            failure, error = e, f"{type(e).__name__}: {e}"
+    if world > 1:
+        # Share the coordinator address and plan version (or rank 0's error) over Gloo.
+        shared = [address, version, error]
+        dist.broadcast_object_list(shared, src=0)
+        address, version, error = shared
+    if failure is not None:
+        raise failure
+    if error:
+        raise RuntimeError(f"rank 0 could not set up the plan: {error}")
+
+    # /metrics on --metrics-port + LOCAL_RANK (the optimizer adds the local rank);
+    # Gloo binds and advertises --hostname (the pod's IP in a cluster).
+    return mst.ShardedMuonAdamW(
+        model, coordinator=address, job=args.job, plan_version=version,
+        lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
+        backend="gloo", metrics_port=args.metrics_port, hostname=args.hostname)
+
+
+def make_optimizer(args, model, rank, world, local_rank, stack):
+    if args.optimizer == "muonshard":
+        return make_muonshard_optimizer(args, model, rank, world, local_rank, stack)
+    if args.optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                                weight_decay=args.weight_decay)
+    else:
+        opt = MuonAdamW(model.named_parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    return ReplicatedOptimizer(model, opt, rank, world)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def tensor_bytes(states) -> int:
+    """Bytes of the state tensors (moments, momentum) in an iterable of optimizer state dicts.
+
+    0-d tensors (torch AdamW's per-parameter step counters) are not counted.
+    """
+    return sum(v.numel() * v.element_size()
+               for s in states for v in s.values() if torch.is_tensor(v) and v.ndim > 0)
+
+
+# The data step of the held-out batch: far past any training run.
+HELD_OUT_STEP = 10**9
+
+
+def unsharded_reference_bytes(model: torch.nn.Module) -> dict:
+    """What an unsharded optimizer holds on every rank for this model's parameters."""
+    n_total = n_muon = 0
+    master = 0
+    for name, p in model.named_parameters():
+        n_total += p.numel()
+        n_muon += p.numel() if is_muon(name, p) else 0
+        if p.dtype != torch.float32:
+            master += 4 * p.numel()  # an fp32 master copy of a bf16 parameter
+    return {"params": n_total, "muon_params": n_muon, "adamw_params": n_total - n_muon,
+            "masters": master,
+            "adamw": 8 * n_total + master,  # 2 fp32 moments per parameter
+            "muon_adamw": 4 * n_muon + 8 * (n_total - n_muon) + master,
+            # The same state with an fp32 master of every parameter, as muonshard
+            # (Paddle's multi-precision optimizer) keeps it: what one rank would
+            # hold unsharded.
+            "muon_adamw_masters": 8 * n_muon + 12 * (n_total - n_muon)}
+
+
+def ensure_gradients(model: torch.nn.Module) -> None:
+    """Give parameters that took no part in the forward (an expert no token chose) a zero gradient.
+
+    Every rank then reduces the same set of tensors, and every optimizer sees
+    every parameter each step, whatever the routing did on each rank.
+    """
+    for p in model.parameters():
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
+def barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+def mean_over_ranks(x: float, world: int) -> float:
+    if world == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t.item() / world
+
+
+def log(rank: int, msg: str) -> None:
+    if rank == 0:
+        print(msg, flush=True)
+
+
+def step_breakdown(stats) -> str:
+    """An optimizer's last_step_stats as "  (reduce 1.2  muon 3.4 ms, comm 0.56 MB)"."""
+    stats = stats or {}
+    phases = "  ".join(f"{k[:-len('_seconds')]} {v * 1e3:.1f}" for k, v in stats.items()
+                       if k.endswith("_seconds") and k != "total_seconds")
+    comm = sum(v for k, v in stats.items() if k.endswith("_bytes"))
+    text = (f"{phases} ms" if phases else "") + (f", comm {comm / 1e6:.2f} MB" if comm else "")
+    return f"  ({text})" if text else ""
+
+
+def fmt_mib(n: float) -> str:
+    return f"{n / MIB:.3f} MiB"
+
+
+# --------------------------------------------------------------------------- main
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo")  # env:// rendezvous, as torch.distributed.run sets it
+
+    cfg = GPTConfig(vocab=args.vocab, d_model=args.d_model, n_layers=args.n_layers,
+                    n_heads=args.n_heads, d_ff=args.d_ff, seq_len=args.seq_len, moe=args.moe,
+                    n_experts=args.n_experts, stacked_experts=args.stacked_experts,
+                    dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    model = GPT(cfg, seed=args.seed)  # the same init on every rank
+    ref = unsharded_reference_bytes(model)
+    log(rank, f"model: {count_parameters(model):,} parameters ({ref['muon_params']:,} Muon, "
+              f"{ref['adamw_params']:,} AdamW), {cfg}")
+    log(rank, f"data: {world} rank(s) x {args.batch_size} sequences x {cfg.seq_len} tokens per "
+              f"step; loss floor {data.entropy_floor():.3f}, ln(vocab) {math.log(cfg.vocab):.3f}")
+    log(rank, f"optimizer: {args.optimizer}, lr {args.lr}, weight decay {args.weight_decay}")
+
+    with contextlib.ExitStack() as stack:
+        opt = make_optimizer(args, model, rank, world, local_rank, stack)
+
+        start = 0
+        if args.resume:
+            # Restores the model parameters and the optimizer state (for muonshard:
+            # every rank's shard, resharded if the plan changed) and returns the step.
+            try:
+                start = opt.load_checkpoint(args.checkpoint_dir)
+                log(rank, f"resumed from {args.checkpoint_dir} after step {start}")
+            except (FileNotFoundError, LookupError) as e:
+                log(rank, f"no checkpoint to resume from ({e}); starting from scratch")
+
+        # The schedule is a function of the absolute step, so a resumed run goes on
+        # where the saved one was.
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            getattr(opt, "opt", opt), lambda i: lr_factor(args, start + i))
+        held_out = [heldout_loss(model, cfg, args.seed)]  # the exit check compares these
+        digests = [parameter_digest(model)]
+        losses, times = {}, {}  # step -> mean loss over ranks / this rank's step seconds
+        for step in range(start + 1, args.steps + 1):
+            inputs, targets = data.batch(step, rank, world, args.batch_size, cfg.seq_len,
+                                         args.seed, vocab=cfg.vocab)
+            t0 = time.perf_counter()
+            loss = model.loss(inputs, targets)
+            loss.backward()
+            ensure_gradients(model)
+            opt.step()  # all-reduce + update, or muonshard's reduce / update / broadcast
+            opt.zero_grad()
+            sched.step()
+            times[step] = time.perf_counter() - t0
+
+            losses[step] = mean_over_ranks(loss.item(), world)
+            if step == start + 1 or step % args.log_every == 0 or step == args.steps:
+                log(rank, f"step {step:5d}/{args.steps}  loss {losses[step]:.4f}  "
+                          f"time {times[step] * 1e3:7.1f} ms{step_breakdown(opt.last_step_stats)}")
+            if args.checkpoint_dir and (step == args.steps or
+                                        (args.checkpoint_every and step % args.checkpoint_every == 0)):
+                opt.save_checkpoint(args.checkpoint_dir)
+                log(rank, f"saved a checkpoint of step {step} to {args.checkpoint_dir}")
+
+        held_out.append(heldout_loss(model, cfg, args.seed))
+        digests.append(parameter_digest(model))
+        memories = [opt.memory()]
+        if world > 1:
+            memories = [None] * world
+            dist.all_gather_object(memories, opt.memory())
+        opt.close()
+        barrier(world)  # nobody leaves while rank 0's coordinator may still be needed
+
+    status = report(args, rank, losses, times, memories, ref, held_out, digests)
+    if world > 1:
+        dist.destroy_process_group()
+    return status
+
+
+def lr_factor(args, step: int) -> float:
+    """The lr multiplier before training step `step` + 1 (0-based count of steps done)."""
+    if args.lr_schedule == "constant":
+        return 1.0
+    horizon = args.schedule_steps or args.steps
+    progress = min(step, horizon) / max(1, horizon)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def parameter_digest(model: torch.nn.Module) -> str:
+    """SHA-256 of every parameter's bytes in named order: equal digests are equal models."""
+    h = hashlib.sha256()
+    for name, p in model.named_parameters():
+        h.update(name.encode())
+        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def heldout_loss(model: torch.nn.Module, cfg: GPTConfig, seed: int) -> float:
+    """The loss on a fixed held-out batch (128 sequences no step trains on): a
+    low-noise measure of progress, the same on every rank."""
+    inputs, targets = data.batch(HELD_OUT_STEP, 0, 1, 128, cfg.seq_len, seed, vocab=cfg.vocab)
+    with torch.no_grad():
+        return float(model.loss(inputs, targets))
+
+
+def report(args, rank, losses, times, memories, ref, held_out, digests) -> int:
+    """Rank 0 prints the summary; every rank returns the same exit status."""
+    if not losses:
+        log(rank, f"nothing to do: already at step {args.steps}")
+        return 0
+    steps = sorted(losses)
+    first, last = losses[steps[0]], losses[steps[-1]]
+    timed = [times[s] for s in steps[1:]] or [times[steps[0]]]  # the first step warms up
+    log(rank, f"\nloss: step {steps[0]} {first:.4f} -> step {steps[-1]} {last:.4f} "
+              f"(floor {data.entropy_floor():.3f})")
+    log(rank, f"step time ({args.optimizer}, rank 0): mean {statistics.mean(timed) * 1e3:.1f} ms, "
+              f"median {statistics.median(timed) * 1e3:.1f} ms over {len(timed)} steps")
+
+    keys = sorted({k for m in memories for k in m},
+                  key=lambda k: (k != "optimizer_state", k))
+    widths = [max(13, len(k)) for k in keys]
+    log(rank, "\nmemory per rank:\n  rank  " + "  ".join(f"{k:>{w}}" for k, w in zip(keys, widths)))
+    for r, m in enumerate(memories):
+        log(rank, f"  {r:4d}  " + "  ".join(f"{fmt_mib(m[k]) if k in m else '-':>{w}}"
+                                          for k, w in zip(keys, widths)))
+    masters = ", + fp32 masters" if ref["masters"] else ""
+    log(rank, f"  unsharded torch AdamW would hold  {ref['adamw'] / MIB:.3f} MiB of optimizer "
+              f"state per rank (2 fp32 moments x {ref['params']:,} parameters{masters})")
+    log(rank, f"  unsharded Muon + AdamW would hold {ref['muon_adamw'] / MIB:.3f} MiB per rank "
+              f"(momentum for {ref['muon_params']:,} Muon elements, 2 moments for "
+              f"{ref['adamw_params']:,} AdamW elements{masters})")
+    if args.optimizer == "muonshard":
+        largest = max(m["optimizer_state"] for m in memories)
+        log(rank, f"  muonshard keeps an fp32 master of every parameter too: unsharded that is "
+                  f"{ref['muon_adamw_masters'] / MIB:.3f} MiB; sharded over {len(memories)} rank(s) the largest "
+                  f"holds {largest / MIB:.3f} MiB ({100 * largest / ref['muon_adamw_masters']:.0f}%)")
+
+    if rank == 0 and args.summary_json:
+        with open(args.summary_json, "w") as f:
+            json.dump({"optimizer": args.optimizer, "losses": {str(s): losses[s] for s in steps},
+                       "step_seconds": {str(s): times[s] for s in steps},
+                       "memory": memories, "unsharded": ref, "held_out": held_out,
+                       "parameter_digests": digests}, f, indent=1)
+
+    log(rank, f"held-out loss: {held_out[0]:.4f} -> {held_out[1]:.4f}")
+    if not held_out[1] < held_out[0]:
+        log(rank, f"FAIL: the held-out loss did not fall ({held_out[0]:.4f} -> {held_out[1]:.4f})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
