@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -236,17 +237,22 @@ class PyRankSession {
       keep.push_back(CheckedFloats(value, absl::StrCat("gradient of plan tensor ", tensor)));
       source.Set(tensor, absl::MakeConstSpan(keep.back().data(), keep.back().size()));
     }
-    worker::RankSession& rs = session();
-    absl::StatusOr<worker::StepStats> stats;
-    {
-      py::gil_scoped_release release;
-      stats = rs.optimizer().Step(source);
-      if (stats.ok()) {
-        rs.metrics().RecordStep(*stats, std::isfinite(loss) ? loss : 0.0, rs.view().rank().ns_flops(),
-                                train_seconds > 0 ? train_seconds : stats->total_seconds);
-      }
+    return RunStep([&](worker::RankSession& rs) { return rs.optimizer().Step(source); }, loss, train_seconds);
+  }
+
+  // One step with gradients given by address in the kernel backend's memory
+  // ({plan tensor index: (address, dtype name, numel)}): a CUDA tensor's
+  // data_ptr() with backend nccl, host memory with gloo. The memory must hold
+  // the gradient until the step returns (the caller keeps the tensors).
+  py::dict StepAddresses(py::dict grads, double loss, double train_seconds) {
+    worker::BackendGradientMap source;
+    for (auto [key, value] : grads) {
+      const int tensor = key.cast<int>();
+      auto [address, dtype, numel] = value.cast<std::tuple<uintptr_t, std::string, int64_t>>();
+      source.Set(tensor, worker::BackendGradient{reinterpret_cast<const void*>(address),
+                                                 ValueOrThrow(ElementTypeOf(dtype, tensor)), numel});
     }
-    return StatsDict(ValueOrThrow(std::move(stats)));
+    return RunStep([&](worker::RankSession& rs) { return rs.optimizer().Step(source); }, loss, train_seconds);
   }
 
   py::dict Memory() const {
@@ -337,6 +343,30 @@ class PyRankSession {
 
 
  private:
+  // step(rs) with the GIL released, recorded in /metrics; its stats.
+  template <typename StepFn>
+  py::dict RunStep(StepFn step, double loss, double train_seconds) {
+    worker::RankSession& rs = session();
+    absl::StatusOr<worker::StepStats> stats;
+    {
+      py::gil_scoped_release release;
+      stats = step(rs);
+      if (stats.ok()) {
+        rs.metrics().RecordStep(*stats, std::isfinite(loss) ? loss : 0.0, rs.view().rank().ns_flops(),
+                                train_seconds > 0 ? train_seconds : stats->total_seconds);
+      }
+    }
+    return StatsDict(ValueOrThrow(std::move(stats)));
+  }
+
+  static absl::StatusOr<kernels::ElementType> ElementTypeOf(const std::string& dtype, int tensor) {
+    if (dtype == "float32") return kernels::ElementType::kFloat32;
+    if (dtype == "bfloat16") return kernels::ElementType::kBFloat16;
+    if (dtype == "float16") return kernels::ElementType::kFloat16;
+    return absl::InvalidArgumentError(absl::StrCat("gradient of plan tensor ", tensor, ": dtype \"", dtype,
+                                                   "\" is not float32, bfloat16 or float16"));
+  }
+
   // The session; FAILED_PRECONDITION after close(). REQUIRES: the GIL.
   worker::RankSession& session() const {
     if (session_ == nullptr) RaiseStatus(absl::FailedPreconditionError("the muonshard session is closed"));
@@ -455,6 +485,8 @@ void BindRankSession(py::module_& m) {
       .def("read_model_copy", &PyRankSession::ReadModelCopy, py::arg("tensor"), py::arg("out"))
       .def("sync_model_copies", &PyRankSession::SyncModelCopies)
       .def("step", &PyRankSession::Step, py::arg("grads"), py::arg("loss") = NAN, py::arg("train_seconds") = 0.0)
+      .def("step_addresses", &PyRankSession::StepAddresses, py::arg("grads"), py::arg("loss") = NAN,
+           py::arg("train_seconds") = 0.0)
       .def("memory", &PyRankSession::Memory)
       .def("state", &PyRankSession::State)
       .def("load_state", &PyRankSession::LoadState, py::arg("tensors"), py::arg("step"), py::arg("beta1_pow"),

@@ -255,3 +255,41 @@ def test_pip_installs_the_built_tree_without_network(tmp_path):
     out = subprocess.run([sys.executable, "-c", "import muonshard, muonshard.torch; print(muonshard.__file__)"],
                          check=True, timeout=120, capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert out.stdout.strip().startswith(str(target))
+
+
+def test_gradients_by_address_step_like_arrays(coordinator):
+    """The extension's address entry point (a CUDA tensor's data_ptr() with backend
+    nccl; host memory here): fp32 and bf16 gradients converted in the backend give
+    the same parameters, bit for bit, as float32 arrays; bad addresses are refused."""
+    from muonshard import _muonshard
+    c = muonshard.Coordinator(coordinator.address)
+    params = dense_params()
+    version = c.submit(mst.manifest_from_module(params, "dense"), world_size=1)
+    values = {n: p.detach() for n, p in params}
+    sessions = []
+    for job in ("arrays", "addresses"):
+        s = _muonshard.RankSession(coordinator=coordinator.address, job=job, plan_version=version, blas_threads=1)
+        for h in s.held():
+            s.set_parameter(h["index"], values[h["name"]].reshape(-1).float().numpy())
+        sessions.append(s)
+    arrays, addresses = sessions
+    held = arrays.held()
+    g = torch.Generator().manual_seed(5)
+    grads = {h["index"]: (torch.randn(h["shape"], generator=g) * 0.1).to(values[h["name"]].dtype) for h in held}
+    arrays.step({i: t.reshape(-1).float().numpy() for i, t in grads.items()})
+    addresses.step_addresses({i: (t.data_ptr(), str(t.dtype).replace("torch.", ""), t.numel())
+                              for i, t in grads.items()})
+    for h in held:
+        a = torch.empty(h["element_end"] - h["element_begin"])
+        b = torch.empty_like(a)
+        arrays.read_model_copy(h["index"], a.numpy())
+        addresses.read_model_copy(h["index"], b.numpy())
+        assert torch.equal(a, b), h["name"]
+    i, t = next(iter(grads.items()))
+    with pytest.raises(ValueError, match="null address"):
+        addresses.step_addresses({i: (0, "float32", t.numel())})
+    with pytest.raises(ValueError, match="int8"):
+        addresses.step_addresses({i: (t.data_ptr(), "int8", t.numel())})
+    for s in sessions:
+        s.finish()
+        s.close()

@@ -66,6 +66,31 @@ absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> MakeKernelBackend(Kernel
   return kernels::CreateCpuKernelBackend();
 }
 
+// TrainStep with the gradients uploaded into the backend's memory first and
+// handed over as BackendGradients (device pointers on a device backend).
+absl::StatusOr<TrainStepResult> TrainStepOnBackend(const Workload& workload, ShardedOptimizer& optimizer,
+                                                   kernels::KernelBackend& backend, int rank, int step) {
+  auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
+  MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                             ComputeLocalGradients(workload, optimizer.held_tensors(), rank, step, read));
+  std::vector<kernels::BackendMemory> memory;
+  BackendGradientMap grads;
+  for (const HeldTensor& h : optimizer.held_tensors()) {
+    MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> host, local.grads.PartGradient(h.tensor));
+    const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(float));
+    MUONSHARD_ASSIGN_OR_RETURN(kernels::BackendMemory m, backend.Allocate(bytes));
+    MUONSHARD_RETURN_IF_ERROR(backend.CopyFromHost(host.data(), m.get(), bytes));
+    grads.Set(h.tensor, BackendGradient{m.get(), kernels::ElementType::kFloat32, h.numel()});
+    memory.push_back(std::move(m));
+  }
+  TrainStepResult result;
+  result.loss = local.loss;
+  MUONSHARD_ASSIGN_OR_RETURN(result.stats, optimizer.Step(grads));
+  // Before the uploads are freed: the step's conversions read them.
+  MUONSHARD_RETURN_IF_ERROR(backend.Synchronize());
+  return result;
+}
+
 absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, const ShardedOptimizer::CommGroups& comms,
                                    const Workload& workload, const RunOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
@@ -75,7 +100,9 @@ absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, const Sharded
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
   RankResult result;
   for (int step = 0; step < options.steps; ++step) {
-    MUONSHARD_ASSIGN_OR_RETURN(TrainStepResult r, TrainStep(workload, *optimizer, step));
+    MUONSHARD_ASSIGN_OR_RETURN(TrainStepResult r, options.backend_gradients
+                                                      ? TrainStepOnBackend(workload, *optimizer, *backend, rank, step)
+                                                      : TrainStep(workload, *optimizer, step));
     result.steps.push_back(r.stats);
     result.losses.push_back(r.loss);
   }

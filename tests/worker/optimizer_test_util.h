@@ -56,6 +56,10 @@ struct RunOptions {
   CommBackend backend = CommBackend::kInProcess;
   KernelKind kernels = KernelKind::kCpu;
   int steps = 3;
+  // Hand the gradients over in the kernel backend's memory
+  // (ShardedOptimizer::Step(BackendGradientSource&)), uploaded there first,
+  // instead of as host spans.
+  bool backend_gradients = false;
   OptimizerConfig config;
   absl::Duration timeout = absl::Seconds(60);
 };

@@ -127,6 +127,20 @@ TEST_P(ShardedOptimizerEquivalenceTest, Step_FakeDevice_BitIdenticalToReference)
   ExpectMatchesReference(plan_, ranks, reference, /*rtol=*/0);
 }
 
+// Gradients handed over in backend memory (the device-pointer entry point) on
+// the fake device, which refuses host pointers where device ones belong: the
+// same bits as host gradients and the reference.
+TEST_P(ShardedOptimizerEquivalenceTest, Step_BackendGradientsOnFakeDevice_BitIdenticalToReference) {
+  RegressionWorkload workload;
+  RunOptions options;
+  options.steps = 3;
+  options.kernels = KernelKind::kFakeDevice;
+  options.backend_gradients = true;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan_, workload, options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan_, workload, options));
+  ExpectMatchesReference(plan_, ranks, reference, /*rtol=*/0);
+}
+
 TEST_P(ShardedOptimizerEquivalenceTest, Create_AllocatesThePlansOptimizerState) {
   SyntheticWorkload workload;
   RunOptions options;

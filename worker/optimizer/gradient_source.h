@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/kernel_backend.h"
 #include "muonshard/v1/plan.pb.h"
 
 namespace muonshard::worker {
@@ -60,6 +61,43 @@ class GradientMap : public GradientSource {
 
  private:
   std::map<int, std::vector<float>> grads_;
+};
+
+// A part's local gradient already in the kernel backend's memory: a CUDA
+// tensor's device pointer for the CUDA backend, host memory for the CPU one.
+// The step converts it straight into its gradient bucket in that memory (no
+// host round trip); a gradient that already *is* its bucket slot (NOTE [Part
+// storage] in sharded_optimizer.h) is not copied at all.
+struct BackendGradient {
+  const void* data = nullptr;
+  kernels::ElementType type = kernels::ElementType::kFloat32;
+  int64_t numel = 0;
+};
+
+// The local gradients of one step in backend memory. The memory must hold
+// its values when Step() is called (work that writes it, e.g. a backward
+// pass on another stream, finished or ordered before the backend's stream)
+// and must not change until the step returns.
+class BackendGradientSource {
+ public:
+  virtual ~BackendGradientSource() = default;
+
+  // The gradient of the part of plan tensor `tensor` this rank holds.
+  // Possible errors: NOT_FOUND (no gradient for the tensor); any other code
+  // is passed through by the step.
+  virtual absl::StatusOr<BackendGradient> PartGradient(int tensor) = 0;
+};
+
+// A BackendGradientSource over gradients registered by plan tensor index.
+class BackendGradientMap : public BackendGradientSource {
+ public:
+  void Set(int tensor, BackendGradient gradient) { grads_[tensor] = gradient; }
+  size_t size() const { return grads_.size(); }
+
+  absl::StatusOr<BackendGradient> PartGradient(int tensor) override;
+
+ private:
+  std::map<int, BackendGradient> grads_;
 };
 
 }  // namespace muonshard::worker

@@ -55,7 +55,9 @@
 // communicators receive pointers into it, so they must work in the same
 // space: host-memory communicators (InProcess, Gloo) with the CPU backend,
 // NCCL on the backend's GPU with the CUDA backend. Host values cross only in
-// SetParameter, the gradients' packing (GradientSource hands host spans),
+// SetParameter, the gradients' packing (GradientSource hands host spans;
+// a BackendGradientSource hands memory of the backend's own space, device
+// pointers on CUDA, converted into the buckets there without a host trip),
 // ReadModelCopy/GatherMasters and the checkpoint shards. Kernels run on the
 // backend's stream and collectives on the communicators' streams; the
 // optimizer synchronises the backend before each round of collectives and
@@ -140,6 +142,11 @@ class ShardedOptimizer {
   // partly updated: the optimizer is broken and every later call returns
   // FAILED_PRECONDITION (restore from a checkpoint into a new one).
   absl::StatusOr<StepStats> Step(GradientSource& grads);
+  // The same step with gradients already in the backend's memory (device
+  // pointers on CUDA), converted into the buckets there. Errors as above,
+  // plus INVALID_ARGUMENT for a null or mis-sized gradient (nothing has
+  // changed).
+  absl::StatusOr<StepStats> Step(BackendGradientSource& grads);
 
   // NOTE [Part storage]
   // Where a held part's model copy and gradient live in the optimizer's own
@@ -266,8 +273,14 @@ class ShardedOptimizer {
   absl::StatusOr<internal::BackendBuffer> NewBuffer(v1::DType dtype, int64_t numel);
 
   absl::Status CheckUsable() const;
+  // Steps after `pack` filled the gradient buckets' entries.
+  absl::StatusOr<StepStats> RunStep(absl::FunctionRef<absl::Status()> pack);
   absl::Status PackGradients(GradientSource& grads);
   absl::Status PackPart(const internal::PartLayout& part, absl::Span<const float> grad);
+  absl::Status PackBackendGradients(BackendGradientSource& grads);
+  absl::Status PackBackendPart(const internal::PartLayout& part, const BackendGradient& grad);
+  // Zeroes what no entry of a gradient bucket covers.
+  absl::Status ZeroBucketGaps();
   absl::Status ReduceGradients();
   absl::Status RunMuon();
   absl::Status RunAdamw();

@@ -54,6 +54,14 @@ absl::Status ShardedOptimizer::CheckUsable() const {
 }
 
 absl::StatusOr<StepStats> ShardedOptimizer::Step(GradientSource& grads) {
+  return RunStep([&] { return PackGradients(grads); });
+}
+
+absl::StatusOr<StepStats> ShardedOptimizer::Step(BackendGradientSource& grads) {
+  return RunStep([&] { return PackBackendGradients(grads); });
+}
+
+absl::StatusOr<StepStats> ShardedOptimizer::RunStep(absl::FunctionRef<absl::Status()> pack) {
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   StepStats stats;
   Stopwatch phase;
@@ -61,7 +69,8 @@ absl::StatusOr<StepStats> ShardedOptimizer::Step(GradientSource& grads) {
   const StepCommBytes before = CommSnapshot();
   // Packing only writes gradient buffers: a bad gradient leaves the
   // optimizer as it was.
-  MUONSHARD_RETURN_IF_ERROR(PackGradients(grads));
+  MUONSHARD_RETURN_IF_ERROR(pack());
+  MUONSHARD_RETURN_IF_ERROR(ZeroBucketGaps());
   // The collectives run on the communicators' streams: the packed gradients
   // must have landed first.
   absl::Status s = backend_->Synchronize();
@@ -93,6 +102,38 @@ absl::Status ShardedOptimizer::PackGradients(GradientSource& grads) {
     MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, grads.PartGradient(part.tensor));
     MUONSHARD_RETURN_IF_ERROR(PackPart(part, grad));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::PackBackendGradients(BackendGradientSource& grads) {
+  for (const PartLayout& part : layout_.parts) {
+    MUONSHARD_ASSIGN_OR_RETURN(BackendGradient grad, grads.PartGradient(part.tensor));
+    MUONSHARD_RETURN_IF_ERROR(PackBackendPart(part, grad));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::PackBackendPart(const PartLayout& part, const BackendGradient& grad) {
+  const int64_t numel = part.element_end - part.element_begin;
+  if (grad.numel != numel || (grad.data == nullptr && numel > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", grad.numel,
+                                                   " values", grad.data == nullptr ? " at a null address" : "",
+                                                   " for a part of ", numel));
+  }
+  const int elem = kernels::ElementBytes(grad.type);
+  for (const EntryRef& ref : part.entries) {
+    const v1::BucketEntry& e = Entry(ref);
+    BackendBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
+    const void* src = static_cast<const char*>(grad.data) + (e.element_begin() - part.element_begin) * elem;
+    const kernels::ElementType dst_type = internal::ToElementType(buffer.dtype());
+    // Already in place (NOTE [Part storage]): nothing to copy.
+    if (src == buffer.At(e.offset()) && grad.type == dst_type) continue;
+    MUONSHARD_RETURN_IF_ERROR(backend_->Convert(src, grad.type, buffer.At(e.offset()), dst_type, e.numel()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedOptimizer::ZeroBucketGaps() {
   for (int b = 0; b < view_.muon_buckets_size(); ++b) {
     MUONSHARD_RETURN_IF_ERROR(ZeroUncovered(view_.muon_buckets(b).entries(), muon_[b].grads));
   }
