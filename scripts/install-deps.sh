@@ -12,8 +12,13 @@ PACKAGES=(
   openssl curl python3
   # The Python package (python/): a pybind11 extension for Debian's
   # /usr/bin/python3, and what its tests and the torch example use.
-  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch python3-setuptools
+  python3-dev pybind11-dev python3-pybind11 python3-numpy python3-setuptools
 )
+# PyTorch and pytest: to run the Python tests and the torch example, not to
+# build. MUONSHARD_TORCH=0 skips them (the images' build stages).
+if [[ "${MUONSHARD_TORCH:-1}" == "1" ]]; then
+  PACKAGES+=(python3-pytest python3-torch)
+fi
 # Tools the deploy checks use (compose config, promtool, a real Prometheus server,
 # PyYAML for the tests in tests/deploy).
 if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" ]]; then

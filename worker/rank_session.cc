@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "client/grpc_plan_source.h"
 #include "common/file_util.h"

@@ -61,7 +61,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "checkpoint/reader.h"
 #include "client/coordinator_client.h"
 #include "client/coordinator_session.h"
 #include "client/grpc_rendezvous_store.h"

@@ -21,9 +21,10 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 ENV DEBIAN_FRONTEND=noninteractive
 WORKDIR /src
 # The project's own dependency script (its own layer: cached until it changes).
-# The deploy tools (Prometheus, docker-compose) are for the tests, not images.
+# The deploy tools (Prometheus, docker-compose) and PyTorch are for the tests,
+# not images.
 COPY scripts/install-deps.sh scripts/install-deps.sh
-RUN MUONSHARD_DEPLOY_TOOLS=0 bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN MUONSHARD_DEPLOY_TOOLS=0 MUONSHARD_TORCH=0 bash scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUONSHARD_CUDA=OFF \
  && cmake --build /build -j"$(nproc)" --target muonshard-coordinator muonshardctl

@@ -113,6 +113,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "model this small on one rank; balanced: muonshard's)")
     p.add_argument("--metrics-port", type=int, default=None,
                    help="serve the optimizer's /metrics on this port + local rank (0: any free port)")
+    p.add_argument("--metrics-host", default=None,
+                   help="address /metrics binds (default $MUONSHARD_METRICS_HOST, else 127.0.0.1; 0.0.0.0 "
+                        "in a container scraped from outside)")
     # Checkpoints and logging.
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-every", type=int, default=0,
@@ -343,7 +346,7 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
     return mst.ShardedMuonAdamW(
         model, coordinator=address, job=args.job, plan_version=version,
         lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
-        backend="gloo", metrics_port=args.metrics_port, hostname=args.hostname)
+        backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname)
 
 
 def make_optimizer(args, model, rank, world, local_rank, stack):

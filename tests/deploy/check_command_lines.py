@@ -78,7 +78,8 @@ def command_lines(compose_cfgs, renders, dockerfiles):
         for line in text.splitlines():
             if line.startswith("ENTRYPOINT"):
                 entry = eval(line.split(None, 1)[1])[0]
-            if line.startswith("CMD") and entry:
+            # (The torch image's ENTRYPOINT is torch's launcher: deploy_torch_* checks it.)
+            if line.startswith("CMD") and entry and entry != "python3":
                 out.append((f"{df} CMD", entry, None, eval(line.split(None, 1)[1])))
     return out
 

@@ -6,7 +6,15 @@ one-shot submission after the coordinator is healthy, four Gloo workers (one
 per rank 0..3, world size = the submitted one) that start after a successful
 submission and restart on failure, Prometheus scraping exactly these services
 on their metrics ports, Grafana provisioned with the dashboard; in the GPU
-variant, NCCL and one reserved GPU per worker."""
+variant, NCCL and one reserved GPU per worker.
+
+docker-compose.yml + docker-compose.torch.yml: all of the above unchanged,
+plus the torch workers (the PyTorch example under torch's launcher): the
+torch image built from its Dockerfile stage, one service per node rank with
+its own hostname, started after a healthy coordinator (not after the
+submission: rank 0 submits), restarted on failure, and one named volume
+shared by every node holding --checkpoint-dir, so a restarted container
+resumes. (deploy_torch_compose parses and runs their command lines.)"""
 
 import os
 import sys
@@ -16,6 +24,8 @@ import deploy_common as dc  # noqa: E402
 
 BASE = os.path.join(dc.REPO, "docker-compose.yml")
 GPU = os.path.join(dc.REPO, "docker-compose.gpu.yml")
+TORCH = os.path.join(dc.REPO, "docker-compose.torch.yml")
+TORCH_SCRIPT = "/opt/muonshard/examples/torch/train_gpt.py"
 
 
 def flag(argv, name):
@@ -148,6 +158,51 @@ def check_common(c, cfg, label, backend):
                 c.check(f" AS {target}\n" in text, f"{label}: {name} build target {target} is a stage of {df}")
 
 
+def check_torch(c, cfg):
+    """The torch workers of docker-compose.torch.yml (their flags: deploy_torch_compose)."""
+    services = cfg["services"]
+    grpc_port = flag(services["coordinator"]["command"], "--listen").rsplit(":", 1)[1]
+    torch = {n: s for n, s in services.items() if n.startswith("torch-worker-")}
+    c.check(len(torch) == 2, f"torch: 2 torch workers: {sorted(torch)}")
+    ckpt_volumes, jobs = set(), set()
+    for name, s in sorted(torch.items()):
+        argv = [str(a) for a in s.get("command", [])]
+        where = f"torch: {name}"
+        c.check(s.get("image", "").startswith("muonshard/worker:") and s["image"].endswith("-torch"),
+                f"{where}: runs the torch image ({s.get('image')})")
+        c.check(s.get("build", {}).get("target") == "torch", f"{where}: built from the torch stage")
+        c.check("entrypoint" not in s, f"{where}: the image's ENTRYPOINT (torch's launcher) runs the command")
+        c.check(name == f"torch-worker-{flag(argv, '--node_rank')}", f"{where}: node rank {flag(argv, '--node_rank')}")
+        c.check(flag(argv, "--nnodes") == str(len(torch)) and flag(argv, "--nproc_per_node") == "1",
+                f"{where}: one process on each of {len(torch)} nodes")
+        c.check(flag(argv, "--master_addr") == "torch-worker-0" == services.get("torch-worker-0", {}).get("hostname"),
+                f"{where}: the rendezvous on torch-worker-0, node rank 0's hostname")
+        c.check(flag(argv, "--redirects") == "1" and flag(argv, "--tee") == "1",
+                f"{where}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)")
+        c.check(TORCH_SCRIPT in argv, f"{where}: runs {TORCH_SCRIPT}")
+        script = argv[argv.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in argv else []
+        c.check(flag(script, "--coordinator") == f"coordinator:{grpc_port}", f"{where}: dials the coordinator")
+        c.check(flag(script, "--hostname") == s.get("hostname") == name,
+                f"{where}: Gloo binds and advertises its own hostname")
+        c.check(flag(script, "--metrics-port") == "9465", f"{where}: /metrics on 9465 (+ local rank 0)")
+        jobs.add(flag(script, "--job"))
+        deps = s.get("depends_on", {})
+        c.check(deps.get("coordinator", {}).get("condition") == "service_healthy" and "submit-plan" not in deps,
+                f"{where}: starts after a healthy coordinator (rank 0 submits its own plan)")
+        c.check(s.get("restart") == "on-failure", f"{where}: restarts on failure")
+        ckpt = flag(script, "--checkpoint-dir") or ""
+        mounts = [v for v in volumes_of(s) if ckpt.startswith(v["target"].rstrip("/") + "/")]
+        c.check(len(mounts) == 1 and mounts[0]["type"] == "volume" and mounts[0]["source"] in cfg.get("volumes", {}),
+                f"{where}: --checkpoint-dir {ckpt!r} lies in a named volume: {volumes_of(s)}")
+        ckpt_volumes.update((m["source"], ckpt) for m in mounts)
+        c.check("--resume" in script and int(flag(script, "--checkpoint-every") or 0) > 0,
+                f"{where}: checkpoints periodically and resumes after a restart")
+    c.check(len(ckpt_volumes) == 1, f"torch: every node shares one checkpoint directory: {sorted(ckpt_volumes)}")
+    demo_jobs = {flag(s.get("command", []), "--job") for n, s in services.items() if n.startswith("worker-")}
+    c.check(len(jobs) == 1 and None not in jobs and not jobs & demo_jobs,
+            f"torch: one job {jobs}, not the demo's {demo_jobs}")
+
+
 def main():
     compose = dc.require_tool("docker-compose")
     c = dc.Checker("deploy_compose")
@@ -172,6 +227,18 @@ def main():
             ids += [d for dev in devices for d in dev.get("device_ids", [])]
             c.check(s["build"].get("target") == "gpu" and s["image"].endswith("-gpu"), f"gpu: {name} runs the GPU image")
         c.check(len(ids) == len(set(ids)) == 4, f"gpu: each worker its own GPU: {ids}")
+    ok, torch_cfg = resolved(compose, [BASE, TORCH])
+    c.check(ok, "docker-compose -f docker-compose.yml -f docker-compose.torch.yml config -q")
+    if torch_cfg:
+        check_common(c, torch_cfg, "torch", "gloo")
+        if base:
+            # (a merge may reorder ports and mounts)
+            def unordered(services):
+                return {n: {k: sorted(map(str, v)) if k in ("ports", "volumes") else v for k, v in s.items()}
+                        for n, s in services.items() if not n.startswith("torch-worker-")}
+            c.check(unordered(torch_cfg["services"]) == unordered(base["services"]),
+                    "torch: docker-compose.torch.yml changes no service of docker-compose.yml")
+        check_torch(c, torch_cfg)
     c.finish()
 
 

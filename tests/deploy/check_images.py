@@ -8,13 +8,20 @@ engine.
    the binaries built here (deploy/docker/runtime-packages.sh: ldd + dpkg -S),
    so the images stay runnable as the code's dependencies change. The GPU
    image computes its list with the same script at build time; running it
-   here also tests the script.
+   here also tests the script. The torch image installs CPU_RUNTIME_PACKAGES
+   for muonshardctl and the Python package's extension (_muonshard*.so):
+   the list covers what ldd resolves for the extension built here too, and
+   the CPU build stage checks that (and the torch stage imports the package)
+   when the image is built.
 2. The project's conventions for its images: multi-stage builds whose build
    stages run scripts/install-deps.sh and a Release CMake build of the
    binaries they copy; pinned base images (no `latest`); runtime stages that
    run as the non-root uid 10001; the coordinator's HEALTHCHECK through
    muonshardctl health; the GPU stage on NVIDIA's CUDA runtime base with CUDA
-   and NCCL on; a .dockerignore that keeps build trees and .git out of the
+   and NCCL on; the torch stage on Debian 12 with Debian's python3, torch and
+   NumPy, the package built by the CPU build stage (muonshard_python) on its
+   PYTHONPATH, examples/torch, torch's launcher as its ENTRYPOINT, and an
+   import of the package at build time; a .dockerignore that keeps build trees and .git out of the
    build context. (Not a Dockerfile linter: hadolint is not available.)"""
 
 import os
@@ -87,12 +94,72 @@ def check_dockerfile(c, name, text, finals):
                 f"{where}: the ENTRYPOINT is a copied binary")
 
 
+TORCH_ENTRYPOINT = ["python3", "-m", "torch.distributed.run"]
+
+
+def check_torch_stage(c, text):
+    """The torch target of worker.Dockerfile."""
+    flat = text.replace("\\\n", " ")
+    by_name = {s[0]: s for s in stages(flat)}
+    stage = by_name.get("torch")
+    c.check(stage is not None, "worker.Dockerfile: a torch stage")
+    if stage is None:
+        return
+    _, base, body = stage
+    w = "worker.Dockerfile torch stage"
+    c.check(base == "debian:bookworm-slim", f"{w}: Debian 12 runtime base ({base})")
+    torch_pkgs = arg_default(text, "TORCH_PACKAGES") or []
+    c.check({"python3", "python3-torch", "python3-numpy"} <= set(torch_pkgs),
+            f"{w}: TORCH_PACKAGES has Debian's python3, torch and NumPy ({torch_pkgs})")
+    install = re.search(r"apt-get install -y --no-install-recommends ([^&]*)", body)
+    got = set(install.group(1).split()) if install else set()
+    c.check({"$CPU_RUNTIME_PACKAGES", "$TORCH_PACKAGES"} <= got and re.search(r"^ARG CPU_RUNTIME_PACKAGES$", body, re.M)
+            and re.search(r"^ARG TORCH_PACKAGES$", body, re.M),
+            f"{w}: installs CPU_RUNTIME_PACKAGES (the extension's and muonshardctl's libraries) and TORCH_PACKAGES "
+            f"without recommends ({sorted(got)})")
+    c.check(re.search(r"^USER 10001:10001$", body, re.M) is not None, f"{w}: runs as uid 10001")
+    c.check("cmake" not in body and "install-deps" not in body, f"{w}: no build tools")
+    copies = re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", body, re.M)
+    pkg = [(src, dst) for src, files, dst in copies if "/build/python/muonshard" in files.split()]
+    c.check(len(pkg) == 1 and pkg[0][0] == "build-cpu", f"{w}: copies the Python package from build-cpu")
+    build = by_name.get("build-cpu", (None, None, ""))[2]
+    targets = set((re.findall(r"--target ([\w\- ]+)", build) or [""])[0].split())
+    c.check("muonshard_python" in targets, f"build-cpu builds the Python package (target muonshard_python): {targets}")
+    c.check(re.search(r"runtime-packages\.sh [^>]*/build/python/muonshard/_muonshard", build) is not None,
+            "build-cpu checks CPU_RUNTIME_PACKAGES against the extension's libraries too")
+    for src, files, _ in copies:
+        for f in files.split():
+            if f.startswith("/build/bin/"):
+                c.check(os.path.basename(f) in targets, f"{w}: {f} is built in stage {src}")
+    if pkg:
+        dst = pkg[0][1].rstrip("/")
+        parent = dst[:-len("/muonshard")] if dst.endswith("/muonshard") else None
+        env = re.search(r"^ENV .*\bPYTHONPATH=(\S+)", body, re.M)
+        c.check(parent is not None and env is not None and parent in env.group(1).split(":"),
+                f"{w}: the package's folder {parent} is on PYTHONPATH ({env.group(1) if env else None})")
+    ex = re.findall(r"^COPY (?!--)(\S+) (\S+)$", body, re.M)
+    c.check(("examples/torch", "/opt/muonshard/examples/torch") in ex, f"{w}: examples/torch in the image: {ex}")
+    c.check(re.search(r"^RUN python3 -c \"import [^\"]*muonshard\.torch", body, re.M) is not None,
+            f"{w}: the build imports muonshard.torch (every library the extension, torch and NumPy load is there)")
+    entry = re.search(r"^ENTRYPOINT (\[.*\])$", body, re.M)
+    c.check(entry is not None and eval(entry.group(1)) == TORCH_ENTRYPOINT,
+            f"{w}: the ENTRYPOINT is torch's launcher {TORCH_ENTRYPOINT}")
+    # The build stages leave PyTorch out (scripts/install-deps.sh MUONSHARD_TORCH=0).
+    with open(os.path.join(dc.REPO, "scripts", "install-deps.sh")) as f:
+        deps = f.read()
+    c.check("MUONSHARD_TORCH" in deps, "scripts/install-deps.sh has the MUONSHARD_TORCH switch")
+    for name, (_, _, b) in by_name.items():
+        if "install-deps.sh" in b and "bash scripts/install-deps.sh" in b:
+            c.check("MUONSHARD_TORCH=0" in b, f"worker.Dockerfile stage {name}: no PyTorch in the build stage")
+
+
 def main():
     c = dc.Checker("deploy_images")
     coordinator_df = read(os.path.join(DOCKER, "coordinator.Dockerfile"))
     worker_df = read(os.path.join(DOCKER, "worker.Dockerfile"))
     check_dockerfile(c, "coordinator.Dockerfile", coordinator_df, [None])
     check_dockerfile(c, "worker.Dockerfile", worker_df, ["cpu", "gpu"])
+    check_torch_stage(c, worker_df)
     c.check(re.search(r'^HEALTHCHECK .*CMD \["muonshardctl", "health"', coordinator_df.replace("\\\n", ""), re.M)
             is not None, "coordinator.Dockerfile: HEALTHCHECK via muonshardctl health")
     c.check(re.search(r"^FROM debian:bookworm-slim\s*$", coordinator_df, re.M) is not None,
@@ -129,6 +196,21 @@ def main():
         c.check(set(listed or []) <= set(needed),
                 f"{what} lists {sorted(set(listed or []) - set(needed))}, which {binaries} do not load")
         print(f"{what}: {' '.join(needed)}")
+    # The torch image: the extension needs nothing CPU_RUNTIME_PACKAGES lacks.
+    pydir = os.path.join(os.path.dirname(bins), "python", "muonshard")
+    ext = sorted(f for f in (os.listdir(pydir) if os.path.isdir(pydir) else [])
+                 if f.startswith("_muonshard") and f.endswith(".so"))
+    if not ext:
+        print(f"NOTE: the Python package is not built ({pydir}): its extension's runtime packages are not checked")
+    else:
+        listed = arg_default(worker_df, "CPU_RUNTIME_PACKAGES") or []
+        r = dc.run(["bash", SCRIPT, os.path.join(pydir, ext[0])])
+        c.check(r.returncode == 0, f"runtime-packages.sh {ext[0]}: {r.stderr}")
+        needed = sorted(r.stdout.split())
+        c.check(len(needed) >= 5 and set(needed) <= set(listed),
+                f"worker.Dockerfile CPU_RUNTIME_PACKAGES (torch image) lacks {sorted(set(needed) - set(listed))} "
+                f"(ldd of {ext[0]})")
+        print(f"{ext[0]}: {' '.join(needed)}")
     # The script fails loudly on a library no package owns.
     r = dc.run(["bash", SCRIPT, "/nonexistent-binary"])
     c.check(r.returncode != 0, "runtime-packages.sh fails for a missing binary")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""deploy_kustomize: `kubectl kustomize` renders deploy/k8s/overlays/cpu, .../gpu
-and cpu + every component, and the rendered objects pass a schema check.
+"""deploy_kustomize: `kubectl kustomize` renders deploy/k8s/overlays/cpu, .../gpu,
+.../torch, cpu + every component and torch + torch-checkpoints +
+prometheus-operator, and the rendered objects pass a schema check.
 
 The schema check is this file's own (no network here, so no kubeconform and
 its OpenAPI schemas): it checks the fields these manifests rely on, by kind —
@@ -13,7 +14,13 @@ args resolvable, no floating image tags — plus the cross-object facts of this
 deployment (world size = Job completions, gRPC probes on the service the
 coordinator registers, GPU resources only in the gpu overlay, the bundled
 manifest copy identical to examples/manifests, the PrometheusRule identical
-to the rules file)."""
+to the rules file). overlays/torch: the worker container is torch's launcher
+(--redirects 1 --tee 1, node rank = completion index, the rendezvous on pod
+0's stable name through a port the headless Service exposes) running the
+image's examples/torch/train_gpt.py with the torch image, no plan
+submission, and with components/torch-checkpoints its checkpoint directory
+on a ReadWriteMany PVC with --resume (deploy_torch_k8s parses and runs the
+command lines)."""
 
 import os
 import re
@@ -322,13 +329,16 @@ def check_render(c, r, variant):
     c.check(js.get("completionMode") == "Indexed" and js.get("completions") == js.get("parallelism") == world > 0,
             f"{r.label}: Indexed Job with completions = parallelism = WORLD_SIZE {world}")
     c.check(ps.get("restartPolicy") in ("OnFailure", "Never"), f"{r.label}: Job pods restartPolicy")
-    c.check(arg(wc["args"], "--rank") == "$(JOB_COMPLETION_INDEX)", f"{r.label}: rank from JOB_COMPLETION_INDEX")
+    # The rank: muonshard-worker's --rank, or the torch launcher's --node_rank.
+    rank_flag = "--node_rank" if variant == "torch" else "--rank"
+    c.check(arg(wc["args"], rank_flag) == "$(JOB_COMPLETION_INDEX)", f"{r.label}: rank from JOB_COMPLETION_INDEX")
     idx = [e for e in wc.get("env", []) if e["name"] == "JOB_COMPLETION_INDEX"]
     c.check(idx and idx[0]["valueFrom"]["fieldRef"]["fieldPath"]
             == "metadata.annotations['batch.kubernetes.io/job-completion-index']",
             f"{r.label}: JOB_COMPLETION_INDEX from the completion-index annotation")
-    c.check(arg(wc["args"], "--local-rank") == "0" and arg(wc["args"], "--metrics-host") == "0.0.0.0",
-            f"{r.label}: one rank per pod, metrics reachable in the cluster")
+    if variant != "torch":
+        c.check(arg(wc["args"], "--local-rank") == "0" and arg(wc["args"], "--metrics-host") == "0.0.0.0",
+                f"{r.label}: one rank per pod, metrics reachable in the cluster")
     wports = {p["name"]: p["containerPort"] for p in wc.get("ports", [])}
     c.check(wports.get("metrics") == int(arg(wc["args"], "--metrics-port")),
             f"{r.label}: the worker's metrics port is --metrics-port (+ local rank 0)")
@@ -342,6 +352,9 @@ def check_render(c, r, variant):
     c.check(hs is not None and hs["spec"].get("clusterIP") == "None"
             and hs["spec"]["selector"].items() <= pod["metadata"]["labels"].items(),
             f"{r.label}: a headless Service {ps.get('subdomain')} selects the worker pods")
+    if variant == "torch":
+        check_torch_worker(c, r, job, wc, data, hs)
+        return check_components(c, r, cc, ps, vols, pods)
     # The submission step.
     init = [ct for ct in ps.get("initContainers", []) if ct["name"] == "submit-plan"]
     c.check(len(init) == 1, f"{r.label}: a submit-plan init container")
@@ -375,8 +388,67 @@ def check_render(c, r, variant):
         c.check(backend == "gloo" and gpu_req is None and wc["image"].endswith("-cpu"),
                 f"{r.label}: Gloo, no GPU, the CPU image")
     c.check(arg(wc["args"], "--backend") == "$(BACKEND)", f"{r.label}: --backend from the ConfigMap")
+    check_components(c, r, cc, ps, vols, pods)
 
-    # Components.
+
+TORCH_LAUNCHER = ["python3", "-m", "torch.distributed.run"]
+TORCH_SCRIPT = "/opt/muonshard/examples/torch/train_gpt.py"
+
+
+def check_torch_worker(c, r, job, wc, data, hs):
+    """overlays/torch: the worker container is torch's launcher running the
+    example, one node per pod (its flags are parsed, and run, by
+    deploy_torch_k8s)."""
+    ps = job["spec"]["template"]["spec"]
+    args = wc.get("args", [])
+    c.check(wc.get("command") == TORCH_LAUNCHER, f"{r.label}: the worker runs torch's launcher {TORCH_LAUNCHER}")
+    c.check(wc["image"].startswith("muonshard/worker:") and wc["image"].endswith("-torch"),
+            f"{r.label}: the torch image ({wc['image']})")
+    c.check(not ps.get("initContainers"), f"{r.label}: no submit-plan init container (rank 0 submits)")
+    c.check(r.named("ConfigMap", "muonshard-manifest") is None
+            and not any("configMap" in v and v["configMap"]["name"].startswith("muonshard-manifest")
+                        for v in ps.get("volumes", [])),
+            f"{r.label}: no plan manifest ConfigMap or volume (the plan is the module's)")
+    c.check(TORCH_SCRIPT in args, f"{r.label}: runs {TORCH_SCRIPT}")
+    launcher = args[:args.index(TORCH_SCRIPT)] if TORCH_SCRIPT in args else args
+    script = args[args.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in args else []
+    c.check(arg(launcher, "--nnodes") == "$(WORLD_SIZE)" and arg(launcher, "--nproc_per_node") == "1",
+            f"{r.label}: WORLD_SIZE nodes, one process each")
+    c.check(arg(launcher, "--node_rank") == "$(JOB_COMPLETION_INDEX)", f"{r.label}: node rank = completion index")
+    c.check(arg(launcher, "--redirects") == "1" and arg(launcher, "--tee") == "1",
+            f"{r.label}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)")
+    master = f"{job['metadata']['name']}-0.{ps.get('subdomain')}"
+    c.check(arg(launcher, "--master_addr") == master,
+            f"{r.label}: the rendezvous on pod 0's stable name {master} ({arg(launcher, '--master_addr')})")
+    port = int(arg(launcher, "--master_port") or 0)
+    cports = {p["name"]: p["containerPort"] for p in wc.get("ports", [])}
+    sports = {p["name"]: p for p in (hs or {}).get("spec", {}).get("ports", [])}
+    named = [n for n, num in cports.items() if num == port]
+    c.check(named and any(p["port"] == port and p.get("targetPort") in (named[0], port) for p in sports.values()),
+            f"{r.label}: the headless Service exposes the rendezvous port {port} of the worker container")
+    c.check(arg(script, "--optimizer") == "muonshard", f"{r.label}: --optimizer muonshard")
+    c.check(arg(script, "--job") == "$(MUONSHARD_JOB)", f"{r.label}: --job from the ConfigMap")
+    ep = arg(script, "--ep")
+    c.check(ep is None or (ep == "$(EP)" and data.get("EP") == "1") or ep == "1",
+            f"{r.label}: ep 1, the data-parallel example's (EP={data.get('EP')})")
+    mounts = {m["mountPath"] for m in wc.get("volumeMounts", [])}
+    c.check("/tmp" in mounts, f"{r.label}: a writable /tmp for torch (read-only root)")
+    c.check(wc.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") is None, f"{r.label}: no GPU")
+    ckpt = arg(script, "--checkpoint-dir")
+    if r.checkpoints:
+        vols = {v["name"]: v for v in ps.get("volumes", [])}
+        mount = [m for m in wc.get("volumeMounts", []) if ckpt and ckpt.startswith(m["mountPath"].rstrip("/") + "/")]
+        claim = vols.get(mount[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName") if mount else None
+        pvc = r.get("PersistentVolumeClaim", claim) if claim else None
+        c.check(pvc is not None and "ReadWriteMany" in pvc["spec"].get("accessModes", []),
+                f"{r.label}: --checkpoint-dir {ckpt} on a ReadWriteMany PVC every pod shares ({claim})")
+        c.check("--resume" in script and int(arg(script, "--checkpoint-every") or 0) > 0,
+                f"{r.label}: checkpoints periodically and resumes after a restart")
+    else:
+        c.check(ckpt is None, f"{r.label}: no checkpoints without components/torch-checkpoints")
+
+
+def check_components(c, r, cc, ps, vols, pods):
     if r.auth:
         c.check(arg(cc["args"], "--auth-token-file") == "/etc/muonshard/secret/token",
                 f"{r.label}: auth: the coordinator requires the token")
@@ -429,12 +501,12 @@ def main():
         c.check(a.read() == b.read(), "deploy/k8s/base/tiny-moe.json is identical to examples/manifests/tiny-moe.json")
 
     renders = []
-    for variant in ("cpu", "gpu"):
+    for variant in ("cpu", "gpu", "torch"):
         docs, err = kustomize(kubectl, os.path.join(K8S, "overlays", variant))
         c.check(docs is not None, f"kubectl kustomize deploy/k8s/overlays/{variant}: {err}")
         if docs:
             r = Render(f"overlays/{variant}", docs)
-            r.components, r.auth, r.tls, r.monitoring = False, False, False, False
+            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = False, False, False, False, False
             renders.append((r, variant))
     # cpu + every component, through a kustomization outside the tree
     # (kustomize wants relative paths).
@@ -450,8 +522,21 @@ def main():
         c.check(docs is not None, f"kubectl kustomize overlays/cpu + components: {err}")
         if docs:
             r = Render("overlays/cpu+components", docs)
-            r.components, r.auth, r.tls, r.monitoring = True, True, True, True
+            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = True, True, True, True, False
             renders.append((r, "cpu"))
+        # torch + its checkpoint volume + monitoring (auth-token and tls patch
+        # the init container, which overlays/torch has not).
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                    f"resources:\n  - {rel}/overlays/torch\n"
+                    f"components:\n  - {rel}/components/torch-checkpoints\n"
+                    f"  - {rel}/components/prometheus-operator\n")
+        docs, err = kustomize(kubectl, tmp)
+        c.check(docs is not None, f"kubectl kustomize overlays/torch + components: {err}")
+        if docs:
+            r = Render("overlays/torch+components", docs)
+            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = True, False, False, True, True
+            renders.append((r, "torch"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for r, variant in renders:
@@ -459,7 +544,7 @@ def main():
         check_render(c, r, variant)
         kinds = sorted({f"{o['kind']}" for o in r.objects})
         print(f"{r.label}: {len(r.objects)} objects ({', '.join(kinds)}), {c.checks - n} checks")
-    c.check(len(renders) == 3, "three renders checked")
+    c.check(len(renders) == 5, "five renders checked")
     c.finish()
 
 

@@ -159,7 +159,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     `hostname` is the address Gloo binds and advertises to the peers (default
     $MUONSHARD_HOSTNAME, else 127.0.0.1: set it, e.g. to the pod IP, when ranks
     run on several hosts). `metrics_port` serves /metrics on that port + the
-    local rank (0: any free port; None: off).
+    local rank (0: any free port; None: off), bound to `metrics_host` (default
+    $MUONSHARD_METRICS_HOST, else 127.0.0.1; 0.0.0.0 for a scraper outside the
+    pod). `device` is the process's identity on its host for the coordinator
+    (default $MUONSHARD_DEVICE, else "cpu:<LOCAL_RANK>"): a new process with a
+    known (host, device) is taken as that rank's restart.
 
     `blas_threads` (0: cores / LOCAL_WORLD_SIZE) sets OpenBLAS's thread count,
     which is process-wide: torch's CPU matmuls, on the same OpenBLAS, follow it.
@@ -172,7 +176,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def __init__(self, params, coordinator=None, job=None, plan_version=0, lr=0.02, betas=(0.9, 0.95), eps=1e-9,
                  weight_decay=0.01, muon_momentum=0.95, nesterov=True, ns_steps=5, ns_coefficients="simple",
                  ns_precision="default", muon_scale_version=1, muon_extra_scale=0.2, no_decay=None, backend="gloo",
-                 rank=None, reduce_order="ring", metrics_port=None, hostname=None, comm_timeout=60.0,
+                 rank=None, reduce_order="ring", metrics_port=None, metrics_host=None, hostname=None,
+                 device=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
                  alias_buffers=True):
         named = named_parameters_of(params)
@@ -199,7 +204,9 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
             metrics_port=-1 if metrics_port is None else int(metrics_port),
+            metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
             hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
+            device=device or os.environ.get("MUONSHARD_DEVICE"),
             local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
             comm_timeout=float(comm_timeout), join_timeout=float(join_timeout), blas_threads=int(blas_threads),
             lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
