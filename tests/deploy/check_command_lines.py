@@ -15,10 +15,8 @@ binaries accept, and the CPU ones really run.
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -257,19 +255,11 @@ def main():
         for f in used_flags(argv):
             c.check(f in helps[key], f"{where}: {prog} {sub or ''} has no flag {f}")
 
-    scratch = tempfile.mkdtemp(prefix=f"muonshard-deploy-cmdlines-{which}-")
-    try:
+    with dc.scratch_run(c, f"muonshard-deploy-cmdlines-{which}-") as scratch:
         if compose_cfgs:
             run_compose(c, compose_cfgs[0][1], os.path.join(scratch, "compose"))
         if renders:
             run_k8s(c, renders[0][1], os.path.join(scratch, "k8s"))
-    except Exception as e:  # noqa: BLE001 - reported as a failure with its message
-        c.check(False, f"{type(e).__name__}: {e}")
-    finally:
-        if not c.failures:
-            shutil.rmtree(scratch, ignore_errors=True)
-        else:
-            print(f"logs kept in {scratch}")
     c.finish()
 
 

@@ -343,16 +343,8 @@ def main():
     if ordered is None or c.failures:
         c.finish()
 
-    scratch = tempfile.mkdtemp(prefix=f"muonshard-deploy-torch-{which}-")
-    try:
+    with dc.scratch_run(c, f"muonshard-deploy-torch-{which}-") as scratch:
         run(c, which, os.path.join(scratch, "run"), ordered, coordinator_argv)
-    except Exception as e:  # noqa: BLE001 - reported as a failure with its message
-        c.check(False, f"{type(e).__name__}: {e}")
-    finally:
-        if not c.failures:
-            shutil.rmtree(scratch, ignore_errors=True)
-        else:
-            print(f"logs kept in {scratch}")
     c.finish()
 
 

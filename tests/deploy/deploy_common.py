@@ -8,6 +8,7 @@
   on 127.0.0.1, always cleaned up.
 """
 
+import contextlib
 import ctypes
 import json
 import os
@@ -385,3 +386,20 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def scratch_run(c, prefix):
+    """A scratch folder for a check's processes: an exception inside becomes a
+    failed check with its message; the folder is removed when every check
+    passed and kept (and named) otherwise."""
+    scratch = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield scratch
+    except Exception as e:  # noqa: BLE001 - reported as a failure with its message
+        c.check(False, f"{type(e).__name__}: {e}")
+    finally:
+        if not c.failures:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print(f"logs kept in {scratch}")
