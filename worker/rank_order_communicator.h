@@ -49,6 +49,7 @@ class RankOrderCommunicator : public Communicator {
   absl::Status GroupStart() override { return inner_->GroupStart(); }
   absl::Status GroupEnd() override { return inner_->GroupEnd(); }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
 
  private:
   // Every rank's `count` elements of `in`, concatenated in rank order.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -85,6 +86,7 @@ using ::muonshard::testing::IsOk;
 using ::muonshard::testing::StatusIs;
 using ::testing::AnyOf;
 using ::testing::Eq;
+using ::testing::HasSubstr;
 
 constexpr CommDType kAllDTypes[] = {CommDType::kFloat32, CommDType::kBFloat16,
                                     CommDType::kFloat16};
@@ -683,6 +685,39 @@ TEST_P(CommunicatorConformanceTest, PeerGone_CollectiveOnSurvivors_AbortedOrDead
         << "rank " << r << ": " << first[r];
     EXPECT_THAT(second[r], StatusIs(absl::StatusCode::kAborted, ::testing::_))
         << "rank " << r;
+  }
+}
+
+// NOTE [Abort]: a peer that is frozen (alive, silent: no TCP reset) leaves
+// the others in their collective until the timeout, unless someone who
+// learns of it aborts them. Here the last rank never joins the all-reduce;
+// Abort() from another thread must end every waiting rank's call with the
+// reason (a wait that ran into the 60 s timeout would be DEADLINE_EXCEEDED),
+// and later calls too.
+TEST_P(CommunicatorConformanceTest, Abort_FromAnotherThreadWhileAPeerIsFrozen_EndsTheWaitPromptly) {
+  if (size() < 2) GTEST_SKIP() << "needs a frozen peer";
+  absl::StatusOr<CommGroup> group = GetParam().backend.create_group(size(), absl::Seconds(60));
+  ASSERT_TRUE(group.ok()) << group.status();
+  const std::vector<absl::Status> ready =
+      RunRanksStatus(size(), [&](int rank) { return (*group)[rank]->Barrier(); });
+  for (const absl::Status& s : ready) ASSERT_THAT(s, IsOk());
+  const int waiting = size() - 1;  // the last rank is frozen: it never calls
+  std::vector<absl::Status> first(waiting), second(waiting);
+  std::thread aborter([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    for (int r = 0; r < waiting; ++r) (*group)[r]->Abort(absl::UnavailableError("peer 3 stopped heartbeating"));
+  });
+  RunRanksStatus(waiting, [&](int rank) {
+    float buf[64] = {};
+    first[rank] = (*group)[rank]->AllReduce(buf, 64, CommDType::kFloat32, ReduceOp::kSum);
+    second[rank] = (*group)[rank]->Barrier();
+    return absl::OkStatus();
+  });
+  aborter.join();
+  for (int r = 0; r < waiting; ++r) {
+    EXPECT_THAT(first[r], StatusIs(absl::StatusCode::kAborted, HasSubstr("peer 3 stopped heartbeating")))
+        << "rank " << r;
+    EXPECT_THAT(second[r], StatusIs(absl::StatusCode::kAborted, ::testing::_)) << "rank " << r;
   }
 }
 

@@ -1,6 +1,7 @@
 // What is specific to GlooCommunicator: option checks, rendezvous through
-// the store under the group's prefix, several groups in one process, and
-// timeouts. The collectives themselves are in the conformance suite.
+// the store under the group's prefix, several groups in one process,
+// timeouts, and the bytes its ring collectives put on the wire. The
+// collectives' results (and Abort) are in the conformance suite.
 
 #include "worker/comm/gloo_communicator.h"
 
@@ -10,6 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/status_macros.h"
+#include "common/tcp_stats.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
 #include "worker/comm/rendezvous_store.h"
@@ -124,6 +127,36 @@ TEST(GlooCommunicatorTest, Timeout_PeerSilent_DeadlineExceededThenAborted) {
   EXPECT_THAT((*group)[0]->Barrier(),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("earlier error")));
   EXPECT_THAT((*group)[0]->Synchronize(), StatusIs(absl::StatusCode::kAborted, _));
+}
+
+// Issue 16's measure: a real ring reduce-scatter moves (n-1)/n of the buffer
+// per rank and the all-gather as much again, 2(n-1)/n together, with uneven
+// counts; measured on the sockets, within 1% (gloo's per-message headers).
+TEST(GlooCommunicatorTest, ReduceScatterAndAllGather_WireBytesAreTwiceNMinusOneOverN) {
+  constexpr int kRanks = 4;
+  const std::vector<int64_t> counts = {300'000, 200'003, 0, 251'001};  // uneven, one empty
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  absl::StatusOr<testing::CommGroup> group = testing::CreateGlooGroup(kRanks, absl::Seconds(60));
+  ASSERT_TRUE(group.ok()) << group.status();
+  std::vector<std::vector<float>> in(kRanks, std::vector<float>(total, 1.0f));
+  std::vector<std::vector<float>> shard(kRanks), out(kRanks, std::vector<float>(total));
+  for (int r = 0; r < kRanks; ++r) shard[r].resize(counts[r]);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t before, ProcessTcpBytesReceived());
+  for (const absl::Status& s : RunRanksStatus(kRanks, [&](int r) {
+         MUONSHARD_RETURN_IF_ERROR((*group)[r]->ReduceScatter(in[r].data(), shard[r].data(), counts,
+                                                              CommDType::kFloat32, ReduceOp::kSum));
+         return (*group)[r]->AllGather(shard[r].data(), out[r].data(), counts, CommDType::kFloat32);
+       })) {
+    ASSERT_THAT(s, IsOk());
+  }
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t after, ProcessTcpBytesReceived());
+  const int64_t wire = after - before;
+  for (int r = 0; r < kRanks; ++r) EXPECT_EQ(out[r], std::vector<float>(total, 4.0f)) << "rank " << r;
+  // Each rank sends every segment but its own once in each ring.
+  const double theory = 2.0 * (kRanks - 1) * total * sizeof(float);
+  EXPECT_NEAR(static_cast<double>(wire), theory, 0.01 * theory)
+      << "per rank " << wire / kRanks << " bytes for a " << total * sizeof(float) << "-byte buffer";
 }
 
 }  // namespace

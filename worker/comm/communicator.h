@@ -39,9 +39,9 @@
 //   The CPU implementations accumulate in fp32 for every dtype and divide
 //   the fp32 sum.
 //   InProcess adds in rank order 0..n-1, so its results are deterministic.
-//   Gloo sums in its ring order (reduce: ring reduce-scatter then gather;
-//   all-reduce: ring / bcube), which differs from rank order in the last ulp
-//   for inexact fp32 sums. bf16/fp16 inputs are widened to fp32 before the
+//   Gloo sums in ring order (every reduction is a ring reduce-scatter;
+//   segment k adds ranks k+1, k+2, ..., k), which differs from rank order in
+//   the last ulp for inexact fp32 sums. bf16/fp16 inputs are widened to fp32 before the
 //   collective and rounded back (round to nearest even) once at the end, so
 //   the rounding happens once, not per hop.
 //   NCCL reduces natively in the element type (ncclAvg pre-multiplies by
@@ -145,6 +145,20 @@ class Communicator {
   // reports asynchronous communicator errors. CPU: returns OK, or the sticky
   // error of a broken communicator.
   virtual absl::Status Synchronize() = 0;
+
+  // NOTE [Abort]
+  // Ends this rank's collectives now instead of at their timeout: the op
+  // blocked now (a peer frozen, not dead, sends no TCP reset) and every
+  // later one return ABORTED carrying `reason`, and the communicator is
+  // broken for good (re-rendezvous under a new generation). For whoever
+  // learns that the group is gone (the job's generation moved, a peer
+  // reported its failure) while the training thread waits in a collective.
+  // The only method that may be called from another thread, at any time,
+  // also concurrently with an op. Gloo ends its pending transfers at once;
+  // NCCL's op thread aborts the NCCL communicator at its next poll (ops are
+  // asynchronous: the host thread waits only in Synchronize()); in-process
+  // groups abort the whole group, as a crashed peer would.
+  virtual void Abort(const absl::Status& reason) = 0;
 };
 
 }  // namespace muonshard::worker

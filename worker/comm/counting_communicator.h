@@ -83,6 +83,7 @@ class CountingCommunicator : public Communicator {
   absl::Status GroupStart() override { return inner_->GroupStart(); }
   absl::Status GroupEnd() override { return inner_->GroupEnd(); }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
 
   CommCounters Snapshot() const;
   // Returns the counters and zeroes them (per-step accounting).

@@ -1,5 +1,6 @@
 #include "worker/comm/gloo_communicator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <exception>
@@ -11,17 +12,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "gloo/allgatherv.h"
-#include "gloo/allreduce.h"
-#include "gloo/barrier.h"
-#include "gloo/broadcast.h"
 #include "gloo/common/error.h"
 #include "gloo/common/logging.h"
-#include "gloo/reduce.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/comm/gloo_store.h"
 #include "worker/comm/internal/comm_checks.h"
+#include "worker/comm/internal/gloo_ring.h"
 #include "worker/comm/internal/host_float.h"
 
 namespace muonshard::worker {
@@ -29,12 +26,10 @@ namespace {
 
 constexpr int kAllRanks = -1;
 
-// gloo's element-wise reduction callback: c = a + b over n floats.
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<float*>(c);
-  const auto* x = static_cast<const float*>(a);
-  const auto* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+int64_t MaxCount(absl::Span<const int64_t> counts) {
+  int64_t m = 0;
+  for (int64_t c : counts) m = std::max(m, c);
+  return m;
 }
 
 bool IsTimeoutMessage(absl::string_view message) {
@@ -65,7 +60,7 @@ class GlooCommunicator : public Communicator {
   GlooCommunicator(std::shared_ptr<::gloo::Context> context,
                    absl::Duration timeout)
       : context_(std::move(context)),
-        timeout_(absl::ToChronoMilliseconds(timeout)) {}
+        peers_(context_, absl::ToChronoMilliseconds(timeout)) {}
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
@@ -85,11 +80,14 @@ class GlooCommunicator : public Communicator {
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
   absl::Status Synchronize() override;
+  void Abort(const absl::Status& reason) override { peers_.Abort(reason); }
 
  private:
-  // Runs gloo calls, turning exceptions into a status; failures break the
-  // communicator (see StickyError).
-  absl::Status Run(absl::string_view what, absl::FunctionRef<void()> fn);
+  // Runs transfers, turning gloo's exceptions into a status; failures
+  // (aborts included) break the communicator (see StickyError).
+  absl::Status Run(absl::string_view what, absl::FunctionRef<absl::Status()> fn);
+  // OK unless broken or aborted.
+  absl::Status CheckUsable();
   // Reduces `count` fp32 values in place to `root`, or to every rank for
   // kAllRanks, then applies kAvg's division where the result lands.
   absl::Status ReduceFloats(float* data, int64_t count, ReduceOp op, int root);
@@ -98,46 +96,42 @@ class GlooCommunicator : public Communicator {
                               ReduceOp op, int root);
 
   const std::shared_ptr<::gloo::Context> context_;
-  const std::chrono::milliseconds timeout_;
+  internal::GlooPeers peers_;
   uint32_t next_tag_ = 0;
   internal::GroupDepth group_;
   internal::StickyError sticky_;
 };
 
 absl::Status GlooCommunicator::Run(absl::string_view what,
-                                   absl::FunctionRef<void()> fn) {
+                                   absl::FunctionRef<absl::Status()> fn) {
+  const std::string where = absl::StrCat("gloo ", what, " (rank ", rank(), "/", size(), ")");
   try {
-    fn();
-    return absl::OkStatus();
+    absl::Status s = fn();
+    return s.ok() ? s : sticky_.Record(Annotate(s, where));
   } catch (...) {
-    return sticky_.Record(
-        CurrentExceptionToStatus(absl::StrCat("gloo ", what, " (rank ",
-                                              rank(), "/", size(), ")")));
+    return sticky_.Record(CurrentExceptionToStatus(where));
   }
+}
+
+absl::Status GlooCommunicator::CheckUsable() {
+  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  absl::Status aborted = peers_.aborted();
+  return aborted.ok() ? aborted : sticky_.Record(aborted);
 }
 
 absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count,
                                             ReduceOp op, int root) {
   if (count == 0) return absl::OkStatus();
   if (size() > 1) {
+    // Ring reduce-scatter of near-equal segments, then the segments to the
+    // root (reduce) or to every rank (all-reduce).
+    const std::vector<int64_t> counts = internal::EvenCounts(count, size());
+    std::vector<float> scratch(MaxCount(counts));
     const uint32_t tag = next_tag_++;
     MUONSHARD_RETURN_IF_ERROR(Run(root == kAllRanks ? "allreduce" : "reduce", [&] {
-      if (root == kAllRanks) {
-        ::gloo::AllreduceOptions opts(context_);
-        opts.setOutput(data, static_cast<size_t>(count));
-        opts.setReduceFunction(&SumFloats);
-        opts.setTag(tag);
-        opts.setTimeout(timeout_);
-        ::gloo::allreduce(opts);
-      } else {
-        ::gloo::ReduceOptions opts(context_);
-        opts.setOutput(data, static_cast<size_t>(count));
-        opts.setRoot(root);
-        opts.setReduceFunction(&SumFloats);
-        opts.setTag(tag);
-        opts.setTimeout(timeout_);
-        ::gloo::reduce(opts);
-      }
+      MUONSHARD_RETURN_IF_ERROR(internal::RingReduceScatter(peers_, tag, data, counts, scratch.data()));
+      if (root == kAllRanks) return internal::RingAllGather(peers_, tag, data, counts, sizeof(float));
+      return internal::GatherToRoot(peers_, tag, data, counts, sizeof(float), root);
     }));
   }
   if (op == ReduceOp::kAvg && (root == kAllRanks || root == rank())) {
@@ -167,7 +161,7 @@ absl::Status GlooCommunicator::Reduce(void* buf, int64_t count,
       internal::CheckBuffer(buf, count, dtype, "Reduce").status());
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
   MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   return ReduceAnyDType(buf, count, dtype, op, root);
 }
 
@@ -176,7 +170,7 @@ absl::Status GlooCommunicator::AllReduce(void* buf, int64_t count,
   MUONSHARD_RETURN_IF_ERROR(
       internal::CheckBuffer(buf, count, dtype, "AllReduce").status());
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   return ReduceAnyDType(buf, count, dtype, op, kAllRanks);
 }
 
@@ -186,17 +180,11 @@ absl::Status GlooCommunicator::Broadcast(void* buf, int64_t count,
       const int64_t bytes,
       internal::CheckBuffer(buf, count, dtype, "Broadcast"));
   MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (bytes == 0 || size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
-  return Run("broadcast", [&] {
-    ::gloo::BroadcastOptions opts(context_);
-    opts.setOutput(static_cast<uint8_t*>(buf), static_cast<size_t>(bytes));
-    opts.setRoot(root);
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    ::gloo::broadcast(opts);
-  });
+  return Run("broadcast",
+             [&] { return internal::TreeBroadcast(peers_, tag, buf, static_cast<size_t>(bytes), root); });
 }
 
 absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
@@ -213,14 +201,22 @@ absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
   MUONSHARD_RETURN_IF_ERROR(
       internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
-  // All-reduce of an fp32 copy of the whole input; see the header for why.
+  // A ring reduce-scatter of an fp32 copy of the input: (n-1)/n of it on the
+  // wire per rank, uneven and zero counts included.
   std::vector<float> wide(total);
   internal::WidenToFloat(in, total, dtype, wide.data());
-  MUONSHARD_RETURN_IF_ERROR(ReduceFloats(wide.data(), total, op, kAllRanks));
-  const int64_t offset = internal::Offsets(counts)[rank()];
-  internal::NarrowFromFloat(wide.data() + offset, counts[rank()], dtype, out);
+  if (size() > 1) {
+    std::vector<float> scratch(MaxCount(counts));
+    const uint32_t tag = next_tag_++;
+    MUONSHARD_RETURN_IF_ERROR(Run("reduce-scatter", [&] {
+      return internal::RingReduceScatter(peers_, tag, wide.data(), counts, scratch.data());
+    }));
+  }
+  float* mine = wide.data() + internal::Offsets(counts)[rank()];
+  if (op == ReduceOp::kAvg) internal::DivideFloats(mine, counts[rank()], static_cast<float>(size()));
+  internal::NarrowFromFloat(mine, counts[rank()], dtype, out);
   return absl::OkStatus();
 }
 
@@ -237,42 +233,24 @@ absl::Status GlooCommunicator::AllGather(const void* in, void* out,
       internal::CheckBuffer(out, total, dtype, "AllGather output"));
   MUONSHARD_RETURN_IF_ERROR(
       internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
-  if (size() == 1) {
-    std::memcpy(out, in, static_cast<size_t>(in_bytes));
-    return absl::OkStatus();
-  }
   const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
-  std::vector<size_t> byte_counts;
-  for (int64_t c : counts) byte_counts.push_back(static_cast<size_t>(c * esize));
+  if (in_bytes > 0) {
+    std::memcpy(static_cast<char*>(out) + internal::Offsets(counts)[rank()] * esize, in,
+                static_cast<size_t>(in_bytes));
+  }
+  if (size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
-  return Run("allgatherv", [&] {
-    ::gloo::AllgathervOptions opts(context_);
-    // gloo only reads the input; its API takes a mutable pointer. A rank
-    // with nothing to contribute sets no input (nothing to copy in).
-    if (in_bytes > 0) {
-      opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)),
-                    static_cast<size_t>(in_bytes));
-    }
-    opts.setOutput(static_cast<uint8_t*>(out), std::move(byte_counts));
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    ::gloo::allgatherv(opts);
-  });
+  return Run("allgather", [&] { return internal::RingAllGather(peers_, tag, out, counts, esize); });
 }
 
 absl::Status GlooCommunicator::Barrier() {
   MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Barrier()"));
-  MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
-  return Run("barrier", [&] {
-    ::gloo::BarrierOptions opts(context_);
-    opts.setTag(tag);
-    opts.setTimeout(timeout_);
-    ::gloo::barrier(opts);
-  });
+  return Run("barrier", [&] { return internal::DisseminationBarrier(peers_, tag); });
 }
 
 absl::Status GlooCommunicator::GroupStart() {
@@ -284,7 +262,7 @@ absl::Status GlooCommunicator::GroupEnd() { return group_.End(); }
 
 absl::Status GlooCommunicator::Synchronize() {
   MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Synchronize()"));
-  return sticky_.Check();
+  return CheckUsable();
 }
 
 absl::Status CheckOptions(const GlooOptions& options,

@@ -5,27 +5,24 @@
 // op completes before returning (Synchronize() only reports a broken
 // communicator). Bootstraps through a RendezvousStore (see gloo_store.h).
 //
-// How each op maps onto gloo (the 2022-05 function-style API):
-//   Reduce        gloo::reduce (ring reduce-scatter, then gather to root);
-//                 non-root buffers are scratch.
-//   AllReduce     gloo::allreduce (ring).
-//   Broadcast     gloo::broadcast (binomial tree), bytes as-is.
-//   AllGather     gloo::allgatherv (ring), equal or unequal counts.
-//   ReduceScatter gloo::allreduce of the whole input, then each rank keeps
-//                 its segment. Correct for any counts (uneven, zero), at
-//                 about twice the wire bytes of an optimal reduce-scatter
-//                 (2(n-1)/n * input per rank instead of (n-1)/n) plus one
-//                 fp32 copy of the input. gloo's ReduceScatterHalvingDoubling
-//                 was tried and rejected: with zero counts ranks see
-//                 "Connection closed by peer" (its notification pattern does
-//                 not line up), it takes int counts and only fp32 sum.
-//   Barrier       gloo::barrier.
+// The collectives run on gloo's point-to-point transfers (transport::
+// UnboundBuffer send/recv), not on gloo's function-style algorithms, so that
+// Abort() can end a blocked one (internal/gloo_ring.h has the algorithms):
+//   Reduce        ring reduce-scatter of near-equal segments, then each
+//                 segment to the root; non-root buffers are scratch.
+//   AllReduce     ring reduce-scatter, then ring all-gather.
+//   Broadcast     binomial tree from the root, bytes as-is.
+//   AllGather     ring, equal or unequal counts.
+//   ReduceScatter ring with the caller's (uneven, zero) counts: (n-1)/n of
+//                 the input on the wire per rank.
+//   Barrier       dissemination (log2 n rounds of one byte).
 // Reductions run in fp32: bf16/fp16 are widened before the collective and
 // rounded back once after it (so the wire carries fp32 for them). kAvg
 // divides the fp32 sum by size() on the ranks that receive the result. The
-// order of additions is gloo's ring order, not rank order (see "Numerics" in
-// communicator.h). Zero-count ops and groups of one rank move nothing.
-// GroupStart/GroupEnd only check nesting: ops run eagerly.
+// order of additions is the ring's (segment k: ranks k+1, k+2, ..., k), not
+// rank order (see "Numerics" in communicator.h). Zero-count ops and groups
+// of one rank move nothing. GroupStart/GroupEnd only check nesting: ops run
+// eagerly.
 //
 // Each op gets the next tag from a per-communicator counter; since all ranks
 // issue the same ops in the same order (NOTE [Collective ordering]), tags
@@ -33,8 +30,9 @@
 //
 // Errors: gloo::IoException becomes ABORTED, or DEADLINE_EXCEEDED when its
 // message reports a timeout (this gloo has no separate timeout exception);
-// any other exception is INTERNAL. After such a failure the communicator is
-// broken and every later call returns ABORTED.
+// any other exception is INTERNAL; Abort() makes the blocked op and every
+// later one ABORTED with its reason. After such a failure the communicator
+// is broken and every later call returns ABORTED.
 
 #include <memory>
 #include <string>

@@ -81,6 +81,8 @@ class InProcessCommunicator : public Communicator {
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
   absl::Status Synchronize() override;
+  // The whole group, as AbortGroup (an in-process group shares one hub).
+  void Abort(const absl::Status& reason) override { AbortGroup(reason.message()); }
 
   // Breaks the whole group as a crashed peer would: collectives blocked now
   // or issued later on any rank return ABORTED carrying `reason`.

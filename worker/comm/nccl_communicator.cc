@@ -136,8 +136,25 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 absl::Status NcclCommunicator::Enter() {
+  MUONSHARD_RETURN_IF_ERROR(CheckAbort());
   MUONSHARD_RETURN_IF_ERROR(sticky_.Check());
   return CudaToStatus(cudaSetDevice(device_), "cudaSetDevice");
+}
+
+void NcclCommunicator::Abort(const absl::Status& reason) {
+  absl::MutexLock lock(&abort_mu_);
+  if (abort_reason_.ok()) {
+    abort_reason_ = absl::AbortedError(
+        absl::StrCat("aborted (", absl::StatusCodeToString(reason.code()), "): ", reason.message()));
+  }
+  abort_requested_.store(true);
+}
+
+absl::Status NcclCommunicator::CheckAbort() {
+  if (!abort_requested_.load()) return absl::OkStatus();
+  comm_->Abort();  // the op thread's own: NcclComm is not shared across threads
+  absl::MutexLock lock(&abort_mu_);
+  return sticky_.Record(abort_reason_);
 }
 
 absl::Status NcclCommunicator::Finish(ncclResult_t result,
@@ -325,6 +342,7 @@ absl::Status NcclCommunicator::Synchronize() {
     if (state != cudaSuccess && state != cudaErrorNotReady) {
       return sticky_.Record(CudaToStatus(state, "cudaStreamQuery"));
     }
+    MUONSHARD_RETURN_IF_ERROR(CheckAbort());
     MUONSHARD_RETURN_IF_ERROR(
         sticky_.Record(comm_->CheckAsyncError("Synchronize")));
     if (state == cudaSuccess) return absl::OkStatus();

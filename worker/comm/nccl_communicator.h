@@ -43,11 +43,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/internal/comm_checks.h"
@@ -93,6 +96,9 @@ class NcclCommunicator : public Communicator {
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
   absl::Status Synchronize() override;
+  // Requests the abort; the op thread aborts the NCCL communicator at its
+  // next call or Synchronize() poll (NOTE [Abort] in communicator.h).
+  void Abort(const absl::Status& reason) override;
 
   // The stream ops are enqueued on.
   cudaStream_t stream() const { return stream_->get(); }
@@ -131,6 +137,12 @@ class NcclCommunicator : public Communicator {
   const std::unique_ptr<NcclComm> comm_;
   internal::GroupDepth group_;
   internal::StickyError sticky_;
+  // Abort() from any thread; acted on by the op thread (CheckAbort).
+  std::atomic<bool> abort_requested_{false};
+  absl::Mutex abort_mu_;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(abort_mu_);
+  // After Abort(): aborts the NCCL communicator and records ABORTED.
+  absl::Status CheckAbort();
 };
 
 // Creates this rank's communicator on options.device: exchanges the unique
