@@ -97,7 +97,8 @@ CoordinatorSession::CoordinatorSession(CoordinatorClient* client, const SessionO
       joined_(std::move(joined)),
       period_(options.heartbeat_period > absl::ZeroDuration()
                   ? options.heartbeat_period
-                  : std::max(joined_.heartbeat_timeout / 3, absl::Milliseconds(10))) {
+                  : std::max(joined_.heartbeat_timeout / 3, absl::Milliseconds(10))),
+      on_lost_(options.on_lost) {
   // The schedule starts now, not when the thread gets to run, so a test's
   // clock.Advance(period) right after Join() is always a full period.
   const absl::Time first = clock_->Now() + period_;
@@ -119,7 +120,10 @@ int64_t CoordinatorSession::heartbeats() const {
 void CoordinatorSession::HeartbeatLoop(absl::Time first) {
   absl::Time next = first;
   while (!WaitUntil(next)) {
-    if (!Record(SendHeartbeat())) return;
+    if (!Record(SendHeartbeat())) {
+      if (on_lost_) on_lost_(health());
+      return;
+    }
     next = clock_->Now() + period_;
   }
 }

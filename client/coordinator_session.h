@@ -27,6 +27,7 @@
 // owning thread. *client and options.clock must outlive the session.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,12 @@ struct SessionOptions {
   // Zero: a third of the coordinator's heartbeat timeout.
   absl::Duration heartbeat_period = absl::ZeroDuration();
   Clock* clock = RealClock();
+  // Called once, on the heartbeat thread, with health() when the membership
+  // is lost (the generation moved: ABORTED; the coordinator no longer knows
+  // this worker): whoever waits on the group (a collective) learns at the
+  // next heartbeat, not at its own timeout. Must not block or call back
+  // into the session.
+  std::function<void(const absl::Status&)> on_lost;
 };
 
 class CoordinatorSession {
@@ -109,6 +116,7 @@ class CoordinatorSession {
   Clock* const clock_;                    // not owned
   const JoinedJob joined_;
   const absl::Duration period_;
+  const std::function<void(const absl::Status&)> on_lost_;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -76,11 +76,29 @@ RankSession::RankSession(const RankSessionOptions& options, const OptimizerConfi
     : options_(options), config_(config) {}
 
 RankSession::~RankSession() {
+  {
+    absl::MutexLock lock(&abort_mu_);  // no abort reaches a destroyed communicator
+    abortable_.clear();
+    closing_ = true;
+  }
   // The optimizer and the communicators go before the membership: a peer
   // that sees this rank leave aborts its own collectives.
   optimizer_.reset();
   comm_groups_.clear();
   comms_.clear();
+}
+
+void RankSession::OnMembershipLost(const absl::Status& status) {
+  absl::MutexLock lock(&abort_mu_);
+  if (closing_) return;
+  if (lost_.ok()) lost_ = status;
+  for (Communicator* comm : abortable_) comm->Abort(status);
+}
+
+void RankSession::AbortOnLoss(Communicator* comm) {
+  absl::MutexLock lock(&abort_mu_);
+  if (!lost_.ok()) comm->Abort(lost_);
+  abortable_.push_back(comm);
 }
 
 absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Start(const RankSessionOptions& options,
@@ -125,6 +143,7 @@ absl::Status RankSession::Join() {
   o.plan_version = options_.plan_version;
   o.join_timeout = options_.join_timeout;
   o.clock = options_.clock;
+  o.on_lost = [this](const absl::Status& status) { OnMembershipLost(status); };
   MUONSHARD_ASSIGN_OR_RETURN(session_, client::CoordinatorSession::Join(client_.get(), o));
   MUONSHARD_ASSIGN_OR_RETURN(view_, client::FetchJoinedView(*plan_source_, session_->joined()));
   if (options_.check_view) {
@@ -225,6 +244,7 @@ absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
                     absl::StrCat("rendezvous of comm group ", group.id(), " (", nccl() ? "NCCL" : "Gloo", ")"));
   }
   if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
+  AbortOnLoss(comm->get());
   comm_groups_[group.id()] = comm->get();
   comms_.push_back(*std::move(comm));
   return absl::OkStatus();

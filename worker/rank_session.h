@@ -58,8 +58,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "client/coordinator_session.h"
@@ -214,9 +216,21 @@ class RankSession {
   std::ostream& Log() const;
   std::string Prefix() const;
   bool nccl() const { return options_.backend == "nccl"; }
+  // NOTE [Prompt aborts]: the heartbeat thread calls OnMembershipLost when
+  // the job's generation moves (a peer failed, froze or left); every
+  // communicator is aborted then, so a rank waiting in a collective for a
+  // frozen peer returns ABORTED within a heartbeat period instead of at
+  // comm_timeout. Communicators created afterwards are aborted at once.
+  void OnMembershipLost(const absl::Status& status);
+  void AbortOnLoss(Communicator* comm);
 
   const RankSessionOptions options_;
   const OptimizerConfig config_;
+  // Before session_, whose heartbeat thread uses them until it is joined.
+  absl::Mutex abort_mu_;
+  std::vector<Communicator*> abortable_ ABSL_GUARDED_BY(abort_mu_);
+  absl::Status lost_ ABSL_GUARDED_BY(abort_mu_);
+  bool closing_ ABSL_GUARDED_BY(abort_mu_) = false;
   std::unique_ptr<client::CoordinatorClient> client_;
   std::unique_ptr<client::PlanSource> plan_source_;
   std::unique_ptr<client::CoordinatorSession> session_;

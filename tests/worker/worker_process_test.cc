@@ -10,7 +10,8 @@
 //   * /metrics holds every name of kWorkerExportedMetrics;
 //   * muonshard-compare-params agrees (exit 0);
 //   * a worker asking for another plan version than its job's refuses to
-//     start, naming both versions; --backend nccl refuses --reduce-order
+//     start, naming both versions; a worker whose peer froze (SIGSTOP)
+//     leaves its collective when the generation moves, not at its timeout; --backend nccl refuses --reduce-order
 //     rank and, without a CUDA device, fails at start-up saying so.
 // Dense and MoE (ep 2, per-expert tensors and fused expert stacks)
 // manifests, policies seed and balanced, the regression and synthetic
@@ -19,6 +20,7 @@
 
 #include <signal.h>
 
+#include <iostream>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -302,6 +304,55 @@ TEST_F(WorkerProcessTest, PlanVersionOtherThanTheJobs_WorkerRefusesNamingBothVer
   EXPECT_THAT(refused.err, HasSubstr(absl::StrCat("plan version ", job_version)));
   EXPECT_THAT(refused.err, HasSubstr(absl::StrCat("asked for version ", other)));
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
+}
+
+// NOTE [Prompt aborts] (rank_session.h): a frozen peer (SIGSTOP: alive, no
+// TCP reset, like a hung GPU or a stalled host) must not hold the others in
+// their collective until --comm-timeout (300 s here, past every bound of
+// this test). The coordinator marks it failed after its 2 s heartbeat
+// timeout and moves the generation; the survivor's next heartbeat learns of
+// it and aborts its communicators, so it leaves its collective and exits.
+TEST_F(WorkerProcessTest, FrozenPeer_SurvivorLeavesItsCollectiveAtTheGenerationMove) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      CoordinatorProcess coordinator,
+      CoordinatorProcess::Start(dir_.Join("data-hb"), dir_.path(), {"--heartbeat-timeout", "2"}));
+  client::ConnectionOptions o;
+  o.coordinator = coordinator.address();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::CoordinatorClient> client,
+                                 client::CoordinatorClient::Connect(o));
+  v1::SubmitPlanRequest submit;
+  *submit.mutable_request() = ::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(2, 64, 96, 80),
+                                                                2, 1, 1, v1::SEED);
+  v1::SubmitPlanResponse submitted;
+  auto ctx = client->NewContext();
+  MUONSHARD_ASSERT_OK(client::FromGrpcStatus(client->stub().SubmitPlan(ctx.get(), submit, &submitted)));
+  std::vector<ChildProcess> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {BinaryPath("muonshard-worker"), "--coordinator", coordinator.address(),
+                                     "--job", "frozen", "--plan-version", absl::StrCat(submitted.version()),
+                                     "--rank", absl::StrCat(r), "--steps", "1000000", "--workload", "synthetic",
+                                     "--blas-threads", "1", "--metrics-port", "0", "--comm-timeout", "300",
+                                     "--log-every", "1000000", "--port-file", dir_.Join(absl::StrCat("f", r, ".port"))};
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("frozen", r)));
+    workers.push_back(std::move(w));
+  }
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int port, MetricsPort(workers[0], dir_.Join("f0.port")));
+  MUONSHARD_ASSERT_OK(PollUntil(
+      [&] {
+        absl::StatusOr<std::string> text = HttpGet("127.0.0.1", port, "/metrics");
+        return (text.ok() && PrometheusSample(*text, "muonshard_worker_steps_total") >= 2) ||
+               workers[0].TryWait().has_value();
+      },
+      kStartBound, "rank 0 training"));
+  ASSERT_TRUE(workers[0].running()) << workers[0].Err();
+  workers[1].Signal(SIGSTOP);
+  const absl::Time frozen = absl::Now();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int exit_code, workers[0].WaitForExit(kRunBound));
+  std::cerr << "rank 0 exited " << absl::FormatDuration(absl::Now() - frozen) << " after its peer froze\n";
+  EXPECT_EQ(exit_code, 1);
+  EXPECT_THAT(workers[0].Err(), HasSubstr("ABORTED"));
+  EXPECT_THAT(workers[0].Err(), HasSubstr("moved past generation"));
+  workers[1].Signal(SIGKILL);
 }
 
 TEST_F(WorkerProcessTest, BackendNcclWithReduceOrderRank_ExitTwoNamingTheFlag) {
