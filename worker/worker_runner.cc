@@ -59,7 +59,13 @@ class WorkerRun {
       MUONSHARD_RETURN_IF_ERROR(CheckContinue(step));
       const absl::Time t0 = absl::Now();
       absl::StatusOr<TrainStepResult> r = TrainStep(*workload_, optimizer(), step);
-      if (!r.ok()) return Annotate(r.status(), absl::StrCat("step ", step + 1));
+      if (!r.ok()) {
+        // Said at once: tearing down (the /metrics server's stop, leaving the
+        // job) can take seconds before main() prints the error again.
+        absl::Status failed = Annotate(r.status(), absl::StrCat("step ", step + 1));
+        Log(options_) << Prefix() << "failed: " << failed << "\n";
+        return failed;
+      }
       const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
       session_->metrics().RecordStep(r->stats, r->loss, view.rank().ns_flops(), seconds);
       if (rank() == 0 && ((step + 1) % std::max(1, options_.log_every) == 0 || step + 1 == options_.steps)) {

@@ -348,7 +348,8 @@ TEST_F(WorkerProcessTest, FrozenPeer_SurvivorLeavesItsCollectiveAtTheGenerationM
   workers[1].Signal(SIGSTOP);
   const absl::Time frozen = absl::Now();
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const int exit_code, workers[0].WaitForExit(kRunBound));
-  std::cerr << "rank 0 exited " << absl::FormatDuration(absl::Now() - frozen) << " after its peer froze\n";
+  std::cerr << "rank 0 exited " << absl::FormatDuration(absl::Now() - frozen) << " after its peer froze: "
+            << workers[0].Err() << "\n";
   EXPECT_EQ(exit_code, 1);
   EXPECT_THAT(workers[0].Err(), HasSubstr("ABORTED"));
   EXPECT_THAT(workers[0].Err(), HasSubstr("moved past generation"));
