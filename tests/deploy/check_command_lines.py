@@ -213,11 +213,7 @@ def run_k8s(c, docs, scratch):
 
 
 def main():
-    which = sys.argv[1] if len(sys.argv) > 1 else ""
-    if which not in ("compose", "k8s"):
-        print("usage: check_command_lines.py compose|k8s")
-        sys.exit(2)
-    tool = dc.require_tool("docker-compose" if which == "compose" else "kubectl")
+    which, tool = dc.variant_and_tool("check_command_lines.py")
     bins = dc.bin_dir()
     for b in ("muonshard-coordinator", "muonshardctl"):
         if not os.access(os.path.join(bins, b), os.X_OK):

@@ -307,11 +307,7 @@ def k8s_nodes(c, kubectl):
 
 
 def main():
-    which = sys.argv[1] if len(sys.argv) > 1 else ""
-    if which not in ("compose", "k8s"):
-        print("usage: check_torch.py compose|k8s")
-        sys.exit(2)
-    tool = dc.require_tool("docker-compose" if which == "compose" else "kubectl")
+    which, tool = dc.variant_and_tool("check_torch.py")
     try:
         import torch  # noqa: F401
         from torch.distributed.run import get_args_parser

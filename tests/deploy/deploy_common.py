@@ -60,6 +60,16 @@ class Checker:
         sys.exit(0)
 
 
+
+def variant_and_tool(script):
+    """The compose|k8s argument of `script` and the tool that renders it
+    (docker-compose or kubectl); usage and exit 2 otherwise."""
+    which = sys.argv[1] if len(sys.argv) > 1 else ""
+    if which not in ("compose", "k8s"):
+        print(f"usage: {script} compose|k8s")
+        sys.exit(2)
+    return which, require_tool("docker-compose" if which == "compose" else "kubectl")
+
 def run(argv, **kwargs):
     """Runs a command, returning CompletedProcess with text output."""
     kwargs.setdefault("timeout", 120)

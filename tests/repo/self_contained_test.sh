@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when any file of the repository refers to a path outside it: a user
 # clones only this repository, so a test, script, benchmark or doc that reads
-# "../shared/..." (the developers' reference folder beside the checkout) or an
+# the developers' reference folder beside the checkout (a sibling "shared"
+# folder reached through "..") or an
 # absolute path of a developer's machine breaks in a bare clone.
 # Usage: self_contained_test.sh [SOURCE_DIR]
 set -euo pipefail
