@@ -218,6 +218,12 @@ absl::StatusOr<v1::LeaveJobResponse> CoordinatorService::LeaveJob(
   return jobs_.Leave(request);
 }
 
+absl::StatusOr<v1::ReportErrorResponse> CoordinatorService::ReportError(
+    const v1::ReportErrorRequest& request) {
+  MUONSHARD_RETURN_IF_ERROR(CheckServing());
+  return jobs_.ReportError(request);
+}
+
 absl::StatusOr<v1::ListWorkersResponse> CoordinatorService::ListWorkers(
     const v1::ListWorkersRequest& request) const {
   return jobs_.ListWorkers(request.job());

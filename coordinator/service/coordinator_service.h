@@ -96,6 +96,7 @@ class CoordinatorService {
   absl::StatusOr<v1::JoinJobResponse> JoinJob(const v1::JoinJobRequest& request);
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(const v1::HeartbeatRequest& request);
   absl::StatusOr<v1::LeaveJobResponse> LeaveJob(const v1::LeaveJobRequest& request);
+  absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request) const;
   absl::Status SetKey(const v1::SetKeyRequest& request);
   absl::StatusOr<v1::GetKeyResponse> GetKey(const v1::GetKeyRequest& request) const;

@@ -16,6 +16,26 @@ std::string Worker(const v1::WorkerStatus& w) {
                       ", incarnation ", w.incarnation(), ")");
 }
 
+// `text` with control characters escaped: a reported error (a stack trace)
+// must not break the one-line-per-change log.
+std::string OneLine(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (u < 0x20 || u == 0x7f) {
+      out += absl::StrFormat("\\x%02x", u);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void LogLine(absl::string_view line) {
@@ -51,13 +71,16 @@ void EventLog::OnJobEvent(const v1::JobEvent& e, const WorkerCounts& counts) {
     case v1::JOB_EVENT_GENERATION_CHANGED:
       what = absl::StrCat("generation -> ", e.generation(), ": ", e.reason());
       break;
+    case v1::JOB_EVENT_ERROR_REPORTED:
+      what = absl::StrCat(Worker(e.worker()), " reported: ", e.reason());
+      break;
     default:
       what = v1::JobEventType_Name(e.type());
       break;
   }
-  LogLine(absl::StrCat("job \"", e.job(), "\": ", what, " [plan v", e.plan_version(), ", ",
-                       counts.joined, "/", e.world_size(), " joined, generation ", e.generation(),
-                       "]"));
+  LogLine(OneLine(absl::StrCat("job \"", e.job(), "\": ", what, " [plan v", e.plan_version(), ", ",
+                               counts.joined, "/", e.world_size(), " joined, generation ",
+                               e.generation(), "]")));
 }
 
 }  // namespace muonshard::coordinator

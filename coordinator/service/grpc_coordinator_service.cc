@@ -329,6 +329,13 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::LeaveJob(grpc::CallbackServerC
   return Done(ctx, Rpc::kLeaveJob, Assign(service_->LeaveJob(*request), response));
 }
 
+grpc::ServerUnaryReactor* GrpcCoordinatorService::ReportError(grpc::CallbackServerContext* ctx,
+                                                              const v1::ReportErrorRequest* request,
+                                                              v1::ReportErrorResponse* response) {
+  if (absl::Status s = Authenticate(ctx); !s.ok()) return Done(ctx, Rpc::kReportError, s);
+  return Done(ctx, Rpc::kReportError, Assign(service_->ReportError(*request), response));
+}
+
 grpc::ServerUnaryReactor* GrpcCoordinatorService::ListWorkers(grpc::CallbackServerContext* ctx,
                                                               const v1::ListWorkersRequest* request,
                                                               v1::ListWorkersResponse* response) {

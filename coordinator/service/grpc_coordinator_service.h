@@ -57,6 +57,9 @@ class GrpcCoordinatorService final
   grpc::ServerUnaryReactor* LeaveJob(grpc::CallbackServerContext* ctx,
                                      const v1::LeaveJobRequest* request,
                                      v1::LeaveJobResponse* response) override;
+  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
+                                        const v1::ReportErrorRequest* request,
+                                        v1::ReportErrorResponse* response) override;
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const v1::ListWorkersRequest* request,
                                         v1::ListWorkersResponse* response) override;

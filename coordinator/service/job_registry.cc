@@ -1,5 +1,6 @@
 #include "coordinator/service/job_registry.h"
 
+#include <algorithm>
 #include <deque>
 #include <set>
 #include <utility>
@@ -16,12 +17,31 @@ namespace {
 // (see NOTE [Membership state machine]).
 constexpr int64_t kRevisionBase = 1'000'000'000;
 constexpr size_t kMaxNameBytes = 256;
+// ReportError keeps this much of a worker's message: it travels in events,
+// heartbeat answers and ListWorkers, and a stack trace can be megabytes.
+constexpr size_t kMaxReportBytes = 1024;
+constexpr char kAdoptedReason[] = "adopted after a coordinator restart";
 
 using Identity = std::pair<std::string, std::string>;  // (host, device)
 
 std::string Describe(const v1::WorkerStatus& w) {
   return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(),
                       ")");
+}
+
+// The first kMaxReportBytes of `message`, cut before a UTF-8 continuation
+// byte (a proto3 string must stay valid UTF-8) and marked when cut.
+std::string BoundMessage(const std::string& message) {
+  if (message.size() <= kMaxReportBytes) return message;
+  size_t end = kMaxReportBytes;
+  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
+  return absl::StrCat(message.substr(0, end), "… (truncated from ", message.size(), " bytes)");
+}
+
+absl::Status CheckRank(const std::string& job, int rank, int world_size) {
+  if (rank >= 0 && rank < world_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("rank ", rank, " is outside job \"", job, "\"'s world of ", world_size));
 }
 
 absl::Status CheckName(absl::string_view what, const std::string& value) {
@@ -31,6 +51,37 @@ absl::Status CheckName(absl::string_view what, const std::string& value) {
         absl::StrCat(what, " is ", value.size(), " bytes; the limit is ", kMaxNameBytes));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckJoinRequest(const v1::JoinJobRequest& request) {
+  MUONSHARD_RETURN_IF_ERROR(CheckName("job", request.job()));
+  MUONSHARD_RETURN_IF_ERROR(CheckName("host", request.host()));
+  if (request.has_rank() && request.rank() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is negative"));
+  }
+  if (request.plan_version() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan version ", request.plan_version(), " is negative"));
+  }
+  if (request.adopt_generation() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("adopt_generation ", request.adopt_generation(), " is negative"));
+  }
+  if (request.adopt_generation() == 0) return absl::OkStatus();
+  // An adopter says exactly what it runs: the coordinator has nothing to pick.
+  if (!request.has_rank()) {
+    return absl::InvalidArgumentError("adopt_generation needs rank (the rank the worker runs)");
+  }
+  if (request.plan_version() == 0) {
+    return absl::InvalidArgumentError(
+        "adopt_generation needs plan_version (the version the worker runs)");
+  }
+  return absl::OkStatus();
+}
+
+// A member of `generation`: joined it and neither failed nor left since.
+bool MemberOf(const v1::WorkerStatus& w, int64_t generation) {
+  return w.state() == v1::WORKER_STATE_JOINED && w.generation() == generation;
 }
 
 }  // namespace
@@ -49,6 +100,10 @@ struct JobRegistry::Job {
   absl::flat_hash_map<Identity, int> by_identity;
   WorkerCounts counts;
   std::unique_ptr<RendezvousKv> kv;
+  std::string generation_reason;  // why the job moved to `generation`
+  // NOTE [Adoption]: set while the job re-created from a restart waits for
+  // its running ranks to re-register; the generation moves if one has not.
+  std::optional<absl::Time> adopting_until;
 };
 
 JobRegistry::JobRegistry(PlanStore* store, const PlanCatalog* catalog, Clock* clock,
@@ -80,24 +135,36 @@ absl::StatusOr<JobRegistry::Job*> JobRegistry::FindJob(const std::string& name) 
   return it->second.get();
 }
 
-absl::StatusOr<JobRegistry::Job*> JobRegistry::CreateJob(const std::string& name) {
-  if (static_cast<int64_t>(jobs_.size()) >= options_.max_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("this coordinator already tracks ", jobs_.size(), " jobs (--max-jobs)"));
-  }
-  // The generation is persisted before anyone can see it, so a restarted
-  // coordinator never hands it out again.
-  MUONSHARD_ASSIGN_OR_RETURN(int64_t last, store_->LoadGeneration(name));
-  MUONSHARD_RETURN_IF_ERROR(store_->SaveGeneration(name, last + 1));
+absl::Status JobRegistry::CheckRoomForJob() const {
+  if (static_cast<int64_t>(jobs_.size()) < options_.max_jobs) return absl::OkStatus();
+  return absl::ResourceExhaustedError(
+      absl::StrCat("this coordinator already tracks ", jobs_.size(), " jobs (--max-jobs)"));
+}
+
+JobRegistry::Job* JobRegistry::AddJob(const std::string& name, int64_t generation,
+                                      int64_t base_revision, std::string reason) {
   auto job = std::make_unique<Job>();
   job->name = name;
-  job->generation = last + 1;
-  job->base_revision = job->generation * kRevisionBase;
-  job->revision = job->base_revision;
+  job->generation = generation;
+  job->generation_reason = std::move(reason);
+  job->base_revision = base_revision;
+  job->revision = base_revision;
   job->kv = std::make_unique<RendezvousKv>(&options_);
   Job* raw = job.get();
   jobs_[name] = std::move(job);
   return raw;
+}
+
+absl::StatusOr<JobRegistry::Job*> JobRegistry::CreateJob(const std::string& name) {
+  MUONSHARD_RETURN_IF_ERROR(CheckRoomForJob());
+  // The generation is persisted before anyone can see it, so a restarted
+  // coordinator never hands it out again.
+  MUONSHARD_ASSIGN_OR_RETURN(int64_t last, store_->LoadGeneration(name));
+  MUONSHARD_RETURN_IF_ERROR(store_->SaveGeneration(name, last + 1));
+  return AddJob(name, last + 1, (last + 1) * kRevisionBase,
+                last == 0 ? "new job"
+                          : absl::StrCat("first join since the coordinator started (generation ",
+                                         last, " was the last one persisted)"));
 }
 
 void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
@@ -185,6 +252,9 @@ void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& e
     // The group must re-form either way; a restart may repeat this number.
     absl::StrAppend(&why, " (generation not persisted: ", s.message(), ")");
   }
+  job.generation_reason = why;
+  // Everyone joins the new generation afresh: nobody is left to adopt.
+  job.adopting_until.reset();
   job.kv->AbortAll(absl::AbortedError(absl::StrCat("job \"", job.name, "\" moved to generation ",
                                                    job.generation, ": ", reason)),
                    &effects.completions);
@@ -228,10 +298,7 @@ absl::StatusOr<std::optional<int>> JobRegistry::Rejoin(Job& job, const v1::JoinJ
 absl::StatusOr<int> JobRegistry::PickRank(const Job& job, const v1::JoinJobRequest& request) const {
   if (request.has_rank()) {
     const int r = request.rank();
-    if (r >= job.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("rank ", r, " is outside job \"", job.name,
-                                                     "\"'s world of ", job.world_size));
-    }
+    MUONSHARD_RETURN_IF_ERROR(CheckRank(job.name, r, job.world_size));
     if (!(job.free.count(r) > 0)) {
       return absl::AlreadyExistsError(absl::StrCat("rank ", r, " of job \"", job.name,
                                                    "\" is held by ", Describe(*job.slots[r])));
@@ -248,7 +315,8 @@ absl::StatusOr<int> JobRegistry::PickRank(const Job& job, const v1::JoinJobReque
   return *job.free.begin();
 }
 
-void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request, Effects& effects) {
+void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request,
+                         const std::string& reason, Effects& effects) {
   std::optional<v1::WorkerStatus>& slot = job.slots[rank];
   if (slot.has_value()) {
     SetState(job, *slot, v1::WORKER_STATE_UNSPECIFIED);  // uncount the previous holder
@@ -265,7 +333,7 @@ void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request, 
   slot->set_last_heartbeat_micros(now);
   SetState(job, *slot, v1::WORKER_STATE_JOINED);
   job.by_identity[Identity(request.host(), request.device())] = rank;
-  Emit(job, v1::JOB_EVENT_WORKER_JOINED, &*slot, "", effects);
+  Emit(job, v1::JOB_EVENT_WORKER_JOINED, &*slot, reason, effects);
 }
 
 v1::JoinJobResponse JobRegistry::JoinResponse(const Job& job, int rank) const {
@@ -280,45 +348,135 @@ v1::JoinJobResponse JobRegistry::JoinResponse(const Job& job, int rank) const {
 }
 
 absl::StatusOr<v1::JoinJobResponse> JobRegistry::Join(const v1::JoinJobRequest& request) {
-  MUONSHARD_RETURN_IF_ERROR(CheckName("job", request.job()));
-  MUONSHARD_RETURN_IF_ERROR(CheckName("host", request.host()));
-  if (request.has_rank() && request.rank() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is negative"));
-  }
-  if (request.plan_version() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan version ", request.plan_version(), " is negative"));
-  }
+  MUONSHARD_RETURN_IF_ERROR(CheckJoinRequest(request));
   Effects effects;
   absl::StatusOr<v1::JoinJobResponse> response;
   {
     absl::MutexLock lock(&mu_);
-    auto it = jobs_.find(request.job());
-    Job* job = it == jobs_.end() ? nullptr : it->second.get();
-    MUONSHARD_RETURN_IF_ERROR(AdmitPlan(job, request));
-    absl::StatusOr<std::optional<int>> rejoined = Rejoin(*job, request, effects);
-    if (!rejoined.ok()) {
-      response = rejoined.status();
-    } else if (rejoined->has_value()) {
-      response = JoinResponse(*job, **rejoined);
-    } else if (absl::StatusOr<int> rank = PickRank(*job, request); !rank.ok()) {
-      response = rank.status();
-    } else {
-      Assign(*job, *rank, request, effects);
-      response = JoinResponse(*job, *rank);
-    }
+    response =
+        request.adopt_generation() > 0 ? Adopt(request, effects) : JoinLocked(request, effects);
   }
   // Even a failed join may have failed a restarted worker's old entry.
   Flush(effects);
   return response;
 }
 
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobRequest& request,
+                                                            Effects& effects) {
+  auto it = jobs_.find(request.job());
+  Job* job = it == jobs_.end() ? nullptr : it->second.get();
+  MUONSHARD_RETURN_IF_ERROR(AdmitPlan(job, request));
+  MUONSHARD_ASSIGN_OR_RETURN(std::optional<int> rejoined, Rejoin(*job, request, effects));
+  if (rejoined.has_value()) return JoinResponse(*job, *rejoined);
+  MUONSHARD_ASSIGN_OR_RETURN(int rank, PickRank(*job, request));
+  if (job->adopting_until.has_value()) {
+    // The adopted group runs without this newcomer (its rank's old process is
+    // gone): the group must re-form, with it.
+    BumpGeneration(*job,
+                   absl::StrCat(request.host(), "/", request.device(), " joined as rank ", rank,
+                                " while the job was being adopted"),
+                   effects);
+  }
+  Assign(*job, rank, request, "", effects);
+  return JoinResponse(*job, rank);
+}
+
+// ---------------------------------------------------------------- adoption
+
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest& request,
+                                                       Effects& effects) {
+  auto it = jobs_.find(request.job());
+  Job* job = it == jobs_.end() ? nullptr : it->second.get();
+  if (job == nullptr) {
+    MUONSHARD_ASSIGN_OR_RETURN(job, AdoptJob(request));
+  } else if (job->generation != request.adopt_generation() ||
+             job->plan_version != request.plan_version()) {
+    return absl::AbortedError(absl::StrCat(
+        "job \"", job->name, "\" is at generation ", job->generation, " (plan version ",
+        job->plan_version, "); cannot adopt generation ", request.adopt_generation(),
+        " (plan version ", request.plan_version(), "): join again"));
+  }
+  MUONSHARD_RETURN_IF_ERROR(AdoptRank(*job, request, effects));
+  return JoinResponse(*job, request.rank());
+}
+
+// Re-creates a job this process does not know at the generation its workers
+// run, when that is the last one persisted (a later one was handed out, so
+// the group the adopter belongs to has been replaced).
+absl::StatusOr<JobRegistry::Job*> JobRegistry::AdoptJob(const v1::JoinJobRequest& request) {
+  MUONSHARD_RETURN_IF_ERROR(CheckRoomForJob());
+  MUONSHARD_ASSIGN_OR_RETURN(int64_t last, store_->LoadGeneration(request.job()));
+  if (last != request.adopt_generation()) {
+    return absl::AbortedError(
+        absl::StrCat("job \"", request.job(), "\"'s last persisted generation is ", last,
+                     "; cannot adopt generation ", request.adopt_generation(), ": join again"));
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanVersionInfo info, catalog_->Info(request.plan_version()));
+  MUONSHARD_RETURN_IF_ERROR(CheckRank(request.job(), request.rank(), info.topology().world_size()));
+  // The previous process may have started from this very generation, so its
+  // revisions may lie above last x kRevisionBase: the clock separates them.
+  const absl::Time now = clock_->Now();
+  Job* job = AddJob(request.job(), last, std::max(last * kRevisionBase, absl::ToUnixMicros(now)),
+                    kAdoptedReason);
+  ApplyPlan(*job, info);
+  job->adopting_until = now + options_.heartbeat_timeout;
+  return job;
+}
+
+// Gives the adopter its rank in the job's current generation; idempotent for
+// the incarnation holding it (an answer may have been lost).
+absl::Status JobRegistry::AdoptRank(Job& job, const v1::JoinJobRequest& request, Effects& effects) {
+  const int rank = request.rank();
+  MUONSHARD_RETURN_IF_ERROR(CheckRank(job.name, rank, job.world_size));
+  std::optional<v1::WorkerStatus>& slot = job.slots[rank];
+  if (slot.has_value() && slot->state() == v1::WORKER_STATE_JOINED) {
+    if (slot->incarnation() != request.incarnation()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", rank, " of job \"", job.name, "\" is held by ", Describe(*slot)));
+    }
+    if (!MemberOf(*slot, job.generation)) {
+      return absl::AbortedError(absl::StrCat(Describe(*slot), " of job \"", job.name,
+                                             "\" joined generation ", slot->generation(), ", not ",
+                                             job.generation, ": join again"));
+    }
+    slot->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
+    return absl::OkStatus();
+  }
+  auto it = job.by_identity.find(Identity(request.host(), request.device()));
+  if (it != job.by_identity.end() && it->second != rank &&
+      job.slots[it->second]->state() == v1::WORKER_STATE_JOINED) {
+    return absl::FailedPreconditionError(absl::StrCat(request.host(), "/", request.device(),
+                                                      " already joined job \"", job.name,
+                                                      "\" as rank ", it->second, ", not ", rank));
+  }
+  Assign(job, rank, request, kAdoptedReason, effects);
+  return absl::OkStatus();
+}
+
+// At the end of the adoption grace, a rank that has not re-registered did
+// not survive the coordinator's restart: its group is broken.
+bool JobRegistry::EndAdoption(Job& job, absl::Time now, Effects& effects) {
+  if (!job.adopting_until.has_value() || now < *job.adopting_until) return false;
+  job.adopting_until.reset();
+  std::vector<int> missing;
+  for (int r = 0; r < job.world_size; ++r) {
+    if (!job.slots[r].has_value() || !MemberOf(*job.slots[r], job.generation)) {
+      missing.push_back(r);
+    }
+  }
+  if (missing.empty()) return false;
+  BumpGeneration(
+      job,
+      absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                   " did not re-register within ", absl::FormatDuration(options_.heartbeat_timeout),
+                   " of the coordinator's restart"),
+      effects);
+  return true;
+}
+
 absl::StatusOr<v1::WorkerStatus*> JobRegistry::FindWorker(Job& job, int rank,
                                                           uint64_t incarnation) const {
-  if (rank < 0 || rank >= job.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside job \"", job.name,
-                                                   "\"'s world of ", job.world_size));
-  }
+  MUONSHARD_RETURN_IF_ERROR(CheckRank(job.name, rank, job.world_size));
   std::optional<v1::WorkerStatus>& slot = job.slots[rank];
   if (!slot.has_value()) {
     return absl::FailedPreconditionError(
@@ -345,9 +503,13 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
   // Alive, even when about to be told its generation is stale.
   w->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
   if (request.generation() != job->generation || w->generation() != job->generation) {
-    return absl::AbortedError(absl::StrCat("generation ", request.generation(), " of job \"",
-                                           job->name, "\" is stale; the job is at generation ",
-                                           job->generation, ": join again"));
+    // The reason (bounded: a reported message is cut to kMaxReportBytes)
+    // tells the survivors why they restart.
+    const std::string& why = job->generation_reason;
+    return absl::AbortedError(
+        absl::StrCat("generation ", request.generation(), " of job \"", job->name,
+                     "\" is stale; the job is at generation ", job->generation,
+                     why.empty() ? "" : absl::StrCat(" (", why, ")"), ": join again"));
   }
   v1::HeartbeatResponse r;
   r.set_generation(job->generation);
@@ -364,11 +526,35 @@ absl::StatusOr<v1::LeaveJobResponse> JobRegistry::Leave(const v1::LeaveJobReques
     MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
                                FindWorker(*job, request.rank(), request.incarnation()));
     if (w->state() != v1::WORKER_STATE_LEFT) {
-      const bool was_member =
-          w->state() == v1::WORKER_STATE_JOINED && w->generation() == job->generation;
+      const bool was_member = MemberOf(*w, job->generation);
       SetState(*job, *w, v1::WORKER_STATE_LEFT);
       Emit(*job, v1::JOB_EVENT_WORKER_LEFT, w, "", effects);
       if (was_member) BumpGeneration(*job, absl::StrCat(Describe(*w), " left"), effects);
+    }
+    r.set_generation(job->generation);
+  }
+  Flush(effects);
+  return r;
+}
+
+absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(
+    const v1::ReportErrorRequest& request) {
+  const std::string message = BoundMessage(request.message());
+  Effects effects;
+  v1::ReportErrorResponse r;
+  {
+    absl::MutexLock lock(&mu_);
+    MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
+                               FindWorker(*job, request.rank(), request.incarnation()));
+    Emit(*job, v1::JOB_EVENT_ERROR_REPORTED, w, message, effects);
+    // Only a member's report for the running generation breaks the group; an
+    // older one arrives after the group has already moved on.
+    if (request.generation() == job->generation && MemberOf(*w, job->generation)) {
+      BumpGeneration(
+          *job,
+          absl::StrCat(Describe(*w), " reported: ", message.empty() ? "(no message)" : message),
+          effects);
     }
     r.set_generation(job->generation);
   }
@@ -387,8 +573,9 @@ bool JobRegistry::ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) {
          absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)), effects);
     if (slot->generation() == job.generation) lost.push_back(Describe(*slot));
   }
-  if (lost.empty()) return false;
-  // One bump for everything found in this pass: the group re-forms once.
+  if (lost.empty()) return EndAdoption(job, now, effects);
+  // One bump for everything found in this pass (it ends an adoption too): the
+  // group re-forms once.
   BumpGeneration(job,
                  absl::StrCat(absl::StrJoin(lost, ", "), " missed heartbeats for ",
                               absl::FormatDuration(options_.heartbeat_timeout)),
@@ -413,6 +600,7 @@ v1::JobStatus JobRegistry::StatusOf(const Job& job) const {
   s.set_plan_version(job.plan_version);
   s.set_world_size(job.world_size);
   s.set_revision(job.revision);
+  s.set_generation_reason(job.generation_reason);
   for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
     if (slot.has_value()) *s.add_workers() = *slot;
   }

@@ -14,14 +14,30 @@
 //   same (host, device) with a new incarnation means the old process
 //   restarted: the old entry is FAILED first.
 // - The generation increments when a member of the current generation fails
-//   or leaves (once per CheckHeartbeats pass): the group is broken and must
-//   re-rendezvous. Survivors learn it from ABORTED heartbeats (or the job's
-//   watch) and Join again, which moves them into the new generation. The
-//   rendezvous keys of the old generation are dropped and its waits ABORTED.
+//   (once per CheckHeartbeats pass), leaves or reports an error (ReportError):
+//   the group is broken and must re-rendezvous. Survivors learn it from
+//   ABORTED heartbeats, whose message carries the reason the job moved (or
+//   from the job's watch), and Join again, which moves them into the new
+//   generation. The rendezvous keys of the old generation are dropped and its
+//   waits ABORTED. A report for an older generation moves nothing: the group
+//   has re-formed since.
 // - Generations are persisted in the PlanStore so they keep growing across
 //   coordinator restarts. Job revisions (the watch cursor) start at
 //   generation x 10^9 when a job is first seen by this process, so a cursor
 //   from before a restart is never mistaken for one of this process.
+// - Adoption (NOTE [Adoption] in coordinator.proto): after a coordinator
+//   restart, running workers re-register with adopt_generation, rank and
+//   plan version. The first one re-creates the job at exactly that generation
+//   when it is the last one persisted (nothing is bumped: the group, its
+//   communicators and its training go on); later ones take their free ranks
+//   in it. A mismatch (another generation or plan version) is ABORTED and the
+//   worker recovers as after any generation move. The job stays "adopting"
+//   for one heartbeat timeout: a rank still missing then did not survive the
+//   restart, and the generation moves. So does a plain Join into a free rank
+//   meanwhile: the newcomer cannot enter the running group, which must
+//   re-form with it. An adopted job's revisions start at
+//   max(generation x 10^9, Unix time in microseconds), since its generation
+//   may be the one the previous process started from.
 //
 // Thread-safe (one mutex). Wait callbacks and the change hook run after the
 // mutex is released; the observer is called under it.
@@ -58,10 +74,12 @@ class JobRegistry {
   ~JobRegistry();
 
   // Possible errors: INVALID_ARGUMENT (empty job or host, rank outside the
-  // world), NOT_FOUND (unknown plan version), FAILED_PRECONDITION (no plan
-  // submitted, plan version differs from the job's, job full, already
-  // joined as another rank), ALREADY_EXISTS (rank held by a live worker),
-  // RESOURCE_EXHAUSTED (--max-jobs), UNAVAILABLE (store).
+  // world; adoption without rank or plan version), NOT_FOUND (unknown plan
+  // version), FAILED_PRECONDITION (no plan submitted, plan version differs
+  // from the job's, job full, already joined as another rank),
+  // ALREADY_EXISTS (rank held by a live worker), ABORTED (the generation to
+  // adopt is not the job's), RESOURCE_EXHAUSTED (--max-jobs), UNAVAILABLE
+  // (store).
   absl::StatusOr<v1::JoinJobResponse> Join(const v1::JoinJobRequest& request);
 
   // Possible errors: NOT_FOUND (job), INVALID_ARGUMENT (rank), ABORTED
@@ -72,6 +90,13 @@ class JobRegistry {
   // Idempotent. Possible errors: NOT_FOUND, INVALID_ARGUMENT,
   // FAILED_PRECONDITION as for Heartbeat.
   absl::StatusOr<v1::LeaveJobResponse> Leave(const v1::LeaveJobRequest& request);
+
+  // Records the worker's error (JOB_EVENT_ERROR_REPORTED, message cut to
+  // 1 KiB) and, when the worker is a member of the job's current generation
+  // and reports for it, moves the generation at once. Possible errors:
+  // NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED (incarnation)
+  // as for Heartbeat.
+  absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
 
   // Every job (job empty) or one; NOT_FOUND for an unknown named job.
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const std::string& job) const;
@@ -95,7 +120,8 @@ class JobRegistry {
   // True when the wait was removed before completing (its callback will not run).
   bool CancelWait(uint64_t id);
 
-  // Marks workers silent for longer than the heartbeat timeout FAILED.
+  // Marks workers silent for longer than the heartbeat timeout FAILED, and
+  // ends the adoption grace of jobs re-created after a restart.
   void CheckHeartbeats();
   // Fails waits whose deadline has passed.
   void ExpireWaits();
@@ -119,14 +145,27 @@ class JobRegistry {
 
   void Flush(Effects& effects);
   absl::StatusOr<Job*> FindJob(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRoomForJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* AddJob(const std::string& name, int64_t generation, int64_t base_revision,
+              std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> CreateJob(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::JoinJobResponse> JoinLocked(const v1::JoinJobRequest& request,
+                                                 Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::JoinJobResponse> Adopt(const v1::JoinJobRequest& request, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Job*> AdoptJob(const v1::JoinJobRequest& request)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptRank(Job& job, const v1::JoinJobRequest& request, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool EndAdoption(Job& job, absl::Time now, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPlan(Job& job, const v1::PlanVersionInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdmitPlan(Job*& job, const v1::JoinJobRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::optional<int>> Rejoin(Job& job, const v1::JoinJobRequest& request,
                                             Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, const std::string& reason,
+              Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JoinJobResponse JoinResponse(const Job& job, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int> PickRank(const Job& job, const v1::JoinJobRequest& request) const

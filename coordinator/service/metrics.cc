@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -19,12 +20,17 @@ prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name,
 
 std::string ColourLabel(v1::Colour c) { return absl::AsciiStrToLower(v1::Colour_Name(c)); }
 
+// JOB_EVENT_ERROR_REPORTED -> "error_reported".
+std::string EventTypeLabel(v1::JobEventType t) {
+  return absl::AsciiStrToLower(absl::StripPrefix(v1::JobEventType_Name(t), "JOB_EVENT_"));
+}
+
 }  // namespace
 
 const char* RpcName(Rpc rpc) {
   static constexpr const char* kNames[kNumRpcs] = {
-      "SubmitPlan", "GetPlan",  "ListPlans",   "DiffPlans", "Watch",  "JoinJob",
-      "Heartbeat",  "LeaveJob", "ListWorkers", "SetKey",    "GetKey", "WaitKeys"};
+      "SubmitPlan", "GetPlan",     "ListPlans",   "DiffPlans", "Watch",  "JoinJob", "Heartbeat",
+      "LeaveJob",   "ReportError", "ListWorkers", "SetKey",    "GetKey", "WaitKeys"};
   return kNames[static_cast<int>(rpc)];
 }
 
@@ -106,6 +112,11 @@ CoordinatorMetrics::CoordinatorMetrics()
                       .Name("muonshard_job_generation")
                       .Help("Current generation of each job")
                       .Register(*registry_)),
+      job_events_(prometheus::BuildCounter()
+                      .Name("muonshard_coordinator_job_events_total")
+                      .Help("Membership events of each job by type (joins, failures, leaves, "
+                            "generation changes, reported errors)")
+                      .Register(*registry_)),
       watch_streams_(PlainGauge(*registry_, "muonshard_watch_streams", "Open Watch streams")),
       rpcs_(prometheus::BuildCounter()
                 .Name("muonshard_rpcs_total")
@@ -172,6 +183,24 @@ void CoordinatorMetrics::OnJobEvent(const v1::JobEvent& event, const WorkerCount
   workers_.Add({{"job", event.job()}, {"state", "joined"}}).Set(static_cast<double>(counts.joined));
   workers_.Add({{"job", event.job()}, {"state", "failed"}}).Set(static_cast<double>(counts.failed));
   workers_.Add({{"job", event.job()}, {"state", "left"}}).Set(static_cast<double>(counts.left));
+  absl::MutexLock lock(&mu_);
+  if (prometheus::Counter* c = JobEventCounter(event.job(), event.type())) c->Increment();
+}
+
+prometheus::Counter* CoordinatorMetrics::JobEventCounter(const std::string& job,
+                                                         v1::JobEventType type) {
+  auto [it, first] = job_events_by_job_.try_emplace(job);
+  if (first) {
+    // Every type starts at 0 with the job's first event, so rate() sees the
+    // job's first failure or reported error. Snapshots are not events.
+    for (int t = v1::JOB_EVENT_WORKER_JOINED; t < v1::JobEventType_ARRAYSIZE; ++t) {
+      if (!v1::JobEventType_IsValid(t)) continue;
+      it->second[t] = &job_events_.Add(
+          {{"job", job}, {"type", EventTypeLabel(static_cast<v1::JobEventType>(t))}});
+    }
+  }
+  const int t = static_cast<int>(type);
+  return t >= 0 && t < v1::JobEventType_ARRAYSIZE ? it->second[t] : nullptr;
 }
 
 void CoordinatorMetrics::OnWatchers(int64_t count) {

@@ -7,7 +7,7 @@
 //
 // Exported names are listed in kExportedMetrics (dashboards and scrape rules
 // use only these; a test checks the registry exports exactly them). Labels
-// are only rank, colour, job, state, method and code.
+// are only rank, colour, job, state, type, method and code.
 //
 // Thread-safe.
 
@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/service/observer.h"
+#include "muonshard/v1/coordinator.pb.h"
 #include "muonshard/v1/plan.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -48,6 +49,7 @@ inline constexpr const char* kExportedMetrics[] = {
     "muonshard_plan_flops_max_over_lower_bound_ratio",   // gauge
     "muonshard_workers",                                 // gauge {job, state}
     "muonshard_job_generation",                          // gauge {job}
+    "muonshard_coordinator_job_events_total",            // counter {job, type}
     "muonshard_watch_streams",                           // gauge
     "muonshard_rpcs_total",                              // counter {method, code}
 };
@@ -62,12 +64,13 @@ enum class Rpc {
   kJoinJob,
   kHeartbeat,
   kLeaveJob,
+  kReportError,
   kListWorkers,
   kSetKey,
   kGetKey,
   kWaitKeys,
 };
-constexpr int kNumRpcs = 12;
+constexpr int kNumRpcs = 13;
 const char* RpcName(Rpc rpc);
 
 // Optimizer-state bytes and Newton-Schulz FLOPs of one rank in one colour.
@@ -97,6 +100,11 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   void OnWatchers(int64_t count) override;
 
  private:
+  using EventCounters = std::array<prometheus::Counter*, v1::JobEventType_ARRAYSIZE>;
+  // The series of `job`'s events of `type` (nullptr: not counted).
+  prometheus::Counter* JobEventCounter(const std::string& job, v1::JobEventType type)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter& versions_created_;
   prometheus::Gauge& latest_version_;
@@ -106,11 +114,14 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   std::array<prometheus::Gauge*, 6> imbalance_;  // memory x3, flops x3
   prometheus::Family<prometheus::Gauge>& workers_;
   prometheus::Family<prometheus::Gauge>& generation_;
+  prometheus::Family<prometheus::Counter>& job_events_;
   prometheus::Gauge& watch_streams_;
   prometheus::Family<prometheus::Counter>& rpcs_;
 
   absl::Mutex mu_;
   std::vector<prometheus::Gauge*> rank_series_ ABSL_GUARDED_BY(mu_);  // of the latest plan
+  // Per job, by JobEventType value.
+  std::map<std::string, EventCounters> job_events_by_job_ ABSL_GUARDED_BY(mu_);
   // Per RPC and status code; created on first use (OK ones at startup).
   std::array<std::array<std::atomic<prometheus::Counter*>, 17>, kNumRpcs> rpc_counters_;
 };

@@ -26,8 +26,12 @@ using ::muonshard::testing::FakeClock;
 using ::muonshard::testing::IsOk;
 using ::muonshard::testing::MakeRequest;
 using ::muonshard::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
 
 // Records what the domain reports, to check the observer contract.
 class RecordingObserver final : public CoordinatorObserver {
@@ -84,6 +88,26 @@ v1::HeartbeatRequest Beat(int rank, int64_t generation, uint64_t incarnation = 1
   return r;
 }
 
+v1::ReportErrorRequest Report(int rank, int64_t generation, const std::string& message,
+                              uint64_t incarnation = 1, const std::string& job = "job") {
+  v1::ReportErrorRequest r;
+  r.set_job(job);
+  r.set_rank(rank);
+  r.set_generation(generation);
+  r.set_incarnation(incarnation);
+  r.set_message(message);
+  return r;
+}
+
+// What a running worker sends after the coordinator restarted (NOTE [Adoption]).
+v1::JoinJobRequest AdoptReq(const std::string& host, const v1::JoinJobResponse& running,
+                            uint64_t incarnation = 1) {
+  v1::JoinJobRequest r = JoinReq(host, running.rank(), incarnation);
+  r.set_plan_version(running.plan_version());
+  r.set_adopt_generation(running.generation());
+  return r;
+}
+
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override { Restart(); }
@@ -126,6 +150,14 @@ class CoordinatorServiceTest : public ::testing::Test {
       if (e.has_plan()) out.push_back(e.plan().version());
     }
     return out;
+  }
+
+  v1::JobStatus MustStatus(const std::string& job = "job") {
+    v1::ListWorkersRequest req;
+    req.set_job(job);
+    auto r = service_->ListWorkers(req);
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() && r->jobs_size() == 1 ? r->jobs(0) : v1::JobStatus();
   }
 
   static std::vector<v1::JobEventType> JobTypes(const std::vector<v1::WatchEvent>& events) {
@@ -595,6 +627,299 @@ TEST_F(CoordinatorServiceTest, JoinJob_AfterCoordinatorRestart_GenerationKeepsGr
   Restart();
   v1::JoinJobResponse after = MustJoin(JoinReq("a"));
   EXPECT_GT(after.generation(), before.generation() + 1);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST_F(CoordinatorServiceTest, ReportError_CurrentGeneration_MovesItOnceAndPeersLearnWhy) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  auto r = service_->ReportError(Report(b.rank(), b.generation(), "NCCL error: unhandled"));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->generation(), b.generation() + 1);
+  EXPECT_THAT(observer_.events,
+              ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED,
+                          v1::JOB_EVENT_ERROR_REPORTED, v1::JOB_EVENT_GENERATION_CHANGED));
+  // The peer learns at its next heartbeat, with the reporter's words.
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       AllOf(HasSubstr("stale"), HasSubstr("generation 2"),
+                             HasSubstr("rank 1 (b/gpu0) reported: NCCL error: unhandled"))));
+  // The peer's own failure, reported for the generation that already moved,
+  // moves nothing more.
+  auto peer = service_->ReportError(Report(a.rank(), a.generation(), "collective aborted"));
+  ASSERT_THAT(peer.status(), IsOk());
+  EXPECT_EQ(peer->generation(), b.generation() + 1);
+  EXPECT_EQ(observer_.events.back(), v1::JOB_EVENT_ERROR_REPORTED);
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.generation(), b.generation() + 1);
+  EXPECT_EQ(job.generation_reason(), "rank 1 (b/gpu0) reported: NCCL error: unhandled");
+  // Survivors join again into the moved generation and heartbeat there.
+  v1::JoinJobResponse again = MustJoin(JoinReq("a"));
+  EXPECT_EQ(again.generation(), job.generation());
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), again.generation())), IsOk());
+}
+
+TEST_F(CoordinatorServiceTest, ReportError_OlderGeneration_ChangesNothingElse) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  MustJoin(JoinReq("b"));
+  v1::LeaveJobRequest leave;
+  leave.set_job("job");
+  leave.set_rank(1);
+  leave.set_incarnation(1);
+  ASSERT_THAT(service_->LeaveJob(leave).status(), IsOk());  // generation + 1
+  v1::JoinJobResponse rejoined = MustJoin(JoinReq("a"));
+  ASSERT_EQ(rejoined.generation(), a.generation() + 1);
+  auto r = service_->ReportError(Report(a.rank(), a.generation(), "late news"));
+  ASSERT_THAT(r.status(), IsOk());
+  EXPECT_EQ(r->generation(), rejoined.generation());
+  EXPECT_EQ(observer_.events.back(), v1::JOB_EVENT_ERROR_REPORTED);
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), rejoined.generation())), IsOk());
+  EXPECT_THAT(MustStatus().generation_reason(), HasSubstr("rank 1 (b/gpu0) left"));
+}
+
+TEST_F(CoordinatorServiceTest, ReportError_HugeMessage_CutOnACharacterBoundaryAndMarked) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  std::string message = "x";  // then 2-byte characters: byte 1024 is inside one
+  for (int i = 0; i < 4000; ++i) message += "\xc3\xa9";  // é
+  v1::WatchRequest watch;
+  watch.set_job("job");
+  watch.set_from_version(1);
+  watch.set_from_job_revision(MustStatus().revision());
+  auto w = service_->Watch(watch, [] {});
+  ASSERT_THAT(w.status(), IsOk());
+  ASSERT_THAT(service_->ReportError(Report(b.rank(), b.generation(), message)).status(), IsOk());
+  std::vector<v1::WatchEvent> events = Drain(**w);
+  ASSERT_EQ(JobTypes(events), std::vector<v1::JobEventType>({v1::JOB_EVENT_ERROR_REPORTED,
+                                                             v1::JOB_EVENT_GENERATION_CHANGED}));
+  const std::string& kept = events[0].job().reason();
+  EXPECT_EQ(kept.substr(0, 1023), message.substr(0, 1023));
+  EXPECT_THAT(kept.substr(1023), StartsWith("… (truncated from 8001 bytes)"));
+  EXPECT_LE(kept.size(), 1100u);
+  EXPECT_EQ(events[0].job().worker().rank(), b.rank());
+  EXPECT_THAT(events[1].job().reason(), EndsWith(kept));
+  // Heartbeat answers stay bounded too.
+  auto beat = service_->Heartbeat(Beat(a.rank(), a.generation()));
+  EXPECT_THAT(beat.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("truncated")));
+  EXPECT_LT(beat.status().message().size(), 1300u);
+}
+
+TEST_F(CoordinatorServiceTest, ReportError_WrongIncarnationOrUnknownJob_AbortedOrNotFound) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  EXPECT_THAT(
+      service_->ReportError(Report(a.rank(), a.generation(), "m", /*incarnation=*/7)).status(),
+      StatusIs(absl::StatusCode::kAborted, HasSubstr("incarnation")));
+  EXPECT_THAT(service_->ReportError(Report(0, 1, "m", 1, "nope")).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(service_->ReportError(Report(5, a.generation(), "m")).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  EXPECT_EQ(MustStatus().generation(), a.generation());
+  EXPECT_THAT(observer_.events, Not(::testing::Contains(v1::JOB_EVENT_ERROR_REPORTED)));
+}
+
+// ---------------------------------------------------------------- adoption
+
+TEST_F(CoordinatorServiceTest, Adopt_AfterRestart_SameGenerationNoBumpAndHeartbeatsGoOn) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  v1::SetKeyRequest set;
+  set.set_job("job");
+  set.set_generation(a.generation());
+  set.set_key("nccl");
+  set.set_value("id");
+  ASSERT_THAT(service_->SetKey(set), IsOk());
+  Restart();
+  // What tells a running worker to adopt: the job, then its rank, is unknown.
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job")));
+  v1::JoinJobResponse adopted_a = MustJoin(AdoptReq("a", a));
+  EXPECT_EQ(adopted_a.generation(), a.generation());
+  EXPECT_EQ(adopted_a.rank(), a.rank());
+  EXPECT_EQ(adopted_a.plan_version(), a.plan_version());
+  EXPECT_EQ(adopted_a.world_size(), 2);
+  EXPECT_EQ(adopted_a.content_hash(), a.content_hash());
+  EXPECT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not joined")));
+  EXPECT_EQ(MustJoin(AdoptReq("b", b)).generation(), b.generation());
+  // Asked twice (a lost answer): the same answer, nothing new.
+  const int64_t revision = MustStatus().revision();
+  EXPECT_EQ(MustJoin(AdoptReq("a", a)).rank(), a.rank());
+  EXPECT_EQ(MustStatus().revision(), revision);
+  // Training goes on past the adoption grace.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(absl::Seconds(6));
+    ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())), IsOk());
+    ASSERT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())), IsOk());
+    service_->CheckHeartbeats();
+  }
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.generation(), a.generation());
+  EXPECT_EQ(job.generation_reason(), "adopted after a coordinator restart");
+  EXPECT_EQ(observer_.counts.joined, 2);
+  // The rendezvous store of this process starts empty.
+  v1::GetKeyRequest get;
+  get.set_job("job");
+  get.set_generation(a.generation());
+  get.set_key("nccl");
+  EXPECT_THAT(service_->GetKey(get).status(), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_RankHeldByAnotherIncarnation_AlreadyExists) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  Restart();
+  MustJoin(AdoptReq("a", a));
+  EXPECT_THAT(service_->JoinJob(AdoptReq("imposter", a, /*incarnation=*/9)).status(),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("rank 0")));
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_NotTheJobsGeneration_AbortedSoTheWorkerRejoins) {
+  MustSubmit(2);
+  MustSubmit(3);
+  v1::JoinJobRequest first = JoinReq("a");
+  first.set_plan_version(1);
+  v1::JoinJobResponse a = MustJoin(first);
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  Restart();
+  // Job unknown: only the last generation persisted can be adopted.
+  v1::JoinJobResponse ahead = a;
+  ahead.set_generation(a.generation() + 1);
+  EXPECT_THAT(service_->JoinJob(AdoptReq("a", ahead)).status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       AllOf(HasSubstr("last persisted generation is 1"),
+                             HasSubstr("cannot adopt generation 2: join again"))));
+  MustJoin(AdoptReq("a", a));
+  // Job known: its generation and plan version.
+  EXPECT_THAT(service_->JoinJob(AdoptReq("b", ahead)).status(),
+              StatusIs(absl::StatusCode::kAborted,
+                       HasSubstr("job \"job\" is at generation 1 (plan version 1); cannot adopt "
+                                 "generation 2")));
+  v1::JoinJobResponse other_plan = b;
+  other_plan.set_plan_version(2);
+  EXPECT_THAT(service_->JoinJob(AdoptReq("b", other_plan)).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("join again")));
+  EXPECT_EQ(MustStatus().generation(), a.generation());
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_AfterTheGenerationMoved_AbortedAndPersistedGenerationWins) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  MustJoin(JoinReq("b"));
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())), IsOk());
+  clock_.Advance(absl::Seconds(5));
+  service_->CheckHeartbeats();  // b failed: generation + 1, which a has not joined
+  Restart();
+  EXPECT_THAT(service_->JoinJob(AdoptReq("a", a)).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("last persisted generation is 2")));
+  // Recovering as after any generation move: a plain join, a new generation.
+  EXPECT_EQ(MustJoin(JoinReq("a")).generation(), a.generation() + 2);
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_RankMissingAfterGrace_GenerationMovesNamingIt) {
+  MustSubmit(3);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  MustJoin(JoinReq("c"));
+  Restart();
+  MustJoin(AdoptReq("a", a));
+  clock_.Advance(absl::Seconds(6));
+  MustJoin(AdoptReq("b", b));
+  ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())), IsOk());
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().generation(), a.generation());  // still within the grace
+  clock_.Advance(absl::Seconds(4));
+  service_->CheckHeartbeats();
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.generation(), a.generation() + 1);
+  EXPECT_EQ(job.generation_reason(),
+            "rank 2 did not re-register within 10s of the coordinator's restart");
+  EXPECT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2 did not re-register")));
+  // The survivors recover by joining again; the grace does not strike twice.
+  EXPECT_EQ(MustJoin(JoinReq("a")).generation(), job.generation());
+  clock_.Advance(absl::Seconds(5));
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().generation(), job.generation());
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_PlainJoinIntoAFreeRank_MovesTheGeneration) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  MustJoin(JoinReq("b"));
+  Restart();
+  MustJoin(AdoptReq("a", a));
+  // b's process restarted while the coordinator was down: the adopted group
+  // cannot take it in, so it re-forms.
+  v1::JoinJobResponse fresh = MustJoin(JoinReq("b", std::nullopt, /*incarnation=*/2));
+  EXPECT_EQ(fresh.rank(), 1);
+  EXPECT_EQ(fresh.generation(), a.generation() + 1);
+  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("while the job was being adopted")));
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_MissingRankOrPlanVersion_InvalidArgumentNamingTheField) {
+  const int64_t v = MustSubmit(2);
+  v1::JoinJobRequest no_rank = JoinReq("a");
+  no_rank.set_plan_version(v);
+  no_rank.set_adopt_generation(1);
+  EXPECT_THAT(service_->JoinJob(no_rank).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs rank")));
+  v1::JoinJobRequest no_plan = JoinReq("a", 0);
+  no_plan.set_adopt_generation(1);
+  EXPECT_THAT(service_->JoinJob(no_plan).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs plan_version")));
+  v1::JoinJobRequest negative = JoinReq("a", 0);
+  negative.set_adopt_generation(-1);
+  EXPECT_THAT(service_->JoinJob(negative).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("adopt_generation -1")));
+}
+
+TEST_F(CoordinatorServiceTest, Adopt_UnknownPlanVersionOrRankOutsideIt_NotFoundOrInvalid) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  Restart();
+  v1::JoinJobResponse unknown_plan = a;
+  unknown_plan.set_plan_version(9);
+  EXPECT_THAT(service_->JoinJob(AdoptReq("a", unknown_plan)).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("9")));
+  v1::JoinJobResponse outside = a;
+  outside.set_rank(2);
+  EXPECT_THAT(service_->JoinJob(AdoptReq("a", outside)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+  // Neither refusal left a job behind.
+  v1::ListWorkersRequest all;
+  EXPECT_EQ(service_->ListWorkers(all)->jobs_size(), 0);
+}
+
+// The adopted job keeps its generation, so its revisions cannot start at
+// generation x 10^9 again: a watch cursor of the previous process must lead
+// to a snapshot, not to "caught up" or a replay of this process's events.
+TEST_F(CoordinatorServiceTest, Adopt_WatchCursorFromBeforeTheRestart_GetsASnapshot) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  const int64_t head = MustStatus().revision();
+  Restart();
+  MustJoin(AdoptReq("a", a));
+  MustJoin(AdoptReq("b", b));
+  v1::WatchRequest req;
+  req.set_job("job");
+  req.set_from_version(1);
+  req.set_from_job_revision(head);
+  auto w = service_->Watch(req, [] {});
+  ASSERT_THAT(w.status(), IsOk());
+  std::vector<v1::WatchEvent> events = Drain(**w);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].job().type(), v1::JOB_EVENT_SNAPSHOT);
+  EXPECT_GT(events[0].job().revision(), head);
+  EXPECT_EQ(events[0].job().workers_size(), 2);
 }
 
 TEST_F(CoordinatorServiceTest, ListWorkers_UnknownJob_NotFound) {

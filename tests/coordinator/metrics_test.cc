@@ -68,6 +68,8 @@ TEST(CoordinatorMetricsTest, Registry_ExportsExactlyTheDocumentedFamilies) {
   event.set_job("train");
   event.set_generation(2);
   metrics.OnJobEvent(event, WorkerCounts{3, 1, 0});
+  event.set_type(v1::JOB_EVENT_ERROR_REPORTED);
+  metrics.OnJobEvent(event, WorkerCounts{3, 1, 0});
   metrics.OnWatchers(5);
   metrics.RecordRpc(Rpc::kGetPlan, absl::StatusCode::kNotFound);
 
@@ -82,9 +84,15 @@ TEST(CoordinatorMetricsTest, Registry_ExportsExactlyTheDocumentedFamilies) {
   EXPECT_THAT(text, HasSubstr("muonshard_workers{job=\"train\",state=\"joined\"} 3\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_workers{job=\"train\",state=\"failed\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_job_generation{job=\"train\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_job_events_total{job=\"train\","
+                              "type=\"error_reported\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_job_events_total{job=\"train\","
+                              "type=\"worker_failed\"} 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("type=\"snapshot\"")));
   EXPECT_THAT(text, HasSubstr("muonshard_watch_streams 5\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"WaitKeys\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"ReportError\"} 0\n"));
 }
 
 TEST(CoordinatorMetricsTest, OnLatestPlan_SmallerWorld_DropsStaleRankSeries) {
