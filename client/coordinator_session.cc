@@ -33,6 +33,26 @@ v1::JoinJobRequest JoinRequest(const SessionOptions& options, uint64_t incarnati
   return request;
 }
 
+// A heartbeat answer that means the coordinator does not know this
+// membership: a restarted coordinator (NOTE [Adoption]).
+bool MembershipUnknown(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kNotFound || status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
+// Calls `rpc` until it answers anything but UNAVAILABLE or `timeout` has
+// passed, backing off as JoinWithRetries does.
+template <typename Rpc>
+absl::Status RetryUnavailable(absl::Duration timeout, Rpc rpc) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    absl::Status s = rpc();
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > deadline) return s;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
 JoinedJob ToJoinedJob(const std::string& job, uint64_t incarnation, const v1::JoinJobResponse& r) {
   JoinedJob joined;
   joined.job = job;
@@ -95,6 +115,9 @@ CoordinatorSession::CoordinatorSession(CoordinatorClient* client, const SessionO
     : client_(client),
       clock_(options.clock),
       joined_(std::move(joined)),
+      host_(options.host),
+      device_(options.device),
+      join_timeout_(options.join_timeout),
       period_(options.heartbeat_period > absl::ZeroDuration()
                   ? options.heartbeat_period
                   : std::max(joined_.heartbeat_timeout / 3, absl::Milliseconds(10))),
@@ -117,10 +140,17 @@ int64_t CoordinatorSession::heartbeats() const {
   return heartbeats_;
 }
 
+int64_t CoordinatorSession::adoptions() const {
+  absl::MutexLock lock(&mu_);
+  return adoptions_;
+}
+
 void CoordinatorSession::HeartbeatLoop(absl::Time first) {
   absl::Time next = first;
   while (!WaitUntil(next)) {
-    if (!Record(SendHeartbeat())) {
+    absl::Status answer = SendHeartbeat();
+    if (MembershipUnknown(answer)) answer = Adopt();
+    if (!Record(answer)) {
       if (on_lost_) on_lost_(health());
       return;
     }
@@ -149,6 +179,44 @@ absl::Status CoordinatorSession::SendHeartbeat() {
   return FromGrpcStatus(client_->stub().Heartbeat(ctx.get(), request, &response));
 }
 
+absl::Status CoordinatorSession::Adopt() {
+  v1::JoinJobRequest request;
+  request.set_job(joined_.job);
+  request.set_host(host_);
+  request.set_device(device_);
+  request.set_incarnation(joined_.incarnation);
+  request.set_rank(joined_.rank);
+  request.set_plan_version(joined_.plan_version);
+  request.set_adopt_generation(joined_.generation);
+  absl::StatusOr<v1::JoinJobResponse> response = JoinOnce(*client_, request);
+  if (!response.ok()) return response.status();
+  absl::MutexLock lock(&mu_);
+  ++adoptions_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CoordinatorSession::ReportError(const absl::Status& error) {
+  v1::ReportErrorRequest request;
+  request.set_job(joined_.job);
+  request.set_rank(joined_.rank);
+  request.set_incarnation(joined_.incarnation);
+  request.set_generation(joined_.generation);
+  request.set_message(error.ToString());
+  v1::ReportErrorResponse response;
+  absl::Status s = RetryUnavailable(join_timeout_, [&] {
+    std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+    return FromGrpcStatus(client_->stub().ReportError(ctx.get(), request, &response));
+  });
+  if (!s.ok()) return Annotate(s, absl::StrCat("reporting rank ", joined_.rank, "'s error to the coordinator"));
+  return response.generation();
+}
+
+void CoordinatorSession::Detach() {
+  StopHeartbeats();
+  absl::MutexLock lock(&mu_);
+  if (!left_.has_value()) left_ = absl::OkStatus();
+}
+
 bool CoordinatorSession::Record(const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   ++heartbeats_;
@@ -159,8 +227,8 @@ bool CoordinatorSession::Record(const absl::Status& status) {
       return true;  // transient: try again next period
     case absl::StatusCode::kAborted:
       health_ = absl::AbortedError(absl::StrCat("job \"", joined_.job, "\" moved past generation ", joined_.generation,
-                                                " (a member failed or left; heartbeat answered: ", status.message(),
-                                                "); stopping — re-joining a new generation is not implemented yet"));
+                                                " (a member failed, reported an error or left; the coordinator said: ",
+                                                status.message(), ")"));
       return false;
     default:
       health_ = Annotate(status, absl::StrCat("heartbeat of rank ", joined_.rank, " in job \"", joined_.job, "\""));

@@ -9,14 +9,22 @@
 //
 // Generations: the coordinator answers a heartbeat with ABORTED once the
 // job's generation has moved past the one this worker joined (a member
-// failed or left; see NOTE [Membership state machine] in
+// failed, reported an error or left; see NOTE [Membership state machine] in
 // coordinator/service/job_registry.h). The session then stops heartbeating
-// and health() reports ABORTED with a message saying so; the worker must
-// stop cleanly (its communicators' group is broken). Re-joining the new
-// generation and resuming is the recovery protocol, future work.
+// and health() reports ABORTED with the coordinator's reason; the worker's
+// group is broken. It recovers by Detach()ing this session and joining
+// again with the same incarnation, which moves it into the new generation
+// (worker::RankSession::Recover), or stops.
 // Transient heartbeat failures (UNAVAILABLE, DEADLINE_EXCEEDED) are retried
 // at the next period; if they last past the heartbeat timeout the
 // coordinator marks the worker failed and the next answer is ABORTED.
+//
+// Coordinator restarts: a restarted coordinator has no membership in memory,
+// so a heartbeat finds the job (NOT_FOUND) or the rank (FAILED_PRECONDITION)
+// unknown. The session then re-registers (JoinJob with adopt_generation,
+// NOTE [Adoption] in coordinator.proto): the coordinator takes the job back
+// at the same generation and training goes on untouched. When it refuses
+// (ABORTED: the job moved on) the membership is lost as above.
 //
 // Clock: the heartbeat schedule reads the injected Clock. Its waits are cut
 // into short real-time slices that re-read the clock, so a FakeClock that a
@@ -94,6 +102,20 @@ class CoordinatorSession {
   absl::Status health() const;
   // Heartbeats answered so far (any answer), for tests and logs.
   int64_t heartbeats() const;
+  // Times the membership was re-registered with a restarted coordinator.
+  int64_t adoptions() const;
+
+  // Tells the coordinator this worker's step failed with `error` (the
+  // ReportError RPC) so the job moves to a new generation now and its peers
+  // learn why at their next heartbeat. Retried while the coordinator is
+  // unreachable, up to the join timeout. Returns the job's generation after
+  // the report. Possible errors: the RPC's.
+  absl::StatusOr<int64_t> ReportError(const absl::Status& error);
+
+  // Stops heartbeating without leaving: the worker is about to join again
+  // with the same incarnation (a new generation of the same membership).
+  // Leave() is then a no-op. Idempotent.
+  void Detach();
 
   // Stops heartbeating and leaves the job (LeaveJob). Idempotent: later
   // calls return the first call's result.
@@ -108,6 +130,8 @@ class CoordinatorSession {
   // Blocks until the clock reaches `t` (false) or Stop() (true).
   bool WaitUntil(absl::Time t);
   absl::Status SendHeartbeat();
+  // A heartbeat found the job or the rank unknown: re-registers (see above).
+  absl::Status Adopt();
   // Records an answer; false when it ends the loop (a terminal error).
   bool Record(const absl::Status& status);
   void StopHeartbeats();
@@ -115,6 +139,9 @@ class CoordinatorSession {
   CoordinatorClient* const client_;  // not owned
   Clock* const clock_;                    // not owned
   const JoinedJob joined_;
+  const std::string host_;
+  const std::string device_;
+  const absl::Duration join_timeout_;
   const absl::Duration period_;
   const std::function<void(const absl::Status&)> on_lost_;
 
@@ -122,6 +149,7 @@ class CoordinatorSession {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t adoptions_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Status> left_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

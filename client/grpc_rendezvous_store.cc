@@ -32,6 +32,12 @@ absl::Status GrpcRendezvousStore::Annotated(const absl::Status& s, const std::st
                                   options_.generation, ")"));
 }
 
+absl::Status GrpcRendezvousStore::Annotated(const absl::Status& s, const std::vector<std::string>& keys) const {
+  if (keys.size() == 1) return Annotated(s, keys[0]);
+  return Annotate(s, absl::StrCat(keys.size(), " rendezvous keys \"", keys.front(), "\" .. \"", keys.back(),
+                                  "\" (job \"", options_.job, "\", generation ", options_.generation, ")"));
+}
+
 absl::Status GrpcRendezvousStore::Set(const std::string& key, const std::string& value) {
   MUONSHARD_RETURN_IF_ERROR(CheckKey(key));
   v1::SetKeyRequest request;
@@ -66,21 +72,37 @@ absl::StatusOr<std::string> GrpcRendezvousStore::Wait(const std::string& key, ab
     }
     return value;
   }
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> values, WaitKeys({key}, timeout));
+  return std::move(values[0]);
+}
+
+absl::StatusOr<std::vector<std::string>> GrpcRendezvousStore::WaitAll(const std::vector<std::string>& keys,
+                                                                      absl::Duration timeout) {
+  if (keys.empty()) return std::vector<std::string>();
+  for (const std::string& key : keys) MUONSHARD_RETURN_IF_ERROR(CheckKey(key));
+  if (timeout <= absl::ZeroDuration()) return RendezvousStore::WaitAll(keys, timeout);  // Gets
+  return WaitKeys(keys, timeout);
+}
+
+absl::StatusOr<std::vector<std::string>> GrpcRendezvousStore::WaitKeys(const std::vector<std::string>& keys,
+                                                                       absl::Duration timeout) {
   v1::WaitKeysRequest request;
   request.set_job(options_.job);
   request.set_generation(options_.generation);
-  request.add_keys(key);
+  for (const std::string& key : keys) request.add_keys(key);
   request.set_timeout_ms(CeilMillis(timeout));
   v1::WaitKeysResponse response;
   std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout + options_.rpc_slack));
   absl::Status s = FromGrpcStatus(client_->stub().WaitKeys(ctx.get(), request, &response));
-  if (!s.ok()) return Annotated(s, key);
-  if (response.values_size() != 1) {
-    return Annotated(
-        absl::InternalError(absl::StrCat("WaitKeys returned ", response.values_size(), " values for one key")), key);
+  if (!s.ok()) return Annotated(s, keys);
+  if (response.values_size() != static_cast<int>(keys.size())) {
+    return Annotated(absl::InternalError(absl::StrCat("WaitKeys returned ", response.values_size(), " values for ",
+                                                      keys.size(), " key(s)")),
+                     keys);
   }
-  return std::move(*response.mutable_values(0));
+  return std::vector<std::string>(std::make_move_iterator(response.mutable_values()->begin()),
+                                  std::make_move_iterator(response.mutable_values()->end()));
 }
 
 }  // namespace muonshard::client

@@ -13,7 +13,7 @@
 // pending Wait() is aborted at once rather than running into its timeout.
 // The worker then stops (re-joining a new generation is future work).
 //
-// Wait(key, timeout) maps onto WaitKeys with timeout_ms = the timeout
+// Wait(key, timeout) and WaitAll(keys, timeout) map onto WaitKeys with timeout_ms = the timeout
 // (rounded up to a millisecond); a zero or negative timeout is a GetKey
 // whose NOT_FOUND becomes DEADLINE_EXCEEDED (WaitKeys' timeout_ms = 0 would
 // mean the server's default of 30 s). The RPC's own deadline is the wait
@@ -30,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -54,13 +55,19 @@ class GrpcRendezvousStore : public worker::RendezvousStore {
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key) override;
   absl::StatusOr<std::string> Wait(const std::string& key, absl::Duration timeout) override;
+  // One WaitKeys request for every key (the server's multi-key wait).
+  absl::StatusOr<std::vector<std::string>> WaitAll(const std::vector<std::string>& keys,
+                                                   absl::Duration timeout) override;
 
   const std::string& job() const { return options_.job; }
   int64_t generation() const { return options_.generation; }
 
  private:
+  // WaitKeys for `keys` (none empty), timeout > 0.
+  absl::StatusOr<std::vector<std::string>> WaitKeys(const std::vector<std::string>& keys, absl::Duration timeout);
   // "rendezvous key "k" (job "j", generation g): " prefixed to `s`.
   absl::Status Annotated(const absl::Status& s, const std::string& key) const;
+  absl::Status Annotated(const absl::Status& s, const std::vector<std::string>& keys) const;
 
   CoordinatorClient* const client_;  // not owned
   const GrpcRendezvousStoreOptions options_;

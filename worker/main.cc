@@ -25,7 +25,7 @@ constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
     "         [--backend gloo|nccl [--cuda-device N]] [--workload regression|synthetic] [--steps N] [--lr X]\n"
     "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S]\n"
-    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] ...\n"
+    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
     "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
 
@@ -33,12 +33,14 @@ struct Flags {
   WorkerOptions o;
   std::string plan_version = "latest";
   int64_t rank = -1;
+  int64_t max_restarts = 0;
   double lr = 0.02;
   double weight_decay = 0.01;
   int64_t seed = 1;
   double comm_timeout_s = 60;
   double join_timeout_s = 30;
   double linger_s = 0;
+  double rejoin_grace_s = 0;
 
   void Register(FlagSet& f) {
     o.connection.Register(f);
@@ -63,7 +65,13 @@ struct Flags {
     f.String("dump-params", &o.dump_params, "write the final fp32 parameters here (safetensors)");
     f.String("checkpoint-dir", &o.checkpoint_dir, "write sharded checkpoints here (step-N/ + latest)");
     f.Int("checkpoint-every", &o.checkpoint_every, "checkpoint after every N-th step (0: after the last only)");
-    f.Bool("resume", &o.resume, "continue from the latest checkpoint in --checkpoint-dir (any plan of the model)");
+    f.Bool("resume", &o.resume,
+           "continue from the latest checkpoint in --checkpoint-dir (any plan of the model); from step 0 when it holds "
+           "none");
+    f.Int("max-restarts", &max_restarts,
+          "recover up to N times when the group breaks (a peer died, froze or reported an error): re-join, wait for "
+          "the group, restore the newest checkpoint, go on");
+    f.Double("rejoin-grace", &rejoin_grace_s, "seconds a recovery waits for the group to re-form (0: --comm-timeout)");
     f.Int("metrics-port", &o.metrics_port, "/metrics on this port + local rank (0: any free port, <0: off)");
     f.String("metrics-host", &o.metrics_host, "address the /metrics endpoint binds");
     f.Int("local-rank", &o.local_rank, "rank on this host (default: the job rank)");
@@ -93,9 +101,15 @@ struct Flags {
     o.lr = static_cast<float>(lr);
     o.weight_decay = static_cast<float>(weight_decay);
     o.seed = static_cast<uint64_t>(seed);
-    if (!(comm_timeout_s > 0) || !(join_timeout_s > 0) || !(linger_s >= 0)) {
-      return absl::InvalidArgumentError("flags --comm-timeout, --join-timeout must be > 0, --linger >= 0");
+    if (!(comm_timeout_s > 0) || !(join_timeout_s > 0) || !(linger_s >= 0) || !(rejoin_grace_s >= 0)) {
+      return absl::InvalidArgumentError(
+          "flags --comm-timeout, --join-timeout must be > 0, --linger and --rejoin-grace >= 0");
     }
+    if (max_restarts < 0 || max_restarts > 1000000) {
+      return absl::InvalidArgumentError("flag --max-restarts must be in [0, 1000000]");
+    }
+    o.max_restarts = static_cast<int>(max_restarts);
+    o.rejoin_grace = absl::Seconds(rejoin_grace_s);
     o.comm_timeout = absl::Seconds(comm_timeout_s);
     o.join_timeout = absl::Seconds(join_timeout_s);
     o.linger = absl::Seconds(linger_s);

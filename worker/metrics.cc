@@ -56,7 +56,9 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
       loss_(Gauge(*registry_, "muonshard_worker_loss", "This rank's training loss before the last step", labels_)),
       plan_version_(Gauge(*registry_, "muonshard_worker_plan_version", "Plan version the worker runs", labels_)),
       generation_(Gauge(*registry_, "muonshard_worker_generation", "Job generation the worker joined", labels_)),
-      steps_(Counter(*registry_, "muonshard_worker_steps_total", "Optimizer steps completed", labels_)) {
+      steps_(Counter(*registry_, "muonshard_worker_steps_total", "Optimizer steps completed", labels_)),
+      restarts_(Counter(*registry_, "muonshard_worker_restarts_total",
+                        "Recoveries of this process: the group broke, it re-joined and restored", labels_)) {
   auto& phases = prometheus::BuildHistogram()
                      .Name("muonshard_worker_step_seconds")
                      .Help(
@@ -74,6 +76,20 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
   for (size_t i = 0; i < comm_bytes_.size(); ++i) {
     comm_bytes_[i] = &comm.Add(With(labels_, "op", kCommOps[i]));
   }
+  auto& recovery = prometheus::BuildHistogram()
+                       .Name("muonshard_worker_recovery_seconds")
+                       .Help(
+                           "Recovery time by phase: detect (interrupted step to its error), abort (report, tear "
+                           "down), rendezvous (re-join, wait for the group), restore (checkpoint load)")
+                       .Register(*registry_);
+  for (size_t i = 0; i < recovery_.size(); ++i) {
+    recovery_[i] = &recovery.Add(With(labels_, "phase", kRecoveryPhases[i]), SecondsBuckets());
+  }
+}
+
+void WorkerMetrics::RecordRecovery(const std::array<double, 4>& phase_seconds) {
+  for (size_t i = 0; i < recovery_.size(); ++i) recovery_[i]->Observe(phase_seconds[i]);
+  restarts_.Increment();
 }
 
 void WorkerMetrics::SetPlan(const v1::RankView& view, int64_t plan_version, int64_t generation) {

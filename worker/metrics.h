@@ -44,10 +44,17 @@ inline constexpr const char* kWorkerExportedMetrics[] = {
     "muonshard_worker_plan_version",                 // gauge
     "muonshard_worker_generation",                   // gauge
     "muonshard_worker_steps_total",                  // counter
+    "muonshard_worker_restarts_total",               // counter: recoveries (NOTE [Recovery])
+    "muonshard_worker_recovery_seconds",             // histogram {phase}
 };
 
 // The `phase` label values, in step order.
 inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw", "sync"};
+// The `phase` label values of a recovery, in order: detect (the interrupted
+// step's start to its error), abort (report, tear the group down),
+// rendezvous (join again, wait for the group, communicators), restore (load
+// the newest checkpoint or the initial parameters).
+inline constexpr const char* kRecoveryPhases[] = {"detect", "abort", "rendezvous", "restore"};
 // The `op` label values.
 inline constexpr const char* kCommOps[] = {"reduce", "reduce_scatter", "broadcast", "all_gather"};
 
@@ -66,6 +73,8 @@ class WorkerMetrics {
   // the Newton-Schulz FLOPs it ran and the whole training step's seconds
   // (gradients included).
   void RecordStep(const StepStats& stats, double loss, double ns_flops, double train_step_seconds);
+  // One recovery: its phases' seconds in kRecoveryPhases order.
+  void RecordRecovery(const std::array<double, 4>& phase_seconds);
 
  private:
   const prometheus::Labels labels_;  // job and rank, on every series
@@ -81,6 +90,8 @@ class WorkerMetrics {
   prometheus::Gauge& plan_version_;
   prometheus::Gauge& generation_;
   prometheus::Counter& steps_;
+  prometheus::Counter& restarts_;
+  std::array<prometheus::Histogram*, 4> recovery_;  // kRecoveryPhases order
 };
 
 }  // namespace muonshard::worker

@@ -45,6 +45,10 @@ std::string DeviceIdentity(const RankSessionOptions& options, std::optional<int>
 
 }  // namespace
 
+bool IsBrokenGroup(const absl::Status& status) {
+  return absl::IsAborted(status) || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
 absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
     return absl::InvalidArgumentError(absl::StrCat("flag --backend: \"", options.backend, "\" is not gloo or nccl"));
@@ -117,8 +121,80 @@ absl::Status RankSession::Run() {
   MUONSHARD_RETURN_IF_ERROR(Join());
   MUONSHARD_RETURN_IF_ERROR(StartMetrics());
   MUONSHARD_RETURN_IF_ERROR(CreateBackend());
+  MUONSHARD_RETURN_IF_ERROR(OpenStore());
+  MUONSHARD_RETURN_IF_ERROR(WaitForGroup(options_.comm_timeout));
   MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
   return CreateOptimizer();
+}
+
+absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
+  absl::Status s = internal::StoreBarrier(*store_, "group", rank(), world_size(), timeout);
+  if (s.ok()) return s;
+  return Annotate(s, absl::StrCat("waiting ", absl::FormatDuration(timeout), " for every rank of generation ",
+                                  joined_.generation));
+}
+
+void RankSession::ReportError(const absl::Status& error) {
+  if (session_ == nullptr) return;  // not a member: nobody to tell
+  absl::StatusOr<int64_t> generation = session_->ReportError(error);
+  if (!generation.ok()) {
+    Log() << Prefix() << "warning: " << generation.status() << "\n";
+    return;
+  }
+  Log() << Prefix() << "reported the error to the coordinator; the job is at generation " << *generation << "\n";
+}
+
+absl::Status RankSession::health() const {
+  if (session_ == nullptr) return absl::AbortedError("not a member of the job (a re-join failed)");
+  return session_->health();
+}
+
+void RankSession::TearDownGroup() {
+  if (session_ != nullptr) session_->Detach();  // no more on_lost callbacks
+  {
+    absl::MutexLock lock(&abort_mu_);
+    abortable_.clear();
+    lost_ = absl::OkStatus();
+  }
+  optimizer_.reset();
+  comm_groups_.clear();
+  comms_.clear();
+  store_.reset();
+}
+
+absl::StatusOr<RecoveryTimes> RankSession::Recover(absl::Duration grace) {
+  RecoveryTimes times;
+  absl::Time t0 = absl::Now();
+  const client::JoinedJob before = joined_;
+  TearDownGroup();
+  times.abort = absl::Now() - t0;
+  t0 = absl::Now();
+  session_.reset();
+  MUONSHARD_RETURN_IF_ERROR(Join(before.incarnation, before.rank));
+  const client::JoinedJob& now = joined_;
+  if (now.generation == before.generation) {
+    return absl::AbortedError(absl::StrCat("re-joined job \"", now.job, "\" still at generation ", now.generation,
+                                           " (the coordinator has not moved it; was the error reported?)"));
+  }
+  if (now.plan_version != before.plan_version) full_plan_.reset();
+  metrics_->SetPlan(view_, now.plan_version, now.generation);
+  MUONSHARD_RETURN_IF_ERROR(WritePortFile());
+  MUONSHARD_RETURN_IF_ERROR(OpenStore());
+  MUONSHARD_RETURN_IF_ERROR(WaitForGroup(grace));
+  MUONSHARD_RETURN_IF_ERROR(CreateCommunicators());
+  MUONSHARD_RETURN_IF_ERROR(CreateOptimizer());
+  times.rendezvous = absl::Now() - t0;
+  return times;
+}
+
+absl::StatusOr<std::optional<LoadedCheckpoint>> RankSession::LoadLatestCheckpoint(const std::string& dir) {
+  absl::StatusOr<checkpoint::Checkpoint> latest = checkpoint::OpenCheckpoint(dir);
+  if (absl::IsNotFound(latest.status())) {
+    Log() << Prefix() << "no committed checkpoint in " << dir << ": starting from the initial parameters\n";
+    return std::nullopt;
+  }
+  MUONSHARD_RETURN_IF_ERROR(latest.status());
+  return LoadCheckpoint(dir);
 }
 
 std::ostream& RankSession::Log() const { return internal::Log(options_); }
@@ -133,18 +209,20 @@ absl::Status RankSession::CheckDevices() {
   return absl::OkStatus();
 }
 
-absl::Status RankSession::Join() {
+absl::Status RankSession::Join(uint64_t incarnation, std::optional<int> rank) {
   client::SessionOptions o;
+  o.incarnation = incarnation;
   o.job = options_.job;
   o.host = options_.host.empty() ? HostName() : options_.host;
   o.device = DeviceIdentity(options_,
                             nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
-  o.rank = options_.rank;
+  o.rank = rank.has_value() ? rank : options_.rank;
   o.plan_version = options_.plan_version;
   o.join_timeout = options_.join_timeout;
   o.clock = options_.clock;
   o.on_lost = [this](const absl::Status& status) { OnMembershipLost(status); };
   MUONSHARD_ASSIGN_OR_RETURN(session_, client::CoordinatorSession::Join(client_.get(), o));
+  joined_ = session_->joined();
   MUONSHARD_ASSIGN_OR_RETURN(view_, client::FetchJoinedView(*plan_source_, session_->joined()));
   if (options_.check_view) {
     if (absl::Status s = options_.check_view(session_->joined(), view_); !s.ok()) {
@@ -152,7 +230,7 @@ absl::Status RankSession::Join() {
       return s;
     }
   }
-  const client::JoinedJob& j = session_->joined();
+  const client::JoinedJob& j = joined_;
   Log() << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size
         << ", generation " << j.generation << ", plan version " << j.plan_version << " ("
         << j.content_hash.substr(0, 19) << "), model " << view_.model() << "\n";
@@ -160,7 +238,7 @@ absl::Status RankSession::Join() {
 }
 
 absl::Status RankSession::StartMetrics() {
-  const client::JoinedJob& j = session_->joined();
+  const client::JoinedJob& j = joined_;
   metrics_ = std::make_unique<WorkerMetrics>(j.job, j.rank);
   metrics_->SetPlan(view_, j.plan_version, j.generation);
   if (options_.metrics_port >= 0) {
@@ -169,6 +247,11 @@ absl::Status RankSession::StartMetrics() {
                                                                  /*num_threads=*/1));
     Log() << Prefix() << "metrics on http://" << options_.metrics_host << ":" << server_->port() << "/metrics\n";
   }
+  return WritePortFile();
+}
+
+absl::Status RankSession::WritePortFile() const {
+  const client::JoinedJob& j = joined_;
   if (options_.port_file.empty()) return absl::OkStatus();
   return WriteFileAtomic(options_.port_file, absl::StrCat("{\"rank\": ", j.rank, ", \"metrics_port\": ",
                                                           metrics_port(), ", \"generation\": ", j.generation,
@@ -198,11 +281,15 @@ absl::Status RankSession::CreateBackend() {
   return absl::OkStatus();
 }
 
-absl::Status RankSession::CreateCommunicators() {
+absl::Status RankSession::OpenStore() {
   client::GrpcRendezvousStoreOptions so;
-  so.job = session_->joined().job;
-  so.generation = session_->joined().generation;
+  so.job = joined_.job;
+  so.generation = joined_.generation;
   store_ = std::make_unique<client::GrpcRendezvousStore>(client_.get(), so);
+  return absl::OkStatus();
+}
+
+absl::Status RankSession::CreateCommunicators() {
   std::vector<const v1::CommGroup*> groups;
   for (const v1::CommGroup& g : view_.groups()) groups.push_back(&g);
   std::sort(groups.begin(), groups.end(), [](auto* a, auto* b) { return a->id() < b->id(); });
@@ -215,7 +302,7 @@ absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
   if (at == group.ranks().end() || group.ranks_size() < 2) return absl::OkStatus();
   const int group_rank = static_cast<int>(at - group.ranks().begin());
   const std::string prefix =
-      absl::StrCat(session_->joined().job, "/", session_->joined().generation, "/g", group.id(), "/");
+      absl::StrCat(joined_.job, "/", joined_.generation, "/g", group.id(), "/");
   absl::StatusOr<std::unique_ptr<Communicator>> comm;
   if (nccl()) {
     internal::NcclGroupOptions o;
@@ -277,19 +364,20 @@ std::string RankSession::Describe() const {
 
 absl::StatusOr<const client::VersionedPlan*> RankSession::FullPlan() {
   if (full_plan_ == nullptr) {
-    MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan p, plan_source_->FetchPlan(session_->joined().plan_version));
+    MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan p, plan_source_->FetchPlan(joined_.plan_version));
     full_plan_ = std::make_unique<client::VersionedPlan>(std::move(p));
   }
   return full_plan_.get();
 }
 
 absl::Status RankSession::Barrier(const std::string& name) {
+  if (store_ == nullptr) return absl::FailedPreconditionError("no group: the last recovery failed");
   return internal::StoreBarrier(*store_, name, rank(), world_size(), options_.comm_timeout);
 }
 
 absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
                                          const v1::OptimizerHyperParams& hyper_params) {
-  const std::string save_id = absl::StrCat("generation-", session_->joined().generation);
+  const std::string save_id = absl::StrCat("generation-", joined_.generation);
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
   checkpoint::RankFileTarget target{dir, step, view_.content_hash(), rank(), world_size(), save_id};
   MUONSHARD_RETURN_IF_ERROR(checkpoint::WriteRankFile(target, shards, optimizer_->scalars()).status());
@@ -297,7 +385,7 @@ absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
   if (rank() != 0) return absl::OkStatus();
   MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
   checkpoint::CommitOptions commit;
-  commit.plan_version = session_->joined().plan_version;
+  commit.plan_version = joined_.plan_version;
   commit.save_id = save_id;
   commit.optimizer = hyper_params;
   MUONSHARD_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(dir, step, plan->plan, plan->request, commit));
@@ -343,7 +431,8 @@ absl::Status RankSession::Finish() {
     // The run is complete: a failed leave only delays the coordinator's
     // noticing (it marks a silent worker failed), so it is reported, not
     // returned.
-    if (absl::Status l = session_->Leave(); !l.ok()) Log() << Prefix() << "warning: " << l << "\n";
+    absl::Status left = session_ == nullptr ? absl::OkStatus() : session_->Leave();
+    if (!left.ok()) Log() << Prefix() << "warning: " << left << "\n";
   }
   finished_ = s;
   return s;

@@ -24,7 +24,8 @@
 //      (CudaDevice in worker_runner.h), so every optimizer buffer lives in
 //      device memory.
 //   5. Rendezvouses through the coordinator (client::GrpcRendezvousStore of
-//      the job's generation) and creates one communicator per comm group of
+//      the job's generation): waits for every rank to join the generation
+//      (a "group" barrier, bounded by comm_timeout), then creates one communicator per comm group of
 //      more than one rank that holds this rank, in ascending group id on
 //      every rank (so the blocking rendezvous cannot deadlock): "gloo", a
 //      Gloo one, key prefix "<job>/<generation>/g<group id>/", with
@@ -39,6 +40,20 @@
 // barrier, rank 0 commits) and LoadCheckpoint (each rank reads what its plan
 // view needs from a checkpoint saved under any plan of the same model) are
 // collectives over every rank of the job, like the step.
+//
+// NOTE [Recovery]: when the group breaks (a collective fails because a peer
+// died, the generation moved because a peer froze, failed or reported an
+// error), the caller reports the error (ReportError: the job moves to a new
+// generation at once, peers learn why) and calls Recover(): the optimizer,
+// the communicators and the rendezvous store of the old generation are
+// destroyed, the membership is detached (not left: leaving would move the
+// generation again) and the rank joins again with the same incarnation,
+// which puts it into the job's new generation (a replacement process of a
+// killed rank joins the same way and gets the free rank back). It then
+// waits up to `grace` for every rank of the group (a "group" barrier in the
+// new generation's store), re-creates the communicators and the optimizer,
+// and the caller restores the optimizer state (LoadLatestCheckpoint). The
+// kernel backend, /metrics and its counters live on across recoveries.
 //
 // Finish() ends a run cleanly: every rank meets the others (nobody leaves,
 // and so moves the generation, while a peer still trains), then leaves. A
@@ -136,6 +151,18 @@ struct RankSessionOptions {
 // unusable combination.
 absl::Status ValidateRankSessionOptions(const RankSessionOptions& options);
 
+// Whether `status` (from a step, a checkpoint save or a recovery) means the
+// group broke and NOTE [Recovery] applies: ABORTED (the generation moved, a
+// peer's connection closed, an abort), UNAVAILABLE (the coordinator or a
+// peer unreachable), DEADLINE_EXCEEDED (a peer did not answer in time).
+bool IsBrokenGroup(const absl::Status& status);
+
+// How long the phases of one recovery took (NOTE [Recovery]).
+struct RecoveryTimes {
+  absl::Duration abort;       // report the error, tear the old group down
+  absl::Duration rendezvous;  // join again, wait for the group, communicators
+};
+
 // What a checkpoint load did.
 struct LoadedCheckpoint {
   std::string step_dir;
@@ -160,7 +187,8 @@ class RankSession {
   RankSession& operator=(const RankSession&) = delete;
   ~RankSession();
 
-  const client::JoinedJob& joined() const { return session_->joined(); }
+  // What the last JoinJob answered (Recover joins again).
+  const client::JoinedJob& joined() const { return joined_; }
   int rank() const { return joined().rank; }
   int world_size() const { return joined().world_size; }
   int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
@@ -171,7 +199,7 @@ class RankSession {
   // The /metrics port, or -1 when not serving.
   int metrics_port() const;
   // OK while the membership holds; ABORTED once the job's generation moved.
-  absl::Status health() const { return session_->health(); }
+  absl::Status health() const;
   // The BLAS threads of the CPU backend (0 for nccl); the CUDA device (-1
   // for gloo).
   int blas_threads() const { return blas_threads_; }
@@ -192,6 +220,22 @@ class RankSession {
   // `latest`). `hyper_params` goes into the index. A collective.
   absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params);
 
+  // Tells the coordinator this rank's step failed with `error`, so the job
+  // moves to a new generation now and the peers' next heartbeat carries the
+  // message (CoordinatorSession::ReportError). A failed report is logged:
+  // the peers then learn at the heartbeat timeout.
+  void ReportError(const absl::Status& error);
+
+  // NOTE [Recovery]. Possible errors: Start()'s (ABORTED when the
+  // generation moved again meanwhile; DEADLINE_EXCEEDED when the group did
+  // not re-form within `grace`).
+  absl::StatusOr<RecoveryTimes> Recover(absl::Duration grace);
+
+  // LoadCheckpoint of the newest committed checkpoint of `dir`; nullopt
+  // (nothing loaded) when `dir` holds none. Every rank must see the same
+  // directory (the commit protocol needs a shared file system anyway).
+  absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir);
+
   // Loads step `step` (default: the latest) of `dir` into the optimizer,
   // whatever plan and world size it was saved under (reshard on load), and
   // rebuilds every model copy from the loaded masters. A collective.
@@ -207,8 +251,18 @@ class RankSession {
 
   absl::Status Run();
   absl::Status CheckDevices();
-  absl::Status Join();
+  // incarnation 0: a new one (a new process); Recover passes its own, and
+  // its rank.
+  absl::Status Join(uint64_t incarnation = 0, std::optional<int> rank = std::nullopt);
   absl::Status StartMetrics();
+  absl::Status WritePortFile() const;
+  // Destroys the optimizer, communicators and store and detaches the
+  // membership (NOTE [Recovery]).
+  void TearDownGroup();
+  absl::Status OpenStore();
+  // A "group" barrier in the generation's store: every rank has joined it
+  // (on a recovery, the survivors and any replacement process alike).
+  absl::Status WaitForGroup(absl::Duration timeout);
   absl::Status CreateBackend();
   absl::Status CreateCommunicators();
   absl::Status CreateCommunicator(const v1::CommGroup& group);
@@ -233,7 +287,8 @@ class RankSession {
   bool closing_ ABSL_GUARDED_BY(abort_mu_) = false;
   std::unique_ptr<client::CoordinatorClient> client_;
   std::unique_ptr<client::PlanSource> plan_source_;
-  std::unique_ptr<client::CoordinatorSession> session_;
+  std::unique_ptr<client::CoordinatorSession> session_;  // null after a failed re-join
+  client::JoinedJob joined_;
   v1::RankView view_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<MetricsHttpServer> server_;

@@ -27,10 +27,14 @@ class WorkerRun {
   explicit WorkerRun(const WorkerOptions& options) : options_(options) {}
 
   absl::Status Run() {
-    MUONSHARD_ASSIGN_OR_RETURN(session_, RankSession::Start(options_, internal::MakeOptimizerConfig(options_)));
+    MUONSHARD_RETURN_IF_ERROR(StartSession());
     MUONSHARD_ASSIGN_OR_RETURN(workload_, internal::MakeWorkload(options_));
-    MUONSHARD_ASSIGN_OR_RETURN(const int64_t first_step, Resume());
-    MUONSHARD_RETURN_IF_ERROR(Train(first_step));
+    absl::StatusOr<int64_t> first_step = Resume();
+    absl::Status trained = first_step.ok() ? Train(*first_step) : first_step.status();
+    while (!trained.ok()) {
+      MUONSHARD_ASSIGN_OR_RETURN(const int64_t from, Recover(std::move(trained)));
+      trained = Train(from);
+    }
     MUONSHARD_RETURN_IF_ERROR(Dump());
     MUONSHARD_RETURN_IF_ERROR(session_->Finish());
     if (!options_.dump_params.empty() && rank() == 0) MUONSHARD_RETURN_IF_ERROR(MergeDump());
@@ -57,9 +61,10 @@ class WorkerRun {
     const v1::RankView& view = session_->view();
     for (int64_t step = first_step; step < options_.steps; ++step) {
       MUONSHARD_RETURN_IF_ERROR(CheckContinue(step));
-      const absl::Time t0 = absl::Now();
+      const absl::Time t0 = step_started_ = absl::Now();
       absl::StatusOr<TrainStepResult> r = TrainStep(*workload_, optimizer(), step);
       if (!r.ok()) {
+        failed_at_ = absl::Now();
         // Said at once: tearing down (the /metrics server's stop, leaving the
         // job) can take seconds before main() prints the error again.
         absl::Status failed = Annotate(r.status(), absl::StrCat("step ", step + 1));
@@ -72,7 +77,10 @@ class WorkerRun {
         Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
                       << "\n";
       }
-      MUONSHARD_RETURN_IF_ERROR(MaybeSave(step + 1));
+      if (absl::Status saved = MaybeSave(step + 1); !saved.ok()) {
+        failed_at_ = absl::Now();
+        return saved;
+      }
     }
     Log(options_) << Prefix() << "trained " << std::max<int64_t>(0, options_.steps - first_step) << " step(s) in "
                   << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))) << "\n";
@@ -83,13 +91,82 @@ class WorkerRun {
   // state (a collective: the model copies are rebuilt with the step's own
   // sync); the step to go on from.
   absl::StatusOr<int64_t> Resume() {
-    if (!options_.resume) {
-      MUONSHARD_RETURN_IF_ERROR(InitializeParameters(*workload_, optimizer()));
-      return 0;
-    }
-    MUONSHARD_ASSIGN_OR_RETURN(LoadedCheckpoint loaded, session_->LoadCheckpoint(options_.checkpoint_dir));
-    return loaded.step;
+    if (!options_.resume) return Initialize();
+    return Restore();
   }
+
+  absl::StatusOr<int64_t> Initialize() {
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(*workload_, optimizer()));
+    return 0;
+  }
+
+  // The newest checkpoint of checkpoint_dir, or the initial parameters when
+  // there is none (or no checkpoint_dir).
+  absl::StatusOr<int64_t> Restore() {
+    if (options_.checkpoint_dir.empty()) return Initialize();
+    MUONSHARD_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded,
+                               session_->LoadLatestCheckpoint(options_.checkpoint_dir));
+    if (!loaded.has_value()) return Initialize();
+    return loaded->step;
+  }
+
+  // RankSession::Start, again (a restart) while it fails because the group
+  // broke under it (a replacement process starting while a peer fails) and
+  // restarts remain. A failed start has left the job already.
+  absl::Status StartSession() {
+    for (;;) {
+      absl::StatusOr<std::unique_ptr<RankSession>> started =
+          RankSession::Start(options_, internal::MakeOptimizerConfig(options_));
+      if (started.ok()) {
+        session_ = *std::move(started);
+        return absl::OkStatus();
+      }
+      if (!IsBrokenGroup(started.status()) || restarts_ >= options_.max_restarts) return started.status();
+      ++restarts_;
+      Log(options_) << "starting again (restart " << restarts_ << " of " << options_.max_restarts
+                    << ") after: " << started.status() << "\n";
+    }
+  }
+
+  // NOTE [Recovery] (rank_session.h): the step to go on from, or `failure`
+  // (reported to the coordinator) when it cannot be recovered from: not a
+  // broken group, or no restarts left. A recovery that fails the same way
+  // (the generation moved again, the group did not re-form in time) is
+  // tried again while restarts remain.
+  absl::StatusOr<int64_t> Recover(absl::Status failure) {
+    for (;;) {
+      if (!IsBrokenGroup(failure) || restarts_ >= options_.max_restarts) {
+        if (!absl::IsCancelled(failure)) session_->ReportError(failure);
+        return failure;
+      }
+      ++restarts_;
+      Log(options_) << Prefix() << "recovering (restart " << restarts_ << " of " << options_.max_restarts
+                    << ") from: " << failure << "\n";
+      session_->ReportError(failure);
+      absl::StatusOr<int64_t> from = RecoverOnce();
+      if (from.ok()) return from;
+      failure = from.status();
+      failed_at_ = step_started_ = absl::Now();
+    }
+  }
+
+  absl::StatusOr<int64_t> RecoverOnce() {
+    const absl::Duration detect = failed_at_ - step_started_;
+    const absl::Duration grace =
+        options_.rejoin_grace > absl::ZeroDuration() ? options_.rejoin_grace : options_.comm_timeout;
+    MUONSHARD_ASSIGN_OR_RETURN(const RecoveryTimes times, session_->Recover(grace));
+    const absl::Time t0 = absl::Now();
+    MUONSHARD_ASSIGN_OR_RETURN(const int64_t from, Restore());
+    const absl::Duration restore = absl::Now() - t0;
+    session_->metrics().RecordRecovery({absl::ToDoubleSeconds(detect), absl::ToDoubleSeconds(times.abort),
+                                        absl::ToDoubleSeconds(times.rendezvous), absl::ToDoubleSeconds(restore)});
+    Log(options_) << Prefix() << "recovered into generation " << session_->joined().generation << " (detect "
+                  << Ms(detect) << ", abort " << Ms(times.abort) << ", rendezvous " << Ms(times.rendezvous)
+                  << ", restore " << Ms(restore) << "); continuing from step " << from << "\n";
+    return from;
+  }
+
+  static std::string Ms(absl::Duration d) { return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1))); }
 
   // After step `done`, when due: every rank writes its file, meets the others,
   // and rank 0 commits (index last, then the rename and `latest`).
@@ -160,6 +237,9 @@ class WorkerRun {
   const WorkerOptions& options_;
   std::unique_ptr<RankSession> session_;
   std::unique_ptr<Workload> workload_;
+  int restarts_ = 0;
+  absl::Time step_started_ = absl::Now();  // of the step being run
+  absl::Time failed_at_ = absl::Now();     // when it failed
 };
 
 }  // namespace
@@ -185,6 +265,10 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
   if (options.steps < 0) return absl::InvalidArgumentError("flag --steps must be >= 0");
   if (options.resume && options.checkpoint_dir.empty()) {
     return absl::InvalidArgumentError("flag --resume needs --checkpoint-dir");
+  }
+  if (options.max_restarts < 0) return absl::InvalidArgumentError("flag --max-restarts must be >= 0");
+  if (options.rejoin_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("flag --rejoin-grace must be >= 0 (0: --comm-timeout)");
   }
   if (options.checkpoint_every < 0) return absl::InvalidArgumentError("flag --checkpoint-every must be >= 0");
   absl::Status config = ValidateOptimizerConfig(internal::MakeOptimizerConfig(options));

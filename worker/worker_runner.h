@@ -17,6 +17,9 @@
 //      session's health fails (the job's generation moved: ABORTED) or
 //      `stop` is notified (CANCELLED). With checkpoint_dir: save every
 //      checkpoint_every steps (write, barrier, rank 0 commits).
+//      With max_restarts, a broken group is recovered from (NOTE
+//      [Recovery]) instead of ending the run; an error that ends the run is
+//      reported to the coordinator first, so the peers learn of it at once.
 //   8. With dump_params: gather the fp32 masters and write them (see
 //      param_dump.h: part files, merged by rank 0).
 //   9. RankSession::Finish (meet every rank, then leave), and keep serving
@@ -81,8 +84,18 @@ struct WorkerOptions : RankSessionOptions {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   // Load the latest checkpoint of checkpoint_dir (saved under any plan of the
-  // same model) before training and continue from its step up to `steps`.
+  // same model) before training and continue from its step up to `steps`;
+  // start from the initial parameters when the directory holds none (so one
+  // command line serves a job's first start and a restarted process).
   bool resume = false;
+  // NOTE [Recovery] (rank_session.h): when the group breaks (ABORTED,
+  // UNAVAILABLE, DEADLINE_EXCEEDED from a step, a checkpoint save or a
+  // recovery), report the error, re-join the job's new generation, wait up
+  // to rejoin_grace (zero: comm_timeout) for the group, restore the newest
+  // checkpoint of checkpoint_dir (none: the initial parameters, step 0) and
+  // go on, up to max_restarts times per process.
+  int max_restarts = 0;
+  absl::Duration rejoin_grace;
 
   absl::Duration linger;  // keep serving /metrics after the run
   int log_every = 1;      // rank 0's progress line every this many steps

@@ -113,6 +113,36 @@ TEST_P(RendezvousStoreConformanceTest, Wait_ZeroTimeoutAbsent_DeadlineExceeded) 
               StatusIs(absl::StatusCode::kDeadlineExceeded, _));
 }
 
+TEST_P(RendezvousStoreConformanceTest, WaitAll_AllSet_ValuesInTheKeysOrder) {
+  MUONSHARD_ASSERT_OK(store().Set("b/1", "one"));
+  MUONSHARD_ASSERT_OK(store().Set("b/0", "zero"));
+  MUONSHARD_ASSERT_OK(store().Set("b/2", ""));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<std::string> got,
+                                 store().WaitAll({"b/0", "b/1", "b/2"}, kWaitTimeout));
+  EXPECT_THAT(got, ::testing::ElementsAre("zero", "one", ""));
+}
+
+TEST_P(RendezvousStoreConformanceTest, WaitAll_OneNeverSet_DeadlineExceededNamingIt) {
+  MUONSHARD_ASSERT_OK(store().Set("c/0", "x"));
+  EXPECT_THAT(store().WaitAll({"c/0", "c/missing"}, kShortTimeout),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("c/missing")));
+}
+
+TEST_P(RendezvousStoreConformanceTest, WaitAll_LastKeySetByAnotherThread_ReturnsEveryValue) {
+  MUONSHARD_ASSERT_OK(store().Set("d/0", "a"));
+  absl::Notification waiting;
+  absl::StatusOr<std::vector<std::string>> got = absl::UnknownError("not run");
+  std::thread waiter([&] {
+    waiting.Notify();
+    got = store().WaitAll({"d/0", "d/1"}, kWaitTimeout);
+  });
+  waiting.WaitForNotification();
+  MUONSHARD_EXPECT_OK(store().Set("d/1", "b"));
+  waiter.join();
+  MUONSHARD_ASSERT_OK(got);
+  EXPECT_THAT(*got, ::testing::ElementsAre("a", "b"));
+}
+
 TEST_P(RendezvousStoreConformanceTest, Wait_SetByAnotherThread_ReturnsValue) {
   absl::Notification waiting;
   absl::StatusOr<std::string> got = absl::UnknownError("not run");

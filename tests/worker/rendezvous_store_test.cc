@@ -36,6 +36,10 @@ class OwningPrefixedStore : public RendezvousStore {
                                    absl::Duration timeout) override {
     return view_.Wait(key, timeout);
   }
+  absl::StatusOr<std::vector<std::string>> WaitAll(
+      const std::vector<std::string>& keys, absl::Duration timeout) override {
+    return view_.WaitAll(keys, timeout);
+  }
 
  private:
   InMemoryRendezvousStore base_;

@@ -232,13 +232,53 @@ TEST(CoordinatorSessionTest, GenerationMoved_HealthAbortedSayingWhy) {
   MUONSHARD_ASSERT_OK(b->Leave());
   clock.Advance(absl::Seconds(1));
   MUONSHARD_ASSERT_OK(PollUntil([&] { return !a->health().ok(); }, kBound, "aborted heartbeat"));
+  // The coordinator's reason travels with it: the peer left.
   EXPECT_THAT(a->health(), StatusIs(absl::StatusCode::kAborted,
-                                    ::testing::AllOf(HasSubstr("generation"), HasSubstr("not implemented yet"))));
+                                    ::testing::AllOf(HasSubstr("moved past generation"), HasSubstr("left"))));
   // No more heartbeats once the membership is gone.
   const int64_t sent = a->heartbeats();
   clock.Advance(absl::Seconds(10));
   EXPECT_THAT(a->health(), StatusIs(absl::StatusCode::kAborted, HasSubstr(job)));
   EXPECT_EQ(a->heartbeats(), sent);
+}
+
+// A failing rank's report moves the generation at once; its peer's next
+// heartbeat is ABORTED with the reported message (not a timeout's).
+TEST(CoordinatorSessionTest, ReportError_PeerLearnsTheMessageAtItsNextHeartbeat) {
+  FakeClock clock;
+  const std::string job = UniqueJob("report");
+  client::SessionOptions o = Options(job, 0);
+  o.clock = &clock;
+  o.heartbeat_period = absl::Seconds(1);
+  auto a = MustJoin(o);
+  auto b = MustJoin(Options(job, 1));
+  ASSERT_TRUE(a && b);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t generation,
+                                 b->ReportError(absl::InternalError("cuda: illegal memory access")));
+  EXPECT_EQ(generation, b->joined().generation + 1);
+  clock.Advance(absl::Seconds(1));
+  MUONSHARD_ASSERT_OK(PollUntil([&] { return !a->health().ok(); }, kBound, "aborted heartbeat"));
+  EXPECT_THAT(a->health(), StatusIs(absl::StatusCode::kAborted, HasSubstr("cuda: illegal memory access")));
+  // A second report of the same (old) generation changes nothing.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t again, b->ReportError(absl::InternalError("again")));
+  EXPECT_EQ(again, generation);
+}
+
+// Detach stops heartbeating without leaving: the same incarnation joins
+// again and the job's generation did not move.
+TEST(CoordinatorSessionTest, Detach_ThenJoinWithTheSameIncarnation_KeepsTheGeneration) {
+  const std::string job = UniqueJob("detach");
+  auto a = MustJoin(Options(job, 0));
+  ASSERT_TRUE(a);
+  const client::JoinedJob before = a->joined();
+  a->Detach();
+  MUONSHARD_EXPECT_OK(a->Leave());  // a no-op now
+  client::SessionOptions again = Options(job, 0);
+  again.incarnation = before.incarnation;
+  auto b = MustJoin(again);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->joined().generation, before.generation);
+  EXPECT_EQ(b->joined().rank, 0);
 }
 
 TEST(CoordinatorSessionTest, PlanVersionOtherThanTheJobs_FailedPreconditionNamingBoth) {

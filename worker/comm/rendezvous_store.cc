@@ -50,6 +50,19 @@ absl::StatusOr<std::string> InMemoryRendezvousStore::Wait(
   return values_.at(key);
 }
 
+absl::StatusOr<std::vector<std::string>> RendezvousStore::WaitAll(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> values;
+  values.reserve(keys.size());
+  for (const std::string& key : keys) {
+    absl::StatusOr<std::string> value = Wait(key, deadline - absl::Now());
+    if (!value.ok()) return value.status();
+    values.push_back(*std::move(value));
+  }
+  return values;
+}
+
 absl::Status PrefixedRendezvousStore::Set(const std::string& key,
                                           const std::string& value) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
@@ -66,6 +79,17 @@ absl::StatusOr<std::string> PrefixedRendezvousStore::Wait(
     const std::string& key, absl::Duration timeout) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   return base_->Wait(prefix_ + key, timeout);
+}
+
+absl::StatusOr<std::vector<std::string>> PrefixedRendezvousStore::WaitAll(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  std::vector<std::string> prefixed;
+  prefixed.reserve(keys.size());
+  for (const std::string& key : keys) {
+    if (absl::Status s = CheckKey(key); !s.ok()) return s;
+    prefixed.push_back(prefix_ + key);
+  }
+  return base_->WaitAll(prefixed, timeout);
 }
 
 }  // namespace muonshard::worker

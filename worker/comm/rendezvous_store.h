@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -49,6 +50,13 @@ class RendezvousStore {
   // (empty key), UNAVAILABLE.
   virtual absl::StatusOr<std::string> Wait(const std::string& key,
                                            absl::Duration timeout) = 0;
+  // The values under every key of `keys` (in that order), waiting up to
+  // `timeout` in all until every one is set: a barrier's one round trip
+  // instead of one wait per key. The default waits for the keys in turn
+  // under one deadline; a remote store overrides it with one request.
+  // Possible errors: Wait()'s (DEADLINE_EXCEEDED names a missing key).
+  virtual absl::StatusOr<std::vector<std::string>> WaitAll(
+      const std::vector<std::string>& keys, absl::Duration timeout);
 };
 
 // A thread-safe map in memory. Waiters block on a condition, no polling.
@@ -80,6 +88,8 @@ class PrefixedRendezvousStore : public RendezvousStore {
   absl::StatusOr<std::string> Get(const std::string& key) override;
   absl::StatusOr<std::string> Wait(const std::string& key,
                                    absl::Duration timeout) override;
+  absl::StatusOr<std::vector<std::string>> WaitAll(
+      const std::vector<std::string>& keys, absl::Duration timeout) override;
 
   const std::string& prefix() const { return prefix_; }
 

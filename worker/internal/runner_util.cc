@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/workload/regression_workload.h"
 #include "worker/workload/synthetic_workload.h"
@@ -105,14 +107,29 @@ std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_s
   return line;
 }
 
+// NOTE [Barriers across a coordinator restart]: the keys live in the
+// coordinator's memory. While it restarts (UNAVAILABLE while it is down,
+// NOT_FOUND until the job is adopted) a rank sets its key again and waits
+// again, until `timeout`. Ranks that passed the barrier before the restart
+// do not set theirs again, so a barrier the restart cut in two ends in
+// DEADLINE_EXCEEDED: a broken group, which NOTE [Recovery] handles.
 absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world,
                           absl::Duration timeout) {
-  MUONSHARD_RETURN_IF_ERROR(store.Set(absl::StrCat(name, "/", rank), ""));
-  for (int r = 0; r < world; ++r) {
-    absl::StatusOr<std::string> s = store.Wait(absl::StrCat(name, "/", r), timeout);
-    if (!s.ok()) return Annotate(s.status(), absl::StrCat("barrier \"", name, "\" waiting for rank ", r));
+  const absl::Time deadline = absl::Now() + timeout;
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat(name, "/", r));
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;;) {
+    absl::Status s = store.Set(keys[rank], "");
+    if (s.ok()) s = store.WaitAll(keys, deadline - absl::Now()).status();
+    if (s.ok()) return s;
+    const bool restarting = absl::IsUnavailable(s) || absl::IsNotFound(s);
+    if (!restarting || absl::Now() + backoff >= deadline) {
+      return Annotate(s, absl::StrCat("barrier \"", name, "\" of ", world, " rank(s)"));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
   }
-  return absl::OkStatus();
 }
 
 }  // namespace muonshard::worker::internal
