@@ -30,6 +30,8 @@ v1::JoinJobRequest JoinRequest(const SessionOptions& options, uint64_t incarnati
   request.set_incarnation(incarnation);
   if (options.rank.has_value()) request.set_rank(*options.rank);
   request.set_plan_version(options.plan_version);
+  request.set_min_workers(options.min_workers);
+  request.set_rejoin_grace_ms(absl::ToInt64Milliseconds(options.rejoin_grace));
   return request;
 }
 

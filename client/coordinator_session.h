@@ -60,6 +60,11 @@ struct SessionOptions {
   uint64_t incarnation = 0;
   std::optional<int> rank;   // unset: the coordinator picks the lowest free
   int64_t plan_version = 0;  // 0: the job's (the first joiner takes the latest)
+  // NOTE [Elastic jobs] (coordinator.proto): > 0 makes the job elastic down
+  // to this many ranks; rejoin_grace (zero: the coordinator's default) is
+  // how long it waits for missing ranks before shrinking.
+  int min_workers = 0;
+  absl::Duration rejoin_grace;
 
   // JoinJob answered UNAVAILABLE (coordinator not up yet, restarting) is
   // retried after initial_backoff, doubling up to max_backoff, until

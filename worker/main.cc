@@ -25,7 +25,7 @@ constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
     "         [--backend gloo|nccl [--cuda-device N]] [--workload regression|synthetic] [--steps N] [--lr X]\n"
     "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S]\n"
-    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S]] ...\n"
+    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S] [--min-workers M]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
     "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
 
@@ -34,6 +34,7 @@ struct Flags {
   std::string plan_version = "latest";
   int64_t rank = -1;
   int64_t max_restarts = 0;
+  int64_t min_workers = 0;
   double lr = 0.02;
   double weight_decay = 0.01;
   int64_t seed = 1;
@@ -72,6 +73,9 @@ struct Flags {
           "recover up to N times when the group breaks (a peer died, froze or reported an error): re-join, wait for "
           "the group, restore the newest checkpoint, go on");
     f.Double("rejoin-grace", &rejoin_grace_s, "seconds a recovery waits for the group to re-form (0: --comm-timeout)");
+    f.Int("min-workers", &min_workers,
+          "elastic job: when ranks stay away past --rejoin-grace, the coordinator re-plans the job for the ranks "
+          "present if at least this many (0: not elastic); a newcomer grows it back");
     f.Int("metrics-port", &o.metrics_port, "/metrics on this port + local rank (0: any free port, <0: off)");
     f.String("metrics-host", &o.metrics_host, "address the /metrics endpoint binds");
     f.Int("local-rank", &o.local_rank, "rank on this host (default: the job rank)");
@@ -109,6 +113,10 @@ struct Flags {
       return absl::InvalidArgumentError("flag --max-restarts must be in [0, 1000000]");
     }
     o.max_restarts = static_cast<int>(max_restarts);
+    if (min_workers < 0 || min_workers > 1000000) {
+      return absl::InvalidArgumentError("flag --min-workers must be in [0, 1000000]");
+    }
+    o.min_workers = static_cast<int>(min_workers);
     o.rejoin_grace = absl::Seconds(rejoin_grace_s);
     o.comm_timeout = absl::Seconds(comm_timeout_s);
     o.join_timeout = absl::Seconds(join_timeout_s);

@@ -73,6 +73,10 @@ absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
   if (options.comm_timeout <= absl::ZeroDuration() || options.join_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("flags --comm-timeout and --join-timeout must be > 0");
   }
+  if (options.rejoin_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("flag --rejoin-grace must be >= 0 (0: --comm-timeout)");
+  }
+  if (options.min_workers < 0) return absl::InvalidArgumentError("flag --min-workers must be >= 0");
   return absl::OkStatus();
 }
 
@@ -162,7 +166,10 @@ void RankSession::TearDownGroup() {
   store_.reset();
 }
 
-absl::StatusOr<RecoveryTimes> RankSession::Recover(absl::Duration grace) {
+absl::StatusOr<RecoveryTimes> RankSession::Recover(std::optional<absl::Duration> wait) {
+  absl::Duration grace = options_.rejoin_grace > absl::ZeroDuration() ? options_.rejoin_grace : options_.comm_timeout;
+  if (wait.has_value()) grace = *wait;
+  if (options_.min_workers > 0) grace *= 2;
   RecoveryTimes times;
   absl::Time t0 = absl::Now();
   const client::JoinedJob before = joined_;
@@ -170,7 +177,7 @@ absl::StatusOr<RecoveryTimes> RankSession::Recover(absl::Duration grace) {
   times.abort = absl::Now() - t0;
   t0 = absl::Now();
   session_.reset();
-  MUONSHARD_RETURN_IF_ERROR(Join(before.incarnation, before.rank));
+  MUONSHARD_RETURN_IF_ERROR(Join(before.incarnation, /*recovering=*/true));
   const client::JoinedJob& now = joined_;
   if (now.generation == before.generation) {
     return absl::AbortedError(absl::StrCat("re-joined job \"", now.job, "\" still at generation ", now.generation,
@@ -209,15 +216,21 @@ absl::Status RankSession::CheckDevices() {
   return absl::OkStatus();
 }
 
-absl::Status RankSession::Join(uint64_t incarnation, std::optional<int> rank) {
+absl::Status RankSession::Join(uint64_t incarnation, bool recovering) {
   client::SessionOptions o;
   o.incarnation = incarnation;
+  o.min_workers = options_.min_workers;
+  o.rejoin_grace = options_.rejoin_grace;
   o.job = options_.job;
   o.host = options_.host.empty() ? HostName() : options_.host;
-  o.device = DeviceIdentity(options_,
-                            nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
-  o.rank = rank.has_value() ? rank : options_.rank;
-  o.plan_version = options_.plan_version;
+  // Once per process: a recovery must come back as the same (host, device).
+  if (device_identity_.empty()) {
+    device_identity_ = DeviceIdentity(
+        options_, nccl() ? internal::CudaDeviceFor(options_, options_.rank, cuda_devices_) : std::nullopt);
+  }
+  o.device = device_identity_;
+  o.rank = recovering ? std::nullopt : options_.rank;
+  o.plan_version = recovering ? 0 : options_.plan_version;
   o.join_timeout = options_.join_timeout;
   o.clock = options_.clock;
   o.on_lost = [this](const absl::Status& status) { OnMembershipLost(status); };

@@ -49,8 +49,10 @@
 // destroyed, the membership is detached (not left: leaving would move the
 // generation again) and the rank joins again with the same incarnation,
 // which puts it into the job's new generation (a replacement process of a
-// killed rank joins the same way and gets the free rank back). It then
-// waits up to `grace` for every rank of the group (a "group" barrier in the
+// killed rank joins the same way and gets the free rank back; in an elastic
+// job the coordinator may instead have re-planned the job for fewer or more
+// ranks, and the rank, world and plan view change). It then waits up to the
+// rejoin grace for every rank of the group (a "group" barrier in the
 // new generation's store), re-creates the communicators and the optimizer,
 // and the caller restores the optimizer state (LoadLatestCheckpoint). The
 // kernel backend, /metrics and its counters live on across recoveries.
@@ -128,6 +130,13 @@ struct RankSessionOptions {
   std::string interface;
   absl::Duration comm_timeout = absl::Seconds(60);  // rendezvous, collectives, barriers
   absl::Duration join_timeout = absl::Seconds(30);  // retrying an unreachable coordinator
+  // NOTE [Recovery]: how long a recovery waits for the group to re-form
+  // (zero: comm_timeout). With min_workers > 0 the job is elastic (NOTE
+  // [Elastic jobs] in coordinator.proto): the coordinator shrinks it to the
+  // ranks present after rejoin_grace when at least min_workers are, and a
+  // recovery then waits up to twice the grace (the coordinator decides).
+  absl::Duration rejoin_grace;
+  int min_workers = 0;
   // OpenBLAS / CPU kernel threads (gloo); 0: cores / local_world_size (at
   // least 1). OpenBLAS results can depend on its thread count, and an exact
   // comparison with a reference needs the same setting.
@@ -226,10 +235,11 @@ class RankSession {
   // the peers then learn at the heartbeat timeout.
   void ReportError(const absl::Status& error);
 
-  // NOTE [Recovery]. Possible errors: Start()'s (ABORTED when the
-  // generation moved again meanwhile; DEADLINE_EXCEEDED when the group did
-  // not re-form within `grace`).
-  absl::StatusOr<RecoveryTimes> Recover(absl::Duration grace);
+  // NOTE [Recovery]; the wait for the group is `grace`, else
+  // options.rejoin_grace (zero: comm_timeout), twice that for an elastic
+  // job. Possible errors: Start()'s (ABORTED when the generation moved again
+  // meanwhile; DEADLINE_EXCEEDED when the group did not re-form in time).
+  absl::StatusOr<RecoveryTimes> Recover(std::optional<absl::Duration> grace = std::nullopt);
 
   // LoadCheckpoint of the newest committed checkpoint of `dir`; nullopt
   // (nothing loaded) when `dir` holds none. Every rank must see the same
@@ -251,9 +261,10 @@ class RankSession {
 
   absl::Status Run();
   absl::Status CheckDevices();
-  // incarnation 0: a new one (a new process); Recover passes its own, and
-  // its rank.
-  absl::Status Join(uint64_t incarnation = 0, std::optional<int> rank = std::nullopt);
+  // incarnation 0: a new one (a new process). Recover passes its own and
+  // `recovering`: the job's plan and whatever rank the coordinator gives
+  // (an elastic resize renumbers), not the flags'.
+  absl::Status Join(uint64_t incarnation = 0, bool recovering = false);
   absl::Status StartMetrics();
   absl::Status WritePortFile() const;
   // Destroys the optimizer, communicators and store and detaches the
@@ -289,6 +300,7 @@ class RankSession {
   std::unique_ptr<client::PlanSource> plan_source_;
   std::unique_ptr<client::CoordinatorSession> session_;  // null after a failed re-join
   client::JoinedJob joined_;
+  std::string device_identity_;  // the JoinJob identity, fixed at the first join
   v1::RankView view_;
   std::unique_ptr<WorkerMetrics> metrics_;
   std::unique_ptr<MetricsHttpServer> server_;

@@ -152,9 +152,7 @@ class WorkerRun {
 
   absl::StatusOr<int64_t> RecoverOnce() {
     const absl::Duration detect = failed_at_ - step_started_;
-    const absl::Duration grace =
-        options_.rejoin_grace > absl::ZeroDuration() ? options_.rejoin_grace : options_.comm_timeout;
-    MUONSHARD_ASSIGN_OR_RETURN(const RecoveryTimes times, session_->Recover(grace));
+    MUONSHARD_ASSIGN_OR_RETURN(const RecoveryTimes times, session_->Recover());
     const absl::Time t0 = absl::Now();
     MUONSHARD_ASSIGN_OR_RETURN(const int64_t from, Restore());
     const absl::Duration restore = absl::Now() - t0;
@@ -267,8 +265,10 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
     return absl::InvalidArgumentError("flag --resume needs --checkpoint-dir");
   }
   if (options.max_restarts < 0) return absl::InvalidArgumentError("flag --max-restarts must be >= 0");
-  if (options.rejoin_grace < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("flag --rejoin-grace must be >= 0 (0: --comm-timeout)");
+  if (options.min_workers > 0 && (options.checkpoint_dir.empty() || options.max_restarts == 0)) {
+    return absl::InvalidArgumentError(
+        "flag --min-workers (an elastic job) needs --checkpoint-dir (a resized group restores from it) and "
+        "--max-restarts > 0");
   }
   if (options.checkpoint_every < 0) return absl::InvalidArgumentError("flag --checkpoint-every must be >= 0");
   absl::Status config = ValidateOptimizerConfig(internal::MakeOptimizerConfig(options));

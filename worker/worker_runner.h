@@ -91,11 +91,12 @@ struct WorkerOptions : RankSessionOptions {
   // NOTE [Recovery] (rank_session.h): when the group breaks (ABORTED,
   // UNAVAILABLE, DEADLINE_EXCEEDED from a step, a checkpoint save or a
   // recovery), report the error, re-join the job's new generation, wait up
-  // to rejoin_grace (zero: comm_timeout) for the group, restore the newest
+  // to rejoin_grace (RankSessionOptions) for the group, restore the newest
   // checkpoint of checkpoint_dir (none: the initial parameters, step 0) and
-  // go on, up to max_restarts times per process.
+  // go on, up to max_restarts times per process. An elastic job
+  // (min_workers) needs checkpoint_dir: a resized group restores its state
+  // under the new plan.
   int max_restarts = 0;
-  absl::Duration rejoin_grace;
 
   absl::Duration linger;  // keep serving /metrics after the run
   int log_every = 1;      // rank 0's progress line every this many steps

@@ -104,9 +104,16 @@ struct JobRegistry::Job {
   // NOTE [Adoption]: set while the job re-created from a restart waits for
   // its running ranks to re-register; the generation moves if one has not.
   std::optional<absl::Time> adopting_until;
+  // NOTE [Elastic jobs] (coordinator.proto): 0 = not elastic.
+  int min_workers = 0;
+  absl::Duration rejoin_grace;
+  int max_world_size = 0;  // the world of the plan the job started with
+  absl::Time moved_at;     // when `generation` began
+  std::string resize_error;
+  int64_t resize_failed_at = 0;  // the generation a resize could not be planned for
 };
 
-JobRegistry::JobRegistry(PlanStore* store, const PlanCatalog* catalog, Clock* clock,
+JobRegistry::JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock,
                          const CoordinatorOptions& options, CoordinatorObserver* observer,
                          ChangeHook on_change)
     : store_(store),
@@ -198,6 +205,11 @@ absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request
     MUONSHARD_ASSIGN_OR_RETURN(job, CreateJob(request.job()));
   }
   ApplyPlan(*job, info);
+  job->min_workers = request.min_workers();
+  job->rejoin_grace = request.rejoin_grace_ms() > 0 ? absl::Milliseconds(request.rejoin_grace_ms())
+                                                    : 10 * options_.heartbeat_timeout;
+  job->max_world_size = info.topology().world_size();
+  job->moved_at = clock_->Now();
   return absl::OkStatus();
 }
 
@@ -253,6 +265,7 @@ void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& e
     absl::StrAppend(&why, " (generation not persisted: ", s.message(), ")");
   }
   job.generation_reason = why;
+  job.moved_at = clock_->Now();
   // Everyone joins the new generation afresh: nobody is left to adopt.
   job.adopting_until.reset();
   job.kv->AbortAll(absl::AbortedError(absl::StrCat("job \"", job.name, "\" moved to generation ",
@@ -351,24 +364,29 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Join(const v1::JoinJobRequest& 
   MUONSHARD_RETURN_IF_ERROR(CheckJoinRequest(request));
   Effects effects;
   absl::StatusOr<v1::JoinJobResponse> response;
+  std::optional<Resize> grow;
   {
     absl::MutexLock lock(&mu_);
-    response =
-        request.adopt_generation() > 0 ? Adopt(request, effects) : JoinLocked(request, effects);
+    response = request.adopt_generation() > 0 ? Adopt(request, effects)
+                                              : JoinLocked(request, effects, &grow);
   }
+  if (grow.has_value()) response = Grow(*grow, request, effects);
   // Even a failed join may have failed a restarted worker's old entry.
   Flush(effects);
   return response;
 }
 
 absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobRequest& request,
-                                                            Effects& effects) {
+                                                            Effects& effects,
+                                                            std::optional<Resize>* grow) {
   auto it = jobs_.find(request.job());
   Job* job = it == jobs_.end() ? nullptr : it->second.get();
   MUONSHARD_RETURN_IF_ERROR(AdmitPlan(job, request));
   MUONSHARD_ASSIGN_OR_RETURN(std::optional<int> rejoined, Rejoin(*job, request, effects));
   if (rejoined.has_value()) return JoinResponse(*job, *rejoined);
-  MUONSHARD_ASSIGN_OR_RETURN(int rank, PickRank(*job, request));
+  absl::StatusOr<int> picked = PickRank(*job, request);
+  if (!picked.ok() && job->free.empty() && !request.has_rank()) *grow = GrowCandidate(*job, request);
+  MUONSHARD_ASSIGN_OR_RETURN(int rank, std::move(picked));
   if (job->adopting_until.has_value()) {
     // The adopted group runs without this newcomer (its rank's old process is
     // gone): the group must re-form, with it.
@@ -585,12 +603,134 @@ bool JobRegistry::ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) {
 
 void JobRegistry::CheckHeartbeats() {
   Effects effects;
+  std::vector<Resize> shrinks;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
-    for (auto& [name, job] : jobs_) ExpireJobWorkers(*job, now, effects);
+    for (auto& [name, job] : jobs_) {
+      ExpireJobWorkers(*job, now, effects);
+      if (std::optional<Resize> r = ShrinkCandidate(*job, now)) shrinks.push_back(*std::move(r));
+    }
   }
   Flush(effects);
+  for (const Resize& r : shrinks) Shrink(r);
+}
+
+// ---------------------------------------------------------------- elastic
+
+std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, absl::Time now) const {
+  if (job.min_workers <= 0 || job.adopting_until.has_value() || job.resize_failed_at == job.generation ||
+      now - job.moved_at < job.rejoin_grace) {
+    return std::nullopt;
+  }
+  Resize r;
+  std::vector<int> gone;
+  for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
+    if (!slot.has_value()) continue;
+    const bool present = slot->state() == v1::WORKER_STATE_JOINED && slot->generation() == job.generation;
+    (present ? r.keep : gone).push_back(slot->rank());
+  }
+  const int n = static_cast<int>(r.keep.size());
+  if (n == job.world_size || n < job.min_workers || n == 0) return std::nullopt;
+  r.job = job.name;
+  r.generation = job.generation;
+  r.from_version = job.plan_version;
+  r.world_size = n;
+  r.reason = absl::StrCat("shrunk from ", job.world_size, " to ", n, " ranks: ", job.world_size - n,
+                          " rank(s) did not re-join generation ", job.generation, " within ",
+                          absl::FormatDuration(job.rejoin_grace));
+  return r;
+}
+
+std::optional<JobRegistry::Resize> JobRegistry::GrowCandidate(const Job& job,
+                                                            const v1::JoinJobRequest& request) const {
+  if (job.min_workers <= 0 || job.world_size >= job.max_world_size) return std::nullopt;
+  Resize r;
+  r.job = job.name;
+  r.generation = job.generation;
+  r.from_version = job.plan_version;
+  for (int rank = 0; rank < job.world_size; ++rank) r.keep.push_back(rank);
+  r.world_size = job.world_size + 1;
+  r.reason = absl::StrCat("grew from ", job.world_size, " to ", r.world_size, " ranks: ", request.host(), "/",
+                          request.device(), " joined");
+  return r;
+}
+
+absl::StatusOr<v1::PlanVersionInfo> JobRegistry::PlanResize(const Resize& resize) {
+  std::vector<int> new_rank_of(resize.keep.empty() ? 0 : *std::max_element(resize.keep.begin(), resize.keep.end()) + 1,
+                               -1);
+  for (size_t i = 0; i < resize.keep.size(); ++i) new_rank_of[resize.keep[i]] = static_cast<int>(i);
+  MUONSHARD_ASSIGN_OR_RETURN(v1::SubmitPlanResponse planned,
+                             catalog_->Resize(resize.from_version, new_rank_of, resize.world_size));
+  return planned.info();
+}
+
+void JobRegistry::Shrink(const Resize& resize) {
+  absl::StatusOr<v1::PlanVersionInfo> info = PlanResize(resize);
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(resize.job);
+    if (it == jobs_.end() || it->second->generation != resize.generation) return;  // moved on meanwhile
+    Job& job = *it->second;
+    if (!info.ok()) {
+      // Not retried in this generation: the plan would fail again.
+      job.resize_failed_at = job.generation;
+      job.resize_error = absl::StrCat(resize.reason, ": ", info.status().ToString());
+      return;
+    }
+    ApplyResize(job, resize, *info, effects);
+  }
+  Flush(effects);
+}
+
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::Grow(const Resize& resize, const v1::JoinJobRequest& request,
+                                                      Effects& effects) {
+  absl::StatusOr<v1::PlanVersionInfo> info = PlanResize(resize);
+  if (!info.ok()) {
+    return Annotate(info.status(), absl::StrCat("job \"", resize.job, "\" is full; ", resize.reason));
+  }
+  absl::MutexLock lock(&mu_);
+  MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(resize.job));
+  if (job->generation != resize.generation || job->world_size != static_cast<int>(resize.keep.size())) {
+    return absl::UnavailableError(
+        absl::StrCat("job \"", resize.job, "\" changed while it was being grown for this worker; join again"));
+  }
+  ApplyResize(*job, resize, *info, effects);
+  const int rank = resize.world_size - 1;
+  Assign(*job, rank, request, "grew the job", effects);
+  return JoinResponse(*job, rank);
+}
+
+void JobRegistry::ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info,
+                              Effects& effects) {
+  std::vector<std::optional<v1::WorkerStatus>> slots(resize.world_size);
+  job.by_identity.clear();
+  for (size_t i = 0; i < resize.keep.size(); ++i) {
+    slots[i] = std::move(job.slots[resize.keep[i]]);
+    slots[i]->set_rank(static_cast<int>(i));
+    job.by_identity[Identity(slots[i]->host(), slots[i]->device())] = static_cast<int>(i);
+  }
+  job.slots = std::move(slots);
+  job.plan_version = info.version();
+  job.content_hash = info.content_hash();
+  job.world_size = resize.world_size;
+  job.resize_error.clear();
+  Recount(job);
+  BumpGeneration(job, absl::StrCat(resize.reason, "; plan version ", info.version()), effects);
+}
+
+void JobRegistry::Recount(Job& job) {
+  job.counts = WorkerCounts();
+  job.free.clear();
+  for (int r = 0; r < job.world_size; ++r) {
+    const std::optional<v1::WorkerStatus>& slot = job.slots[r];
+    const v1::WorkerState state = slot.has_value() ? slot->state() : v1::WORKER_STATE_UNSPECIFIED;
+    if (state == v1::WORKER_STATE_JOINED) ++job.counts.joined;
+    if (state == v1::WORKER_STATE_FAILED) ++job.counts.failed;
+    if (state == v1::WORKER_STATE_LEFT) ++job.counts.left;
+    if (state != v1::WORKER_STATE_JOINED) job.free.insert(r);
+  }
 }
 
 v1::JobStatus JobRegistry::StatusOf(const Job& job) const {
@@ -600,6 +740,9 @@ v1::JobStatus JobRegistry::StatusOf(const Job& job) const {
   s.set_plan_version(job.plan_version);
   s.set_world_size(job.world_size);
   s.set_revision(job.revision);
+  s.set_min_workers(job.min_workers);
+  s.set_max_world_size(job.max_world_size);
+  s.set_resize_error(job.resize_error);
   s.set_generation_reason(job.generation_reason);
   for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
     if (slot.has_value()) *s.add_workers() = *slot;

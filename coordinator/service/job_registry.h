@@ -38,6 +38,17 @@
 //   re-form with it. An adopted job's revisions start at
 //   max(generation x 10^9, Unix time in microseconds), since its generation
 //   may be the one the previous process started from.
+// - Elastic jobs (NOTE [Elastic jobs] in coordinator.proto): a job joined
+//   with min_workers > 0 shrinks when the members present in its generation
+//   are fewer than its world, at least min_workers, and the generation moved
+//   rejoin_grace ago (CheckHeartbeats), and grows by one when a newcomer
+//   finds it full below the world it started with (Join). A resize plans
+//   outside the lock (PlanCatalog::Resize) and is applied only if the job is
+//   still at the generation it was planned for: the kept members are
+//   renumbered in their old order (a departed member's entry is dropped),
+//   the job takes the new plan version and world, and the generation moves.
+//   The kept members re-join into it with their new rank (they must not ask
+//   for their old one).
 //
 // Thread-safe (one mutex). Wait callbacks and the change hook run after the
 // mutex is released; the observer is called under it.
@@ -68,7 +79,7 @@ class JobRegistry {
   using ChangeHook = std::function<void(const std::string& job)>;
 
   // Every pointer must outlive the registry.
-  JobRegistry(PlanStore* store, const PlanCatalog* catalog, Clock* clock,
+  JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock,
               const CoordinatorOptions& options, CoordinatorObserver* observer,
               ChangeHook on_change);
   ~JobRegistry();
@@ -143,14 +154,38 @@ class JobRegistry {
     std::vector<std::string> changed_jobs;
   };
 
+  // A planned change of an elastic job's world (NOTE [Elastic jobs]).
+  struct Resize {
+    std::string job;
+    int64_t generation = 0;  // applied only while the job is still at it
+    int64_t from_version = 0;
+    std::vector<int> keep;   // old ranks kept; new rank = index
+    int world_size = 0;      // keep.size(), plus one for a grow's newcomer
+    std::string reason;
+  };
+
   void Flush(Effects& effects);
+  std::optional<Resize> ShrinkCandidate(const Job& job, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<Resize> GrowCandidate(const Job& job, const v1::JoinJobRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans `resize` (outside the lock) and applies it if the job has not
+  // moved meanwhile; the job's renumbered slots on success.
+  absl::StatusOr<v1::PlanVersionInfo> PlanResize(const Resize& resize);
+  void Shrink(const Resize& resize);
+  absl::StatusOr<v1::JoinJobResponse> Grow(const Resize& resize, const v1::JoinJobRequest& request,
+                                           Effects& effects);
+  void ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info, Effects& effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Recount(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindJob(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRoomForJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* AddJob(const std::string& name, int64_t generation, int64_t base_revision,
               std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> CreateJob(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `grow`: set when the job is full and elastic below its starting world
+  // (Join then grows it outside the lock).
   absl::StatusOr<v1::JoinJobResponse> JoinLocked(const v1::JoinJobRequest& request,
-                                                 Effects& effects)
+                                                 Effects& effects, std::optional<Resize>* grow)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::JoinJobResponse> Adopt(const v1::JoinJobRequest& request, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -189,7 +224,7 @@ class JobRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PlanStore* const store_;
-  const PlanCatalog* const catalog_;
+  PlanCatalog* const catalog_;  // elastic resizes add plan versions
   Clock* const clock_;
   const CoordinatorOptions options_;
   CoordinatorObserver* const observer_;

@@ -128,6 +128,33 @@ absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Submit(const v1::PlanRequest
   return Store(canonical, hash, std::move(plan), clock_->Now() - start);
 }
 
+absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Resize(int64_t from_version,
+                                                           const std::vector<int>& new_rank_of,
+                                                           int world_size) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t version, Resolve(from_version));
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const v1::Plan> from, GetPlan(version));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest request, store_->GetRequest(version));
+  request.mutable_topology()->set_world_size(world_size);
+  request.mutable_policy()->set_policy(v1::BALANCED);
+  request.mutable_policy()->set_sticky_to(from->content_hash());
+  MUONSHARD_RETURN_IF_ERROR(CheckLimits(request));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest canonical, planner::CanonicalizeRequest(request));
+  const std::string hash = planner::ContentHash(canonical);
+  if (std::optional<v1::SubmitPlanResponse> existing = Existing(hash)) return *existing;
+  // The previous owners as the new plan numbers them; ranks that are gone
+  // get a number past the new world, which the planner ignores.
+  v1::Plan previous = *from;
+  for (v1::RankPlan& r : *previous.mutable_ranks()) {
+    const int old = r.rank();
+    const int mapped = old < static_cast<int>(new_rank_of.size()) ? new_rank_of[old] : -1;
+    r.set_rank(mapped >= 0 ? mapped : world_size + old);
+  }
+  const absl::Time start = clock_->Now();
+  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * computed, planner::ComputePlan(canonical, nullptr, &previous));
+  std::shared_ptr<const v1::Plan> plan(computed);
+  return Store(canonical, hash, std::move(plan), clock_->Now() - start);
+}
+
 absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Store(const v1::PlanRequest& canonical,
                                                           const std::string& hash,
                                                           std::shared_ptr<const v1::Plan> plan,

@@ -46,6 +46,16 @@ class PlanCatalog {
   // field), RESOURCE_EXHAUSTED (tensor / world-size limits), store errors.
   absl::StatusOr<v1::SubmitPlanResponse> Submit(const v1::PlanRequest& request);
 
+  // NOTE [Elastic jobs] (coordinator.proto): a plan of `from_version`'s
+  // request for `world_size` ranks, balanced and sticky to `from_version`'s
+  // plan, whose rank r is rank new_rank_of[r] in the new plan (-1: gone), so
+  // Muon owners stay put where balance allows. Stored like a submitted plan
+  // (an identical plan is the existing version). Possible errors: Submit's
+  // and GetPlan's (INVALID_ARGUMENT when the topology cannot take
+  // `world_size`, e.g. expert parallelism that does not divide it).
+  absl::StatusOr<v1::SubmitPlanResponse> Resize(int64_t from_version, const std::vector<int>& new_rank_of,
+                                                int world_size);
+
   // NOTE [Serialized responses]: a GetPlanResponse is returned encoded, in
   // cached pieces, so the gRPC adapter sends them without encoding a
   // RankView per call (views of 1k-rank plans are tens of KiB).

@@ -1109,4 +1109,98 @@ TEST_F(RendezvousTest, WaitKeys_BadRequests_InvalidArgumentOrResourceExhausted) 
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------- elastic jobs
+
+v1::JoinJobRequest ElasticReq(const std::string& host, uint64_t incarnation = 1) {
+  v1::JoinJobRequest r = JoinReq(host, std::nullopt, incarnation);
+  r.set_min_workers(2);
+  r.set_rejoin_grace_ms(5000);
+  return r;
+}
+
+// NOTE [Elastic jobs]: a rank that does not come back within the grace
+// leaves the job on a new plan for the ranks present, renumbered in order.
+TEST_F(CoordinatorServiceTest, Elastic_RankAwayPastTheGrace_ShrinksToANewPlanRenumberingInOrder) {
+  const int64_t v1 = MustSubmit(3);
+  MustJoin(ElasticReq("a"));
+  v1::JoinJobResponse b = MustJoin(ElasticReq("b"));
+  v1::JoinJobResponse c = MustJoin(ElasticReq("c"));
+  ASSERT_EQ(b.rank(), 1);
+  ASSERT_EQ(c.rank(), 2);
+  // b fails: a and c re-join the new generation, b never does.
+  ASSERT_THAT(service_->ReportError(Report(0, b.generation(), "peer gone")).status(), IsOk());
+  const int64_t broken = MustJoin(ElasticReq("a")).generation();
+  MustJoin(ElasticReq("c"));
+  clock_.Advance(absl::Seconds(4));
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().generation(), broken);  // still within the grace
+  clock_.Advance(absl::Seconds(2));
+  service_->CheckHeartbeats();
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.generation(), broken + 1);
+  EXPECT_EQ(job.world_size(), 2);
+  EXPECT_GT(job.plan_version(), v1);
+  EXPECT_EQ(job.max_world_size(), 3);
+  EXPECT_THAT(job.generation_reason(), HasSubstr("shrunk from 3 to 2 ranks"));
+  // c comes back as rank 1 of the new plan, a stays rank 0.
+  v1::JoinJobResponse c2 = MustJoin(ElasticReq("c"));
+  EXPECT_EQ(c2.rank(), 1);
+  EXPECT_EQ(c2.world_size(), 2);
+  EXPECT_EQ(c2.plan_version(), job.plan_version());
+  EXPECT_EQ(MustJoin(ElasticReq("a")).rank(), 0);
+}
+
+TEST_F(CoordinatorServiceTest, Elastic_FewerThanMinWorkersPresent_DoesNotShrink) {
+  MustSubmit(3);
+  v1::JoinJobResponse a = MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  MustJoin(ElasticReq("c"));
+  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "two peers gone")).status(), IsOk());
+  const int64_t broken = MustJoin(ElasticReq("a")).generation();
+  clock_.Advance(absl::Seconds(6));
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().generation(), broken);
+  EXPECT_EQ(MustStatus().world_size(), 3);
+}
+
+// A newcomer finding a shrunk job full grows it back by one rank.
+TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingTheLastRank) {
+  MustSubmit(3);
+  v1::JoinJobResponse a = MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  MustJoin(ElasticReq("c"));
+  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "peer gone")).status(), IsOk());
+  MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  clock_.Advance(absl::Seconds(6));
+  service_->CheckHeartbeats();
+  const v1::JobStatus shrunk = MustStatus();
+  ASSERT_EQ(shrunk.world_size(), 2);
+  MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  v1::JoinJobResponse grown = MustJoin(ElasticReq("c", /*incarnation=*/2));
+  EXPECT_EQ(grown.world_size(), 3);
+  EXPECT_EQ(grown.rank(), 2);
+  EXPECT_EQ(grown.generation(), shrunk.generation() + 1);
+  EXPECT_GT(grown.plan_version(), shrunk.plan_version());
+  EXPECT_THAT(MustStatus().generation_reason(), HasSubstr("grew from 2 to 3 ranks"));
+  // Back at the starting world: another newcomer finds the job full.
+  EXPECT_THAT(service_->JoinJob(ElasticReq("d")).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
+}
+
+// A job that is not elastic never resizes.
+TEST_F(CoordinatorServiceTest, NotElastic_RankAwayForever_KeepsItsWorld) {
+  MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  MustJoin(JoinReq("b"));
+  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "peer gone")).status(), IsOk());
+  MustJoin(JoinReq("a"));
+  clock_.Advance(absl::Minutes(10));
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().world_size(), 2);
+  EXPECT_EQ(MustStatus().min_workers(), 0);
+}
+
 }  // namespace muonshard::coordinator

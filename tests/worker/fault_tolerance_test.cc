@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -32,10 +33,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "re2/re2.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -72,6 +75,14 @@ uint32_t Seed() {
   return std::random_device()();
 }
 
+// One plan of an elastic run: from `from_step` (the checkpoint its group
+// restored), `world` ranks ran plan `version`.
+struct Segment {
+  int64_t version = 0;
+  int world = 0;
+  int64_t from_step = 0;
+};
+
 class FaultToleranceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -103,14 +114,22 @@ class FaultToleranceTest : public ::testing::Test {
     coordinator_ = std::make_unique<CoordinatorProcess>(std::move(p));
   }
 
+  // Rank `rank`'s command line. An elastic job's workers name neither their
+  // rank nor the plan version (a resize renumbers them and changes the
+  // plan): `rank` then only names the process's slot in this test.
   std::vector<std::string> Args(int rank, bool checkpoints) const {
     std::vector<std::string> args = {
-        BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job", "ft",
-        "--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank), "--steps", absl::StrCat(kSteps),
-        "--workload", "regression", "--reduce-order", "rank", "--lr", "0.01", "--blas-threads", "1",
-        "--metrics-port", "0", "--port-file", PortFile(rank), "--comm-timeout", "60", "--join-timeout", "60",
-        "--max-restarts", "3", "--rejoin-grace", "60", "--log-every", "1000000", "--linger", "120",
-        "--dump-params", dir_.Join("sharded.safetensors")};
+        BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job", "ft", "--steps",
+        absl::StrCat(kSteps), "--workload", "regression", "--reduce-order", "rank", "--lr", "0.01", "--blas-threads",
+        "1", "--metrics-port", "0", "--port-file", PortFile(rank), "--comm-timeout", "60", "--join-timeout", "60",
+        "--log-every", "1000000", "--linger", "120", "--dump-params", dir_.Join("sharded.safetensors")};
+    if (elastic_) {
+      args.insert(args.end(), {"--max-restarts", "10", "--min-workers", absl::StrCat(kWorld - 1), "--rejoin-grace",
+                               "3"});
+    } else {
+      args.insert(args.end(), {"--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank),
+                               "--max-restarts", "3", "--rejoin-grace", "60"});
+    }
     if (checkpoints) {
       args.insert(args.end(), {"--checkpoint-dir", dir_.Join("ckpt"), "--checkpoint-every",
                                absl::StrCat(kCheckpointEvery), "--resume"});
@@ -182,8 +201,14 @@ class FaultToleranceTest : public ::testing::Test {
   // restarts counter (at least the faults it lived through: a rank can need
   // one more when a second failure hits the group while it re-forms), ends
   // the lingering workers (each must exit 0) and compares the result with
-  // the reference.
+  // the unsharded reference run.
   void FinishAndCompare(const std::vector<int>& restarts_by_rank, int max_restarts = 3) {
+    FinishAndCompareTo(restarts_by_rank, [&] { return RunReference(); }, max_restarts);
+  }
+
+  // The same against the dump `expected` writes (and names).
+  void FinishAndCompareTo(const std::vector<int>& restarts_by_rank,
+                          const std::function<absl::StatusOr<std::string>()>& expected, int max_restarts = 3) {
     const std::string dump = dir_.Join("sharded.safetensors");
     MUONSHARD_ASSERT_OK(PollUntil(
         [&] {
@@ -197,7 +222,7 @@ class FaultToleranceTest : public ::testing::Test {
       ASSERT_TRUE(Alive(r)) << Log(r);
       const double restarts = Sample(r, "muonshard_worker_restarts_total");
       EXPECT_GE(restarts, restarts_by_rank[r]);
-      EXPECT_LE(restarts, max_restarts);
+      EXPECT_LE(restarts, elastic_ ? 10 : max_restarts);
       EXPECT_EQ(Sample(r, "muonshard_worker_recovery_seconds_count", {{"phase", "rendezvous"}}), restarts);
     }
     for (int r = 0; r < kWorld; ++r) workers_[r]->Signal(SIGTERM);
@@ -205,7 +230,57 @@ class FaultToleranceTest : public ::testing::Test {
       MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers_[r]->WaitForExit(kBound));
       EXPECT_EQ(code, 0) << "rank " << r << ":\n" << Log(r);
     }
-    ExpectBitIdenticalToReference(dump);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string expected_dump, expected());
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile got, ReadParamsFile(dump));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile want, ReadParamsFile(expected_dump));
+    const ParamsComparison cmp = CompareParams(got, want, /*rtol=*/0);
+    EXPECT_TRUE(cmp.bit_identical()) << ::testing::PrintToString(cmp.mismatches);
+  }
+
+  // The unsharded reference run of the same steps; its dump.
+  absl::StatusOr<std::string> RunReference() {
+    const std::string reference = dir_.Join("reference.safetensors");
+    absl::StatusOr<CommandResult> r =
+        RunCommand({BinaryPath("muonshard-worker"), "--reference", "--coordinator", coordinator_->address(),
+                    "--plan-version", absl::StrCat(version_), "--steps", absl::StrCat(kSteps), "--workload",
+                    "regression", "--lr", "0.01", "--blas-threads", "1", "--dump-params", reference},
+                   dir_.path(), kBound);
+    if (!r.ok()) return r.status();
+    if (r->exit_code != 0) return absl::InternalError(absl::StrCat("reference run failed: ", r->err));
+    return reference;
+  }
+
+  // Runs `segments` one after the other, each as a job of its own on its
+  // plan from the previous one's checkpoint to the next one's first step;
+  // the last one's dump.
+  absl::StatusOr<std::string> Replay(const std::vector<Segment>& segments) {
+    const std::string dump = dir_.Join("replay.safetensors");
+    for (size_t i = 0; i < segments.size(); ++i) {
+      const int64_t until = i + 1 < segments.size() ? segments[i + 1].from_step : kSteps;
+      std::cerr << "replay: plan version " << segments[i].version << " on " << segments[i].world << " ranks, steps "
+                << segments[i].from_step << ".." << until << "\n";
+      if (until == segments[i].from_step && i + 1 < segments.size()) continue;
+      std::vector<ChildProcess> ranks;
+      for (int r = 0; r < segments[i].world; ++r) {
+        std::vector<std::string> args = {
+            BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job",
+            absl::StrCat("replay-", i), "--plan-version", absl::StrCat(segments[i].version), "--rank",
+            absl::StrCat(r), "--steps", absl::StrCat(until), "--workload", "regression", "--reduce-order", "rank",
+            "--lr", "0.01", "--blas-threads", "1", "--metrics-port", "-1", "--log-every", "1000000",
+            "--checkpoint-dir", dir_.Join("replay-ckpt"), "--checkpoint-every", absl::StrCat(kCheckpointEvery),
+            "--resume", "--dump-params", dump};
+        const std::string name = dir_.Join(absl::StrCat("replay-", i, "-", r));
+        absl::StatusOr<ChildProcess> p = ChildProcess::Start(args, name + ".out", name + ".err");
+        if (!p.ok()) return p.status();
+        ranks.push_back(*std::move(p));
+      }
+      for (ChildProcess& p : ranks) {
+        absl::StatusOr<int> code = p.WaitForExit(kBound);
+        if (!code.ok()) return code.status();
+        if (*code != 0) return absl::InternalError(absl::StrCat("replay segment ", i, " failed: ", p.Err()));
+      }
+    }
+    return dump;
   }
 
   void TearDown() override {
@@ -214,22 +289,8 @@ class FaultToleranceTest : public ::testing::Test {
     if (coordinator_ != nullptr) std::cerr << "---- coordinator:\n" << coordinator_->Log();
   }
 
-  void ExpectBitIdenticalToReference(const std::string& dump) {
-    const std::string reference = dir_.Join("reference.safetensors");
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(
-        CommandResult r,
-        RunCommand({BinaryPath("muonshard-worker"), "--reference", "--coordinator", coordinator_->address(),
-                    "--plan-version", absl::StrCat(version_), "--steps", absl::StrCat(kSteps), "--workload",
-                    "regression", "--lr", "0.01", "--blas-threads", "1", "--dump-params", reference},
-                   dir_.path(), kBound));
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile sharded, ReadParamsFile(dump));
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile expected, ReadParamsFile(reference));
-    const ParamsComparison cmp = CompareParams(sharded, expected, /*rtol=*/0);
-    EXPECT_TRUE(cmp.bit_identical()) << ::testing::PrintToString(cmp.mismatches);
-  }
-
   TempDir dir_;
+  bool elastic_ = false;
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
@@ -309,6 +370,58 @@ TEST_F(FaultToleranceTest, CoordinatorKillNineAndRestart_TrainingGoesOnWithoutAR
   ASSERT_NO_FATAL_FAILURE(FinishAndCompare(std::vector<int>(kWorld, 0), /*max_restarts=*/0));
   EXPECT_THAT(coordinator_->Log(), HasSubstr("adopt"));
   EXPECT_GT(generation, 0);
+}
+
+// The plans a worker ran, from its log: its first join, then every
+// recovery's "recovered into generation G ... continuing from step S" with
+// the plan and world of its join of generation G.
+std::vector<Segment> SegmentsOf(const std::string& log) {
+  std::vector<Segment> segments;
+  std::map<int64_t, Segment> joined;  // by generation
+  for (const std::string& line : std::vector<std::string>(absl::StrSplit(log, '\n'))) {
+    int64_t generation = 0;
+    Segment s;
+    if (RE2::PartialMatch(line, R"(joined job "\S+" as rank \d+ of (\d+), generation (\d+), plan version (\d+))",
+                          &s.world, &generation, &s.version)) {
+      joined[generation] = s;
+      if (segments.empty()) segments.push_back(s);
+    } else if (RE2::PartialMatch(line, R"(recovered into generation (\d+) .*continuing from step (\d+))",
+                                 &generation, &s.from_step)) {
+      Segment next = joined[generation];
+      next.from_step = s.from_step;
+      segments.push_back(next);
+    }
+  }
+  return segments;
+}
+
+// NOTE [Elastic jobs] (coordinator.proto): rank `victim` is killed and stays
+// away past the rejoin grace (3 s); the coordinator re-plans the job for the
+// 3 ranks left, which restore the newest checkpoint under the new plan
+// (reshard on load) and go on. The victim's slot then starts a new process,
+// which grows the job back to 4 ranks. The run must end bit-identical to a
+// run that switched to the same plans at the same steps by hand: each plan
+// run as its own job from the previous one's checkpoint.
+TEST_F(FaultToleranceTest, ShrinkFourToThreeAndGrowBack_EqualsARunThatSwitchedPlansAtTheSameSteps) {
+  elastic_ = true;
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());
+  const int victim = RandomInt(1, kWorld - 1);
+  const int step = RandomInt(2, kSteps / 4);
+  std::cerr << "killing slot " << victim << " at step " << step << "\n";
+  ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, step));
+  Kill(victim);
+  // Shrunk: slot 0's process runs another plan, on 3 ranks.
+  MUONSHARD_ASSERT_OK(PollUntil(
+      [&] {
+        return Sample(0, "muonshard_worker_plan_version") > static_cast<double>(version_) || !Alive(0);
+      },
+      kBound, "the shrink"));
+  ASSERT_TRUE(Alive(0)) << Log(0);
+  ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, static_cast<int>(Sample(0, "muonshard_worker_steps_total")) + 3));
+  ASSERT_NO_FATAL_FAILURE(Launch(victim));  // capacity returns: grow back
+  std::vector<int> restarts(kWorld, 2);     // the shrink, the grow
+  restarts[victim] = 0;
+  ASSERT_NO_FATAL_FAILURE(FinishAndCompareTo(restarts, [&] { return Replay(SegmentsOf(Log(0))); }));
 }
 
 }  // namespace
