@@ -57,9 +57,12 @@ ARG CPU_RUNTIME_PACKAGES
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $CPU_RUNTIME_PACKAGES \
  && rm -rf /var/lib/apt/lists/*
+# /var/lib/muonshard/checkpoints is the uid's, so a fresh volume mounted there
+# (--checkpoint-dir; the compose demo's worker-checkpoints) is writable.
 RUN groupadd --system --gid 10001 muonshard \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin muonshard
+      --shell /usr/sbin/nologin muonshard \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/muonshard /var/lib/muonshard/checkpoints
 COPY --from=build-cpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
 USER 10001:10001
 EXPOSE 9465
@@ -141,9 +144,11 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive xargs -a /tmp/runtime-packages.txt \
       apt-get install -y --no-install-recommends \
  && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt
+# Checkpoints: as the cpu stage.
 RUN groupadd --system --gid 10001 muonshard \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin muonshard
+      --shell /usr/sbin/nologin muonshard \
+ && install -d -o 10001 -g 10001 -m 0750 /var/lib/muonshard /var/lib/muonshard/checkpoints
 COPY --from=build-gpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
 # The CUDA kernels and NCCL, loaded by the worker for --backend nccl from
 # <binary dir>/../lib (common/gpu_plugin.h).

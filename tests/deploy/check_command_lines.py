@@ -11,7 +11,18 @@ binaries accept, and the CPU ones really run.
    exactly as deployed, then the four workers exactly as deployed (with
    ConfigMap values and the downward API substituted as Kubernetes would),
    except for what loopback needs: addresses (127.0.0.1, ports picked by the
-   OS), 2 steps, no linger. Every worker must finish with exit 0."""
+   OS), 2 steps, no linger, the checkpoint directory in a scratch folder.
+   Every worker must finish with exit 0 (--resume with no checkpoint yet
+   starts from step 0) and rank 0 commit the checkpoint of step 2. Then the
+   same command lines again, as restarted containers / replacement pods
+   (new pod names), to step 4: every rank must resume from step 2.
+3. Recovery as deployed: the same command lines to step 24; once rank 0 is
+   past step 8, rank 2 is killed (SIGKILL) and its restarted container /
+   replacement pod started with its command line (in Kubernetes with a new
+   pod name). The survivors must re-form the group with it (--max-restarts,
+   --rejoin-grace), it must take its rank back at once (its host identity is
+   the same) and resume from the checkpoint, and every process must finish
+   the run with exit 0."""
 
 import os
 import re
@@ -126,25 +137,86 @@ class Run:
         r = dc.run([self.stack.binary("muonshardctl"), "submit", *argv], timeout=60)
         self.c.check(r.returncode == 0, f"{self.label}: submission {argv} exit {r.returncode}: {r.stderr}")
 
-    def workers(self, argvs, timeout=240):
+    def workers(self, argvs, name="worker", timeout=240):
         procs = []
         for i, argv in enumerate(argvs):
-            procs.append((i, self.stack.spawn(f"worker-{i}", [self.stack.binary("muonshard-worker"), *argv])))
+            procs.append((i, self.stack.spawn(f"{name}-{i}", [self.stack.binary("muonshard-worker"), *argv])))
         deadline = time.monotonic() + timeout
         for i, p in procs:
             try:
                 p.wait(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            self.c.check(p.returncode == 0, f"{self.label}: worker {i} exit {p.returncode}:\n"
-                                            f"{self.stack.log_of(f'worker-{i}')[-3000:]}")
-        return [self.stack.log_of(f"worker-{i}") for i, _ in procs]
+            self.c.check(p.returncode == 0, f"{self.label}: {name} {i} exit {p.returncode}:\n"
+                                            f"{self.stack.log_of(f'{name}-{i}')[-3000:]}")
+        return [self.stack.log_of(f"{name}-{i}") for i, _ in procs]
+
+    def check_resumed(self, first, again, job):
+        """The logs of a first run (2 steps) and of the same command lines
+        run again to step 4."""
+        self.c.check(bool(first) and f"checkpoint of step {STEPS} committed" in first[0],
+                     f"{self.label}: rank 0 committed the checkpoint of step {STEPS} of job {job}")
+        self.c.check(all(f"rank {i}: resumed from" in log and f"(step {STEPS}," in log for i, log in enumerate(again)),
+                     f"{self.label}: run again (restarted containers / replacement pods), every rank resumed "
+                     f"from step {STEPS}")
 
 
-def loopback(argv, address):
+    def kill_and_replace(self, argvs, replacement, name="recovery", timeout=120):
+        """Runs `argvs` to RECOVERY_STEPS; once rank 0 logged step KILL_AT,
+        SIGKILLs worker VICTIM and starts `replacement` (its restarted
+        container or replacement pod). Every process but the killed one must
+        exit 0 and the replacement resume from a checkpoint."""
+        binary = self.stack.binary("muonshard-worker")
+        procs = [self.stack.spawn(f"{name}-{i}", [binary, *argv]) for i, argv in enumerate(argvs)]
+        deadline = time.monotonic() + timeout
+        reached = False
+        while time.monotonic() < deadline and not any(p.poll() is not None for p in procs):
+            done = re.findall(r"^rank 0: step (\d+)/", self.stack.log_of(f"{name}-0"), re.M)
+            if done and int(done[-1]) >= KILL_AT:
+                reached = True
+                break
+            time.sleep(0.05)
+        self.c.check(reached and procs[VICTIM].poll() is None,
+                     f"{self.label}: every worker still running at step {KILL_AT}:\n"
+                     f"{self.stack.log_of(f'{name}-0')[-2000:]}")
+        if not reached:
+            return
+        procs[VICTIM].kill()
+        procs[VICTIM].wait(timeout=30)
+        label = f"{name}-{VICTIM}-replacement"
+        survivors = [(f"{name}-{i}", p) for i, p in enumerate(procs) if i != VICTIM]
+        survivors.append((label, self.stack.spawn(label, [binary, *replacement])))
+        for n, p in survivors:
+            try:
+                p.wait(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self.c.check(p.returncode == 0, f"{self.label}: recovery: {n} exit {p.returncode}:\n"
+                                            f"{self.stack.log_of(n)[-3000:]}")
+        self.c.check(f"rank {VICTIM}: resumed from" in self.stack.log_of(label),
+                     f"{self.label}: recovery: rank {VICTIM}'s replacement took its rank back and resumed from "
+                     f"the checkpoint")
+        self.c.check(f"checkpoint of step {RECOVERY_STEPS} committed" in self.stack.log_of(f"{name}-0"),
+                     f"{self.label}: recovery: the group re-formed and finished step {RECOVERY_STEPS}")
+
+
+# Steps of the first run on loopback, of the same command lines again, and of
+# the recovery run (rank VICTIM killed once rank 0 is past step KILL_AT).
+STEPS, RESUMED_STEPS = 2, 4
+RECOVERY_STEPS, KILL_AT, VICTIM = 24, 8, 2
+
+
+def loopback(argv, address, scratch, steps=STEPS):
+    """The deployed argv on 127.0.0.1; the checkpoint directory (the
+    volume's) in the scratch folder, under the same name; rank 0 logs every
+    step."""
+    ckpt = check_compose.flag(argv, "--checkpoint-dir")
     return substitute(argv, {"--coordinator": address, "--hostname": "127.0.0.1",
                              "--metrics-host": "127.0.0.1", "--metrics-port": "0",
-                             "--steps": "2", "--linger": "0", "--blas-threads": "1"})
+                             "--steps": str(steps), "--linger": "0", "--blas-threads": "1",
+                             "--log-every": "1",
+                             **({"--checkpoint-dir": os.path.join(scratch, "checkpoints", os.path.basename(ckpt))}
+                                if ckpt else {})})
 
 
 def run_compose(c, cfg, scratch):
@@ -162,11 +234,22 @@ def run_compose(c, cfg, scratch):
         names = sorted(n for n in s if n.startswith("worker-"))
         # In its container each worker's host name is its service's
         # `hostname:` (its JoinJob identity); on one machine it is given.
-        logs = r.workers([loopback(s[n]["command"], address) + ["--host-id", s[n]["hostname"]]
+        logs = r.workers([loopback(s[n]["command"], address, scratch) + ["--host-id", s[n]["hostname"]]
                           for n in names])
         job = check_compose.flag(s[names[0]]["command"], "--job")
         c.check(sum(f'joined job "{job}"' in log for log in logs) == len(names),
                 f"compose demo: {len(names)} workers joined job {job}")
+        if c.failures:
+            return
+        # The containers restarted: the same commands (and host names).
+        def commands(steps):
+            return [loopback(s[n]["command"], address, scratch, steps) + ["--host-id", s[n]["hostname"]]
+                    for n in names]
+        again = r.workers(commands(RESUMED_STEPS), name="restarted")
+        r.check_resumed(logs, again, job)
+        if c.failures:
+            return
+        r.kill_and_replace(commands(RECOVERY_STEPS), commands(RECOVERY_STEPS)[VICTIM])
     finally:
         r.stack.stop()
 
@@ -199,15 +282,32 @@ def run_k8s(c, docs, scratch):
         r.submit(argv)
         world = int(env["WORLD_SIZE"])
         c.check(job["spec"]["completions"] == world, "k8s cpu: one pod per rank")
-        argvs = []
-        for rank in range(world):
-            pod_env = {**env, "COORDINATOR": address, "JOB_COMPLETION_INDEX": str(rank),
-                       "POD_IP": "127.0.0.1", "POD_NAME": f"muonshard-worker-{rank}-x"}
-            argvs.append(loopback(k8s_expand(worker["args"], pod_env), address))
-        logs = r.workers(argvs)
+        def pods(suffix, steps):
+            """The worker pods' argvs. Each pod's hostname is <job>-<index>
+            (the Indexed Job's: the worker's default host identity), kept by
+            a replacement pod; on one machine it is given unless the args
+            set --host-id."""
+            argvs = []
+            for rank in range(world):
+                pod_env = {**env, "COORDINATOR": address, "JOB_COMPLETION_INDEX": str(rank),
+                           "POD_IP": "127.0.0.1", "POD_NAME": f"{job['metadata']['name']}-{rank}-{suffix}"}
+                argv = loopback(k8s_expand(worker["args"], pod_env), address, scratch, steps)
+                if check_compose.flag(argv, "--host-id") is None:
+                    argv += ["--host-id", f"{job['metadata']['name']}-{rank}"]
+                argvs.append(argv)
+            return argvs
+        logs = r.workers(pods("x7k2p", STEPS))
         c.check(all(f'joined job "{env["MUONSHARD_JOB"]}" as rank {i} of {world}' in log
                     for i, log in enumerate(logs)),
                 f"k8s cpu: pod i joined job {env['MUONSHARD_JOB']} as rank i of {world}")
+        if c.failures:
+            return
+        # Replacement pods: the same args, new pod names.
+        again = r.workers(pods("q4m9z", RESUMED_STEPS), name="replacement")
+        r.check_resumed(logs, again, env["MUONSHARD_JOB"])
+        if c.failures:
+            return
+        r.kill_and_replace(pods("b8w3n", RECOVERY_STEPS), pods("h5t6v", RECOVERY_STEPS)[VICTIM])
     finally:
         r.stack.stop()
 

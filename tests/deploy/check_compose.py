@@ -4,23 +4,37 @@ docker-compose.yml + docker-compose.gpu.yml, and the resolved configurations
 hold the demo together: the coordinator's healthcheck and named volume, the
 one-shot submission after the coordinator is healthy, four Gloo workers (one
 per rank 0..3, world size = the submitted one) that start after a successful
-submission and restart on failure, Prometheus scraping exactly these services
-on their metrics ports, Grafana provisioned with the dashboard; in the GPU
-variant, NCCL and one reserved GPU per worker.
+submission, Prometheus scraping exactly these services on their metrics
+ports, Grafana provisioned with the dashboard; in the GPU variant, NCCL and
+one reserved GPU per worker.
+
+Recovery (every variant): each worker restarts on failure a bounded number
+of times (`restart: on-failure:N`, which docker-compose 1.29 and Compose v2
+both honour; deploy.restart_policy is swarm's), checkpoints its job into
+<mount>/<job> (--checkpoint-every in 1..--steps) on a writable named volume
+that every worker shares (every rank writes its shard into one directory,
+rank 0 commits) and that its image creates owned by its uid (so a fresh
+volume is writable), resumes (--resume) and re-forms a broken group in its
+process (--max-restarts >= 1); its host identity is its container's
+hostname, which a restarted container keeps (the coordinator hands a known
+identity its rank back at once).
 
 docker-compose.yml + docker-compose.torch.yml: all of the above unchanged,
 plus the torch workers (the PyTorch example under torch's launcher): the
 torch image built from its Dockerfile stage, one service per node rank with
 its own hostname, started after a healthy coordinator (not after the
-submission: rank 0 submits), restarted on failure, and one named volume
-shared by every node holding --checkpoint-dir, so a restarted container
-resumes. (deploy_torch_compose parses and runs their command lines.)"""
+submission: rank 0 submits), restarted on failure (on-failure:N), and one
+named volume shared by every node holding --checkpoint-dir, so a restarted
+container resumes. (deploy_torch_compose parses and runs their command
+lines.)"""
 
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_common as dc  # noqa: E402
+import check_images  # noqa: E402
 
 BASE = os.path.join(dc.REPO, "docker-compose.yml")
 GPU = os.path.join(dc.REPO, "docker-compose.gpu.yml")
@@ -39,21 +53,83 @@ def flag(argv, name):
 
 
 def volumes_of(service):
-    """A service's mounts as {type, source, target}: `config` of
+    """A service's mounts as {type, source, target, read_only}: `config` of
     docker-compose 1.29 prints "source:target[:mode]", Compose v2 the long
     form."""
     out = []
     for v in service.get("volumes", []):
         if isinstance(v, dict):
-            out.append({"type": v.get("type"), "source": v.get("source"), "target": v.get("target")})
+            out.append({"type": v.get("type"), "source": v.get("source"), "target": v.get("target"),
+                        "read_only": bool(v.get("read_only"))})
             continue
         parts = v.split(":")
         if len(parts) == 1:
-            out.append({"type": "volume", "source": None, "target": parts[0]})
+            out.append({"type": "volume", "source": None, "target": parts[0], "read_only": False})
             continue
         kind = "bind" if parts[0].startswith(("/", ".")) else "volume"
-        out.append({"type": kind, "source": parts[0], "target": parts[1]})
+        out.append({"type": kind, "source": parts[0], "target": parts[1],
+                    "read_only": len(parts) > 2 and "ro" in parts[2].split(",")})
     return out
+
+
+def restart_policy(service):
+    """(name, maximum retries or None) of `restart:` ("on-failure:3")."""
+    name, _, count = str(service.get("restart", "no")).partition(":")
+    return name, int(count) if count.isdigit() else None
+
+
+def check_restart(c, where, service):
+    name, count = restart_policy(service)
+    c.check(name == "on-failure" and count is not None and count >= 1,
+            f"{where}: restarts on failure, a bounded number of times (restart: on-failure:N): "
+            f"{service.get('restart')!r}")
+    c.check("restart_policy" not in service.get("deploy", {}),
+            f"{where}: no deploy.restart_policy (swarm's; docker-compose 1.29 ignores it, Compose v2 "
+            f"would let it override restart:)")
+
+
+def image_creates(service, target):
+    """Whether the service's Dockerfile stage creates `target` owned by the
+    stage's USER (`install -d -o UID -g GID ... target`): a fresh named
+    volume mounted there is then the uid's, so writable."""
+    build = service.get("build") or {}
+    df = os.path.join(build.get("context", dc.REPO), build.get("dockerfile", "Dockerfile"))
+    if not build.get("target") or not os.path.isfile(df):
+        return False
+    with open(df) as f:
+        text = f.read().replace("\\\n", " ")
+    stage = {st[0]: st for st in check_images.stages(text)}.get(build["target"])
+    if stage is None:
+        return False
+    user = re.findall(r"^USER\s+(\d+):(\d+)\s*$", stage[2], re.M)
+    if not user:
+        return False
+    uid, gid = user[-1]
+    for m in re.finditer(r"install\s+-d\s+-o\s+(\d+)\s+-g\s+(\d+)\s+-m\s+\d+((?:\s+/\S+)+)", stage[2]):
+        if (m.group(1), m.group(2)) == (uid, gid) and target.rstrip("/") in m.group(3).split():
+            return True
+    return False
+
+
+def check_checkpoints(c, where, cfg, service, argv, shared):
+    """--checkpoint-dir <named volume mount>/<job> with --resume and a
+    period within the run; adds (volume, dir) to `shared`."""
+    ckpt = flag(argv, "--checkpoint-dir") or ""
+    mounts = [v for v in volumes_of(service) if ckpt.startswith(v["target"].rstrip("/") + "/")]
+    c.check(len(mounts) == 1 and mounts[0]["type"] == "volume" and mounts[0]["source"] in cfg.get("volumes", {})
+            and not mounts[0]["read_only"],
+            f"{where}: --checkpoint-dir {ckpt!r} lies in a writable named volume: {volumes_of(service)}")
+    if mounts:
+        c.check(image_creates(service, mounts[0]["target"]),
+                f"{where}: its image's stage creates {mounts[0]['target']} owned by its USER "
+                f"(a fresh volume there is writable)")
+        shared.add((mounts[0]["source"], ckpt))
+    c.check(ckpt.rstrip("/").rsplit("/", 1)[-1] == flag(argv, "--job"),
+            f"{where}: one checkpoint directory per job (<mount>/{flag(argv, '--job')}): {ckpt!r}")
+    every, steps = flag(argv, "--checkpoint-every") or "", flag(argv, "--steps") or ""
+    c.check(every.isdigit() and steps.isdigit() and 0 < int(every) <= int(steps),
+            f"{where}: a checkpoint every {every} steps, within the run's {steps}")
+    c.check("--resume" in argv, f"{where}: --resume (the newest checkpoint, step 0 while there is none)")
 
 
 def resolved(compose, files):
@@ -103,7 +179,7 @@ def check_common(c, cfg, label, backend):
 
     workers = {n: s for n, s in services.items() if n.startswith("worker-")}
     c.check(world == 4 and len(workers) == world, f"{label}: 4 workers for world size {world}: {sorted(workers)}")
-    ranks, jobs = [], set()
+    ranks, jobs, shared = [], set(), set()
     for name, w in sorted(workers.items()):
         argv = w.get("command", [])
         rank = flag(argv, "--rank")
@@ -121,7 +197,19 @@ def check_common(c, cfg, label, backend):
         c.check(deps.get("coordinator", {}).get("condition") == "service_healthy"
                 and deps.get("submit-plan", {}).get("condition") == "service_completed_successfully",
                 f"{label}: {name} starts after a healthy coordinator and a successful submission")
-        c.check(w.get("restart") == "on-failure", f"{label}: {name} restarts on failure")
+        # Recovery.
+        check_restart(c, f"{label}: {name}", w)
+        check_checkpoints(c, f"{label}: {name}", cfg, w, argv, shared)
+        restarts = flag(argv, "--max-restarts") or ""
+        c.check(restarts.isdigit() and int(restarts) >= 1,
+                f"{label}: {name} re-forms a broken group in its process (--max-restarts {restarts or None} >= 1)")
+        c.check(flag(argv, "--host-id") in (None, w.get("hostname")),
+                f"{label}: {name}'s host identity is its hostname, which its restarted container keeps "
+                f"(the coordinator hands a known identity its rank)")
+        grace = flag(argv, "--rejoin-grace")
+        c.check(grace is None or (grace.replace(".", "", 1).isdigit() and float(grace) > 0),
+                f"{label}: {name} --rejoin-grace {grace} is a positive number of seconds")
+    c.check(len(shared) == 1, f"{label}: every worker shares one checkpoint directory: {sorted(shared)}")
     c.check(sorted(ranks) == [str(r) for r in range(world)], f"{label}: ranks 0..{world - 1}: {ranks}")
     c.check(len(jobs) == 1 and None not in jobs, f"{label}: one job: {jobs}")
 
@@ -189,14 +277,8 @@ def check_torch(c, cfg):
         deps = s.get("depends_on", {})
         c.check(deps.get("coordinator", {}).get("condition") == "service_healthy" and "submit-plan" not in deps,
                 f"{where}: starts after a healthy coordinator (rank 0 submits its own plan)")
-        c.check(s.get("restart") == "on-failure", f"{where}: restarts on failure")
-        ckpt = flag(script, "--checkpoint-dir") or ""
-        mounts = [v for v in volumes_of(s) if ckpt.startswith(v["target"].rstrip("/") + "/")]
-        c.check(len(mounts) == 1 and mounts[0]["type"] == "volume" and mounts[0]["source"] in cfg.get("volumes", {}),
-                f"{where}: --checkpoint-dir {ckpt!r} lies in a named volume: {volumes_of(s)}")
-        ckpt_volumes.update((m["source"], ckpt) for m in mounts)
-        c.check("--resume" in script and int(flag(script, "--checkpoint-every") or 0) > 0,
-                f"{where}: checkpoints periodically and resumes after a restart")
+        check_restart(c, where, s)
+        check_checkpoints(c, where, cfg, s, script, ckpt_volumes)
     c.check(len(ckpt_volumes) == 1, f"torch: every node shares one checkpoint directory: {sorted(ckpt_volumes)}")
     demo_jobs = {flag(s.get("command", []), "--job") for n, s in services.items() if n.startswith("worker-")}
     c.check(len(jobs) == 1 and None not in jobs and not jobs & demo_jobs,

@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
 """deploy_kustomize: `kubectl kustomize` renders deploy/k8s/overlays/cpu, .../gpu,
-.../torch, cpu + every component and torch + torch-checkpoints +
-prometheus-operator, and the rendered objects pass a schema check.
+.../torch, cpu + every component and torch + prometheus-operator, and the rendered objects pass a schema check.
 
 The schema check is this file's own (no network here, so no kubeconform and
 its OpenAPI schemas): it checks the fields these manifests rely on, by kind —
@@ -18,9 +17,23 @@ to the rules file). overlays/torch: the worker container is torch's launcher
 (--redirects 1 --tee 1, node rank = completion index, the rendezvous on pod
 0's stable name through a port the headless Service exposes) running the
 image's examples/torch/train_gpt.py with the torch image, no plan
-submission, and with components/torch-checkpoints its checkpoint directory
-on a ReadWriteMany PVC with --resume (deploy_torch_k8s parses and runs the
-command lines)."""
+submission (deploy_torch_k8s parses and runs the command lines).
+
+Recovery, in every render (check_recovery): the worker Job's pods are
+replaced, not restarted in place (restartPolicy Never), under a well-formed
+podFailurePolicy that fails the Job at once on exit code 2 (bad usage or
+input) of any container, counts exit 1 and signals toward backoffLimit and
+ignores disruptions (DisruptionTarget); backoffLimit is at least 4 per rank
+(or backoffLimitPerIndex >= 4 with maxFailedIndexes 0). The program's
+--checkpoint-dir is <mount>/.../$(MUONSHARD_JOB) on a writable mount of a
+ReadWriteMany PVC in the render (every rank writes into one directory, rank
+0 commits), with --checkpoint-every in 1..STEPS and --resume; the C++
+workers also --max-restarts >= 1, a --rejoin-grace longer than
+--comm-timeout (a replacement pod takes longer than a process) and a host
+identity a replacement pod keeps (the pod hostname <job>-<index>, not the
+pod's name: the coordinator hands a known identity its rank). Every PVC
+is mounted by a pod, and the coordinator's --data-dir is its PVC (it adopts
+running jobs from its store when it restarts)."""
 
 import os
 import re
@@ -268,6 +281,11 @@ def check_render(c, r, variant):
     pods = {}
     for owner, t in pod_templates(r):
         pods[owner] = check_pod(c, r, owner, t)
+    claimed = {v["persistentVolumeClaim"]["claimName"] for _, t in pod_templates(r)
+               for v in t["spec"].get("volumes", []) if "persistentVolumeClaim" in v}
+    for name, pvc in r.by_kind.get("PersistentVolumeClaim", {}).items():
+        c.check(name in claimed, f"{r.label}: PVC {name} is mounted by a pod")
+        c.check(bool(pvc["spec"].get("accessModes")), f"{r.label}: PVC {name} has access modes")
 
     dep = r.get("Deployment", "muonshard-coordinator")
     c.check(dep is not None, f"{r.label}: the coordinator Deployment")
@@ -328,7 +346,6 @@ def check_render(c, r, variant):
     world = int(data.get("WORLD_SIZE", 0))
     c.check(js.get("completionMode") == "Indexed" and js.get("completions") == js.get("parallelism") == world > 0,
             f"{r.label}: Indexed Job with completions = parallelism = WORLD_SIZE {world}")
-    c.check(ps.get("restartPolicy") in ("OnFailure", "Never"), f"{r.label}: Job pods restartPolicy")
     # The rank: muonshard-worker's --rank, or the torch launcher's --node_rank.
     rank_flag = "--node_rank" if variant == "torch" else "--rank"
     c.check(arg(wc["args"], rank_flag) == "$(JOB_COMPLETION_INDEX)", f"{r.label}: rank from JOB_COMPLETION_INDEX")
@@ -352,6 +369,7 @@ def check_render(c, r, variant):
     c.check(hs is not None and hs["spec"].get("clusterIP") == "None"
             and hs["spec"]["selector"].items() <= pod["metadata"]["labels"].items(),
             f"{r.label}: a headless Service {ps.get('subdomain')} selects the worker pods")
+    check_recovery(c, r, variant, job, wc, data)
     if variant == "torch":
         check_torch_worker(c, r, job, wc, data, hs)
         return check_components(c, r, cc, ps, vols, pods)
@@ -434,18 +452,169 @@ def check_torch_worker(c, r, job, wc, data, hs):
     mounts = {m["mountPath"] for m in wc.get("volumeMounts", [])}
     c.check("/tmp" in mounts, f"{r.label}: a writable /tmp for torch (read-only root)")
     c.check(wc.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") is None, f"{r.label}: no GPU")
-    ckpt = arg(script, "--checkpoint-dir")
-    if r.checkpoints:
-        vols = {v["name"]: v for v in ps.get("volumes", [])}
-        mount = [m for m in wc.get("volumeMounts", []) if ckpt and ckpt.startswith(m["mountPath"].rstrip("/") + "/")]
-        claim = vols.get(mount[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName") if mount else None
-        pvc = r.get("PersistentVolumeClaim", claim) if claim else None
-        c.check(pvc is not None and "ReadWriteMany" in pvc["spec"].get("accessModes", []),
-                f"{r.label}: --checkpoint-dir {ckpt} on a ReadWriteMany PVC every pod shares ({claim})")
-        c.check("--resume" in script and int(arg(script, "--checkpoint-every") or 0) > 0,
-                f"{r.label}: checkpoints periodically and resumes after a restart")
+    # (Its checkpoints: check_recovery. The launcher restarts nothing itself:
+    # deploy_torch_k8s checks --max-restarts 0.)
+
+
+# ---------------------------------------------------------------- recovery
+
+POD_FAILURE_ACTIONS = {"FailJob", "Ignore", "Count", "FailIndex"}
+# Failed pods the Job may replace, per rank (backoffLimit >= this x completions).
+RETRIES_PER_RANK = 4
+
+
+def program_args(variant, wc):
+    """The muonshard program's arguments in the worker container: the
+    container's args, or the torch script's (after the launcher's)."""
+    args = wc.get("args") or []
+    if variant == "torch":
+        return args[args.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in args else []
+    return args
+
+
+def has_flag(argv, name):
+    """A boolean flag given as `--name` or `--name=true`."""
+    return any(a == name or a == name + "=true" for a in argv)
+
+
+def number(value):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def pod_failure_outcome(policy, container, exit_code, containers):
+    """The action of the first podFailurePolicy rule matching a pod whose
+    container `container` failed with `exit_code` (no disruption condition):
+    Count when none matches (the Job's default)."""
+    for rule in (policy or {}).get("rules", []):
+        oec = rule.get("onExitCodes")
+        if not oec:
+            continue
+        name = oec.get("containerName")
+        if name is not None and name != container:
+            continue
+        values = oec.get("values", [])
+        if (oec.get("operator") == "In" and exit_code in values) or \
+                (oec.get("operator") == "NotIn" and exit_code != 0 and exit_code not in values):
+            return rule.get("action")
+    return "Count"
+
+
+def check_pod_failure_policy(c, r, js, containers):
+    """The fields of spec.podFailurePolicy as the API server validates them."""
+    policy = js.get("podFailurePolicy")
+    rules = (policy or {}).get("rules")
+    c.check(isinstance(rules, list) and 1 <= len(rules) <= 20,
+            f"{r.label}: podFailurePolicy has 1..20 rules")
+    for i, rule in enumerate(rules or []):
+        where = f"{r.label}: podFailurePolicy rule {i}"
+        action = rule.get("action")
+        c.check(action in POD_FAILURE_ACTIONS, f"{where}: action {action!r} is one of {sorted(POD_FAILURE_ACTIONS)}")
+        c.check(action != "FailIndex" or js.get("backoffLimitPerIndex") is not None,
+                f"{where}: FailIndex only with backoffLimitPerIndex")
+        c.check(("onExitCodes" in rule) != ("onPodConditions" in rule),
+                f"{where}: exactly one of onExitCodes, onPodConditions")
+        oec = rule.get("onExitCodes")
+        if oec is not None:
+            values = oec.get("values")
+            c.check(oec.get("operator") in ("In", "NotIn"), f"{where}: operator In or NotIn ({oec.get('operator')})")
+            c.check(isinstance(values, list) and 0 < len(values) <= 255
+                    and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+                    and values == sorted(set(values)),
+                    f"{where}: exit codes a sorted list of distinct ints ({values})")
+            c.check(oec.get("operator") != "In" or 0 not in (values or []), f"{where}: In excludes exit code 0")
+            name = oec.get("containerName")
+            c.check(name is None or name in containers,
+                    f"{where}: containerName {name!r} is a container or init container of the pod")
+        for cond in rule.get("onPodConditions") or []:
+            c.check(isinstance(cond.get("type"), str) and cond.get("status", "True") in ("True", "False", "Unknown"),
+                    f"{where}: pod condition {cond}")
+    return policy
+
+
+def check_recovery(c, r, variant, job, wc, data):
+    """A failed worker pod is replaced and the job goes on from its newest
+    checkpoint (see deploy/k8s/base/worker.yaml)."""
+    js = job["spec"]
+    ps = js["template"]["spec"]
+    world = js.get("completions") or 0
+    init = [ct["name"] for ct in ps.get("initContainers", [])]
+    containers = init + [ct["name"] for ct in ps["containers"]]
+    # The failure policy.
+    c.check(ps.get("restartPolicy") == "Never",
+            f"{r.label}: failed worker pods are replaced, not restarted in place (restartPolicy Never, "
+            f"which podFailurePolicy needs): {ps.get('restartPolicy')}")
+    policy = check_pod_failure_policy(c, r, js, containers)
+    for name in containers:
+        c.check(pod_failure_outcome(policy, name, 2, containers) == "FailJob",
+                f"{r.label}: exit 2 (bad usage or input) of {name} fails the Job at once")
+        for code in (1, 137):
+            c.check(pod_failure_outcome(policy, name, code, containers) == "Count",
+                    f"{r.label}: exit {code} of {name} is retried and counts toward the back-off limit")
+    c.check(any(rule.get("action") == "Ignore" and any(cond.get("type") == "DisruptionTarget"
+                                                       and cond.get("status", "True") == "True"
+                                                       for cond in rule.get("onPodConditions") or [])
+                for rule in (policy or {}).get("rules", [])),
+            f"{r.label}: a disrupted pod (evicted, preempted, node drained) does not count (Ignore DisruptionTarget)")
+    per_index = js.get("backoffLimitPerIndex")
+    if per_index is not None:
+        c.check(isinstance(per_index, int) and per_index >= RETRIES_PER_RANK and js.get("maxFailedIndexes") == 0,
+                f"{r.label}: backoffLimitPerIndex >= {RETRIES_PER_RANK} and maxFailedIndexes 0 "
+                f"(the job needs every rank): {per_index}, {js.get('maxFailedIndexes')}")
     else:
-        c.check(ckpt is None, f"{r.label}: no checkpoints without components/torch-checkpoints")
+        limit = js.get("backoffLimit")
+        c.check(isinstance(limit, int) and limit >= RETRIES_PER_RANK * world,
+                f"{r.label}: backoffLimit {limit} >= {RETRIES_PER_RANK} failed pods per rank x {world} ranks")
+    # The checkpoint directory on a volume every pod shares.
+    argv = program_args(variant, wc)
+    ckpt = arg(argv, "--checkpoint-dir")
+    vols = {v["name"]: v for v in ps.get("volumes", [])}
+    mount = [m for m in wc.get("volumeMounts", []) if ckpt and ckpt.startswith(m["mountPath"].rstrip("/") + "/")]
+    c.check(len(mount) == 1 and not mount[0].get("readOnly"),
+            f"{r.label}: --checkpoint-dir {ckpt} lies in a writable mount of the worker container")
+    claim = vols.get(mount[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName") if mount else None
+    pvc = r.get("PersistentVolumeClaim", claim) if claim else None
+    c.check(pvc is not None and "ReadWriteMany" in pvc["spec"].get("accessModes", []),
+            f"{r.label}: --checkpoint-dir {ckpt} on a ReadWriteMany PVC every worker pod mounts ({claim}; "
+            f"every rank writes its shard into one directory and rank 0 commits it)")
+    if pvc is not None:
+        try:
+            size = quantity(pvc["spec"].get("resources", {}).get("requests", {}).get("storage", ""), claim)
+        except ValueError as e:
+            c.check(False, str(e))
+            size = 0
+        c.check(size > 0, f"{r.label}: PVC {claim} requests storage")
+    c.check(bool(ckpt) and ckpt.endswith("/$(MUONSHARD_JOB)") and arg(argv, "--job") == "$(MUONSHARD_JOB)",
+            f"{r.label}: one checkpoint directory per job (--checkpoint-dir .../$(MUONSHARD_JOB), "
+            f"--job $(MUONSHARD_JOB)): {ckpt}")
+    every = arg(argv, "--checkpoint-every")
+    steps = arg(argv, "--steps")
+    steps = data.get("STEPS") if steps == "$(STEPS)" else steps
+    c.check(every is not None and every.isdigit() and steps is not None and steps.isdigit()
+            and 0 < int(every) <= int(steps),
+            f"{r.label}: a checkpoint every {every} steps, within the run's {steps}")
+    c.check(has_flag(argv, "--resume"),
+            f"{r.label}: --resume (the newest checkpoint, step 0 while there is none: a replaced pod goes on)")
+    # The C++ worker re-forms a broken group in its process.
+    if variant != "torch":
+        restarts = arg(argv, "--max-restarts")
+        c.check(restarts is not None and restarts.isdigit() and int(restarts) >= 1,
+                f"{r.label}: --max-restarts {restarts} >= 1 (survivors re-form the group with a replaced rank)")
+        host_id = arg(argv, "--host-id")
+        c.check(host_id is None or ("$(JOB_COMPLETION_INDEX)" in host_id
+                                    and not re.search(r"\$\((POD_NAME|POD_IP|POD_UID)\)", host_id)),
+                f"{r.label}: the worker's host identity ({host_id or 'the pod hostname <job>-<index>'}) is kept by "
+                f"a replacement pod, so it gets its rank back at once")
+        grace, comm = number(arg(argv, "--rejoin-grace")), number(arg(argv, "--comm-timeout") or 60)
+        c.check(grace is not None and comm is not None and grace > comm,
+                f"{r.label}: --rejoin-grace {arg(argv, '--rejoin-grace')} longer than --comm-timeout {comm} "
+                f"(a replacement pod is rescheduled, maybe pulls its image, submits)")
+    psc = ps.get("securityContext", {})
+    c.check("fsGroup" not in psc or psc.get("fsGroupChangePolicy") == "OnRootMismatch",
+            f"{r.label}: the checkpoint volume's group is set once, not file by file on every pod start "
+            f"(fsGroupChangePolicy OnRootMismatch)")
 
 
 def check_components(c, r, cc, ps, vols, pods):
@@ -506,7 +675,7 @@ def main():
         c.check(docs is not None, f"kubectl kustomize deploy/k8s/overlays/{variant}: {err}")
         if docs:
             r = Render(f"overlays/{variant}", docs)
-            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = False, False, False, False, False
+            r.components, r.auth, r.tls, r.monitoring = False, False, False, False
             renders.append((r, variant))
     # cpu + every component, through a kustomization outside the tree
     # (kustomize wants relative paths).
@@ -522,20 +691,19 @@ def main():
         c.check(docs is not None, f"kubectl kustomize overlays/cpu + components: {err}")
         if docs:
             r = Render("overlays/cpu+components", docs)
-            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = True, True, True, True, False
+            r.components, r.auth, r.tls, r.monitoring = True, True, True, True
             renders.append((r, "cpu"))
-        # torch + its checkpoint volume + monitoring (auth-token and tls patch
-        # the init container, which overlays/torch has not).
+        # torch + monitoring (auth-token and tls patch the init container,
+        # which overlays/torch has not).
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
             f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
                     f"resources:\n  - {rel}/overlays/torch\n"
-                    f"components:\n  - {rel}/components/torch-checkpoints\n"
-                    f"  - {rel}/components/prometheus-operator\n")
+                    f"components:\n  - {rel}/components/prometheus-operator\n")
         docs, err = kustomize(kubectl, tmp)
         c.check(docs is not None, f"kubectl kustomize overlays/torch + components: {err}")
         if docs:
             r = Render("overlays/torch+components", docs)
-            r.components, r.auth, r.tls, r.monitoring, r.checkpoints = True, False, False, True, True
+            r.components, r.auth, r.tls, r.monitoring = True, False, False, True
             renders.append((r, "torch"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

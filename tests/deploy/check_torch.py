@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """deploy_torch_{compose,k8s}: the PyTorch example as deployed -- the torch
 workers of docker-compose.torch.yml (`compose`), the worker pods of the
-rendered Kubernetes overlay torch with components/torch-checkpoints (`k8s`) --
+rendered Kubernetes overlay torch (`k8s`) --
 is a command line torch's launcher and examples/torch/train_gpt.py accept,
 and it trains and resumes.
 
@@ -34,11 +34,9 @@ import io
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -266,18 +264,8 @@ def compose_nodes(c, compose, image):
 
 
 def k8s_nodes(c, kubectl):
-    tmp = tempfile.mkdtemp(prefix="muonshard-kustomize-torch-")
-    try:
-        k8s = os.path.join(dc.REPO, "deploy", "k8s")
-        rel = os.path.relpath(k8s, tmp)
-        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
-            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                    f"resources:\n  - {rel}/overlays/torch\n"
-                    f"components:\n  - {rel}/components/torch-checkpoints\n")
-        r = dc.run([kubectl, "kustomize", tmp])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    c.check(r.returncode == 0, f"k8s: kustomize overlays/torch + components/torch-checkpoints: {r.stderr}")
+    r = dc.run([kubectl, "kustomize", os.path.join(dc.REPO, "deploy", "k8s", "overlays", "torch")])
+    c.check(r.returncode == 0, f"k8s: kustomize overlays/torch: {r.stderr}")
     if r.returncode != 0:
         return None, None, None, None
     objs = {(o["kind"], o["metadata"]["name"]): o for o in dc.load_yaml(r.stdout, text=True) if o}
