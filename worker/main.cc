@@ -35,6 +35,7 @@ struct Flags {
   int64_t rank = -1;
   int64_t max_restarts = 0;
   int64_t min_workers = 0;
+  int64_t checkpoint_keep = 0;
   double lr = 0.02;
   double weight_decay = 0.01;
   int64_t seed = 1;
@@ -66,6 +67,7 @@ struct Flags {
     f.String("dump-params", &o.dump_params, "write the final fp32 parameters here (safetensors)");
     f.String("checkpoint-dir", &o.checkpoint_dir, "write sharded checkpoints here (step-N/ + latest)");
     f.Int("checkpoint-every", &o.checkpoint_every, "checkpoint after every N-th step (0: after the last only)");
+    f.Int("checkpoint-keep", &checkpoint_keep, "keep only the newest N complete checkpoints (0: all)");
     f.Bool("resume", &o.resume,
            "continue from the latest checkpoint in --checkpoint-dir (any plan of the model); from step 0 when it holds "
            "none");
@@ -117,6 +119,10 @@ struct Flags {
       return absl::InvalidArgumentError("flag --min-workers must be in [0, 1000000]");
     }
     o.min_workers = static_cast<int>(min_workers);
+    if (checkpoint_keep < 0 || checkpoint_keep > 1000000) {
+      return absl::InvalidArgumentError("flag --checkpoint-keep must be in [0, 1000000]");
+    }
+    o.checkpoint_keep = static_cast<int>(checkpoint_keep);
     o.rejoin_grace = absl::Seconds(rejoin_grace_s);
     o.comm_timeout = absl::Seconds(comm_timeout_s);
     o.join_timeout = absl::Seconds(join_timeout_s);

@@ -358,6 +358,7 @@ absl::Status RankSession::CreateOptimizer() {
 }
 
 std::string RankSession::Describe() const {
+  if (!has_group()) return "no group (the last recovery failed)";
   std::string out = absl::StrCat(comms_.size());
   if (nccl()) {
     absl::StrAppend(&out, " NCCL communicator(s), ");
@@ -383,13 +384,20 @@ absl::StatusOr<const client::VersionedPlan*> RankSession::FullPlan() {
   return full_plan_.get();
 }
 
+absl::Status RankSession::CheckGroup() const {
+  if (has_group()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", rank(), " of job \"", joined_.job, "\" has no group: its last recovery failed"));
+}
+
 absl::Status RankSession::Barrier(const std::string& name) {
-  if (store_ == nullptr) return absl::FailedPreconditionError("no group: the last recovery failed");
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
   return internal::StoreBarrier(*store_, name, rank(), world_size(), options_.comm_timeout);
 }
 
 absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
-                                         const v1::OptimizerHyperParams& hyper_params) {
+                                         const v1::OptimizerHyperParams& hyper_params, int keep_last) {
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
   const std::string save_id = absl::StrCat("generation-", joined_.generation);
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
   checkpoint::RankFileTarget target{dir, step, view_.content_hash(), rank(), world_size(), save_id};
@@ -401,12 +409,14 @@ absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
   commit.plan_version = joined_.plan_version;
   commit.save_id = save_id;
   commit.optimizer = hyper_params;
+  commit.keep_last = keep_last;
   MUONSHARD_RETURN_IF_ERROR(checkpoint::CommitCheckpoint(dir, step, plan->plan, plan->request, commit));
   Log() << Prefix() << "checkpoint of step " << step << " committed in " << dir << "\n";
   return absl::OkStatus();
 }
 
 absl::StatusOr<LoadedCheckpoint> RankSession::LoadCheckpoint(const std::string& dir, std::optional<int64_t> step) {
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
   MUONSHARD_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::OpenCheckpoint(dir, step));
   MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
   MUONSHARD_RETURN_IF_ERROR(checkpoint::CheckCompatible(ckpt.index, plan->plan));

@@ -202,6 +202,10 @@ class RankSession {
   int world_size() const { return joined().world_size; }
   int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
   const v1::RankView& view() const { return view_; }
+  // False after a failed Recover: no communicators, no optimizer (the
+  // methods that need them then fail FAILED_PRECONDITION; optimizer() must
+  // not be called).
+  bool has_group() const { return optimizer_ != nullptr; }
   ShardedOptimizer& optimizer() { return *optimizer_; }
   const ShardedOptimizer& optimizer() const { return *optimizer_; }
   WorkerMetrics& metrics() { return *metrics_; }
@@ -227,7 +231,10 @@ class RankSession {
   // Saves the optimizer's state as checkpoint step `step` of `dir`: every
   // rank writes its file, all meet, rank 0 commits (index, rename,
   // `latest`). `hyper_params` goes into the index. A collective.
-  absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params);
+  // `keep_last` > 0: rank 0 then deletes all but the newest keep_last
+  // complete steps of `dir` (best-effort).
+  absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params,
+                              int keep_last = 0);
 
   // Tells the coordinator this rank's step failed with `error`, so the job
   // moves to a new generation now and the peers' next heartbeat carries the
@@ -271,6 +278,7 @@ class RankSession {
   // membership (NOTE [Recovery]).
   void TearDownGroup();
   absl::Status OpenStore();
+  absl::Status CheckGroup() const;
   // A "group" barrier in the generation's store: every rank has joined it
   // (on a recovery, the survivors and any replacement process alike).
   absl::Status WaitForGroup(absl::Duration timeout);

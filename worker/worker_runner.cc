@@ -177,7 +177,7 @@ class WorkerRun {
     (*hyper.mutable_extra())["seed"] = absl::StrCat(options_.seed);
     hyper.set_lr(options_.lr);
     hyper.set_weight_decay(options_.weight_decay);
-    return session_->SaveCheckpoint(options_.checkpoint_dir, done, hyper);
+    return session_->SaveCheckpoint(options_.checkpoint_dir, done, hyper, options_.checkpoint_keep);
   }
 
   // Part files, then (after RankSession::Finish's barrier) rank 0's merge.
@@ -265,12 +265,18 @@ absl::Status ValidateWorkerOptions(const WorkerOptions& options) {
     return absl::InvalidArgumentError("flag --resume needs --checkpoint-dir");
   }
   if (options.max_restarts < 0) return absl::InvalidArgumentError("flag --max-restarts must be >= 0");
+  if (options.max_restarts > 0 && !options.checkpoint_dir.empty() && !options.resume) {
+    return absl::InvalidArgumentError(
+        "flag --max-restarts with --checkpoint-dir needs --resume (a restarted process must restore the checkpoint "
+        "its peers restore)");
+  }
   if (options.min_workers > 0 && (options.checkpoint_dir.empty() || options.max_restarts == 0)) {
     return absl::InvalidArgumentError(
         "flag --min-workers (an elastic job) needs --checkpoint-dir (a resized group restores from it) and "
         "--max-restarts > 0");
   }
   if (options.checkpoint_every < 0) return absl::InvalidArgumentError("flag --checkpoint-every must be >= 0");
+  if (options.checkpoint_keep < 0) return absl::InvalidArgumentError("flag --checkpoint-keep must be >= 0");
   absl::Status config = ValidateOptimizerConfig(internal::MakeOptimizerConfig(options));
   if (!config.ok()) return Annotate(config, "flags --lr / --weight-decay");
   return absl::OkStatus();

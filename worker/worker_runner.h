@@ -83,6 +83,7 @@ struct WorkerOptions : RankSessionOptions {
   // the last step); rank 0 commits each step once all ranks wrote theirs.
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
+  int checkpoint_keep = 0;  // > 0: keep only the newest N complete steps
   // Load the latest checkpoint of checkpoint_dir (saved under any plan of the
   // same model) before training and continue from its step up to `steps`;
   // start from the initial parameters when the directory holds none (so one

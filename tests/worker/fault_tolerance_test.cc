@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -132,7 +133,7 @@ class FaultToleranceTest : public ::testing::Test {
     }
     if (checkpoints) {
       args.insert(args.end(), {"--checkpoint-dir", dir_.Join("ckpt"), "--checkpoint-every",
-                               absl::StrCat(kCheckpointEvery), "--resume"});
+                               absl::StrCat(kCheckpointEvery), "--checkpoint-keep", "2", "--resume"});
     }
     return args;
   }
@@ -314,6 +315,12 @@ TEST_F(FaultToleranceTest, KillNineOfAWorkerAtARandomStep_RecoversBitIdentical) 
   restarts[victim] = 0;  // a new process: its first run
   ASSERT_NO_FATAL_FAILURE(FinishAndCompare(restarts));
   EXPECT_THAT(Log(0), HasSubstr("recovered into generation"));
+  // --checkpoint-keep 2: the older steps were deleted as newer ones committed.
+  int steps_kept = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.Join("ckpt"))) {
+    steps_kept += absl::StartsWith(entry.path().filename().string(), "step-") ? 1 : 0;
+  }
+  EXPECT_EQ(steps_kept, 2);
 }
 
 // A frozen worker (SIGSTOP: no TCP reset) is declared failed at the

@@ -295,6 +295,34 @@ TEST(WorkerOptionsTest, Validate_NamesTheFlag) {
   EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dump-params")));
 }
 
+// NOTE [Recovery]: a restarted process must restore what its peers restore,
+// and an elastic job restores under a new plan from its checkpoints.
+TEST(WorkerOptionsTest, RecoveryFlags_CombinationsThatCannotRecoverNameTheFlag) {
+  WorkerOptions o;
+  o.job = "j";
+  o.max_restarts = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-restarts")));
+  o.max_restarts = 3;
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));  // no checkpoints: a recovery starts from step 0
+  o.checkpoint_dir = "/ckpt";
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--resume")));
+  o.resume = true;
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  o.min_workers = 2;
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  o.checkpoint_dir.clear();
+  o.resume = false;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--min-workers")));
+  o.min_workers = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--min-workers")));
+  o.min_workers = 0;
+  o.rejoin_grace = absl::Seconds(-1);
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--rejoin-grace")));
+  o.rejoin_grace = absl::ZeroDuration();
+  o.checkpoint_keep = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--checkpoint-keep")));
+}
+
 TEST(WorkerOptionsTest, NcclFlags_ValidOnlyWithTheNcclBackend) {
   WorkerOptions o;
   o.job = "j";
