@@ -36,6 +36,26 @@ bad flags.
 
 The data is a pure function of (step, rank, world, seed) (data.py), so a run
 resumed from a checkpoint sees the batches it would have seen.
+
+Recovery (--optimizer muonshard --max-restarts N): each rank is its own process
+that a supervisor (Kubernetes, compose, a test) starts again with the same
+command line when it dies; the others do not exit. When a peer dies or
+freezes, ShardedMuonAdamW re-joins the job's new generation, waits for the
+replacement, restores the newest checkpoint of --checkpoint-dir (the initial
+parameters when there is none) and raises muonshard.torch.Recovered; the loop
+below rewinds to its step (data and LR schedule are functions of the step, so
+the run ends as an uninterrupted one would). In this mode the script uses no
+torch.distributed (a dead rank would break its process group too): start the
+ranks with RANK / WORLD_SIZE set, not under torch's launcher (which stops
+every rank when one dies); every rank submits the plan itself (an identical
+request gets the same version) to --coordinator, which must outlive the
+ranks; the logged loss is rank 0's own.
+
+    # 2 ranks, each restartable (run both; restart either with the same line):
+    RANK=0 WORLD_SIZE=2 python3 examples/torch/train_gpt.py --coordinator 127.0.0.1:50051 \
+        --max-restarts 3 --checkpoint-dir /tmp/ckpt --checkpoint-every 10
+    RANK=1 WORLD_SIZE=2 python3 examples/torch/train_gpt.py --coordinator 127.0.0.1:50051 \
+        --max-restarts 3 --checkpoint-dir /tmp/ckpt --checkpoint-every 10
 """
 
 from __future__ import annotations
@@ -116,6 +136,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--metrics-host", default=None,
                    help="address /metrics binds (default $MUONSHARD_METRICS_HOST, else 127.0.0.1; 0.0.0.0 "
                         "in a container scraped from outside)")
+    p.add_argument("--max-restarts", type=int, default=0,
+                   help="muonshard: recover up to N times when a peer dies or freezes (re-join, wait for the "
+                        "group, restore the newest checkpoint, rewind); ranks then run as independent processes "
+                        "without torch.distributed (see above); implies --resume with --checkpoint-dir")
+    p.add_argument("--rejoin-grace", type=float, default=None,
+                   help="muonshard: seconds a recovery waits for every rank (a replacement process) to re-join "
+                        "(default: the communication timeout)")
     # Checkpoints and logging.
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-every", type=int, default=0,
@@ -141,7 +168,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--resume and --checkpoint-every need --checkpoint-dir")
     if args.steps < 1 or args.batch_size < 1 or args.log_every < 1:
         p.error("--steps, --batch-size and --log-every must be >= 1")
+    if args.max_restarts < 0:
+        p.error("--max-restarts must be >= 0")
+    if args.max_restarts and args.optimizer != "muonshard":
+        p.error("--max-restarts applies to --optimizer muonshard only")
+    if args.max_restarts and not args.coordinator:
+        p.error("--max-restarts needs --coordinator (or $MUONSHARD_COORDINATOR): a coordinator started by rank 0 "
+                "would die with it")
+    if args.rejoin_grace is not None and not args.rejoin_grace > 0:
+        p.error("--rejoin-grace must be > 0")
     return args
+
+
+def uses_torch_distributed(args, world: int) -> bool:
+    """Whether the ranks form a torch.distributed group (not with --max-restarts:
+    each rank is then its own restartable process)."""
+    return world > 1 and not args.max_restarts
 
 
 # --------------------------------------------------------------------------- Muon
@@ -302,7 +344,8 @@ def allreduce_mean_gradients(params, world: int) -> None:
 
 def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int,
                              stack: contextlib.ExitStack):
-    """ShardedMuonAdamW with its plan: rank 0 (starts a coordinator if needed and) submits."""
+    """ShardedMuonAdamW with its plan: rank 0 (starts a coordinator if needed and) submits;
+    with --max-restarts every rank submits (the same request: the same version)."""
     if args.ep > 1:
         # With ep > 1 the plan gives each expert-parallel group E/ep experts;
         # the forward/backward would need expert-parallel dispatch (all-to-all
@@ -318,7 +361,12 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
                           "the adamw and muon-local optimizers work without it") from e
 
     address, version, error, failure = args.coordinator, None, None, None
-    if rank == 0:
+    if args.max_restarts:  # no torch.distributed to share rank 0's answer over
+        version = muonshard.Coordinator(address).submit(
+            mst.manifest_from_module(model, name=args.job), world_size=world, ep=args.ep, policy=args.policy)
+        log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, policy {args.policy}) "
+                  f"to {address}")
+    elif rank == 0:
         try:
             if address is None:
                 coord_proc = stack.enter_context(muonshard.LocalCoordinator())
@@ -331,7 +379,7 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
                       f"policy {args.policy}) to {address}")
         except Exception as e:  # tell the other ranks before failing, so they do not hang
             failure, error = e, f"{type(e).__name__}: {e}"
-    if world > 1:
+    if uses_torch_distributed(args, world):
         # Share the coordinator address and plan version (or rank 0's error) over Gloo.
         shared = [address, version, error]
         dist.broadcast_object_list(shared, src=0)
@@ -342,11 +390,27 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
         raise RuntimeError(f"rank 0 could not set up the plan: {error}")
 
     # /metrics on --metrics-port + LOCAL_RANK (the optimizer adds the local rank);
-    # Gloo binds and advertises --hostname (the pod's IP in a cluster).
+    # Gloo binds and advertises --hostname (the pod's IP in a cluster). With
+    # --resume (implied by --max-restarts) construction restores the newest
+    # checkpoint (opt.start_step), as a recovery does.
     return mst.ShardedMuonAdamW(
         model, coordinator=address, job=args.job, plan_version=version,
         lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
-        backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname)
+        backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname,
+        checkpoint_dir=args.checkpoint_dir, resume=True if args.resume else None,
+        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace)
+
+
+class NeverRaised(Exception):
+    """Stands for muonshard.torch.Recovered where nothing can raise it."""
+
+
+def recovered_exception(args):
+    """The exception that tells the loop to rewind (muonshard.torch.Recovered)."""
+    if args.optimizer == "muonshard":
+        import muonshard.torch as mst
+        return mst.Recovered
+    return NeverRaised
 
 
 def make_optimizer(args, model, rank, world, local_rank, stack):
@@ -446,7 +510,9 @@ def main(argv=None) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if world > 1:
+    distributed = uses_torch_distributed(args, world)
+    group = world if distributed else 1  # the ranks barrier() and mean_over_ranks() span
+    if distributed:
         dist.init_process_group("gloo")  # env:// rendezvous, as torch.distributed.run sets it
 
     cfg = GPTConfig(vocab=args.vocab, d_model=args.d_model, n_layers=args.n_layers,
@@ -463,58 +529,80 @@ def main(argv=None) -> int:
 
     with contextlib.ExitStack() as stack:
         opt = make_optimizer(args, model, rank, world, local_rank, stack)
+        Recovered = recovered_exception(args)
 
         start = 0
-        if args.resume:
-            # Restores the model parameters and the optimizer state (for muonshard:
-            # every rank's shard, resharded if the plan changed) and returns the step.
+        if args.optimizer == "muonshard":
+            # With --resume (or --max-restarts) the constructor restored the newest
+            # checkpoint: the model parameters and every rank's optimizer shard,
+            # resharded if the plan changed.
+            start = opt.start_step
+            if start:
+                log(rank, f"resumed from {args.checkpoint_dir} after step {start}")
+        elif args.resume:
             try:
                 start = opt.load_checkpoint(args.checkpoint_dir)
                 log(rank, f"resumed from {args.checkpoint_dir} after step {start}")
             except (FileNotFoundError, LookupError) as e:
                 log(rank, f"no checkpoint to resume from ({e}); starting from scratch")
 
-        # The schedule is a function of the absolute step, so a resumed run goes on
-        # where the saved one was.
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            getattr(opt, "opt", opt), lambda i: lr_factor(args, start + i))
         held_out = [heldout_loss(model, cfg, args.seed)]  # the exit check compares these
         digests = [parameter_digest(model)]
         losses, times = {}, {}  # step -> mean loss over ranks / this rank's step seconds
-        for step in range(start + 1, args.steps + 1):
-            inputs, targets = data.batch(step, rank, world, args.batch_size, cfg.seq_len,
-                                         args.seed, vocab=cfg.vocab)
-            t0 = time.perf_counter()
-            loss = model.loss(inputs, targets)
-            loss.backward()
-            ensure_gradients(model)
-            opt.step()  # all-reduce + update, or muonshard's reduce / update / broadcast
-            opt.zero_grad()
-            sched.step()
-            times[step] = time.perf_counter() - t0
+        done = start  # steps done
+        sched = lr_scheduler(args, opt, done)
+        while done < args.steps:
+            step = done + 1
+            try:
+                inputs, targets = data.batch(step, rank, world, args.batch_size, cfg.seq_len,
+                                             args.seed, vocab=cfg.vocab)
+                t0 = time.perf_counter()
+                loss = model.loss(inputs, targets)
+                loss.backward()
+                ensure_gradients(model)
+                opt.step()  # all-reduce + update, or muonshard's reduce / update / broadcast
+                opt.zero_grad()
+                sched.step()
+                times[step] = time.perf_counter() - t0
 
-            losses[step] = mean_over_ranks(loss.item(), world)
-            if step == start + 1 or step % args.log_every == 0 or step == args.steps:
-                log(rank, f"step {step:5d}/{args.steps}  loss {losses[step]:.4f}  "
-                          f"time {times[step] * 1e3:7.1f} ms{step_breakdown(opt.last_step_stats)}")
-            if args.checkpoint_dir and (step == args.steps or
-                                        (args.checkpoint_every and step % args.checkpoint_every == 0)):
-                opt.save_checkpoint(args.checkpoint_dir)
-                log(rank, f"saved a checkpoint of step {step} to {args.checkpoint_dir}")
+                losses[step] = mean_over_ranks(loss.item(), group)
+                if step == start + 1 or step % args.log_every == 0 or step == args.steps:
+                    log(rank, f"step {step:5d}/{args.steps}  loss {losses[step]:.4f}  "
+                              f"time {times[step] * 1e3:7.1f} ms{step_breakdown(opt.last_step_stats)}")
+                if args.checkpoint_dir and (step == args.steps or
+                                            (args.checkpoint_every and step % args.checkpoint_every == 0)):
+                    opt.save_checkpoint(args.checkpoint_dir)
+                    log(rank, f"saved a checkpoint of step {step} to {args.checkpoint_dir}")
+                done = step
+            except Recovered as r:
+                # The group broke (a peer died or froze) and re-formed; the model holds
+                # the state after step r.step again: rewind the data and the schedule.
+                phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in r.times.items())
+                log(rank, f"recovered at step {step} (restart {r.restarts} of {r.max_restarts}: {r.cause}); "
+                          f"{phases}; continuing after step {r.step}")
+                done = r.step
+                sched = lr_scheduler(args, opt, done)
 
         held_out.append(heldout_loss(model, cfg, args.seed))
         digests.append(parameter_digest(model))
         memories = [opt.memory()]
-        if world > 1:
+        if distributed:
             memories = [None] * world
             dist.all_gather_object(memories, opt.memory())
+        restarts = getattr(opt, "restarts", 0)
         opt.close()
-        barrier(world)  # nobody leaves while rank 0's coordinator may still be needed
+        barrier(group)  # nobody leaves while rank 0's coordinator may still be needed
 
-    status = report(args, rank, losses, times, memories, ref, held_out, digests)
-    if world > 1:
+    status = report(args, rank, losses, times, memories, ref, held_out, digests, restarts=restarts)
+    if distributed:
         dist.destroy_process_group()
     return status
+
+
+def lr_scheduler(args, opt, done: int):
+    """The schedule from `done` steps on: a function of the absolute step, so a
+    resumed or rewound run goes on where the saved one was."""
+    return torch.optim.lr_scheduler.LambdaLR(getattr(opt, "opt", opt), lambda i: lr_factor(args, done + i))
 
 
 def lr_factor(args, step: int) -> float:
@@ -543,7 +631,7 @@ def heldout_loss(model: torch.nn.Module, cfg: GPTConfig, seed: int) -> float:
         return float(model.loss(inputs, targets))
 
 
-def report(args, rank, losses, times, memories, ref, held_out, digests) -> int:
+def report(args, rank, losses, times, memories, ref, held_out, digests, restarts=0) -> int:
     """Rank 0 prints the summary; every rank returns the same exit status."""
     if not losses:
         log(rank, f"nothing to do: already at step {args.steps}")
@@ -571,16 +659,18 @@ def report(args, rank, losses, times, memories, ref, held_out, digests) -> int:
               f"{ref['adamw_params']:,} AdamW elements{masters})")
     if args.optimizer == "muonshard":
         largest = max(m["optimizer_state"] for m in memories)
+        which = (f"sharded over {len(memories)} rank(s) the largest holds" if not args.max_restarts else
+                 "sharded, rank 0 holds")  # independent ranks: rank 0 knows only its own
         log(rank, f"  muonshard keeps an fp32 master of every parameter too: unsharded that is "
-                  f"{ref['muon_adamw_masters'] / MIB:.3f} MiB; sharded over {len(memories)} rank(s) the largest "
-                  f"holds {largest / MIB:.3f} MiB ({100 * largest / ref['muon_adamw_masters']:.0f}%)")
+                  f"{ref['muon_adamw_masters'] / MIB:.3f} MiB; {which} "
+                  f"{largest / MIB:.3f} MiB ({100 * largest / ref['muon_adamw_masters']:.0f}%)")
 
     if rank == 0 and args.summary_json:
         with open(args.summary_json, "w") as f:
             json.dump({"optimizer": args.optimizer, "losses": {str(s): losses[s] for s in steps},
                        "step_seconds": {str(s): times[s] for s in steps},
                        "memory": memories, "unsharded": ref, "held_out": held_out,
-                       "parameter_digests": digests}, f, indent=1)
+                       "parameter_digests": digests, "restarts": restarts}, f, indent=1)
 
     log(rank, f"held-out loss: {held_out[0]:.4f} -> {held_out[1]:.4f}")
     if not held_out[1] < held_out[0]:

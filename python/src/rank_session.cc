@@ -10,9 +10,19 @@
 // sharded_optimizer.h) that torch parameters and gradients can view. Every
 // array handed out keeps the session alive.
 //
-// The GIL is released while the session joins, rendezvouses, steps, saves or
-// loads (all of which wait on peers).
+// The GIL is released while the session joins, rendezvouses, steps, saves,
+// loads, reports an error or recovers (all of which wait on peers or the
+// coordinator).
+//
+// Recovery (NOTE [Recovery] in worker/rank_session.h): report_error,
+// recover, load_latest_checkpoint and record_recovery are RankSession's
+// own; muonshard.torch.ShardedMuonAdamW drives them. Recover() destroys the
+// optimizer first, so the arrays part_storage() handed out point at freed
+// memory from then on: the caller stops using them before recover(). After a
+// failed recover() there is no optimizer: everything that needs it raises
+// FAILED_PRECONDITION (a muonshard error) until a recover() succeeds.
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -152,6 +162,16 @@ FloatArray CheckedFloats(py::handle value, const std::string& what) {
   return py::reinterpret_borrow<FloatArray>(a);
 }
 
+// The status code whose name (absl::StatusCodeToString, what muonshard.Error
+// .code holds) is `name`.
+absl::StatusOr<absl::StatusCode> StatusCodeNamed(const std::string& name) {
+  for (int c = 0; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
+    const auto code = static_cast<absl::StatusCode>(c);
+    if (absl::StatusCodeToString(code) == name) return code;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a status code name"));
+}
+
 class PyRankSession {
  public:
   explicit PyRankSession(py::kwargs kwargs) {
@@ -196,19 +216,20 @@ class PyRankSession {
   const std::string& job() const { return session().joined().job; }
   std::string model() const { return session().view().model(); }
   int metrics_port() const { return session().metrics_port(); }
-  std::string describe() const { return session().Describe(); }
+  std::string describe() const { return group().Describe(); }
   py::list held() const { return HeldParts(session().view()); }
-  float lr() const { return session().optimizer().lr(); }
-  int64_t steps_done() const { return session().optimizer().steps_done(); }
+  float lr() const { return optimizer().lr(); }
+  int64_t steps_done() const { return optimizer().steps_done(); }
+  bool has_group() const { return session_ != nullptr && group_; }
 
-  void SetLr(float lr) { ThrowIfError(session().optimizer().SetLearningRate(lr)); }
+  void SetLr(float lr) { ThrowIfError(optimizer().SetLearningRate(lr)); }
 
   void CheckHealth() const { ThrowIfError(session().health()); }
 
   // (params, grads) arrays over the optimizer's own buffers, or None where
   // the part cannot be viewed (NOTE [Part storage]).
   py::object PartStorage(py::object self, int tensor) {
-    absl::StatusOr<worker::ShardedOptimizer::PartStorage> s = session().optimizer().HostPartStorage(tensor);
+    absl::StatusOr<worker::ShardedOptimizer::PartStorage> s = optimizer().HostPartStorage(tensor);
     if (s.status().code() == absl::StatusCode::kFailedPrecondition) return py::none();
     worker::ShardedOptimizer::PartStorage storage = ValueOrThrow(std::move(s));
     return py::make_tuple(ArrayOver(storage.params, storage.param_dtype, storage.numel, self),
@@ -217,12 +238,12 @@ class PyRankSession {
 
   void SetParameter(int tensor, py::handle values) {
     FloatArray a = CheckedFloats(values, absl::StrCat("set_parameter(", tensor, ")"));
-    ThrowIfError(session().optimizer().SetParameter(tensor, absl::MakeConstSpan(a.data(), a.size())));
+    ThrowIfError(optimizer().SetParameter(tensor, absl::MakeConstSpan(a.data(), a.size())));
   }
 
   void ReadModelCopy(int tensor, py::handle out) {
     FloatArray a = CheckedFloats(out, absl::StrCat("read_model_copy(", tensor, ")"));
-    ThrowIfError(session().optimizer().ReadModelCopy(tensor, absl::MakeSpan(a.mutable_data(), a.size())));
+    ThrowIfError(optimizer().ReadModelCopy(tensor, absl::MakeSpan(a.mutable_data(), a.size())));
   }
 
   void SyncModelCopies() { Blocking([&](worker::RankSession& rs) { return rs.optimizer().SyncModelCopies(); }); }
@@ -256,7 +277,7 @@ class PyRankSession {
   }
 
   py::dict Memory() const {
-    const worker::ShardedOptimizer& o = session().optimizer();
+    const worker::ShardedOptimizer& o = optimizer();
     py::dict d;
     d["optimizer_state"] = o.optimizer_state_bytes();
     d["model_copy"] = o.model_copy_bytes();
@@ -268,14 +289,14 @@ class PyRankSession {
   // This rank's optimizer state: {"<tensor>/<kind>/<begin>:<end>": float32
   // array (a copy)}, with the scalars.
   py::dict State() {
-    std::vector<checkpoint::StateShard> shards = ValueOrThrow(session().optimizer().StateShards());
+    std::vector<checkpoint::StateShard> shards = ValueOrThrow(optimizer().StateShards());
     py::dict tensors;
     for (const checkpoint::StateShard& s : shards) {
       FloatArray a(static_cast<py::ssize_t>(s.data.size()));
       std::copy(s.data.begin(), s.data.end(), a.mutable_data());
       tensors[py::str(StateKey(s.spec))] = std::move(a);
     }
-    const checkpoint::Scalars scalars = session().optimizer().scalars();
+    const checkpoint::Scalars scalars = optimizer().scalars();
     py::dict out;
     out["tensors"] = std::move(tensors);
     out["step"] = scalars.step;
@@ -286,7 +307,7 @@ class PyRankSession {
 
   // The inverse of State(): every shard must be present with its size.
   void LoadState(py::dict tensors, int64_t step, float beta1_pow, float beta2_pow) {
-    std::vector<checkpoint::StateShard> shards = ValueOrThrow(session().optimizer().StateShards());
+    std::vector<checkpoint::StateShard> shards = ValueOrThrow(optimizer().StateShards());
     for (const checkpoint::StateShard& s : shards) {
       const std::string key = StateKey(s.spec);
       if (!tensors.contains(key)) RaiseStatus(absl::InvalidArgumentError(absl::StrCat("state has no \"", key, "\"")));
@@ -315,20 +336,66 @@ class PyRankSession {
   }
 
   py::dict LoadCheckpoint(const std::string& dir, std::optional<int64_t> step) {
-    worker::RankSession& rs = session();
+    worker::RankSession& rs = group();
     absl::StatusOr<worker::LoadedCheckpoint> loaded;
     {
       py::gil_scoped_release release;
       loaded = rs.LoadCheckpoint(dir, step);
     }
-    worker::LoadedCheckpoint l = ValueOrThrow(std::move(loaded));
+    return LoadedDict(ValueOrThrow(std::move(loaded)));
+  }
+
+  // The newest committed checkpoint of `dir` loaded (its info), or None (and
+  // nothing loaded) when `dir` holds none. A collective when there is one.
+  py::object LoadLatestCheckpoint(const std::string& dir) {
+    worker::RankSession& rs = group();
+    absl::StatusOr<std::optional<worker::LoadedCheckpoint>> loaded;
+    {
+      py::gil_scoped_release release;
+      loaded = rs.LoadLatestCheckpoint(dir);
+    }
+    std::optional<worker::LoadedCheckpoint> l = ValueOrThrow(std::move(loaded));
+    if (!l.has_value()) return py::none();
+    return LoadedDict(*l);
+  }
+
+  // Tells the coordinator this rank failed with (code, message): the job
+  // moves to a new generation now and the peers learn why (a failed report
+  // is logged, not raised). `code` is a status code name ("ABORTED").
+  void ReportError(const std::string& code, const std::string& message) {
+    const absl::Status error(ValueOrThrow(StatusCodeNamed(code)), message);
+    if (error.ok()) RaiseStatus(absl::InvalidArgumentError("report_error needs an error code, not OK"));
+    worker::RankSession& rs = session();
+    py::gil_scoped_release release;
+    rs.ReportError(error);
+  }
+
+  // NOTE [Recovery]: tears the group down, re-joins the job's new
+  // generation, waits for every rank (the session's rejoin_grace; 0: its
+  // comm_timeout) and re-creates the communicators and the optimizer (its
+  // parameters unset: the caller loads a checkpoint or sets every held
+  // tensor). The phases' seconds {"abort", "rendezvous"}. On an error there
+  // is no optimizer until a recover() succeeds.
+  py::dict Recover() {
+    worker::RankSession& rs = session();
+    group_ = false;  // the old optimizer is destroyed whatever Recover returns
+    absl::StatusOr<worker::RecoveryTimes> times;
+    {
+      py::gil_scoped_release release;
+      times = rs.Recover();
+    }
+    worker::RecoveryTimes t = ValueOrThrow(std::move(times));
+    group_ = true;
     py::dict d;
-    d["step_dir"] = l.step_dir;
-    d["step"] = l.step;
-    d["plan_hash"] = l.plan_hash;
-    d["world_size"] = l.world_size;
-    d["bytes_read"] = l.bytes_read;
+    d["abort"] = absl::ToDoubleSeconds(t.abort);
+    d["rendezvous"] = absl::ToDoubleSeconds(t.rendezvous);
     return d;
+  }
+
+  // One recovery in /metrics (muonshard_worker_restarts_total and
+  // muonshard_worker_recovery_seconds{phase}), its phases in seconds.
+  void RecordRecovery(double detect, double abort, double rendezvous, double restore) {
+    session().metrics().RecordRecovery(std::array<double, 4>{detect, abort, rendezvous, restore});
   }
 
   void Barrier(const std::string& name) { Blocking([&](worker::RankSession& rs) { return rs.Barrier(name); }); }
@@ -341,12 +408,11 @@ class PyRankSession {
     session_.reset();
   }
 
-
  private:
   // step(rs) with the GIL released, recorded in /metrics; its stats.
   template <typename StepFn>
   py::dict RunStep(StepFn step, double loss, double train_seconds) {
-    worker::RankSession& rs = session();
+    worker::RankSession& rs = group();
     absl::StatusOr<worker::StepStats> stats;
     {
       py::gil_scoped_release release;
@@ -373,10 +439,34 @@ class PyRankSession {
     return *session_;
   }
 
-  // fn(session) with the GIL released; its error raised.
+  // The session with its group (communicators and optimizer);
+  // FAILED_PRECONDITION after close() or a failed recover(). REQUIRES: the
+  // GIL.
+  worker::RankSession& group() const {
+    worker::RankSession& rs = session();
+    if (!group_) {
+      RaiseStatus(absl::FailedPreconditionError(
+          "the muonshard session has no optimizer: its last recovery failed (recover again, or close it)"));
+    }
+    return rs;
+  }
+
+  worker::ShardedOptimizer& optimizer() const { return group().optimizer(); }
+
+  static py::dict LoadedDict(const worker::LoadedCheckpoint& l) {
+    py::dict d;
+    d["step_dir"] = l.step_dir;
+    d["step"] = l.step;
+    d["plan_hash"] = l.plan_hash;
+    d["world_size"] = l.world_size;
+    d["bytes_read"] = l.bytes_read;
+    return d;
+  }
+
+  // fn(session) with its group, the GIL released; its error raised.
   template <typename Fn>
   void Blocking(Fn fn) {
-    worker::RankSession& rs = session();
+    worker::RankSession& rs = group();
     absl::Status s;
     {
       py::gil_scoped_release release;
@@ -386,7 +476,7 @@ class PyRankSession {
   }
 
   static double Seconds(const py::kwargs& kw, const char* key, double fallback) {
-    return kw.contains(key) ? kw[key].cast<double>() : fallback;
+    return kw.contains(key) && !kw[key].is_none() ? kw[key].cast<double>() : fallback;
   }
 
   static worker::RankSessionOptions SessionOptions(const py::kwargs& kw) {
@@ -417,6 +507,8 @@ class PyRankSession {
     str("interface", &o.interface);
     o.comm_timeout = absl::Seconds(Seconds(kw, "comm_timeout", 60));
     o.join_timeout = absl::Seconds(Seconds(kw, "join_timeout", 30));
+    o.rejoin_grace = absl::Seconds(Seconds(kw, "rejoin_grace", 0));  // 0: comm_timeout
+    integer("min_workers", &o.min_workers);
     integer("blas_threads", &o.blas_threads);
     str("device", &o.device);
     return o;
@@ -456,6 +548,7 @@ class PyRankSession {
   }
 
   std::unique_ptr<worker::RankSession> session_;
+  bool group_ = true;  // false from a recover() until one succeeds
 };
 
 }  // namespace
@@ -494,9 +587,23 @@ void BindRankSession(py::module_& m) {
       .def("save_checkpoint", &PyRankSession::SaveCheckpoint, py::arg("dir"), py::arg("step"), py::arg("lr"),
            py::arg("weight_decay"), py::arg("extra") = std::map<std::string, std::string>())
       .def("load_checkpoint", &PyRankSession::LoadCheckpoint, py::arg("dir"), py::arg("step") = py::none())
+      .def("load_latest_checkpoint", &PyRankSession::LoadLatestCheckpoint, py::arg("dir"))
+      .def_property_readonly("has_group", &PyRankSession::has_group)
+      .def("report_error", &PyRankSession::ReportError, py::arg("code"), py::arg("message"))
+      .def("recover", &PyRankSession::Recover)
+      .def("record_recovery", &PyRankSession::RecordRecovery, py::arg("detect"), py::arg("abort"),
+           py::arg("rendezvous"), py::arg("restore"))
       .def("barrier", &PyRankSession::Barrier, py::arg("name"))
       .def("finish", &PyRankSession::Finish)
       .def("close", &PyRankSession::Close);
+  m.def(
+      "is_broken_group",
+      [](const std::string& code) {
+        return worker::IsBrokenGroup(absl::Status(ValueOrThrow(StatusCodeNamed(code)), "?"));
+      },
+      py::arg("code"),
+      "Whether an error of status code `code` (\"ABORTED\") means the group broke and a recovery applies "
+      "(worker::IsBrokenGroup: ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED).");
 }
 
 }  // namespace muonshard::python

@@ -2,12 +2,14 @@
 
 import math
 import os
+import sys
 import time
 
 import numpy as np
 import torch
 
 from muonshard import _muonshard
+from muonshard._errors import Error, FailedPreconditionError
 from muonshard.torch.manifest import dtype_name, named_parameters_of
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -16,6 +18,45 @@ _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16"
 def _env_int(name):
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else None
+
+
+class Recovered(Exception):
+    """Raised by `ShardedMuonAdamW.step()` and `save_checkpoint()` after the
+    optimizer recovered from a broken group (a peer died, froze or reported an
+    error; NOTE [Recovery] in worker/rank_session.h): it re-joined the job's
+    new generation, waited for every rank (a killed one's replacement
+    process included), restored the newest checkpoint of `checkpoint_dir`
+    (or, with none, the parameters it was constructed with) and copied the
+    restored values into the module's parameters, with zeroed gradients.
+
+    The training loop rewinds to `step` and goes on:
+
+        step = opt.start_step
+        while step < total:
+            try:
+                train_one_step(step)           # forward, backward, opt.step(), ...
+                step += 1
+            except muonshard.torch.Recovered as r:
+                step = r.step                  # the data position, LR schedule, ...
+
+    Attributes: `step` (the restored state's step: steps done, 0 without a
+    checkpoint), `restarts` / `max_restarts` (this process's recoveries so far
+    and its limit), `times` (seconds: detect, abort, rendezvous, restore),
+    `generation`, `rank`, `world_size` (after the recovery), `cause` (the
+    error that broke the step; also `__cause__`).
+    """
+
+    def __init__(self, step, restarts, max_restarts, times, generation, rank, world_size, cause):
+        super().__init__("recovered (restart %d of %d) into generation %d from: %s; continue from step %d" %
+                         (restarts, max_restarts, generation, cause, step))
+        self.step = step
+        self.restarts = restarts
+        self.max_restarts = max_restarts
+        self.times = times
+        self.generation = generation
+        self.rank = rank
+        self.world_size = world_size
+        self.cause = cause
 
 
 class _Part:
@@ -150,10 +191,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     `ns_coefficients` / `ns_precision`, AdamW `betas` and `eps` (also the
     Newton-Schulz normalisation epsilon, as in Paddle).
 
-    Checkpoints: `save_checkpoint(dir)` writes the project's sharded format
-    (every rank its shard, rank 0 commits), which `load_checkpoint(dir)` loads
-    under any plan and world size (reshard on load) and `muonshardctl ckpt
-    inspect` reads. `state_dict()` / `load_state_dict()` hold this rank's state
+    Checkpoints: `save_checkpoint(dir)` (default dir: `checkpoint_dir`) writes
+    the project's sharded format (every rank its shard, rank 0 commits), which
+    `load_checkpoint(dir)` loads under any plan and world size (reshard on
+    load) and `muonshardctl ckpt inspect` reads. `state_dict()` / `load_state_dict()` hold this rank's state
     for this plan only.
 
     `hostname` is the address Gloo binds and advertises to the peers (default
@@ -171,6 +212,43 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     Every wait is bounded: joining by `join_timeout`, the rendezvous and each
     collective by `comm_timeout` (seconds). The methods are collectives where
     the C++ step is (step, save/load_checkpoint, load_state_dict, close).
+
+    Recovery (`max_restarts` > 0; NOTE [Recovery] in worker/rank_session.h,
+    what `muonshard-worker --max-restarts` does): when `step()` or
+    `save_checkpoint()` fails because the group broke (ABORTED, UNAVAILABLE,
+    DEADLINE_EXCEEDED: a peer died, froze or reported an error) and restarts
+    remain, the optimizer reports the error to the coordinator (the job moves
+    to a new generation at once), re-joins the new generation with this
+    process's identity, waits up to `rejoin_grace` seconds (default
+    `comm_timeout`) for every rank -- a killed rank's replacement process,
+    started with the same command line, joins it -- re-creates the
+    communicators and the optimizer, restores the newest checkpoint of
+    `checkpoint_dir` (or, when it holds none or there is no `checkpoint_dir`,
+    the parameters the optimizer was constructed with, synchronised as at
+    construction), writes the restored parameters into the module, zeroes the
+    gradients and raises `Recovered` with the step to continue from. A failed
+    recovery of the same kind is tried again while restarts remain. Any
+    other error, or one with no restarts left, is reported to the coordinator
+    (the peers learn at once) and raised. Each recovery counts in /metrics
+    (`muonshard_worker_restarts_total`, `muonshard_worker_recovery_seconds`).
+
+    The parameters at construction are kept (a copy in their dtype, on this
+    rank's device) while no checkpoint of `checkpoint_dir` is surely committed
+    (until the second `save_checkpoint()` there returns, or one was loaded at
+    construction), since every rank, survivors and replacements alike, must
+    restore the same state. With `resume` (default: `max_restarts` > 0 and a
+    `checkpoint_dir`) construction itself restores that way: the newest
+    checkpoint of `checkpoint_dir`, else the module's values; `start_step` is
+    the step it restored (0: none). A replacement process must restore
+    exactly what the survivors restore, so `max_restarts` with a
+    `checkpoint_dir` needs `resume`, and `checkpoint_dir` must belong to this
+    run. The training loop's data must be a function of the step (rewinding
+    repeats the same batches: the result equals an uninterrupted run's).
+    `restarts` counts this process's recoveries (and restarted joins),
+    `last_recovery` holds the last one's step, generation and phase seconds.
+    A recovery that fails leaves the optimizer without a group: its methods
+    raise a muonshard error (FailedPreconditionError) and `close()` only
+    leaves.
     """
 
     def __init__(self, params, coordinator=None, job=None, plan_version=0, lr=0.02, betas=(0.9, 0.95), eps=1e-9,
@@ -179,12 +257,24 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  rank=None, reduce_order="ring", metrics_port=None, metrics_host=None, hostname=None,
                  device=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
-                 alias_buffers=True):
+                 alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None):
         named = named_parameters_of(params)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
         if backend not in ("gloo", "nccl"):
             raise ValueError("backend %r is not gloo or nccl" % (backend,))
+        if int(max_restarts) < 0:
+            raise ValueError("max_restarts must be >= 0")
+        if rejoin_grace is not None and not float(rejoin_grace) > 0:
+            raise ValueError("rejoin_grace must be > 0 seconds (None: comm_timeout)")
+        checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
+        if resume is None:
+            resume = int(max_restarts) > 0 and checkpoint_dir is not None
+        if resume and checkpoint_dir is None:
+            raise ValueError("resume needs checkpoint_dir (where to find the newest checkpoint)")
+        if not resume and int(max_restarts) > 0 and checkpoint_dir is not None:
+            raise ValueError("max_restarts with a checkpoint_dir needs resume: a recovery restores the newest "
+                             "checkpoint there, and a rank's replacement process must start from the same one")
         self._by_name = {}
         for name, param in named:
             dtype_name(param.dtype)  # ValueError for unsupported dtypes
@@ -200,7 +290,24 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if rank is None:
             rank = _env_int("RANK")
         self._parts = []
-        self._session = _muonshard.RankSession(
+        self._session = None
+        self._alias_buffers = bool(alias_buffers)
+        self._sync_initial = bool(sync_initial)
+        self._checkpoint_dir = checkpoint_dir
+        self._max_restarts = int(max_restarts)
+        self._restarts = 0
+        self._reported = False  # an error went to the coordinator: the group is gone
+        self._saves = 0  # save_checkpoint()s into checkpoint_dir that returned
+        # What a recovery restores when checkpoint_dir holds no checkpoint (see
+        # the class docstring); None once one is surely committed.
+        self._initial = None
+        if self._max_restarts > 0:
+            self._initial = {name: p.detach().clone() for name, p in named}
+        self._lr = float(lr)
+        self._last_step_end = None
+        self.last_step_stats = None
+        self.last_recovery = None
+        self._session = self._start_session(dict(
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
             metrics_port=-1 if metrics_port is None else int(metrics_port),
@@ -208,30 +315,49 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
             device=device or os.environ.get("MUONSHARD_DEVICE"),
             local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
-            comm_timeout=float(comm_timeout), join_timeout=float(join_timeout), blas_threads=int(blas_threads),
+            comm_timeout=float(comm_timeout), join_timeout=float(join_timeout),
+            rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace), blas_threads=int(blas_threads),
             lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
             nesterov=bool(nesterov), adamw_beta1=float(betas[0]), adamw_beta2=float(betas[1]), eps=float(eps),
             ns_steps=int(ns_steps), ns_coefficients=ns_coefficients, ns_precision=ns_precision,
             muon_scale_version=int(muon_scale_version), muon_extra_scale=float(muon_extra_scale),
             no_decay=None if no_decay is None else [n for n, _ in named if _matches_name(no_decay, n)],
-            check_view=self._check_view)
+            check_view=self._check_view))
         try:
-            self._initialise(alias_buffers, sync_initial)
+            started = time.perf_counter()
+            try:
+                self.start_step = self._restore(use_checkpoint=bool(resume), recovering=False)
+            except Exception as e:  # a broken group while restoring: recovered from like a step's
+                self.start_step = self._recover(e, started)
         except BaseException:
+            self._detach_parameters()
             self._session.close()
+            self._session = None
             raise
-        self._lr = float(lr)
-        self._last_step_end = None
-        self.last_step_stats = None
 
     # ------------------------------------------------------------------ set-up
 
+    def _start_session(self, kwargs):
+        """RankSession (join, rendezvous, communicators, optimizer), started
+        again while it fails because the group broke under it (a replacement
+        process starting while a peer fails) and restarts remain. A failed
+        start has left the job already."""
+        while True:
+            try:
+                return _muonshard.RankSession(**kwargs)
+            except Error as e:
+                if not self._can_recover(e):
+                    raise
+                self._restarts += 1
+                _log(None, "starting again (restart %d of %d) after: %s" % (self._restarts, self._max_restarts, e))
+
     def _check_view(self, info, held):
-        """Before the rendezvous: the module must hold exactly this rank's tensors."""
+        """On joining (and re-joining): the module must hold exactly this rank's tensors."""
         world = _env_int("WORLD_SIZE")
-        if world is not None and world != info["world_size"]:
+        if self._session is None and world is not None and world != info["world_size"]:
             raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
                              (world, info["plan_version"], info["world_size"]))
+        parts = []
         held_names = set()
         for h in held:
             name = h["name"]
@@ -253,23 +379,45 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                                   int(h["element_end"]) // _rest(shape), shape))
             if _TORCH_DTYPES[h["dtype"]] != param.dtype:
                 raise ValueError("parameter %r is %s; the plan's tensor is %s" % (name, param.dtype, h["dtype"]))
-            self._parts.append(_Part(h, param))
+            parts.append(_Part(h, param))
         for name in self._by_name:
             if name not in held_names:
                 raise ValueError("parameter %r is not held by rank %d of plan version %d (model %s): it is not in "
                                  "the plan's manifest, or (expert parallel) it is another rank's expert" %
                                  (name, info["rank"], info["plan_version"], info["model"]))
+        self._parts = parts
 
-    def _initialise(self, alias_buffers, sync_initial):
+    def _restore(self, use_checkpoint, recovering):
+        """Sets the optimizer's state on a fresh session (construction or a
+        recovery; every rank does the same collectives): the newest checkpoint
+        of checkpoint_dir when `use_checkpoint` and there is one, else the
+        initial parameters (then synchronised as at construction). Then the
+        parameters view (or get) the model copies. Returns the restored step."""
+        loaded = None
+        if use_checkpoint:
+            loaded = self._session.load_latest_checkpoint(self._checkpoint_dir)
+        if loaded is None:
+            if recovering and self._initial is None:
+                raise FailedPreconditionError(
+                    "nothing to restore: %s holds no committed checkpoint and the optimizer no longer has its "
+                    "initial parameters (a checkpoint was loaded or committed)" % (self._checkpoint_dir,))
+            for part in self._parts:
+                if self._initial is not None:
+                    part.param.data.copy_(self._initial[part.name])
+                self._session.set_parameter(part.index, part.values())
+            if self._sync_initial:
+                self._session.sync_model_copies()
+        else:
+            self._initial = None  # a committed checkpoint exists from now on
         for part in self._parts:
-            self._session.set_parameter(part.index, part.values())
-        if sync_initial:
-            self._session.sync_model_copies()
-        for part in self._parts:
-            storage = self._session.part_storage(part.index) if alias_buffers else None
+            if recovering:
+                part.param.grad = None  # not the broken step's: the fused slot starts at zero
+            storage = self._session.part_storage(part.index) if self._alias_buffers else None
             if storage is not None:
                 part.alias(storage)
             part.write_back(self._session)
+        self._lr = float("nan")  # the next step applies param_groups' lr
+        return 0 if loaded is None else int(loaded["step"])
 
     # ------------------------------------------------------------------ properties
 
@@ -303,6 +451,19 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         return self._session.steps_done
 
     @property
+    def restarts(self):
+        """Recoveries (and restarted starts) of this process so far."""
+        return self._restarts
+
+    @property
+    def max_restarts(self):
+        return self._max_restarts
+
+    @property
+    def checkpoint_dir(self):
+        return self._checkpoint_dir
+
+    @property
     def held_tensors(self):
         """The plan tensors this rank holds (dicts: index, name, shape, dtype, optimizer, ...)."""
         return self._session.held()
@@ -319,19 +480,25 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One sharded step on every parameter's `.grad` (a collective)."""
+        """One sharded step on every parameter's `.grad` (a collective).
+        Raises `Recovered` after a recovery (see the class docstring)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._apply_lr()
-        grads = {part.index: part.gradient() for part in self._parts}
+        session = self._live_session()
         started = time.perf_counter()
-        train_seconds = started - self._last_step_end if self._last_step_end is not None else 0.0
-        loss_value = float(loss) if isinstance(loss, (float, int, torch.Tensor)) else math.nan
-        self.last_step_stats = self._session.step(grads, loss_value, train_seconds)
-        for part in self._parts:
-            part.write_back(self._session)
+        try:
+            session.check_health()  # the generation moved since the last step: recover before touching anything
+            self._apply_lr()
+            grads = {part.index: part.gradient() for part in self._parts}
+            train_seconds = started - self._last_step_end if self._last_step_end is not None else 0.0
+            loss_value = float(loss) if isinstance(loss, (float, int, torch.Tensor)) else math.nan
+            self.last_step_stats = session.step(grads, loss_value, train_seconds)
+            for part in self._parts:
+                part.write_back(session)
+        except Exception as e:
+            self._failed(e, started)
         self._last_step_end = time.perf_counter()
         return loss
 
@@ -370,7 +537,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         """Restores a state_dict() of the same rank and plan (a collective: model
         copies are rebuilt and synchronised). Another plan or world size:
-        save_checkpoint / load_checkpoint, which reshard."""
+        save_checkpoint / load_checkpoint, which reshard. With max_restarts,
+        save a checkpoint into checkpoint_dir afterwards (see load_checkpoint)."""
         meta = state_dict.get("muonshard")
         if meta is None:
             raise ValueError("not a ShardedMuonAdamW state_dict (no \"muonshard\" entry)")
@@ -379,23 +547,46 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                              "save_checkpoint/load_checkpoint to change plans" %
                              (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19]))
         tensors = {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in state_dict["state"].items()}
-        self._session.load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]), float(meta["beta2_pow"]))
+        self._live_session().load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]),
+                                        float(meta["beta2_pow"]))
+        self._initial = None  # the initial parameters are no longer this run's start
         for group, saved in zip(self.param_groups, state_dict["param_groups"]):
             group.update({k: v for k, v in saved.items() if k != "params"})
         self._after_load()
 
-    def save_checkpoint(self, directory):
+    def save_checkpoint(self, directory=None):
         """Saves every rank's state as checkpoint step `steps_done` of `directory`
-        (a collective; rank 0 commits)."""
+        (default: checkpoint_dir; a collective; rank 0 commits). Raises
+        `Recovered` after a recovery (see the class docstring)."""
+        if directory is None:
+            directory = self._checkpoint_dir
+            if directory is None:
+                raise ValueError("save_checkpoint: no directory and no checkpoint_dir")
+        directory = os.fspath(directory)
+        session = self._live_session()
         group = self.param_groups[0]
-        self._session.save_checkpoint(os.fspath(directory), self.steps_done, float(group["lr"]),
-                                      float(group["weight_decay"]), {"source": "muonshard.torch"})
+        started = time.perf_counter()
+        try:
+            session.save_checkpoint(directory, session.steps_done, float(group["lr"]), float(group["weight_decay"]),
+                                    {"source": "muonshard.torch"})
+        except Exception as e:
+            self._failed(e, started)
+        if self._checkpoint_dir is not None and os.path.abspath(directory) == os.path.abspath(self._checkpoint_dir):
+            # Rank 0 commits a save before it reaches the next save's barrier:
+            # once a second one returned, the first is committed on every rank's
+            # view, and a recovery always finds a checkpoint.
+            self._saves += 1
+            if self._saves >= 2:
+                self._initial = None
 
     def load_checkpoint(self, directory, step=None):
         """Loads the latest (or `step`) checkpoint of `directory`, saved under any
         plan and world size of the same model, into the optimizer and the
-        parameters; returns its step (a collective)."""
-        loaded = self._session.load_checkpoint(os.fspath(directory), step)
+        parameters; returns its step (a collective). With max_restarts, save a
+        checkpoint into checkpoint_dir afterwards: a recovery restores only
+        from there (or the initial parameters, which this load replaces)."""
+        loaded = self._live_session().load_checkpoint(os.fspath(directory), step)
+        self._initial = None  # the initial parameters are no longer this run's start
         self._after_load()
         return int(loaded["step"])
 
@@ -404,16 +595,85 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         for part in self._parts:
             part.write_back(self._session)
 
+    # ------------------------------------------------------------------ recovery
+
+    def _live_session(self):
+        if self._session is None:
+            raise FailedPreconditionError("the optimizer is closed")
+        return self._session
+
+    def _can_recover(self, error):
+        return (isinstance(error, Error) and _muonshard.is_broken_group(error.code) and
+                self._restarts < self._max_restarts)
+
+    def _failed(self, error, started):
+        """`error` broke a step or save that began at `started`: raises Recovered
+        after a recovery, else `error` (reported)."""
+        step = self._recover(error, started)
+        raise Recovered(step, self._restarts, self._max_restarts, self.last_recovery["times"], self.generation,
+                        self.rank, self.world_size, error) from error
+
+    def _recover(self, error, started):
+        """NOTE [Recovery]: the step to go on from, or raises `error` (reported
+        to the coordinator) when it cannot be recovered from: not a broken group,
+        or no restarts left. A recovery that fails the same way (the generation
+        moved again, the group did not re-form in time) is tried again while
+        restarts remain."""
+        failed_at = time.perf_counter()
+        while True:
+            if not self._can_recover(error):
+                self._report(error)
+                raise error
+            self._restarts += 1
+            _log(self._session, "recovering (restart %d of %d) from: %s" %
+                 (self._restarts, self._max_restarts, _describe(error)))
+            self._report(error)
+            try:
+                return self._recover_once(failed_at - started)
+            except Exception as e:
+                error = e
+                started = failed_at = time.perf_counter()
+
+    def _recover_once(self, detect):
+        # The parameters view buffers of the optimizer that recover() destroys.
+        self._detach_parameters()
+        times = self._session.recover()
+        self._reported = False
+        t0 = time.perf_counter()
+        step = self._restore(use_checkpoint=self._checkpoint_dir is not None, recovering=True)
+        restore = time.perf_counter() - t0
+        self._session.record_recovery(detect, times["abort"], times["rendezvous"], restore)
+        self._last_step_end = None
+        phases = {"detect": detect, "abort": times["abort"], "rendezvous": times["rendezvous"], "restore": restore}
+        self.last_recovery = {"step": step, "generation": self.generation, "times": phases}
+        _log(self._session, "recovered into generation %d (%s); continuing from step %d" %
+             (self.generation, ", ".join("%s %.0f ms" % (k, 1e3 * v) for k, v in phases.items()), step))
+        return step
+
+    def _report(self, error):
+        """Tells the coordinator (the job moves to a new generation now, the peers
+        learn why). A failed report is logged by the session, not raised."""
+        if self._session is None:
+            return
+        code = error.code if isinstance(error, Error) else "INTERNAL"
+        self._session.report_error(code, _describe(error))
+        self._reported = True
+
     # ------------------------------------------------------------------ end
 
     def close(self):
         """Meets every rank and leaves the job (a collective), then frees the
-        session. Idempotent."""
+        session. Idempotent. After a reported error or a failed recovery it
+        leaves at once (there is no group to meet)."""
+        self._close(meet=True)
+
+    def _close(self, meet):
         session = getattr(self, "_session", None)
         if session is None:
             return
         try:
-            session.finish()
+            if meet and session.has_group and not self._reported:
+                session.finish()
         finally:
             self._detach_parameters()
             session.close()
@@ -426,8 +686,28 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None:
+            self.close()
+            return
+        # Leaving with an exception: tell the coordinator (peers learn at
+        # once), and do not wait for peers that will never meet this rank.
+        if isinstance(exc, Exception) and not self._reported and self._session is not None:
+            self._report(exc)
+        self._close(meet=False)
+
+
+def _describe(error):
+    """An exception as the message the coordinator relays."""
+    if isinstance(error, Error):
+        return error.message
+    return "%s: %s" % (type(error).__name__, error)
+
+
+def _log(session, message):
+    """A status line on stderr, where the C++ session writes its own."""
+    prefix = "rank %d: " % session.rank if session is not None else ""
+    print(prefix + message, file=sys.stderr, flush=True)
 
 
 def _rest(shape):
