@@ -342,6 +342,13 @@ int RunWorkers(const std::vector<std::string>& args) {
     std::cout << absl::StrFormat("job %s  generation %d  plan v%d  world %d  revision %d\n",
                                  job.job(), job.generation(), job.plan_version(), job.world_size(),
                                  job.revision());
+    // Why the job is at this generation (a failure, a report, a resize), and
+    // its elasticity: what an operator looks for first.
+    if (!job.generation_reason().empty()) std::cout << "  moved: " << job.generation_reason() << "\n";
+    if (job.min_workers() > 0) {
+      std::cout << absl::StrFormat("  elastic: %d..%d ranks\n", job.min_workers(), job.max_world_size());
+    }
+    if (!job.resize_error().empty()) std::cout << "  resize failed: " << job.resize_error() << "\n";
     std::cout << absl::StrFormat("%6s  %-8s %-24s %-10s %20s %10s %12s\n", "rank", "state", "host",
                                  "device", "incarnation", "generation", "heartbeat_s");
     for (const v1::WorkerStatus& w : job.workers()) {

@@ -424,6 +424,13 @@ TEST_F(FaultToleranceTest, ShrinkFourToThreeAndGrowBack_EqualsARunThatSwitchedPl
       },
       kBound, "the shrink"));
   ASSERT_TRUE(Alive(0)) << Log(0);
+  // What an operator sees: why the job moved, and its elasticity.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      CommandResult workers,
+      RunCommand({BinaryPath("muonshardctl"), "workers", "--coordinator", coordinator_->address()}, dir_.path()));
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("moved: shrunk from 4 to 3 ranks"));
+  EXPECT_THAT(workers.out, HasSubstr("elastic: 3..4 ranks"));
   ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, static_cast<int>(Sample(0, "muonshard_worker_steps_total")) + 3));
   ASSERT_NO_FATAL_FAILURE(Launch(victim));  // capacity returns: grow back
   std::vector<int> restarts(kWorld, 2);     // the shrink, the grow
