@@ -220,14 +220,27 @@ TEST(CoordinatorSessionTest, FakeClock_HeartbeatsWhenTheClockReachesThePeriod) {
   MUONSHARD_EXPECT_OK(s->health());
 }
 
-TEST(CoordinatorSessionTest, GenerationMoved_HealthAbortedSayingWhy) {
-  FakeClock clock;
-  const std::string job = UniqueJob("moved");
-  client::SessionOptions o = Options(job, 0);
+// Ranks 0 and 1 of a new job; rank 0 heartbeats every second of `clock`.
+struct JoinedPair {
+  std::string job;
+  std::unique_ptr<client::CoordinatorSession> a;
+  std::unique_ptr<client::CoordinatorSession> b;
+};
+
+JoinedPair JoinPair(FakeClock& clock, const std::string& name) {
+  JoinedPair p;
+  p.job = UniqueJob(name);
+  client::SessionOptions o = Options(p.job, 0);
   o.clock = &clock;
   o.heartbeat_period = absl::Seconds(1);
-  auto a = MustJoin(o);
-  auto b = MustJoin(Options(job, 1));
+  p.a = MustJoin(o);
+  p.b = MustJoin(Options(p.job, 1));
+  return p;
+}
+
+TEST(CoordinatorSessionTest, GenerationMoved_HealthAbortedSayingWhy) {
+  FakeClock clock;
+  auto [job, a, b] = JoinPair(clock, "moved");
   ASSERT_TRUE(a && b);
   MUONSHARD_ASSERT_OK(b->Leave());
   clock.Advance(absl::Seconds(1));
@@ -246,12 +259,7 @@ TEST(CoordinatorSessionTest, GenerationMoved_HealthAbortedSayingWhy) {
 // heartbeat is ABORTED with the reported message (not a timeout's).
 TEST(CoordinatorSessionTest, ReportError_PeerLearnsTheMessageAtItsNextHeartbeat) {
   FakeClock clock;
-  const std::string job = UniqueJob("report");
-  client::SessionOptions o = Options(job, 0);
-  o.clock = &clock;
-  o.heartbeat_period = absl::Seconds(1);
-  auto a = MustJoin(o);
-  auto b = MustJoin(Options(job, 1));
+  auto [job, a, b] = JoinPair(clock, "report");
   ASSERT_TRUE(a && b);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t generation,
                                  b->ReportError(absl::InternalError("cuda: illegal memory access")));
