@@ -73,9 +73,10 @@ void PrintInspectTable(const v1::CheckpointSummary& s, std::ostream& out) {
                          s.scalars().beta2_pow());
   out << absl::StrFormat("%-12s %d files, %s bytes (optimizer state %s bytes)\n", "size", s.ranks_size(),
                          Grouped(s.file_bytes()), Grouped(s.state_bytes()));
-  out << absl::StrFormat(
-      "%-12s %s\n", "integrity",
-      s.verified() ? "OK: size, crc32, header and every piece's chunk crc32 of every file" : "not checked");
+  out << absl::StrFormat("%-12s %s\n", "integrity",
+                         s.verified()
+                             ? "OK: metadata sha256; size, crc32, header and every piece's chunk crc32 of every file"
+                             : "not checked");
   out << absl::StrFormat("\n%6s  %-34s %16s %16s %7s\n", "rank", "file", "file_bytes", "state_bytes", "pieces");
   for (const v1::CheckpointSummary::RankBytes& r : s.ranks()) {
     out << absl::StrFormat("%6d  %-34s %16s %16s %7d\n", r.rank(), r.file(), Grouped(r.file_bytes()),

@@ -28,13 +28,19 @@ void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
       s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
 }
 
+// buddy_MiB: the host memory a rank holds with muonshard-worker
+// --buddy-every (NOTE [Buddy copies] in worker/buddy_copies.h): a snapshot
+// of its own state and a copy of its left neighbour's.
 void PrintPlanTable(const v1::Plan& plan, std::ostream& out) {
-  out << absl::StrFormat("%6s %5s %4s %14s %14s %7s %16s %16s\n", "rank", "stage", "ep",
-                         "state_MiB", "ns_GFLOP", "owned", "muon_elems", "slice_elems");
-  for (const v1::RankPlan& r : plan.ranks()) {
-    out << absl::StrFormat("%6d %5d %4d %14.1f %14.1f %7d %16d %16d\n", r.rank(), r.stage(),
+  out << absl::StrFormat("%6s %5s %4s %14s %14s %7s %16s %16s %10s\n", "rank", "stage", "ep",
+                         "state_MiB", "ns_GFLOP", "owned", "muon_elems", "slice_elems", "buddy_MiB");
+  const int world = plan.ranks_size();
+  for (int i = 0; i < world; ++i) {
+    const v1::RankPlan& r = plan.ranks(i);
+    const int64_t buddy = r.optimizer_state_bytes() + plan.ranks((i + world - 1) % world).optimizer_state_bytes();
+    out << absl::StrFormat("%6d %5d %4d %14.1f %14.1f %7d %16d %16d %10.1f\n", r.rank(), r.stage(),
                            r.ep_rank(), r.optimizer_state_bytes() / kMiB, r.ns_flops() / 1e9,
-                           r.owned_size(), r.muon_numel(), r.adamw_numel());
+                           r.owned_size(), r.muon_numel(), r.adamw_numel(), world > 1 ? buddy / kMiB : 0.0);
   }
   PrintPlanSummary(plan, out);
 }

@@ -36,6 +36,7 @@ struct Flags {
   int64_t max_restarts = 0;
   int64_t min_workers = 0;
   int64_t checkpoint_keep = 0;
+  int64_t buddy_every = 0;
   double lr = 0.02;
   double weight_decay = 0.01;
   int64_t seed = 1;
@@ -68,6 +69,9 @@ struct Flags {
     f.String("checkpoint-dir", &o.checkpoint_dir, "write sharded checkpoints here (step-N/ + latest)");
     f.Int("checkpoint-every", &o.checkpoint_every, "checkpoint after every N-th step (0: after the last only)");
     f.Int("checkpoint-keep", &checkpoint_keep, "keep only the newest N complete checkpoints (0: all)");
+    f.Int("buddy-every", &buddy_every,
+          "every N steps each rank copies its optimizer state to its buddy (rank + 1) in memory, so a recovery from "
+          "one failure reads no disk and loses at most N steps (0: off; about twice the state in host memory)");
     f.Bool("resume", &o.resume,
            "continue from the latest checkpoint in --checkpoint-dir (any plan of the model); from step 0 when it holds "
            "none");
@@ -123,6 +127,10 @@ struct Flags {
       return absl::InvalidArgumentError("flag --checkpoint-keep must be in [0, 1000000]");
     }
     o.checkpoint_keep = static_cast<int>(checkpoint_keep);
+    if (buddy_every < 0 || buddy_every > 1000000000) {
+      return absl::InvalidArgumentError("flag --buddy-every must be in [0, 1e9]");
+    }
+    o.buddy_every = static_cast<int>(buddy_every);
     o.rejoin_grace = absl::Seconds(rejoin_grace_s);
     o.comm_timeout = absl::Seconds(comm_timeout_s);
     o.join_timeout = absl::Seconds(join_timeout_s);

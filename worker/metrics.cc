@@ -58,7 +58,10 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
       generation_(Gauge(*registry_, "muonshard_worker_generation", "Job generation the worker joined", labels_)),
       steps_(Counter(*registry_, "muonshard_worker_steps_total", "Optimizer steps completed", labels_)),
       restarts_(Counter(*registry_, "muonshard_worker_restarts_total",
-                        "Recoveries of this process: the group broke, it re-joined and restored", labels_)) {
+                        "Recoveries of this process: the group broke, it re-joined and restored", labels_)),
+      buddy_bytes_(Gauge(*registry_, "muonshard_worker_buddy_bytes",
+                         "Host memory held by buddy copies: this rank's snapshot and its left neighbour's copy",
+                         labels_)) {
   auto& phases = prometheus::BuildHistogram()
                      .Name("muonshard_worker_step_seconds")
                      .Help(
@@ -86,6 +89,8 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
     recovery_[i] = &recovery.Add(With(labels_, "phase", kRecoveryPhases[i]), SecondsBuckets());
   }
 }
+
+void WorkerMetrics::SetBuddyBytes(int64_t bytes) { buddy_bytes_.Set(static_cast<double>(bytes)); }
 
 void WorkerMetrics::RecordRecovery(const std::array<double, 4>& phase_seconds) {
   for (size_t i = 0; i < recovery_.size(); ++i) recovery_[i]->Observe(phase_seconds[i]);

@@ -46,6 +46,7 @@ inline constexpr const char* kWorkerExportedMetrics[] = {
     "muonshard_worker_steps_total",                  // counter
     "muonshard_worker_restarts_total",               // counter: recoveries (NOTE [Recovery])
     "muonshard_worker_recovery_seconds",             // histogram {phase}
+    "muonshard_worker_buddy_bytes",                  // gauge: NOTE [Buddy copies] memory held
 };
 
 // The `phase` label values, in step order.
@@ -73,6 +74,8 @@ class WorkerMetrics {
   // the Newton-Schulz FLOPs it ran and the whole training step's seconds
   // (gradients included).
   void RecordStep(const StepStats& stats, double loss, double ns_flops, double train_step_seconds);
+  // Host memory held by buddy copies (NOTE [Buddy copies]).
+  void SetBuddyBytes(int64_t bytes);
   // One recovery: its phases' seconds in kRecoveryPhases order.
   void RecordRecovery(const std::array<double, 4>& phase_seconds);
 
@@ -91,6 +94,7 @@ class WorkerMetrics {
   prometheus::Gauge& generation_;
   prometheus::Counter& steps_;
   prometheus::Counter& restarts_;
+  prometheus::Gauge& buddy_bytes_;
   std::array<prometheus::Histogram*, 4> recovery_;  // kRecoveryPhases order
 };
 

@@ -77,6 +77,7 @@ absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
     return absl::InvalidArgumentError("flag --rejoin-grace must be >= 0 (0: --comm-timeout)");
   }
   if (options.min_workers < 0) return absl::InvalidArgumentError("flag --min-workers must be >= 0");
+  if (options.buddy_every < 0) return absl::InvalidArgumentError("flag --buddy-every must be >= 0");
   return absl::OkStatus();
 }
 
@@ -94,19 +95,20 @@ RankSession::~RankSession() {
   optimizer_.reset();
   comm_groups_.clear();
   comms_.clear();
+  buddy_channel_.reset();
 }
 
 void RankSession::OnMembershipLost(const absl::Status& status) {
   absl::MutexLock lock(&abort_mu_);
   if (closing_) return;
   if (lost_.ok()) lost_ = status;
-  for (Communicator* comm : abortable_) comm->Abort(status);
+  for (const auto& abort : abortable_) abort(status);
 }
 
-void RankSession::AbortOnLoss(Communicator* comm) {
+void RankSession::AbortOnLoss(std::function<void(const absl::Status&)> abort) {
   absl::MutexLock lock(&abort_mu_);
-  if (!lost_.ok()) comm->Abort(lost_);
-  abortable_.push_back(comm);
+  if (!lost_.ok()) abort(lost_);
+  abortable_.push_back(std::move(abort));
 }
 
 absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Start(const RankSessionOptions& options,
@@ -163,6 +165,7 @@ void RankSession::TearDownGroup() {
   optimizer_.reset();
   comm_groups_.clear();
   comms_.clear();
+  buddy_channel_.reset();
   store_.reset();
 }
 
@@ -307,7 +310,60 @@ absl::Status RankSession::CreateCommunicators() {
   for (const v1::CommGroup& g : view_.groups()) groups.push_back(&g);
   std::sort(groups.begin(), groups.end(), [](auto* a, auto* b) { return a->id() < b->id(); });
   for (const v1::CommGroup* g : groups) MUONSHARD_RETURN_IF_ERROR(CreateCommunicator(*g));
+  return CreateBuddyChannel();
+}
+
+// NOTE [Buddy copies]: a ring over every rank of the job, which no comm
+// group of the plan need be.
+absl::Status RankSession::CreateBuddyChannel() {
+  if (options_.buddy_every <= 0 || world_size() < 2) return absl::OkStatus();
+  GlooOptions o;
+  o.rank = rank();
+  o.size = world_size();
+  o.hostname = options_.hostname;
+  o.interface = options_.interface;
+  o.key_prefix = absl::StrCat(joined_.job, "/", joined_.generation, "/buddy/");
+  o.timeout = options_.comm_timeout;
+  absl::StatusOr<std::unique_ptr<ByteChannel>> channel = CreateGlooByteChannel(o, store_.get());
+  if (!channel.ok()) return Annotate(channel.status(), "rendezvous of the buddy-copy channel (Gloo)");
+  ByteChannel* raw = channel->get();
+  AbortOnLoss([raw](const absl::Status& reason) { raw->Abort(reason); });
+  buddy_channel_ = *std::move(channel);
   return absl::OkStatus();
+}
+
+absl::Status RankSession::RefreshBuddyCopies(int64_t done) {
+  if (buddy_channel_ == nullptr || done % options_.buddy_every != 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+  absl::Status s = buddies_.Refresh(*buddy_channel_, shards, optimizer_->scalars(), done, view_.content_hash());
+  metrics_->SetBuddyBytes(buddies_.held_bytes());
+  return Annotate(s, absl::StrCat("refreshing the buddy copies of step ", done));
+}
+
+absl::StatusOr<std::optional<int64_t>> RankSession::RestoreFromBuddies(int64_t at_least) {
+  if (buddy_channel_ == nullptr) return std::nullopt;
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
+  MUONSHARD_RETURN_IF_ERROR(store_->Set(absl::StrCat("buddy/", rank()), EncodeHoldings(buddies_.holdings())));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size(); ++r) keys.push_back(absl::StrCat("buddy/", r));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> adverts, store_->WaitAll(keys, options_.comm_timeout));
+  std::vector<BuddyHoldings> holdings;
+  for (const std::string& advert : adverts) {
+    MUONSHARD_ASSIGN_OR_RETURN(BuddyHoldings h, DecodeHoldings(advert));
+    holdings.push_back(std::move(h));
+  }
+  std::optional<BuddyRestorePlan> plan = PlanBuddyRestore(holdings, view_.content_hash());
+  if (!plan.has_value() || plan->step < at_least) return std::nullopt;
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
+  MUONSHARD_ASSIGN_OR_RETURN(checkpoint::Scalars scalars,
+                             buddies_.Restore(*buddy_channel_, *plan, shards, view_.content_hash()));
+  MUONSHARD_RETURN_IF_ERROR(optimizer_->RestoreFromState(scalars));
+  metrics_->SetBuddyBytes(buddies_.held_bytes());
+  const int sent = static_cast<int>(std::count_if(plan->source.begin(), plan->source.end(), [](int s) { return s >= 0; }));
+  Log() << Prefix() << "restored step " << plan->step << " from buddy copies (" << sent
+        << " rank(s) from their buddy, no disk read)\n";
+  return plan->step;
 }
 
 absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
@@ -344,7 +400,8 @@ absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
                     absl::StrCat("rendezvous of comm group ", group.id(), " (", nccl() ? "NCCL" : "Gloo", ")"));
   }
   if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
-  AbortOnLoss(comm->get());
+  Communicator* raw = comm->get();
+  AbortOnLoss([raw](const absl::Status& reason) { raw->Abort(reason); });
   comm_groups_[group.id()] = comm->get();
   comms_.push_back(*std::move(comm));
   return absl::OkStatus();
@@ -372,6 +429,10 @@ std::string RankSession::Describe() const {
                     internal::NsPrecisionName(config_.ns.precision));
   } else {
     absl::StrAppend(&out, blas_threads_, " BLAS thread(s)");
+  }
+  if (buddy_channel_ != nullptr) {
+    absl::StrAppend(&out, ", buddy copies every ", options_.buddy_every, " steps (about 2 x ",
+                    optimizer_->optimizer_state_bytes(), " bytes of host memory)");
   }
   return out;
 }

@@ -89,6 +89,7 @@
 #include "kernels/kernel_backend.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/plan.pb.h"
+#include "worker/buddy_copies.h"
 #include "worker/comm/communicator.h"
 #include "worker/metrics.h"
 #include "worker/optimizer/optimizer_config.h"
@@ -137,6 +138,10 @@ struct RankSessionOptions {
   // recovery then waits up to twice the grace (the coordinator decides).
   absl::Duration rejoin_grace;
   int min_workers = 0;
+  // NOTE [Buddy copies] (worker/buddy_copies.h): > 0 creates the job-wide
+  // channel the buddy copies travel on; RefreshBuddyCopies is then due
+  // after every buddy_every-th step.
+  int buddy_every = 0;
   // OpenBLAS / CPU kernel threads (gloo); 0: cores / local_world_size (at
   // least 1). OpenBLAS results can depend on its thread count, and an exact
   // comparison with a reference needs the same setting.
@@ -253,6 +258,15 @@ class RankSession {
   // directory (the commit protocol needs a shared file system anyway).
   absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir);
 
+  // NOTE [Buddy copies]: after step `done`, when due (a collective over
+  // every rank of the job). Possible errors: the channel's.
+  absl::Status RefreshBuddyCopies(int64_t done);
+  // Restores the group's newest step held in buddy copies, when there is one
+  // no older than `at_least` (a collective: every rank decides alike); the
+  // step restored, or nullopt (nothing restored: the caller loads its
+  // checkpoint). Possible errors: the store's and the channel's.
+  absl::StatusOr<std::optional<int64_t>> RestoreFromBuddies(int64_t at_least);
+
   // Loads step `step` (default: the latest) of `dir` into the optimizer,
   // whatever plan and world size it was saved under (reshard on load), and
   // rebuilds every model copy from the loaded masters. A collective.
@@ -285,6 +299,7 @@ class RankSession {
   absl::Status CreateBackend();
   absl::Status CreateCommunicators();
   absl::Status CreateCommunicator(const v1::CommGroup& group);
+  absl::Status CreateBuddyChannel();
   absl::Status CreateOptimizer();
   std::ostream& Log() const;
   std::string Prefix() const;
@@ -295,13 +310,15 @@ class RankSession {
   // frozen peer returns ABORTED within a heartbeat period instead of at
   // comm_timeout. Communicators created afterwards are aborted at once.
   void OnMembershipLost(const absl::Status& status);
-  void AbortOnLoss(Communicator* comm);
+  // `abort` (a communicator's or the buddy channel's Abort) runs at once
+  // when the membership is already lost, else when it is.
+  void AbortOnLoss(std::function<void(const absl::Status&)> abort);
 
   const RankSessionOptions options_;
   const OptimizerConfig config_;
   // Before session_, whose heartbeat thread uses them until it is joined.
   absl::Mutex abort_mu_;
-  std::vector<Communicator*> abortable_ ABSL_GUARDED_BY(abort_mu_);
+  std::vector<std::function<void(const absl::Status&)>> abortable_ ABSL_GUARDED_BY(abort_mu_);
   absl::Status lost_ ABSL_GUARDED_BY(abort_mu_);
   bool closing_ ABSL_GUARDED_BY(abort_mu_) = false;
   std::unique_ptr<client::CoordinatorClient> client_;
@@ -320,10 +337,13 @@ class RankSession {
   std::unique_ptr<kernels::KernelBackend> backend_;
   std::unique_ptr<client::GrpcRendezvousStore> store_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+  std::unique_ptr<ByteChannel> buddy_channel_;  // NOTE [Buddy copies]
   ShardedOptimizer::CommGroups comm_groups_;
   std::unique_ptr<ShardedOptimizer> optimizer_;
   std::unique_ptr<client::VersionedPlan> full_plan_;
   std::optional<absl::Status> finished_;
+  // Outlives recoveries: what it holds is what a recovery restores from.
+  BuddyCopies buddies_;
 };
 
 }  // namespace muonshard::worker

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "checkpoint/reader.h"
 #include "common/status_macros.h"
 #include "worker/internal/runner_util.h"
 #include "worker/optimizer/sharded_optimizer.h"
@@ -77,7 +78,9 @@ class WorkerRun {
         Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
                       << "\n";
       }
-      if (absl::Status saved = MaybeSave(step + 1); !saved.ok()) {
+      absl::Status saved = MaybeSave(step + 1);
+      if (saved.ok()) saved = session_->RefreshBuddyCopies(step + 1);
+      if (!saved.ok()) {
         failed_at_ = absl::Now();
         return saved;
       }
@@ -91,7 +94,9 @@ class WorkerRun {
   // state (a collective: the model copies are rebuilt with the step's own
   // sync); the step to go on from.
   absl::StatusOr<int64_t> Resume() {
-    if (!options_.resume) return Initialize();
+    // With buddy copies every start takes part in the group's restore
+    // negotiation: a replacement process must meet its peers there.
+    if (!options_.resume && options_.buddy_every == 0) return Initialize();
     return Restore();
   }
 
@@ -100,9 +105,17 @@ class WorkerRun {
     return 0;
   }
 
-  // The newest checkpoint of checkpoint_dir, or the initial parameters when
-  // there is none (or no checkpoint_dir).
+  // The newest state the group has: its buddy copies (NOTE [Buddy copies])
+  // unless the newest checkpoint of checkpoint_dir is newer, that
+  // checkpoint, or the initial parameters when there is neither.
   absl::StatusOr<int64_t> Restore() {
+    int64_t on_disk = 0;
+    if (!options_.checkpoint_dir.empty()) {
+      absl::StatusOr<int64_t> latest = checkpoint::LatestStep(options_.checkpoint_dir);
+      if (latest.ok()) on_disk = *latest;
+    }
+    MUONSHARD_ASSIGN_OR_RETURN(std::optional<int64_t> from_buddies, session_->RestoreFromBuddies(on_disk));
+    if (from_buddies.has_value()) return *from_buddies;
     if (options_.checkpoint_dir.empty()) return Initialize();
     MUONSHARD_ASSIGN_OR_RETURN(std::optional<LoadedCheckpoint> loaded,
                                session_->LoadLatestCheckpoint(options_.checkpoint_dir));

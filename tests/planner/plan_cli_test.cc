@@ -101,6 +101,7 @@ TEST(PlanCliTest, TableByDefault) {
   Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("state_MiB"));
+  EXPECT_THAT(r.out, HasSubstr("buddy_MiB"));  // --buddy-every's host memory per rank
   EXPECT_THAT(r.out, HasSubstr("max/LB"));
 }
 

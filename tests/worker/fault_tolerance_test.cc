@@ -131,6 +131,7 @@ class FaultToleranceTest : public ::testing::Test {
       args.insert(args.end(), {"--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank),
                                "--max-restarts", "3", "--rejoin-grace", "60"});
     }
+    if (buddy_every_ > 0) args.insert(args.end(), {"--buddy-every", absl::StrCat(buddy_every_)});
     if (checkpoints) {
       args.insert(args.end(), {"--checkpoint-dir", dir_.Join("ckpt"), "--checkpoint-every",
                                absl::StrCat(kCheckpointEvery), "--checkpoint-keep", "2", "--resume"});
@@ -292,6 +293,7 @@ class FaultToleranceTest : public ::testing::Test {
 
   TempDir dir_;
   bool elastic_ = false;
+  int buddy_every_ = 0;  // NOTE [Buddy copies]
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
@@ -357,6 +359,31 @@ TEST_F(FaultToleranceTest, TwoKillsInARow_RecoversTwiceBitIdentical) {
   restarts[first] = 1;   // its new process lived through the second failure
   restarts[second] = 0;  // a new process
   ASSERT_NO_FATAL_FAILURE(FinishAndCompare(restarts));
+}
+
+// NOTE [Buddy copies] (worker/buddy_copies.h): no checkpoint directory at
+// all; every 5 steps each rank copies its state to its buddy. A killed
+// rank's replacement gets its state from the buddy, the others restore
+// their own snapshot: nothing is read from disk, at most 5 steps are lost,
+// and the run still ends bit-identical.
+TEST_F(FaultToleranceTest, KillNineWithBuddyCopies_RestoresFromMemoryBitIdentical) {
+  buddy_every_ = 5;
+  ASSERT_NO_FATAL_FAILURE(LaunchAll(/*checkpoints=*/false));
+  const int victim = RandomInt(1, kWorld - 1);
+  const int step = RandomInt(2 * buddy_every_, kSteps / 2);
+  std::cerr << "killing rank " << victim << " at step " << step << "\n";
+  ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, step));
+  EXPECT_GT(Sample(0, "muonshard_worker_buddy_bytes"), 0);
+  Kill(victim);
+  ASSERT_NO_FATAL_FAILURE(Launch(victim, /*checkpoints=*/false));
+  std::vector<int> restarts(kWorld, 1);
+  restarts[victim] = 0;
+  ASSERT_NO_FATAL_FAILURE(FinishAndCompare(restarts));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(RE2::PartialMatch(Log(r), R"(restored step [1-9]\d* from buddy copies)")) << "rank " << r << ":\n"
+                                                                                          << Log(r);
+  }
+  EXPECT_THAT(Log(victim), HasSubstr("1 rank(s) from their buddy, no disk read"));
 }
 
 // NOTE [Adoption] (coordinator.proto): the coordinator dies (kill -9) and

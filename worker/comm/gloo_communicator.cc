@@ -303,10 +303,9 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(
   }
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
-    const GlooOptions& options, RendezvousStore* store) {
+// The full TCP mesh of `options` (see CreateGlooCommunicator).
+absl::StatusOr<std::shared_ptr<::gloo::Context>> ConnectGlooContext(const GlooOptions& options,
+                                                                    RendezvousStore* store) {
   MUONSHARD_RETURN_IF_ERROR(CheckOptions(options, store));
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::transport::Device> device,
                              CreateTcpDevice(options));
@@ -326,8 +325,60 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     if (!store_error.ok()) return Annotate(store_error, what);
     return CurrentExceptionToStatus(what);
   }
+  return context;
+}
+
+// ByteChannel on gloo's point-to-point transfers (internal::GlooPeers).
+class GlooByteChannel : public ByteChannel {
+ public:
+  GlooByteChannel(std::shared_ptr<::gloo::Context> context, absl::Duration timeout)
+      : context_(std::move(context)), peers_(context_, absl::ToChronoMilliseconds(timeout)) {}
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+
+  absl::Status Exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                        size_t recv_bytes) override {
+    return Run("exchange", [&] {
+      return peers_.Exchange(next_tag_++, to, send, send_bytes, from, recv, recv_bytes);
+    });
+  }
+
+  absl::Status Barrier() override {
+    return Run("barrier", [&] { return internal::DisseminationBarrier(peers_, next_tag_++); });
+  }
+
+  void Abort(const absl::Status& reason) override { peers_.Abort(reason); }
+
+ private:
+  absl::Status Run(absl::string_view what, absl::FunctionRef<absl::Status()> fn) {
+    const std::string where = absl::StrCat("gloo byte channel ", what, " (rank ", rank(), "/", size(), ")");
+    try {
+      absl::Status s = fn();
+      return s.ok() ? s : Annotate(s, where);
+    } catch (...) {
+      return CurrentExceptionToStatus(where);
+    }
+  }
+
+  const std::shared_ptr<::gloo::Context> context_;
+  internal::GlooPeers peers_;
+  uint32_t next_tag_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
+    const GlooOptions& options, RendezvousStore* store) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::Context> context, ConnectGlooContext(options, store));
   return std::make_unique<GlooCommunicator>(std::move(context),
                                             options.timeout);
+}
+
+absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options,
+                                                                   RendezvousStore* store) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::Context> context, ConnectGlooContext(options, store));
+  return std::make_unique<GlooByteChannel>(std::move(context), options.timeout);
 }
 
 }  // namespace muonshard::worker

@@ -70,6 +70,30 @@ struct GlooOptions {
 absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     const GlooOptions& options, RendezvousStore* store);
 
+// Point-to-point bytes between any two ranks of a group (the buddy copies of
+// NOTE [Buddy copies] in worker/buddy_copies.h): not a collective
+// communicator, but every rank must call the same methods in the same order
+// (each call uses the next transfer slot). Errors as the communicators':
+// ABORTED (a peer failed; Abort), DEADLINE_EXCEEDED (timeout). Abort() may
+// be called from any thread.
+class ByteChannel {
+ public:
+  virtual ~ByteChannel() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Sends send_bytes of `send` to rank `to` while receiving recv_bytes into
+  // `recv` from rank `from`; a side with 0 bytes does not transfer.
+  virtual absl::Status Exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
+                                size_t recv_bytes) = 0;
+  virtual absl::Status Barrier() = 0;
+  virtual void Abort(const absl::Status& reason) = 0;
+};
+
+// A ByteChannel over a full TCP mesh of options.size ranks, rendezvoused like
+// CreateGlooCommunicator.
+absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options,
+                                                                   RendezvousStore* store);
+
 }  // namespace muonshard::worker
 
 #endif  // MUONSHARD_WORKER_COMM_GLOO_COMMUNICATOR_H_
