@@ -401,6 +401,12 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobReq
 
 // ---------------------------------------------------------------- adoption
 
+// How long an adopted job waits for its ranks: their heartbeats come every
+// third of the timeout, and their channels find the restarted coordinator
+// within about a second (CoordinatorClient's reconnect backoff), which under
+// load can take most of one timeout: two leave room.
+absl::Duration JobRegistry::AdoptionGrace() const { return 2 * options_.heartbeat_timeout; }
+
 absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest& request,
                                                        Effects& effects) {
   auto it = jobs_.find(request.job());
@@ -437,7 +443,7 @@ absl::StatusOr<JobRegistry::Job*> JobRegistry::AdoptJob(const v1::JoinJobRequest
   Job* job = AddJob(request.job(), last, std::max(last * kRevisionBase, absl::ToUnixMicros(now)),
                     kAdoptedReason);
   ApplyPlan(*job, info);
-  job->adopting_until = now + options_.heartbeat_timeout;
+  job->adopting_until = now + AdoptionGrace();
   return job;
 }
 
@@ -486,7 +492,7 @@ bool JobRegistry::EndAdoption(Job& job, absl::Time now, Effects& effects) {
   BumpGeneration(
       job,
       absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-                   " did not re-register within ", absl::FormatDuration(options_.heartbeat_timeout),
+                   " did not re-register within ", absl::FormatDuration(AdoptionGrace()),
                    " of the coordinator's restart"),
       effects);
   return true;

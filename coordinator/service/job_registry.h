@@ -32,7 +32,7 @@
 //   communicators and its training go on); later ones take their free ranks
 //   in it. A mismatch (another generation or plan version) is ABORTED and the
 //   worker recovers as after any generation move. The job stays "adopting"
-//   for one heartbeat timeout: a rank still missing then did not survive the
+//   for two heartbeat timeouts: a rank still missing then did not survive the
 //   restart, and the generation moves. So does a plain Join into a free rank
 //   meanwhile: the newcomer cannot enter the running group, which must
 //   re-form with it. An adopted job's revisions start at
@@ -189,6 +189,7 @@ class JobRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::JoinJobResponse> Adopt(const v1::JoinJobRequest& request, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration AdoptionGrace() const;
   absl::StatusOr<Job*> AdoptJob(const v1::JoinJobRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptRank(Job& job, const v1::JoinJobRequest& request, Effects& effects)
