@@ -9,12 +9,16 @@
 //     the last watcher has received it (from the Submit reply, and from the
 //     Submit call).
 //
-// Exit 0 when every call succeeded, 1 otherwise, 2 on bad flags.
+// Exit 0 when every call succeeded; 1 otherwise, after an "error: ..." line
+// on stderr per failure (a refused Watch stream counts: the fan-out is only
+// measured when all --watchers streams are open); 2 on bad flags.
 #include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -161,7 +165,7 @@ class QpsSlot {
   std::vector<double> latencies_us;
   int64_t errors = 0;
   int64_t bytes = 0;
-  std::string first_error;
+  absl::Status first_error;
 
  private:
   void Done(grpc::Status s) {
@@ -170,7 +174,7 @@ class QpsSlot {
     if (s.ok()) {
       bytes += static_cast<int64_t>(parse_ ? response_.ByteSizeLong() : raw_response_.Length());
     } else if (errors++ == 0) {
-      first_error = s.error_message();
+      first_error = client::FromGrpcStatus(s);
     }
     if (now < deadline_) return Issue();
     absl::MutexLock lock(mu_);
@@ -194,8 +198,8 @@ class QpsSlot {
   absl::Time start_;
 };
 
-bool RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients,
-            int64_t version) {
+absl::Status RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients,
+                    int64_t version) {
   // No warm-up: the server builds a plan's shared view body on the first
   // request for a group set (NOTE [Shared view pieces]), so cold is warm.
   absl::Mutex mu;
@@ -220,12 +224,12 @@ bool RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& c
   std::vector<double> lat;
   int64_t errors = 0;
   int64_t bytes = 0;
-  std::string first_error;
+  absl::Status first_error;
   for (auto& s : slots) {
     lat.insert(lat.end(), s->latencies_us.begin(), s->latencies_us.end());
     errors += s->errors;
     bytes += s->bytes;
-    if (first_error.empty()) first_error = s->first_error;
+    if (first_error.ok()) first_error = s->first_error;
   }
   const double n = static_cast<double>(lat.size());
   std::cout << absl::StrFormat(
@@ -234,16 +238,66 @@ bool RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& c
       o.parse ? "decoded" : "raw bytes", o.clients, clients.size(), elapsed, n, n / elapsed,
       n > 0 ? bytes / n / 1024 : 0, Quantile(lat, 0.5), Quantile(lat, 0.99), Quantile(lat, 1.0),
       errors);
-  if (errors > 0) std::cerr << "first error: " << first_error << "\n";
-  return errors == 0;
+  if (errors == 0) return absl::OkStatus();
+  return absl::Status(first_error.code(),
+                      absl::StrFormat("GetPlan: %d of %.0f calls failed; first error: %s", errors,
+                                      n, first_error.ToString()));
 }
 
 // ---------------------------------------------------------------- fan-out
 
-// What every watcher has seen: the time each first saw a version >= target.
+// Statuses of streams that ended, grouped ("CODE: message" -> streams) in
+// the order first seen, for a bounded one-line report.
+class StatusTally {
+ public:
+  void Add(const absl::Status& status) {
+    const std::string key = status.ToString();
+    for (auto& [text, count] : groups_) {
+      if (text == key) {
+        ++count;
+        return;
+      }
+    }
+    groups_.emplace_back(key, 1);
+  }
+
+  // "CODE: message" when all agree, else "3 x CODE: message | 1 x ...";
+  // at most kMaxGroups groups of at most kMaxMessage characters each.
+  std::string Summary() const {
+    constexpr size_t kMaxGroups = 3;
+    constexpr size_t kMaxMessage = 200;
+    std::string out;
+    for (size_t i = 0; i < groups_.size() && i < kMaxGroups; ++i) {
+      std::string text = groups_[i].first;
+      if (text.size() > kMaxMessage) text = text.substr(0, kMaxMessage) + "...";
+      if (i > 0) out += " | ";
+      if (groups_.size() > 1) absl::StrAppend(&out, groups_[i].second, " x ");
+      out += text;
+    }
+    if (groups_.size() > kMaxGroups) {
+      absl::StrAppend(&out, " | and ", groups_.size() - kMaxGroups, " other statuses");
+    }
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, int>> groups_;
+};
+
+// How the watch streams came up: open (at the version), refused (ended
+// before their first event), or neither within the bound.
+struct OpenCount {
+  int open = 0;
+  int refused = 0;
+  int other = 0;
+  StatusTally refusals;
+};
+
+// What every watcher has seen: the time each first saw a version >= target,
+// and how the ones that ended ended.
 class FanoutState {
  public:
-  explicit FanoutState(int watchers) : seen_(watchers, 0), at_(watchers) {}
+  explicit FanoutState(int watchers) : seen_(watchers, 0), at_(watchers), ended_(watchers) {}
 
   void Saw(int watcher, int64_t version) {
     const absl::Time now = absl::Now();
@@ -253,16 +307,43 @@ class FanoutState {
   }
   void Ended(int watcher, const grpc::Status& status) {
     absl::MutexLock lock(&mu_);
-    ended_++;
-    if (!status.ok() && first_error_.empty()) first_error_ = status.error_message();
+    ended_[watcher] = client::FromGrpcStatus(status);
+    if (!ended_[watcher]->ok() && first_error_.ok()) first_error_ = *ended_[watcher];
   }
 
-  // Waits until every watcher saw `version` (bounded); their arrival times.
+  // Waits (bounded) until each stream is at `version` or has ended, then
+  // counts them. A stream counts as open only once the server sent it an
+  // event: a refused Watch is a stream that ends without one.
+  OpenCount WaitOpen(int64_t version, absl::Duration bound) {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (size_t i = 0; i < seen_.size(); ++i) {
+        if (seen_[i] < version && !ended_[i].has_value()) return false;
+      }
+      return true;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&settled), bound);
+    OpenCount count;
+    for (size_t i = 0; i < seen_.size(); ++i) {
+      if (seen_[i] >= version && !ended_[i].has_value()) {
+        ++count.open;
+      } else if (seen_[i] == 0 && ended_[i].has_value()) {
+        ++count.refused;
+        count.refusals.Add(*ended_[i]);
+      } else {
+        ++count.other;
+      }
+    }
+    return count;
+  }
+
+  // Waits until every watcher saw `version` (bounded); their arrival times,
+  // or nothing when one did not (a stream that ends ends the wait).
   std::vector<absl::Time> WaitAll(int64_t version, absl::Duration bound) {
     absl::MutexLock lock(&mu_);
-    auto all = [this, version]() {
-      for (int64_t v : seen_) {
-        if (v < version) return ended_ > 0;  // a broken stream ends the wait
+    auto all = [this, version]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (size_t i = 0; i < seen_.size(); ++i) {
+        if (seen_[i] < version) return ended_[i].has_value();
       }
       return true;
     };
@@ -272,7 +353,7 @@ class FanoutState {
     }
     return at_;
   }
-  std::string first_error() {
+  absl::Status first_error() {
     absl::MutexLock lock(&mu_);
     return first_error_;
   }
@@ -281,8 +362,8 @@ class FanoutState {
   absl::Mutex mu_;
   std::vector<int64_t> seen_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> at_ ABSL_GUARDED_BY(mu_);
-  int ended_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string first_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::optional<absl::Status>> ended_ ABSL_GUARDED_BY(mu_);
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
 class WatchStream final : public grpc::ClientReadReactor<v1::WatchEvent> {
@@ -319,39 +400,67 @@ class WatchStream final : public grpc::ClientReadReactor<v1::WatchEvent> {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-bool RunFanout(const Options& o, CoordinatorClient& submitter, int64_t version) {
-  absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> clients =
-      Connect(o, o.watch_channels);
-  if (!clients.ok()) {
-    std::cerr << clients.status() << "\n";
-    return false;
-  }
-  FanoutState state(o.watchers);
-  std::vector<std::unique_ptr<WatchStream>> streams;
+// Opens the streams and reports how many the server accepted; an error
+// unless all of them are open at `version`.
+absl::Status OpenStreams(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients,
+                         int64_t version, FanoutState& state,
+                         std::vector<std::unique_ptr<WatchStream>>& streams) {
+  constexpr absl::Duration kOpenBound = absl::Seconds(60);
   const absl::Time open_start = absl::Now();
   for (int i = 0; i < o.watchers; ++i) {
-    streams.push_back(
-        std::make_unique<WatchStream>((*clients)[i % clients->size()].get(), i, &state));
+    streams.push_back(std::make_unique<WatchStream>(clients[i % clients.size()].get(), i, &state));
   }
-  bool ok = !state.WaitAll(version, absl::Seconds(60)).empty();
-  std::cout << absl::StrFormat("%d watch streams over %d connections open and at v%d in %.2f s\n",
-                               o.watchers, clients->size(), version,
-                               absl::ToDoubleSeconds(absl::Now() - open_start));
+  OpenCount count = state.WaitOpen(version, kOpenBound);
+  std::cout << absl::StrFormat(
+      "%d of %d watch streams over %d connections open and at v%d in %.2f s", count.open,
+      o.watchers, clients.size(), version, absl::ToDoubleSeconds(absl::Now() - open_start));
+  if (count.refused > 0) {
+    std::cout << absl::StrFormat("; %d refused: %s", count.refused, count.refusals.Summary());
+  }
+  if (count.other > 0) {
+    std::cout << absl::StrFormat("; %d neither open nor refused after %s", count.other,
+                                 absl::FormatDuration(kOpenBound));
+  }
+  std::cout << "\n";
+  if (count.open == o.watchers) return absl::OkStatus();
+  std::string why;
+  if (count.refused > 0) {
+    why = absl::StrFormat("%d of %d watch streams were refused (%s)", count.refused, o.watchers,
+                          count.refusals.Summary());
+  }
+  if (count.other > 0) {
+    absl::StrAppend(
+        &why, why.empty() ? "" : "; ",
+        absl::StrFormat("%d of %d watch streams were not open at v%d after %s", count.other,
+                        o.watchers, version, absl::FormatDuration(kOpenBound)));
+  }
+  return absl::UnavailableError(absl::StrCat("fan-out not measured: ", why));
+}
+
+absl::Status RunFanout(const Options& o, CoordinatorClient& submitter, int64_t version) {
+  absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> clients =
+      Connect(o, o.watch_channels);
+  if (!clients.ok()) return clients.status();
+  FanoutState state(o.watchers);
+  std::vector<std::unique_ptr<WatchStream>> streams;
+  absl::Status status = OpenStreams(o, *clients, version, state, streams);
   std::vector<double> spread_ms;
   std::vector<double> from_call_ms;
-  for (int round = 0; ok && round < o.rounds; ++round) {
+  for (int round = 0; status.ok() && round < o.rounds; ++round) {
     const absl::Time call = absl::Now();
     absl::StatusOr<v1::SubmitPlanResponse> r = Submit(submitter, o, round + 1);
     const absl::Time reply = absl::Now();
     if (!r.ok()) {
-      std::cerr << "submit: " << r.status() << "\n";
-      ok = false;
+      status = absl::Status(r.status().code(), absl::StrCat("submit: ", r.status().ToString()));
       break;
     }
     std::vector<absl::Time> at = state.WaitAll(r->version(), absl::Seconds(60));
     if (at.empty()) {
-      std::cerr << "not every watcher saw v" << r->version() << ": " << state.first_error() << "\n";
-      ok = false;
+      const absl::Status ended = state.first_error();
+      status = absl::Status(
+          ended.ok() ? absl::StatusCode::kDeadlineExceeded : ended.code(),
+          absl::StrCat("not every watcher saw v", r->version(),
+                       ended.ok() ? " within 60 s" : absl::StrCat(": ", ended.ToString())));
       break;
     }
     // Watchers may see the version before the submitter sees its reply (the
@@ -376,7 +485,7 @@ bool RunFanout(const Options& o, CoordinatorClient& submitter, int64_t version) 
   }
   for (auto& s : streams) s->Cancel();
   for (auto& s : streams) s->AwaitDone();
-  return ok;
+  return status;
 }
 
 int Run(int argc, char** argv) {
@@ -413,13 +522,13 @@ int Run(int argc, char** argv) {
   }
   absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> clients = Connect(o, o.channels);
   if (!clients.ok()) {
-    std::cerr << clients.status() << "\n";
+    std::cerr << "error: " << clients.status() << "\n";
     return 2;
   }
   const absl::Time t = absl::Now();
   absl::StatusOr<v1::SubmitPlanResponse> plan = Submit(*(*clients)[0], o, 0);
   if (!plan.ok()) {
-    std::cerr << "submit: " << plan.status() << "\n";
+    std::cerr << "error: submit: " << plan.status() << "\n";
     return 1;
   }
   std::cout << absl::StrFormat(
@@ -427,10 +536,16 @@ int Run(int argc, char** argv) {
       "%.2f s\n",
       plan->version(), o.ranks, o.pp, plan->info().tensors(), plan->info().plan_bytes() / 1048576.0,
       plan->info().stored_bytes() / 1048576.0, absl::ToDoubleSeconds(absl::Now() - t));
-  bool ok = true;
-  if (o.seconds > 0) ok = RunQps(o, *clients, plan->version()) && ok;
-  if (o.watchers > 0) ok = RunFanout(o, *(*clients)[0], plan->version()) && ok;
-  return ok ? 0 : 1;
+  std::vector<absl::Status> phases;
+  if (o.seconds > 0) phases.push_back(RunQps(o, *clients, plan->version()));
+  if (o.watchers > 0) phases.push_back(RunFanout(o, *(*clients)[0], plan->version()));
+  int exit_code = 0;
+  for (const absl::Status& s : phases) {
+    if (s.ok()) continue;
+    std::cerr << "error: " << s.message() << "\n";
+    exit_code = 1;
+  }
+  return exit_code;
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "coordinator/service/maintenance_thread.h"
 #include "coordinator/service/metrics.h"
 #include "coordinator/service/sqlite_plan_store.h"
+#include "coordinator/service/store_health.h"
 #include "coordinator/service/work_queue.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -56,6 +57,39 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   return grpc::SslServerCredentials(ssl);
 }
 
+// Mirrors the store's health into grpc.health.v1 for the Coordinator
+// service, once the server runs (Attach). Only that service: the whole
+// server ("") stays SERVING (see coordinator_server.h).
+class ServingStatus final : public CoordinatorObserver {
+ public:
+  // Publishes to `health` from now on, starting with the health seen so far;
+  // nullptr stops publishing (before the server goes).
+  void Attach(grpc::HealthCheckServiceInterface* health) {
+    absl::MutexLock lock(&mu_);
+    health_ = health;
+    PublishLocked();
+  }
+
+  void OnStoreHealth(bool healthy, const absl::Status& cause) override {
+    absl::MutexLock lock(&mu_);
+    store_healthy_ = healthy;
+    PublishLocked();
+  }
+
+ private:
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // After the health service's Shutdown this is a no-op: it stays
+    // NOT_SERVING while the server drains.
+    if (health_ != nullptr) {
+      health_->SetServingStatus(v1::Coordinator::service_full_name(), store_healthy_);
+    }
+  }
+
+  absl::Mutex mu_;
+  grpc::HealthCheckServiceInterface* health_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool store_healthy_ ABSL_GUARDED_BY(mu_) = true;
+};
+
 absl::Duration HeartbeatTick(absl::Duration timeout) {
   // A failed member is found within timeout + timeout / 8 of its last
   // heartbeat (NOTE [Prompt aborts] in worker/rank_session.h).
@@ -66,16 +100,19 @@ absl::Duration HeartbeatTick(absl::Duration timeout) {
 
 // Declared in dependency order; destroyed in reverse.
 struct CoordinatorServer::Parts {
-  std::unique_ptr<SqlitePlanStore> store;
+  std::unique_ptr<SqlitePlanStore> sqlite;
   CoordinatorMetrics metrics;
   EventLog log;
-  ObserverList observers{{&metrics, &log}};
+  ServingStatus serving;
+  ObserverList observers{{&metrics, &log, &serving}};
+  std::unique_ptr<HealthTrackingPlanStore> store;  // over `sqlite`; what the service uses
   std::unique_ptr<CoordinatorService> service;
   std::unique_ptr<WorkQueue> work;
   std::unique_ptr<GrpcCoordinatorService> grpc_service;
   std::unique_ptr<MetricsHttpServer> exposer;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MaintenanceThread> maintenance;
+  std::unique_ptr<StoreProbeThread> store_probe;
 };
 
 CoordinatorServer::CoordinatorServer(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
@@ -85,10 +122,14 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const ServerOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("a data dir is required");
+  if (options.store_probe_interval <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("the store probe interval must be > 0");
+  }
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                              Credentials(options));
   auto parts = std::make_unique<Parts>();
-  MUONSHARD_ASSIGN_OR_RETURN(parts->store, SqlitePlanStore::Open(options.data_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(parts->sqlite, SqlitePlanStore::Open(options.data_dir));
+  parts->store = std::make_unique<HealthTrackingPlanStore>(parts->sqlite.get(), &parts->observers);
   MUONSHARD_ASSIGN_OR_RETURN(parts->service,
                              CoordinatorService::Create(parts->store.get(), RealClock(),
                                                         options.coordinator, &parts->observers));
@@ -116,10 +157,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (parts->server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
-  parts->server->GetHealthCheckService()->SetServingStatus(v1::Coordinator::service_full_name(),
-                                                           true);
+  parts->serving.Attach(parts->server->GetHealthCheckService());
   parts->maintenance = std::make_unique<MaintenanceThread>(
       parts->service.get(), kWaitTick, HeartbeatTick(options.coordinator.heartbeat_timeout));
+  parts->store_probe =
+      std::make_unique<StoreProbeThread>(parts->store.get(), options.store_probe_interval);
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(parts)));
   server->port_ = port;
@@ -136,6 +178,9 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
   parts_->server->GetHealthCheckService()->Shutdown();  // every service NOT_SERVING
+  // The health service goes with the server; store health changes from now
+  // on are not published.
+  parts_->serving.Attach(nullptr);
   parts_->service->Shutdown();  // watch streams flush and end, waits fail UNAVAILABLE
   // Our streams, waits and offloaded calls end on their own (or are cut at
   // the grace period). gRPC's Shutdown(deadline) would also wait out the
@@ -144,6 +189,7 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   parts_->server->Shutdown(std::chrono::system_clock::now());
   parts_->server->Wait();
   parts_->maintenance.reset();
+  parts_->store_probe.reset();
 }
 
 }  // namespace muonshard::coordinator

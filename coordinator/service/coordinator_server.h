@@ -4,9 +4,17 @@
 // CoordinatorServer: everything muonshard-coordinator runs, wired together
 // and owned in one place, so main() only maps flags to ServerOptions.
 //
-//   SqlitePlanStore -> CoordinatorService (+ metrics, event log)
-//   -> GrpcCoordinatorService + grpc.health.v1 + reflection -> grpc::Server
-//   MaintenanceThread (heartbeat expiry, wait deadlines), metrics exposer.
+//   SqlitePlanStore -> HealthTrackingPlanStore -> CoordinatorService
+//   (+ metrics, event log) -> GrpcCoordinatorService + grpc.health.v1 +
+//   reflection -> grpc::Server
+//   MaintenanceThread (heartbeat expiry, wait deadlines), StoreProbeThread,
+//   metrics exposer.
+//
+// Health: "muonshard.v1.Coordinator" (the readiness probe's service) is
+// SERVING while the store commits and NOT_SERVING from a failed store write
+// until a write (or a probe) commits again; "" (the whole server, the
+// liveness probe's) stays SERVING then, because restarting cannot free a
+// disk and would drop every job's membership and rendezvous state.
 //
 // Shutdown order (TSL StopService): health NOT_SERVING, the domain refuses
 // mutations and ends watch streams after what they have not yet sent, the
@@ -39,6 +47,8 @@ struct ServerOptions {
   std::string auth_token;  // empty: no authentication
   int64_t max_message_bytes = int64_t{256} << 20;
   int work_threads = 2;
+  // How often a tiny write checks that the store still commits.
+  absl::Duration store_probe_interval = absl::Seconds(5);
   CoordinatorOptions coordinator;
 };
 

@@ -83,4 +83,13 @@ void EventLog::OnJobEvent(const v1::JobEvent& e, const WorkerCounts& counts) {
                                e.generation(), "]")));
 }
 
+void EventLog::OnStoreHealth(bool healthy, const absl::Status& cause) {
+  // Transitions only: a store failing every probe would otherwise log one
+  // line per probe interval.
+  LogLine(healthy ? std::string("store commits again (health SERVING)")
+                  : OneLine(absl::StrCat("store cannot commit (health NOT_SERVING until a write "
+                                         "commits): ",
+                                         cause.ToString())));
+}
+
 }  // namespace muonshard::coordinator

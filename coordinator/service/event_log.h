@@ -5,6 +5,7 @@
 // an RFC 3339 UTC timestamp, e.g.
 //   2026-01-02T03:04:05.678Z plan v3 created: model=dense world=8 ...
 //   2026-01-02T03:04:07.001Z job "train": rank 2 (node-2/gpu0) failed ...
+//   2026-01-02T03:04:09.250Z store cannot commit (health NOT_SERVING ...
 
 #include "absl/strings/string_view.h"
 #include "coordinator/service/observer.h"
@@ -18,6 +19,7 @@ class EventLog final : public CoordinatorObserver {
  public:
   void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) override;
   void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override;
+  void OnStoreHealth(bool healthy, const absl::Status& cause) override;
 };
 
 }  // namespace muonshard::coordinator

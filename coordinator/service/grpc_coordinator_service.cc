@@ -349,15 +349,19 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::SetKey(grpc::CallbackServerCon
   return Done(ctx, Rpc::kSetKey, service_->SetKey(*request));
 }
 
+// Rendezvous values are peers' addresses and NCCL unique ids: whoever reads
+// them can join or disturb a job's collectives, so reads need the token too.
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetKey(grpc::CallbackServerContext* ctx,
                                                          const v1::GetKeyRequest* request,
                                                          v1::GetKeyResponse* response) {
+  if (absl::Status s = Authenticate(ctx); !s.ok()) return Done(ctx, Rpc::kGetKey, s);
   return Done(ctx, Rpc::kGetKey, Assign(service_->GetKey(*request), response));
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::WaitKeys(grpc::CallbackServerContext* ctx,
                                                            const v1::WaitKeysRequest* request,
                                                            v1::WaitKeysResponse* response) {
+  if (absl::Status s = Authenticate(ctx); !s.ok()) return Done(ctx, Rpc::kWaitKeys, s);
   auto* reactor =
       new WaitKeysReactor(service_, metrics_, this, response);  // deletes itself in OnDone
   reactor->Start(*request);

@@ -3,7 +3,8 @@
 
 // GrpcCoordinatorService: the thin gRPC adapter (callback API) over
 // CoordinatorService. Each unary RPC is: check the bearer token when the
-// RPC mutates, call the domain, convert the status, count it.
+// RPC mutates or reads the rendezvous store (plan and membership reads stay
+// open), call the domain, convert the status, count it.
 //
 // - GetPlan is a raw (ByteBuffer) method: it sends the domain's cached
 //   serialized response without copying it (NOTE [Serialized responses]).

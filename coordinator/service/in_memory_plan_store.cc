@@ -64,6 +64,8 @@ class InMemoryPlanStore final : public PlanStore {
     return absl::OkStatus();
   }
 
+  absl::Status ProbeWrite() override { return absl::OkStatus(); }
+
  private:
   struct Record {
     v1::PlanVersionInfo info;

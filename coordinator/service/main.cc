@@ -26,6 +26,7 @@ struct Flags {
   std::string tls_cert_file, tls_key_file, tls_client_ca_file, auth_token_file, port_file;
   double heartbeat_timeout_s = 10;
   double drain_timeout_s = 5;
+  double store_probe_interval_s = 5;
   int64_t cache_bytes = int64_t{1} << 30;
 
   void Register(FlagSet& f) {
@@ -40,10 +41,13 @@ struct Flags {
     f.String("tls-client-ca", &tls_client_ca_file,
              "CA (PEM) that client certificates must chain to: enables mTLS");
     f.String("auth-token-file", &auth_token_file,
-             "file holding the bearer token required on mutating RPCs");
+             "file holding the bearer token required on mutating RPCs and rendezvous reads");
     f.String("port-file", &port_file,
              "write {\"grpc_port\": P, \"metrics_port\": M} here once serving");
     f.Double("drain-timeout", &drain_timeout_s, "seconds SIGTERM waits for streams to drain");
+    f.Double("store-probe-interval", &store_probe_interval_s,
+             "seconds between tiny writes that check the store still commits (health "
+             "NOT_SERVING while it does not)");
     CoordinatorOptions& c = server.coordinator;
     f.Int("max-message-bytes", &server.max_message_bytes, "largest request accepted");
     f.Int("max-tensors", &c.max_tensors, "most tensors per manifest");
@@ -73,6 +77,10 @@ absl::Status Finalize(Flags& f) {
     return absl::InvalidArgumentError("flag --heartbeat-timeout must be > 0");
   }
   f.server.coordinator.heartbeat_timeout = absl::Seconds(f.heartbeat_timeout_s);
+  if (!(f.store_probe_interval_s > 0)) {
+    return absl::InvalidArgumentError("flag --store-probe-interval must be > 0");
+  }
+  f.server.store_probe_interval = absl::Seconds(f.store_probe_interval_s);
   f.server.coordinator.cache_bytes = f.cache_bytes;
   for (auto [path, out] : {std::pair{&f.tls_cert_file, &f.server.tls_cert},
                            std::pair{&f.tls_key_file, &f.server.tls_key},

@@ -27,4 +27,19 @@ void MaintenanceThread::Run() {
   }
 }
 
+StoreProbeThread::StoreProbeThread(PlanStore* store, absl::Duration interval)
+    : store_(store), interval_(interval), thread_([this] { Run(); }) {}
+
+StoreProbeThread::~StoreProbeThread() {
+  stop_.Notify();
+  thread_.join();
+}
+
+void StoreProbeThread::Run() {
+  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+    // The outcome goes to the store's health tracker; nothing to do here.
+    store_->ProbeWrite().IgnoreError();
+  }
+}
+
 }  // namespace muonshard::coordinator

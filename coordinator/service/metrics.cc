@@ -121,7 +121,16 @@ CoordinatorMetrics::CoordinatorMetrics()
       rpcs_(prometheus::BuildCounter()
                 .Name("muonshard_rpcs_total")
                 .Help("Coordinator RPCs by method and status code")
-                .Register(*registry_)) {
+                .Register(*registry_)),
+      store_healthy_(PlainGauge(*registry_, "muonshard_coordinator_store_healthy",
+                                "1 while the plan store commits writes, 0 from a failed write "
+                                "until one commits again (gRPC health is NOT_SERVING meanwhile)")),
+      store_write_failures_(prometheus::BuildCounter()
+                                .Name("muonshard_coordinator_store_write_failures_total")
+                                .Help("Plan store writes (plans, generations, probes) that failed")
+                                .Register(*registry_)
+                                .Add({})) {
+  store_healthy_.Set(1);  // as HealthTrackingPlanStore starts: healthy until a write fails
   for (auto& per_code : rpc_counters_) {
     for (auto& c : per_code) c.store(nullptr);
   }
@@ -205,6 +214,14 @@ prometheus::Counter* CoordinatorMetrics::JobEventCounter(const std::string& job,
 
 void CoordinatorMetrics::OnWatchers(int64_t count) {
   watch_streams_.Set(static_cast<double>(count));
+}
+
+void CoordinatorMetrics::OnStoreWriteFailed(const absl::Status& error) {
+  store_write_failures_.Increment();
+}
+
+void CoordinatorMetrics::OnStoreHealth(bool healthy, const absl::Status& cause) {
+  store_healthy_.Set(healthy ? 1 : 0);
 }
 
 }  // namespace muonshard::coordinator

@@ -52,6 +52,8 @@ inline constexpr const char* kExportedMetrics[] = {
     "muonshard_coordinator_job_events_total",            // counter {job, type}
     "muonshard_watch_streams",                           // gauge
     "muonshard_rpcs_total",                              // counter {method, code}
+    "muonshard_coordinator_store_healthy",               // gauge, 1 or 0
+    "muonshard_coordinator_store_write_failures_total",  // counter
 };
 
 // The RPCs counted by muonshard_rpcs_total, in proto order.
@@ -98,6 +100,8 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) override;
   void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override;
   void OnWatchers(int64_t count) override;
+  void OnStoreWriteFailed(const absl::Status& error) override;
+  void OnStoreHealth(bool healthy, const absl::Status& cause) override;
 
  private:
   using EventCounters = std::array<prometheus::Counter*, v1::JobEventType_ARRAYSIZE>;
@@ -117,6 +121,8 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   prometheus::Family<prometheus::Counter>& job_events_;
   prometheus::Gauge& watch_streams_;
   prometheus::Family<prometheus::Counter>& rpcs_;
+  prometheus::Gauge& store_healthy_;
+  prometheus::Counter& store_write_failures_;
 
   absl::Mutex mu_;
   std::vector<prometheus::Gauge*> rank_series_ ABSL_GUARDED_BY(mu_);  // of the latest plan

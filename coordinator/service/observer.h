@@ -1,9 +1,10 @@
 #ifndef MUONSHARD_COORDINATOR_SERVICE_OBSERVER_H_
 #define MUONSHARD_COORDINATOR_SERVICE_OBSERVER_H_
 
-// CoordinatorObserver: what the domain tells the outside world about its
-// state changes (metrics, the one-line-per-change log), so that the domain
-// depends on neither prometheus nor a logger.
+// CoordinatorObserver: what the domain (and the store under it, through
+// HealthTrackingPlanStore) tells the outside world about its state changes
+// (metrics, the one-line-per-change log, grpc health), so that neither
+// depends on prometheus, gRPC or a logger.
 //
 // Methods are called synchronously, in the order the changes happen, some
 // under the service's locks: implementations must be quick and must not call
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "muonshard/v1/coordinator.pb.h"
 #include "muonshard/v1/plan.pb.h"
@@ -37,6 +39,11 @@ class CoordinatorObserver {
   virtual void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) {}
   // Number of open watch streams.
   virtual void OnWatchers(int64_t count) {}
+  // A store write failed with `error` (HealthTrackingPlanStore).
+  virtual void OnStoreWriteFailed(const absl::Status& error) {}
+  // The store stopped committing (`cause`: the write that failed) or commits
+  // again (`cause` OK). Called on changes only, in the order they happen.
+  virtual void OnStoreHealth(bool healthy, const absl::Status& cause) {}
 };
 
 // Forwards to several observers in order.
@@ -55,6 +62,12 @@ class ObserverList final : public CoordinatorObserver {
   }
   void OnWatchers(int64_t count) override {
     for (CoordinatorObserver* o : observers_) o->OnWatchers(count);
+  }
+  void OnStoreWriteFailed(const absl::Status& error) override {
+    for (CoordinatorObserver* o : observers_) o->OnStoreWriteFailed(error);
+  }
+  void OnStoreHealth(bool healthy, const absl::Status& cause) override {
+    for (CoordinatorObserver* o : observers_) o->OnStoreHealth(healthy, cause);
   }
 
  private:

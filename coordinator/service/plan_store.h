@@ -55,6 +55,11 @@ class PlanStore {
   virtual absl::StatusOr<int64_t> LoadGeneration(const std::string& job) = 0;
   // Records `generation` for `job` (durably).
   virtual absl::Status SaveGeneration(const std::string& job, int64_t generation) = 0;
+
+  // A small durable write that no reader sees, to learn whether the store
+  // still commits while nothing else writes (HealthTrackingPlanStore).
+  // Possible errors: INTERNAL/UNAVAILABLE (storage failure).
+  virtual absl::Status ProbeWrite() = 0;
 };
 
 // A store in process memory, for unit tests; forgets everything when destroyed.

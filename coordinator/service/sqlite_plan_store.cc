@@ -32,6 +32,10 @@ CREATE TABLE IF NOT EXISTS job_generations (
   job TEXT PRIMARY KEY,
   generation INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS write_probe (  -- ProbeWrite's one row; no reader
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  writes INTEGER NOT NULL
+);
 )sql";
 
 absl::Status SqliteError(sqlite3* db, int rc, absl::string_view what) {
@@ -310,6 +314,17 @@ absl::Status SqlitePlanStore::SaveGeneration(const std::string& job, int64_t gen
                          "ON CONFLICT(job) DO UPDATE SET generation=excluded.generation"));
   q.Bind(1, job);
   q.Bind(2, generation);
+  return q.Step().status();
+}
+
+absl::Status SqlitePlanStore::ProbeWrite() {
+  // A counter, not a constant: every probe then changes a page, so the
+  // commit appends to the WAL and fsyncs like a real write.
+  absl::MutexLock lock(&mu_);
+  MUONSHARD_ASSIGN_OR_RETURN(
+      Statement q, Statement::Prepare(db_,
+                                      "INSERT INTO write_probe (id, writes) VALUES (1, 1) "
+                                      "ON CONFLICT(id) DO UPDATE SET writes=writes+1"));
   return q.Step().status();
 }
 

@@ -43,6 +43,8 @@ class SqlitePlanStore final : public PlanStore {
   absl::StatusOr<std::vector<v1::PlanVersionInfo>> ListVersions() override;
   absl::StatusOr<int64_t> LoadGeneration(const std::string& job) override;
   absl::Status SaveGeneration(const std::string& job, int64_t generation) override;
+  // Bumps the one row of table write_probe in its own transaction.
+  absl::Status ProbeWrite() override;
 
  private:
   SqlitePlanStore(sqlite3* db, int lock_fd) : db_(db), lock_fd_(lock_fd) {}

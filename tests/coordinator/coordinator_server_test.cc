@@ -3,6 +3,7 @@
 // authentication, TLS / mTLS, health, metrics over HTTP, SIGTERM drain, and
 // the muonshardctl commands with their exit codes.
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <fstream>
 #include <memory>
@@ -38,10 +39,12 @@ using ::muonshard::testing::CoordinatorProcess;
 using ::muonshard::testing::DenseManifest;
 using ::muonshard::testing::IsOk;
 using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::PollUntil;
 using ::muonshard::testing::RunCommand;
 using ::muonshard::testing::StatusIs;
 using ::muonshard::testing::TempDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Upper bound of any single stream read in these tests.
 constexpr absl::Duration kStreamBound = absl::Seconds(30);
@@ -108,6 +111,43 @@ v1::HeartbeatRequest Beat(const v1::JoinJobResponse& joined, uint64_t incarnatio
 void WriteText(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
+
+// Runs `sql` on the coordinator's database over a second connection, as an
+// operator with the sqlite3 CLI would (WAL lets it write while the
+// coordinator runs; the coordinator's LOCK file is a separate flock).
+absl::Status ExecSql(const std::string& db_path, const char* sql) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open(db_path.c_str(), &db);
+  if (rc == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 10000);
+    rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  }
+  absl::Status s = rc == SQLITE_OK ? absl::OkStatus()
+                                   : absl::InternalError(absl::StrCat(
+                                         "sqlite: ", db != nullptr ? sqlite3_errmsg(db) : "open"));
+  sqlite3_close(db);
+  return s;
+}
+
+// Makes every write of the coordinator's store fail inside SQLite, the way a
+// full disk fails its commits, whoever runs the test (root ignores file
+// modes, so a read-only file would not do).
+constexpr const char* kFailEveryWrite = R"sql(
+CREATE TRIGGER fail_plans BEFORE INSERT ON plans
+  BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;
+CREATE TRIGGER fail_generations BEFORE INSERT ON job_generations
+  BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;
+CREATE TRIGGER fail_generation_updates BEFORE UPDATE ON job_generations
+  BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;
+CREATE TRIGGER fail_probes BEFORE INSERT ON write_probe
+  BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;
+CREATE TRIGGER fail_probe_updates BEFORE UPDATE ON write_probe
+  BEGIN SELECT RAISE(ABORT, 'injected write failure'); END;
+)sql";
+constexpr const char* kStopFailing = R"sql(
+DROP TRIGGER fail_plans; DROP TRIGGER fail_generations; DROP TRIGGER fail_generation_updates;
+DROP TRIGGER fail_probes; DROP TRIGGER fail_probe_updates;
+)sql";
 
 class CoordinatorServerTest : public ::testing::Test {
  protected:
@@ -196,6 +236,42 @@ TEST_F(CoordinatorServerTest, Health_ServiceAndServer_Serving) {
   EXPECT_EQ(*c->CheckHealth(""), "SERVING");
   EXPECT_THAT(c->CheckHealth("no.such.Service").status(),
               StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+}
+
+// The readiness probe asks for the Coordinator service: while the store
+// cannot commit it says NOT_SERVING (the pod leaves the Service), the whole
+// server ("", the liveness probe) stays SERVING (a restart frees no disk),
+// and a later committed write (here the periodic probe) makes it SERVING.
+TEST_F(CoordinatorServerTest, Health_StoreCannotCommit_NotServingUntilItCommitsAgain) {
+  StartServer({"--store-probe-interval", "0.1"});
+  ASSERT_NE(server_, nullptr);
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(2)).status(), IsOk());
+  EXPECT_THAT(ScrapeMetrics(), HasSubstr("muonshard_coordinator_store_healthy 1\n"));
+
+  const std::string db = data_dir() + "/coordinator.db";
+  ASSERT_THAT(ExecSql(db, kFailEveryWrite), IsOk());
+  EXPECT_THAT(Submit(*c, Request(4)).status(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("injected write failure")));
+  EXPECT_EQ(*c->CheckHealth("muonshard.v1.Coordinator"), "NOT_SERVING");
+  EXPECT_EQ(*c->CheckHealth(""), "SERVING");
+  const std::string unhealthy = ScrapeMetrics();
+  EXPECT_THAT(unhealthy, HasSubstr("muonshard_coordinator_store_healthy 0\n"));
+  EXPECT_THAT(unhealthy, HasSubstr("muonshard_coordinator_store_write_failures_total "));
+  EXPECT_THAT(unhealthy, Not(HasSubstr("muonshard_coordinator_store_write_failures_total 0\n")));
+  EXPECT_THAT(Get(*c, 1).status(), IsOk());  // reads are served from what is stored
+  EXPECT_THAT(server_->Log(), HasSubstr("injected write failure"));
+
+  ASSERT_THAT(ExecSql(db, kStopFailing), IsOk());
+  EXPECT_THAT(PollUntil(
+                  [&] {
+                    absl::StatusOr<std::string> h = c->CheckHealth("muonshard.v1.Coordinator");
+                    return h.ok() && *h == "SERVING";
+                  },
+                  absl::Seconds(30), "store healthy again"),
+              IsOk());
+  EXPECT_THAT(ScrapeMetrics(), HasSubstr("muonshard_coordinator_store_healthy 1\n"));
+  EXPECT_THAT(Submit(*c, Request(4)).status(), IsOk());
 }
 
 TEST_F(CoordinatorServerTest, Reflection_ListsCoordinatorAndHealthServices) {
@@ -571,7 +647,7 @@ TEST_F(CoordinatorServerTest, BadInput_MapsToHouseStatusCodes) {
 
 // ---------------------------------------------------------------- security
 
-TEST_F(CoordinatorServerTest, AuthToken_MutatingRpcsNeedIt_ReadsDoNot) {
+TEST_F(CoordinatorServerTest, AuthToken_MutatingRpcsNeedIt_PlanReadsDoNot) {
   WriteText(dir_.Join("token"), "s3cret\n");
   WriteText(dir_.Join("wrong"), "guess\n");
   StartServer({"--auth-token-file", dir_.Join("token")});
@@ -606,6 +682,54 @@ TEST_F(CoordinatorServerTest, AuthToken_MutatingRpcsNeedIt_ReadsDoNot) {
               StatusIs(absl::StatusCode::kUnauthenticated, ::testing::_));
   ASSERT_THAT(Call(*worker, &v1::Coordinator::Stub::ReportError, report, &reported), IsOk());
   EXPECT_EQ(reported.generation(), joined.generation() + 1);
+}
+
+// Rendezvous values are peers' addresses and NCCL ids: reading them needs the
+// token as much as writing them (only plan reads stay open).
+TEST_F(CoordinatorServerTest, AuthToken_RendezvousReadsNeedItToo) {
+  WriteText(dir_.Join("token"), "s3cret\n");
+  StartServer({"--auth-token-file", dir_.Join("token")});
+  ConnectionOptions right;
+  right.token_file = dir_.Join("token");
+  auto worker = Client(right);
+  auto anonymous = Client();
+  ASSERT_THAT(Submit(*worker, Request(2)).status(), IsOk());
+  v1::JoinJobRequest join;
+  join.set_job("j");
+  join.set_host("h");
+  v1::JoinJobResponse joined;
+  ASSERT_THAT(Call(*worker, &v1::Coordinator::Stub::JoinJob, join, &joined), IsOk());
+  v1::SetKeyRequest set;
+  set.set_job("j");
+  set.set_generation(joined.generation());
+  set.set_key("nccl/0");
+  set.set_value("10.0.0.7:29500");
+  v1::SetKeyResponse set_response;
+  ASSERT_THAT(Call(*worker, &v1::Coordinator::Stub::SetKey, set, &set_response), IsOk());
+
+  v1::GetKeyRequest get;
+  get.set_job("j");
+  get.set_generation(joined.generation());
+  get.set_key("nccl/0");
+  v1::GetKeyResponse got;
+  EXPECT_THAT(Call(*anonymous, &v1::Coordinator::Stub::GetKey, get, &got),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("Bearer")));
+  EXPECT_EQ(got.value(), "");
+  v1::WaitKeysRequest wait;
+  wait.set_job("j");
+  wait.set_generation(joined.generation());
+  wait.add_keys("nccl/0");
+  wait.set_timeout_ms(1000);
+  v1::WaitKeysResponse waited;
+  EXPECT_THAT(Call(*anonymous, &v1::Coordinator::Stub::WaitKeys, wait, &waited),
+              StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("Bearer")));
+  EXPECT_EQ(waited.values_size(), 0);
+
+  ASSERT_THAT(Call(*worker, &v1::Coordinator::Stub::GetKey, get, &got), IsOk());
+  EXPECT_EQ(got.value(), set.value());
+  ASSERT_THAT(Call(*worker, &v1::Coordinator::Stub::WaitKeys, wait, &waited), IsOk());
+  ASSERT_EQ(waited.values_size(), 1);
+  EXPECT_EQ(waited.values(0), set.value());
 }
 
 class TlsTest : public CoordinatorServerTest {
@@ -694,6 +818,25 @@ TEST_F(CoordinatorServerTest, Metrics_ScrapedOverHttp_ReflectPlansJobsAndRpcs) {
   EXPECT_THAT(text, HasSubstr("muonshard_workers{job=\"train\",state=\"joined\"} 1\n"));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("muonshard_job_generation{job=\"train\"} ",
                                            joined.generation(), "\n")));
+}
+
+// ---------------------------------------------------------------- load generator
+
+// muonshard-loadgen counts only the watch streams the server accepted, says
+// how many it refused and why, and why it exits 1.
+TEST_F(CoordinatorServerTest, Loadgen_MoreWatchersThanAllowed_ReportsRefusalsAndWhyItFails) {
+  StartServer({"--max-watchers", "3"});
+  auto loadgen = RunCommand(
+      {BinaryPath("muonshard-loadgen"), "--coordinator", server_->address(), "--timeout", "30",
+       "--ranks", "4", "--layers", "1", "--hidden", "64", "--ffn", "128", "--vocab", "256",
+       "--seconds", "0", "--watchers", "5", "--watch-channels", "2", "--rounds", "1"},
+      dir_.path(), absl::Seconds(90));
+  ASSERT_THAT(loadgen.status(), IsOk());
+  EXPECT_EQ(loadgen->exit_code, 1) << loadgen->out << loadgen->err;
+  EXPECT_THAT(loadgen->out, HasSubstr("3 of 5 watch streams"));
+  EXPECT_THAT(loadgen->out, HasSubstr("2 refused: RESOURCE_EXHAUSTED"));
+  EXPECT_THAT(loadgen->out, HasSubstr("--max-watchers"));
+  EXPECT_THAT(loadgen->err, HasSubstr("2 of 5 watch streams were refused"));
 }
 
 // ---------------------------------------------------------------- CLI

@@ -12,6 +12,7 @@
 #include "common/proto_json.h"
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/service/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"
@@ -834,12 +835,17 @@ TEST_F(CoordinatorServiceTest, Adopt_RankMissingAfterGrace_GenerationMovesNaming
   ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())), IsOk());
   service_->CheckHeartbeats();
   EXPECT_EQ(MustStatus().generation(), a.generation());  // still within the grace
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())), IsOk());
+  ASSERT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())), IsOk());
+  service_->CheckHeartbeats();
+  EXPECT_EQ(MustStatus().generation(), a.generation());  // two heartbeat timeouts of grace
   clock_.Advance(absl::Seconds(4));
   service_->CheckHeartbeats();
   const v1::JobStatus job = MustStatus();
   EXPECT_EQ(job.generation(), a.generation() + 1);
   EXPECT_EQ(job.generation_reason(),
-            "rank 2 did not re-register within 10s of the coordinator's restart");
+            "rank 2 did not re-register within 20s of the coordinator's restart");
   EXPECT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())).status(),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2 did not re-register")));
   // The survivors recover by joining again; the grace does not strike twice.
@@ -927,6 +933,134 @@ TEST_F(CoordinatorServiceTest, ListWorkers_UnknownJob_NotFound) {
   req.set_job("nope");
   EXPECT_THAT(service_->ListWorkers(req).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+}
+
+// ---------------------------------------------------------------- store health
+
+// A store whose writes fail with `failure` while it is set (a full disk);
+// reads and everything else go to an in-memory store.
+class FailingPlanStore final : public PlanStore {
+ public:
+  void FailWrites(absl::Status failure) {
+    absl::MutexLock lock(&mu_);
+    failure_ = std::move(failure);
+  }
+
+  absl::StatusOr<PutResult> Put(v1::PlanVersionInfo info, const v1::PlanRequest& canonical,
+                                const v1::Plan& plan) override {
+    if (absl::Status f = failure(); !f.ok()) return f;
+    return inner_->Put(std::move(info), canonical, plan);
+  }
+  absl::StatusOr<v1::Plan> GetPlan(int64_t version) override { return inner_->GetPlan(version); }
+  absl::StatusOr<v1::PlanRequest> GetRequest(int64_t version) override {
+    return inner_->GetRequest(version);
+  }
+  absl::StatusOr<std::vector<v1::PlanVersionInfo>> ListVersions() override {
+    return inner_->ListVersions();
+  }
+  absl::StatusOr<int64_t> LoadGeneration(const std::string& job) override {
+    return inner_->LoadGeneration(job);
+  }
+  absl::Status SaveGeneration(const std::string& job, int64_t generation) override {
+    if (absl::Status f = failure(); !f.ok()) return f;
+    return inner_->SaveGeneration(job, generation);
+  }
+  absl::Status ProbeWrite() override {
+    if (absl::Status f = failure(); !f.ok()) return f;
+    return inner_->ProbeWrite();
+  }
+
+ private:
+  absl::Status failure() {
+    absl::MutexLock lock(&mu_);
+    return failure_;
+  }
+
+  std::unique_ptr<PlanStore> inner_ = NewInMemoryPlanStore();
+  absl::Mutex mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+};
+
+// Records the store health reports.
+class HealthObserver final : public CoordinatorObserver {
+ public:
+  void OnStoreWriteFailed(const absl::Status& error) override {
+    absl::MutexLock lock(&mu_);
+    ++write_failures;
+  }
+  void OnStoreHealth(bool healthy, const absl::Status& cause) override {
+    absl::MutexLock lock(&mu_);
+    changes.emplace_back(healthy, cause);
+  }
+
+  absl::Mutex mu_;
+  int write_failures = 0;
+  std::vector<std::pair<bool, absl::Status>> changes;
+};
+
+class StoreHealthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = CoordinatorService::Create(&store_, &clock_, CoordinatorOptions(), &observer_);
+    ASSERT_THAT(s.status(), IsOk());
+    service_ = std::move(*s);
+  }
+
+  FakeClock clock_;
+  FailingPlanStore failing_;
+  HealthObserver observer_;
+  HealthTrackingPlanStore store_{&failing_, &observer_};
+  std::unique_ptr<CoordinatorService> service_;
+};
+
+TEST_F(StoreHealthTest, FailedPut_UnhealthyUntilAProbeCommits) {
+  ASSERT_THAT(service_->SubmitPlan(Submit(2)).status(), IsOk());
+  EXPECT_TRUE(store_.healthy());
+  failing_.FailWrites(absl::UnavailableError("sqlite step: database or disk is full"));
+  EXPECT_THAT(service_->SubmitPlan(Submit(4)).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk is full")));
+  EXPECT_FALSE(store_.healthy());
+  // Still failing: counted, but reported as a change once.
+  EXPECT_THAT(store_.ProbeWrite(), StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  EXPECT_FALSE(store_.healthy());
+  // Reads neither fail nor heal it.
+  v1::GetPlanRequest get;
+  get.set_version(1);
+  EXPECT_THAT(service_->GetPlan(get).status(), IsOk());
+  EXPECT_FALSE(store_.healthy());
+
+  failing_.FailWrites(absl::OkStatus());
+  EXPECT_THAT(store_.ProbeWrite(), IsOk());
+  EXPECT_TRUE(store_.healthy());
+  absl::MutexLock lock(&observer_.mu_);
+  EXPECT_EQ(observer_.write_failures, 2);
+  ASSERT_EQ(observer_.changes.size(), 2u);
+  EXPECT_FALSE(observer_.changes[0].first);
+  EXPECT_THAT(observer_.changes[0].second,
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk is full")));
+  EXPECT_TRUE(observer_.changes[1].first);
+  EXPECT_THAT(observer_.changes[1].second, IsOk());
+}
+
+TEST_F(StoreHealthTest, FailedGenerationSave_UnhealthyAndARealWriteHealsIt) {
+  ASSERT_THAT(service_->SubmitPlan(Submit(2)).status(), IsOk());
+  failing_.FailWrites(absl::InternalError("sqlite step: attempt to write a readonly database"));
+  // A new job's generation is persisted before anyone sees it: no store, no join.
+  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("readonly")));
+  EXPECT_FALSE(store_.healthy());
+  failing_.FailWrites(absl::OkStatus());
+  ASSERT_THAT(service_->JoinJob(JoinReq("a")).status(), IsOk());
+  EXPECT_TRUE(store_.healthy());
+}
+
+TEST_F(StoreHealthTest, CallersMistake_DoesNotMarkTheStoreUnhealthy) {
+  EXPECT_THAT(store_.Put(v1::PlanVersionInfo(), v1::PlanRequest(), v1::Plan()).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hash")));
+  EXPECT_TRUE(store_.healthy());
+  absl::MutexLock lock(&observer_.mu_);
+  EXPECT_EQ(observer_.write_failures, 0);
+  EXPECT_TRUE(observer_.changes.empty());
 }
 
 // ---------------------------------------------------------------- rendezvous

@@ -72,6 +72,8 @@ TEST(CoordinatorMetricsTest, Registry_ExportsExactlyTheDocumentedFamilies) {
   metrics.OnJobEvent(event, WorkerCounts{3, 1, 0});
   metrics.OnWatchers(5);
   metrics.RecordRpc(Rpc::kGetPlan, absl::StatusCode::kNotFound);
+  metrics.OnStoreWriteFailed(absl::UnavailableError("disk full"));
+  metrics.OnStoreHealth(false, absl::UnavailableError("disk full"));
 
   std::set<std::string> exported;
   for (const prometheus::MetricFamily& f : metrics.registry()->Collect()) exported.insert(f.name);
@@ -93,6 +95,22 @@ TEST(CoordinatorMetricsTest, Registry_ExportsExactlyTheDocumentedFamilies) {
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"WaitKeys\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"ReportError\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_store_healthy 0\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_store_write_failures_total 1\n"));
+}
+
+TEST(CoordinatorMetricsTest, StoreHealth_HealthyAtStartAndFollowsChanges) {
+  CoordinatorMetrics metrics;
+  EXPECT_THAT(Scrape(metrics), HasSubstr("muonshard_coordinator_store_healthy 1\n"));
+  EXPECT_THAT(Scrape(metrics), HasSubstr("muonshard_coordinator_store_write_failures_total 0\n"));
+  metrics.OnStoreWriteFailed(absl::InternalError("readonly"));
+  metrics.OnStoreHealth(false, absl::InternalError("readonly"));
+  metrics.OnStoreWriteFailed(absl::InternalError("readonly"));
+  EXPECT_THAT(Scrape(metrics), HasSubstr("muonshard_coordinator_store_healthy 0\n"));
+  metrics.OnStoreHealth(true, absl::OkStatus());
+  const std::string text = Scrape(metrics);
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_store_healthy 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_coordinator_store_write_failures_total 2\n"));
 }
 
 TEST(CoordinatorMetricsTest, OnLatestPlan_SmallerWorld_DropsStaleRankSeries) {

@@ -15,6 +15,7 @@
 #include "common/proto_json.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/service/sqlite_plan_store.h"
+#include "coordinator/service/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"
@@ -151,6 +152,15 @@ TEST_P(PlanStoreConformanceTest, Generation_UnsavedIsZeroAndSavedIsReturned) {
   EXPECT_EQ(*store_->LoadGeneration("job-b"), 1);
 }
 
+TEST_P(PlanStoreConformanceTest, ProbeWrite_Repeatedly_SucceedsAndChangesNothingReadable) {
+  MustPut(MakeStored(2));
+  for (int i = 0; i < 3; ++i) ASSERT_THAT(store_->ProbeWrite(), IsOk());
+  auto list = store_->ListVersions();
+  ASSERT_THAT(list.status(), IsOk());
+  EXPECT_EQ(list->size(), 1u);
+  EXPECT_EQ(*store_->LoadGeneration("job-a"), 0);
+}
+
 TEST_P(PlanStoreConformanceTest, Put_ConcurrentDistinctRequests_GetDistinctConsecutiveVersions) {
   constexpr int kThreads = 4;
   std::vector<Stored> inputs;
@@ -277,6 +287,45 @@ TEST_F(SqlitePlanStoreTest, DeletedNewestVersion_IsNeverHandedOutAgain) {
   auto again = (*store)->Put(b.info, b.request, b.plan);
   ASSERT_THAT(again.status(), IsOk());
   EXPECT_EQ(again->info.version(), 3);
+}
+
+// SQLite itself refusing the writes (triggers that abort them, added over a
+// second connection while the store is open, as a full disk would fail the
+// commits; file modes would not do, root ignores them): the store reports
+// unhealthy until a write commits again.
+TEST_F(SqlitePlanStoreTest, WritesRefusedBySqlite_UnhealthyUntilAProbeCommits) {
+  auto sqlite = SqlitePlanStore::Open(data_dir());
+  ASSERT_THAT(sqlite.status(), IsOk());
+  CoordinatorObserver ignore;
+  HealthTrackingPlanStore store(sqlite->get(), &ignore);
+  ASSERT_THAT(store.ProbeWrite(), IsOk());
+  RawDb db(data_dir() + "/coordinator.db");
+  for (const char* table : {"plans", "job_generations", "write_probe"}) {
+    for (const char* op : {"INSERT", "UPDATE"}) {
+      ASSERT_EQ(db.Exec(absl::StrCat("CREATE TRIGGER fail_", op, "_", table, " BEFORE ", op, " ON ",
+                                     table, " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+                            .c_str()),
+                SQLITE_OK);
+    }
+  }
+  Stored a = MakeStored(2);
+  EXPECT_THAT(store.Put(a.info, a.request, a.plan).status(),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
+  EXPECT_FALSE(store.healthy());
+  EXPECT_THAT(store.SaveGeneration("job", 2),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
+  EXPECT_THAT(store.ProbeWrite(), StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
+  EXPECT_FALSE(store.healthy());
+  ASSERT_THAT(store.ListVersions().status(), IsOk());  // reads still work
+
+  for (const char* table : {"plans", "job_generations", "write_probe"}) {
+    for (const char* op : {"INSERT", "UPDATE"}) {
+      ASSERT_EQ(db.Exec(absl::StrCat("DROP TRIGGER fail_", op, "_", table).c_str()), SQLITE_OK);
+    }
+  }
+  ASSERT_THAT(store.ProbeWrite(), IsOk());
+  EXPECT_TRUE(store.healthy());
+  ASSERT_THAT(store.Put(a.info, a.request, a.plan).status(), IsOk());
 }
 
 TEST_F(SqlitePlanStoreTest, GetPlan_CorruptBlob_DataLoss) {
