@@ -4,9 +4,10 @@
 // Names and invariants of the checkpoint layout (see checkpoint/README.md):
 //
 //   DIR/latest                       "step-N\n", replaced atomically last
-//   DIR/step-N/index.json            v1::CheckpointIndex (proto3 JSON), written last
+//   DIR/step-N/index.json            v1::CheckpointIndex (proto3 JSON)
 //   DIR/step-N/plan.pb               the binary v1::Plan the state was saved under
 //   DIR/step-N/request.pb            its canonical v1::PlanRequest
+//   DIR/step-N/checksums.sha256      sha256sum lines of the three above, written last
 //   DIR/step-N/rank-RRRRR-of-WWWWW.safetensors   what rank R owns
 //   DIR/step-N.tmp/                  a save in progress (never loaded)
 //
@@ -29,6 +30,7 @@ constexpr int kCheckpointFormatVersion = 1;
 constexpr char kIndexFileName[] = "index.json";
 constexpr char kPlanFileName[] = "plan.pb";
 constexpr char kRequestFileName[] = "request.pb";
+constexpr char kChecksumsFileName[] = "checksums.sha256";
 constexpr char kLatestFileName[] = "latest";
 // 1 MiB: a partial read verifies at most two extra MiB; the index keeps one
 // crc32 per MiB of state (~4 MB of JSON per TB).

@@ -7,6 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/index.h"
+#include "checkpoint/internal/checksums.h"
 #include "checkpoint/internal/posix_file.h"
 #include "checkpoint/internal/rank_file.h"
 #include "checkpoint/reads.h"
@@ -37,21 +38,63 @@ absl::StatusOr<std::optional<int64_t>> ScanSteps(const std::string& dir) {
   return best;
 }
 
-absl::Status ReadBinaryProto(const std::string& path, google::protobuf::Message* message) {
+// The bytes of a step's metadata files, each read once and checked against
+// checksums.sha256 before anything parses them (NOTE [Metadata checksums] in
+// writer.cc).
+struct Metadata {
+  std::string index;
+  std::string plan;
+  std::string request;
+};
+
+absl::StatusOr<internal::Checksums> ReadChecksums(const std::string& step_dir) {
+  const std::string path = Join(step_dir, kChecksumsFileName);
+  auto text = ReadFile(path);
+  if (!text.ok()) {
+    // No fallback to an unchecked index: that would accept any edit of one.
+    // Someone who vouches for an older step's metadata can write the file
+    // with plain sha256sum: its format is this one.
+    return Damaged(path, absl::StrCat("missing or unreadable, so the index cannot be checked (damaged, or saved "
+                                      "by a build before checksums; to vouch for it, run `sha256sum ",
+                                      kIndexFileName, " ", kPlanFileName, " ", kRequestFileName, " > ",
+                                      kChecksumsFileName, "` in the step directory): ", text.status().message()));
+  }
+  return internal::Checksums::Parse(*text, path);
+}
+
+absl::StatusOr<std::string> ReadChecked(const std::string& step_dir, absl::string_view name,
+                                        const internal::Checksums& sums) {
+  const std::string path = Join(step_dir, name);
   auto bytes = ReadFile(path);
   if (!bytes.ok()) return Damaged(path, bytes.status().message());
-  if (!message->ParseFromString(*bytes)) return Damaged(path, absl::StrCat("not a binary ", message->GetTypeName()));
+  MUONSHARD_RETURN_IF_ERROR(sums.Check(name, *bytes, path));
+  return *std::move(bytes);
+}
+
+absl::StatusOr<Metadata> ReadMetadata(const std::string& step_dir) {
+  Metadata m;
+  // The index first: without one the directory is no checkpoint at all.
+  auto index = ReadFile(Join(step_dir, kIndexFileName));
+  if (!index.ok()) {
+    return Damaged(step_dir, absl::StrCat("no readable ", kIndexFileName,
+                                          " (torn, or not a checkpoint): ", index.status().message()));
+  }
+  m.index = *std::move(index);
+  MUONSHARD_ASSIGN_OR_RETURN(internal::Checksums sums, ReadChecksums(step_dir));
+  MUONSHARD_RETURN_IF_ERROR(sums.Check(kIndexFileName, m.index, Join(step_dir, kIndexFileName)));
+  MUONSHARD_ASSIGN_OR_RETURN(m.plan, ReadChecked(step_dir, kPlanFileName, sums));
+  MUONSHARD_ASSIGN_OR_RETURN(m.request, ReadChecked(step_dir, kRequestFileName, sums));
+  return m;
+}
+
+absl::Status ParseBinaryProto(const std::string& path, const std::string& bytes, google::protobuf::Message* message) {
+  if (!message->ParseFromString(bytes)) return Damaged(path, absl::StrCat("not a binary ", message->GetTypeName()));
   return absl::OkStatus();
 }
 
-absl::Status ReadIndex(const std::string& step_dir, v1::CheckpointIndex* index) {
+absl::Status ParseIndex(const std::string& step_dir, const std::string& json, v1::CheckpointIndex* index) {
   const std::string path = Join(step_dir, kIndexFileName);
-  auto json = ReadFile(path);
-  if (!json.ok()) {
-    return Damaged(step_dir, absl::StrCat("no readable ", kIndexFileName,
-                                          " (torn, or not a checkpoint): ", json.status().message()));
-  }
-  absl::Status parsed = FromJson(*json, index, path);
+  absl::Status parsed = FromJson(json, index, path);
   if (!parsed.ok()) return absl::DataLossError(parsed.message());
   return Annotate(ValidateIndex(*index), path);
 }
@@ -159,12 +202,13 @@ absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<
     }
     return absl::NotFoundError(absl::StrCat("no step ", *step, " in checkpoint directory \"", dir, "\""));
   }
-  MUONSHARD_RETURN_IF_ERROR(ReadIndex(c.step_dir, &c.index));
+  MUONSHARD_ASSIGN_OR_RETURN(Metadata metadata, ReadMetadata(c.step_dir));
+  MUONSHARD_RETURN_IF_ERROR(ParseIndex(c.step_dir, metadata.index, &c.index));
   if (c.index.step() != *step) {
     return Damaged(c.step_dir, absl::StrCat("its index is of step ", c.index.step()));
   }
-  MUONSHARD_RETURN_IF_ERROR(ReadBinaryProto(Join(c.step_dir, kPlanFileName), &c.plan));
-  MUONSHARD_RETURN_IF_ERROR(ReadBinaryProto(Join(c.step_dir, kRequestFileName), &c.request));
+  MUONSHARD_RETURN_IF_ERROR(ParseBinaryProto(Join(c.step_dir, kPlanFileName), metadata.plan, &c.plan));
+  MUONSHARD_RETURN_IF_ERROR(ParseBinaryProto(Join(c.step_dir, kRequestFileName), metadata.request, &c.request));
   MUONSHARD_RETURN_IF_ERROR(CheckPlanFiles(c));
   MUONSHARD_RETURN_IF_ERROR(CheckFilesPresent(c));
   return c;

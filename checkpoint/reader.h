@@ -3,20 +3,22 @@
 
 // Loading a sharded checkpoint under any plan of the same model.
 //
-//   OpenCheckpoint   follows DIR/latest (or opens the step asked for), reads
-//                    and validates index.json, plan.pb and request.pb, and
-//                    checks that every rank file exists with its size
+//   OpenCheckpoint   follows DIR/latest (or opens the step asked for), checks
+//                    index.json, plan.pb and request.pb against the step's
+//                    checksums.sha256 before parsing them, validates them,
+//                    and checks that every rank file exists with its size
 //   CheckCompatible  the plan to load under is of the checkpoint's model
 //   LoadRankState    ComputeReads for the caller's shards, then pread of
 //                    each piece range straight into the shard's memory
 //
-// What a load verifies: the index's structure and plan hash; for each file it
-// reads from, its size and that its safetensors header lists every piece read
-// at the offset the index gives; and the crc32 of every checksum chunk it
-// copies bytes from (a read covering part of a chunk reads the whole chunk
-// into a scratch buffer first). Bytes it does not read are not checked:
-// VerifyCheckpoint (verify.h, `muonshardctl ckpt inspect`) checks them all,
-// whole-file crc32 included.
+// What a load verifies: the SHA-256 of the metadata files (a step without
+// checksums.sha256 is refused), the index's structure and plan hash; for
+// each file it reads from, its size and that its safetensors header lists
+// every piece read at the offset the index gives; and the crc32 of every
+// checksum chunk it copies bytes from (a read covering part of a chunk reads
+// the whole chunk into a scratch buffer first). Bytes it does not read are
+// not checked: VerifyCheckpoint (verify.h, `muonshardctl ckpt inspect`)
+// checks them all, whole-file crc32 included.
 //
 // Errors never crash: NOT_FOUND (no checkpoint, no such step), DATA_LOSS
 // naming the file, key or step (torn, missing, truncated or corrupt data),
@@ -53,7 +55,9 @@ struct Checkpoint {
 absl::StatusOr<int64_t> LatestStep(const std::string& dir);
 
 // Opens `step` (or the latest) of `dir`. A step that only exists as
-// step-N.tmp is DATA_LOSS ("incomplete ... never committed").
+// step-N.tmp is DATA_LOSS ("incomplete ... never committed"); so is a
+// metadata file whose bytes are not those checksums.sha256 lists, or a step
+// without that file, naming the file.
 absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt);
 
 // INVALID_ARGUMENT naming the first tensor of `plan` the checkpoint lacks or

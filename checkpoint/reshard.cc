@@ -44,8 +44,14 @@ absl::StatusOr<v1::ReshardSummary> ReshardCheckpoint(const Checkpoint& source, c
       options.checksum_chunk_bytes > 0 ? options.checksum_chunk_bytes : source.index.checksum_chunk_bytes();
   int64_t bytes_read = 0;
   for (int rank = 0; rank < to.ranks_size(); ++rank) {
-    MUONSHARD_ASSIGN_OR_RETURN(int64_t n, ReshardRank(source, to, rank, out_dir, write_options));
-    bytes_read += n;
+    absl::StatusOr<int64_t> n = ReshardRank(source, to, rank, out_dir, write_options);
+    if (!n.ok()) {
+      // Every rank is written here: the save failed as a whole (NOTE [Failed
+      // saves] in writer.cc).
+      AbandonSave(out_dir, source.index.step()).IgnoreError();
+      return n.status();
+    }
+    bytes_read += *n;
     if (options.on_rank_written) options.on_rank_written(rank, to.ranks_size(), bytes_read);
   }
   CommitOptions commit;

@@ -32,7 +32,8 @@ struct ReshardOptions {
 // as step-N of `out_dir`, N being the source's step, with the source's
 // scalars and hyper-parameters. Returns SummarizeReshard's figures with
 // bytes_read measured and out_step_dir set. Errors: those of
-// CheckCompatible, LoadRankState, WriteRankFile and CommitCheckpoint.
+// CheckCompatible, LoadRankState, WriteRankFile and CommitCheckpoint; a
+// failure leaves no out_dir/step-N.tmp behind.
 absl::StatusOr<v1::ReshardSummary> ReshardCheckpoint(const Checkpoint& source, const v1::Plan& to,
                                                      const v1::PlanRequest& to_request, const std::string& out_dir,
                                                      const ReshardOptions& options = {});

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/internal/checksums.h"
 #include "checkpoint/internal/posix_file.h"
 #include "checkpoint/safetensors.h"
 #include "common/file_util.h"
@@ -315,19 +316,32 @@ absl::Status ClearTarget(const std::string& dir, int64_t step) {
   return internal::Rename(final_dir, aside);
 }
 
-// Best effort: leftovers are harmless (never loaded) and retried next time.
+// What earlier saves left in `dir` besides `in_progress` (a step-N.tmp that
+// ranks may be writing into): step-*.tmp of saves that died or failed,
+// step-N.replaced.tmp moved aside by ClearTarget, temporaries of `latest`.
+// Best effort: leftovers are never loaded, only take space; what cannot be
+// removed now is retried by the next save.
+void RemoveLeftovers(const std::string& dir, absl::string_view in_progress) {
+  auto names = internal::ListDir(dir);
+  if (!names.ok()) return;
+  for (const std::string& name : *names) {
+    const bool step_tmp = absl::StartsWith(name, "step-") && absl::EndsWith(name, ".tmp");
+    if ((step_tmp && name != in_progress) || absl::StartsWith(name, absl::StrCat(kLatestFileName, ".tmp."))) {
+      internal::RemoveTree(Join(dir, name)).IgnoreError();
+    }
+  }
+}
+
+// After a commit: leftovers, and the steps beyond keep_last (never `step`).
 void CleanUp(const std::string& dir, int64_t step, int keep_last) {
+  RemoveLeftovers(dir, /*in_progress=*/"");
+  if (keep_last <= 0) return;
   auto names = internal::ListDir(dir);
   if (!names.ok()) return;
   std::vector<int64_t> steps;
   for (const std::string& name : *names) {
-    if (auto s = ParseStepDirName(name)) {
-      steps.push_back(*s);
-    } else if (absl::EndsWith(name, ".tmp") || absl::StartsWith(name, absl::StrCat(kLatestFileName, ".tmp."))) {
-      internal::RemoveTree(Join(dir, name)).IgnoreError();
-    }
+    if (auto s = ParseStepDirName(name)) steps.push_back(*s);
   }
-  if (keep_last <= 0) return;
   std::sort(steps.begin(), steps.end());
   const int excess = static_cast<int>(steps.size()) - keep_last;
   for (int i = 0; i < excess; ++i) {
@@ -335,26 +349,49 @@ void CleanUp(const std::string& dir, int64_t step, int keep_last) {
   }
 }
 
-absl::Status WriteMetadataFiles(const std::string& tmp, const v1::Plan& plan, const v1::PlanRequest& canonical) {
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kPlanFileName), SerializeDeterministic(plan)));
-  return WriteFileAtomic(Join(tmp, kRequestFileName), SerializeDeterministic(canonical));
+// NOTE [Metadata checksums]
+// The rank files are covered by the index (a crc32 per chunk and per file),
+// but nothing covered the index itself: an edited optimizer scalar, or a
+// digit of an offset or crc that still parsed and validated, was loaded as
+// is. checksums.sha256 holds the SHA-256 of the exact bytes of index.json,
+// plan.pb and request.pb, computed from the bytes handed to the writes (not
+// read back), so that anything changing them later is caught. Placement:
+//  - inside step-N.tmp, written (fsynced, directory too) after the files it
+//    covers and before the rename: the rename is the commit, so every
+//    committed step has its sums, and a step without them is damaged (or of
+//    a build before the sums), never "committed but unchecked" — the reader
+//    refuses it rather than trust an index it cannot check;
+//  - not in `latest`: that names one step, while older steps are loaded by
+//    number (`--step N`, keep_last), a step renamed just before a crash is
+//    valid with `latest` still naming the previous one, and without `latest`
+//    the newest step is found by scanning; each step carries its own;
+//  - not a field of index.json: a digest inside the bytes it digests needs a
+//    canonical form minus that field; a separate file checks the bytes as
+//    they are, and plain `sha256sum -c` can check it too.
+// The reader reads each file once, checks those bytes, then parses the same
+// bytes: nothing unchecked is ever interpreted.
+absl::Status WriteMetadataFiles(const std::string& tmp, const v1::CheckpointIndex& index, const v1::Plan& plan,
+                                const v1::PlanRequest& canonical) {
+  const std::string plan_bytes = SerializeDeterministic(plan);
+  const std::string request_bytes = SerializeDeterministic(canonical);
+  MUONSHARD_ASSIGN_OR_RETURN(const std::string index_json, ToJson(index, /*pretty=*/false));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kPlanFileName), plan_bytes));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kRequestFileName), request_bytes));
+  // Before the index and its sums: they may not be taken for strays.
+  MUONSHARD_RETURN_IF_ERROR(RemoveStrays(tmp, index));
+  // WriteFileAtomic fsyncs each file and the directory, so everything the
+  // index describes is durable before the step can be renamed.
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kIndexFileName), index_json));
+  const internal::NamedBytes covered[] = {
+      {kIndexFileName, index_json}, {kPlanFileName, plan_bytes}, {kRequestFileName, request_bytes}};
+  return WriteFileAtomic(Join(tmp, kChecksumsFileName), internal::EncodeChecksums(covered));
 }
 
 void Stage(const CommitOptions& options, absl::string_view stage) {
   if (options.on_stage) options.on_stage(stage);
 }
 
-}  // namespace
-
-absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& target,
-                                                       absl::Span<const StateShard> shards, const Scalars& scalars,
-                                                       const WriteOptions& options) {
-  MUONSHARD_RETURN_IF_ERROR(CheckTarget(target, scalars, options));
-  const float beta_pows[2] = {scalars.beta1_pow, scalars.beta2_pow};
-  MUONSHARD_ASSIGN_OR_RETURN(std::vector<Entry> entries, LayOut(shards, options.key_style, beta_pows));
-  const std::string tmp = Join(target.dir, TempStepDirName(target.step));
-  MUONSHARD_RETURN_IF_ERROR(internal::MakeDirs(tmp));
-
+v1::CheckpointRankRecord NewRecord(const RankFileTarget& target, const Scalars& scalars, const WriteOptions& options) {
   v1::CheckpointRankRecord record;
   record.set_step(target.step);
   record.set_plan_hash(target.plan_hash);
@@ -366,16 +403,49 @@ absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& tar
   record.mutable_scalars()->set_beta1_pow(scalars.beta1_pow);
   record.mutable_scalars()->set_beta2_pow(scalars.beta2_pow);
   record.mutable_file()->set_name(RankFileName(target.rank, target.world_size));
-
-  const std::string path = Join(tmp, record.file().name());
-  MUONSHARD_RETURN_IF_ERROR(WriteData(path, EncodeHeader(entries, target), entries, target, options, &record));
-  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(record, /*pretty=*/false));
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, RankRecordName(target.rank, target.world_size)), json));
   return record;
 }
 
-absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan,
-                              const v1::PlanRequest& request, const CommitOptions& options) {
+// The rank's file, then its record beside it.
+absl::Status WriteRankFiles(const std::string& tmp, const std::vector<Entry>& entries, const RankFileTarget& target,
+                            const WriteOptions& options, v1::CheckpointRankRecord* record) {
+  const std::string path = Join(tmp, record->file().name());
+  MUONSHARD_RETURN_IF_ERROR(WriteData(path, EncodeHeader(entries, target), entries, target, options, record));
+  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(*record, /*pretty=*/false));
+  return WriteFileAtomic(Join(tmp, RankRecordName(target.rank, target.world_size)), json);
+}
+
+// NOTE [Failed saves]
+// A failed save must not keep its files: on a nearly full disk a leftover
+// step-N.tmp makes the next save fail too. Who removes what follows from who
+// may still be writing:
+//  - a rank whose WriteRankFile fails removes its own file and record (an
+//    earlier attempt's too: same names), never the directory: the other
+//    ranks of the save may be writing into it, and learn of the failure only
+//    at the barrier;
+//  - the committer, past the barrier (no rank writes any more), removes the
+//    whole step-N.tmp when the commit fails before the rename: a save it
+//    refused or found incomplete can never be committed. So does a process
+//    that writes every rank (SaveCheckpoint, ReshardCheckpoint) when one of
+//    its writes fails; a job's rank 0 whose barrier failed may call
+//    AbandonSave;
+//  - rank 0, at the start of every save and before it writes a byte (so the
+//    space is back for this save), removes what earlier runs left: other
+//    steps' step-*.tmp (a save killed mid-way, or whose rank 0 never reached
+//    the commit), steps moved aside, temporaries of `latest`. Not its own
+//    step-N.tmp: other ranks may already be writing there; what an earlier
+//    attempt at the same step left in it is overwritten, refused by save_id
+//    or removed as a stray by the commit.
+// None of them touches a committed step-N or `latest`.
+void RemoveOwnFiles(const std::string& tmp, const RankFileTarget& target) {
+  internal::RemoveTree(Join(tmp, RankFileName(target.rank, target.world_size))).IgnoreError();
+  internal::RemoveTree(Join(tmp, RankRecordName(target.rank, target.world_size))).IgnoreError();
+}
+
+// The commit up to the rename of step-N.tmp to step-N, after which the step
+// is complete.
+absl::Status CompleteStep(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
+                          const CommitOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(v1::PlanRequest canonical, planner::CanonicalizeRequest(request));
   if (planner::ContentHash(canonical) != plan.content_hash()) {
     return absl::InvalidArgumentError(absl::StrCat("the request's content hash ", planner::ContentHash(canonical),
@@ -386,21 +456,49 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Pl
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<v1::CheckpointRankRecord> records, ReadRecords(tmp, plan, step, options));
   MUONSHARD_RETURN_IF_ERROR(CheckFileSizes(tmp, records));
   MUONSHARD_ASSIGN_OR_RETURN(v1::CheckpointIndex index, BuildIndex(plan, step, records, options));
-  MUONSHARD_RETURN_IF_ERROR(WriteMetadataFiles(tmp, plan, canonical));
-  MUONSHARD_RETURN_IF_ERROR(RemoveStrays(tmp, index));
-  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(index, /*pretty=*/false));
-  // The index goes last: WriteFileAtomic fsyncs it and the directory, so
-  // everything it describes is durable before the step can be renamed.
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kIndexFileName), json));
+  MUONSHARD_RETURN_IF_ERROR(WriteMetadataFiles(tmp, index, plan, canonical));
   Stage(options, "index-written");
   MUONSHARD_RETURN_IF_ERROR(ClearTarget(dir, step));
-  MUONSHARD_RETURN_IF_ERROR(internal::Rename(tmp, Join(dir, StepDirName(step))));
+  return internal::Rename(tmp, Join(dir, StepDirName(step)));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& target,
+                                                       absl::Span<const StateShard> shards, const Scalars& scalars,
+                                                       const WriteOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(CheckTarget(target, scalars, options));
+  const float beta_pows[2] = {scalars.beta1_pow, scalars.beta2_pow};
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<Entry> entries, LayOut(shards, options.key_style, beta_pows));
+  const std::string tmp = Join(target.dir, TempStepDirName(target.step));
+  // See NOTE [Failed saves] for who removes what.
+  if (target.rank == 0) RemoveLeftovers(target.dir, TempStepDirName(target.step));
+  MUONSHARD_RETURN_IF_ERROR(internal::MakeDirs(tmp));
+  v1::CheckpointRankRecord record = NewRecord(target, scalars, options);
+  absl::Status written = WriteRankFiles(tmp, entries, target, options, &record);
+  if (!written.ok()) {
+    RemoveOwnFiles(tmp, target);
+    return written;
+  }
+  return record;
+}
+
+absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan,
+                              const v1::PlanRequest& request, const CommitOptions& options) {
+  if (absl::Status s = CompleteStep(dir, step, plan, request, options); !s.ok()) {
+    AbandonSave(dir, step).IgnoreError();  // NOTE [Failed saves]
+    return s;
+  }
   MUONSHARD_RETURN_IF_ERROR(SyncDirectory(dir));
   Stage(options, "renamed");
   MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kLatestFileName), StepDirName(step) + "\n"));
   Stage(options, "latest-updated");
   CleanUp(dir, step, options.keep_last);
   return absl::OkStatus();
+}
+
+absl::Status AbandonSave(const std::string& dir, int64_t step) {
+  return internal::RemoveTree(Join(dir, TempStepDirName(step)));
 }
 
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
@@ -411,7 +509,10 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan
   }
   for (int r = 0; r < plan.ranks_size(); ++r) {
     RankFileTarget target{dir, step, plan.content_hash(), r, plan.ranks_size(), commit_options.save_id};
-    MUONSHARD_RETURN_IF_ERROR(WriteRankFile(target, ranks[r], scalars, write_options).status());
+    if (absl::Status s = WriteRankFile(target, ranks[r], scalars, write_options).status(); !s.ok()) {
+      AbandonSave(dir, step).IgnoreError();  // every rank is ours: NOTE [Failed saves]
+      return s;
+    }
   }
   return CommitCheckpoint(dir, step, plan, request, commit_options);
 }

@@ -7,13 +7,17 @@
 //                (fresh file, fsync) and its record rank-R-of-W.json (atomic)
 //   all ranks    the caller's barrier
 //   rank 0       CommitCheckpoint: checks every rank's record, writes
-//                plan.pb, request.pb and last index.json (atomic, with the
-//                directory fsynced), renames step-N.tmp -> step-N, fsyncs
-//                DIR, then replaces DIR/latest ("step-N") atomically
+//                plan.pb, request.pb, index.json and last checksums.sha256
+//                (their SHA-256; each atomic, with the directory fsynced),
+//                renames step-N.tmp -> step-N, fsyncs DIR, then replaces
+//                DIR/latest ("step-N") atomically
 //
 // A crash at any point leaves the previous `latest` checkpoint intact; a
-// step-N.tmp is never loaded and is cleaned by a later commit. The worker
-// only calls WriteRankFile and CommitCheckpoint; SaveCheckpoint runs both
+// step-N.tmp is never loaded. A save that fails cleans up after itself (the
+// failing rank its own file, the committer the whole step-N.tmp) and rank 0
+// removes what earlier runs left before it writes: NOTE [Failed saves] in
+// writer.cc. The worker only calls WriteRankFile and CommitCheckpoint (rank
+// 0 may add AbandonSave when its barrier fails); SaveCheckpoint runs both
 // for every rank in one process (tests, tools).
 //
 // Functions are thread-compatible: concurrent WriteRankFile calls for
@@ -67,9 +71,11 @@ struct WriteOptions {
 
 // Writes `shards` (this rank's whole state) and returns the record it also
 // left beside the file. Creates DIR and DIR/step-N.tmp as needed; any rank
-// may come first. INVALID_ARGUMENT: bad target or options, a shard whose
-// data size differs from its range, two shards with one key. Write errors
-// name the path.
+// may come first. Rank 0 first removes what earlier saves left in DIR (other
+// steps' step-*.tmp, never this save's). INVALID_ARGUMENT: bad target or
+// options, a shard whose data size differs from its range, two shards with
+// one key. Write errors name the path (RESOURCE_EXHAUSTED for a full disk or
+// a file-size limit) and leave neither this rank's file nor its record.
 absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& target,
                                                        absl::Span<const StateShard> shards, const Scalars& scalars,
                                                        const WriteOptions& options = {});
@@ -94,13 +100,23 @@ struct CommitOptions {
 // FAILED_PRECONDITION (a rank's record missing or disagreeing, state not
 // covered, scalars differing), DATA_LOSS (a file's size differs),
 // ALREADY_EXISTS (step-N exists and is `latest`), file-system errors.
-// After "renamed" the step is complete; cleaning leftovers (other step-*.tmp,
-// steps beyond keep_last) is best-effort and never fails the commit.
+// Any error before "renamed" removes step-N.tmp (the save can never be
+// committed; see AbandonSave). After "renamed" the step is complete; an error
+// then (fsync, `latest`) leaves it loadable by number, as a crash would, and
+// cleaning leftovers (other step-*.tmp, steps beyond keep_last) is
+// best-effort and never fails the commit.
 absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan,
                               const v1::PlanRequest& request, const CommitOptions& options = {});
 
+// Removes DIR/step-N.tmp and every rank's file in it: a save that failed as
+// a whole. Only for whoever knows no rank still writes into it — rank 0 after
+// a failed barrier, a process writing every rank — never for a rank whose
+// own write failed (WriteRankFile cleans that up). OK when there is nothing
+// to remove; never touches a committed step-N or `latest`.
+absl::Status AbandonSave(const std::string& dir, int64_t step);
+
 // WriteRankFile for every rank (ranks[r] is rank r's state) then
-// CommitCheckpoint, in this process.
+// CommitCheckpoint, in this process. Any failure removes step-N.tmp.
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
                             absl::Span<const std::vector<StateShard>> ranks, const Scalars& scalars,
                             const WriteOptions& write_options = {}, const CommitOptions& commit_options = {});

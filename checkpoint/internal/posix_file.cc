@@ -22,7 +22,9 @@ absl::Status ErrnoStatus(int err, absl::string_view what, const std::string& pat
   std::string msg = absl::StrCat(what, " \"", path, "\": ", std::strerror(err));
   if (err == ENOENT) return absl::NotFoundError(msg);
   if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  if (err == ENOSPC || err == EDQUOT) return absl::ResourceExhaustedError(msg);
+  // EFBIG: a file-size limit (RLIMIT_FSIZE, the file system's maximum) is a
+  // full disk for this file.
+  if (err == ENOSPC || err == EDQUOT || err == EFBIG) return absl::ResourceExhaustedError(msg);
   return absl::InternalError(msg);
 }
 

@@ -90,6 +90,26 @@ TEST_F(CkptCliTest, InspectCorrupt_ExitsOneNamingTheFile) {
   EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
 }
 
+// One digit of an optimizer scalar in index.json: the index stays valid,
+// only its checksum tells. inspect and reshard refuse it as damage.
+TEST_F(CkptCliTest, InspectEditedIndexScalar_ExitsOneNamingTheIndex) {
+  const std::string index_path = ckpt_ + "/step-30/index.json";
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string index, testing::ReadAll(index_path));
+  const std::string key = "\"beta1_pow\":0.";
+  const size_t at = index.find(key);
+  ASSERT_NE(at, std::string::npos) << index;
+  index[at + key.size()] = index[at + key.size()] == '9' ? '8' : '9';
+  MUONSHARD_ASSERT_OK(testing::WriteAll(index_path, index));
+  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("step-30/index.json"));
+  EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
+  EXPECT_THAT(r.out, Not(HasSubstr("integrity")));
+  RunResult reshard = Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --dry-run"));
+  EXPECT_EQ(reshard.exit_code, 1);
+  EXPECT_THAT(reshard.err, HasSubstr("step-30/index.json"));
+}
+
 TEST_F(CkptCliTest, BadInput_ExitsTwo) {
   EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", dir_.Sub("missing"))).exit_code, 2);
   EXPECT_EQ(Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --step 31")).exit_code, 2);

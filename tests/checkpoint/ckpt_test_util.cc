@@ -178,6 +178,22 @@ absl::Status TruncateFile(const std::string& path, int64_t size) {
   return absl::OkStatus();
 }
 
+ScopedFileSizeLimit::ScopedFileSizeLimit(int64_t bytes) {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  if (::sigaction(SIGXFSZ, &ignore, &saved_action_) != 0) ADD_FAILURE() << "sigaction(SIGXFSZ)";
+  if (::getrlimit(RLIMIT_FSIZE, &saved_limit_) != 0) ADD_FAILURE() << "getrlimit(RLIMIT_FSIZE)";
+  rlimit limit = saved_limit_;
+  limit.rlim_cur = static_cast<rlim_t>(bytes);
+  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ADD_FAILURE() << "setrlimit(RLIMIT_FSIZE, " << bytes << ")";
+}
+
+ScopedFileSizeLimit::~ScopedFileSizeLimit() {
+  // Lowering only the soft limit keeps raising it back allowed without root.
+  if (::setrlimit(RLIMIT_FSIZE, &saved_limit_) != 0) ADD_FAILURE() << "restoring RLIMIT_FSIZE";
+  ::sigaction(SIGXFSZ, &saved_action_, nullptr);
+}
+
 std::string BinaryPath(absl::string_view name) {
   const char* dir = std::getenv("MUONSHARD_BIN_DIR");
   return absl::StrCat(dir != nullptr ? dir : "build/bin", "/", name);

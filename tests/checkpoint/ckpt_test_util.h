@@ -6,6 +6,9 @@
 // kind, element index) — so the expected value of any element under any
 // layout is known — scratch directories and byte surgery on files.
 
+#include <signal.h>
+#include <sys/resource.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,6 +74,22 @@ absl::Status FlipByte(const std::string& path, int64_t offset);
 absl::Status TruncateFile(const std::string& path, int64_t size);
 absl::StatusOr<std::string> ReadAll(const std::string& path);
 absl::Status WriteAll(const std::string& path, absl::string_view data);
+
+// While alive, every write of this process that would take a file past
+// `bytes` fails with EFBIG (RLIMIT_FSIZE, SIGXFSZ ignored): a disk filling
+// up mid-save, without a full disk, root or a special mount. The limit is
+// process-wide: only for a test's own thread writing.
+class ScopedFileSizeLimit {
+ public:
+  explicit ScopedFileSizeLimit(int64_t bytes);
+  ~ScopedFileSizeLimit();
+  ScopedFileSizeLimit(const ScopedFileSizeLimit&) = delete;
+  ScopedFileSizeLimit& operator=(const ScopedFileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_limit_{};
+  struct sigaction saved_action_{};
+};
 
 // $MUONSHARD_BIN_DIR/<name>.
 std::string BinaryPath(absl::string_view name);
