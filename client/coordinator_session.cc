@@ -197,7 +197,7 @@ absl::Status CoordinatorSession::Adopt() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> CoordinatorSession::ReportError(const absl::Status& error) {
+absl::StatusOr<CoordinatorSession::Reported> CoordinatorSession::ReportError(const absl::Status& error) {
   v1::ReportErrorRequest request;
   request.set_job(joined_.job);
   request.set_rank(joined_.rank);
@@ -210,7 +210,7 @@ absl::StatusOr<int64_t> CoordinatorSession::ReportError(const absl::Status& erro
     return FromGrpcStatus(client_->stub().ReportError(ctx.get(), request, &response));
   });
   if (!s.ok()) return Annotate(s, absl::StrCat("reporting rank ", joined_.rank, "'s error to the coordinator"));
-  return response.generation();
+  return Reported{response.generation(), response.generation_reason()};
 }
 
 void CoordinatorSession::Detach() {

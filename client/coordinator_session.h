@@ -114,8 +114,14 @@ class CoordinatorSession {
   // ReportError RPC) so the job moves to a new generation now and its peers
   // learn why at their next heartbeat. Retried while the coordinator is
   // unreachable, up to the join timeout. Returns the job's generation after
-  // the report. Possible errors: the RPC's.
-  absl::StatusOr<int64_t> ReportError(const absl::Status& error);
+  // the report and why it is there (for a rank whose collective failed
+  // because a peer went away: that peer's own report). Possible errors: the
+  // RPC's.
+  struct Reported {
+    int64_t generation = 0;
+    std::string reason;
+  };
+  absl::StatusOr<Reported> ReportError(const absl::Status& error);
 
   // Stops heartbeating without leaving: the worker is about to join again
   // with the same incarnation (a new generation of the same membership).

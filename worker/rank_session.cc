@@ -142,12 +142,14 @@ absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
 
 void RankSession::ReportError(const absl::Status& error) {
   if (session_ == nullptr) return;  // not a member: nobody to tell
-  absl::StatusOr<int64_t> generation = session_->ReportError(error);
-  if (!generation.ok()) {
-    Log() << Prefix() << "warning: " << generation.status() << "\n";
+  absl::StatusOr<client::CoordinatorSession::Reported> reported = session_->ReportError(error);
+  if (!reported.ok()) {
+    Log() << Prefix() << "warning: " << reported.status() << "\n";
     return;
   }
-  Log() << Prefix() << "reported the error to the coordinator; the job is at generation " << *generation << "\n";
+  // The root cause when this rank only saw a peer go away: that peer's report.
+  Log() << Prefix() << "reported the error to the coordinator; the job is at generation " << reported->generation
+        << " (" << reported->reason << ")\n";
 }
 
 absl::Status RankSession::health() const {

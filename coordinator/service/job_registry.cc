@@ -581,6 +581,7 @@ absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(
           effects);
     }
     r.set_generation(job->generation);
+    r.set_generation_reason(job->generation_reason);
   }
   Flush(effects);
   return r;

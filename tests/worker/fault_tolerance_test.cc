@@ -22,6 +22,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -384,6 +385,36 @@ TEST_F(FaultToleranceTest, KillNineWithBuddyCopies_RestoresFromMemoryBitIdentica
                                                                                           << Log(r);
   }
   EXPECT_THAT(Log(victim), HasSubstr("1 rank(s) from their buddy, no disk read"));
+}
+
+// A rank that fails on its own (here: its checkpoint shard is damaged)
+// reports its error before it exits: its peers, waiting for it in the
+// restore's collective, print its own words (DATA_LOSS naming the file), not
+// just a closed connection or a timeout.
+TEST_F(FaultToleranceTest, DamagedShardOfOneRank_PeersPrintThatRanksOwnError) {
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());
+  const std::string dump = dir_.Join("sharded.safetensors");
+  MUONSHARD_ASSERT_OK(PollUntil([&] { return !ReadFileOrEmpty(dump).empty() || !Alive(0); }, kBound, "the run"));
+  for (int r = 0; r < kWorld; ++r) workers_[r]->Kill();
+  const int victim = RandomInt(1, kWorld - 1);
+  const std::string shard = dir_.Join(absl::StrCat("ckpt/step-", kSteps, "/rank-0000", victim, "-of-0000", kWorld,
+                                                   ".safetensors"));
+  std::string bytes = ReadFileOrEmpty(shard);
+  ASSERT_GT(bytes.size(), 64u) << shard;
+  bytes[bytes.size() - 8] ^= 0x5a;  // a data byte: the chunk's checksum no longer matches
+  {
+    std::ofstream out(shard, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  std::cerr << "damaged rank " << victim << "'s shard\n";
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());  // the same job again, resuming
+  MUONSHARD_ASSERT_OK(PollUntil([&] { return absl::StrContains(Log(0), "DATA_LOSS"); }, kBound,
+                                "rank 0 printing the damaged rank's error"));
+  EXPECT_THAT(Log(0), HasSubstr(absl::StrCat("rank ", victim, " (")));
+  EXPECT_THAT(Log(0), HasSubstr("reported: DATA_LOSS"));
+  EXPECT_THAT(Log(0), HasSubstr("crc32 mismatch"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers_[victim]->WaitForExit(kBound));
+  EXPECT_EQ(code, 1) << Log(victim);
 }
 
 // NOTE [Adoption] (coordinator.proto): the coordinator dies (kill -9) and

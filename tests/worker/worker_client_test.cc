@@ -261,15 +261,20 @@ TEST(CoordinatorSessionTest, ReportError_PeerLearnsTheMessageAtItsNextHeartbeat)
   FakeClock clock;
   auto [job, a, b] = JoinPair(clock, "report");
   ASSERT_TRUE(a && b);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t generation,
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const client::CoordinatorSession::Reported reported,
                                  b->ReportError(absl::InternalError("cuda: illegal memory access")));
+  const int64_t generation = reported.generation;
   EXPECT_EQ(generation, b->joined().generation + 1);
+  EXPECT_THAT(reported.reason, HasSubstr("cuda: illegal memory access"));
   clock.Advance(absl::Seconds(1));
   MUONSHARD_ASSERT_OK(PollUntil([&] { return !a->health().ok(); }, kBound, "aborted heartbeat"));
   EXPECT_THAT(a->health(), StatusIs(absl::StatusCode::kAborted, HasSubstr("cuda: illegal memory access")));
-  // A second report of the same (old) generation changes nothing.
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t again, b->ReportError(absl::InternalError("again")));
-  EXPECT_EQ(again, generation);
+  // A second report of the same (old) generation changes nothing, and is
+  // told the root cause.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const client::CoordinatorSession::Reported again,
+                                 b->ReportError(absl::InternalError("again")));
+  EXPECT_EQ(again.generation, generation);
+  EXPECT_THAT(again.reason, HasSubstr("cuda: illegal memory access"));
 }
 
 // Detach stops heartbeating without leaving: the same incarnation joins
