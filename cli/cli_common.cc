@@ -23,6 +23,17 @@ int ExitCodeFor(const absl::Status& status) {
   }
 }
 
+int ExitCodeForRpc(const absl::Status& status, RpcLimits limits) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+      return kExitUsage;
+    case absl::StatusCode::kResourceExhausted:
+      return limits == RpcLimits::kOnTheRequest ? kExitUsage : kExitFailure;
+    default:
+      return ExitCodeFor(status);  // INVALID_ARGUMENT, OUT_OF_RANGE: 2; the rest 1
+  }
+}
+
 int ReportError(const absl::Status& status) {
   std::cerr << "error: " << status.message() << " ["
             << absl::StatusCodeToString(status.code()) << "]\n";
@@ -95,6 +106,10 @@ absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name) {
 absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   if (manifest.empty()) return absl::InvalidArgumentError("flag --manifest is required");
   if (world_size <= 0) return absl::InvalidArgumentError("flag --world-size is required and must be >= 1");
+  // proto3 cannot tell 0 from unset, so the planner would take 0 as the
+  // default 1; reject it here, where the flag can be named.
+  if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --pp: must be >= 1, got ", pp));
+  if (ep < 1) return absl::InvalidArgumentError(absl::StrCat("flag --ep: must be >= 1, got ", ep));
   if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
   if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
   v1::PlanRequest request;

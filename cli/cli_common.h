@@ -23,6 +23,29 @@ constexpr int kExitUsage = 2;
 int ReportError(const absl::Status& status);
 int ExitCodeFor(const absl::Status& status);
 
+// What RESOURCE_EXHAUSTED from the coordinator means for a call.
+enum class RpcLimits {
+  // The request itself is over a limit (submit: --max-tensors,
+  // --max-world-size, --max-message-bytes): the user's input, exit 2.
+  kOnTheRequest,
+  // The server is full (--max-watchers, its request queue): exit 1, as a
+  // later retry can succeed.
+  kServerCapacity,
+};
+
+// Exit code of a failed coordinator RPC; the one table of them:
+//   2 (the user's input): INVALID_ARGUMENT (a bad manifest, rank, name),
+//     NOT_FOUND (a version or job that does not exist), OUT_OF_RANGE (a
+//     cursor past the latest version), RESOURCE_EXHAUSTED with
+//     RpcLimits::kOnTheRequest;
+//   1 (a runtime failure): UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL,
+//     UNAUTHENTICATED, FAILED_PRECONDITION (the coordinator's state, e.g.
+//     nothing submitted yet: the same command can succeed later),
+//     RESOURCE_EXHAUSTED with RpcLimits::kServerCapacity, everything else.
+// A submit turned away because the server's request queue is full shares
+// RESOURCE_EXHAUSTED with the request limits and so exits 2 as well.
+int ExitCodeForRpc(const absl::Status& status, RpcLimits limits);
+
 // Parses flags, handling --help (usage on stdout, exit 0) and bad flags
 // (message + usage on stderr, exit 2). Returns -1 to continue.
 int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,

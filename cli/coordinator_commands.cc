@@ -1,12 +1,8 @@
 // muonshardctl commands that talk to a running muonshard-coordinator:
 // submit, get, list, watch, diff, workers, health.
 //
-// Exit codes: 0 ok; 2 bad usage or bad input, including what the server
-// rejects as such (INVALID_ARGUMENT: a bad manifest or rank; NOT_FOUND: a
-// version or job that does not exist; OUT_OF_RANGE: a cursor past the latest
-// version); 1 every other failure (coordinator unreachable, UNAUTHENTICATED,
-// FAILED_PRECONDITION such as "nothing submitted yet", ...), with the status
-// message on stderr.
+// Exit codes: see ExitCodeForRpc in cli_common.h (the one table of them);
+// the status message goes to stderr.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,6 +17,7 @@
 #include "client/coordinator_client.h"
 #include "cli/plan_table.h"
 #include "common/proto_json.h"
+#include "common/quote.h"
 #include "client/grpc_status.h"
 
 namespace muonshard::cli {
@@ -31,23 +28,22 @@ using client::CoordinatorClient;
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-int RpcExitCode(const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kOk:
-      return kExitOk;
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kOutOfRange:
-      return kExitUsage;
-    default:
-      return kExitFailure;
-  }
-}
-
-int ReportRpcError(const absl::Status& status) {
+int ReportRpcError(const absl::Status& status, RpcLimits limits = RpcLimits::kServerCapacity) {
   std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code())
             << "]\n";
-  return RpcExitCode(status);
+  return ExitCodeForRpc(status, limits);
+}
+
+// The coordinator's limit on job names (job_registry.cc, kMaxNameBytes).
+constexpr size_t kMaxJobBytes = 256;
+
+// A longer --job cannot name a job, and the coordinator would quote it whole
+// in its reply (past gRPC's metadata limit) or a watch would echo it.
+absl::Status CheckJobFlag(const std::string& job) {
+  if (job.size() <= kMaxJobBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("flag --job: ", QuoteBounded(job),
+                                                 " is longer than the coordinator's limit of ",
+                                                 kMaxJobBytes, " bytes"));
 }
 
 // Flags every coordinator command shares, and the parsed client.
@@ -169,7 +165,7 @@ int RunSubmit(const std::vector<std::string>& args) {
   absl::StatusOr<v1::PlanRequest> plan_request = plan_flags.ToRequest();
   if (!plan_request.ok()) return ReportError(plan_request.status());
   absl::StatusOr<v1::SubmitPlanResponse> submitted = client::SubmitPlan(*c.client, *plan_request);
-  if (!submitted.ok()) return ReportRpcError(submitted.status());
+  if (!submitted.ok()) return ReportRpcError(submitted.status(), RpcLimits::kOnTheRequest);
   const v1::SubmitPlanResponse& response = *submitted;
   if (c.json()) return PrintJson(response);
   std::cout << absl::StrFormat(
@@ -255,6 +251,7 @@ int RunWatch(const std::vector<std::string>& args) {
   flags.Int("count", &count, "exit after this many events (0 = never)");
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  if (absl::Status s = CheckJobFlag(request.job()); !s.ok()) return ReportError(s);
   if (flags.WasSet("from-version")) request.set_from_version(from_version);
   request.set_from_job_revision(from_job_revision);
   auto ctx = c.client->NewContext(/*streaming=*/true);
@@ -333,6 +330,7 @@ int RunWorkers(const std::vector<std::string>& args) {
   flags.String("job", &job, "only this job (default: every job)");
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
+  if (absl::Status s = CheckJobFlag(job); !s.ok()) return ReportError(s);
   absl::StatusOr<v1::ListWorkersResponse> listed = client::ListWorkers(*c.client, job);
   if (!listed.ok()) return ReportRpcError(listed.status());
   const v1::ListWorkersResponse& response = *listed;

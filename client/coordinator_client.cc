@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_util.h"
+#include "common/tls_pem.h"
 #include "client/grpc_status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -25,6 +26,11 @@ absl::StatusOr<std::string> ReadInput(const std::string& path, absl::string_view
   return content;
 }
 
+// "flag --tls-ca (/path/ca.crt)": how TLS errors name their file.
+std::string FlagAndFile(absl::string_view flag, const std::string& path) {
+  return absl::StrCat("flag --", flag, " (", path, ")");
+}
+
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const ConnectionOptions& o) {
   if (o.tls_ca.empty()) {
     if (!o.tls_cert.empty() || !o.tls_key.empty()) {
@@ -38,12 +44,19 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Conn
   grpc::SslCredentialsOptions ssl;
   absl::StatusOr<std::string> ca = ReadInput(o.tls_ca, "tls-ca");
   if (!ca.ok()) return ca.status();
+  // gRPC turns an unusable CA into "empty address list"; name the file.
+  if (absl::Status s = CheckPemCertificates(*ca, FlagAndFile("tls-ca", o.tls_ca)); !s.ok()) return s;
   ssl.pem_root_certs = *ca;
   if (!o.tls_cert.empty()) {
     absl::StatusOr<std::string> cert = ReadInput(o.tls_cert, "tls-cert");
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = ReadInput(o.tls_key, "tls-key");
     if (!key.ok()) return key.status();
+    if (absl::Status s = CheckPemKeyPair(*cert, FlagAndFile("tls-cert", o.tls_cert), *key,
+                                         FlagAndFile("tls-key", o.tls_key));
+        !s.ok()) {
+      return s;
+    }
     ssl.pem_cert_chain = *cert;
     ssl.pem_private_key = *key;
   }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/quote.h"
 
 namespace muonshard {
 namespace {
@@ -40,7 +41,7 @@ void FlagSet::Int(absl::string_view name, int64_t* target, absl::string_view hel
   Add(name, help, absl::StrCat(*target), false, [target, n](absl::string_view v) {
     if (!absl::SimpleAtoi(v, target)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", Normalize(n), ": \"", v, "\" is not an integer"));
+          absl::StrCat("flag --", Normalize(n), ": ", QuoteBounded(v), " is not an integer"));
     }
     return absl::OkStatus();
   });
@@ -51,7 +52,7 @@ void FlagSet::Int(absl::string_view name, int* target, absl::string_view help) {
   Add(name, help, absl::StrCat(*target), false, [target, n](absl::string_view v) {
     if (!absl::SimpleAtoi(v, target)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", Normalize(n), ": \"", v, "\" is not a 32-bit integer"));
+          absl::StrCat("flag --", Normalize(n), ": ", QuoteBounded(v), " is not a 32-bit integer"));
     }
     return absl::OkStatus();
   });
@@ -62,7 +63,7 @@ void FlagSet::Double(absl::string_view name, double* target, absl::string_view h
   Add(name, help, absl::StrCat(*target), false, [target, n](absl::string_view v) {
     if (!absl::SimpleAtod(v, target)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", Normalize(n), ": \"", v, "\" is not a number"));
+          absl::StrCat("flag --", Normalize(n), ": ", QuoteBounded(v), " is not a number"));
     }
     return absl::OkStatus();
   });
@@ -73,7 +74,7 @@ void FlagSet::Bool(absl::string_view name, bool* target, absl::string_view help)
   Add(name, help, *target ? "true" : "false", true, [target, n](absl::string_view v) {
     if (!absl::SimpleAtob(v, target)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --", Normalize(n), ": \"", v, "\" is not a boolean"));
+          absl::StrCat("flag --", Normalize(n), ": ", QuoteBounded(v), " is not a boolean"));
     }
     return absl::OkStatus();
   });
@@ -132,7 +133,7 @@ absl::StatusOr<std::vector<std::string>> FlagSet::Parse(
     }
     Flag* flag = Find(name);
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag ", QuoteBounded(absl::StrCat("--", name))));
     }
     if (!has_value) {
       if (flag->is_bool) {

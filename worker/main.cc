@@ -16,10 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/flags.h"
+#include "common/quote.h"
 #include "worker/worker_runner.h"
 
 namespace muonshard::worker {
 namespace {
+
+// The coordinator's limit on names (job_registry.cc, kMaxNameBytes).
+constexpr size_t kMaxJobBytes = 256;
+
 
 constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
@@ -105,7 +110,14 @@ struct Flags {
       o.plan_version = 0;
     } else if (!absl::SimpleAtoi(plan_version, &o.plan_version) || o.plan_version <= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("flag --plan-version: \"", plan_version, "\" is not a positive version or latest"));
+          absl::StrCat("flag --plan-version: ", QuoteBounded(plan_version), " is not a positive version or latest"));
+    }
+    // The coordinator refuses longer names anyway; failing here keeps the
+    // name out of every later error line (they quote the job whole).
+    if (o.job.size() > kMaxJobBytes) {
+      return absl::InvalidArgumentError(absl::StrCat("flag --job: ", QuoteBounded(o.job),
+                                                     " is longer than the coordinator's limit of ",
+                                                     kMaxJobBytes, " bytes"));
     }
     if (rank >= 0) o.rank = static_cast<int>(rank);
     o.lr = static_cast<float>(lr);

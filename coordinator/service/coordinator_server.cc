@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "common/tls_pem.h"
 #include "coordinator/service/coordinator_service.h"
 #include "coordinator/service/event_log.h"
 #include "coordinator/service/grpc_coordinator_service.h"
@@ -48,6 +49,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
       return absl::InvalidArgumentError("a client CA (mTLS) needs a server certificate and key");
     }
     return grpc::InsecureServerCredentials();
+  }
+  // gRPC would only fail AddListeningPort ("cannot listen"); say what is wrong.
+  MUONSHARD_RETURN_IF_ERROR(
+      CheckPemKeyPair(o.tls_cert, "the TLS certificate", o.tls_key, "the TLS key"));
+  if (!o.tls_client_ca.empty()) {
+    MUONSHARD_RETURN_IF_ERROR(CheckPemCertificates(o.tls_client_ca, "the TLS client CA"));
   }
   grpc::SslServerCredentialsOptions ssl(
       o.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace muonshard::coordinator {
@@ -138,7 +139,8 @@ void JobRegistry::Flush(Effects& effects) {
 absl::StatusOr<JobRegistry::Job*> JobRegistry::FindJob(const std::string& name) const {
   auto it = jobs_.find(name);
   if (it == jobs_.end())
-    return absl::NotFoundError(absl::StrCat("job \"", name, "\" does not exist"));
+    // A lookup's name was never length-checked: quote a bounded prefix.
+    return absl::NotFoundError(absl::StrCat("job ", QuoteBounded(name), " does not exist"));
   return it->second.get();
 }
 

@@ -6,12 +6,14 @@
 
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "common/tls_pem.h"
 #include "coordinator/service/coordinator_server.h"
 #include "coordinator/service/event_log.h"
 
@@ -62,12 +64,37 @@ struct Flags {
   }
 };
 
-absl::Status ReadPem(const std::string& path, std::string* out) {
+absl::Status ReadPem(absl::string_view flag, const std::string& path, std::string* out) {
   if (path.empty()) return absl::OkStatus();
   absl::StatusOr<std::string> content = ReadFile(path);
-  if (!content.ok()) return absl::InvalidArgumentError(content.status().message());
+  if (!content.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --", flag, ": ", content.status().message()));
+  }
   *out = *std::move(content);
   return absl::OkStatus();
+}
+
+std::string FlagAndFile(absl::string_view flag, const std::string& path) {
+  return absl::StrCat("flag --", flag, " (", path, ")");
+}
+
+// Parses the PEM files and matches the key to the certificate here, where
+// the errors can name flags and files: gRPC would only fail to listen.
+absl::Status CheckTls(const Flags& f) {
+  if (f.tls_cert_file.empty() != f.tls_key_file.empty()) {
+    return absl::InvalidArgumentError("flags --tls-cert and --tls-key go together");
+  }
+  if (!f.tls_cert_file.empty()) {
+    absl::Status s = CheckPemKeyPair(f.server.tls_cert, FlagAndFile("tls-cert", f.tls_cert_file),
+                                     f.server.tls_key, FlagAndFile("tls-key", f.tls_key_file));
+    if (!s.ok()) return s;
+  }
+  if (f.tls_client_ca_file.empty()) return absl::OkStatus();
+  if (f.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError("flag --tls-client-ca needs --tls-cert and --tls-key");
+  }
+  return CheckPemCertificates(f.server.tls_client_ca,
+                              FlagAndFile("tls-client-ca", f.tls_client_ca_file));
 }
 
 // Files and derived values; INVALID_ARGUMENT (exit 2) on bad input.
@@ -82,11 +109,13 @@ absl::Status Finalize(Flags& f) {
   }
   f.server.store_probe_interval = absl::Seconds(f.store_probe_interval_s);
   f.server.coordinator.cache_bytes = f.cache_bytes;
-  for (auto [path, out] : {std::pair{&f.tls_cert_file, &f.server.tls_cert},
-                           std::pair{&f.tls_key_file, &f.server.tls_key},
-                           std::pair{&f.tls_client_ca_file, &f.server.tls_client_ca}}) {
-    if (absl::Status s = ReadPem(*path, out); !s.ok()) return s;
+  for (auto [flag, path, out] :
+       {std::tuple{"tls-cert", &f.tls_cert_file, &f.server.tls_cert},
+        std::tuple{"tls-key", &f.tls_key_file, &f.server.tls_key},
+        std::tuple{"tls-client-ca", &f.tls_client_ca_file, &f.server.tls_client_ca}}) {
+    if (absl::Status s = ReadPem(flag, *path, out); !s.ok()) return s;
   }
+  if (absl::Status s = CheckTls(f); !s.ok()) return s;
   if (!f.auth_token_file.empty()) {
     absl::StatusOr<std::string> token = ReadFile(f.auth_token_file);
     if (!token.ok()) return absl::InvalidArgumentError(token.status().message());

@@ -1,5 +1,8 @@
 #include "common/flags.h"
 
+#include <string>
+
+#include "common/quote.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 
@@ -46,6 +49,51 @@ TEST(FlagSetTest, RepeatableAndDoubleDash) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto pos, flags.Parse({"--exclude", "a", "--exclude=b", "--", "--x"}));
   EXPECT_THAT(list, ElementsAre("a", "b"));
   EXPECT_THAT(pos, ElementsAre("--x"));
+}
+
+// Every byte printable ASCII: what an error line may carry to a terminal.
+bool AllPrintable(const std::string& s) {
+  for (char c : s) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+TEST(QuoteBoundedTest, ShortInputQuotedWhole) {
+  EXPECT_EQ(QuoteBounded("abc"), "\"abc\"");
+  EXPECT_EQ(QuoteBounded(""), "\"\"");
+}
+
+TEST(QuoteBoundedTest, LongInputCutAndLengthGiven) {
+  const std::string q = QuoteBounded(std::string(100000, 'j'));
+  EXPECT_LT(q.size(), 100u);
+  EXPECT_THAT(q, HasSubstr("...\" (100000 bytes)"));
+}
+
+TEST(QuoteBoundedTest, BinaryEscapedEvenAtTheLimit) {
+  std::string binary;
+  for (int i = 0; i < 256; ++i) binary.push_back(static_cast<char>(i));
+  const std::string q = QuoteBounded(binary, 64);
+  EXPECT_TRUE(AllPrintable(q)) << q;
+  EXPECT_LT(q.size(), 4 * 64 + 32u);
+  EXPECT_THAT(q, HasSubstr("\\x00"));
+}
+
+TEST(FlagSetTest, ErrorsQuoteAtMostABoundedEscapedPrefix) {
+  FlagSet flags("usage");
+  int world = 0;
+  flags.Int("world-size", &world, "");
+  const std::string huge(100000, '7');
+  absl::StatusOr<std::vector<std::string>> bad_value = flags.Parse({"--world-size", huge + "x"});
+  ASSERT_FALSE(bad_value.ok());
+  EXPECT_LT(bad_value.status().message().size(), 300u);
+  EXPECT_THAT(bad_value.status().message(), HasSubstr("--world-size"));
+  absl::StatusOr<std::vector<std::string>> unknown = flags.Parse({"--" + huge});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_LT(unknown.status().message().size(), 300u);
+  absl::StatusOr<std::vector<std::string>> binary = flags.Parse({"--world-size", "\x1b[2J\x01"});
+  ASSERT_FALSE(binary.ok());
+  EXPECT_TRUE(AllPrintable(std::string(binary.status().message())));
 }
 
 }  // namespace

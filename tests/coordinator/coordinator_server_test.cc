@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "common/proto_json.h"
@@ -791,6 +792,61 @@ TEST_F(TlsTest, MutualTls_ClientWithoutCertificateRejected) {
   EXPECT_THAT(ok.out, HasSubstr("SERVING"));
 }
 
+// A key that is not the certificate's: the coordinator says so, naming both
+// files, and exits 2, where it used to say "cannot listen" and exit 1.
+TEST_F(TlsTest, MismatchedKeyOrGarbageFile_CoordinatorExitsTwoNamingTheFiles) {
+  ASSERT_EQ(Shell(absl::StrCat("cd ", dir_.path(),
+                               " && openssl genpkey -algorithm EC -pkeyopt "
+                               "ec_paramgen_curve:prime256v1 -out other.key"))
+                .exit_code,
+            0);
+  WriteText(dir_.Join("garbage.pem"), std::string("\x89PNG\r\n\x1a\n not a certificate", 27));
+  auto start = [&](const std::string& cert, const std::string& key) {
+    auto r = RunCommand({BinaryPath("muonshard-coordinator"), "--listen", "127.0.0.1:0",
+                         "--data-dir", data_dir(), "--metrics-port", "-1", "--tls-cert", cert,
+                         "--tls-key", key},
+                        dir_.path(), absl::Seconds(30));
+    EXPECT_THAT(r.status(), IsOk());
+    return r.ok() ? *r : CommandResult();
+  };
+  CommandResult mismatched = start(dir_.Join("server.crt"), dir_.Join("other.key"));
+  EXPECT_EQ(mismatched.exit_code, 2) << mismatched.err;
+  EXPECT_THAT(mismatched.err, HasSubstr(dir_.Join("server.crt")));
+  EXPECT_THAT(mismatched.err, HasSubstr(dir_.Join("other.key")));
+  EXPECT_THAT(mismatched.err, HasSubstr("does not match"));
+  EXPECT_THAT(mismatched.err, Not(HasSubstr("cannot listen")));
+
+  CommandResult garbage_cert = start(dir_.Join("garbage.pem"), dir_.Join("server.key"));
+  EXPECT_EQ(garbage_cert.exit_code, 2) << garbage_cert.err;
+  EXPECT_THAT(garbage_cert.err, HasSubstr(absl::StrCat("--tls-cert (", dir_.Join("garbage.pem"))));
+  CommandResult garbage_key = start(dir_.Join("server.crt"), dir_.Join("garbage.pem"));
+  EXPECT_EQ(garbage_key.exit_code, 2) << garbage_key.err;
+  EXPECT_THAT(garbage_key.err, HasSubstr(absl::StrCat("--tls-key (", dir_.Join("garbage.pem"))));
+  CommandResult missing = start(dir_.Join("server.crt"), dir_.Join("missing.key"));
+  EXPECT_EQ(missing.exit_code, 2) << missing.err;
+  EXPECT_THAT(missing.err, HasSubstr("--tls-key"));
+  EXPECT_THAT(missing.err, HasSubstr(dir_.Join("missing.key")));
+}
+
+// A CA file that is not PEM: muonshardctl and muonshard-worker name it and
+// exit 2, instead of gRPC's "empty address list".
+TEST_F(TlsTest, GarbageCaFile_ClientsExitTwoNamingIt) {
+  StartServer({"--tls-cert", dir_.Join("server.crt"), "--tls-key", dir_.Join("server.key")});
+  const std::string ca = dir_.Join("garbage-ca.pem");
+  WriteText(ca, "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n");
+  CommandResult ctl = Ctl({"health", "--coordinator", server_->address(), "--tls-ca", ca});
+  EXPECT_EQ(ctl.exit_code, 2) << ctl.err;
+  EXPECT_THAT(ctl.err, HasSubstr(absl::StrCat("--tls-ca (", ca, ")")));
+  EXPECT_THAT(ctl.err, Not(HasSubstr("empty address list")));
+  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", server_->address(),
+                            "--job", "j", "--tls-ca", ca, "--join-timeout", "5"},
+                           dir_.path(), absl::Seconds(30));
+  ASSERT_THAT(worker.status(), IsOk());
+  EXPECT_EQ(worker->exit_code, 2) << worker->err;
+  EXPECT_THAT(worker->err, HasSubstr(absl::StrCat("--tls-ca (", ca, ")")));
+  EXPECT_THAT(worker->err, Not(HasSubstr("empty address list")));
+}
+
 // ---------------------------------------------------------------- metrics
 
 TEST_F(CoordinatorServerTest, Metrics_ScrapedOverHttp_ReflectPlansJobsAndRpcs) {
@@ -840,6 +896,58 @@ TEST_F(CoordinatorServerTest, Loadgen_MoreWatchersThanAllowed_ReportsRefusalsAnd
 }
 
 // ---------------------------------------------------------------- CLI
+
+// Each line of `text` is at most `max` characters.
+bool LinesShorterThan(const std::string& text, size_t max) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (line.size() >= max) return false;
+  }
+  return true;
+}
+
+// A 100k-character job name is not echoed back whole, by the CLI, the
+// worker or the coordinator behind them.
+TEST_F(CoordinatorServerTest, HugeJobName_ErrorLinesStayShort) {
+  StartServer();
+  const std::string job(100000, 'j');
+  const std::string addr = server_->address();
+  for (const char* command : {"workers", "watch"}) {
+    CommandResult r = Ctl({command, "--coordinator", addr, "--job", job, "--timeout", "10"});
+    EXPECT_EQ(r.exit_code, 2) << command;
+    EXPECT_THAT(r.err, HasSubstr("--job")) << command;
+    EXPECT_TRUE(LinesShorterThan(r.err, 300)) << command << ": " << r.err.substr(0, 400);
+  }
+  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", addr, "--job", job,
+                            "--join-timeout", "5"},
+                           dir_.path(), absl::Seconds(30));
+  ASSERT_THAT(worker.status(), IsOk());
+  EXPECT_EQ(worker->exit_code, 2) << worker->err.substr(0, 400);
+  EXPECT_THAT(worker->err, HasSubstr("--job"));
+  EXPECT_TRUE(LinesShorterThan(worker->err, 300)) << worker->err.substr(0, 400);
+}
+
+// Over the coordinator's --max-world-size is the user's input, like a bad
+// manifest: exit 2, not 1.
+TEST_F(CoordinatorServerTest, Cli_SubmitOverServerLimit_ExitsTwo) {
+  StartServer({"--max-world-size", "16"});
+  const std::string manifest = dir_.Join("manifest.json");
+  auto json = ToJson(DenseManifest(2, 256, 512, 1000));
+  ASSERT_THAT(json.status(), IsOk());
+  WriteText(manifest, *json);
+  CommandResult over = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
+                            "--world-size", "32"});
+  EXPECT_EQ(over.exit_code, 2) << over.err;
+  EXPECT_THAT(over.err, HasSubstr("--max-world-size"));
+  EXPECT_THAT(over.err, HasSubstr("RESOURCE_EXHAUSTED"));
+  for (const char* flag : {"--pp", "--ep"}) {
+    CommandResult zero = Ctl({"submit", "--coordinator", server_->address(), "--manifest",
+                              manifest, "--world-size", "4", flag, "0"});
+    EXPECT_EQ(zero.exit_code, 2) << flag << ": " << zero.err;
+    EXPECT_THAT(zero.err, HasSubstr(flag));
+  }
+  CommandResult list = Ctl({"list", "--coordinator", server_->address(), "--output", "json"});
+  EXPECT_THAT(list.out, Not(HasSubstr("\"version\"")));  // nothing was stored
+}
 
 TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {
   StartServer();

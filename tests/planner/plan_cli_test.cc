@@ -141,5 +141,33 @@ TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_THAT(r.err, HasSubstr("FP8"));
 }
 
+// proto3 reads 0 as "unset", which the planner takes as 1: --pp 0 and --ep 0
+// must be refused like --ep -2, not run silently as 1.
+TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
+  const std::string ok = WriteManifest(testing::MoeManifest(1, 64, 32, 4, 100), "moe4.json");
+  for (const char* command : {"plan", "compare"}) {
+    for (const char* flag : {"pp", "ep"}) {
+      for (const char* value : {"0", "-2"}) {
+        Result r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ",
+                                       value));
+        EXPECT_EQ(r.code, 2) << command << " --" << flag << " " << value << ": " << r.out << r.err;
+        EXPECT_THAT(r.err, HasSubstr(absl::StrCat("--", flag))) << command;
+      }
+    }
+  }
+}
+
+// A huge flag value is quoted as a short, escaped prefix, not echoed whole.
+TEST(PlanCliTest, HugeFlagValueGivesAShortErrorLine) {
+  const std::string huge(100000, '7');
+  Result r = RunCtl(absl::StrCat("plan --manifest m.json --world-size ", huge, "x"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--world-size"));
+  EXPECT_LT(r.err.substr(0, r.err.find('\n')).size(), 300u) << r.err.substr(0, 400);
+  r = RunCtl(absl::StrCat("plan --", huge));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_LT(r.err.substr(0, r.err.find('\n')).size(), 300u) << r.err.substr(0, 400);
+}
+
 }  // namespace
 }  // namespace muonshard
