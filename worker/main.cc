@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/flags.h"
+#include "common/status_macros.h"
 #include "common/quote.h"
 #include "worker/worker_runner.h"
 
@@ -33,6 +34,16 @@ constexpr char kUsage[] =
     "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S] [--min-workers M]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
     "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
+
+// A count flag's value as an int: INVALID_ARGUMENT naming --`name` outside
+// [0, 1e9].
+absl::Status CountFlag(const char* name, int64_t value, int* out) {
+  if (value < 0 || value > 1'000'000'000) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --", name, " must be in [0, 1000000000]"));
+  }
+  *out = static_cast<int>(value);
+  return absl::OkStatus();
+}
 
 struct Flags {
   WorkerOptions o;
@@ -127,22 +138,10 @@ struct Flags {
       return absl::InvalidArgumentError(
           "flags --comm-timeout, --join-timeout must be > 0, --linger and --rejoin-grace >= 0");
     }
-    if (max_restarts < 0 || max_restarts > 1000000) {
-      return absl::InvalidArgumentError("flag --max-restarts must be in [0, 1000000]");
-    }
-    o.max_restarts = static_cast<int>(max_restarts);
-    if (min_workers < 0 || min_workers > 1000000) {
-      return absl::InvalidArgumentError("flag --min-workers must be in [0, 1000000]");
-    }
-    o.min_workers = static_cast<int>(min_workers);
-    if (checkpoint_keep < 0 || checkpoint_keep > 1000000) {
-      return absl::InvalidArgumentError("flag --checkpoint-keep must be in [0, 1000000]");
-    }
-    o.checkpoint_keep = static_cast<int>(checkpoint_keep);
-    if (buddy_every < 0 || buddy_every > 1000000000) {
-      return absl::InvalidArgumentError("flag --buddy-every must be in [0, 1e9]");
-    }
-    o.buddy_every = static_cast<int>(buddy_every);
+    MUONSHARD_RETURN_IF_ERROR(CountFlag("max-restarts", max_restarts, &o.max_restarts));
+    MUONSHARD_RETURN_IF_ERROR(CountFlag("min-workers", min_workers, &o.min_workers));
+    MUONSHARD_RETURN_IF_ERROR(CountFlag("checkpoint-keep", checkpoint_keep, &o.checkpoint_keep));
+    MUONSHARD_RETURN_IF_ERROR(CountFlag("buddy-every", buddy_every, &o.buddy_every));
     o.rejoin_grace = absl::Seconds(rejoin_grace_s);
     o.comm_timeout = absl::Seconds(comm_timeout_s);
     o.join_timeout = absl::Seconds(join_timeout_s);

@@ -62,6 +62,33 @@ class PlanStore {
   virtual absl::Status ProbeWrite() = 0;
 };
 
+// Forwards every call to `inner` (which must outlive it): the base of stores
+// that watch or alter a few calls of another (HealthTrackingPlanStore, test
+// fakes failing writes).
+class ForwardingPlanStore : public PlanStore {
+ public:
+  explicit ForwardingPlanStore(PlanStore* inner) : inner_(inner) {}
+
+  absl::StatusOr<PutResult> Put(v1::PlanVersionInfo info, const v1::PlanRequest& canonical,
+                                const v1::Plan& plan) override {
+    return inner_->Put(std::move(info), canonical, plan);
+  }
+  absl::StatusOr<v1::Plan> GetPlan(int64_t version) override { return inner_->GetPlan(version); }
+  absl::StatusOr<v1::PlanRequest> GetRequest(int64_t version) override { return inner_->GetRequest(version); }
+  absl::StatusOr<std::vector<v1::PlanVersionInfo>> ListVersions() override { return inner_->ListVersions(); }
+  absl::StatusOr<int64_t> LoadGeneration(const std::string& job) override { return inner_->LoadGeneration(job); }
+  absl::Status SaveGeneration(const std::string& job, int64_t generation) override {
+    return inner_->SaveGeneration(job, generation);
+  }
+  absl::Status ProbeWrite() override { return inner_->ProbeWrite(); }
+
+ protected:
+  PlanStore* inner() const { return inner_; }
+
+ private:
+  PlanStore* const inner_;
+};
+
 // A store in process memory, for unit tests; forgets everything when destroyed.
 std::unique_ptr<PlanStore> NewInMemoryPlanStore();
 

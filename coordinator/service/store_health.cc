@@ -21,19 +21,19 @@ bool HealthTrackingPlanStore::healthy() const {
 absl::StatusOr<PlanStore::PutResult> HealthTrackingPlanStore::Put(v1::PlanVersionInfo info,
                                                                   const v1::PlanRequest& canonical,
                                                                   const v1::Plan& plan) {
-  absl::StatusOr<PutResult> result = inner_->Put(std::move(info), canonical, plan);
+  absl::StatusOr<PutResult> result = inner()->Put(std::move(info), canonical, plan);
   Record(result.status());
   return result;
 }
 
 absl::Status HealthTrackingPlanStore::SaveGeneration(const std::string& job, int64_t generation) {
-  absl::Status s = inner_->SaveGeneration(job, generation);
+  absl::Status s = inner()->SaveGeneration(job, generation);
   Record(s);
   return s;
 }
 
 absl::Status HealthTrackingPlanStore::ProbeWrite() {
-  absl::Status s = inner_->ProbeWrite();
+  absl::Status s = inner()->ProbeWrite();
   Record(s);
   return s;
 }

@@ -31,27 +31,17 @@
 
 namespace muonshard::coordinator {
 
-class HealthTrackingPlanStore final : public PlanStore {
+class HealthTrackingPlanStore final : public ForwardingPlanStore {
  public:
   // *inner and *observer must outlive this object.
   HealthTrackingPlanStore(PlanStore* inner, CoordinatorObserver* observer)
-      : inner_(inner), observer_(observer) {}
+      : ForwardingPlanStore(inner), observer_(observer) {}
 
   // False from a failed write until a write commits; true at first.
   bool healthy() const;
 
   absl::StatusOr<PutResult> Put(v1::PlanVersionInfo info, const v1::PlanRequest& canonical,
                                 const v1::Plan& plan) override;
-  absl::StatusOr<v1::Plan> GetPlan(int64_t version) override { return inner_->GetPlan(version); }
-  absl::StatusOr<v1::PlanRequest> GetRequest(int64_t version) override {
-    return inner_->GetRequest(version);
-  }
-  absl::StatusOr<std::vector<v1::PlanVersionInfo>> ListVersions() override {
-    return inner_->ListVersions();
-  }
-  absl::StatusOr<int64_t> LoadGeneration(const std::string& job) override {
-    return inner_->LoadGeneration(job);
-  }
   absl::Status SaveGeneration(const std::string& job, int64_t generation) override;
   absl::Status ProbeWrite() override;
 
@@ -59,7 +49,6 @@ class HealthTrackingPlanStore final : public PlanStore {
   // Updates the health from a write's outcome and reports what changed.
   void Record(const absl::Status& write);
 
-  PlanStore* const inner_;
   CoordinatorObserver* const observer_;
   mutable absl::Mutex mu_;
   bool healthy_ ABSL_GUARDED_BY(mu_) = true;

@@ -939,8 +939,16 @@ TEST_F(CoordinatorServiceTest, ListWorkers_UnknownJob_NotFound) {
 
 // A store whose writes fail with `failure` while it is set (a full disk);
 // reads and everything else go to an in-memory store.
-class FailingPlanStore final : public PlanStore {
+// Owns the in-memory store FailingPlanStore forwards to: a base, so it is
+// built before the ForwardingPlanStore base that points at it.
+struct InMemoryStoreHolder {
+  std::unique_ptr<PlanStore> memory = NewInMemoryPlanStore();
+};
+
+class FailingPlanStore final : private InMemoryStoreHolder, public ForwardingPlanStore {
  public:
+  FailingPlanStore() : ForwardingPlanStore(memory.get()) {}
+
   void FailWrites(absl::Status failure) {
     absl::MutexLock lock(&mu_);
     failure_ = std::move(failure);
@@ -949,25 +957,15 @@ class FailingPlanStore final : public PlanStore {
   absl::StatusOr<PutResult> Put(v1::PlanVersionInfo info, const v1::PlanRequest& canonical,
                                 const v1::Plan& plan) override {
     if (absl::Status f = failure(); !f.ok()) return f;
-    return inner_->Put(std::move(info), canonical, plan);
-  }
-  absl::StatusOr<v1::Plan> GetPlan(int64_t version) override { return inner_->GetPlan(version); }
-  absl::StatusOr<v1::PlanRequest> GetRequest(int64_t version) override {
-    return inner_->GetRequest(version);
-  }
-  absl::StatusOr<std::vector<v1::PlanVersionInfo>> ListVersions() override {
-    return inner_->ListVersions();
-  }
-  absl::StatusOr<int64_t> LoadGeneration(const std::string& job) override {
-    return inner_->LoadGeneration(job);
+    return ForwardingPlanStore::Put(std::move(info), canonical, plan);
   }
   absl::Status SaveGeneration(const std::string& job, int64_t generation) override {
     if (absl::Status f = failure(); !f.ok()) return f;
-    return inner_->SaveGeneration(job, generation);
+    return ForwardingPlanStore::SaveGeneration(job, generation);
   }
   absl::Status ProbeWrite() override {
     if (absl::Status f = failure(); !f.ok()) return f;
-    return inner_->ProbeWrite();
+    return ForwardingPlanStore::ProbeWrite();
   }
 
  private:
@@ -976,7 +974,6 @@ class FailingPlanStore final : public PlanStore {
     return failure_;
   }
 
-  std::unique_ptr<PlanStore> inner_ = NewInMemoryPlanStore();
   absl::Mutex mu_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 };
