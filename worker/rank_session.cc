@@ -206,7 +206,7 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> RankSession::LoadLatestCheckpoin
     return std::nullopt;
   }
   MUONSHARD_RETURN_IF_ERROR(latest.status());
-  return LoadCheckpoint(dir);
+  return LoadOpened(*std::move(latest));  // opened (and its checksums read) once
 }
 
 std::ostream& RankSession::Log() const { return internal::Log(options_); }
@@ -481,6 +481,11 @@ absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
 absl::StatusOr<LoadedCheckpoint> RankSession::LoadCheckpoint(const std::string& dir, std::optional<int64_t> step) {
   MUONSHARD_RETURN_IF_ERROR(CheckGroup());
   MUONSHARD_ASSIGN_OR_RETURN(checkpoint::Checkpoint ckpt, checkpoint::OpenCheckpoint(dir, step));
+  return LoadOpened(std::move(ckpt));
+}
+
+absl::StatusOr<LoadedCheckpoint> RankSession::LoadOpened(checkpoint::Checkpoint ckpt) {
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
   MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
   MUONSHARD_RETURN_IF_ERROR(checkpoint::CheckCompatible(ckpt.index, plan->plan));
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());

@@ -80,6 +80,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "checkpoint/reader.h"
 #include "client/coordinator_client.h"
 #include "client/coordinator_session.h"
 #include "client/grpc_rendezvous_store.h"
@@ -293,6 +294,8 @@ class RankSession {
   void TearDownGroup();
   absl::Status OpenStore();
   absl::Status CheckGroup() const;
+  // LoadCheckpoint of a checkpoint already opened.
+  absl::StatusOr<LoadedCheckpoint> LoadOpened(checkpoint::Checkpoint ckpt);
   // A "group" barrier in the generation's store: every rank has joined it
   // (on a recovery, the survivors and any replacement process alike).
   absl::Status WaitForGroup(absl::Duration timeout);
