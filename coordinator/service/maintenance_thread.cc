@@ -1,45 +1,38 @@
 #include "coordinator/service/maintenance_thread.h"
 
+#include <utility>
+
 #include "absl/time/clock.h"
 
 namespace muonshard::coordinator {
 
-MaintenanceThread::MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick,
-                                     absl::Duration heartbeat_tick)
-    : service_(service),
-      wait_tick_(wait_tick),
-      heartbeat_tick_(heartbeat_tick),
-      thread_([this] { Run(); }) {}
+PeriodicThread::PeriodicThread(absl::Duration interval, std::function<void()> tick)
+    : thread_([this, interval, tick = std::move(tick)] {
+        while (!stop_.WaitForNotificationWithTimeout(interval)) tick();
+      }) {}
 
-MaintenanceThread::~MaintenanceThread() {
+PeriodicThread::~PeriodicThread() {
   stop_.Notify();
   thread_.join();
 }
 
-void MaintenanceThread::Run() {
-  absl::Time next_heartbeat_check = absl::Now() + heartbeat_tick_;
-  while (!stop_.WaitForNotificationWithTimeout(wait_tick_)) {
-    service_->ExpireWaits();
-    if (absl::Now() >= next_heartbeat_check) {
-      service_->CheckHeartbeats();
-      next_heartbeat_check = absl::Now() + heartbeat_tick_;
-    }
+MaintenanceThread::MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick,
+                                     absl::Duration heartbeat_tick)
+    : service_(service),
+      heartbeat_tick_(heartbeat_tick),
+      next_heartbeat_check_(absl::Now() + heartbeat_tick),
+      thread_(wait_tick, [this] { Tick(); }) {}
+
+void MaintenanceThread::Tick() {
+  service_->ExpireWaits();
+  if (absl::Now() >= next_heartbeat_check_) {
+    service_->CheckHeartbeats();
+    next_heartbeat_check_ = absl::Now() + heartbeat_tick_;
   }
 }
 
 StoreProbeThread::StoreProbeThread(PlanStore* store, absl::Duration interval)
-    : store_(store), interval_(interval), thread_([this] { Run(); }) {}
-
-StoreProbeThread::~StoreProbeThread() {
-  stop_.Notify();
-  thread_.join();
-}
-
-void StoreProbeThread::Run() {
-  while (!stop_.WaitForNotificationWithTimeout(interval_)) {
     // The outcome goes to the store's health tracker; nothing to do here.
-    store_->ProbeWrite().IgnoreError();
-  }
-}
+    : thread_(interval, [store] { store->ProbeWrite().IgnoreError(); }) {}
 
 }  // namespace muonshard::coordinator

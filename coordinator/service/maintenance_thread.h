@@ -6,6 +6,7 @@
 // and CheckHeartbeats every `heartbeat_tick`. Tests call those methods
 // directly with a FakeClock instead. Joins its thread on destruction.
 
+#include <functional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -15,23 +16,33 @@
 
 namespace muonshard::coordinator {
 
+// Runs `tick` every `interval` on a thread of its own until destroyed (which
+// joins it): the one loop under the coordinator's background work.
+class PeriodicThread {
+ public:
+  PeriodicThread(absl::Duration interval, std::function<void()> tick);
+  ~PeriodicThread();
+  PeriodicThread(const PeriodicThread&) = delete;
+  PeriodicThread& operator=(const PeriodicThread&) = delete;
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
 class MaintenanceThread {
  public:
   // *service must outlive this object.
   MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick,
                     absl::Duration heartbeat_tick);
-  ~MaintenanceThread();
-  MaintenanceThread(const MaintenanceThread&) = delete;
-  MaintenanceThread& operator=(const MaintenanceThread&) = delete;
 
  private:
-  void Run();
+  void Tick();
 
   CoordinatorService* const service_;
-  const absl::Duration wait_tick_;
   const absl::Duration heartbeat_tick_;
-  absl::Notification stop_;
-  std::thread thread_;
+  absl::Time next_heartbeat_check_;
+  PeriodicThread thread_;  // last: started once the fields above are set
 };
 
 // StoreProbeThread: calls store->ProbeWrite() every `interval`, so the
@@ -43,17 +54,9 @@ class StoreProbeThread {
  public:
   // *store must outlive this object.
   StoreProbeThread(PlanStore* store, absl::Duration interval);
-  ~StoreProbeThread();
-  StoreProbeThread(const StoreProbeThread&) = delete;
-  StoreProbeThread& operator=(const StoreProbeThread&) = delete;
 
  private:
-  void Run();
-
-  PlanStore* const store_;
-  const absl::Duration interval_;
-  absl::Notification stop_;
-  std::thread thread_;
+  PeriodicThread thread_;
 };
 
 }  // namespace muonshard::coordinator
