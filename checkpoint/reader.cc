@@ -8,10 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/index.h"
 #include "checkpoint/internal/checksums.h"
-#include "checkpoint/internal/posix_file.h"
 #include "checkpoint/internal/rank_file.h"
 #include "checkpoint/reads.h"
-#include "common/file_util.h"
+#include "common/env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/planner.h"
@@ -26,13 +25,13 @@ absl::Status Damaged(const std::string& where, absl::string_view what) {
 }
 
 // The highest step-N of `dir` with an index.json; nullopt when none.
-absl::StatusOr<std::optional<int64_t>> ScanSteps(const std::string& dir) {
-  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(dir));
+absl::StatusOr<std::optional<int64_t>> ScanSteps(Env* env, const std::string& dir) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(dir));
   std::optional<int64_t> best;
   for (const std::string& name : names) {
     std::optional<int64_t> step = ParseStepDirName(name);
     if (!step || (best && *step <= *best)) continue;
-    MUONSHARD_ASSIGN_OR_RETURN(bool indexed, internal::Exists(Join(Join(dir, name), kIndexFileName)));
+    MUONSHARD_ASSIGN_OR_RETURN(bool indexed, env->FileExists(Join(Join(dir, name), kIndexFileName)));
     if (indexed) best = step;
   }
   return best;
@@ -47,9 +46,9 @@ struct Metadata {
   std::string request;
 };
 
-absl::StatusOr<internal::Checksums> ReadChecksums(const std::string& step_dir) {
+absl::StatusOr<internal::Checksums> ReadChecksums(Env* env, const std::string& step_dir) {
   const std::string path = Join(step_dir, kChecksumsFileName);
-  auto text = ReadFile(path);
+  auto text = env->ReadFileToString(path);
   if (!text.ok()) {
     // No fallback to an unchecked index: that would accept any edit of one.
     // Someone who vouches for an older step's metadata can write the file
@@ -62,28 +61,28 @@ absl::StatusOr<internal::Checksums> ReadChecksums(const std::string& step_dir) {
   return internal::Checksums::Parse(*text, path);
 }
 
-absl::StatusOr<std::string> ReadChecked(const std::string& step_dir, absl::string_view name,
+absl::StatusOr<std::string> ReadChecked(Env* env, const std::string& step_dir, absl::string_view name,
                                         const internal::Checksums& sums) {
   const std::string path = Join(step_dir, name);
-  auto bytes = ReadFile(path);
+  auto bytes = env->ReadFileToString(path);
   if (!bytes.ok()) return Damaged(path, bytes.status().message());
   MUONSHARD_RETURN_IF_ERROR(sums.Check(name, *bytes, path));
   return *std::move(bytes);
 }
 
-absl::StatusOr<Metadata> ReadMetadata(const std::string& step_dir) {
+absl::StatusOr<Metadata> ReadMetadata(Env* env, const std::string& step_dir) {
   Metadata m;
   // The index first: without one the directory is no checkpoint at all.
-  auto index = ReadFile(Join(step_dir, kIndexFileName));
+  auto index = env->ReadFileToString(Join(step_dir, kIndexFileName));
   if (!index.ok()) {
     return Damaged(step_dir, absl::StrCat("no readable ", kIndexFileName,
                                           " (torn, or not a checkpoint): ", index.status().message()));
   }
   m.index = *std::move(index);
-  MUONSHARD_ASSIGN_OR_RETURN(internal::Checksums sums, ReadChecksums(step_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::Checksums sums, ReadChecksums(env, step_dir));
   MUONSHARD_RETURN_IF_ERROR(sums.Check(kIndexFileName, m.index, Join(step_dir, kIndexFileName)));
-  MUONSHARD_ASSIGN_OR_RETURN(m.plan, ReadChecked(step_dir, kPlanFileName, sums));
-  MUONSHARD_ASSIGN_OR_RETURN(m.request, ReadChecked(step_dir, kRequestFileName, sums));
+  MUONSHARD_ASSIGN_OR_RETURN(m.plan, ReadChecked(env, step_dir, kPlanFileName, sums));
+  MUONSHARD_ASSIGN_OR_RETURN(m.request, ReadChecked(env, step_dir, kRequestFileName, sums));
   return m;
 }
 
@@ -115,8 +114,11 @@ absl::Status CheckPlanFiles(const Checkpoint& c) {
 absl::Status CheckFilesPresent(const Checkpoint& c) {
   for (const v1::CheckpointFile& f : c.index.files()) {
     const std::string path = Join(c.step_dir, f.name());
-    auto size = internal::FileSize(path);
-    if (!size.ok()) return Damaged(path, absl::StrCat("rank ", f.rank(), "'s file is missing or unreadable"));
+    auto size = c.env->GetFileSize(path);
+    if (!size.ok()) {
+      return Damaged(path,
+                     absl::StrCat("rank ", f.rank(), "'s file is missing or unreadable: ", size.status().message()));
+    }
     if (*size != f.size_bytes()) {
       return Damaged(path, absl::StrCat(*size, " bytes, the index says ", f.size_bytes(), " (truncated?)"));
     }
@@ -134,9 +136,9 @@ class SourceFiles {
   absl::Status Copy(const Read& read, char* dest) {
     MUONSHARD_ASSIGN_OR_RETURN(Source * source, Get(read.file));
     const v1::StatePiece& piece = checkpoint_.index.tensors(read.tensor).states(read.state).pieces(read.piece);
-    MUONSHARD_RETURN_IF_ERROR(internal::CheckPieceInHeader(source->header, piece, source->file));
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckPieceInHeader(source->header, piece, *source->file));
     MUONSHARD_ASSIGN_OR_RETURN(int64_t n,
-                               internal::ReadVerified(source->file, piece, checkpoint_.index.checksum_chunk_bytes(),
+                               internal::ReadVerified(*source->file, piece, checkpoint_.index.checksum_chunk_bytes(),
                                                       read.piece_offset, read.bytes, dest, &scratch_));
     bytes_read_ += n;
     return absl::OkStatus();
@@ -144,19 +146,20 @@ class SourceFiles {
 
  private:
   struct Source {
-    internal::File file;
+    std::unique_ptr<RandomAccessFile> file;
     internal::RankFileHeader header;
   };
 
   absl::StatusOr<Source*> Get(int index) {
     if (files_[index] != nullptr) return files_[index].get();
     const v1::CheckpointFile& f = checkpoint_.index.files(index);
-    MUONSHARD_ASSIGN_OR_RETURN(internal::File file, internal::OpenRankFile(Join(checkpoint_.step_dir, f.name())));
-    MUONSHARD_ASSIGN_OR_RETURN(int64_t size, file.Size());
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
+                               internal::OpenRankFile(checkpoint_.env, Join(checkpoint_.step_dir, f.name())));
+    MUONSHARD_ASSIGN_OR_RETURN(int64_t size, file->Size());
     if (size != f.size_bytes()) {
-      return Damaged(file.path(), absl::StrCat(size, " bytes, the index says ", f.size_bytes()));
+      return Damaged(file->path(), absl::StrCat(size, " bytes, the index says ", f.size_bytes()));
     }
-    MUONSHARD_ASSIGN_OR_RETURN(internal::RankFileHeader header, internal::ReadRankFileHeader(file, size));
+    MUONSHARD_ASSIGN_OR_RETURN(internal::RankFileHeader header, internal::ReadRankFileHeader(*file, size));
     bytes_read_ += header.bytes_read;
     files_[index] = std::make_unique<Source>(Source{std::move(file), std::move(header)});
     return files_[index].get();
@@ -170,39 +173,42 @@ class SourceFiles {
 
 }  // namespace
 
-absl::StatusOr<int64_t> LatestStep(const std::string& dir) {
-  MUONSHARD_ASSIGN_OR_RETURN(bool is_dir, internal::IsDirectory(dir));
+absl::StatusOr<int64_t> LatestStep(const std::string& dir, const OpenOptions& options) {
+  Env* env = options.env;
+  MUONSHARD_ASSIGN_OR_RETURN(bool is_dir, env->IsDirectory(dir));
   if (!is_dir) return absl::NotFoundError(absl::StrCat("checkpoint directory \"", dir, "\" does not exist"));
   const std::string latest = Join(dir, kLatestFileName);
-  auto content = ReadFile(latest);
+  auto content = env->ReadFileToString(latest);
   if (content.ok()) {
     std::optional<int64_t> step = ParseStepDirName(absl::StripAsciiWhitespace(*content));
     if (!step) return Damaged(latest, absl::StrCat("holds \"", *content, "\", not step-N"));
     return *step;
   }
   if (!absl::IsNotFound(content.status())) return content.status();
-  MUONSHARD_ASSIGN_OR_RETURN(std::optional<int64_t> scanned, ScanSteps(dir));
+  MUONSHARD_ASSIGN_OR_RETURN(std::optional<int64_t> scanned, ScanSteps(env, dir));
   if (!scanned) return absl::NotFoundError(absl::StrCat("no committed checkpoint in \"", dir, "\""));
   return *scanned;
 }
 
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step) {
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step,
+                                          const OpenOptions& options) {
   if (!step) {
-    MUONSHARD_ASSIGN_OR_RETURN(step, LatestStep(dir));
+    MUONSHARD_ASSIGN_OR_RETURN(step, LatestStep(dir, options));
   }
   Checkpoint c;
+  c.env = options.env;
   c.root = dir;
   c.step_dir = Join(dir, StepDirName(*step));
-  MUONSHARD_ASSIGN_OR_RETURN(bool exists, internal::IsDirectory(c.step_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(bool exists, c.env->IsDirectory(c.step_dir));
   if (!exists) {
-    MUONSHARD_ASSIGN_OR_RETURN(bool torn, internal::Exists(Join(dir, TempStepDirName(*step))));
+    MUONSHARD_ASSIGN_OR_RETURN(bool torn, c.env->FileExists(Join(dir, TempStepDirName(*step))));
     if (torn) {
       return Damaged(dir, absl::StrCat("step ", *step, " is incomplete: ", TempStepDirName(*step),
                                        " was never committed (a save died mid-way?)"));
     }
     return absl::NotFoundError(absl::StrCat("no step ", *step, " in checkpoint directory \"", dir, "\""));
   }
-  MUONSHARD_ASSIGN_OR_RETURN(Metadata metadata, ReadMetadata(c.step_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(Metadata metadata, ReadMetadata(c.env, c.step_dir));
   MUONSHARD_RETURN_IF_ERROR(ParseIndex(c.step_dir, metadata.index, &c.index));
   if (c.index.step() != *step) {
     return Damaged(c.step_dir, absl::StrCat("its index is of step ", c.index.step()));

@@ -21,7 +21,8 @@
 // checks them all, whole-file crc32 included.
 //
 // Errors never crash: NOT_FOUND (no checkpoint, no such step), DATA_LOSS
-// naming the file, key or step (torn, missing, truncated or corrupt data),
+// naming the file, key or step (torn, missing, truncated or corrupt data, or
+// a read the device failed: EIO),
 // INVALID_ARGUMENT naming the tensor (a different model),
 // FAILED_PRECONDITION (a newer format). Thread-compatible: distinct ranks
 // may load concurrently from one Checkpoint.
@@ -34,16 +35,24 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "checkpoint/state.h"
+#include "common/env.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
 
 namespace muonshard::checkpoint {
 
+struct OpenOptions {
+  // Every file of the checkpoint is read through it (the open's, and the
+  // loads' and verifies' of the Checkpoint it returns).
+  Env* env = Env::Default();
+};
+
 // One committed step, opened and validated.
 struct Checkpoint {
-  std::string root;      // the checkpoint directory
-  std::string step_dir;  // root/step-N
+  Env* env = Env::Default();  // OpenOptions::env
+  std::string root;           // the checkpoint directory
+  std::string step_dir;       // root/step-N
   v1::CheckpointIndex index;
   v1::Plan plan;            // the plan the state was saved under
   v1::PlanRequest request;  // its canonical request
@@ -52,13 +61,14 @@ struct Checkpoint {
 // The step `latest` names; without a `latest` (a first commit that died
 // before writing it) the highest step directory holding an index.json.
 // NOT_FOUND when there is none; DATA_LOSS when `latest` is malformed.
-absl::StatusOr<int64_t> LatestStep(const std::string& dir);
+absl::StatusOr<int64_t> LatestStep(const std::string& dir, const OpenOptions& options = {});
 
 // Opens `step` (or the latest) of `dir`. A step that only exists as
 // step-N.tmp is DATA_LOSS ("incomplete ... never committed"); so is a
 // metadata file whose bytes are not those checksums.sha256 lists, or a step
 // without that file, naming the file.
-absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt);
+absl::StatusOr<Checkpoint> OpenCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt,
+                                          const OpenOptions& options = {});
 
 // INVALID_ARGUMENT naming the first tensor of `plan` the checkpoint lacks or
 // holds with another shape or optimizer.

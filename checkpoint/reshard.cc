@@ -38,6 +38,7 @@ absl::StatusOr<v1::ReshardSummary> ReshardCheckpoint(const Checkpoint& source, c
   MUONSHARD_RETURN_IF_ERROR(CheckCompatible(source.index, to));
   MUONSHARD_ASSIGN_OR_RETURN(v1::ReshardSummary summary, SummarizeReshard(source.index, source.plan, to));
   WriteOptions write_options;
+  write_options.env = options.env;
   MUONSHARD_ASSIGN_OR_RETURN(write_options.key_style, ParseKeyStyle(source.index.key_style()));
   if (options.key_style) write_options.key_style = *options.key_style;
   write_options.checksum_chunk_bytes =
@@ -48,13 +49,14 @@ absl::StatusOr<v1::ReshardSummary> ReshardCheckpoint(const Checkpoint& source, c
     if (!n.ok()) {
       // Every rank is written here: the save failed as a whole (NOTE [Failed
       // saves] in writer.cc).
-      AbandonSave(out_dir, source.index.step()).IgnoreError();
+      AbandonSave(out_dir, source.index.step(), options.env).IgnoreError();
       return n.status();
     }
     bytes_read += *n;
     if (options.on_rank_written) options.on_rank_written(rank, to.ranks_size(), bytes_read);
   }
   CommitOptions commit;
+  commit.env = options.env;
   commit.optimizer = source.index.optimizer();
   MUONSHARD_RETURN_IF_ERROR(CommitCheckpoint(out_dir, source.index.step(), to, to_request, commit));
   summary.set_source_step_dir(source.step_dir);

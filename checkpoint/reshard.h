@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/index.h"
 #include "checkpoint/reader.h"
+#include "common/env.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
@@ -22,6 +23,9 @@
 namespace muonshard::checkpoint {
 
 struct ReshardOptions {
+  // Where the new checkpoint is written (the source is read through its
+  // own Checkpoint::env).
+  Env* env = Env::Default();
   std::optional<KeyStyle> key_style;  // default: the source's
   int64_t checksum_chunk_bytes = 0;   // 0: the source's
   // Called after each new rank is written (progress).

@@ -1,11 +1,12 @@
 #include "checkpoint/verify.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/index.h"
-#include "checkpoint/internal/posix_file.h"
+#include "checkpoint/internal/checksums.h"
 #include "checkpoint/internal/rank_file.h"
 #include "common/status_macros.h"
 
@@ -33,7 +34,7 @@ std::vector<std::vector<const v1::StatePiece*>> PiecesByFile(const v1::Checkpoin
 // each piece's chunk crc32s on the way.
 class FileScan {
  public:
-  FileScan(const internal::File& file, int64_t chunk) : file_(file), chunk_(chunk) {}
+  FileScan(const RandomAccessFile& file, int64_t chunk) : file_(file), chunk_(chunk) {}
 
   absl::Status SkipTo(int64_t end) {
     while (pos_ < end) {
@@ -72,7 +73,7 @@ class FileScan {
   uint32_t crc() const { return crc_; }
 
  private:
-  const internal::File& file_;
+  const RandomAccessFile& file_;
   const int64_t chunk_;
   int64_t pos_ = 0;
   uint32_t crc_ = 0;
@@ -81,20 +82,21 @@ class FileScan {
 
 absl::Status VerifyFile(const Checkpoint& c, const v1::CheckpointFile& f,
                         const std::vector<const v1::StatePiece*>& pieces) {
-  MUONSHARD_ASSIGN_OR_RETURN(internal::File file, internal::OpenRankFile(absl::StrCat(c.step_dir, "/", f.name())));
-  MUONSHARD_ASSIGN_OR_RETURN(int64_t size, file.Size());
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
+                             internal::OpenRankFile(c.env, absl::StrCat(c.step_dir, "/", f.name())));
+  MUONSHARD_ASSIGN_OR_RETURN(int64_t size, file->Size());
   if (size != f.size_bytes()) {
     return absl::DataLossError(
-        absl::StrCat("\"", file.path(), "\": ", size, " bytes, the index says ", f.size_bytes(), " (truncated?)"));
+        absl::StrCat("\"", file->path(), "\": ", size, " bytes, the index says ", f.size_bytes(), " (truncated?)"));
   }
-  MUONSHARD_ASSIGN_OR_RETURN(internal::RankFileHeader header, internal::ReadRankFileHeader(file, size));
-  for (const v1::StatePiece* p : pieces) MUONSHARD_RETURN_IF_ERROR(internal::CheckPieceInHeader(header, *p, file));
-  FileScan scan(file, c.index.checksum_chunk_bytes());
+  MUONSHARD_ASSIGN_OR_RETURN(internal::RankFileHeader header, internal::ReadRankFileHeader(*file, size));
+  for (const v1::StatePiece* p : pieces) MUONSHARD_RETURN_IF_ERROR(internal::CheckPieceInHeader(header, *p, *file));
+  FileScan scan(*file, c.index.checksum_chunk_bytes());
   for (const v1::StatePiece* p : pieces) MUONSHARD_RETURN_IF_ERROR(scan.Piece(*p));
   MUONSHARD_RETURN_IF_ERROR(scan.SkipTo(size));
   if (scan.crc() != f.crc32()) {
-    return absl::DataLossError(absl::StrCat("\"", file.path(), "\": whole-file crc32 ", scan.crc(), ", the index says ",
-                                            f.crc32(), " (corrupt file)"));
+    return absl::DataLossError(absl::StrCat("\"", file->path(), "\": whole-file crc32 ", scan.crc(),
+                                            ", the index says ", f.crc32(), " (corrupt file)"));
   }
   return absl::OkStatus();
 }

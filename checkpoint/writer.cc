@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <tuple>
 
 #include "absl/base/casts.h"
@@ -10,9 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/internal/checksums.h"
-#include "checkpoint/internal/posix_file.h"
 #include "checkpoint/safetensors.h"
-#include "common/file_util.h"
+#include "common/env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/planner.h"
@@ -105,8 +105,8 @@ std::string EncodeHeader(const std::vector<Entry>& entries, const RankFileTarget
 // Writes the file, filling `record` with its size, crc32 and every piece.
 absl::Status WriteData(const std::string& path, const std::string& header, const std::vector<Entry>& entries,
                        const RankFileTarget& target, const WriteOptions& options, v1::CheckpointRankRecord* record) {
-  MUONSHARD_ASSIGN_OR_RETURN(internal::File file, internal::File::Create(path));
-  MUONSHARD_RETURN_IF_ERROR(file.Write(header));
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, options.env->NewWritableFile(path));
+  MUONSHARD_RETURN_IF_ERROR(file->Append(header));
   uint32_t crc = internal::Crc32(0, header.data(), static_cast<int64_t>(header.size()));
   int64_t written = static_cast<int64_t>(header.size());
   const int64_t file_bytes = written + (entries.empty() ? 0 : entries.back().offset + entries.back().bytes);
@@ -132,15 +132,15 @@ absl::Status WriteData(const std::string& path, const std::string& header, const
       const uint32_t c = internal::Crc32(0, bytes + off, n);
       if (piece != nullptr) piece->add_chunk_crc32(c);
       crc = internal::Crc32Combine(crc, c, n);
-      MUONSHARD_RETURN_IF_ERROR(file.Write(absl::string_view(bytes + off, static_cast<size_t>(n))));
+      MUONSHARD_RETURN_IF_ERROR(file->Append(absl::string_view(bytes + off, static_cast<size_t>(n))));
     }
     written += e.bytes;
     if (e.shard != nullptr && options.on_piece_written) {
       options.on_piece_written({target.rank, ++pieces, total, written, file_bytes});
     }
   }
-  MUONSHARD_RETURN_IF_ERROR(file.Sync());
-  MUONSHARD_RETURN_IF_ERROR(file.Close());
+  MUONSHARD_RETURN_IF_ERROR(file->Sync());
+  MUONSHARD_RETURN_IF_ERROR(file->Close());
   v1::CheckpointFile* f = record->mutable_file();
   f->set_rank(target.rank);
   f->set_size_bytes(written);
@@ -158,7 +158,7 @@ absl::StatusOr<std::vector<v1::CheckpointRankRecord>> ReadRecords(const std::str
   std::vector<v1::CheckpointRankRecord> records(world);
   for (int r = 0; r < world; ++r) {
     const std::string path = Join(tmp, RankRecordName(r, world));
-    auto json = ReadFile(path);
+    auto json = options.env->ReadFileToString(path);
     if (!json.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("rank ", r, " has not written its checkpoint file: ", json.status().message()));
@@ -191,10 +191,10 @@ absl::StatusOr<std::vector<v1::CheckpointRankRecord>> ReadRecords(const std::str
   return records;
 }
 
-absl::Status CheckFileSizes(const std::string& tmp, const std::vector<v1::CheckpointRankRecord>& records) {
+absl::Status CheckFileSizes(Env* env, const std::string& tmp, const std::vector<v1::CheckpointRankRecord>& records) {
   for (const v1::CheckpointRankRecord& rec : records) {
     const std::string path = Join(tmp, rec.file().name());
-    MUONSHARD_ASSIGN_OR_RETURN(int64_t size, internal::FileSize(path));
+    MUONSHARD_ASSIGN_OR_RETURN(int64_t size, env->GetFileSize(path));
     if (size != rec.file().size_bytes()) {
       return absl::DataLossError(
           absl::StrCat(path, ": ", size, " bytes on disk, ", rec.file().size_bytes(), " written"));
@@ -283,37 +283,41 @@ absl::StatusOr<v1::CheckpointIndex> BuildIndex(const v1::Plan& plan, int64_t ste
 
 // Removes everything in the temporary step directory that the index does not
 // name: rank records, and files of an earlier attempt at this step.
-absl::Status RemoveStrays(const std::string& tmp, const v1::CheckpointIndex& index) {
+absl::Status RemoveStrays(Env* env, const std::string& tmp, const v1::CheckpointIndex& index) {
   absl::flat_hash_set<std::string> keep = {kPlanFileName, kRequestFileName};
   for (const v1::CheckpointFile& f : index.files()) keep.insert(f.name());
-  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, internal::ListDir(tmp));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<std::string> names, env->GetChildren(tmp));
   for (const std::string& name : names) {
-    if (!keep.contains(name)) MUONSHARD_RETURN_IF_ERROR(internal::RemoveTree(Join(tmp, name)));
+    if (!keep.contains(name)) MUONSHARD_RETURN_IF_ERROR(env->RemoveTree(Join(tmp, name)));
   }
   return absl::OkStatus();
 }
 
-// The name `latest` holds, or "" when there is none.
-std::string LatestName(const std::string& dir) {
-  auto content = ReadFile(Join(dir, kLatestFileName));
-  if (!content.ok()) return "";
-  std::string name = *content;
+// The name `latest` holds, or "" when there is none. Any other error is
+// returned: taking an unreadable `latest` for none would let ClearTarget
+// move the step it names aside.
+absl::StatusOr<std::string> LatestName(Env* env, const std::string& dir) {
+  absl::StatusOr<std::string> content = env->ReadFileToString(Join(dir, kLatestFileName));
+  if (absl::IsNotFound(content.status())) return "";
+  if (!content.ok()) return content.status();
+  std::string name = *std::move(content);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   return name;
 }
 
 // A complete step-N left by a commit that crashed before moving `latest` is
 // moved aside (and removed by the cleanup); the one `latest` names never is.
-absl::Status ClearTarget(const std::string& dir, int64_t step) {
+absl::Status ClearTarget(Env* env, const std::string& dir, int64_t step) {
   const std::string final_dir = Join(dir, StepDirName(step));
-  MUONSHARD_ASSIGN_OR_RETURN(bool exists, internal::Exists(final_dir));
+  MUONSHARD_ASSIGN_OR_RETURN(bool exists, env->FileExists(final_dir));
   if (!exists) return absl::OkStatus();
-  if (LatestName(dir) == StepDirName(step)) {
+  MUONSHARD_ASSIGN_OR_RETURN(const std::string latest, LatestName(env, dir));
+  if (latest == StepDirName(step)) {
     return absl::AlreadyExistsError(absl::StrCat(final_dir, " exists and is the latest checkpoint"));
   }
   const std::string aside = Join(dir, absl::StrCat(StepDirName(step), ".replaced.tmp"));
-  MUONSHARD_RETURN_IF_ERROR(internal::RemoveTree(aside));
-  return internal::Rename(final_dir, aside);
+  MUONSHARD_RETURN_IF_ERROR(env->RemoveTree(aside));
+  return env->RenameFile(final_dir, aside);
 }
 
 // What earlier saves left in `dir` besides `in_progress` (a step-N.tmp that
@@ -321,22 +325,22 @@ absl::Status ClearTarget(const std::string& dir, int64_t step) {
 // step-N.replaced.tmp moved aside by ClearTarget, temporaries of `latest`.
 // Best effort: leftovers are never loaded, only take space; what cannot be
 // removed now is retried by the next save.
-void RemoveLeftovers(const std::string& dir, absl::string_view in_progress) {
-  auto names = internal::ListDir(dir);
+void RemoveLeftovers(Env* env, const std::string& dir, absl::string_view in_progress) {
+  auto names = env->GetChildren(dir);
   if (!names.ok()) return;
   for (const std::string& name : *names) {
     const bool step_tmp = absl::StartsWith(name, "step-") && absl::EndsWith(name, ".tmp");
     if ((step_tmp && name != in_progress) || absl::StartsWith(name, absl::StrCat(kLatestFileName, ".tmp."))) {
-      internal::RemoveTree(Join(dir, name)).IgnoreError();
+      env->RemoveTree(Join(dir, name)).IgnoreError();
     }
   }
 }
 
 // After a commit: leftovers, and the steps beyond keep_last (never `step`).
-void CleanUp(const std::string& dir, int64_t step, int keep_last) {
-  RemoveLeftovers(dir, /*in_progress=*/"");
+void CleanUp(Env* env, const std::string& dir, int64_t step, int keep_last) {
+  RemoveLeftovers(env, dir, /*in_progress=*/"");
   if (keep_last <= 0) return;
-  auto names = internal::ListDir(dir);
+  auto names = env->GetChildren(dir);
   if (!names.ok()) return;
   std::vector<int64_t> steps;
   for (const std::string& name : *names) {
@@ -345,7 +349,7 @@ void CleanUp(const std::string& dir, int64_t step, int keep_last) {
   std::sort(steps.begin(), steps.end());
   const int excess = static_cast<int>(steps.size()) - keep_last;
   for (int i = 0; i < excess; ++i) {
-    if (steps[i] != step) internal::RemoveTree(Join(dir, StepDirName(steps[i]))).IgnoreError();
+    if (steps[i] != step) env->RemoveTree(Join(dir, StepDirName(steps[i]))).IgnoreError();
   }
 }
 
@@ -370,21 +374,21 @@ void CleanUp(const std::string& dir, int64_t step, int keep_last) {
 //    they are, and plain `sha256sum -c` can check it too.
 // The reader reads each file once, checks those bytes, then parses the same
 // bytes: nothing unchecked is ever interpreted.
-absl::Status WriteMetadataFiles(const std::string& tmp, const v1::CheckpointIndex& index, const v1::Plan& plan,
-                                const v1::PlanRequest& canonical) {
+absl::Status WriteMetadataFiles(Env* env, const std::string& tmp, const v1::CheckpointIndex& index,
+                                const v1::Plan& plan, const v1::PlanRequest& canonical) {
   const std::string plan_bytes = SerializeDeterministic(plan);
   const std::string request_bytes = SerializeDeterministic(canonical);
   MUONSHARD_ASSIGN_OR_RETURN(const std::string index_json, ToJson(index, /*pretty=*/false));
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kPlanFileName), plan_bytes));
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kRequestFileName), request_bytes));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(env, Join(tmp, kPlanFileName), plan_bytes));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(env, Join(tmp, kRequestFileName), request_bytes));
   // Before the index and its sums: they may not be taken for strays.
-  MUONSHARD_RETURN_IF_ERROR(RemoveStrays(tmp, index));
+  MUONSHARD_RETURN_IF_ERROR(RemoveStrays(env, tmp, index));
   // WriteFileAtomic fsyncs each file and the directory, so everything the
   // index describes is durable before the step can be renamed.
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(tmp, kIndexFileName), index_json));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(env, Join(tmp, kIndexFileName), index_json));
   const internal::NamedBytes covered[] = {
       {kIndexFileName, index_json}, {kPlanFileName, plan_bytes}, {kRequestFileName, request_bytes}};
-  return WriteFileAtomic(Join(tmp, kChecksumsFileName), internal::EncodeChecksums(covered));
+  return WriteFileAtomic(env, Join(tmp, kChecksumsFileName), internal::EncodeChecksums(covered));
 }
 
 void Stage(const CommitOptions& options, absl::string_view stage) {
@@ -412,7 +416,7 @@ absl::Status WriteRankFiles(const std::string& tmp, const std::vector<Entry>& en
   const std::string path = Join(tmp, record->file().name());
   MUONSHARD_RETURN_IF_ERROR(WriteData(path, EncodeHeader(entries, target), entries, target, options, record));
   MUONSHARD_ASSIGN_OR_RETURN(std::string json, ToJson(*record, /*pretty=*/false));
-  return WriteFileAtomic(Join(tmp, RankRecordName(target.rank, target.world_size)), json);
+  return WriteFileAtomic(options.env, Join(tmp, RankRecordName(target.rank, target.world_size)), json);
 }
 
 // NOTE [Failed saves]
@@ -437,9 +441,9 @@ absl::Status WriteRankFiles(const std::string& tmp, const std::vector<Entry>& en
 //    attempt at the same step left in it is overwritten, refused by save_id
 //    or removed as a stray by the commit.
 // None of them touches a committed step-N or `latest`.
-void RemoveOwnFiles(const std::string& tmp, const RankFileTarget& target) {
-  internal::RemoveTree(Join(tmp, RankFileName(target.rank, target.world_size))).IgnoreError();
-  internal::RemoveTree(Join(tmp, RankRecordName(target.rank, target.world_size))).IgnoreError();
+void RemoveOwnFiles(Env* env, const std::string& tmp, const RankFileTarget& target) {
+  env->RemoveTree(Join(tmp, RankFileName(target.rank, target.world_size))).IgnoreError();
+  env->RemoveTree(Join(tmp, RankRecordName(target.rank, target.world_size))).IgnoreError();
 }
 
 // The commit up to the rename of step-N.tmp to step-N, after which the step
@@ -454,12 +458,12 @@ absl::Status CompleteStep(const std::string& dir, int64_t step, const v1::Plan& 
   if (plan.ranks_size() == 0) return absl::InvalidArgumentError("the plan has no ranks");
   const std::string tmp = Join(dir, TempStepDirName(step));
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<v1::CheckpointRankRecord> records, ReadRecords(tmp, plan, step, options));
-  MUONSHARD_RETURN_IF_ERROR(CheckFileSizes(tmp, records));
+  MUONSHARD_RETURN_IF_ERROR(CheckFileSizes(options.env, tmp, records));
   MUONSHARD_ASSIGN_OR_RETURN(v1::CheckpointIndex index, BuildIndex(plan, step, records, options));
-  MUONSHARD_RETURN_IF_ERROR(WriteMetadataFiles(tmp, index, plan, canonical));
+  MUONSHARD_RETURN_IF_ERROR(WriteMetadataFiles(options.env, tmp, index, plan, canonical));
   Stage(options, "index-written");
-  MUONSHARD_RETURN_IF_ERROR(ClearTarget(dir, step));
-  return internal::Rename(tmp, Join(dir, StepDirName(step)));
+  MUONSHARD_RETURN_IF_ERROR(ClearTarget(options.env, dir, step));
+  return options.env->RenameFile(tmp, Join(dir, StepDirName(step)));
 }
 
 }  // namespace
@@ -472,12 +476,15 @@ absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& tar
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<Entry> entries, LayOut(shards, options.key_style, beta_pows));
   const std::string tmp = Join(target.dir, TempStepDirName(target.step));
   // See NOTE [Failed saves] for who removes what.
-  if (target.rank == 0) RemoveLeftovers(target.dir, TempStepDirName(target.step));
-  MUONSHARD_RETURN_IF_ERROR(internal::MakeDirs(tmp));
+  if (target.rank == 0) RemoveLeftovers(options.env, target.dir, TempStepDirName(target.step));
+  // A new DIR must survive a crash once its first step is committed; the
+  // commit's rename and fsync of DIR cover step-N.tmp.
+  MUONSHARD_RETURN_IF_ERROR(CreateDirsDurably(options.env, target.dir));
+  MUONSHARD_RETURN_IF_ERROR(options.env->CreateDirs(tmp));
   v1::CheckpointRankRecord record = NewRecord(target, scalars, options);
   absl::Status written = WriteRankFiles(tmp, entries, target, options, &record);
   if (!written.ok()) {
-    RemoveOwnFiles(tmp, target);
+    RemoveOwnFiles(options.env, tmp, target);
     return written;
   }
   return record;
@@ -486,19 +493,19 @@ absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& tar
 absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan,
                               const v1::PlanRequest& request, const CommitOptions& options) {
   if (absl::Status s = CompleteStep(dir, step, plan, request, options); !s.ok()) {
-    AbandonSave(dir, step).IgnoreError();  // NOTE [Failed saves]
+    AbandonSave(dir, step, options.env).IgnoreError();  // NOTE [Failed saves]
     return s;
   }
-  MUONSHARD_RETURN_IF_ERROR(SyncDirectory(dir));
+  MUONSHARD_RETURN_IF_ERROR(options.env->SyncDir(dir));
   Stage(options, "renamed");
-  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kLatestFileName), StepDirName(step) + "\n"));
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(options.env, Join(dir, kLatestFileName), StepDirName(step) + "\n"));
   Stage(options, "latest-updated");
-  CleanUp(dir, step, options.keep_last);
+  CleanUp(options.env, dir, step, options.keep_last);
   return absl::OkStatus();
 }
 
-absl::Status AbandonSave(const std::string& dir, int64_t step) {
-  return internal::RemoveTree(Join(dir, TempStepDirName(step)));
+absl::Status AbandonSave(const std::string& dir, int64_t step, Env* env) {
+  return env->RemoveTree(Join(dir, TempStepDirName(step)));
 }
 
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
@@ -510,7 +517,7 @@ absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan
   for (int r = 0; r < plan.ranks_size(); ++r) {
     RankFileTarget target{dir, step, plan.content_hash(), r, plan.ranks_size(), commit_options.save_id};
     if (absl::Status s = WriteRankFile(target, ranks[r], scalars, write_options).status(); !s.ok()) {
-      AbandonSave(dir, step).IgnoreError();  // every rank is ours: NOTE [Failed saves]
+      AbandonSave(dir, step, write_options.env).IgnoreError();  // every rank is ours: NOTE [Failed saves]
       return s;
     }
   }

@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "checkpoint/index.h"
 #include "checkpoint/state.h"
+#include "common/env.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
@@ -61,6 +62,8 @@ struct WriteProgress {
 };
 
 struct WriteOptions {
+  // Every file of the save goes through it; tests inject faults there.
+  Env* env = Env::Default();
   KeyStyle key_style = KeyStyle::kStructured;
   // Positive multiple of 4.
   int64_t checksum_chunk_bytes = kDefaultChecksumChunkBytes;
@@ -70,8 +73,8 @@ struct WriteOptions {
 };
 
 // Writes `shards` (this rank's whole state) and returns the record it also
-// left beside the file. Creates DIR and DIR/step-N.tmp as needed; any rank
-// may come first. Rank 0 first removes what earlier saves left in DIR (other
+// left beside the file. Creates DIR (durably: fsynced into its parent) and
+// DIR/step-N.tmp as needed; any rank may come first. Rank 0 first removes what earlier saves left in DIR (other
 // steps' step-*.tmp, never this save's). INVALID_ARGUMENT: bad target or
 // options, a shard whose data size differs from its range, two shards with
 // one key. Write errors name the path (RESOURCE_EXHAUSTED for a full disk or
@@ -81,6 +84,7 @@ absl::StatusOr<v1::CheckpointRankRecord> WriteRankFile(const RankFileTarget& tar
                                                        const WriteOptions& options = {});
 
 struct CommitOptions {
+  Env* env = Env::Default();
   int64_t plan_version = 0;  // the coordinator store's; 0 = unknown
   v1::OptimizerHyperParams optimizer;
   std::string save_id;  // must equal every record's when non-empty
@@ -99,7 +103,8 @@ struct CommitOptions {
 // Possible errors: INVALID_ARGUMENT (request/plan mismatch),
 // FAILED_PRECONDITION (a rank's record missing or disagreeing, state not
 // covered, scalars differing), DATA_LOSS (a file's size differs),
-// ALREADY_EXISTS (step-N exists and is `latest`), file-system errors.
+// ALREADY_EXISTS (step-N exists and is `latest`), file-system errors (an
+// unreadable `latest` included: it may name step-N).
 // Any error before "renamed" removes step-N.tmp (the save can never be
 // committed; see AbandonSave). After "renamed" the step is complete; an error
 // then (fsync, `latest`) leaves it loadable by number, as a crash would, and
@@ -113,10 +118,11 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step, const v1::Pl
 // a failed barrier, a process writing every rank — never for a rank whose
 // own write failed (WriteRankFile cleans that up). OK when there is nothing
 // to remove; never touches a committed step-N or `latest`.
-absl::Status AbandonSave(const std::string& dir, int64_t step);
+absl::Status AbandonSave(const std::string& dir, int64_t step, Env* env = Env::Default());
 
 // WriteRankFile for every rank (ranks[r] is rank r's state) then
-// CommitCheckpoint, in this process. Any failure removes step-N.tmp.
+// CommitCheckpoint, in this process. Any failure removes step-N.tmp. Both
+// options must name the same Env.
 absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::Plan& plan, const v1::PlanRequest& request,
                             absl::Span<const std::vector<StateShard>> ranks, const Scalars& scalars,
                             const WriteOptions& write_options = {}, const CommitOptions& commit_options = {});

@@ -1,6 +1,9 @@
 #ifndef MUONSHARD_COMMON_FILE_UTIL_H_
 #define MUONSHARD_COMMON_FILE_UTIL_H_
 
+// Whole-file helpers on Env::Default() (common/env.h), for callers that
+// need no other file system.
+
 #include <string>
 
 #include "absl/status/status.h"

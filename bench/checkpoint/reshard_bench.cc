@@ -25,13 +25,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "checkpoint/internal/posix_file.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/reshard.h"
 #include "checkpoint/reshard_plan.h"
 #include "checkpoint/state.h"
 #include "checkpoint/verify.h"
 #include "checkpoint/writer.h"
+#include "common/env.h"
 #include "common/flags.h"
 #include "coordinator/planner/planner.h"
 #include "tests/testing/manifest_builder.h"
@@ -156,8 +156,8 @@ absl::Status Save(const std::string& dir, const Planned& p, const std::vector<st
 
 void DropCaches(const Checkpoint& c) {
   for (const v1::CheckpointFile& f : c.index.files()) {
-    auto file = internal::File::OpenForRead(absl::StrCat(c.step_dir, "/", f.name()));
-    if (file.ok()) file->DropCache();
+    auto file = c.env->NewRandomAccessFile(absl::StrCat(c.step_dir, "/", f.name()));
+    if (file.ok()) (*file)->DropCache();
   }
 }
 

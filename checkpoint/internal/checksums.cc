@@ -1,6 +1,9 @@
 #include "checkpoint/internal/checksums.h"
 
 #include <openssl/evp.h>
+#include <zlib.h>
+
+#include <algorithm>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -10,6 +13,8 @@
 namespace muonshard::checkpoint::internal {
 namespace {
 
+// zlib takes at most this many bytes per call here (1 GiB).
+constexpr int64_t kMaxCrcBytes = int64_t{1} << 30;
 constexpr size_t kHexDigits = 64;
 // sha256sum's separator for a file hashed in text mode (the default).
 constexpr absl::string_view kSeparator = "  ";
@@ -31,6 +36,21 @@ bool IsPlainName(absl::string_view name) {
 }
 
 }  // namespace
+
+uint32_t Crc32(uint32_t crc, const void* data, int64_t n) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    const int64_t len = std::min<int64_t>(n, kMaxCrcBytes);
+    crc = static_cast<uint32_t>(::crc32_z(crc, p, static_cast<z_size_t>(len)));
+    p += len;
+    n -= len;
+  }
+  return crc;
+}
+
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, int64_t length_b) {
+  return static_cast<uint32_t>(::crc32_combine(crc_a, crc_b, static_cast<z_off_t>(length_b)));
+}
 
 std::string Sha256Hex(absl::string_view bytes) {
   unsigned char digest[EVP_MAX_MD_SIZE];

@@ -1,13 +1,16 @@
 #ifndef MUONSHARD_CHECKPOINT_INTERNAL_CHECKSUMS_H_
 #define MUONSHARD_CHECKPOINT_INTERNAL_CHECKSUMS_H_
 
-// checksums.sha256 of a step directory: the SHA-256 of each metadata file
+// The checksums of a checkpoint: zlib's crc32 of the rank files' bytes (per
+// chunk and per file, kept in the index) and checksums.sha256 of a step
+// directory: the SHA-256 of each metadata file
 // (index.json, plan.pb, request.pb) in sha256sum's text format, one
 // "<64 lowercase hex>  <name>\n" per file, so `sha256sum -c checksums.sha256`
 // in the step directory checks them without muonshard. The rank files are
 // covered by the index's crc32s, so these sums cover every byte of a step.
 // See NOTE [Metadata checksums] in writer.cc.
 
+#include <cstdint>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,6 +20,10 @@
 #include "absl/types/span.h"
 
 namespace muonshard::checkpoint::internal {
+
+uint32_t Crc32(uint32_t crc, const void* data, int64_t n);
+// crc32 of A followed by B, from crc32(A), crc32(B) and B's length.
+uint32_t Crc32Combine(uint32_t crc_a, uint32_t crc_b, int64_t length_b);
 
 // 64 lowercase hex digits.
 std::string Sha256Hex(absl::string_view bytes);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "checkpoint/index.h"
+#include "checkpoint/internal/checksums.h"
 #include "common/status_macros.h"
 
 namespace muonshard::checkpoint::internal {
@@ -12,8 +13,8 @@ namespace {
 
 // Reads chunks [first, last) of `piece` into `dest` (the first chunk's
 // start) and checks each one's crc32.
-absl::Status ReadChunks(const File& file, const v1::StatePiece& piece, int64_t chunk, int64_t first, int64_t last,
-                        char* dest) {
+absl::Status ReadChunks(const RandomAccessFile& file, const v1::StatePiece& piece, int64_t chunk, int64_t first,
+                        int64_t last, char* dest) {
   const int64_t begin = first * chunk;
   const int64_t end = std::min(last * chunk, PieceBytes(piece));
   MUONSHARD_RETURN_IF_ERROR(file.ReadAt(piece.data_offset() + begin, dest, end - begin));
@@ -31,15 +32,15 @@ absl::Status ReadChunks(const File& file, const v1::StatePiece& piece, int64_t c
 
 }  // namespace
 
-absl::StatusOr<File> OpenRankFile(const std::string& path) {
-  auto file = File::OpenForRead(path);
+absl::StatusOr<std::unique_ptr<RandomAccessFile>> OpenRankFile(Env* env, const std::string& path) {
+  auto file = env->NewRandomAccessFile(path);
   if (absl::IsNotFound(file.status())) {
     return absl::DataLossError(absl::StrCat("rank file is missing: ", file.status().message()));
   }
   return file;
 }
 
-absl::StatusOr<RankFileHeader> ReadRankFileHeader(const File& file, int64_t size) {
+absl::StatusOr<RankFileHeader> ReadRankFileHeader(const RandomAccessFile& file, int64_t size) {
   RankFileHeader out;
   auto fail = [&file](const absl::Status& s) { return Annotate(s, absl::StrCat("\"", file.path(), "\"")); };
   char first8[8] = {};
@@ -60,7 +61,8 @@ absl::StatusOr<RankFileHeader> ReadRankFileHeader(const File& file, int64_t size
   return out;
 }
 
-absl::Status CheckPieceInHeader(const RankFileHeader& header, const v1::StatePiece& piece, const File& file) {
+absl::Status CheckPieceInHeader(const RankFileHeader& header, const v1::StatePiece& piece,
+                                const RandomAccessFile& file) {
   auto it = header.by_key.find(piece.key());
   if (it == header.by_key.end()) {
     return absl::DataLossError(absl::StrCat("\"", file.path(), "\": no key \"", piece.key(), "\" in its header"));
@@ -75,8 +77,8 @@ absl::Status CheckPieceInHeader(const RankFileHeader& header, const v1::StatePie
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> ReadVerified(const File& file, const v1::StatePiece& piece, int64_t chunk_bytes, int64_t offset,
-                                     int64_t bytes, char* dest, std::vector<char>* scratch) {
+absl::StatusOr<int64_t> ReadVerified(const RandomAccessFile& file, const v1::StatePiece& piece, int64_t chunk_bytes,
+                                     int64_t offset, int64_t bytes, char* dest, std::vector<char>* scratch) {
   if (bytes <= 0) return 0;
   const int64_t piece_bytes = PieceBytes(piece);
   const int64_t end = offset + bytes;

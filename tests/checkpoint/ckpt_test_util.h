@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "checkpoint/state.h"
+#include "gmock/gmock.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
 
@@ -88,8 +89,17 @@ class ScopedFileSizeLimit {
 
  private:
   rlimit saved_limit_{};
-  struct sigaction saved_action_{};
+  struct sigaction saved_action_ {};
 };
+
+// gmock's Optional() for a StatusOr: EXPECT_THAT(f(), IsOkAndHolds(3)).
+MATCHER_P(IsOkAndHolds, value_matcher, "") {
+  if (!arg.ok()) {
+    *result_listener << "status is " << arg.status();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);
+}
 
 // $MUONSHARD_BIN_DIR/<name>.
 std::string BinaryPath(absl::string_view name);

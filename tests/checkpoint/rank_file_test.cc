@@ -3,11 +3,13 @@
 // checksum chunks contain it.
 #include "checkpoint/internal/rank_file.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "checkpoint/internal/posix_file.h"
+#include "checkpoint/internal/checksums.h"
+#include "common/env.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -44,10 +46,10 @@ class ReadVerifiedTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::vector<float>> Read(int64_t first, int64_t last) {
-    MUONSHARD_ASSIGN_OR_RETURN(File file, File::OpenForRead(path_));
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, Env::Default()->NewRandomAccessFile(path_));
     std::vector<float> out(static_cast<size_t>(last - first), -1.0f);
     std::vector<char> scratch;
-    auto n = ReadVerified(file, piece_, kChunk, first * 4, (last - first) * 4, reinterpret_cast<char*>(out.data()),
+    auto n = ReadVerified(*file, piece_, kChunk, first * 4, (last - first) * 4, reinterpret_cast<char*>(out.data()),
                           &scratch);
     if (!n.ok()) return n.status();
     // Reads are widened to whole chunks, never more.
