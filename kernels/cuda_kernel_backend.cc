@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
@@ -81,6 +83,13 @@ static_assert(static_cast<int>(ElementType::kFloat32) == 0 &&
               "LaunchConvert's type codes");
 
 void FreeDeviceMemory(void* pointer) { (void)cudaFree(pointer); }
+
+absl::Status CheckMuonPointers(int device, const MuonTensors& tensors) {
+  return CheckDevicePointers(device, {{tensors.grad, "grad"},
+                                      {tensors.momentum, "momentum"},
+                                      {tensors.master, "master"},
+                                      {tensors.model, "model"}});
+}
 
 }  // namespace
 
@@ -192,28 +201,64 @@ absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors,
                                            WeightLayout layout,
                                            const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
+  MUONSHARD_RETURN_IF_ERROR(CheckMuonPointers(device_, tensors));
+  return EnqueueMuonUpdate(absl::MakeConstSpan(&tensors, 1), shape, layout,
+                           options);
+}
+
+absl::Status CudaKernelBackend::MuonUpdateBatch(
+    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+    WeightLayout layout, const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
+  if (items.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Muon batch: ", items.size(), " items is above 2^31-1"));
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const absl::Status status = CheckMuonPointers(device_, items[i]);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Muon batch: item ", i, ": ", status.message()));
+    }
+  }
+  if (items.empty()) return absl::OkStatus();
+  return EnqueueMuonUpdate(items, shape, layout, options);
+}
+
+// One Newton–Schulz run, strided-batched over the matrices of all items:
+// each item's momentum kernel writes its matrices' update into the shared
+// contiguous update buffer (and their Σx² into the shared sums), the
+// iteration runs once over all of them, and each item's apply kernel reads
+// its own slice of the result. 2 small launches per item besides the
+// iteration, against a whole iteration per item for MuonUpdate calls.
+absl::Status CudaKernelBackend::EnqueueMuonUpdate(
+    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+    WeightLayout layout, const MuonOptions& options) {
+  const MatrixBatchShape all{static_cast<int64_t>(items.size()) * shape.batch,
+                             shape.rows, shape.cols};
+  MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(all));
   MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
-                             internal::MakeCudaNsConfig(options.ns, shape,
+                             internal::MakeCudaNsConfig(options.ns, all,
                                                          bf16_by_default_));
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-      device_, {{tensors.grad, "grad"},
-                {tensors.momentum, "momentum"},
-                {tensors.master, "master"},
-                {tensors.model, "model"}}));
   internal::ScopedCudaDevice scope(device_);
   MUONSHARD_ASSIGN_OR_RETURN(
       internal::NsBuffers buffers,
-      ReserveNsBuffers(*workspace_, shape, config.bf16, true, stream_));
-  MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, shape.batch, stream_));
+      ReserveNsBuffers(*workspace_, all, config.bf16, true, stream_));
+  MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, all.batch, stream_));
   const int64_t per_matrix = shape.matrix_elements();
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      internal::LaunchMomentum(tensors.grad, tensors.momentum, buffers.update,
-                               shape.batch, per_matrix, options.beta,
-                               options.nesterov, buffers.sums, stream_),
-      "Muon momentum");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t first = static_cast<int64_t>(i) * shape.batch;
+    MUONSHARD_CUDA_RETURN_IF_ERROR(
+        internal::LaunchMomentum(items[i].grad, items[i].momentum,
+                                 buffers.update + first * per_matrix,
+                                 shape.batch, per_matrix, options.beta,
+                                 options.nesterov, buffers.sums + first,
+                                 stream_),
+        "Muon momentum");
+  }
   MUONSHARD_ASSIGN_OR_RETURN(
       const void* ortho,
-      internal::OrthogonalizeOnDevice(buffers.update, buffers, shape, config,
+      internal::OrthogonalizeOnDevice(buffers.update, buffers, all, config,
                                       *gemm_, stream_));
   const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
                                        options.scale_version,
@@ -221,17 +266,22 @@ absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors,
   const float decay =
       options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
   const float step = static_cast<float>(options.lr * scale);
-  const cudaError_t error =
-      config.bf16
-          ? internal::LaunchMuonApply(static_cast<const Bf16Bits*>(ortho),
-                                      shape.batch, per_matrix, buffers.x_stride,
-                                      decay, step, tensors.master, tensors.model,
-                                      stream_)
-          : internal::LaunchMuonApply(static_cast<const float*>(ortho),
-                                      shape.batch, per_matrix, buffers.x_stride,
-                                      decay, step, tensors.master, tensors.model,
-                                      stream_);
-  return CudaToStatus(error, "applying the Muon update");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t offset =
+        static_cast<int64_t>(i) * shape.batch * buffers.x_stride;
+    const cudaError_t error =
+        config.bf16
+            ? internal::LaunchMuonApply(
+                  static_cast<const Bf16Bits*>(ortho) + offset, shape.batch,
+                  per_matrix, buffers.x_stride, decay, step, items[i].master,
+                  items[i].model, stream_)
+            : internal::LaunchMuonApply(
+                  static_cast<const float*>(ortho) + offset, shape.batch,
+                  per_matrix, buffers.x_stride, decay, step, items[i].master,
+                  items[i].model, stream_);
+    MUONSHARD_RETURN_IF_ERROR(CudaToStatus(error, "applying the Muon update"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/kernel_backend.h"
 
 namespace muonshard::kernels {
@@ -58,6 +59,15 @@ class CudaKernelBackend final : public KernelBackend {
   absl::Status MuonUpdate(const MuonTensors& tensors,
                           const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override;
+  // Validates every item (and its pointers' memory space) before enqueuing
+  // anything; see KernelBackend::MuonUpdateBatch and EnqueueMuonUpdate. The
+  // work buffer grows to the whole batch: per element 4 bytes of update plus
+  // two iterates (2 bytes each in bf16, 4 in fp32), plus two m x m products
+  // per matrix; about 1 GB in bf16 for 64 matrices of 768 x 2048.
+  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
+                               const MatrixBatchShape& shape,
+                               WeightLayout layout,
+                               const MuonOptions& options) override;
   absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
                      const AdamWBetaPows& pows,
                      const AdamWOptions& options) override;
@@ -77,6 +87,15 @@ class CudaKernelBackend final : public KernelBackend {
                     std::unique_ptr<internal::CublasLtGemm> gemm);
   // CopyFromHost's and CopyToHost's checks and their copy on the stream
   // (nothing enqueued for 0 bytes).
+  // MuonUpdate's and MuonUpdateBatch's work for validated, non-empty
+  // `items`: momentum per item into one contiguous update buffer, one
+  // Newton–Schulz run strided-batched over all items' matrices, apply per
+  // item. Possible errors: INVALID_ARGUMENT (more than 2^31-1 matrices in
+  // all), RESOURCE_EXHAUSTED, INTERNAL.
+  absl::Status EnqueueMuonUpdate(absl::Span<const MuonTensors> items,
+                                 const MatrixBatchShape& shape,
+                                 WeightLayout layout,
+                                 const MuonOptions& options);
   absl::Status EnqueueCopy(const char* op, const void* src, void* dst,
                            int64_t bytes, cudaMemcpyKind kind);
 

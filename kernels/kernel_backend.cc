@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/half_float.h"
 #include "common/status_macros.h"
 #include "kernels/adamw.h"
@@ -66,6 +67,13 @@ class CpuKernelBackend final : public KernelBackend {
                           const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override {
     return MuonUpdateCpu(tensors, shape, layout, options);
+  }
+
+  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
+                               const MatrixBatchShape& shape,
+                               WeightLayout layout,
+                               const MuonOptions& options) override {
+    return MuonUpdateBatchCpu(items, shape, layout, options);
   }
 
   absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
@@ -142,6 +150,16 @@ class CpuKernelBackend final : public KernelBackend {
 };
 
 }  // namespace
+
+absl::Status KernelBackend::MuonUpdateBatch(
+    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+    WeightLayout layout, const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
+  for (const MuonTensors& item : items) {
+    MUONSHARD_RETURN_IF_ERROR(MuonUpdate(item, shape, layout, options));
+  }
+  return absl::OkStatus();
+}
 
 namespace internal {
 

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/adamw.h"
 #include "kernels/bf16.h"
 #include "kernels/muon_update.h"
@@ -75,6 +76,45 @@ class KernelBackend {
                                   const MatrixBatchShape& shape,
                                   WeightLayout layout,
                                   const MuonOptions& options) = 0;
+
+  // One Muon step on each of `items`, for a rank that owns many parameters
+  // of one shape at separate addresses (a model's per-expert 2-D tensors,
+  // the q/k/v projections of every layer): the effect of
+  //   for each i: MuonUpdate(items[i], shape, layout, options)
+  // in one call, so the backend can batch across items: the CPU backend runs
+  // every matrix of every item through one loop, one matrix per thread with
+  // single-threaded BLAS for small shapes (threaded BLAS per matrix for large
+  // ones, as MuonUpdate); CUDA runs the Newton–Schulz iterations once,
+  // strided-batched over all the matrices.
+  //
+  // Each item is one MuonTensors of shape.elements() floats (an item may
+  // itself be a stack of shape.batch matrices; a 2-D parameter has batch 1).
+  // All items share `shape`, `layout` and `options`: parameters that differ
+  // in any of them, with_decay included (options.with_decay is
+  // per-parameter), go into separate calls, grouped by caller.
+  //
+  // Results: on the CPU every item's momentum, master and model are
+  // bit-identical to the per-item MuonUpdate calls. On CUDA they match the
+  // per-item calls within the NS precision's rounding (cuBLAS may pick other
+  // kernels for another batch count).
+  //
+  // Errors: INVALID_ARGUMENT for a bad shape or options, or an item with a
+  // null grad, momentum or master ("item <index>: ..."), or a written buffer
+  // (momentum, master, model) overlapping any other buffer of the batch (two
+  // items may share a gradient); on CUDA, also an item pointer that is not
+  // device memory of the backend's device. All items are validated before
+  // anything runs, so on INVALID_ARGUMENT nothing was changed. INTERNAL as
+  // MuonUpdate. An empty `items` is a no-op (after validating shape and
+  // options).
+  //
+  // The default runs ValidateMuonBatchArgs, then MuonUpdate per item: right
+  // for any backend, batched for none; a backend whose MuonUpdate checks
+  // more than ValidateMuonArgs (memory space) should override it so that
+  // those checks also precede any work.
+  virtual absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
+                                       const MatrixBatchShape& shape,
+                                       WeightLayout layout,
+                                       const MuonOptions& options);
 
   // One AdamW step on a slice of `n` elements (see adamw.h). `pows` are host
   // pointers for every backend.

@@ -1,7 +1,8 @@
 #ifndef MUONSHARD_KERNELS_MUON_UPDATE_H_
 #define MUONSHARD_KERNELS_MUON_UPDATE_H_
 
-// The Muon step for one 2-D parameter or one 3-D expert stack
+// The Muon step for one 2-D parameter or one 3-D expert stack (many
+// same-shape ones at once: KernelBackend::MuonUpdateBatch)
 // (docs/reference/paddle_internals.md §3.4-3.5, Paddle "NEW": update on the fp32 master).
 //
 // For each matrix of the batch (rows x cols, row-major), with g the fp32
@@ -24,6 +25,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "kernels/bf16.h"
 #include "kernels/newton_schulz.h"
 
@@ -72,11 +74,36 @@ absl::Status ValidateMuonArgs(const MuonTensors& tensors,
                               const MatrixBatchShape& shape,
                               const MuonOptions& options);
 
-// CPU implementation: host pointers; blocks until done.
+// Validates the arguments of a batched update (KernelBackend::
+// MuonUpdateBatch) but the pointers' memory space: the shape and options
+// once, then every item's pointers, and that no written buffer (momentum,
+// master, model) of any item overlaps another buffer of the batch, its own
+// item's included (gradients may overlap each other). Messages name the
+// item index ("item 3: ..."). An empty `items` passes when the shape and
+// options do.
+// Possible errors: INVALID_ARGUMENT.
+absl::Status ValidateMuonBatchArgs(absl::Span<const MuonTensors> items,
+                                   const MatrixBatchShape& shape,
+                                   const MuonOptions& options);
+
+// CPU implementation: host pointers; blocks until done. The matrices are
+// spread over threads as NewtonSchulzCpu's, each with its momentum, decay
+// and apply passes.
 // Possible errors: INVALID_ARGUMENT.
 absl::Status MuonUpdateCpu(const MuonTensors& tensors,
                            const MatrixBatchShape& shape, WeightLayout layout,
                            const MuonOptions& options);
+
+// CPU implementation of KernelBackend::MuonUpdateBatch: host pointers;
+// blocks until done. Every matrix of every item goes through one loop (as
+// one stack would in MuonUpdateCpu), and each item's result is
+// bit-identical to MuonUpdateCpu(items[i], shape, layout, options). Nothing
+// is written when validation fails.
+// Possible errors: INVALID_ARGUMENT.
+absl::Status MuonUpdateBatchCpu(absl::Span<const MuonTensors> items,
+                                const MatrixBatchShape& shape,
+                                WeightLayout layout,
+                                const MuonOptions& options);
 
 }  // namespace muonshard::kernels
 

@@ -1,10 +1,13 @@
-// CPU Muon update: momentum, Newton–Schulz (OpenBLAS), decoupled decay and
-// the master/bf16 write, in three passes over the buffers.
+// CPU Muon update: for each matrix, momentum into a per-thread buffer,
+// Newton–Schulz (OpenBLAS) on it, then decoupled decay and the master/bf16
+// write. MuonUpdateCpu and MuonUpdateBatchCpu share one loop over matrices
+// (internal::ForEachMatrixCpu), so a matrix's result does not depend on
+// which call, item or thread handled it.
 
 #include <cstdint>
-#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "kernels/bf16.h"
 #include "kernels/internal/cpu_newton_schulz.h"
@@ -31,27 +34,54 @@ void ApplyUpdate(const float* ortho, int64_t n, float decay, float step,
   }
 }
 
+// The Muon step on every matrix of every item. REQUIRES: the arguments are
+// valid (ValidateMuonArgs for each item).
+absl::Status RunMuonCpu(absl::Span<const MuonTensors> items,
+                        const MatrixBatchShape& shape, WeightLayout layout,
+                        const MuonOptions& options) {
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config,
+                             internal::MakeCpuNsConfig(options.ns));
+  const int64_t per_matrix = shape.matrix_elements();
+  const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
+                                       options.scale_version,
+                                       options.extra_scale);
+  const float decay =
+      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
+  const float step = static_cast<float>(options.lr * scale);
+  const int64_t matrices = static_cast<int64_t>(items.size()) * shape.batch;
+  internal::ForEachMatrixCpu(
+      matrices, shape.rows, shape.cols, config,
+      [&](int64_t j, internal::CpuNsScratch& scratch) {
+        const MuonTensors& t = items[static_cast<size_t>(j / shape.batch)];
+        const int64_t offset = (j % shape.batch) * per_matrix;
+        scratch.input.resize(per_matrix);
+        float* update = scratch.input.data();
+        MomentumStep(t.grad + offset, t.momentum + offset, update, per_matrix,
+                     options.beta, options.nesterov);
+        internal::OrthogonalizeMatrixCpu(update, shape.rows, shape.cols,
+                                         config, scratch);
+        ApplyUpdate(update, per_matrix, decay, step, t.master + offset,
+                    t.model != nullptr ? t.model + offset : nullptr);
+      });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status MuonUpdateCpu(const MuonTensors& tensors,
                            const MatrixBatchShape& shape, WeightLayout layout,
                            const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
-  MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config,
-                             internal::MakeCpuNsConfig(options.ns));
-  const int64_t n = shape.elements();
-  std::vector<float> update(n);
-  MomentumStep(tensors.grad, tensors.momentum, update.data(), n, options.beta,
-               options.nesterov);
-  internal::OrthogonalizeBatchCpu(update.data(), shape, config);
-  const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
-                                       options.scale_version,
-                                       options.extra_scale);
-  const float decay =
-      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
-  ApplyUpdate(update.data(), n, decay, static_cast<float>(options.lr * scale),
-              tensors.master, tensors.model);
-  return absl::OkStatus();
+  return RunMuonCpu(absl::MakeConstSpan(&tensors, 1), shape, layout, options);
+}
+
+absl::Status MuonUpdateBatchCpu(absl::Span<const MuonTensors> items,
+                                const MatrixBatchShape& shape,
+                                WeightLayout layout,
+                                const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
+  if (items.empty()) return absl::OkStatus();
+  return RunMuonCpu(items, shape, layout, options);
 }
 
 }  // namespace muonshard::kernels

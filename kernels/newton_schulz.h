@@ -112,8 +112,11 @@ double NewtonSchulzFlops(const MatrixBatchShape& shape, int steps);
 
 // CPU implementation (OpenBLAS). `in` and `out` are host pointers to
 // shape.elements() floats; `out` may equal `in` (in-place) but must not
-// otherwise overlap it. Blocks until done; uses OpenBLAS's threads, and for
-// batches of small matrices one thread per core over the batch.
+// otherwise overlap it. Blocks until done. Large matrices run one after
+// another on OpenBLAS's threads; small ones (symmetric path) one per thread
+// over the batch, with OpenBLAS held at one thread meanwhile (process-wide),
+// even for a batch of one, so a matrix's result never depends on the batch
+// it came in.
 // Possible errors: INVALID_ARGUMENT (null pointer, bad shape or options).
 absl::Status NewtonSchulzCpu(const float* in, float* out,
                              const MatrixBatchShape& shape,

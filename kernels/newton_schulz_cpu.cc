@@ -9,13 +9,16 @@
 // ssyrk reads its input as a general matrix.
 
 #include <algorithm>
+#include <atomic>
 #include <cblas.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/status_macros.h"
@@ -32,15 +35,71 @@ namespace {
 // one per thread: OpenBLAS splits such small calls poorly. Measured on 2 cores
 // (bench/kernels, experts64x128x512): 92 vs 63 GFLOP/s at m²n = 2^23, 89 vs 76
 // at 2^26, 46 vs 73 at 2^28. Only the symmetric path: concurrent threaded
-// sgemm calls serialise inside OpenBLAS and ran 3x slower.
+// sgemm calls serialise inside OpenBLAS and ran 3x slower. (Both measured
+// before ScopedSingleThreadedBlas, when each thread's BLAS calls still went
+// to OpenBLAS's pool.)
 constexpr double kPerThreadMatrixMaxWork = double{1 << 26};
 
-// Work buffers for one matrix; reused across the matrices a thread handles.
-struct Scratch {
-  std::vector<float> gram;  // A = X·Xᵀ, m x m.
-  std::vector<float> poly;  // B = b·A + c·A·A, m x m.
-  std::vector<float> next;  // The next iterate, rows x cols.
+// Holds OpenBLAS's pool at one thread while it lives, for loops that run
+// one matrix per thread: left threaded, every concurrent BLAS call would hand
+// its work to the same pool (one thread per core), which queues the callers
+// behind each other and oversubscribes the cores. The pool is process-wide,
+// so the guards of all threads share one count: the first to enter saves the
+// pool size and the last to leave restores it. Other BLAS callers of the
+// process run single-threaded meanwhile, while the per-thread loop already
+// keeps every core busy.
+class ScopedSingleThreadedBlas {
+ public:
+  ScopedSingleThreadedBlas() {
+    std::lock_guard<std::mutex> lock(Mu());
+    State& state = GetState();
+    if (state.depth++ == 0) {
+      state.saved_threads = openblas_get_num_threads();
+      if (state.saved_threads != 1) openblas_set_num_threads(1);
+    }
+  }
+  ~ScopedSingleThreadedBlas() {
+    std::lock_guard<std::mutex> lock(Mu());
+    State& state = GetState();
+    if (--state.depth == 0 && state.saved_threads != 1) {
+      openblas_set_num_threads(state.saved_threads);
+    }
+  }
+  ScopedSingleThreadedBlas(const ScopedSingleThreadedBlas&) = delete;
+  ScopedSingleThreadedBlas& operator=(const ScopedSingleThreadedBlas&) = delete;
+
+ private:
+  struct State {
+    int depth = 0;
+    int saved_threads = 1;
+  };
+  static std::mutex& Mu() {
+    static std::mutex* mu = new std::mutex;
+    return *mu;
+  }
+  static State& GetState() {
+    static State* state = new State;
+    return *state;
+  }
 };
+
+// The scratch of the one-matrix-per-thread path is kept by each thread
+// between calls, up to this size: allocated afresh per call, glibc hands the
+// freed blocks back to the OS and every call page-faults them in again
+// (192x512: 55-70 GFLOP/s per MuonUpdate call against 80-100 with the
+// scratch kept). Larger scratch (long thin matrices) is freed after a call.
+constexpr size_t kMaxKeptScratchBytes = size_t{16} << 20;
+
+CpuNsScratch& KeptScratch() {
+  thread_local CpuNsScratch scratch;
+  return scratch;
+}
+
+void ReleaseIfLarge(CpuNsScratch& scratch) {
+  const size_t floats = scratch.input.capacity() + scratch.gram.capacity() +
+                        scratch.poly.capacity() + scratch.next.capacity();
+  if (sizeof(float) * floats > kMaxKeptScratchBytes) scratch = CpuNsScratch();
+}
 
 void NormalizeFrobenius(float* x, int64_t n, float eps) {
   double sum_squares = 0;
@@ -75,6 +134,13 @@ struct IterShape {
   int n;
   bool tall;  // X = Gᵀ.
 };
+
+// REQUIRES: rows and cols fit a BLAS int (ValidateMatrixBatchShape).
+IterShape MakeIterShape(int64_t rows, int64_t cols) {
+  const int r = static_cast<int>(rows);
+  const int c = static_cast<int>(cols);
+  return {r, c, std::min(r, c), std::max(r, c), r > c};
+}
 
 // gram = X·Xᵀ (upper triangle only when symmetric).
 void Gram(const float* g, const IterShape& s, bool symmetric, float* gram) {
@@ -124,11 +190,12 @@ void MaybeRoundToBf16(bool bf16, float* data, int64_t n) {
   if (bf16) RoundToBf16InPlace(data, n);
 }
 
-void OrthogonalizeMatrix(float* g, int rows, int cols, const CpuNsConfig& cfg,
-                         Scratch& scratch) {
-  const IterShape s{rows, cols, std::min(rows, cols), std::max(rows, cols),
-                    rows > cols};
-  const int64_t elements = int64_t{rows} * cols;
+}  // namespace
+
+void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols,
+                            const CpuNsConfig& cfg, CpuNsScratch& scratch) {
+  const IterShape s = MakeIterShape(rows, cols);
+  const int64_t elements = rows * cols;
   const int64_t gram_elements = int64_t{s.m} * s.m;
   NormalizeFrobenius(g, elements, cfg.eps);
   MaybeRoundToBf16(cfg.bf16, g, elements);
@@ -153,8 +220,6 @@ void OrthogonalizeMatrix(float* g, int rows, int cols, const CpuNsConfig& cfg,
   if (current != g) std::memcpy(g, current, sizeof(float) * elements);
 }
 
-}  // namespace
-
 absl::StatusOr<CpuNsConfig> MakeCpuNsConfig(const NewtonSchulzOptions& options) {
   CpuNsConfig config;
   MUONSHARD_ASSIGN_OR_RETURN(config.coefficients,
@@ -168,22 +233,48 @@ absl::StatusOr<CpuNsConfig> MakeCpuNsConfig(const NewtonSchulzOptions& options) 
   return config;
 }
 
+bool RunsMatricesPerThread(int64_t rows, int64_t cols,
+                           const CpuNsConfig& config) {
+  const double m = static_cast<double>(std::min(rows, cols));
+  const double work = m * m * static_cast<double>(std::max(rows, cols));
+  return config.symmetric && work <= kPerThreadMatrixMaxWork;
+}
+
+void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols,
+                      const CpuNsConfig& config,
+                      absl::FunctionRef<void(int64_t, CpuNsScratch&)> fn) {
+  if (!RunsMatricesPerThread(rows, cols, config)) {
+    CpuNsScratch scratch;
+    for (int64_t i = 0; i < count; ++i) fn(i, scratch);
+    return;
+  }
+  // Single-threaded BLAS even for one matrix: OpenBLAS's results depend on
+  // its thread count, and a matrix must come out the same whichever call
+  // (one 2-D MuonUpdate, a stack, a MuonUpdateBatch) and thread handled it.
+  ScopedSingleThreadedBlas single_threaded_blas;
+  // Each thread takes the next matrix when it is done with one, so a thread
+  // the OS parks (a busy, shared machine) does not hold back a fixed share.
+  std::atomic<int64_t> next{0};
+  const int64_t threads = std::min<int64_t>(DefaultCpuThreads(), count);
+  ParallelForRange(threads, static_cast<int>(threads),
+                   [&](int64_t, int64_t) {
+                     CpuNsScratch& scratch = KeptScratch();
+                     for (int64_t i = next.fetch_add(1); i < count;
+                          i = next.fetch_add(1)) {
+                       fn(i, scratch);
+                     }
+                     ReleaseIfLarge(scratch);
+                   });
+}
+
 void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape,
                            const CpuNsConfig& config) {
-  const int rows = static_cast<int>(shape.rows);
-  const int cols = static_cast<int>(shape.cols);
-  const double m = std::min(rows, cols);
-  const double work = m * m * std::max(rows, cols);
-  const bool per_thread =
-      config.symmetric && work <= kPerThreadMatrixMaxWork;
-  const int threads = per_thread ? DefaultCpuThreads() : 1;
-  ParallelForRange(shape.batch, threads, [&](int64_t begin, int64_t end) {
-    Scratch scratch;
-    for (int64_t i = begin; i < end; ++i) {
-      OrthogonalizeMatrix(data + i * shape.matrix_elements(), rows, cols,
-                          config, scratch);
-    }
-  });
+  const int64_t per_matrix = shape.matrix_elements();
+  ForEachMatrixCpu(shape.batch, shape.rows, shape.cols, config,
+                   [&](int64_t i, CpuNsScratch& scratch) {
+                     OrthogonalizeMatrixCpu(data + i * per_matrix, shape.rows,
+                                            shape.cols, config, scratch);
+                   });
 }
 
 }  // namespace internal

@@ -247,6 +247,120 @@ TEST_F(CudaKernelsTest, MuonUpdateMatchesCpu) {
   }
 }
 
+// One item of a Muon batch in device memory, its own allocations.
+struct DeviceMuonItem {
+  std::vector<float> master;  // Initial master, for the steps.
+  std::unique_ptr<DeviceArray<float>> grad, momentum, d_master;
+  std::unique_ptr<DeviceArray<Bf16Bits>> model;
+
+  DeviceMuonItem(int64_t n, uint32_t seed)
+      : master(RandomNormal(n, seed + 2, 0.05f)),
+        grad(std::make_unique<DeviceArray<float>>(RandomNormal(n, seed, 0.01f))),
+        momentum(std::make_unique<DeviceArray<float>>(
+            RandomNormal(n, seed + 1, 0.01f))),
+        d_master(std::make_unique<DeviceArray<float>>(master)),
+        model(std::make_unique<DeviceArray<Bf16Bits>>(
+            std::vector<Bf16Bits>(n))) {}
+
+  MuonTensors Tensors(bool with_model) const {
+    return {grad->get(), momentum->get(), d_master->get(),
+            with_model ? model->get() : nullptr};
+  }
+  // p_old - p_new, which carries the NS result.
+  std::vector<float> Step() const {
+    std::vector<float> step = d_master->ToHost();
+    for (size_t i = 0; i < step.size(); ++i) step[i] = master[i] - step[i];
+    return step;
+  }
+};
+
+std::vector<std::unique_ptr<DeviceMuonItem>> DeviceMuonItems(int count,
+                                                             int64_t n,
+                                                             uint32_t seed) {
+  std::vector<std::unique_ptr<DeviceMuonItem>> items;
+  for (int i = 0; i < count; ++i) {
+    items.push_back(std::make_unique<DeviceMuonItem>(
+        n, seed + 3 * static_cast<uint32_t>(i)));
+  }
+  return items;
+}
+
+// MuonUpdateBatch over separately allocated items against one MuonUpdate
+// per item on copies: the iteration runs strided-batched over all matrices
+// instead of per item, so cuBLASLt may pick other kernels; the tolerances
+// are MuonUpdateMatchesCpu's.
+TEST_F(CudaKernelsTest, MuonUpdateBatchMatchesPerItemCalls) {
+  const std::vector<MuonCase> cases = {
+      // Qwen3-30B-A3B experts scaled down by 16, as 2-D tensors.
+      {{1, 48, 128}, WeightLayout::kOutIn, MatmulPrecision::kBf16},
+      {{1, 128, 48}, WeightLayout::kInOut, MatmulPrecision::kBf16},
+      {{1, 48, 128}, WeightLayout::kOutIn, MatmulPrecision::kFp32},
+      // Items that are expert stacks.
+      {{4, 64, 96}, WeightLayout::kOutIn, MatmulPrecision::kBf16},
+      {{3, 96, 64}, WeightLayout::kInOut, MatmulPrecision::kFp32},
+  };
+  constexpr int kItems = 9;
+  for (const MuonCase& c : cases) {
+    SCOPED_TRACE(absl::StrCat(ShapeName(c.shape), " precision=",
+                              static_cast<int>(c.precision)));
+    const int64_t n = c.shape.elements();
+    MuonOptions options;
+    options.ns.precision = c.precision;
+    const auto batched = DeviceMuonItems(kItems, n, 800);
+    const auto per_item = DeviceMuonItems(kItems, n, 800);
+    std::vector<MuonTensors> items;
+    for (int i = 0; i < kItems; ++i) {
+      // The last item without a model copy.
+      items.push_back(batched[i]->Tensors(i != kItems - 1));
+      MUONSHARD_ASSERT_OK(cuda_->MuonUpdate(per_item[i]->Tensors(i != kItems - 1),
+                                            c.shape, c.layout, options));
+    }
+    MUONSHARD_ASSERT_OK(
+        cuda_->MuonUpdateBatch(items, c.shape, c.layout, options));
+    MUONSHARD_ASSERT_OK(cuda_->Synchronize());
+    const double tolerance = c.precision == MatmulPrecision::kFp32
+                                 ? 1e-3
+                                 : kBf16VsEmulationTolerance * 3;
+    for (int i = 0; i < kItems; ++i) {
+      SCOPED_TRACE(absl::StrCat("item ", i));
+      // The momentum kernel is the same elementwise code on the same values.
+      EXPECT_EQ(batched[i]->momentum->ToHost(), per_item[i]->momentum->ToHost());
+      EXPECT_LE(RelativeError(batched[i]->Step(), per_item[i]->Step()),
+                tolerance);
+      const std::vector<float> master = batched[i]->d_master->ToHost();
+      const std::vector<Bf16Bits> model = batched[i]->model->ToHost();
+      for (int64_t k = 0; k < n; ++k) {
+        const Bf16Bits want = i != kItems - 1 ? FloatToBf16(master[k]) : 0;
+        ASSERT_EQ(model[k], want) << "element " << k;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, MuonUpdateBatchRefusesAHostPointerBeforeAnyWork) {
+  const MatrixBatchShape shape{1, 16, 24};
+  const int64_t n = shape.elements();
+  const auto items = DeviceMuonItems(4, n, 900);
+  std::vector<float> host_master(n);
+  std::vector<MuonTensors> tensors;
+  for (const auto& item : items) tensors.push_back(item->Tensors(true));
+  tensors[2].master = host_master.data();
+  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn,
+                                     MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("item 2: master")));
+  tensors[2] = items[2]->Tensors(true);
+  tensors[3].grad = nullptr;
+  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn,
+                                     MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 3")));
+  MUONSHARD_ASSERT_OK(cuda_->Synchronize());
+  // Item 0 was not updated.
+  EXPECT_EQ(items[0]->d_master->ToHost(), items[0]->master);
+  MUONSHARD_EXPECT_OK(
+      cuda_->MuonUpdateBatch({}, shape, WeightLayout::kOutIn, MuonOptions()));
+}
+
 TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
   const int64_t n = 100003;  // Not a multiple of any block size.
   const std::vector<float> master = RandomNormal(n, 700, 0.1f);

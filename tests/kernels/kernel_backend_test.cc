@@ -23,6 +23,7 @@ using ::muonshard::testing::IsOk;
 using ::muonshard::testing::StatusIs;
 using ::testing::_;
 using ::testing::AnyOf;
+using ::testing::HasSubstr;
 
 TEST(CreateKernelBackendTest, CpuIsAlwaysAvailable) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KernelBackend> backend,
@@ -90,6 +91,141 @@ TEST(CpuKernelBackendTest, ForwardsToTheCpuKernels) {
   EXPECT_THAT(backend->CastToBf16(nullptr, bits.data(), 3),
               StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT(backend->Synchronize(), IsOk());
+}
+
+// Per-item buffers of a Muon batch, each in its own allocation.
+struct MuonItem {
+  std::vector<float> grad, momentum, master;
+  std::vector<Bf16Bits> model;
+
+  MuonTensors Tensors() {
+    return {grad.data(), momentum.data(), master.data(), model.data()};
+  }
+};
+
+std::vector<MuonItem> RandomItems(int count, int64_t n, uint32_t seed) {
+  std::vector<MuonItem> items;
+  for (int i = 0; i < count; ++i) {
+    const uint32_t s = seed + 3 * static_cast<uint32_t>(i);
+    items.push_back({RandomNormal(n, s, 0.01f), RandomNormal(n, s + 1, 0.01f),
+                     RandomNormal(n, s + 2, 0.05f), std::vector<Bf16Bits>(n)});
+  }
+  return items;
+}
+
+std::vector<MuonTensors> TensorsOf(std::vector<MuonItem>& items) {
+  std::vector<MuonTensors> tensors;
+  for (MuonItem& item : items) tensors.push_back(item.Tensors());
+  return tensors;
+}
+
+void ExpectSameItems(const std::vector<MuonItem>& got,
+                     const std::vector<MuonItem>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    // operator== on floats: no NaNs here, and equal values of a float are
+    // equal bits but for ±0, which the update does not produce differently.
+    EXPECT_EQ(got[i].momentum, want[i].momentum) << "item " << i;
+    EXPECT_EQ(got[i].master, want[i].master) << "item " << i;
+    EXPECT_EQ(got[i].model, want[i].model) << "item " << i;
+  }
+}
+
+TEST(CpuKernelBackendTest, MuonUpdateBatchEqualsMuonUpdatePerItem) {
+  // A rank owning 64 experts of a Qwen3-30B-A3B layer scaled down by 16, as
+  // separate 2-D tensors.
+  std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
+  const MatrixBatchShape shape{1, 48, 128};
+  std::vector<MuonItem> batched = RandomItems(64, shape.elements(), 80);
+  std::vector<MuonItem> per_item = batched;
+  MUONSHARD_ASSERT_OK(backend->MuonUpdateBatch(TensorsOf(batched), shape,
+                                               WeightLayout::kOutIn,
+                                               MuonOptions()));
+  for (MuonTensors& t : TensorsOf(per_item)) {
+    MUONSHARD_ASSERT_OK(
+        backend->MuonUpdate(t, shape, WeightLayout::kOutIn, MuonOptions()));
+  }
+  ExpectSameItems(batched, per_item);
+  EXPECT_NE(batched[0].master, RandomItems(1, shape.elements(), 80)[0].master);
+}
+
+// Forwards everything to the CPU backend but keeps KernelBackend's default
+// MuonUpdateBatch, counting the MuonUpdate calls it makes.
+class PerItemBackend final : public KernelBackend {
+ public:
+  DeviceKind device_kind() const override { return DeviceKind::kCpu; }
+  absl::Status NewtonSchulz(const float* in, float* out,
+                            const MatrixBatchShape& shape,
+                            const NewtonSchulzOptions& options) override {
+    return cpu_->NewtonSchulz(in, out, shape, options);
+  }
+  absl::Status MuonUpdate(const MuonTensors& tensors,
+                          const MatrixBatchShape& shape, WeightLayout layout,
+                          const MuonOptions& options) override {
+    ++muon_calls_;
+    return cpu_->MuonUpdate(tensors, shape, layout, options);
+  }
+  absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
+                     const AdamWBetaPows& pows,
+                     const AdamWOptions& options) override {
+    return cpu_->AdamW(tensors, n, pows, options);
+  }
+  absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override {
+    return cpu_->CastToBf16(in, out, n);
+  }
+  absl::Status Synchronize() override { return cpu_->Synchronize(); }
+  absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override {
+    return cpu_->Allocate(bytes);
+  }
+  absl::Status CopyFromHost(const void* host, void* dst,
+                            int64_t bytes) override {
+    return cpu_->CopyFromHost(host, dst, bytes);
+  }
+  absl::Status CopyToHost(const void* src, void* host,
+                          int64_t bytes) override {
+    return cpu_->CopyToHost(src, host, bytes);
+  }
+  absl::Status SetZero(void* dst, int64_t bytes) override {
+    return cpu_->SetZero(dst, bytes);
+  }
+  absl::Status Convert(const void* in, ElementType in_type, void* out,
+                       ElementType out_type, int64_t n) override {
+    return cpu_->Convert(in, in_type, out, out_type, n);
+  }
+
+  int muon_calls() const { return muon_calls_; }
+
+ private:
+  std::unique_ptr<KernelBackend> cpu_ = CreateCpuKernelBackend();
+  int muon_calls_ = 0;
+};
+
+TEST(KernelBackendTest, DefaultMuonUpdateBatchValidatesAllThenUpdatesPerItem) {
+  PerItemBackend backend;
+  const MatrixBatchShape shape{2, 9, 6};
+  std::vector<MuonItem> items = RandomItems(5, shape.elements(), 90);
+  std::vector<MuonItem> expected = items;
+  MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(expected), shape,
+                                         WeightLayout::kInOut, MuonOptions()));
+
+  // A null master in the last item: refused before item 0 is touched.
+  const std::vector<MuonItem> before = items;
+  std::vector<MuonTensors> bad = TensorsOf(items);
+  bad[4].master = nullptr;
+  EXPECT_THAT(backend.MuonUpdateBatch(bad, shape, WeightLayout::kInOut,
+                                      MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 4")));
+  EXPECT_EQ(backend.muon_calls(), 0);
+  ExpectSameItems(items, before);
+
+  MUONSHARD_EXPECT_OK(
+      backend.MuonUpdateBatch({}, shape, WeightLayout::kInOut, MuonOptions()));
+  EXPECT_EQ(backend.muon_calls(), 0);
+
+  MUONSHARD_ASSERT_OK(backend.MuonUpdateBatch(
+      TensorsOf(items), shape, WeightLayout::kInOut, MuonOptions()));
+  EXPECT_EQ(backend.muon_calls(), 5);
+  ExpectSameItems(items, expected);
 }
 
 }  // namespace
