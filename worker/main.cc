@@ -73,6 +73,11 @@ struct Flags {
           "else rank modulo --local-world-size, else rank)");
     f.String("reduce-order", &o.reduce_order,
              "gloo: ring (Gloo's) | rank (sums in rank order: bit-identical to --reference, more traffic)");
+    f.String("step-schedule", &o.step_schedule,
+             "auto (pipelined with gloo, sequential with nccl) | pipelined (collectives of each bucket overlap the "
+             "Newton-Schulz of others; gloo only) | sequential (reduce all, update all, sync all)");
+    f.String("step-phases", &o.step_phases,
+             "benchmarks only: all | comm (collectives, no updates) | compute (updates, no collectives)");
     f.String("ns-precision", &o.ns_precision,
              "Newton-Schulz matmuls: default (bf16 on CUDA, fp32 on the CPU) | fp32 | bf16 (emulated on the CPU)");
     f.String("workload", &o.workload, "regression (a real loss that falls) | synthetic (random gradients)");

@@ -67,7 +67,8 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
                      .Help(
                          "Optimizer step time by phase: reduce (gradients to owners / shards), "
                          "orthogonalise (Muon: momentum, Newton-Schulz, update), adamw, sync "
-                         "(parameters broadcast / all-gathered)")
+                         "(parameters broadcast / all-gathered), and step (the whole optimizer step; the pipelined "
+                         "step overlaps the other phases, so they sum to more)")
                      .Register(*registry_);
   for (size_t i = 0; i < phases_.size(); ++i) {
     phases_[i] = &phases.Add(With(labels_, "phase", kStepPhases[i]), SecondsBuckets());
@@ -107,7 +108,8 @@ void WorkerMetrics::SetPlan(const v1::RankView& view, int64_t plan_version, int6
 void WorkerMetrics::SetOptimizerStateBytes(int64_t bytes) { state_bytes_.Set(static_cast<double>(bytes)); }
 
 void WorkerMetrics::RecordStep(const StepStats& stats, double loss, double ns_flops, double train_step_seconds) {
-  const double phase_seconds[] = {stats.reduce_seconds, stats.muon_seconds, stats.adamw_seconds, stats.sync_seconds};
+  const double phase_seconds[] = {stats.reduce_seconds, stats.muon_seconds, stats.adamw_seconds, stats.sync_seconds,
+                                  stats.total_seconds};
   for (size_t i = 0; i < phases_.size(); ++i) phases_[i]->Observe(phase_seconds[i]);
   const int64_t op_bytes[] = {stats.comm.grad_reduce, stats.comm.grad_reduce_scatter, stats.comm.param_broadcast,
                               stats.comm.param_all_gather};

@@ -49,8 +49,9 @@ inline constexpr const char* kWorkerExportedMetrics[] = {
     "muonshard_worker_buddy_bytes",                  // gauge: NOTE [Buddy copies] memory held
 };
 
-// The `phase` label values, in step order.
-inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw", "sync"};
+// The `phase` label values: the phases in step order, then "step" (the whole
+// optimizer step).
+inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw", "sync", "step"};
 // The `phase` label values of a recovery, in order: detect (the interrupted
 // step's start to its error), abort (report, tear the group down),
 // rendezvous (join again, wait for the group, communicators), restore (load
@@ -85,7 +86,7 @@ class WorkerMetrics {
   prometheus::Gauge& state_bytes_;
   prometheus::Gauge& plan_state_bytes_;
   prometheus::Gauge& imbalance_;
-  std::array<prometheus::Histogram*, 4> phases_;  // kStepPhases order
+  std::array<prometheus::Histogram*, 5> phases_;  // kStepPhases order
   prometheus::Histogram& train_step_seconds_;
   std::array<prometheus::Counter*, 4> comm_bytes_;  // kCommOps order
   prometheus::Counter& ns_flops_;

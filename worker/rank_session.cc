@@ -49,6 +49,21 @@ bool IsBrokenGroup(const absl::Status& status) {
   return absl::IsAborted(status) || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
 }
 
+namespace {
+
+absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
+  StepOptions step;
+  absl::StatusOr<StepSchedule> schedule = ParseStepSchedule(options.step_schedule);
+  if (!schedule.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --step-schedule: ", schedule.status().message()));
+  absl::StatusOr<StepPhases> phases = ParseStepPhases(options.step_phases);
+  if (!phases.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --step-phases: ", phases.status().message()));
+  step.schedule = *schedule;
+  step.phases = *phases;
+  return step;
+}
+
+}  // namespace
+
 absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
   if (options.backend != "gloo" && options.backend != "nccl") {
     return absl::InvalidArgumentError(absl::StrCat("flag --backend: \"", options.backend, "\" is not gloo or nccl"));
@@ -61,6 +76,11 @@ absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
     return absl::InvalidArgumentError(
         "flag --reduce-order rank is for --backend gloo only (it wraps host-memory communicators; NCCL reduces on "
         "the device in its own order)");
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(StepOptions step, StepOptionsOf(options));
+  if (options.backend == "nccl" && step.schedule == StepSchedule::kPipelined) {
+    return absl::InvalidArgumentError(
+        "flag --step-schedule pipelined is for --backend gloo only (NCCL's collectives are stream-ordered)");
   }
   if (options.cuda_device < -1) return absl::InvalidArgumentError("flag --cuda-device must be >= 0 (or -1: auto)");
   if (options.cuda_device >= 0 && options.backend != "nccl") {
@@ -410,7 +430,8 @@ absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
 }
 
 absl::Status RankSession::CreateOptimizer() {
-  MUONSHARD_ASSIGN_OR_RETURN(optimizer_, ShardedOptimizer::Create(view_, comm_groups_, backend_.get(), config_));
+  MUONSHARD_ASSIGN_OR_RETURN(const StepOptions step, StepOptionsOf(options_));
+  MUONSHARD_ASSIGN_OR_RETURN(optimizer_, ShardedOptimizer::Create(view_, comm_groups_, backend_.get(), config_, step));
   metrics_->SetOptimizerStateBytes(optimizer_->optimizer_state_bytes());
   Log() << Prefix() << Describe() << "\n";
   return absl::OkStatus();
@@ -430,7 +451,8 @@ std::string RankSession::Describe() const {
     absl::StrAppend(&out, "CUDA device ", cuda_device_, " of ", cuda_devices_, ", Newton-Schulz precision ",
                     internal::NsPrecisionName(config_.ns.precision));
   } else {
-    absl::StrAppend(&out, blas_threads_, " BLAS thread(s)");
+    absl::StrAppend(&out, blas_threads_, " BLAS thread(s), ",
+                    optimizer_->pipelined() ? "pipelined" : "sequential", " step");
   }
   if (buddy_channel_ != nullptr) {
     absl::StrAppend(&out, ", buddy copies every ", options_.buddy_every, " steps (about 2 x ",

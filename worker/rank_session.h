@@ -115,6 +115,11 @@ struct RankSessionOptions {
   // (sums in group-rank order: bit-identical to the reference, at n x the
   // reduction traffic; for verification). Gloo only.
   std::string reduce_order = "ring";
+  // NOTE [Pipelined step] (sharded_optimizer.h): "auto" (pipelined with
+  // gloo, sequential with nccl), "sequential" or "pipelined" (gloo only).
+  std::string step_schedule = "auto";
+  // Benchmarks only: "comm" / "compute" run one half of the step (StepPhases).
+  std::string step_phases = "all";
 
   // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
   // picks a free port, negative disables the endpoint.

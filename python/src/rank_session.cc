@@ -261,6 +261,23 @@ class PyRankSession {
     return RunStep([&](worker::RankSession& rs) { return rs.optimizer().Step(source); }, loss, train_seconds);
   }
 
+  // The step in three calls (NOTE [Gradient hand-off] in
+  // worker/optimizer/sharded_optimizer.h): backward hooks hand each gradient
+  // over as it is produced, so its bucket's reduce overlaps the rest of
+  // backward. grad_ready copies `grad` before it returns.
+  void BeginStep() { Blocking([&](worker::RankSession& rs) { return rs.optimizer().BeginStep(); }); }
+
+  void GradReady(int tensor, py::handle grad) {
+    FloatArray values = CheckedFloats(grad, absl::StrCat("gradient of plan tensor ", tensor));
+    Blocking([&](worker::RankSession& rs) {
+      return rs.optimizer().GradReady(tensor, absl::MakeConstSpan(values.data(), values.size()));
+    });
+  }
+
+  py::dict FinishStep(double loss, double train_seconds) {
+    return RunStep([&](worker::RankSession& rs) { return rs.optimizer().FinishStep(); }, loss, train_seconds);
+  }
+
   // One step with gradients given by address in the kernel backend's memory
   // ({plan tensor index: (address, dtype name, numel)}): a CUDA tensor's
   // data_ptr() with backend nccl, host memory with gloo. The memory must hold
@@ -498,6 +515,7 @@ class PyRankSession {
     str("backend", &o.backend);
     integer("cuda_device", &o.cuda_device);
     str("reduce_order", &o.reduce_order);
+    str("step_schedule", &o.step_schedule);
     o.metrics_port = -1;  // off unless asked for
     integer("metrics_port", &o.metrics_port);
     str("metrics_host", &o.metrics_host);
@@ -578,6 +596,9 @@ void BindRankSession(py::module_& m) {
       .def("read_model_copy", &PyRankSession::ReadModelCopy, py::arg("tensor"), py::arg("out"))
       .def("sync_model_copies", &PyRankSession::SyncModelCopies)
       .def("step", &PyRankSession::Step, py::arg("grads"), py::arg("loss") = NAN, py::arg("train_seconds") = 0.0)
+      .def("begin_step", &PyRankSession::BeginStep)
+      .def("grad_ready", &PyRankSession::GradReady, py::arg("tensor"), py::arg("grad"))
+      .def("finish_step", &PyRankSession::FinishStep, py::arg("loss") = NAN, py::arg("train_seconds") = 0.0)
       .def("step_addresses", &PyRankSession::StepAddresses, py::arg("grads"), py::arg("loss") = NAN,
            py::arg("train_seconds") = 0.0)
       .def("memory", &PyRankSession::Memory)

@@ -34,18 +34,33 @@ def main():
     ap.add_argument("--save-dir")
     ap.add_argument("--save-at", type=int, default=-1)
     ap.add_argument("--resume-dir")
+    ap.add_argument("--overlap", action="store_true", help="overlap_backward: gradients through a real backward")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
     params = fixture_model.local_parameters(a.model, a.seed, rank, a.ep)
     full_shapes = {n: s for n, s, _ in fixture_model.specs(a.model)}
     opt = mst.ShardedMuonAdamW(params, coordinator=a.coordinator, job=a.job, plan_version=a.version, lr=a.lr,
-                               reduce_order=a.reduce_order, blas_threads=1, comm_timeout=60, join_timeout=30)
+                               reduce_order=a.reduce_order, blas_threads=1, comm_timeout=60, join_timeout=30,
+                               overlap_backward=a.overlap)
     start = opt.load_checkpoint(a.resume_dir) if a.resume_dir else 0
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda) if a.schedule else None
     lrs = []
     for step in range(start, a.steps):
-        for i, (name, p) in enumerate(params):
+        with_grad = 0
+        if a.overlap:
+            # d/dp sum(p * g) = g: the same gradients, produced by backward (the
+            # hooks hand each one over as it is accumulated).
+            loss = None
+            for name, p in params:
+                g = fixture_model.local_gradient(name, full_shapes[name], rank, step, a.seed, a.ep)
+                if g is not None:
+                    with_grad += 1
+                    term = (p * g.to(p.dtype)).sum().float()
+                    loss = term if loss is None else loss + term
+            if loss is not None:
+                loss.backward()
+        for i, (name, p) in enumerate(params if not a.overlap else []):
             g = fixture_model.local_gradient(name, full_shapes[name], rank, step, a.seed, a.ep)
             if g is None:
                 p.grad = None
@@ -62,7 +77,8 @@ def main():
             opt.save_checkpoint(a.save_dir)
     result = {"state": opt.state_dict(), "params": {n: p.detach().clone() for n, p in params}, "lrs": lrs,
               "memory": opt.memory(), "rank": opt.rank, "world_size": opt.world_size,
-              "stats": opt.last_step_stats}
+              "stats": opt.last_step_stats, "hooked": opt.hooked_gradients,
+              "with_grad": with_grad}
     torch.save(result, os.path.join(a.out, "rank-%d.pt" % rank))
     opt.close()
 

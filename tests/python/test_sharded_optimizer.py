@@ -171,6 +171,28 @@ def test_matches_reference(coordinator, tmp_path, kind, world, ep, policy):
         assert r["state"]["muonshard"]["step"] == steps
 
 
+OVERLAP_CASES = [("dense", 2, 1, "balanced"), ("moe", 4, 2, "seed")]
+
+
+@pytest.mark.parametrize("kind,world,ep,policy", OVERLAP_CASES, ids=["-".join(map(str, c)) for c in OVERLAP_CASES])
+def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(coordinator, tmp_path, kind, world, ep,
+                                                                          policy):
+    """overlap_backward: backward's hooks hand each gradient over as it is
+    accumulated (begin_step / grad_ready), step() finishes; the result is the
+    reference's, as without hooks."""
+    client, version = submit(coordinator, kind, world, ep, policy)
+    steps = 3
+    results = run_ranks(coordinator, "job-overlap-%s-%d" % (kind, world), version, world, str(tmp_path), model=kind,
+                        ep=ep, steps=steps, seed=SEED, overlap=True)
+    ref = reference(client, version, kind, world, ep)
+    reference_steps(ref, kind, world, ep, range(steps))
+    check_against_reference(results, ref, kind, ep)
+    for r in results:
+        assert r["state"]["muonshard"]["step"] == steps
+        # The hooks handed over every gradient backward produced, before step().
+        assert r["hooked"] == r["with_grad"] > 0, (r["hooked"], r["with_grad"])
+
+
 def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path):
     """A LambdaLR drives param_groups[0]["lr"] exactly as it does for torch.optim.AdamW,
     and the step uses it (the masters follow the reference stepped with those rates)."""

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,18 +92,45 @@ absl::StatusOr<TrainStepResult> TrainStepOnBackend(const Workload& workload, Sha
   return result;
 }
 
+// TrainStep with the gradients handed over one by one in a shuffled order.
+absl::StatusOr<TrainStepResult> TrainStepHandOff(const Workload& workload, ShardedOptimizer& optimizer, int rank,
+                                                 int step) {
+  auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
+  MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                             ComputeLocalGradients(workload, optimizer.held_tensors(), rank, step, read));
+  std::vector<int> tensors;
+  for (const HeldTensor& h : optimizer.held_tensors()) tensors.push_back(h.tensor);
+  std::mt19937 rng(static_cast<uint32_t>(1000 * rank + step));
+  std::shuffle(tensors.begin(), tensors.end(), rng);
+  MUONSHARD_RETURN_IF_ERROR(optimizer.BeginStep());
+  for (int tensor : tensors) {
+    MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, local.grads.PartGradient(tensor));
+    MUONSHARD_RETURN_IF_ERROR(optimizer.GradReady(tensor, grad));
+  }
+  TrainStepResult result;
+  result.loss = local.loss;
+  MUONSHARD_ASSIGN_OR_RETURN(result.stats, optimizer.FinishStep());
+  return result;
+}
+
+absl::StatusOr<TrainStepResult> RunTrainStep(const Workload& workload, ShardedOptimizer& optimizer,
+                                             kernels::KernelBackend& backend, int rank, int step,
+                                             const RunOptions& options) {
+  if (options.backend_gradients) return TrainStepOnBackend(workload, optimizer, backend, rank, step);
+  if (options.shuffled_hand_off) return TrainStepHandOff(workload, optimizer, rank, step);
+  return TrainStep(workload, optimizer, step);
+}
+
 absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, const ShardedOptimizer::CommGroups& comms,
                                    const Workload& workload, const RunOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> backend, MakeKernelBackend(options.kernels));
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer,
-                             ShardedOptimizer::Create(view, comms, backend.get(), options.config));
+                             ShardedOptimizer::Create(view, comms, backend.get(), options.config, options.step));
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
   RankResult result;
   for (int step = 0; step < options.steps; ++step) {
-    MUONSHARD_ASSIGN_OR_RETURN(TrainStepResult r, options.backend_gradients
-                                                      ? TrainStepOnBackend(workload, *optimizer, *backend, rank, step)
-                                                      : TrainStep(workload, *optimizer, step));
+    MUONSHARD_ASSIGN_OR_RETURN(TrainStepResult r, RunTrainStep(workload, *optimizer, *backend, rank, step, options));
     result.steps.push_back(r.stats);
     result.losses.push_back(r.loss);
   }

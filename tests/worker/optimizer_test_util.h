@@ -60,7 +60,12 @@ struct RunOptions {
   // (ShardedOptimizer::Step(BackendGradientSource&)), uploaded there first,
   // instead of as host spans.
   bool backend_gradients = false;
+  // Hand the gradients over one by one (BeginStep, GradReady, FinishStep:
+  // NOTE [Gradient hand-off]) in an order shuffled per rank and step,
+  // instead of with Step().
+  bool shuffled_hand_off = false;
   OptimizerConfig config;
+  StepOptions step;
   absl::Duration timeout = absl::Seconds(60);
 };
 

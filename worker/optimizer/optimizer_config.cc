@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 
 namespace muonshard::worker {
@@ -78,6 +79,21 @@ kernels::AdamWOptions AdamWOptionsFor(const OptimizerConfig& config, bool with_d
 
 kernels::WeightLayout KernelLayout(v1::Layout layout) {
   return layout == v1::IN_OUT ? kernels::WeightLayout::kInOut : kernels::WeightLayout::kOutIn;
+}
+
+absl::StatusOr<StepSchedule> ParseStepSchedule(absl::string_view name) {
+  if (name == "auto") return StepSchedule::kAuto;
+  if (name == "sequential") return StepSchedule::kSequential;
+  if (name == "pipelined") return StepSchedule::kPipelined;
+  return absl::InvalidArgumentError(
+      absl::StrCat("step schedule ", QuoteBounded(name), " is not auto, sequential or pipelined"));
+}
+
+absl::StatusOr<StepPhases> ParseStepPhases(absl::string_view name) {
+  if (name == "all") return StepPhases::kAll;
+  if (name == "comm") return StepPhases::kCommunicationOnly;
+  if (name == "compute") return StepPhases::kComputeOnly;
+  return absl::InvalidArgumentError(absl::StrCat("step phases ", QuoteBounded(name), " is not all, comm or compute"));
 }
 
 }  // namespace muonshard::worker

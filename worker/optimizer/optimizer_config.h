@@ -15,6 +15,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/adamw.h"
 #include "kernels/muon_update.h"
@@ -44,6 +45,39 @@ struct OptimizerConfig {
   // weight decay. Null decays every tensor (Paddle's default).
   std::function<bool(absl::string_view name)> apply_decay;
 };
+
+// How ShardedOptimizer runs a step (NOTE [Pipelined step] in
+// sharded_optimizer.h). Not part of the math: every schedule gives the same
+// bits.
+enum class StepSchedule {
+  // Pipelined on host-memory backends (CPU), sequential on device backends.
+  kAuto,
+  // Reduce everything, then Muon, then AdamW, then sync; collectives of one
+  // group are grouped (GroupStart/GroupEnd).
+  kSequential,
+  // Per bucket: a lane thread per communicator runs the reduces as the
+  // gradients arrive while the caller's thread orthogonalises the buckets
+  // already reduced, and each bucket's broadcast / all-gather starts once
+  // its update is done. Host-memory backends only.
+  kPipelined,
+};
+
+// What a step does, for benchmarks that time the two halves of the
+// pipelined step apart: kCommunicationOnly runs every collective but no
+// Newton-Schulz/AdamW (parameters keep their values), kComputeOnly runs the
+// updates on whatever the gradient buffers hold without any collective.
+// Anything but kAll gives wrong training results.
+enum class StepPhases { kAll, kCommunicationOnly, kComputeOnly };
+
+struct StepOptions {
+  StepSchedule schedule = StepSchedule::kAuto;
+  StepPhases phases = StepPhases::kAll;
+};
+
+// Parses "auto", "sequential", "pipelined" / "all", "comm", "compute"
+// (INVALID_ARGUMENT naming the value).
+absl::StatusOr<StepSchedule> ParseStepSchedule(absl::string_view name);
+absl::StatusOr<StepPhases> ParseStepPhases(absl::string_view name);
 
 // INVALID_ARGUMENT naming the field: non-finite or negative lr / weight
 // decay / eps, betas or momentum outside [0, 1), bad Newton-Schulz options.

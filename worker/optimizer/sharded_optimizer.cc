@@ -19,18 +19,26 @@ using internal::PartLayout;
 using internal::BackendBuffer;
 
 ShardedOptimizer::ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend,
-                                   const OptimizerConfig& config)
-    : view_(view), backend_(backend), config_(config) {}
+                                   const OptimizerConfig& config, const StepOptions& step)
+    : view_(view), backend_(backend), config_(config), step_options_(step) {}
 
-ShardedOptimizer::~ShardedOptimizer() = default;
+ShardedOptimizer::~ShardedOptimizer() {
+  // A step left open: its lanes may wait in collectives; end them first.
+  if (in_step_ && pipeline_ != nullptr) {
+    pipeline_->Fail(absl::CancelledError("optimizer destroyed with a step open"));
+    (void)pipeline_->Finish();
+  }
+  pipeline_.reset();
+}
 
 absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const v1::RankView& view,
                                                                            const CommGroups& comms,
                                                                            kernels::KernelBackend* backend,
-                                                                           const OptimizerConfig& config) {
+                                                                           const OptimizerConfig& config,
+                                                                           const StepOptions& step) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
-  auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config));
+  auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config, step));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
   return optimizer;
 }
@@ -44,7 +52,8 @@ absl::Status ShardedOptimizer::Init(const CommGroups& comms) {
   MUONSHARD_RETURN_IF_ERROR(InitComms(comms));
   beta1_pow_ = config_.adamw_beta1;
   beta2_pow_ = config_.adamw_beta2;
-  return Allocate();
+  MUONSHARD_RETURN_IF_ERROR(Allocate());
+  return InitPipeline();
 }
 
 absl::Status ShardedOptimizer::InitComms(const CommGroups& comms) {
@@ -155,6 +164,7 @@ const BackendBuffer& ShardedOptimizer::Params(const EntryRef& ref) const {
 
 absl::Status ShardedOptimizer::SetParameter(int tensor, absl::Span<const float> values) {
   if (!broken_.ok()) return broken_;
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOpenStep());
   const PartLayout* part = FindPart(tensor);
   if (part == nullptr) return absl::NotFoundError(absl::StrCat("rank ", rank(), " holds no part of tensor ", tensor));
   const int64_t numel = part->element_end - part->element_begin;
@@ -266,6 +276,7 @@ absl::Status ShardedOptimizer::ForEachCommGroup(
 
 absl::StatusOr<std::map<int, std::vector<float>>> ShardedOptimizer::GatherMasters() {
   if (!broken_.ok()) return broken_;
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOpenStep());
   // fp32 copies of every bucket: the owners' Muon masters, then each AdamW
   // shard's masters gathered into the whole buffer.
   std::vector<BackendBuffer> muon(view_.muon_buckets_size());
@@ -336,6 +347,11 @@ absl::Status ShardedOptimizer::SetLearningRate(float lr) {
 }
 
 absl::Status ShardedOptimizer::Broken(absl::Status status) {
+  if (in_step_ && pipeline_ != nullptr) {  // cancel the open step's lanes
+    pipeline_->Fail(status);
+    (void)pipeline_->Finish();
+  }
+  in_step_ = false;
   broken_ = absl::FailedPreconditionError(
       absl::StrCat("rank ", rank(), ": optimizer is broken by a failed step: ", status.message()));
   return status;

@@ -69,9 +69,49 @@
 // returns early (bad gradients) leaves its peers to fail on the
 // communicators' timeouts.
 //
-// Thread-compatible: one thread at a time. *backend and the communicators
-// must outlive the optimizer.
+// NOTE [Pipelined step]
+// The order above is what a step computes, not when. With the pipelined
+// schedule (StepOptions; the default on host-memory backends) every
+// communicator gets a lane thread that runs the group's collectives in one
+// fixed order on every rank (NOTE [Collective ordering]): first each
+// bucket's Reduce / ReduceScatter, in hand-off order (descending last tensor
+// index: the order in which backward produces gradients), each starting as
+// soon as the bucket's gradients are in (NOTE [Gradient hand-off]); then each
+// bucket's Broadcast / AllGather in the same order, each starting once the
+// bucket's update is done (the owner's Muon, everyone's AdamW). The caller's
+// thread meanwhile takes the reduced buckets in the order they complete and
+// runs their Muon / AdamW. So Newton-Schulz of the first buckets overlaps the
+// reduces of later ones, and their broadcasts overlap the Newton-Schulz of
+// the rest; groups run side by side. Each bucket sees exactly the
+// collectives and kernels of the sequential step, so the results are
+// bit-identical to it (tests/worker/sharded_optimizer_pipeline_test.cc). The
+// first error of any lane or of the compute cancels the step and aborts the
+// rank's communicators (NOTE [Abort]), so no lane waits out its timeout.
+// StepStats then holds busy times (reduce/sync: time in those collectives,
+// of the busiest lane; muon/adamw: compute), which overlap: each is at most
+// total_seconds, their sum may exceed it. Device backends run the sequential schedule, whose
+// collectives are stream-ordered already.
+//
+// NOTE [Gradient hand-off]
+// Step(grads) takes every gradient at once. A trainer can instead hand them
+// over as backward produces them, so the reduction of the last layers'
+// buckets overlaps the backward of the first (Paddle #79428's backward
+// hooks, DDP's buckets): BeginStep(), then GradReady(tensor, grad) once for
+// every held tensor in any order, then FinishStep(), which returns what
+// Step() returns. A bucket's reduce starts when its last tensor was handed
+// over; in the hand-off order above the last layers come first. GradReady
+// copies the gradient into its bucket (nothing to copy for a part's own
+// slot, NOTE [Part storage]) and returns; the source may be reused at once.
+// All ranks must hand over every tensor in each step. A bad gradient
+// (INVALID_ARGUMENT) changes nothing and may be handed again; FinishStep
+// with a tensor never handed fails: FAILED_PRECONDITION, and with the
+// pipelined schedule the optimizer is broken (buckets were already on the
+// wire).
+//
+// Thread-compatible: one thread at a time (the lane threads are internal).
+// *backend and the communicators must outlive the optimizer.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -90,6 +130,7 @@
 #include "worker/comm/counting_communicator.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/internal/backend_buffer.h"
+#include "worker/optimizer/internal/step_pipeline.h"
 #include "worker/optimizer/internal/view_layout.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/step_stats.h"
@@ -112,7 +153,8 @@ class ShardedOptimizer {
   // (RESOURCE_EXHAUSTED, INTERNAL).
   static absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(const v1::RankView& view, const CommGroups& comms,
                                                                   kernels::KernelBackend* backend,
-                                                                  const OptimizerConfig& config);
+                                                                  const OptimizerConfig& config,
+                                                                  const StepOptions& step = {});
 
   ShardedOptimizer(const ShardedOptimizer&) = delete;
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
@@ -147,6 +189,18 @@ class ShardedOptimizer {
   // plus INVALID_ARGUMENT for a null or mis-sized gradient (nothing has
   // changed).
   absl::StatusOr<StepStats> Step(BackendGradientSource& grads);
+
+  // The step in three calls (NOTE [Gradient hand-off]). BeginStep: as
+  // CheckUsable, plus FAILED_PRECONDITION when a step is already open.
+  // GradReady: FAILED_PRECONDITION (no step open), NOT_FOUND (tensor not
+  // held), INVALID_ARGUMENT (handed over twice, wrong size or a null device
+  // gradient: nothing changed). FinishStep: as Step().
+  absl::Status BeginStep();
+  absl::Status GradReady(int tensor, absl::Span<const float> grad);
+  absl::Status GradReady(int tensor, const BackendGradient& grad);
+  absl::StatusOr<StepStats> FinishStep();
+  // Whether steps run the pipelined schedule (NOTE [Pipelined step]).
+  bool pipelined() const { return pipeline_ != nullptr; }
 
   // NOTE [Part storage]
   // Where a held part's model copy and gradient live in the optimizer's own
@@ -256,9 +310,18 @@ class ShardedOptimizer {
   };
 
 
-  ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend, const OptimizerConfig& config);
+  // A bucket of either kind: a muon bucket b is key b, an AdamW bucket b is
+  // key muon_buckets + b (the pipeline's events are numbered by key).
+  struct BucketKey {
+    bool muon = false;
+    int bucket = 0;
+  };
+
+  ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend, const OptimizerConfig& config,
+                   const StepOptions& step);
 
   absl::Status Init(const CommGroups& comms);
+  absl::Status InitPipeline();
   absl::Status InitComms(const CommGroups& comms);
   absl::Status Allocate();
 
@@ -272,18 +335,58 @@ class ShardedOptimizer {
   const internal::BackendBuffer& Params(const internal::EntryRef& ref) const;
   absl::StatusOr<internal::BackendBuffer> NewBuffer(v1::DType dtype, int64_t numel);
 
+  // OK when no step is open, FAILED_PRECONDITION otherwise.
+  absl::Status CheckNoOpenStep() const;
+  // Not broken, no step open, every parameter set.
   absl::Status CheckUsable() const;
-  // Steps after `pack` filled the gradient buckets' entries.
-  absl::StatusOr<StepStats> RunStep(absl::FunctionRef<absl::Status()> pack);
-  absl::Status PackGradients(GradientSource& grads);
+  // BeginStep, hand_over(part) for every part (last first), FinishStep.
+  absl::StatusOr<StepStats> HandOverAll(absl::FunctionRef<absl::Status(size_t part)> hand_over);
+  // INVALID_ARGUMENT unless a gradient of `numel` values (`non_null`: at a
+  // real address) fits `part`.
+  absl::Status CheckGradientSize(const internal::PartLayout& part, int64_t numel, bool non_null) const;
+  // Copy a checked gradient into its bucket entries.
   absl::Status PackPart(const internal::PartLayout& part, absl::Span<const float> grad);
-  absl::Status PackBackendGradients(BackendGradientSource& grads);
   absl::Status PackBackendPart(const internal::PartLayout& part, const BackendGradient& grad);
   // Zeroes what no entry of a gradient bucket covers.
   absl::Status ZeroBucketGaps();
   absl::Status ReduceGradients();
   absl::Status RunMuon();
   absl::Status RunAdamw();
+  // One owned Muon shard / one AdamW bucket's shard, as RunMuon/RunAdamw do
+  // for all of them (without the backend synchronisation).
+  absl::Status UpdateMuonShard(int shard);
+  // Every owned shard of a Muon bucket, batched by shape (NOTE [Batched
+  // Muon] in sharded_optimizer_step.cc).
+  absl::Status UpdateMuonBucket(int bucket);
+  absl::StatusOr<kernels::MuonTensors> MuonTensorsOf(int shard);
+  absl::Status CastMuonShard(int shard);
+  absl::Status UpdateAdamwBucket(int bucket);
+  void AdvanceBetaPows();
+
+  // The collectives of one bucket, as ReduceGradients / SyncParameters
+  // issue them.
+  absl::Status ReduceBucket(Communicator& comm, const BucketKey& key);
+  absl::Status SyncBucket(Communicator& comm, const BucketKey& key);
+
+  // Hand-off and the pipelined schedule (sharded_optimizer_pipeline.cc).
+  absl::Status CheckHandOff(int tensor, const internal::PartLayout** part) const;
+  void PartHandedOver(const internal::PartLayout& part);
+  void BucketGradientsIn(const BucketKey& key);
+  absl::StatusOr<StepStats> FinishSequential();
+  absl::StatusOr<StepStats> FinishPipelined();
+  void PostLaneOps();
+  // A lane's op: the bucket's reduce (or its sync), timed.
+  absl::Status LaneCollective(const BucketKey& key, bool reduce);
+  absl::Status UpdateBucket(const BucketKey& key);
+  int Key(const BucketKey& key) const { return key.muon ? key.bucket : view_.muon_buckets_size() + key.bucket; }
+  BucketKey KeyBucket(int key) const;
+  int BucketCount() const { return view_.muon_buckets_size() + view_.adamw_buckets_size(); }
+  // Whether this rank updates the bucket (AdamW: always; Muon: its owner).
+  bool Updates(const BucketKey& key) const;
+  int GroupOf(const BucketKey& key) const;
+  void AbortComms(const absl::Status& reason);
+  // Fills total_seconds and the comm bytes of the step, counts it.
+  StepStats CloseStep(StepStats stats);
   absl::Status SyncParameters();
   // Uploads the checkpoint mirrors (device backends) and casts every owned
   // master into its model copy, as a step does before its sync.
@@ -324,6 +427,25 @@ class ShardedOptimizer {
   absl::flat_hash_map<internal::BackendBuffer*, std::vector<float>> mirrors_;
   absl::Status broken_;
   int64_t steps_ = 0;
+
+  StepOptions step_options_;
+  // Pipelined schedule only (NOTE [Pipelined step]).
+  std::unique_ptr<internal::StepPipeline> pipeline_;
+  std::vector<int> lane_of_group_;               // -1: no lane (group of one)
+  std::vector<std::vector<BucketKey>> order_;    // per group: hand-off order
+  std::vector<std::vector<int>> owned_in_muon_;  // per muon bucket: shards_ positions
+  // The open step (NOTE [Gradient hand-off]).
+  bool in_step_ = false;
+  std::vector<bool> handed_;     // per part
+  std::vector<int> entries_left_;  // per bucket key: entries not handed over
+  StepCommBytes step_comm_before_;
+  std::chrono::steady_clock::time_point step_start_;
+  // Per lane, this step's time in reduces / syncs (each written by its lane
+  // only, read after the step's Finish()).
+  std::vector<int64_t> reduce_ns_;
+  std::vector<int64_t> sync_ns_;
+  double muon_seconds_ = 0;
+  double adamw_seconds_ = 0;
 };
 
 }  // namespace muonshard::worker

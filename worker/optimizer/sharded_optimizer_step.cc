@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -42,8 +43,15 @@ absl::Status ZeroUncovered(const Entries& entries, BackendBuffer& buffer) {
 
 }  // namespace
 
+absl::Status ShardedOptimizer::CheckNoOpenStep() const {
+  if (!in_step_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", rank(), ": a step is open (BeginStep without FinishStep)"));
+}
+
 absl::Status ShardedOptimizer::CheckUsable() const {
   if (!broken_.ok()) return broken_;
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOpenStep());
   for (size_t p = 0; p < layout_.parts.size(); ++p) {
     if (!initialised_[p]) {
       return absl::FailedPreconditionError(absl::StrCat("rank ", rank(), ": tensor \"", held_[p].spec->name(),
@@ -54,72 +62,46 @@ absl::Status ShardedOptimizer::CheckUsable() const {
 }
 
 absl::StatusOr<StepStats> ShardedOptimizer::Step(GradientSource& grads) {
-  return RunStep([&] { return PackGradients(grads); });
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
+  // Every gradient is fetched and checked before any is handed over, so a
+  // bad one changes nothing.
+  std::vector<absl::Span<const float>> spans(layout_.parts.size());
+  for (size_t p = 0; p < layout_.parts.size(); ++p) {
+    MUONSHARD_ASSIGN_OR_RETURN(spans[p], grads.PartGradient(layout_.parts[p].tensor));
+    MUONSHARD_RETURN_IF_ERROR(CheckGradientSize(layout_.parts[p], static_cast<int64_t>(spans[p].size()), true));
+  }
+  return HandOverAll([&](size_t p) { return GradReady(layout_.parts[p].tensor, spans[p]); });
 }
 
 absl::StatusOr<StepStats> ShardedOptimizer::Step(BackendGradientSource& grads) {
-  return RunStep([&] { return PackBackendGradients(grads); });
-}
-
-absl::StatusOr<StepStats> ShardedOptimizer::RunStep(absl::FunctionRef<absl::Status()> pack) {
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
-  StepStats stats;
-  Stopwatch phase;
-  Stopwatch total;
-  const StepCommBytes before = CommSnapshot();
-  // Packing only writes gradient buffers: a bad gradient leaves the
-  // optimizer as it was.
-  MUONSHARD_RETURN_IF_ERROR(pack());
-  MUONSHARD_RETURN_IF_ERROR(ZeroBucketGaps());
-  // The collectives run on the communicators' streams: the packed gradients
-  // must have landed first.
-  absl::Status s = backend_->Synchronize();
-  if (s.ok()) s = ReduceGradients();
-  if (!s.ok()) return Broken(s);
-  stats.reduce_seconds = phase.Lap();
-  s = RunMuon();
-  if (!s.ok()) return Broken(s);
-  stats.muon_seconds = phase.Lap();
-  s = RunAdamw();
-  if (!s.ok()) return Broken(s);
-  stats.adamw_seconds = phase.Lap();
-  s = SyncParameters();
-  if (!s.ok()) return Broken(s);
-  stats.sync_seconds = phase.Lap();
-  stats.total_seconds = total.Lap();
-  const StepCommBytes after = CommSnapshot();
-  stats.comm.grad_reduce = after.grad_reduce - before.grad_reduce;
-  stats.comm.grad_reduce_scatter = after.grad_reduce_scatter - before.grad_reduce_scatter;
-  stats.comm.param_broadcast = after.param_broadcast - before.param_broadcast;
-  stats.comm.param_all_gather = after.param_all_gather - before.param_all_gather;
-  stats.comm.collectives = after.collectives - before.collectives;
-  ++steps_;
-  return stats;
+  std::vector<BackendGradient> all(layout_.parts.size());
+  for (size_t p = 0; p < layout_.parts.size(); ++p) {
+    MUONSHARD_ASSIGN_OR_RETURN(all[p], grads.PartGradient(layout_.parts[p].tensor));
+    MUONSHARD_RETURN_IF_ERROR(CheckGradientSize(layout_.parts[p], all[p].numel, all[p].data != nullptr));
+  }
+  return HandOverAll([&](size_t p) { return GradReady(layout_.parts[p].tensor, all[p]); });
 }
 
-absl::Status ShardedOptimizer::PackGradients(GradientSource& grads) {
-  for (const PartLayout& part : layout_.parts) {
-    MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, grads.PartGradient(part.tensor));
-    MUONSHARD_RETURN_IF_ERROR(PackPart(part, grad));
+absl::StatusOr<StepStats> ShardedOptimizer::HandOverAll(absl::FunctionRef<absl::Status(size_t part)> hand_over) {
+  MUONSHARD_RETURN_IF_ERROR(BeginStep());
+  // Last tensors first: the hand-off order of NOTE [Pipelined step].
+  for (size_t p = layout_.parts.size(); p-- > 0;) {
+    absl::Status s = hand_over(p);
+    if (!s.ok()) return Broken(s);  // checked above: a device error
   }
-  return absl::OkStatus();
+  return FinishStep();
 }
 
-absl::Status ShardedOptimizer::PackBackendGradients(BackendGradientSource& grads) {
-  for (const PartLayout& part : layout_.parts) {
-    MUONSHARD_ASSIGN_OR_RETURN(BackendGradient grad, grads.PartGradient(part.tensor));
-    MUONSHARD_RETURN_IF_ERROR(PackBackendPart(part, grad));
-  }
-  return absl::OkStatus();
+absl::Status ShardedOptimizer::CheckGradientSize(const PartLayout& part, int64_t numel, bool non_null) const {
+  const int64_t want = part.element_end - part.element_begin;
+  if (numel == want && (non_null || want == 0)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", numel,
+                                                 " values", non_null ? "" : " at a null address", " for a part of ",
+                                                 want));
 }
 
 absl::Status ShardedOptimizer::PackBackendPart(const PartLayout& part, const BackendGradient& grad) {
-  const int64_t numel = part.element_end - part.element_begin;
-  if (grad.numel != numel || (grad.data == nullptr && numel > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", grad.numel,
-                                                   " values", grad.data == nullptr ? " at a null address" : "",
-                                                   " for a part of ", numel));
-  }
   const int elem = kernels::ElementBytes(grad.type);
   for (const EntryRef& ref : part.entries) {
     const v1::BucketEntry& e = Entry(ref);
@@ -144,11 +126,6 @@ absl::Status ShardedOptimizer::ZeroBucketGaps() {
 }
 
 absl::Status ShardedOptimizer::PackPart(const PartLayout& part, absl::Span<const float> grad) {
-  const int64_t numel = part.element_end - part.element_begin;
-  if (static_cast<int64_t>(grad.size()) != numel) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", grad.size(),
-                                                   " values for a part of ", numel));
-  }
   for (const EntryRef& ref : part.entries) {
     const v1::BucketEntry& e = Entry(ref);
     BackendBuffer& buffer = ref.muon ? muon_[ref.bucket].grads : adamw_[ref.bucket].grads;
@@ -160,19 +137,48 @@ absl::Status ShardedOptimizer::PackPart(const PartLayout& part, absl::Span<const
   return absl::OkStatus();
 }
 
+absl::StatusOr<StepStats> ShardedOptimizer::FinishSequential() {
+  in_step_ = false;
+  const StepPhases phases = step_options_.phases;
+  StepStats stats;
+  Stopwatch phase;
+  // The collectives run on the communicators' streams: the packed gradients
+  // must have landed first.
+  absl::Status s = backend_->Synchronize();
+  if (s.ok() && phases != StepPhases::kComputeOnly) s = ReduceGradients();
+  if (!s.ok()) return Broken(s);
+  stats.reduce_seconds = phase.Lap();
+  if (phases != StepPhases::kCommunicationOnly) {
+    s = RunMuon();
+    if (!s.ok()) return Broken(s);
+    stats.muon_seconds = phase.Lap();
+    s = RunAdamw();
+    if (!s.ok()) return Broken(s);
+    stats.adamw_seconds = phase.Lap();
+  }
+  if (phases != StepPhases::kComputeOnly) s = SyncParameters();
+  if (!s.ok()) return Broken(s);
+  stats.sync_seconds = phase.Lap();
+  return CloseStep(stats);
+}
+
 absl::Status ShardedOptimizer::ReduceGradients() {
-  const CommDType dtype = internal::ToCommDType(grad_dtype_);
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
-    for (int b : layout_.groups[g].muon_buckets) {
-      MUONSHARD_RETURN_IF_ERROR(comm.Reduce(muon_[b].grads.data(), muon_[b].grads.numel(), dtype, ReduceOp::kAvg,
-                                            layout_.muon_buckets[b].owner_group_rank));
-    }
-    for (int b : layout_.groups[g].adamw_buckets) {
-      MUONSHARD_RETURN_IF_ERROR(comm.ReduceScatter(adamw_[b].grads.data(), adamw_[b].shard_grads.data(),
-                                                   layout_.adamw_buckets[b].counts, dtype, ReduceOp::kAvg));
-    }
+    for (int b : layout_.groups[g].muon_buckets) MUONSHARD_RETURN_IF_ERROR(ReduceBucket(comm, {true, b}));
+    for (int b : layout_.groups[g].adamw_buckets) MUONSHARD_RETURN_IF_ERROR(ReduceBucket(comm, {false, b}));
     return absl::OkStatus();
   });
+}
+
+absl::Status ShardedOptimizer::ReduceBucket(Communicator& comm, const BucketKey& key) {
+  const CommDType dtype = internal::ToCommDType(grad_dtype_);
+  const int b = key.bucket;
+  if (key.muon) {
+    return comm.Reduce(muon_[b].grads.data(), muon_[b].grads.numel(), dtype, ReduceOp::kAvg,
+                       layout_.muon_buckets[b].owner_group_rank);
+  }
+  return comm.ReduceScatter(adamw_[b].grads.data(), adamw_[b].shard_grads.data(), layout_.adamw_buckets[b].counts,
+                            dtype, ReduceOp::kAvg);
 }
 
 absl::StatusOr<const float*> ShardedOptimizer::GradFloats(const BackendBuffer& grads, int64_t offset, int64_t n) {
@@ -184,70 +190,132 @@ absl::StatusOr<const float*> ShardedOptimizer::GradFloats(const BackendBuffer& g
 }
 
 absl::Status ShardedOptimizer::RunMuon() {
-  for (size_t i = 0; i < layout_.owned.size(); ++i) {
-    const internal::MuonShardLayout& o = layout_.owned[i];
-    const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
-    MuonShardState& s = shards_[i];
-    BackendBuffer& params = muon_[o.bucket].params;
-    const bool bf16 = params.dtype() == v1::BF16;
-    kernels::MuonTensors t;
-    MUONSHARD_ASSIGN_OR_RETURN(t.grad, GradFloats(muon_[o.bucket].grads, e.offset(), e.numel()));
-    t.momentum = s.momentum.floats();
-    t.master = s.master.floats();
-    // bf16 models are written by the kernel straight into the bucket.
-    t.model = bf16 ? params.words() + e.offset() : nullptr;
-    MUONSHARD_RETURN_IF_ERROR(backend_->MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, s.with_decay)));
-    if (!bf16) MUONSHARD_RETURN_IF_ERROR(params.ConvertFrom(e.offset(), s.master, 0, e.numel()));
-  }
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) MUONSHARD_RETURN_IF_ERROR(UpdateMuonBucket(b));
   return backend_->Synchronize();
 }
 
-absl::Status ShardedOptimizer::RunAdamw() {
-  const kernels::AdamWBetaPows pows{&beta1_pow_, &beta2_pow_};
-  for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
-    const internal::AdamwBucketLayout& al = layout_.adamw_buckets[b];
-    AdamwBucketState& s = adamw_[b];
-    const int64_t shard = al.shard_end - al.shard_begin;
-    // A group of one has no reduce-scatter/all-gather: its shard is the
-    // whole bucket and the model is written in place.
-    const bool shared = groups_[al.group].comm != nullptr;
-    MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(shared ? s.shard_grads : s.grads, 0, shard));
-    BackendBuffer& model = shared ? s.staging : s.params;
-    const bool bf16 = model.dtype() == v1::BF16;
-    for (size_t k = 0; k < al.segments.size(); ++k) {
-      const int64_t at = al.segments[k].shard_offset;
-      const int64_t n = al.segments[k].numel;
-      kernels::AdamWTensors t;
-      t.grad = grad + at;
-      t.master = s.master.floats() + at;
-      t.moment1 = s.moment1.floats() + at;
-      t.moment2 = s.moment2.floats() + at;
-      t.model = bf16 ? model.words() + at : nullptr;
-      MUONSHARD_RETURN_IF_ERROR(backend_->AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
-      if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(at, s.master, at, n));
-    }
+// NOTE [Batched Muon]: the owned shards of one bucket that share a shape, a
+// layout and a decay flag go through one MuonUpdateBatch (one parallel loop
+// over all their matrices on the CPU, one batched Newton-Schulz on CUDA),
+// bit-identical to one MuonUpdate each on the CPU. 16-bit gradients are
+// widened one shard at a time into scratch_, so they keep the per-shard
+// path.
+absl::Status ShardedOptimizer::UpdateMuonBucket(int bucket) {
+  const std::vector<int>& owned = owned_in_muon_[bucket];
+  if (grad_dtype_ != v1::FP32) {
+    for (int shard : owned) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
+    return absl::OkStatus();
   }
-  // NOTE [Beta powers]: once per step, after every shard used them.
+  std::vector<bool> done(owned.size(), false);
+  std::vector<kernels::MuonTensors> items;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (done[i]) continue;
+    const internal::MuonShardLayout& first = layout_.owned[owned[i]];
+    const bool decay = shards_[owned[i]].with_decay;
+    items.clear();
+    for (size_t j = i; j < owned.size(); ++j) {
+      const internal::MuonShardLayout& o = layout_.owned[owned[j]];
+      if (done[j] || o.shape.rows != first.shape.rows || o.shape.cols != first.shape.cols ||
+          o.shape.batch != first.shape.batch || o.layout != first.layout || shards_[owned[j]].with_decay != decay) {
+        continue;
+      }
+      done[j] = true;
+      MUONSHARD_ASSIGN_OR_RETURN(kernels::MuonTensors t, MuonTensorsOf(owned[j]));
+      items.push_back(t);
+    }
+    MUONSHARD_RETURN_IF_ERROR(
+        backend_->MuonUpdateBatch(items, first.shape, first.layout, MuonOptionsFor(config_, decay)));
+  }
+  for (int shard : owned) MUONSHARD_RETURN_IF_ERROR(CastMuonShard(shard));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kernels::MuonTensors> ShardedOptimizer::MuonTensorsOf(int shard) {
+  const internal::MuonShardLayout& o = layout_.owned[shard];
+  const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+  MuonShardState& s = shards_[shard];
+  BackendBuffer& params = muon_[o.bucket].params;
+  kernels::MuonTensors t;
+  MUONSHARD_ASSIGN_OR_RETURN(t.grad, GradFloats(muon_[o.bucket].grads, e.offset(), e.numel()));
+  t.momentum = s.momentum.floats();
+  t.master = s.master.floats();
+  // bf16 models are written by the kernel straight into the bucket.
+  t.model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
+  return t;
+}
+
+// Other model dtypes are cast from the updated master.
+absl::Status ShardedOptimizer::CastMuonShard(int shard) {
+  const internal::MuonShardLayout& o = layout_.owned[shard];
+  BackendBuffer& params = muon_[o.bucket].params;
+  if (params.dtype() == v1::BF16) return absl::OkStatus();
+  const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+  return params.ConvertFrom(e.offset(), shards_[shard].master, 0, e.numel());
+}
+
+absl::Status ShardedOptimizer::UpdateMuonShard(int shard) {
+  const internal::MuonShardLayout& o = layout_.owned[shard];
+  MUONSHARD_ASSIGN_OR_RETURN(const kernels::MuonTensors t, MuonTensorsOf(shard));
+  MUONSHARD_RETURN_IF_ERROR(
+      backend_->MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, shards_[shard].with_decay)));
+  return CastMuonShard(shard);
+}
+
+absl::Status ShardedOptimizer::RunAdamw() {
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) MUONSHARD_RETURN_IF_ERROR(UpdateAdamwBucket(b));
+  AdvanceBetaPows();
+  return backend_->Synchronize();
+}
+
+absl::Status ShardedOptimizer::UpdateAdamwBucket(int bucket) {
+  const kernels::AdamWBetaPows pows{&beta1_pow_, &beta2_pow_};
+  const internal::AdamwBucketLayout& al = layout_.adamw_buckets[bucket];
+  AdamwBucketState& s = adamw_[bucket];
+  const int64_t shard = al.shard_end - al.shard_begin;
+  // A group of one has no reduce-scatter/all-gather: its shard is the
+  // whole bucket and the model is written in place.
+  const bool shared = groups_[al.group].comm != nullptr;
+  MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(shared ? s.shard_grads : s.grads, 0, shard));
+  BackendBuffer& model = shared ? s.staging : s.params;
+  const bool bf16 = model.dtype() == v1::BF16;
+  for (size_t k = 0; k < al.segments.size(); ++k) {
+    const int64_t at = al.segments[k].shard_offset;
+    const int64_t n = al.segments[k].numel;
+    kernels::AdamWTensors t;
+    t.grad = grad + at;
+    t.master = s.master.floats() + at;
+    t.moment1 = s.moment1.floats() + at;
+    t.moment2 = s.moment2.floats() + at;
+    t.model = bf16 ? model.words() + at : nullptr;
+    MUONSHARD_RETURN_IF_ERROR(backend_->AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
+    if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(at, s.master, at, n));
+  }
+  return absl::OkStatus();
+}
+
+// NOTE [Beta powers]: once per step, after every shard used them.
+void ShardedOptimizer::AdvanceBetaPows() {
   kernels::AdamWOptions advance = AdamWOptionsFor(config_, true);
   advance.advance_beta_pows = true;
-  kernels::AdvanceBetaPows(pows, advance);
-  return backend_->Synchronize();
+  kernels::AdvanceBetaPows({&beta1_pow_, &beta2_pow_}, advance);
 }
 
 absl::Status ShardedOptimizer::SyncParameters() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
-    for (int b : layout_.groups[g].muon_buckets) {
-      BackendBuffer& params = muon_[b].params;
-      MUONSHARD_RETURN_IF_ERROR(comm.Broadcast(params.data(), params.numel(), params.comm_dtype(),
-                                               layout_.muon_buckets[b].owner_group_rank));
-    }
-    for (int b : layout_.groups[g].adamw_buckets) {
-      BackendBuffer& params = adamw_[b].params;
-      MUONSHARD_RETURN_IF_ERROR(comm.AllGather(adamw_[b].staging.data(), params.data(),
-                                               layout_.adamw_buckets[b].counts, params.comm_dtype()));
-    }
+    for (int b : layout_.groups[g].muon_buckets) MUONSHARD_RETURN_IF_ERROR(SyncBucket(comm, {true, b}));
+    for (int b : layout_.groups[g].adamw_buckets) MUONSHARD_RETURN_IF_ERROR(SyncBucket(comm, {false, b}));
     return absl::OkStatus();
   });
+}
+
+absl::Status ShardedOptimizer::SyncBucket(Communicator& comm, const BucketKey& key) {
+  const int b = key.bucket;
+  if (key.muon) {
+    BackendBuffer& params = muon_[b].params;
+    return comm.Broadcast(params.data(), params.numel(), params.comm_dtype(), layout_.muon_buckets[b].owner_group_rank);
+  }
+  BackendBuffer& params = adamw_[b].params;
+  return comm.AllGather(adamw_[b].staging.data(), params.data(), layout_.adamw_buckets[b].counts, params.comm_dtype());
 }
 
 absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShards() {
@@ -303,6 +371,7 @@ checkpoint::Scalars ShardedOptimizer::scalars() const {
 
 absl::Status ShardedOptimizer::RestoreFromState(const checkpoint::Scalars& scalars) {
   if (!broken_.ok()) return broken_;  // parameters need not be set: this sets them
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOpenStep());
   steps_ = scalars.step;
   beta1_pow_ = scalars.beta1_pow;
   beta2_pow_ = scalars.beta2_pow;

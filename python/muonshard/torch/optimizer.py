@@ -206,6 +206,17 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     (default $MUONSHARD_DEVICE, else "cpu:<LOCAL_RANK>"): a new process with a
     known (host, device) is taken as that rank's restart.
 
+    Overlap (NOTE [Pipelined step], [Gradient hand-off] in
+    worker/optimizer/sharded_optimizer.h): the C++ step is pipelined on the CPU
+    (`step_schedule` "auto" or "pipelined"; "sequential" for comparison): each
+    bucket's Newton-Schulz overlaps the other buckets' collectives. With
+    `overlap_backward`, a hook on every parameter hands its gradient to the
+    step as soon as backward has accumulated it, so the reduce of the last
+    layers' buckets runs while backward computes the first layers', and
+    `step()` only hands over what is left and finishes. It needs exactly one
+    backward pass per step (a second pass's gradient raises at `step()`); use
+    the default for gradient accumulation or gradients set by hand.
+
     `blas_threads` (0: cores / LOCAL_WORLD_SIZE) sets OpenBLAS's thread count,
     which is process-wide: torch's CPU matmuls, on the same OpenBLAS, follow it.
 
@@ -257,7 +268,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  rank=None, reduce_order="ring", metrics_port=None, metrics_host=None, hostname=None,
                  device=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
-                 alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None):
+                 alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
+                 overlap_backward=False, step_schedule="auto"):
         named = named_parameters_of(params)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
@@ -304,12 +316,20 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if self._max_restarts > 0:
             self._initial = {name: p.detach().clone() for name, p in named}
         self._lr = float(lr)
+        # NOTE [Gradient hand-off]: backward hooks hand gradients over.
+        self._overlap = bool(overlap_backward)
+        self._step_open = False
+        self._handed = set()
+        self._hook_error = None
+        self._hooks = []
+        self.hooked_gradients = 0  # handed over by the hooks in the last step
         self._last_step_end = None
         self.last_step_stats = None
         self.last_recovery = None
         self._session = self._start_session(dict(
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
+            step_schedule=step_schedule,
             metrics_port=-1 if metrics_port is None else int(metrics_port),
             metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
             hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
@@ -334,8 +354,44 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             self._session.close()
             self._session = None
             raise
+        if self._overlap:
+            self._install_hooks(named)
 
     # ------------------------------------------------------------------ set-up
+
+    def _install_hooks(self, named):
+        """One hook per parameter on its AccumulateGrad node: it runs once
+        backward has written the parameter's .grad (torch 1.13 has no
+        post-accumulate tensor hook; this is how DDP hooks its buckets)."""
+        for name, param in named:
+            if not param.requires_grad:
+                continue
+            accumulate = param.expand_as(param).grad_fn.next_functions[0][0]
+            handle = accumulate.register_hook(lambda *_, name=name: self._grad_ready(name))
+            self._hooks.append((accumulate, handle))
+
+    def _grad_ready(self, name):
+        """Backward produced `name`'s gradient: hand it to the step now, so its
+        bucket's reduce overlaps the rest of backward. Errors wait for step()."""
+        if self._hook_error is not None or self._session is None:
+            return
+        try:
+            part = next((p for p in self._parts if p.name == name), None)
+            if part is None:
+                return
+            if part.index in self._handed:
+                raise RuntimeError(
+                    "overlap_backward: the gradient of %r arrived twice in one step; gradients are handed over "
+                    "during the first backward pass, so accumulating several passes per step needs "
+                    "overlap_backward=False" % name)
+            if not self._step_open:
+                self._session.check_health()
+                self._session.begin_step()
+                self._step_open = True
+            self._session.grad_ready(part.index, part.gradient())
+            self._handed.add(part.index)
+        except Exception as e:  # raised by step(), which recovers from it like from its own errors
+            self._hook_error = e
 
     def _start_session(self, kwargs):
         """RankSession (join, rendezvous, communicators, optimizer), started
@@ -489,18 +545,43 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         session = self._live_session()
         started = time.perf_counter()
         try:
-            session.check_health()  # the generation moved since the last step: recover before touching anything
-            self._apply_lr()
-            grads = {part.index: part.gradient() for part in self._parts}
             train_seconds = started - self._last_step_end if self._last_step_end is not None else 0.0
             loss_value = float(loss) if isinstance(loss, (float, int, torch.Tensor)) else math.nan
-            self.last_step_stats = session.step(grads, loss_value, train_seconds)
+            if self._overlap:
+                self.last_step_stats = self._finish_handed_step(session, loss_value, train_seconds)
+            else:
+                session.check_health()  # the generation moved since the last step: recover before touching anything
+                self._apply_lr()
+                grads = {part.index: part.gradient() for part in self._parts}
+                self.last_step_stats = session.step(grads, loss_value, train_seconds)
             for part in self._parts:
                 part.write_back(session)
         except Exception as e:
+            self._step_open = False
+            self._handed = set()
+            self._hook_error = None
             self._failed(e, started)
         self._last_step_end = time.perf_counter()
         return loss
+
+    def _finish_handed_step(self, session, loss_value, train_seconds):
+        """overlap_backward: hands over what the hooks did not (parameters
+        without a gradient count as zeros) and finishes the step."""
+        error, self._hook_error = self._hook_error, None
+        if error is not None:
+            raise error
+        if not self._step_open:
+            session.check_health()
+            session.begin_step()
+            self._step_open = True
+        self._apply_lr()
+        for part in self._parts:
+            if part.index not in self._handed:
+                session.grad_ready(part.index, part.gradient())
+        self._step_open = False
+        self.hooked_gradients = len(self._handed)
+        self._handed = set()
+        return session.finish_step(loss_value, train_seconds)
 
     def _apply_lr(self):
         lr = float(self.param_groups[0]["lr"])

@@ -1,0 +1,482 @@
+// ShardedOptimizer's pipelined schedule and gradient hand-off (NOTE
+// [Pipelined step], NOTE [Gradient hand-off] in sharded_optimizer.h): the
+// pipelined step is bit-identical to the sequential one (in-process and Gloo
+// groups, every policy), handing gradients over one by one in any order
+// equals Step(), the hand-off's errors, a failure cancels the step on every
+// rank at once, and the pipeline really overlaps: a step whose last reduce
+// can only finish after an update ran completes pipelined and deadlocks
+// (to its timeout) sequentially.
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "coordinator/planner/plan_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/kernel_backend.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+#include "tests/worker/comm_test_util.h"
+#include "tests/worker/fake_device_backend.h"
+#include "tests/worker/optimizer_test_util.h"
+#include "worker/optimizer/internal/step_pipeline.h"
+#include "worker/workload/synthetic_workload.h"
+#include "worker/workload/workload_driver.h"
+
+namespace muonshard::worker::testing {
+namespace {
+
+using ::muonshard::testing::IsOk;
+using ::muonshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+struct Case {
+  std::string name;
+  v1::ModelManifest manifest;
+  int world;
+  int ep;
+  PolicyKind policy;
+  int comm_buffer_mb;
+};
+
+std::vector<Case> Cases() {
+  return {
+      {"Moe_W4_Ep2_SeedAll", muonshard::testing::MoeManifest(2, 64, 32, 4, 80), 4, 2, PolicyKind::kSeedAll, 0},
+      {"Stacks_W4_Ep2_Uneven", StackManifest(), 4, 2, PolicyKind::kUneven, 0},
+      {"Dense_W3_Balanced", muonshard::testing::DenseManifest(2, 64, 96, 80), 3, 1, PolicyKind::kBalanced, 0},
+      {"Stacks_W2_Seed", StackManifest(), 2, 1, PolicyKind::kSeed, 0},
+  };
+}
+
+void ExpectBitIdentical(const std::vector<RankResult>& a, const std::vector<RankResult>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_EQ(a[r].model.size(), b[r].model.size());
+    for (const auto& [tensor, values] : a[r].model) {
+      EXPECT_TRUE(BitEqual(values, b[r].model.at(tensor))) << "model copy of tensor " << tensor;
+    }
+    ASSERT_EQ(a[r].masters.size(), b[r].masters.size());
+    for (const auto& [tensor, values] : a[r].masters) {
+      EXPECT_TRUE(BitEqual(values, b[r].masters.at(tensor))) << "master of tensor " << tensor;
+    }
+    EXPECT_EQ(a[r].losses, b[r].losses);
+    ASSERT_EQ(a[r].steps.size(), b[r].steps.size());
+    for (size_t s = 0; s < a[r].steps.size(); ++s) EXPECT_TRUE(a[r].steps[s].comm == b[r].steps[s].comm);
+  }
+}
+
+class PipelineEquivalenceTest : public ::testing::TestWithParam<std::tuple<int, CommBackend>> {};
+
+TEST_P(PipelineEquivalenceTest, Pipelined_IsBitIdenticalToSequential) {
+  const Case c = Cases()[std::get<0>(GetParam())];
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(c.manifest, c.world, c.ep, c.policy, c.comm_buffer_mb));
+  SyntheticWorkload workload;
+  RunOptions options;
+  options.backend = std::get<1>(GetParam());
+  options.step.schedule = StepSchedule::kSequential;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> sequential, RunSharded(plan, workload, options));
+  options.step.schedule = StepSchedule::kPipelined;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> pipelined, RunSharded(plan, workload, options));
+  ExpectBitIdentical(pipelined, sequential);
+  // The gradients handed over one by one, in another order on every rank.
+  options.shuffled_hand_off = true;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> handed, RunSharded(plan, workload, options));
+  ExpectBitIdentical(handed, sequential);
+  options.step.schedule = StepSchedule::kSequential;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> handed_sequential, RunSharded(plan, workload, options));
+  ExpectBitIdentical(handed_sequential, sequential);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PipelineEquivalenceTest,
+                         ::testing::Combine(::testing::Range(0, 4),
+                                            ::testing::Values(CommBackend::kInProcess, CommBackend::kGloo)),
+                         [](const auto& info) {
+                           return absl::StrCat(Cases()[std::get<0>(info.param)].name,
+                                               std::get<1>(info.param) == CommBackend::kGloo ? "_Gloo" : "_InProcess");
+                         });
+
+TEST(PipelineEquivalenceTest, Pipelined_WithSmallBuckets_MatchesTheReferenceBitwise) {
+  // Many buckets: every step interleaves reduces, updates and broadcasts.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 4, 2, PolicyKind::kBalanced, 1));
+  SyntheticWorkload workload;
+  RunOptions options;
+  options.step.schedule = StepSchedule::kPipelined;
+  options.shuffled_hand_off = true;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> ranks, RunSharded(plan, workload, options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan, workload, options));
+  ExpectMatchesReference(plan, ranks, reference, 0);
+}
+
+// --- the hand-off's contract, on two ranks over in-process groups ---
+
+class HandOffTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, BuildPlan(StackManifest(), 2, 1, PolicyKind::kSeed));
+    InProcessOptions o;
+    o.timeout = absl::Seconds(20);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(comms_, CreateInProcessPlanComms(plan_, o));
+  }
+
+  absl::StatusOr<std::unique_ptr<ShardedOptimizer>> Create(int rank, kernels::KernelBackend* backend,
+                                                           StepSchedule schedule) {
+    MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan_, rank));
+    StepOptions step;
+    step.schedule = schedule;
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, comms_.by_rank[rank], backend, {}, step));
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload_, *optimizer));
+    return optimizer;
+  }
+
+  v1::Plan plan_;
+  PlanComms comms_;
+  SyntheticWorkload workload_;
+};
+
+TEST_F(HandOffTest, GradReady_OutsideAStep_TwiceOrBadSize_IsRejectedAndTheStepStillCompletes) {
+  std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend();
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, Create(rank, backend.get(), StepSchedule::kPipelined));
+    const std::vector<HeldTensor>& held = optimizer->held_tensors();
+    std::vector<float> grad(held[0].numel(), 0.25f);
+    auto expect = [](absl::Status s, absl::StatusCode code, absl::string_view what) -> absl::Status {
+      if (s.code() == code) return absl::OkStatus();
+      return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
+    };
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, grad),
+                                     absl::StatusCode::kFailedPrecondition, "before BeginStep"));
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->FinishStep().status(), absl::StatusCode::kFailedPrecondition,
+                                     "FinishStep before BeginStep"));
+    MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->BeginStep(), absl::StatusCode::kFailedPrecondition, "BeginStep twice"));
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, absl::MakeSpan(grad).subspan(1)),
+                                     absl::StatusCode::kInvalidArgument, "short gradient"));
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(123456, grad), absl::StatusCode::kNotFound, "unknown"));
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GatherMasters().status(), absl::StatusCode::kFailedPrecondition,
+                                     "GatherMasters inside a step"));
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->SetParameter(held[0].tensor, grad),
+                                     absl::StatusCode::kFailedPrecondition, "SetParameter inside a step"));
+    for (const HeldTensor& h : held) {
+      std::vector<float> g(h.numel(), 0.25f);
+      MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(h.tensor, g));
+    }
+    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, grad), absl::StatusCode::kInvalidArgument,
+                                     "handed twice"));
+    MUONSHARD_ASSIGN_OR_RETURN(StepStats stats, optimizer->FinishStep());
+    if (stats.comm.total() == 0) return absl::InternalError("the step communicated nothing");
+    if (optimizer->steps_done() != 1) return absl::InternalError("step not counted");
+    return optimizer->GatherMasters().status();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+}
+
+TEST_F(HandOffTest, FinishStep_MissingGradient_Sequential_KeepsTheStepOpen) {
+  std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend();
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, Create(rank, backend.get(), StepSchedule::kSequential));
+    const std::vector<HeldTensor>& held = optimizer->held_tensors();
+    MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
+    for (size_t i = 1; i < held.size(); ++i) {
+      MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(held[i].tensor, std::vector<float>(held[i].numel(), 0.5f)));
+    }
+    absl::Status missing = optimizer->FinishStep().status();
+    if (missing.code() != absl::StatusCode::kFailedPrecondition ||
+        !absl::StrContains(missing.message(), held[0].spec->name())) {
+      return absl::InternalError(absl::StrCat("missing: ", missing.ToString()));
+    }
+    MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(held[0].tensor, std::vector<float>(held[0].numel(), 0.5f)));
+    return optimizer->FinishStep().status();
+  });
+  for (int r = 0; r < 2; ++r) EXPECT_THAT(results[r], IsOk()) << "rank " << r;
+}
+
+TEST_F(HandOffTest, FinishStep_MissingGradient_Pipelined_BreaksAndAbortsThePeerAtOnce) {
+  const absl::Time start = absl::Now();
+  std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend();
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, Create(rank, backend.get(), StepSchedule::kPipelined));
+    const std::vector<HeldTensor>& held = optimizer->held_tensors();
+    MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
+    // Rank 0 forgets its first tensor; rank 1 hands over everything.
+    for (size_t i = rank == 0 ? 1 : 0; i < held.size(); ++i) {
+      MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(held[i].tensor, std::vector<float>(held[i].numel(), 0.5f)));
+    }
+    absl::Status finish = optimizer->FinishStep().status();
+    absl::Status after = optimizer->BeginStep();
+    if (after.code() != absl::StatusCode::kFailedPrecondition || !absl::StrContains(after.message(), "broken")) {
+      return absl::InternalError(absl::StrCat("after: ", after.ToString()));
+    }
+    return finish;
+  });
+  EXPECT_THAT(results[0], StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("was not handed over")));
+  EXPECT_THAT(results[1], StatusIs(absl::StatusCode::kAborted, ::testing::_));
+  // The abort ends the peer's wait, not its 20 s timeout.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// --- overlap, proven by a dependency only a pipeline can satisfy ---
+
+// Counts the kernel updates of a CPU backend.
+class CountingCpuBackend final : public kernels::KernelBackend {
+ public:
+  explicit CountingCpuBackend(std::atomic<int>* updates) : updates_(updates) {}
+  kernels::DeviceKind device_kind() const override { return inner_->device_kind(); }
+  absl::Status NewtonSchulz(const float* in, float* out, const kernels::MatrixBatchShape& shape,
+                            const kernels::NewtonSchulzOptions& options) override {
+    return inner_->NewtonSchulz(in, out, shape, options);
+  }
+  absl::Status MuonUpdate(const kernels::MuonTensors& t, const kernels::MatrixBatchShape& shape,
+                          kernels::WeightLayout layout, const kernels::MuonOptions& options) override {
+    ++*updates_;
+    return inner_->MuonUpdate(t, shape, layout, options);
+  }
+  absl::Status MuonUpdateBatch(absl::Span<const kernels::MuonTensors> items, const kernels::MatrixBatchShape& shape,
+                               kernels::WeightLayout layout, const kernels::MuonOptions& options) override {
+    ++*updates_;
+    largest_batch = std::max(largest_batch, static_cast<int>(items.size()));
+    return inner_->MuonUpdateBatch(items, shape, layout, options);
+  }
+  absl::Status AdamW(const kernels::AdamWTensors& t, int64_t n, const kernels::AdamWBetaPows& pows,
+                     const kernels::AdamWOptions& options) override {
+    ++*updates_;
+    return inner_->AdamW(t, n, pows, options);
+  }
+  absl::Status CastToBf16(const float* in, kernels::Bf16Bits* out, int64_t n) override {
+    return inner_->CastToBf16(in, out, n);
+  }
+  absl::Status Synchronize() override { return inner_->Synchronize(); }
+  absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
+  absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
+    return inner_->CopyFromHost(host, dst, bytes);
+  }
+  absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override {
+    return inner_->CopyToHost(src, host, bytes);
+  }
+  absl::Status SetZero(void* dst, int64_t bytes) override { return inner_->SetZero(dst, bytes); }
+  int largest_batch = 0;  // items of the largest MuonUpdateBatch call
+  absl::Status Convert(const void* in, kernels::ElementType in_type, void* out, kernels::ElementType out_type,
+                       int64_t n) override {
+    return inner_->Convert(in, in_type, out, out_type, n);
+  }
+
+ private:
+  std::unique_ptr<kernels::KernelBackend> inner_ = kernels::CreateCpuKernelBackend();
+  std::atomic<int>* updates_;
+};
+
+// Forwards to a communicator; the `gated_call`-th reduction (Reduce or
+// ReduceScatter, counted from 0) of the step first waits up to `wait` for
+// `*updates` to become positive, and fails DEADLINE_EXCEEDED if it does not.
+class GatedCommunicator final : public Communicator {
+ public:
+  GatedCommunicator(Communicator* inner, const std::atomic<int>* updates, int gated_call, absl::Duration wait)
+      : inner_(inner), updates_(updates), gated_call_(gated_call), wait_(wait) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override {
+    MUONSHARD_RETURN_IF_ERROR(Gate());
+    return inner_->Reduce(buf, count, dtype, op, root);
+  }
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
+                             ReduceOp op) override {
+    MUONSHARD_RETURN_IF_ERROR(Gate());
+    return inner_->ReduceScatter(in, out, counts, dtype, op);
+  }
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override {
+    return inner_->Broadcast(buf, count, dtype, root);
+  }
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override {
+    return inner_->AllReduce(buf, count, dtype, op);
+  }
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override {
+    return inner_->AllGather(in, out, counts, dtype);
+  }
+  absl::Status Barrier() override { return inner_->Barrier(); }
+  absl::Status GroupStart() override { return inner_->GroupStart(); }
+  absl::Status GroupEnd() override { return inner_->GroupEnd(); }
+  absl::Status Synchronize() override { return inner_->Synchronize(); }
+  void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
+
+ private:
+  absl::Status Gate() {
+    if (calls_++ != gated_call_) return absl::OkStatus();
+    const absl::Time deadline = absl::Now() + wait_;
+    while (updates_->load() == 0) {
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError("the gated reduction waited for an update that never ran");
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    return absl::OkStatus();
+  }
+
+  Communicator* inner_;
+  const std::atomic<int>* updates_;
+  const int gated_call_;
+  const absl::Duration wait_;
+  int calls_ = 0;
+};
+
+template <typename Entries>
+int LastTensorOf(const Entries& entries) {
+  int last = -1;
+  for (const v1::BucketEntry& e : entries) last = std::max(last, e.tensor());
+  return last;
+}
+
+// Whether `rank` updates a bucket of its group that is reduced before the
+// group's last reduction (hand-off order: descending last tensor index, NOTE
+// [Pipelined step]); and the number of reductions.
+struct GateSpec {
+  bool satisfiable = false;
+  int reductions = 0;
+};
+GateSpec GateFor(const v1::Plan& plan, int group, int rank) {
+  std::vector<std::pair<int, bool>> order;  // (last tensor, updated by rank)
+  for (const v1::MuonBucket& b : plan.muon_buckets()) {
+    if (b.group() == group) order.push_back({LastTensorOf(b.entries()), b.owner() == rank});
+  }
+  for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
+    if (b.group() == group) order.push_back({LastTensorOf(b.entries()), true});
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  GateSpec spec;
+  spec.reductions = static_cast<int>(order.size());
+  for (size_t i = 0; i + 1 < order.size(); ++i) spec.satisfiable |= order[i].second;
+  return spec;
+}
+
+// Two ranks, one group. On every rank that updates a bucket reduced before
+// its last one, the last reduction of the first step waits for an update
+// of the same rank: only a schedule that updates early buckets while later
+// ones are still being reduced gets past it.
+absl::Status RunGatedStep(StepSchedule schedule) {
+  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan,
+                             BuildPlan(muonshard::testing::DenseManifest(4, 64, 96, 80), 2, 1, PolicyKind::kBalanced, 1));
+  if (plan.groups_size() != 1) return absl::InternalError("the test needs one group");
+  const int group = plan.groups(0).id();
+  int gated_ranks = 0;
+  for (int r = 0; r < 2; ++r) gated_ranks += GateFor(plan, group, r).satisfiable ? 1 : 0;
+  if (gated_ranks == 0) return absl::InternalError("no rank updates a bucket before its last reduction");
+  InProcessOptions o;
+  o.timeout = absl::Seconds(10);
+  MUONSHARD_ASSIGN_OR_RETURN(PlanComms comms, CreateInProcessPlanComms(plan, o));
+  SyntheticWorkload workload;
+  std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    std::atomic<int> updates{0};
+    CountingCpuBackend backend(&updates);
+    const GateSpec gate = GateFor(plan, group, rank);
+    GatedCommunicator gated(comms.by_rank[rank].at(group), &updates, gate.satisfiable ? gate.reductions - 1 : -1,
+                            absl::Seconds(3));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
+    StepOptions step;
+    step.schedule = schedule;
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, {{group, &gated}}, &backend, {}, step));
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
+    return TrainStep(workload, *optimizer, 0).status();
+  });
+  // The gated rank's own error first (its peer sees the abort).
+  for (const absl::Status& s : results) {
+    if (s.code() == absl::StatusCode::kDeadlineExceeded) return s;
+  }
+  for (const absl::Status& s : results) MUONSHARD_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
+TEST(PipelineOverlapTest, LastReduceWaitingForAnUpdate_CompletesOnlyWhenPipelined) {
+  EXPECT_THAT(RunGatedStep(StepSchedule::kPipelined), IsOk());
+  // The same dependency deadlocks the sequential step (every update waits
+  // for every reduce): the gate gives up.
+  EXPECT_THAT(RunGatedStep(StepSchedule::kSequential),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gated reduction")));
+}
+
+// NOTE [Batched Muon]: the per-expert 2-D matrices a rank owns in one bucket
+// go through one MuonUpdateBatch; the bits are the reference's (per-matrix
+// MuonUpdate), which the equivalence suites check for every plan.
+TEST(BatchedMuonTest, SameShapeMatricesOfABucket_GoThroughOneBatchedCall) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
+                                 BuildPlan(muonshard::testing::MoeManifest(2, 64, 32, 8, 80), 1, 1, PolicyKind::kSeed));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
+  std::atomic<int> updates{0};
+  CountingCpuBackend backend(&updates);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, ShardedOptimizer::Create(view, {}, &backend, {}));
+  SyntheticWorkload workload;
+  MUONSHARD_ASSERT_OK(InitializeParameters(workload, *optimizer));
+  MUONSHARD_ASSERT_OK(TrainStep(workload, *optimizer, 0).status());
+  EXPECT_GE(backend.largest_batch, 8);  // at least one projection of all 8 experts of a layer
+}
+
+TEST(StepOptionsTest, PipelinedOnADeviceBackend_IsInvalidArgument) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 1, 1, PolicyKind::kSeed));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
+  std::unique_ptr<kernels::KernelBackend> backend = std::make_unique<FakeDeviceBackend>();
+  StepOptions step;
+  step.schedule = StepSchedule::kPipelined;
+  EXPECT_THAT(ShardedOptimizer::Create(view, {}, backend.get(), {}, step).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host-memory")));
+  step.schedule = StepSchedule::kAuto;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, ShardedOptimizer::Create(view, {}, backend.get(), {}, step));
+  EXPECT_FALSE(optimizer->pipelined());
+}
+
+TEST(StepOptionsTest, Parse_NamesTheBadValue) {
+  EXPECT_THAT(ParseStepSchedule("pipelined"), IsOk());
+  EXPECT_THAT(ParseStepSchedule("fast").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"fast\"")));
+  EXPECT_THAT(ParseStepPhases("comm"), IsOk());
+  EXPECT_THAT(ParseStepPhases("none").status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"none\"")));
+}
+
+// --- the pipeline machinery alone ---
+
+TEST(StepPipelineTest, OpsRunInPostOrderPerLaneOnceTheirGateIsSet) {
+  std::vector<int> order;
+  absl::Mutex mu;
+  internal::StepPipeline pipeline(1, nullptr);
+  pipeline.Begin(4);
+  auto record = [&](int id) {
+    return [&, id] {
+      absl::MutexLock lock(&mu);
+      order.push_back(id);
+      return absl::OkStatus();
+    };
+  };
+  pipeline.Post(0, 0, record(1), 2, true);
+  pipeline.Post(0, internal::StepPipeline::kNoEvent, record(2), 3, true);
+  pipeline.Set(0, false);
+  EXPECT_EQ(pipeline.NextReady().value_or(-1), 2);
+  EXPECT_EQ(pipeline.NextReady().value_or(-1), 3);
+  EXPECT_THAT(pipeline.Finish(), IsOk());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+TEST(StepPipelineTest, AFailedOp_SkipsTheRest_WakesTheComputeThread_AndCallsOnErrorOnce) {
+  std::atomic<int> errors{0};
+  std::atomic<int> ran{0};
+  internal::StepPipeline pipeline(2, [&](const absl::Status&) { ++errors; });
+  pipeline.Begin(2);
+  pipeline.Post(0, internal::StepPipeline::kNoEvent, [] { return absl::AbortedError("peer gone"); }, 0, true);
+  pipeline.Post(0, internal::StepPipeline::kNoEvent, [&] { ++ran; return absl::OkStatus(); }, 1, true);
+  // Gated on an event nobody sets: cancelled, not stuck.
+  pipeline.Post(1, 1, [&] { ++ran; return absl::OkStatus(); }, internal::StepPipeline::kNoEvent, false);
+  EXPECT_THAT(pipeline.NextReady().status(), StatusIs(absl::StatusCode::kAborted, ::testing::_));
+  EXPECT_THAT(pipeline.Finish(), StatusIs(absl::StatusCode::kAborted, HasSubstr("peer gone")));
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(errors.load(), 1);
+  // The next step starts clean.
+  pipeline.Begin(1);
+  pipeline.Post(1, internal::StepPipeline::kNoEvent, [&] { ++ran; return absl::OkStatus(); }, 0, false);
+  EXPECT_THAT(pipeline.Finish(), IsOk());
+  EXPECT_EQ(ran.load(), 1);
+}
+
+}  // namespace
+}  // namespace muonshard::worker::testing
