@@ -100,6 +100,13 @@ absl::Status CheckCovered(const v1::Plan& plan, Coverage& cover, v1::Optimizer w
   return absl::OkStatus();
 }
 
+bool BucketHolds(const v1::MuonBucket& bucket, int tensor) {
+  for (const v1::BucketEntry& e : bucket.entries()) {
+    if (e.tensor() == tensor) return true;
+  }
+  return false;
+}
+
 absl::Status CheckMuon(const v1::Plan& plan) {
   Coverage cover(plan.tensors_size());
   for (const v1::MuonBucket& b : plan.muon_buckets()) {
@@ -120,6 +127,12 @@ absl::Status CheckMuon(const v1::Plan& plan) {
       if (o.bucket() < 0 || o.bucket() >= plan.muon_buckets_size() ||
           plan.muon_buckets(o.bucket()).owner() != r.rank()) {
         return Invalid(absl::StrCat("rank ", r.rank(), " owns \"", o.name(), "\" through a bucket it does not own"));
+      }
+      // Views and display names index plan.tensors by it (fuzz finding 1,
+      // docs/hardening.md).
+      if (!BucketHolds(plan.muon_buckets(o.bucket()), o.tensor())) {
+        return Invalid(absl::StrCat("rank ", r.rank(), " owns tensor ", o.tensor(), ", which its bucket ", o.bucket(),
+                                    " does not hold"));
       }
     }
   }

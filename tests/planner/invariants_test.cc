@@ -88,6 +88,16 @@ TEST(ValidatorTest, CatchesDoubleOwnershipAndGaps) {
   gap.mutable_ranks(0)->mutable_slices()->RemoveLast();
   EXPECT_THAT(ValidatePlan(gap), testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
 
+  // An owned tensor outside plan.tensors (fuzz finding 1): views would read
+  // out of bounds.
+  v1::Plan foreign = plan;
+  int owner = 0;
+  while (owner < plan.ranks_size() && plan.ranks(owner).owned_size() == 0) ++owner;
+  ASSERT_LT(owner, plan.ranks_size());
+  foreign.mutable_ranks(owner)->mutable_owned(0)->set_tensor(plan.tensors_size() + 7);
+  EXPECT_THAT(ValidatePlan(foreign),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("does not hold")));
+
   v1::Plan skewed = plan;
   skewed.mutable_adamw_buckets(0)->set_shard_offsets(1, 1);
   EXPECT_THAT(ValidatePlan(skewed),
