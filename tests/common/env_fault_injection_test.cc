@@ -212,7 +212,9 @@ TEST_F(FaultInjectionEnvTest, WriteFileAtomic_CrashAnywhere_LeavesOldOrNew) {
       MUONSHARD_ASSERT_OK(env.SimulateCrash(mode));
       MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string got, Read(Path("f")));
       EXPECT_THAT(got, ::testing::AnyOf("old", "new"));
-      if (ok) EXPECT_EQ(got, "new");
+      if (ok) {
+        EXPECT_EQ(got, "new");
+      }
       // A process death leaves the temporary for the caller's clean-up
       // (checkpoint: RemoveLeftovers); a power loss drops it.
       MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, Env::Default()->GetChildren(dir_));
