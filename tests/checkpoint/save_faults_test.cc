@@ -201,7 +201,9 @@ class SaveFaultFixture : public ::testing::Test {
       saved = Save(&env, dir_, 20, &renamed);
       ASSERT_EQ(env.injected(), 1);
       // A crash in the clean-up after the commit: the save had succeeded.
-      if (fault.kind == FaultKind::kCrash) MUONSHARD_ASSERT_OK(env.SimulateCrash(fault.crash));
+      if (fault.kind == FaultKind::kCrash) {
+        MUONSHARD_ASSERT_OK(env.SimulateCrash(fault.crash));
+      }
     }
     if (fault.kind != FaultKind::kCrash) {
       if (saved.ok()) {
@@ -223,8 +225,12 @@ class SaveFaultFixture : public ::testing::Test {
       }
     }
     const int64_t latest = ExpectNothingTorn();
-    if (saved.ok()) EXPECT_EQ(latest, 20);  // committed, and durably so
-    if (latest == 20) EXPECT_TRUE(saved.ok() || renamed || fault.kind == FaultKind::kCrash);
+    if (saved.ok()) {
+      EXPECT_EQ(latest, 20);  // committed, and durably so
+    }
+    if (latest == 20) {
+      EXPECT_TRUE(saved.ok() || renamed || fault.kind == FaultKind::kCrash);
+    }
     ExpectNextSaveCleans(latest);
   }
 
