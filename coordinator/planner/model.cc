@@ -389,6 +389,27 @@ void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout,
   }
 }
 
+// Muon for an explicit MUON, or when classifying a 2-D or 3-D tensor. A 2-D
+// fused expert stack [experts, n] holds one vector per expert: AdamW, like a
+// 1-D tensor, and MUON on it is refused (its matrices would be rows of one
+// expert each, split over the ep ranks).
+absl::Status ChooseOptimizer(const v1::TensorSpec& t, int index, bool classify_as_matrix,
+                             ResolvedTensor& r) {
+  const bool vector_stack = r.stack && t.shape_size() == 2;
+  if (vector_stack && t.optimizer() == v1::MUON) {
+    return TensorError(t, index, absl::StrCat("optimizer MUON on a 2-D expert stack (", t.shape(0),
+                                              " experts of ", t.shape(1),
+                                              " elements each): Muon needs a matrix per expert, "
+                                              "i.e. a 3-D stack [experts, rows, cols]"));
+  }
+  if (t.optimizer() != v1::OPTIMIZER_UNSPECIFIED) {
+    r.muon = t.optimizer() == v1::MUON;
+  } else {
+    r.muon = classify_as_matrix && !vector_stack && (t.shape_size() == 2 || t.shape_size() == 3);
+  }
+  return absl::OkStatus();
+}
+
 // Stage of every tensor: explicit, else from "layers.N" in contiguous equal
 // blocks, else the stage of the closest preceding layered tensor (embedding
 // -> first stage; final norm and lm_head -> last).
@@ -555,9 +576,9 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
     const bool classify = t.optimizer() == v1::OPTIMIZER_UNSPECIFIED;
     const NameScanner::Facts facts = names.Scan(t.name(), classify);
     if (facts.duplicate) return TensorError(t, i, "duplicate name");
-    r.muon = classify ? (t.shape_size() == 2 || t.shape_size() == 3) && !facts.excluded
-                      : t.optimizer() == v1::MUON;
     PlaceTensor(t, i, layout, facts, r, placement);
+    s = ChooseOptimizer(t, i, classify && !facts.excluded, r);
+    if (!s.ok()) return s;
   }
   if (!placement.stage_error.ok()) return placement.stage_error;
   if (!placement.expert_error.ok()) return placement.expert_error;

@@ -42,6 +42,12 @@ int ExpertOracle(const std::string& name) {
   return std::stoi(digits);
 }
 
+// A fused expert stack: "experts." then a non-digit, and no expert index.
+bool StackOracle(const std::string& name) {
+  static const RE2* const re = new RE2(R"((?:^|\.)experts\.[^0-9])");
+  return ExpertOracle(name) < 0 && RE2::PartialMatch(name, *re);
+}
+
 bool ExcludedOracle(const std::string& name) {
   RE2::Options options;
   options.set_case_sensitive(false);
@@ -91,7 +97,9 @@ TEST(ResolveModelTest, RandomNames_ExpertIndexAndExclusionAgreeWithRe2) {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(b.Build(), Layout(2)));
     for (size_t i = 0; i < names.size(); ++i) {
       EXPECT_EQ(model.tensors[i].expert, ExpertOracle(names[i])) << names[i];
-      EXPECT_EQ(model.tensors[i].muon, !ExcludedOracle(names[i])) << names[i];
+      EXPECT_EQ(model.tensors[i].stack, StackOracle(names[i])) << names[i];
+      // 2-D: a matrix unless excluded, or a stack of vectors.
+      EXPECT_EQ(model.tensors[i].muon, !ExcludedOracle(names[i]) && !StackOracle(names[i])) << names[i];
     }
   }
 }
@@ -185,6 +193,29 @@ TEST(ResolveModelTest, FusedExpertStackRecognisedByName) {
   EXPECT_FALSE(model.tensors[1].stack);
   EXPECT_EQ(model.tensors[1].expert, 3);
   EXPECT_FALSE(model.tensors[2].stack);
+}
+
+// Fuzz finding 2: a 2-D stack is one vector per expert, so it is AdamW like a
+// 1-D tensor (split element-wise over the ep ranks), and MUON on it is refused.
+TEST(ResolveModelTest, TwoDimensionalExpertStackIsAdamWAndRefusesMuon) {
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("model.layers.0.mlp.experts.gate_up_proj", {128, 256})
+                            .Add("model.layers.0.mlp.experts.down_proj", {128, 256, 64})
+                            .Build();
+  for (int ep : {1, 2}) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(m, Layout(2, 1, ep)));
+    EXPECT_TRUE(model.tensors[0].stack);
+    EXPECT_FALSE(model.tensors[0].muon);
+    EXPECT_TRUE(model.tensors[1].muon);
+  }
+  m.mutable_tensors(0)->set_optimizer(v1::MUON);
+  EXPECT_THAT(Resolve(m, Layout(2, 1, 2)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"model.layers.0.mlp.experts.gate_up_proj\": optimizer MUON on a 2-D expert "
+                                 "stack (128 experts of 256 elements each)")));
+  m.mutable_tensors(0)->set_optimizer(v1::ADAMW);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(m, Layout(2, 1, 2)));
+  EXPECT_FALSE(model.tensors[0].muon);
 }
 
 TEST(ResolveModelTest, StageErrorsPrecedeExpertErrorsAndFollowShapeErrors) {
