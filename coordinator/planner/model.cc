@@ -327,6 +327,9 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   if (!v1::Optimizer_IsValid(t.optimizer())) {
     return TensorError(t, index, absl::StrCat("unknown optimizer ", static_cast<int>(t.optimizer())));
   }
+  if (!v1::TpSplit_IsValid(t.tp_split())) {
+    return TensorError(t, index, absl::StrCat("unknown tp_split ", static_cast<int>(t.tp_split())));
+  }
   if (!v1::Layout_IsValid(t.layout())) {
     return TensorError(t, index, absl::StrCat("unknown layout ", static_cast<int>(t.layout())));
   }
@@ -407,6 +410,35 @@ absl::Status ChooseOptimizer(const v1::TensorSpec& t, int index, bool classify_a
   } else {
     r.muon = classify_as_matrix && !vector_stack && (t.shape_size() == 2 || t.shape_size() == 3);
   }
+  return absl::OkStatus();
+}
+
+// The dimension a TP split divides: out or in of the tensor's layout (the
+// last two dimensions; a 1-D tensor's only one is out). Checked against tp:
+// divisible, ROW only with two or more dimensions, and no split of expert
+// tensors under expert parallelism (Paddle's expert_tensor_parallel_degree
+// <= 1: experts are spread over the tp ranks whole).
+absl::Status ResolveTpSplit(const v1::TensorSpec& t, int index, const RankLayout& layout, ResolvedTensor& r) {
+  const v1::TpSplit split = t.tp_split();
+  if (layout.tp() == 1 || split == v1::TP_SPLIT_UNSPECIFIED || split == v1::TP_REPLICATED) return absl::OkStatus();
+  const int n = t.shape_size();
+  const char* name = split == v1::TP_COLUMN ? "TP_COLUMN" : "TP_ROW";
+  if (split == v1::TP_ROW && n < 2) {
+    return TensorError(t, index, "tp_split TP_ROW needs a tensor of 2 or more dimensions (a 1-D tensor splits along out)");
+  }
+  if (layout.ep() > 1 && (r.expert >= 0 || r.stack)) {
+    return TensorError(t, index, absl::StrCat("tp_split ", name, " on an expert tensor with ep ", layout.ep(),
+                                              ": experts are not split over tensor parallelism, only spread"));
+  }
+  const bool out_first = r.layout == v1::OUT_IN;
+  const int out_dim = n == 1 ? 0 : (out_first ? n - 2 : n - 1);
+  const int in_dim = out_first ? n - 1 : n - 2;
+  const int dim = split == v1::TP_COLUMN ? out_dim : in_dim;
+  if (t.shape(dim) % layout.tp() != 0) {
+    return TensorError(t, index, absl::StrCat("tp_split ", name, ": dimension ", dim, " (", t.shape(dim),
+                                              ") is not divisible by tp ", layout.tp()));
+  }
+  r.tp_dim = dim;
   return absl::OkStatus();
 }
 
@@ -578,6 +610,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
     if (facts.duplicate) return TensorError(t, i, "duplicate name");
     PlaceTensor(t, i, layout, facts, r, placement);
     s = ChooseOptimizer(t, i, classify && !facts.excluded, r);
+    if (s.ok()) s = ResolveTpSplit(t, i, layout, r);
     if (!s.ok()) return s;
   }
   if (!placement.stage_error.ok()) return placement.stage_error;

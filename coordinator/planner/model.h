@@ -63,6 +63,9 @@ struct ResolvedTensor {
   int stage = 0;
   int expert = -1;     // per-expert tensor index, -1 otherwise
   bool stack = false;  // fused expert stack: dim 0 indexes experts
+  // Tensor parallelism (tp > 1 only): the dimension split over the tp
+  // ranks, -1 when replicated.
+  int tp_dim = -1;
   // Muon view: `matrices` matrices of rows x cols (the last two dims).
   int matrices = 1;
   int64_t rows = 0;

@@ -23,6 +23,9 @@ bool InGroup(const v1::CommGroup& g, int rank) {
 
 absl::Status CheckGroups(const v1::Plan& plan) {
   const int w = plan.topology().world_size();
+  if (plan.topology().tp() > 1) {
+    return Invalid(absl::StrCat("topology.tp is ", plan.topology().tp(), ": this version runs plans with tp 1 only"));
+  }
   if (plan.ranks_size() != w) {
     return Invalid(absl::StrCat("has ", plan.ranks_size(), " ranks, topology says ", w));
   }

@@ -122,6 +122,14 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
   return absl::StrCat("sha256:", sink->HexDigest());
 }
 
+// Until plans carry TP ownership (issue 18), a tp > 1 topology has a layout
+// (RankLayout) but no plan.
+absl::Status TpNotPlannedError(int tp) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "topology.tp: ", tp, " ranks of tensor parallelism: the rank layout and groups exist "
+      "(docs/planner.md), but plans with tp > 1 are not made yet; use tp 1"));
+}
+
 // Builds the plan from a canonical request; one object so the steps share
 // the resolved model without long parameter lists.
 class PlanBuilder {
@@ -174,6 +182,7 @@ class PlanBuilder {
       rp->set_ep_rank(layout_.EpRankOf(r));
       rp->set_sharding_rank(layout_.ShardingRankOf(r));
       rp->set_moe_sharding_rank(layout_.MoeShardingRankOf(r));
+      rp->set_tp_rank(layout_.TpRankOf(r));
     }
   }
 
@@ -553,6 +562,7 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
                                     policy.muon_exclude_patterns().end());
   MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
+  if (layout.tp() > 1) return TpNotPlannedError(layout.tp());  // after the manifest's own errors
   PlanBuilder builder(request.manifest(), policy, layout, std::move(model), previous);
   return builder.Build(HashRequestParts(request.manifest(), topology, policy), arena);
 }

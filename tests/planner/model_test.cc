@@ -218,6 +218,59 @@ TEST(ResolveModelTest, TwoDimensionalExpertStackIsAdamWAndRefusesMuon) {
   EXPECT_FALSE(model.tensors[0].muon);
 }
 
+TEST(ResolveModelTest, TpSplitsDivideOutOrInOfTheLayout) {
+  v1::Topology topo;
+  topo.set_world_size(4);
+  topo.set_tp(2);
+  const RankLayout tp2 = *RankLayout::Create(topo);
+  ManifestBuilder b;
+  b.Add("q.weight", {8, 6}).Add("o.weight", {6, 8}).Add("q.bias", {8}).Add("paddle.w", {6, 8}).Add("norm", {6});
+  v1::ModelManifest m = b.Build();
+  m.mutable_tensors(0)->set_tp_split(v1::TP_COLUMN);  // [out, in]: dim 0
+  m.mutable_tensors(1)->set_tp_split(v1::TP_ROW);     // dim 1
+  m.mutable_tensors(2)->set_tp_split(v1::TP_COLUMN);  // 1-D: dim 0
+  m.mutable_tensors(3)->set_tp_split(v1::TP_COLUMN);  // [in, out]: dim 1
+  m.mutable_tensors(3)->set_layout(v1::IN_OUT);
+  m.mutable_tensors(4)->set_tp_split(v1::TP_REPLICATED);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(m, tp2));
+  EXPECT_EQ(model.tensors[0].tp_dim, 0);
+  EXPECT_EQ(model.tensors[1].tp_dim, 1);
+  EXPECT_EQ(model.tensors[2].tp_dim, 0);
+  EXPECT_EQ(model.tensors[3].tp_dim, 1);
+  EXPECT_EQ(model.tensors[4].tp_dim, -1);
+  // tp = 1 ignores the splits.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel tp1, Resolve(m, Layout(4)));
+  EXPECT_EQ(tp1.tensors[0].tp_dim, -1);
+
+  m.mutable_tensors(4)->set_tp_split(v1::TP_ROW);
+  EXPECT_THAT(Resolve(m, tp2), StatusIs(absl::StatusCode::kInvalidArgument,
+                                        HasSubstr("\"norm\": tp_split TP_ROW needs a tensor of 2 or more")));
+  m.mutable_tensors(4)->set_tp_split(static_cast<v1::TpSplit>(7));
+  EXPECT_THAT(Resolve(m, tp2), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"norm\": unknown tp_split 7")));
+  m.mutable_tensors(4)->set_tp_split(v1::TP_REPLICATED);
+  topo.set_tp(3);
+  topo.set_world_size(6);
+  EXPECT_THAT(Resolve(m, *RankLayout::Create(topo)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"q.weight\": tp_split TP_COLUMN: dimension 0 (8) is not divisible by tp 3")));
+}
+
+TEST(ResolveModelTest, ExpertTensorsAreNotTpSplitUnderExpertParallelism) {
+  v1::ModelManifest m = ManifestBuilder().Add("model.layers.0.mlp.experts.0.up_proj.weight", {8, 4})
+                            .Add("model.layers.0.mlp.experts.1.up_proj.weight", {8, 4})
+                            .Build();
+  m.mutable_tensors(1)->set_tp_split(v1::TP_COLUMN);
+  v1::Topology topo;
+  topo.set_world_size(4);
+  topo.set_tp(2);
+  MUONSHARD_ASSERT_OK(Resolve(m, *RankLayout::Create(topo)).status());  // ep 1: experts may be split
+  topo.set_ep(2);
+  EXPECT_THAT(Resolve(m, *RankLayout::Create(topo)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("\"model.layers.0.mlp.experts.1.up_proj.weight\": tp_split TP_COLUMN on an "
+                                 "expert tensor with ep 2")));
+}
+
 TEST(ResolveModelTest, StageErrorsPrecedeExpertErrorsAndFollowShapeErrors) {
   v1::ModelManifest m = ManifestBuilder()
                             .Add("experts.1.w", {4}, v1::BF16, 2)  // expert disagrees with the name
