@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/cli_common.h"
+#include "cli/import_tp_flags.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "coordinator/importer/hf_import.h"
@@ -71,7 +72,7 @@ absl::StatusOr<v1::ModelManifest> Import(const std::string& path, importer::Impo
 
 int RunImportHf(const std::vector<std::string>& args) {
   FlagSet flags(
-      absl::StrCat("usage: muonshardctl import-hf CONFIG.json [--mtp] [--name NAME] [--output json|table]\n"
+      absl::StrCat("usage: muonshardctl import-hf CONFIG.json [--mtp] [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
                    "  prints the model's manifest (JSON) on stdout; model types: ",
                    absl::StrJoin(importer::SupportedModelTypes(), ", ")));
   importer::ImportOptions options;
@@ -79,6 +80,8 @@ int RunImportHf(const std::vector<std::string>& args) {
   flags.Bool("mtp", &options.mtp, "add the next-n prediction (MTP) layers (DeepSeek-V3, Kimi-K2)");
   flags.String("name", &options.name, "model name (default: _name_or_path, else the file name)");
   flags.String("output", &output, "json (the manifest) | table (a summary)");
+  ImportTpFlags tp;
+  tp.Register(flags);
   std::vector<std::string> positional;
   if (int rc = ParseFlagsOrExit(flags, args, &positional); rc >= 0) return rc;
   if (positional.size() != 1) {
@@ -88,6 +91,7 @@ int RunImportHf(const std::vector<std::string>& args) {
   if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
   auto manifest = Import(positional[0], options);
   if (!manifest.ok()) return ReportError(manifest.status());
+  if (absl::Status s = tp.Apply(&*manifest); !s.ok()) return ReportError(s);
   if (output == "table") {
     PrintSummaryTable(*manifest, std::cout);
     return kExitOk;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/cli_common.h"
+#include "cli/import_tp_flags.h"
 #include "cli/commands.h"
 #include "common/ordered_json.h"
 #include "coordinator/importer/manifest_summary.h"
@@ -57,7 +58,8 @@ void PrintNotes(const importer::SafetensorsImport& imported) {
 
 int RunImportSafetensors(const std::vector<std::string>& args) {
   FlagSet flags(
-      "usage: muonshardctl import-safetensors DIR|FILE [--name NAME] [--output json|table] [--skip-unsupported]\n"
+      "usage: muonshardctl import-safetensors DIR|FILE [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
+      "                                          [--skip-unsupported]\n"
       "  prints the manifest (JSON) of the tensors a safetensors checkpoint holds, read from its headers only;\n"
       "  DIR holds model.safetensors or model.safetensors.index.json and its shards");
   importer::SafetensorsImportOptions options;
@@ -66,6 +68,8 @@ int RunImportSafetensors(const std::vector<std::string>& args) {
   flags.String("output", &output, "json (the manifest) | table (a summary)");
   flags.Bool("skip-unsupported", &options.skip_unsupported,
              "leave out tensors that are not BF16, F16 or F32 (default: fail on the first)");
+  ImportTpFlags tp;
+  tp.Register(flags);
   std::vector<std::string> positional;
   if (int rc = ParseFlagsOrExit(flags, args, &positional); rc >= 0) return rc;
   if (positional.size() != 1) {
@@ -75,6 +79,7 @@ int RunImportSafetensors(const std::vector<std::string>& args) {
   if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
   auto imported = Import(positional[0], options);
   if (!imported.ok()) return ReportError(imported.status());
+  if (absl::Status s = tp.Apply(&imported->manifest); !s.ok()) return ReportError(s);
   PrintNotes(*imported);
   if (output == "table") {
     std::cout << importer::FormatSummaryTable(imported->manifest);

@@ -8,6 +8,7 @@
 #include "common/file_util.h"
 #include "common/proto_json.h"
 #include "coordinator/importer/hf_import.h"
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"
@@ -19,7 +20,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using ::testing::Not;
 
 struct RunResult {
   int exit_code = -1;
@@ -115,6 +115,30 @@ TEST(ImportHfCliTest, UnreadableFileAndBadUsage_ExitTwo) {
   RunResult mtp_llama = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --mtp");
   EXPECT_EQ(mtp_llama.exit_code, 2);
   EXPECT_THAT(mtp_llama.err, HasSubstr("--mtp"));
+}
+
+TEST(ImportHfCliTest, TpFlag_MarksSplitsAndRefusesIndivisibleDimensions) {
+  const std::string llama = Quoted(testing::TestConfigPath("Llama-3.1-8B"));
+  RunResult r = RunImportHf(llama + " --tp 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  v1::ModelManifest printed;
+  MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
+  EXPECT_EQ(printed.tensors(testing::IndexOf(printed, "model.layers.0.self_attn.o_proj.weight")).tp_split(),
+            v1::TP_ROW);
+  EXPECT_THAT(r.out, HasSubstr("\"TP_COLUMN\""));
+
+  RunResult plain = RunImportHf(llama);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  // No --tp: nothing is marked.
+  EXPECT_FALSE(absl::StrContains(plain.out, "TP_COLUMN") || absl::StrContains(plain.out, "TP_ROW"));
+
+  RunResult three = RunImportHf(llama + " --tp 3");
+  EXPECT_EQ(three.exit_code, 2);
+  EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));
+  EXPECT_THAT(three.out, IsEmpty());
+  RunResult experts_alone = RunImportHf(llama + " --tp-experts");
+  EXPECT_EQ(experts_alone.exit_code, 2);
+  EXPECT_THAT(experts_alone.err, HasSubstr("--tp-experts: needs --tp 2 or more"));
 }
 
 TEST(ImportHfCliTest, Help_ExitsZeroListingModelTypes) {
