@@ -50,7 +50,9 @@ TensorComparison Compare(const ParamTensor& a, const ParamTensor& e, double rtol
   TensorComparison c;
   c.name = e.name;
   c.numel = static_cast<int64_t>(e.values.size());
-  c.bit_identical = std::memcmp(a.values.data(), e.values.data(), e.values.size() * sizeof(float)) == 0;
+  // memcmp/memcpy of an empty vector's null data() is undefined (UBSan).
+  c.bit_identical =
+      e.values.empty() || std::memcmp(a.values.data(), e.values.data(), e.values.size() * sizeof(float)) == 0;
   bool finite = true;
   for (size_t i = 0; i < e.values.size(); ++i) {
     const double x = a.values[i];
@@ -108,7 +110,7 @@ absl::StatusOr<ParamsFile> ReadParamsFile(const std::string& path) {
           absl::StrCat(path, ": tensor \"", e.key, "\" is ", e.dtype, "; parameter dumps hold F32 only"));
     }
     ParamTensor t{e.key, e.shape, std::vector<float>((e.end - e.begin) / sizeof(float))};
-    std::memcpy(t.values.data(), content.data() + header->data_start + e.begin, e.end - e.begin);
+    if (!t.values.empty()) std::memcpy(t.values.data(), content.data() + header->data_start + e.begin, e.end - e.begin);
     file.tensors.push_back(std::move(t));
   }
   return file;
