@@ -317,7 +317,7 @@ std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layou
       Item it;
       it.unit = u;
       it.matrix = m;
-      it.flops = NsFlops(t.rows, t.cols, options.ns_steps);
+      it.flops = NsFlops(t.ns_rows, t.ns_cols, options.ns_steps);
       it.bytes = static_cast<double>(t.rows * t.cols * kMuonStateBytesPerElem);
       it.cls = cls;
       if (options.previous_owner != nullptr) {
@@ -440,7 +440,7 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
     const ResolvedTensor& t = model.tensors[u.tensor];
     const int rank = layout.GroupRanks(u.group)[s.owner];
     const int count = s.matrix_end - s.matrix_begin;
-    const double f = NsFlops(t.rows, t.cols, ns_steps);
+    const double f = NsFlops(t.ns_rows, t.ns_cols, ns_steps);
     const int64_t b = t.rows * t.cols * kMuonStateBytesPerElem;
     flops[rank] += count * f;
     bytes[rank] += count * b;

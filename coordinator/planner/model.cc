@@ -347,6 +347,8 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   out->rows = n >= 2 ? t.shape(n - 2) : 1;
   out->cols = t.shape(n - 1);
   out->matrices = static_cast<int>(n == 3 ? t.shape(0) : 1);
+  out->ns_rows = out->rows;
+  out->ns_cols = out->cols;
   return absl::OkStatus();
 }
 

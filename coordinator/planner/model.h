@@ -70,6 +70,10 @@ struct ResolvedTensor {
   int matrices = 1;
   int64_t rows = 0;
   int64_t cols = 0;
+  // The matrix Newton-Schulz sees: rows x cols, except for a TP shard
+  // (tensor_parallel.h), whose whole matrix is gathered first.
+  int64_t ns_rows = 0;
+  int64_t ns_cols = 0;
 };
 
 // The part of a tensor that lives in one comm group; the unit everything is

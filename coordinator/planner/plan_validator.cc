@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/bucketing.h"
@@ -23,9 +24,6 @@ bool InGroup(const v1::CommGroup& g, int rank) {
 
 absl::Status CheckGroups(const v1::Plan& plan) {
   const int w = plan.topology().world_size();
-  if (plan.topology().tp() > 1) {
-    return Invalid(absl::StrCat("topology.tp is ", plan.topology().tp(), ": this version runs plans with tp 1 only"));
-  }
   if (plan.ranks_size() != w) {
     return Invalid(absl::StrCat("has ", plan.ranks_size(), " ranks, topology says ", w));
   }
@@ -42,6 +40,9 @@ absl::Status CheckGroups(const v1::Plan& plan) {
   }
   return absl::OkStatus();
 }
+
+// The elements a rank holds of tensor t: its TP shard, or all of it.
+int64_t HeldNumel(const v1::PlannedTensor& t) { return t.local_numel() > 0 ? t.local_numel() : t.numel(); }
 
 // Whether [begin, end) of tensor t lies in a part that lives in `group`.
 bool InPartOf(const v1::PlannedTensor& t, int group, int64_t begin, int64_t end) {
@@ -61,7 +62,7 @@ absl::Status CheckEntries(const v1::Plan& plan, const google::protobuf::Repeated
       return Invalid(absl::StrCat(what, ": entry names tensor ", e.tensor()));
     }
     const v1::PlannedTensor& t = plan.tensors(e.tensor());
-    if (e.element_begin() < 0 || e.numel() <= 0 || e.element_begin() + e.numel() > t.numel()) {
+    if (e.element_begin() < 0 || e.numel() <= 0 || e.element_begin() + e.numel() > HeldNumel(t)) {
       return Invalid(absl::StrCat(what, ": entry of \"", t.name(), "\" is outside the tensor"));
     }
     if (!InPartOf(t, group, e.element_begin(), e.element_begin() + e.numel())) {
@@ -79,29 +80,51 @@ absl::Status CheckEntries(const v1::Plan& plan, const google::protobuf::Repeated
   return absl::OkStatus();
 }
 
-// Per tensor: the (begin, end) element intervals assigned so far.
-using Coverage = std::vector<std::vector<std::pair<int64_t, int64_t>>>;
+// Per tensor and tp rank (tensor * tp + t): the (begin, end) element
+// intervals assigned so far. Each tp rank's groups hold their own copy or
+// shard of every tensor.
+class Coverage {
+ public:
+  explicit Coverage(const v1::Plan& plan)
+      : tp_(std::max(1, plan.topology().tp())), intervals_(plan.tensors_size() * tp_) {}
 
-absl::Status CheckCovered(const v1::Plan& plan, Coverage& cover, v1::Optimizer which) {
-  for (int i = 0; i < plan.tensors_size(); ++i) {
-    const v1::PlannedTensor& t = plan.tensors(i);
-    if (t.optimizer() != which) continue;
-    auto& v = cover[i];
+  void Add(const v1::Plan& plan, int group, int tensor, int64_t begin, int64_t end) {
+    const int t = tp_ > 1 ? plan.groups(group).tp_rank() : 0;
+    intervals_[tensor * tp_ + std::clamp(t, 0, tp_ - 1)].emplace_back(begin, end);
+  }
+
+  absl::Status Check(const v1::Plan& plan, v1::Optimizer which) {
+    for (int i = 0; i < plan.tensors_size(); ++i) {
+      const v1::PlannedTensor& t = plan.tensors(i);
+      if (t.optimizer() != which) continue;
+      for (int r = 0; r < tp_; ++r) {
+        MUONSHARD_RETURN_IF_ERROR(CheckOne(t, r, intervals_[i * tp_ + r]));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status CheckOne(const v1::PlannedTensor& t, int tp_rank, std::vector<std::pair<int64_t, int64_t>>& v) {
+    const std::string of = tp_ > 1 ? absl::StrCat(" on tp rank ", tp_rank) : "";
     std::sort(v.begin(), v.end());
     int64_t at = 0;
     for (auto [b, e] : v) {
       if (b != at) {
         return Invalid(absl::StrCat("tensor \"", t.name(), "\": elements [", std::min(b, at), ", ",
-                                    std::max(b, at), ") are ", b > at ? "not owned" : "owned twice"));
+                                    std::max(b, at), ") are ", b > at ? "not owned" : "owned twice", of));
       }
       at = e;
     }
-    if (at != t.numel()) {
-      return Invalid(absl::StrCat("tensor \"", t.name(), "\": owned up to element ", at, " of ", t.numel()));
+    if (at != HeldNumel(t)) {
+      return Invalid(absl::StrCat("tensor \"", t.name(), "\": owned up to element ", at, " of ", HeldNumel(t), of));
     }
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
-}
+
+  int tp_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> intervals_;
+};
 
 bool BucketHolds(const v1::MuonBucket& bucket, int tensor) {
   for (const v1::BucketEntry& e : bucket.entries()) {
@@ -110,8 +133,49 @@ bool BucketHolds(const v1::MuonBucket& bucket, int tensor) {
   return false;
 }
 
+// Tensor parallelism: the shards of every split Muon matrix are owned by the
+// tp ranks of one replica (a TENSOR_PARALLEL group holding the owner), which
+// agree on the op and on the tp rank that runs Newton-Schulz.
+absl::Status CheckTpOps(const v1::Plan& plan) {
+  struct Pair {
+    int tp_group = -1;
+    int ns_tp_rank = -1;
+    v1::TpMuonOp op = v1::TP_OP_NONE;
+    int owners = 0;
+  };
+  absl::flat_hash_map<std::pair<int, int>, Pair> pairs;  // (tensor, first matrix)
+  const int tp = std::max(1, plan.topology().tp());
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) {
+      const bool split = plan.tensors(o.tensor()).local_numel() > 0;
+      const std::string what = absl::StrCat("rank ", r.rank(), " owns tensor ", o.tensor());
+      if (split != (o.tp_op() != v1::TP_OP_NONE)) return Invalid(absl::StrCat(what, " with the wrong TP op"));
+      if (!split) continue;
+      if (o.tp_group() < 0 || o.tp_group() >= plan.groups_size() ||
+          plan.groups(o.tp_group()).colour() != v1::TENSOR_PARALLEL || !InGroup(plan.groups(o.tp_group()), r.rank())) {
+        return Invalid(absl::StrCat(what, " through TP group ", o.tp_group(), ", which is not its own"));
+      }
+      if (o.tp_op() == v1::TP_OP_GATHER_SCATTER && (o.ns_tp_rank() < 0 || o.ns_tp_rank() >= tp)) {
+        return Invalid(absl::StrCat(what, ": Newton-Schulz on tp rank ", o.ns_tp_rank()));
+      }
+      Pair& p = pairs[{o.tensor(), o.matrix_begin()}];
+      if (p.owners > 0 && (p.tp_group != o.tp_group() || p.ns_tp_rank != o.ns_tp_rank() || p.op != o.tp_op())) {
+        return Invalid(absl::StrCat(what, ": its shards' owners are not one replica's tp ranks agreeing on the op"));
+      }
+      p = Pair{o.tp_group(), o.ns_tp_rank(), o.tp_op(), p.owners + 1};
+    }
+  }
+  for (const auto& [key, p] : pairs) {
+    if (p.owners != tp) {
+      return Invalid(absl::StrCat("tensor ", key.first, ": ", p.owners, " shard owners of matrix ", key.second,
+                                  ", tp is ", tp));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckMuon(const v1::Plan& plan) {
-  Coverage cover(plan.tensors_size());
+  Coverage cover(plan);
   for (const v1::MuonBucket& b : plan.muon_buckets()) {
     std::string what = absl::StrCat("muon bucket ", b.id());
     if (b.group() < 0 || b.group() >= plan.groups_size()) return Invalid(absl::StrCat(what, ": bad group"));
@@ -122,7 +186,7 @@ absl::Status CheckMuon(const v1::Plan& plan) {
       if (t.optimizer() != v1::MUON || t.dtype() != b.dtype()) {
         return Invalid(absl::StrCat(what, ": holds \"", t.name(), "\" of another optimizer or dtype"));
       }
-      cover[e.tensor()].emplace_back(e.element_begin(), e.element_begin() + e.numel());
+      cover.Add(plan, b.group(), e.tensor(), e.element_begin(), e.element_begin() + e.numel());
     }
   }
   for (const v1::RankPlan& r : plan.ranks()) {
@@ -139,7 +203,8 @@ absl::Status CheckMuon(const v1::Plan& plan) {
       }
     }
   }
-  return CheckCovered(plan, cover, v1::MUON);
+  MUONSHARD_RETURN_IF_ERROR(CheckTpOps(plan));
+  return cover.Check(plan, v1::MUON);
 }
 
 absl::Status CheckAdamw(const v1::Plan& plan) {
@@ -158,16 +223,17 @@ absl::Status CheckAdamw(const v1::Plan& plan) {
       }
     }
   }
-  Coverage cover(plan.tensors_size());
+  Coverage cover(plan);
   for (const v1::RankPlan& r : plan.ranks()) {
     for (const v1::TensorSlice& s : r.slices()) {
-      if (s.tensor() < 0 || s.tensor() >= plan.tensors_size() || s.begin() >= s.end()) {
+      if (s.tensor() < 0 || s.tensor() >= plan.tensors_size() || s.begin() >= s.end() || s.bucket() < 0 ||
+          s.bucket() >= plan.adamw_buckets_size()) {
         return Invalid(absl::StrCat("rank ", r.rank(), ": empty or unknown slice of \"", s.name(), "\""));
       }
-      cover[s.tensor()].emplace_back(s.begin(), s.end());
+      cover.Add(plan, plan.adamw_buckets(s.bucket()).group(), s.tensor(), s.begin(), s.end());
     }
   }
-  return CheckCovered(plan, cover, v1::ADAMW);
+  return cover.Check(plan, v1::ADAMW);
 }
 
 absl::Status CheckTotals(const v1::Plan& plan) {

@@ -21,6 +21,7 @@
 #include "coordinator/planner/model.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_stats.h"
+#include "coordinator/planner/tensor_parallel.h"
 #include "coordinator/planner/topology.h"
 
 namespace muonshard::planner {
@@ -29,8 +30,16 @@ namespace {
 constexpr int kDefaultBufferMb = 256;
 constexpr int kDefaultNsSteps = 5;
 
-absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in) {
+absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in, int tp) {
   v1::PlanPolicy p = in;
+  if (!v1::TpMuonMode_IsValid(p.tp_muon())) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.tp_muon: unknown value ", p.tp_muon()));
+  }
+  if (tp == 1) {
+    p.clear_tp_muon();  // meaningless without tensor parallelism; tp 1 requests hash as before
+  } else if (p.tp_muon() == v1::TP_MUON_UNSPECIFIED) {
+    p.set_tp_muon(v1::TP_MUON_DISTRIBUTED);
+  }
   if (!v1::Policy_IsValid(p.policy())) {
     return absl::InvalidArgumentError(absl::StrCat("policy.policy: unknown value ", p.policy()));
   }
@@ -122,12 +131,10 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
   return absl::StrCat("sha256:", sink->HexDigest());
 }
 
-// Until plans carry TP ownership (issue 18), a tp > 1 topology has a layout
-// (RankLayout) but no plan.
-absl::Status TpNotPlannedError(int tp) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "topology.tp: ", tp, " ranks of tensor parallelism: the rank layout and groups exist "
-      "(docs/planner.md), but plans with tp > 1 are not made yet; use tp 1"));
+// Not planned yet with tensor parallelism: experts spread over tp ranks, and
+// sticky re-planning.
+absl::Status TpNotPlannedError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("topology.tp: ", what, " with tp > 1 is not planned yet"));
 }
 
 // Builds the plan from a canonical request; one object so the steps share
@@ -296,7 +303,7 @@ class PlanBuilder {
                       t.esize,
                       int64_t{s.matrix_begin} * matrix_numel,
                       matrices * matrix_numel,
-                      matrices * NsFlops(t.rows, t.cols, policy_.ns_steps())};
+                      matrices * NsFlops(t.ns_rows, t.ns_cols, policy_.ns_steps())};
   }
 
   // Per group and owner (ascending), the owner's shards in manifest order,
@@ -508,7 +515,7 @@ class PlanBuilder {
   double MaxMatrixFlops() const {
     double best = 0;
     for (const ResolvedTensor& t : model_.tensors) {
-      if (t.muon) best = std::max(best, NsFlops(t.rows, t.cols, policy_.ns_steps()));
+      if (t.muon) best = std::max(best, NsFlops(t.ns_rows, t.ns_cols, policy_.ns_steps()));
     }
     return best;
   }
@@ -526,10 +533,33 @@ class PlanBuilder {
 
 }  // namespace
 
+namespace {
+
+// tensor_parallel.h: the replica's plan, expanded over the tp ranks.
+absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy,
+                                             const RankLayout& layout, const ResolvedModel& whole,
+                                             const std::vector<std::string>& patterns, std::string hash,
+                                             google::protobuf::Arena* arena, const v1::Plan* previous) {
+  if (layout.ep() > 1) return TpNotPlannedError("expert parallelism");
+  if (previous != nullptr) return TpNotPlannedError("sticky re-planning (policy.sticky_to)");
+  TpReplica replica = ReplicaOf(manifest, layout);
+  MUONSHARD_ASSIGN_OR_RETURN(RankLayout replica_layout, RankLayout::Create(replica.topology));
+  MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(replica.manifest, replica_layout, patterns));
+  UseWholeMatricesForNs(whole, model);
+  PlanBuilder builder(replica.manifest, policy, replica_layout, std::move(model), nullptr);
+  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * replica_plan, builder.Build(std::move(hash), nullptr));
+  std::unique_ptr<v1::Plan> owned(replica_plan);
+  v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
+  ExpandTensorParallel(*owned, manifest, layout, plan);
+  return plan;
+}
+
+}  // namespace
+
 absl::StatusOr<v1::PlanRequest> CanonicalizeRequest(const v1::PlanRequest& request) {
   v1::PlanRequest out;
   MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
-  MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_policy(), CanonicalPolicy(request.policy()));
+  MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_policy(), CanonicalPolicy(request.policy(), layout.tp()));
   *out.mutable_topology() = layout.Resolved();
   *out.mutable_manifest() = request.manifest();
   return out;
@@ -549,7 +579,7 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   // The manifest is used in place (it can hold ~100k tensors); only the
   // topology and policy are canonicalized.
   MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
-  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanPolicy policy, CanonicalPolicy(request.policy()));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::PlanPolicy policy, CanonicalPolicy(request.policy(), layout.tp()));
   if (previous != nullptr && previous->content_hash() != policy.sticky_to()) {
     return absl::InvalidArgumentError(absl::StrCat("policy.sticky_to: \"", policy.sticky_to(),
                                                    "\" does not name the previous plan (",
@@ -562,9 +592,10 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
                                     policy.muon_exclude_patterns().end());
   MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
-  if (layout.tp() > 1) return TpNotPlannedError(layout.tp());  // after the manifest's own errors
+  std::string hash = HashRequestParts(request.manifest(), topology, policy);
+  if (layout.tp() > 1) return PlanTensorParallel(request.manifest(), policy, layout, model, patterns, hash, arena, previous);
   PlanBuilder builder(request.manifest(), policy, layout, std::move(model), previous);
-  return builder.Build(HashRequestParts(request.manifest(), topology, policy), arena);
+  return builder.Build(std::move(hash), arena);
 }
 
 google::protobuf::ArenaOptions PlanArenaOptions() {

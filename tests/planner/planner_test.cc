@@ -108,23 +108,5 @@ TEST(PlannerTest, ExpertsMustDivideEp) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("6 experts are not divisible by ep 4")));
 }
 
-// Tensor parallelism has a rank layout (RankLayoutTest) but no plan yet: the
-// manifest's own errors come first, then a clear refusal; a plan from
-// outside that says tp > 1 does not validate.
-TEST(PlannerTest, TpAboveOneIsRefusedAfterTheManifestIsChecked) {
-  v1::ModelManifest m = ManifestBuilder().Add("q.weight", {9, 8}).Build();
-  v1::PlanRequest request = MakeRequest(m, 4);
-  request.mutable_topology()->set_tp(2);
-  EXPECT_THAT(ComputePlan(request), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("topology.tp: 2 ranks")));
-  request.mutable_manifest()->mutable_tensors(0)->set_tp_split(v1::TP_COLUMN);
-  EXPECT_THAT(ComputePlan(request),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"q.weight\": tp_split TP_COLUMN")));
-
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(m, 4)));
-  EXPECT_EQ(plan.topology().tp(), 1);
-  plan.mutable_topology()->set_tp(2);
-  EXPECT_THAT(ValidatePlan(plan), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp 1 only")));
-}
-
 }  // namespace
 }  // namespace muonshard::planner

@@ -102,7 +102,7 @@ TEST(RankLayoutTest, ExpertsSpreadOverTensorParallelRanks) {
   EXPECT_EQ(l.EpRankOf(11), 3);
 }
 
-// Paddle's CommunicateTopology (docs: ../shared/reference/paddle_internals.md
+// Paddle's CommunicateTopology (docs/reference/paddle_internals.md
 // section 4, copied facts): named axes, rank = row-major index of the
 // coordinates (first name slowest), and a group along some axes = for every
 // combination of the other axes, the ranks varying those axes in the given

@@ -1,0 +1,213 @@
+// Plans with tensor parallelism (coordinator/planner/tensor_parallel.h).
+#include "coordinator/planner/tensor_parallel.h"
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "coordinator/planner/plan_validator.h"
+#include "coordinator/planner/plan_view.h"
+#include "coordinator/planner/planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::planner {
+namespace {
+
+using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::ManifestBuilder;
+using ::muonshard::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A dense decoder cut small, marked as Megatron splits it: `layers` layers of
+// q/k/v/gate/up (column), o/down (row), norms and a replicated Muon matrix.
+v1::ModelManifest TpModel(int layers) {
+  ManifestBuilder b;
+  b.Add("model.embed_tokens.weight", {64, 16});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "self_attn.q_proj.weight", {16, 16})
+        .Add(p + "self_attn.k_proj.weight", {8, 16})
+        .Add(p + "self_attn.v_proj.weight", {8, 16})
+        .Add(p + "self_attn.o_proj.weight", {16, 16})
+        .Add(p + "mlp.gate_proj.weight", {32, 16})
+        .Add(p + "mlp.up_proj.weight", {32, 16})
+        .Add(p + "mlp.down_proj.weight", {16, 32})
+        .Add(p + "mlp.mixer.weight", {16, 16})  // replicated Muon
+        .Add(p + "input_layernorm.weight", {16});
+  }
+  b.Add("model.norm.weight", {16}).Add("lm_head.weight", {64, 16});
+  v1::ModelManifest m = b.Build();
+  for (v1::TensorSpec& t : *m.mutable_tensors()) {
+    const std::string& n = t.name();
+    for (const char* column : {"q_proj", "k_proj", "v_proj", "gate_proj", "up_proj", "embed_tokens", "lm_head"}) {
+      if (n.find(column) != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
+    }
+    if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos) {
+      t.set_tp_split(v1::TP_ROW);
+    }
+  }
+  return m;
+}
+
+v1::PlanRequest TpRequest(const v1::ModelManifest& m, int world, int tp, v1::Policy policy = v1::BALANCED,
+                          v1::TpMuonMode mode = v1::TP_MUON_UNSPECIFIED) {
+  v1::PlanRequest r = MakeRequest(m, world);
+  r.mutable_topology()->set_tp(tp);
+  r.mutable_policy()->set_policy(policy);
+  r.mutable_policy()->set_tp_muon(mode);
+  return r;
+}
+
+int TensorIndex(const v1::Plan& plan, const std::string& name) {
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    if (plan.tensors(i).name() == name) return i;
+  }
+  return -1;
+}
+
+TEST(TensorParallelPlanTest, ShardsGroupsAndOwnerPairs) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(2), 4, 2)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  EXPECT_EQ(plan.topology().tp(), 2);
+  EXPECT_EQ(plan.policy().tp_muon(), v1::TP_MUON_DISTRIBUTED);
+  // DEFAULT (stage 0, tp rank t) = {t, 2 + t}; TP groups {0, 1}, {2, 3}.
+  ASSERT_EQ(plan.groups_size(), 4);
+  EXPECT_THAT(plan.groups(1).ranks(), ElementsAre(1, 3));
+  EXPECT_EQ(plan.groups(1).tp_rank(), 1);
+  EXPECT_EQ(plan.groups(3).colour(), v1::TENSOR_PARALLEL);
+  EXPECT_THAT(plan.groups(3).ranks(), ElementsAre(2, 3));
+
+  const v1::PlannedTensor& down = plan.tensors(TensorIndex(plan, "model.layers.1.mlp.down_proj.weight"));
+  EXPECT_THAT(down.shape(), ElementsAre(16, 32));
+  EXPECT_THAT(down.local_shape(), ElementsAre(16, 16));  // row: in / 2
+  EXPECT_EQ(down.local_numel(), 256);
+  EXPECT_EQ(down.parts_size(), 2);
+  const v1::PlannedTensor& mixer = plan.tensors(TensorIndex(plan, "model.layers.1.mlp.mixer.weight"));
+  EXPECT_EQ(mixer.local_numel(), 0);  // replicated: whole on every tp rank
+
+  // Each split matrix: one replica's two tp ranks, one of which runs NS on
+  // the whole matrix; a replicated one: NS on both copies, no TP op.
+  const double whole_down = NsFlops(16, 32, plan.policy().ns_steps());
+  std::map<int, std::vector<std::pair<int, const v1::OwnedTensor*>>> owners;  // tensor -> (rank, owned)
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) owners[o.tensor()].push_back({r.rank(), &o});
+  }
+  const auto& d = owners[TensorIndex(plan, "model.layers.1.mlp.down_proj.weight")];
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].first / 2, d[1].first / 2);  // one replica
+  EXPECT_EQ(d[0].second->tp_op(), v1::TP_OP_GATHER_SCATTER);
+  EXPECT_EQ(d[0].second->ns_flops() + d[1].second->ns_flops(), whole_down);
+  const int ns_rank = d[0].second->ns_tp_rank();
+  EXPECT_EQ(d[ns_rank].second->ns_flops(), whole_down);
+  EXPECT_EQ(d[ns_rank].second->tp_recv_bytes(), 256 * 4);  // the other shard, fp32
+  EXPECT_EQ(d[1 - ns_rank].second->tp_send_bytes(), 256 * 4);
+  const auto& mix = owners[TensorIndex(plan, "model.layers.1.mlp.mixer.weight")];
+  ASSERT_EQ(mix.size(), 2u);
+  for (const auto& [rank, o] : mix) {
+    EXPECT_EQ(o->tp_op(), v1::TP_OP_NONE);
+    EXPECT_EQ(o->ns_flops(), NsFlops(16, 16, plan.policy().ns_steps()));
+    EXPECT_EQ(o->tp_send_bytes(), 0);
+  }
+  for (int r = 0; r < 4; ++r) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, ExtractRankView(plan, r));
+    EXPECT_EQ(view.groups_size(), 2);  // its sharding group and its TP group
+    EXPECT_EQ(view.rank().tp_rank(), r % 2);
+  }
+}
+
+TEST(TensorParallelPlanTest, NewtonSchulzSpreadsOverTheTpRanks) {
+  for (v1::Policy policy : {v1::SEED, v1::BALANCED}) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(8), 8, 4, policy)));
+    MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+    double total = 0, busiest = 0;
+    for (const v1::RankPlan& r : plan.ranks()) {
+      total += r.ns_flops();
+      busiest = std::max(busiest, r.ns_flops());
+    }
+    // Every tp rank of a replica works: the busiest rank is far below a
+    // replica's whole NS load (which `duplicated` puts on every tp rank).
+    double replica_max = 0;
+    for (int q = 0; q < 2; ++q) {
+      double replica = 0;
+      for (int t = 0; t < 4; ++t) replica += plan.ranks(q * 4 + t).ns_flops();
+      replica_max = std::max(replica_max, replica);
+    }
+    EXPECT_LT(busiest, 0.4 * replica_max) << v1::Policy_Name(policy);
+    EXPECT_GT(total, 0);
+  }
+}
+
+TEST(TensorParallelPlanTest, DuplicatedModeRunsNsOnEveryTpRankAndMovesTpOver2TimesTheBytes) {
+  const v1::ModelManifest m = TpModel(4);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan distributed, ComputePlan(TpRequest(m, 8, 4)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan duplicated,
+                                 ComputePlan(TpRequest(m, 8, 4, v1::BALANCED, v1::TP_MUON_DUPLICATED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(duplicated));
+  int64_t bytes_distributed = 0, bytes_duplicated = 0;
+  double flops_distributed = 0, flops_duplicated = 0;
+  for (int r = 0; r < 8; ++r) {
+    bytes_distributed += distributed.ranks(r).tp_recv_bytes();
+    bytes_duplicated += duplicated.ranks(r).tp_recv_bytes();
+    EXPECT_EQ(distributed.ranks(r).tp_recv_bytes(), distributed.ranks(r).tp_send_bytes());
+    flops_distributed += distributed.ranks(r).ns_flops();
+    flops_duplicated += duplicated.ranks(r).ns_flops();
+    for (const v1::OwnedTensor& o : duplicated.ranks(r).owned()) {
+      if (o.tp_op() != v1::TP_OP_NONE) {
+        EXPECT_EQ(o.tp_op(), v1::TP_OP_ALL_GATHER);
+      }
+    }
+  }
+  // Per split matrix: gather + scatter moves 2 (tp - 1) shards, an
+  // all-gather tp (tp - 1): tp / 2 = 2 times as many.
+  EXPECT_GT(bytes_distributed, 0);
+  EXPECT_EQ(bytes_duplicated, 2 * bytes_distributed);
+  EXPECT_GT(flops_duplicated, 2.5 * flops_distributed);
+}
+
+TEST(TensorParallelPlanTest, TpOneRequestsHashAsBefore) {
+  const v1::ModelManifest m = TpModel(1);  // tp_split marks are part of the manifest
+  v1::PlanRequest plain = MakeRequest(m, 4);
+  v1::PlanRequest with_mode = plain;
+  with_mode.mutable_policy()->set_tp_muon(v1::TP_MUON_DUPLICATED);  // meaningless at tp 1
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::PlanRequest a, CanonicalizeRequest(plain));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::PlanRequest b, CanonicalizeRequest(with_mode));
+  EXPECT_EQ(ContentHash(a), ContentHash(b));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(plain));
+  for (const v1::PlannedTensor& t : plan.tensors()) EXPECT_EQ(t.local_numel(), 0);
+}
+
+TEST(TensorParallelPlanTest, NotPlannedYetAndBadSplitsAreClearErrors) {
+  v1::PlanRequest moe = TpRequest(TpModel(1), 8, 2);
+  moe.mutable_topology()->set_ep(2);
+  EXPECT_THAT(ComputePlan(moe), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("topology.tp: expert parallelism with tp > 1 is not planned yet")));
+  v1::PlanRequest three = TpRequest(TpModel(1), 6, 3);
+  EXPECT_THAT(ComputePlan(three), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("tp_split TP_COLUMN: dimension 0 (64) is not divisible by tp 3")));
+  v1::PlanRequest bad_mode = TpRequest(TpModel(1), 4, 2);
+  bad_mode.mutable_policy()->set_tp_muon(static_cast<v1::TpMuonMode>(9));
+  EXPECT_THAT(ComputePlan(bad_mode), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("policy.tp_muon")));
+}
+
+TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(1), 4, 2)));
+  // Move one shard's Newton-Schulz rank on one owner only.
+  for (v1::RankPlan& r : *plan.mutable_ranks()) {
+    for (v1::OwnedTensor& o : *r.mutable_owned()) {
+      if (o.tp_op() == v1::TP_OP_GATHER_SCATTER) {
+        o.set_ns_tp_rank(1 - o.ns_tp_rank());
+        EXPECT_THAT(ValidatePlan(plan), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("agreeing on the op")));
+        return;
+      }
+    }
+  }
+  FAIL() << "no split Muon matrix";
+}
+
+}  // namespace
+}  // namespace muonshard::planner
