@@ -86,6 +86,9 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.Int("world-size", &world_size, "number of ranks");
   flags.Int("pp", &pp, "pipeline stages");
   flags.Int("ep", &ep, "expert parallel degree");
+  flags.Int("tp", &tp, "tensor parallel degree (the manifest's tp_split marks the split tensors)");
+  flags.String("tp-muon", &tp_muon,
+               "with --tp: distributed (one tp rank orthogonalises each split matrix) | duplicated (every one)");
   flags.String("policy", &policy, "partition policy: seed | seed-all | balanced");
   flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
   flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");
@@ -110,6 +113,11 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   // default 1; reject it here, where the flag can be named.
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --pp: must be >= 1, got ", pp));
   if (ep < 1) return absl::InvalidArgumentError(absl::StrCat("flag --ep: must be >= 1, got ", ep));
+  if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --tp: must be >= 1, got ", tp));
+  if (tp_muon != "distributed" && tp_muon != "duplicated") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --tp-muon: \"", tp_muon, "\" is not one of distributed, duplicated"));
+  }
   if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
   if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
   v1::PlanRequest request;
@@ -118,6 +126,7 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   request.mutable_topology()->set_world_size(world_size);
   request.mutable_topology()->set_pp(pp);
   request.mutable_topology()->set_ep(ep);
+  request.mutable_topology()->set_tp(tp);
   auto p = ParsePolicy(policy);
   if (!p.ok()) return p.status();
   v1::PlanPolicy* policy_proto = request.mutable_policy();
@@ -125,6 +134,7 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   policy_proto->set_comm_buffer_mb(comm_buffer_mb);
   policy_proto->set_ns_steps(ns_steps);
   policy_proto->set_per_dtype(per_dtype);
+  if (tp > 1) policy_proto->set_tp_muon(tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED : v1::TP_MUON_DISTRIBUTED);
   for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
   return request;
 }

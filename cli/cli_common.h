@@ -67,6 +67,8 @@ struct PlanFlags {
   int world_size = 0;
   int pp = 1;
   int ep = 1;
+  int tp = 1;
+  std::string tp_muon = "distributed";
   std::string policy = "seed";
   int comm_buffer_mb = 256;
   int ns_steps = 5;

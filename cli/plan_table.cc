@@ -1,17 +1,37 @@
 #include "cli/plan_table.h"
 
+#include <algorithm>
+#include <cstdint>
+
 #include "absl/strings/str_format.h"
 
 namespace muonshard::cli {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+namespace {
+
+// Tensor parallelism: the mode and the bytes the TP ops move per step.
+void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
+  int64_t total = 0, busiest = 0;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    total += r.tp_recv_bytes();
+    busiest = std::max(busiest, r.tp_send_bytes() + r.tp_recv_bytes());
+  }
+  out << absl::StrFormat(
+      "tensor parallel  tp %d  %s  TP bytes per step %.1f MiB (busiest rank sends+receives %.1f MiB)\n",
+      plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), total / kMiB, busiest / kMiB);
+}
+
+}  // namespace
+
 void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
   const v1::PlanStats& s = plan.stats();
-  out << absl::StrFormat("model %s  world %d  pp %d  ep %d  policy %s  buffer %d MiB\n",
+  out << absl::StrFormat("model %s  world %d  pp %d  ep %d%s  policy %s  buffer %d MiB\n",
                          plan.model(), plan.topology().world_size(), plan.topology().pp(),
-                         plan.topology().ep(), v1::Policy_Name(plan.policy().policy()),
-                         plan.policy().comm_buffer_mb());
+                         plan.topology().ep(),
+                         plan.topology().tp() > 1 ? absl::StrFormat("  tp %d", plan.topology().tp()) : "",
+                         v1::Policy_Name(plan.policy().policy()), plan.policy().comm_buffer_mb());
   out << absl::StrFormat("hash %s\n", plan.content_hash());
   out << absl::StrFormat("params %d (muon %d in %d tensors, adamw %d in %d tensors)\n",
                          s.total_params(), s.muon_params(), s.muon_tensors(), s.adamw_params(),
@@ -26,6 +46,7 @@ void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
       "max/mean %.3f  max/LB %.3f\n",
       s.max_ns_flops() / 1e9, s.min_ns_flops() / 1e9, s.mean_ns_flops() / 1e9,
       s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
+  if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
 }
 
 // buddy_MiB: the host memory a rank holds with muonshard-worker

@@ -146,7 +146,7 @@ TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
 TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
   const std::string ok = WriteManifest(testing::MoeManifest(1, 64, 32, 4, 100), "moe4.json");
   for (const char* command : {"plan", "compare"}) {
-    for (const char* flag : {"pp", "ep"}) {
+    for (const char* flag : {"pp", "ep", "tp"}) {
       for (const char* value : {"0", "-2"}) {
         Result r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ",
                                        value));
@@ -155,6 +155,31 @@ TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
       }
     }
   }
+}
+
+// A manifest marked by `import-hf --tp` plans with --tp: the table says the
+// mode and the TP bytes, the JSON has the TP groups and each owner's TP op.
+TEST(PlanCliTest, TensorParallelPlanTableAndJson) {
+  v1::ModelManifest m = testing::DenseManifest(2, 64, 96, 80);
+  for (v1::TensorSpec& t : *m.mutable_tensors()) {
+    if (t.shape_size() == 2) t.set_tp_split(v1::TP_COLUMN);
+  }
+  const std::string manifest = WriteManifest(m, "dense_tp.json");
+  Result table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --policy balanced"));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("  tp 2  policy BALANCED"));
+  EXPECT_THAT(table.out, HasSubstr("tensor parallel  tp 2  TP_MUON_DISTRIBUTED  TP bytes per step"));
+  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                    " --world-size 4 --tp 2 --tp-muon duplicated --output json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"TENSOR_PARALLEL\""));
+  EXPECT_THAT(json.out, HasSubstr("\"TP_OP_ALL_GATHER\""));
+  Result mode = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon twice"));
+  EXPECT_EQ(mode.code, 2);
+  EXPECT_THAT(mode.err, HasSubstr("--tp-muon"));
+  Result three = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 6 --tp 3"));
+  EXPECT_EQ(three.code, 2);
+  EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));
 }
 
 // A huge flag value is quoted as a short, escaped prefix, not echoed whole.
