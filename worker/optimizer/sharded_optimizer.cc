@@ -37,6 +37,12 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
                                                                            const OptimizerConfig& config,
                                                                            const StepOptions& step) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
+  if (view.topology().tp() > 1) {
+    // Plans with tp > 1 exist (coordinator/planner/tensor_parallel.h); their
+    // gather -> Newton-Schulz -> scatter step does not yet.
+    return absl::FailedPreconditionError(absl::StrCat("rank view: the plan has tp ", view.topology().tp(),
+                                                      "; this worker runs plans with tp 1 only"));
+  }
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config, step));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
