@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "coordinator/planner/model.h"
 
 namespace muonshard::importer {
 namespace {
@@ -49,16 +50,6 @@ v1::TpSplit SplitOf(absl::string_view name) {
   return v1::TP_REPLICATED;
 }
 
-// The dimension a split divides (as the planner reads it, docs/planner.md).
-int SplitDim(const v1::TensorSpec& t, v1::TpSplit split) {
-  const int n = t.shape_size();
-  const bool out_first = t.layout() != v1::IN_OUT;
-  if (n == 1) return 0;
-  const int out_dim = out_first ? n - 2 : n - 1;
-  const int in_dim = out_first ? n - 1 : n - 2;
-  return split == v1::TP_COLUMN ? out_dim : in_dim;
-}
-
 }  // namespace
 
 absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest* manifest) {
@@ -70,7 +61,7 @@ absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest
     if (IsExpertTensor(t) && !options.split_experts) split = v1::TP_REPLICATED;
     if (split == v1::TP_ROW && t.shape_size() < 2) split = v1::TP_REPLICATED;
     if (split != v1::TP_REPLICATED) {
-      const int dim = SplitDim(t, split);
+      const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), split);
       if (t.shape(dim) % options.tp != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor \"", t.name(), "\": ", split == v1::TP_COLUMN ? "column" : "row", "-parallel dimension ", dim,

@@ -432,10 +432,7 @@ absl::Status ResolveTpSplit(const v1::TensorSpec& t, int index, const RankLayout
     return TensorError(t, index, absl::StrCat("tp_split ", name, " on an expert tensor with ep ", layout.ep(),
                                               ": experts are not split over tensor parallelism, only spread"));
   }
-  const bool out_first = r.layout == v1::OUT_IN;
-  const int out_dim = n == 1 ? 0 : (out_first ? n - 2 : n - 1);
-  const int in_dim = out_first ? n - 1 : n - 2;
-  const int dim = split == v1::TP_COLUMN ? out_dim : in_dim;
+  const int dim = TpSplitDim(n, r.layout, split);
   if (t.shape(dim) % layout.tp() != 0) {
     return TensorError(t, index, absl::StrCat("tp_split ", name, ": dimension ", dim, " (", t.shape(dim),
                                               ") is not divisible by tp ", layout.tp()));
@@ -572,6 +569,14 @@ const char* DTypeName(v1::DType dtype) {
     default:
       return "unknown";
   }
+}
+
+int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split) {
+  if (dims == 1) return split == v1::TP_COLUMN ? 0 : -1;
+  const bool out_first = layout != v1::IN_OUT;
+  const int out_dim = out_first ? dims - 2 : dims - 1;
+  const int in_dim = out_first ? dims - 1 : dims - 2;
+  return split == v1::TP_COLUMN ? out_dim : in_dim;
 }
 
 double NsFlops(int64_t rows, int64_t cols, int steps) {

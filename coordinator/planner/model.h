@@ -20,6 +20,12 @@ int DTypeSize(v1::DType dtype);
 // The name Paddle sorts dtypes by (`str(dtype)` order: bf16 < fp16 < fp32).
 const char* DTypeName(v1::DType dtype);
 
+// The dimension a TP split divides: `split` (TP_COLUMN or TP_ROW) of a
+// tensor of `dims` dimensions and `layout` -- its out dimension for COLUMN,
+// in for ROW, of the last two (OUT_IN: [.., out, in]; IN_OUT: [.., in, out]);
+// a 1-D tensor's only dimension is out. -1 for ROW on a 1-D tensor.
+int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split);
+
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
 // a = min(m, n), b = max(m, n).
 double NsFlops(int64_t rows, int64_t cols, int steps);

@@ -13,16 +13,6 @@ namespace {
 
 bool IsSplit(v1::TpSplit s) { return s == v1::TP_COLUMN || s == v1::TP_ROW; }
 
-// The dimension a split divides (as ResolveModel checked it).
-int SplitDim(const v1::TensorSpec& t) {
-  const int n = t.shape_size();
-  if (n == 1) return 0;
-  const bool out_first = t.layout() != v1::IN_OUT;
-  const int out_dim = out_first ? n - 2 : n - 1;
-  const int in_dim = out_first ? n - 1 : n - 2;
-  return t.tp_split() == v1::TP_COLUMN ? out_dim : in_dim;
-}
-
 int64_t Product(const google::protobuf::RepeatedField<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
 }
@@ -156,7 +146,7 @@ TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout)
   replica.manifest = manifest;
   for (v1::TensorSpec& t : *replica.manifest.mutable_tensors()) {
     if (IsSplit(t.tp_split())) {
-      const int dim = SplitDim(t);
+      const int dim = TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
       t.set_shape(dim, t.shape(dim) / layout.tp());
     }
     t.clear_tp_split();
