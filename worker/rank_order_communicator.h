@@ -19,7 +19,7 @@
 // where a ring reduce-scatter moves (n - 1) / n — and holds n copies of it.
 // A verification mode, not the production path.
 //
-// Broadcast, AllGather, Barrier, grouping and Synchronize pass through.
+// Broadcast, AllGather, Gather, Scatter, Barrier, grouping and Synchronize pass through.
 // Byte accounting (CountingCommunicator) counts API bytes and so is
 // unchanged. Same contract and errors as Communicator; one caller thread.
 
@@ -44,6 +44,12 @@ class RankOrderCommunicator : public Communicator {
                              ReduceOp op) override;
   absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override {
     return inner_->AllGather(in, out, counts, dtype);
+  }
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override {
+    return inner_->Gather(in, out, count, dtype, root);
+  }
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override {
+    return inner_->Scatter(in, out, count, dtype, root);
   }
   absl::Status Barrier() override { return inner_->Barrier(); }
   absl::Status GroupStart() override { return inner_->GroupStart(); }

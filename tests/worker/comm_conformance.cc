@@ -399,6 +399,55 @@ TEST_P(CommunicatorConformanceTest, AllGather_UnevenAndZeroCountsRawBits_Concate
   }
 }
 
+TEST_P(CommunicatorConformanceTest, Gather_EachRootRawBits_RootHoldsRankOrderConcatenation) {
+  constexpr int64_t kCount = 11;
+  std::vector<std::string> inputs;
+  for (int r = 0; r < size(); ++r) inputs.push_back(EncodeBits16(RawBits(r, kCount)));
+  std::string want;
+  for (const std::string& in : inputs) want += in;
+  for (int root = 0; root < size(); ++root) {
+    // Only the root's output is a buffer: the others pass null.
+    auto results = Run(inputs, std::vector<int64_t>(size(), kCount * 2 * size()),
+                       [&](Communicator& c, int rank, void* in, void* out) {
+                         return c.Gather(in, rank == root ? out : nullptr, kCount, CommDType::kBFloat16, root);
+                       });
+    AssertAllOk(results);
+    EXPECT_EQ(results[root]->out, want) << "root " << root;
+    for (int r = 0; r < size(); ++r) EXPECT_EQ(results[r]->in, inputs[r]) << "input changed on rank " << r;
+  }
+}
+
+TEST_P(CommunicatorConformanceTest, Scatter_EachRoot_EachRankReceivesItsSegment) {
+  constexpr int64_t kCount = 9;
+  for (int root = 0; root < size(); ++root) {
+    std::vector<std::string> inputs(size());
+    inputs[root] = EncodeFloats(RankValues(root, kCount * size()), CommDType::kFloat32);
+    auto results = Run(inputs, std::vector<int64_t>(size(), kCount * 4),
+                       [&](Communicator& c, int rank, void* in, void* out) {
+                         return c.Scatter(rank == root ? in : nullptr, out, kCount, CommDType::kFloat32, root);
+                       });
+    AssertAllOk(results);
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ(results[r]->out, inputs[root].substr(r * kCount * 4, kCount * 4)) << "root " << root << " rank " << r;
+    }
+  }
+}
+
+TEST_P(CommunicatorConformanceTest, GatherThenScatter_SameRoot_RoundTripsEveryRanksValues) {
+  constexpr int64_t kCount = 5;
+  const std::vector<std::string> inputs = ReduceInputs(size(), kCount, CommDType::kFloat32);
+  const int root = size() - 1;
+  auto results = Run(inputs, std::vector<int64_t>(size(), kCount * 4 * size()),
+                     [&](Communicator& c, int, void* in, void* out) -> absl::Status {
+                       MUONSHARD_RETURN_IF_ERROR(c.Gather(in, out, kCount, CommDType::kFloat32, root));
+                       MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
+                       MUONSHARD_RETURN_IF_ERROR(c.Scatter(out, in, kCount, CommDType::kFloat32, root));
+                       return c.Synchronize();
+                     });
+  AssertAllOk(results);
+  for (int r = 0; r < size(); ++r) EXPECT_EQ(results[r]->in, inputs[r]) << "rank " << r;
+}
+
 TEST_P(CommunicatorConformanceTest, ZeroCountOps_NullBuffers_Succeed) {
   const std::vector<int64_t> zeros(size(), 0);
   const std::vector<absl::Status> statuses =
@@ -411,6 +460,8 @@ TEST_P(CommunicatorConformanceTest, ZeroCountOps_NullBuffers_Succeed) {
             c.AllReduce(nullptr, 0, CommDType::kFloat16, ReduceOp::kSum));
         MUONSHARD_RETURN_IF_ERROR(c.AllGather(nullptr, nullptr, zeros,
                                               CommDType::kFloat32));
+        MUONSHARD_RETURN_IF_ERROR(c.Gather(nullptr, nullptr, 0, CommDType::kFloat32, 0));
+        MUONSHARD_RETURN_IF_ERROR(c.Scatter(nullptr, nullptr, 0, CommDType::kBFloat16, 0));
         return c.Synchronize();
       });
   for (int r = 0; r < size(); ++r) EXPECT_THAT(statuses[r], IsOk()) << r;
@@ -557,6 +608,10 @@ TEST_P(CommunicatorConformanceTest, InvalidArguments_Rejected_CommunicatorStaysU
             c.ReduceScatter(one, out, negative, CommDType::kFloat32,
                             ReduceOp::kSum),
             c.AllGather(out, out, ones, CommDType::kFloat32),  // overlap
+            c.Gather(one, out, 4, CommDType::kFloat32, -1),
+            c.Gather(one, out, -1, CommDType::kFloat32, 0),
+            c.Scatter(out, one, 4, CommDType::kFloat32, size()),
+            c.Scatter(out, nullptr, 4, CommDType::kFloat32, 0),
         };
         for (const absl::Status& s : checks) {
           if (!absl::IsInvalidArgument(s)) {

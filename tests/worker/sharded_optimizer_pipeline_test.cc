@@ -249,6 +249,19 @@ class CountingCpuBackend final : public kernels::KernelBackend {
     ++*updates_;
     return inner_->AdamW(t, n, pows, options);
   }
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                            const kernels::MuonOptions& options) override {
+    return inner_->MuonMomentum(grad, momentum, update, n, options);
+  }
+  absl::Status MuonApply(const float* ortho, float* master, kernels::Bf16Bits* model, int64_t n,
+                         const kernels::MuonApplyScalars& scalars) override {
+    ++*updates_;
+    return inner_->MuonApply(ortho, master, model, n, scalars);
+  }
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
+                      int64_t rows) override {
+    return inner_->Copy2D(src, src_pitch, dst, dst_pitch, row_bytes, rows);
+  }
   absl::Status CastToBf16(const float* in, kernels::Bf16Bits* out, int64_t n) override {
     return inner_->CastToBf16(in, out, n);
   }
@@ -298,6 +311,12 @@ class GatedCommunicator final : public Communicator {
   }
   absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override {
     return inner_->AllGather(in, out, counts, dtype);
+  }
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override {
+    return inner_->Gather(in, out, count, dtype, root);
+  }
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override {
+    return inner_->Scatter(in, out, count, dtype, root);
   }
   absl::Status Barrier() override { return inner_->Barrier(); }
   absl::Status GroupStart() override { return inner_->GroupStart(); }

@@ -125,6 +125,18 @@ class Communicator {
                                  absl::Span<const int64_t> counts,
                                  CommDType dtype) = 0;
 
+  // Every rank's `count` elements of `in` to `root`, where `out` receives
+  // them concatenated in rank order (size() * count elements). `out` is
+  // ignored (may be null) on the other ranks. Any dtype. No overlap.
+  virtual absl::Status Gather(const void* in, void* out, int64_t count,
+                              CommDType dtype, int root) = 0;
+
+  // The inverse: segment i of the root's `in` (size() * count elements, in
+  // rank order) lands in `out` (count elements) on rank i. `in` is ignored
+  // (may be null) on the other ranks. Any dtype. No overlap.
+  virtual absl::Status Scatter(const void* in, void* out, int64_t count,
+                               CommDType dtype, int root) = 0;
+
   // Returns once every rank has entered the barrier (GPU: once this rank's
   // enqueued work and the barrier have completed).
   virtual absl::Status Barrier() = 0;

@@ -52,6 +52,16 @@ absl::Status CountingCommunicator::AllGather(const void* in, void* out,
                &CommCounters::all_gather, Sum(counts), dtype);
 }
 
+absl::Status CountingCommunicator::Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  const int64_t moved = rank() == root ? (size() - 1) * count : count;
+  return Count(inner_->Gather(in, out, count, dtype, root), &CommCounters::gather, moved, dtype);
+}
+
+absl::Status CountingCommunicator::Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  const int64_t moved = rank() == root ? (size() - 1) * count : count;
+  return Count(inner_->Scatter(in, out, count, dtype, root), &CommCounters::scatter, moved, dtype);
+}
+
 absl::Status CountingCommunicator::Barrier() {
   absl::Status s = inner_->Barrier();
   if (s.ok()) {

@@ -11,7 +11,11 @@
 // a rank hands to a collective —
 //   Reduce, Broadcast, AllReduce:  count * element size (the buffer);
 //   ReduceScatter:                 sum(counts) * element size (the input);
-//   AllGather:                     sum(counts) * element size (the output).
+//   AllGather:                     sum(counts) * element size (the output);
+//   Gather, Scatter:               what crosses this rank's link: on the
+//                                  root (size - 1) * count * element size,
+//                                  elsewhere count * element size (the
+//                                  plan's tp_send_bytes + tp_recv_bytes).
 // On a group of one rank nothing leaves the rank, so bytes stay 0 (the plan
 // skips such groups too); calls are still counted. Only calls that return OK
 // are counted: a failed step is redone after re-rendezvous and must not
@@ -45,16 +49,20 @@ struct CommCounters {
   CommOpCounter all_reduce;
   CommOpCounter reduce_scatter;
   CommOpCounter all_gather;
+  CommOpCounter gather;
+  CommOpCounter scatter;
   int64_t barriers = 0;
 
   int64_t total_bytes() const {
     return reduce.bytes + broadcast.bytes + all_reduce.bytes +
-           reduce_scatter.bytes + all_gather.bytes;
+           reduce_scatter.bytes + all_gather.bytes + gather.bytes +
+           scatter.bytes;
   }
   bool operator==(const CommCounters& o) const {
     return reduce == o.reduce && broadcast == o.broadcast &&
            all_reduce == o.all_reduce && reduce_scatter == o.reduce_scatter &&
-           all_gather == o.all_gather && barriers == o.barriers;
+           all_gather == o.all_gather && gather == o.gather &&
+           scatter == o.scatter && barriers == o.barriers;
   }
 };
 
@@ -79,6 +87,8 @@ class CountingCommunicator : public Communicator {
   absl::Status AllGather(const void* in, void* out,
                          absl::Span<const int64_t> counts,
                          CommDType dtype) override;
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
   absl::Status GroupStart() override { return inner_->GroupStart(); }
   absl::Status GroupEnd() override { return inner_->GroupEnd(); }

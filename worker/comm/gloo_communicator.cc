@@ -76,6 +76,8 @@ class GlooCommunicator : public Communicator {
   absl::Status AllGather(const void* in, void* out,
                          absl::Span<const int64_t> counts,
                          CommDType dtype) override;
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
@@ -243,6 +245,24 @@ absl::Status GlooCommunicator::AllGather(const void* in, void* out,
   if (size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
   return Run("allgather", [&] { return internal::RingAllGather(peers_, tag, out, counts, esize); });
+}
+
+absl::Status GlooCommunicator::Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(in, out, count, dtype, root, rank(), size(), "Gather"));
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
+  if (bytes == 0) return absl::OkStatus();
+  const uint32_t tag = next_tag_++;
+  return Run("gather", [&] { return internal::GatherTo(peers_, tag, in, out, static_cast<size_t>(bytes), root); });
+}
+
+absl::Status GlooCommunicator::Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(out, in, count, dtype, root, rank(), size(), "Scatter"));
+  MUONSHARD_RETURN_IF_ERROR(CheckUsable());
+  if (bytes == 0) return absl::OkStatus();
+  const uint32_t tag = next_tag_++;
+  return Run("scatter", [&] { return internal::ScatterFrom(peers_, tag, in, out, static_cast<size_t>(bytes), root); });
 }
 
 absl::Status GlooCommunicator::Barrier() {

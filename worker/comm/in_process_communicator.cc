@@ -282,6 +282,29 @@ absl::Status InProcessCommunicator::AllGather(const void* in, void* out,
   return absl::OkStatus();
 }
 
+absl::Status InProcessCommunicator::Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(in, out, count, dtype, root, rank_, size_, "Gather"));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const internal::Payloads all,
+      Exchange(absl::StrCat("Gather(count=", count, ", ", CommDTypeName(dtype), ", root=", root, ")"),
+               CopyBytes(in, bytes)));
+  if (rank_ != root || bytes == 0) return absl::OkStatus();
+  for (int r = 0; r < size_; ++r) std::memcpy(static_cast<char*>(out) + r * bytes, all[r]->data(), bytes);
+  return absl::OkStatus();
+}
+
+absl::Status InProcessCommunicator::Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(out, in, count, dtype, root, rank_, size_, "Scatter"));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const internal::Payloads all,
+      Exchange(absl::StrCat("Scatter(count=", count, ", ", CommDTypeName(dtype), ", root=", root, ")"),
+               rank_ == root ? CopyBytes(in, bytes * size_) : std::string()));
+  if (bytes > 0) std::memcpy(out, all[root]->data() + rank_ * bytes, bytes);
+  return absl::OkStatus();
+}
+
 absl::Status InProcessCommunicator::Barrier() {
   MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Barrier()"));
   return Exchange("Barrier()", std::string()).status();

@@ -46,8 +46,9 @@ struct InProcessOptions {
   absl::Duration timeout = absl::Seconds(30);
   // Fault injection (c10d FakeProcessGroup error_on_collective, leveldb
   // ErrorEnv): collective number `fail_call` (0-based; Reduce, Broadcast,
-  // AllReduce, ReduceScatter, AllGather and Barrier count, calls rejected
-  // with INVALID_ARGUMENT or FAILED_PRECONDITION do not) issued by rank
+  // AllReduce, ReduceScatter, AllGather, Gather, Scatter and Barrier count;
+  // calls rejected with INVALID_ARGUMENT or FAILED_PRECONDITION do not)
+  // issued by rank
   // `fail_rank` returns ABORTED and aborts the group. -1 disables.
   int fail_rank = -1;
   int64_t fail_call = -1;
@@ -74,6 +75,8 @@ class InProcessCommunicator : public Communicator {
   absl::Status ReduceScatter(const void* in, void* out,
                              absl::Span<const int64_t> counts, CommDType dtype,
                              ReduceOp op) override;
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status AllGather(const void* in, void* out,
                          absl::Span<const int64_t> counts,
                          CommDType dtype) override;

@@ -301,6 +301,46 @@ absl::Status NcclCommunicator::AllGatherUneven(
       "AllGather (grouped ncclBroadcast)");
 }
 
+// The root exchanges one segment with every rank (itself included: NCCL
+// supports send/recv to self inside a group).
+absl::Status NcclCommunicator::Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(in, out, count, dtype, root, rank_, size_, "Gather"));
+  MUONSHARD_RETURN_IF_ERROR(Enter());
+  if (bytes == 0) return absl::OkStatus();
+  const auto n = static_cast<size_t>(count);
+  return Grouped(
+      size_,
+      [&](int peer) {
+        if (rank_ != root) return peer == root ? ncclSend(in, n, ToNccl(dtype), root, comm_->get(), stream()) : ncclSuccess;
+        if (peer == root) {
+          const ncclResult_t sent = ncclSend(in, n, ToNccl(dtype), root, comm_->get(), stream());
+          if (sent != ncclSuccess) return sent;
+        }
+        return ncclRecv(static_cast<char*>(out) + peer * bytes, n, ToNccl(dtype), peer, comm_->get(), stream());
+      },
+      "Gather (grouped ncclSend/ncclRecv)");
+}
+
+absl::Status NcclCommunicator::Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
+                             internal::CheckRootedBuffers(out, in, count, dtype, root, rank_, size_, "Scatter"));
+  MUONSHARD_RETURN_IF_ERROR(Enter());
+  if (bytes == 0) return absl::OkStatus();
+  const auto n = static_cast<size_t>(count);
+  return Grouped(
+      size_,
+      [&](int peer) {
+        if (rank_ != root) return peer == root ? ncclRecv(out, n, ToNccl(dtype), root, comm_->get(), stream()) : ncclSuccess;
+        if (peer == root) {
+          const ncclResult_t received = ncclRecv(out, n, ToNccl(dtype), root, comm_->get(), stream());
+          if (received != ncclSuccess) return received;
+        }
+        return ncclSend(static_cast<const char*>(in) + peer * bytes, n, ToNccl(dtype), peer, comm_->get(), stream());
+      },
+      "Scatter (grouped ncclSend/ncclRecv)");
+}
+
 absl::Status NcclCommunicator::Barrier() {
   MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Barrier()"));
   MUONSHARD_RETURN_IF_ERROR(Enter());

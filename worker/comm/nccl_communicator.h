@@ -92,6 +92,8 @@ class NcclCommunicator : public Communicator {
   absl::Status AllGather(const void* in, void* out,
                          absl::Span<const int64_t> counts,
                          CommDType dtype) override;
+  absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
+  absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;

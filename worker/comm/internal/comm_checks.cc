@@ -25,6 +25,20 @@ absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count,
   return count * esize;
 }
 
+absl::StatusOr<int64_t> CheckRootedBuffers(const void* single, const void* all, int64_t count, CommDType dtype,
+                                           int root, int rank, int size, absl::string_view what) {
+  MUONSHARD_RETURN_IF_ERROR(CheckRoot(root, size));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes, CheckBuffer(single, count, dtype, what));
+  if (rank != root) return bytes;
+  if (count > 0 && size > std::numeric_limits<int64_t>::max() / count) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", size, " segments of ", count, " overflow"));
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t all_bytes,
+                             CheckBuffer(all, count * size, dtype, absl::StrCat(what, " (root's buffer)")));
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOverlap(single, bytes, all, all_bytes));
+  return bytes;
+}
+
 absl::Status CheckRoot(int root, int size) {
   if (root < 0 || root >= size) {
     return absl::InvalidArgumentError(

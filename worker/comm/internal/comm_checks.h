@@ -26,6 +26,13 @@ absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count,
 // INVALID_ARGUMENT unless 0 <= root < size.
 absl::Status CheckRoot(int root, int size);
 
+// Gather and Scatter: `single` holds `count` elements on every rank and
+// `all` size * count on the root (ignored elsewhere). Checks both buffers,
+// the root and that they do not overlap; returns the bytes of one segment.
+// `what` names the op in messages.
+absl::StatusOr<int64_t> CheckRootedBuffers(const void* single, const void* all, int64_t count, CommDType dtype,
+                                           int root, int rank, int size, absl::string_view what);
+
 // INVALID_ARGUMENT for a value outside the enum.
 absl::Status CheckReduceOp(ReduceOp op);
 

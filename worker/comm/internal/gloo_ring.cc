@@ -1,6 +1,7 @@
 #include "worker/comm/internal/gloo_ring.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -124,6 +125,28 @@ absl::Status GatherToRoot(GlooPeers& peers, uint32_t tag, void* data, absl::Span
   for (int k = 0; k < peers.size(); ++k) {
     if (k == root) continue;
     MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, k, nullptr, 0, k, bytes + at[k], at[k + 1] - at[k]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GatherTo(GlooPeers& peers, uint32_t tag, const void* in, void* out, size_t bytes, int root) {
+  if (peers.rank() != root) return peers.Exchange(tag, root, in, bytes, root, nullptr, 0);
+  auto* segments = static_cast<char*>(out);
+  std::memcpy(segments + root * bytes, in, bytes);
+  for (int k = 0; k < peers.size(); ++k) {
+    if (k == root) continue;
+    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, k, nullptr, 0, k, segments + k * bytes, bytes));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScatterFrom(GlooPeers& peers, uint32_t tag, const void* in, void* out, size_t bytes, int root) {
+  if (peers.rank() != root) return peers.Exchange(tag, root, nullptr, 0, root, out, bytes);
+  const auto* segments = static_cast<const char*>(in);
+  std::memcpy(out, segments + root * bytes, bytes);
+  for (int k = 0; k < peers.size(); ++k) {
+    if (k == root) continue;
+    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, k, segments + k * bytes, bytes, k, nullptr, 0));
   }
   return absl::OkStatus();
 }

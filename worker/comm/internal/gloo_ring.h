@@ -23,6 +23,7 @@
 //   Reduce         ReduceScatter of n near-equal segments, then every rank
 //                  sends its segment to the root.
 //   AllReduce      ReduceScatter then AllGather of the same segments.
+//   Gather/Scatter every rank to / from the root directly.
 //   Broadcast      binomial tree from the root (scatter + all-gather moves
 //                  fewer bytes per link but measured 1.6x slower on loopback).
 //   Barrier        dissemination: rounds k = 1, 2, 4, ... < n, one byte to
@@ -101,6 +102,12 @@ absl::Status RingAllGather(GlooPeers& peers, uint32_t tag, void* data, absl::Spa
 // The root gathers every rank's segment of `data` (segments as above).
 absl::Status GatherToRoot(GlooPeers& peers, uint32_t tag, void* data, absl::Span<const int64_t> counts,
                           size_t elem_bytes, int root);
+
+// Gather: every rank's `bytes` of `in` into segment r of the root's `out`
+// (size() segments). Scatter: segment r of the root's `in` into rank r's
+// `out`. The root's own segment is a local copy.
+absl::Status GatherTo(GlooPeers& peers, uint32_t tag, const void* in, void* out, size_t bytes, int root);
+absl::Status ScatterFrom(GlooPeers& peers, uint32_t tag, const void* in, void* out, size_t bytes, int root);
 
 // The root's `bytes` of `data` to every rank: a binomial tree (log2 n
 // rounds of whole-buffer transfers, as gloo's broadcast).
