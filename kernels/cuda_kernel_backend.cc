@@ -260,12 +260,8 @@ absl::Status CudaKernelBackend::EnqueueMuonUpdate(
       const void* ortho,
       internal::OrthogonalizeOnDevice(buffers.update, buffers, all, config,
                                       *gemm_, stream_));
-  const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
-                                       options.scale_version,
-                                       options.extra_scale);
-  const float decay =
-      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
-  const float step = static_cast<float>(options.lr * scale);
+  const MuonApplyScalars apply =
+      MuonApplyScalarsFor(shape.rows, shape.cols, layout, options);
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t offset =
         static_cast<int64_t>(i) * shape.batch * buffers.x_stride;
@@ -273,11 +269,11 @@ absl::Status CudaKernelBackend::EnqueueMuonUpdate(
         config.bf16
             ? internal::LaunchMuonApply(
                   static_cast<const Bf16Bits*>(ortho) + offset, shape.batch,
-                  per_matrix, buffers.x_stride, decay, step, items[i].master,
+                  per_matrix, buffers.x_stride, apply.decay, apply.step, items[i].master,
                   items[i].model, stream_)
             : internal::LaunchMuonApply(
                   static_cast<const float*>(ortho) + offset, shape.batch,
-                  per_matrix, buffers.x_stride, decay, step, items[i].master,
+                  per_matrix, buffers.x_stride, apply.decay, apply.step, items[i].master,
                   items[i].model, stream_);
     MUONSHARD_RETURN_IF_ERROR(CudaToStatus(error, "applying the Muon update"));
   }
@@ -307,6 +303,37 @@ absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,
   // The kernel received the powers by value, so they can advance now.
   AdvanceBetaPows(pows, options);
   return absl::OkStatus();
+}
+
+absl::Status CudaKernelBackend::MuonMomentum(const float* grad,
+                                             float* momentum, float* update,
+                                             int64_t n,
+                                             const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(
+      ValidateMuonMomentumArgs(grad, momentum, update, n, options));
+  if (n == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+      device_, {{grad, "grad"}, {momentum, "momentum"}, {update, "update"}}));
+  internal::ScopedCudaDevice scope(device_);
+  // No sums: the NS input is normalised where NewtonSchulz runs.
+  return CudaToStatus(
+      internal::LaunchMomentum(grad, momentum, update, 1, n, options.beta,
+                               options.nesterov, nullptr, stream_),
+      "Muon momentum");
+}
+
+absl::Status CudaKernelBackend::MuonApply(const float* ortho, float* master,
+                                          Bf16Bits* model, int64_t n,
+                                          const MuonApplyScalars& scalars) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonApplyArgs(ortho, master, n));
+  if (n == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+      device_, {{ortho, "ortho"}, {master, "master"}, {model, "model"}}));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(
+      internal::LaunchMuonApply(ortho, 1, n, n, scalars.decay, scalars.step,
+                                master, model, stream_),
+      "applying the Muon update");
 }
 
 absl::Status CudaKernelBackend::CastToBf16(const float* in, Bf16Bits* out,
@@ -400,6 +427,24 @@ absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
   return CudaToStatus(
       cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_),
       "zeroing device memory");
+}
+
+absl::Status CudaKernelBackend::Copy2D(const void* src, int64_t src_pitch,
+                                       void* dst, int64_t dst_pitch,
+                                       int64_t row_bytes, int64_t rows) {
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(
+      src, src_pitch, dst, dst_pitch, row_bytes, rows));
+  if (row_bytes == 0 || rows == 0) return absl::OkStatus();
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
+      device_, {{src, "source"}, {dst, "destination"}}));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(
+      cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src,
+                        static_cast<size_t>(src_pitch),
+                        static_cast<size_t>(row_bytes),
+                        static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                        stream_),
+      "copying runs on the device");
 }
 
 absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type,

@@ -68,6 +68,10 @@ class CudaKernelBackend final : public KernelBackend {
                                const MatrixBatchShape& shape,
                                WeightLayout layout,
                                const MuonOptions& options) override;
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
+                            int64_t n, const MuonOptions& options) override;
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
+                         int64_t n, const MuonApplyScalars& scalars) override;
   absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
                      const AdamWBetaPows& pows,
                      const AdamWOptions& options) override;
@@ -79,6 +83,9 @@ class CudaKernelBackend final : public KernelBackend {
                             int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;
   absl::Status SetZero(void* dst, int64_t bytes) override;
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
+                      int64_t dst_pitch, int64_t row_bytes,
+                      int64_t rows) override;
   absl::Status Convert(const void* in, ElementType in_type, void* out,
                        ElementType out_type, int64_t n) override;
 

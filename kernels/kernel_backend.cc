@@ -76,10 +76,32 @@ class CpuKernelBackend final : public KernelBackend {
     return MuonUpdateBatchCpu(items, shape, layout, options);
   }
 
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
+                            int64_t n, const MuonOptions& options) override {
+    return MuonMomentumCpu(grad, momentum, update, n, options);
+  }
+
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
+                         int64_t n, const MuonApplyScalars& scalars) override {
+    return MuonApplyCpu(ortho, master, model, n, scalars);
+  }
+
   absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
                      const AdamWBetaPows& pows,
                      const AdamWOptions& options) override {
     return AdamWCpu(tensors, n, pows, options);
+  }
+
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
+                      int64_t dst_pitch, int64_t row_bytes,
+                      int64_t rows) override {
+    MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(src, src_pitch, dst, dst_pitch, row_bytes, rows));
+    for (int64_t k = 0; k < rows; ++k) {
+      std::memcpy(static_cast<char*>(dst) + k * dst_pitch,
+                  static_cast<const char*>(src) + k * src_pitch,
+                  static_cast<size_t>(row_bytes));
+    }
+    return absl::OkStatus();
   }
 
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override {
@@ -160,19 +182,6 @@ absl::Status KernelBackend::MuonUpdateBatch(
   }
   return absl::OkStatus();
 }
-
-namespace internal {
-
-absl::Status CheckMemoryArgs(const char* what, int64_t n, const void* a,
-                             const void* b) {
-  if (n < 0 || (n > 0 && (a == nullptr || b == nullptr))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": bad arguments (n = ", n, ")"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace internal
 
 const char* DeviceKindName(DeviceKind kind) {
   switch (kind) {

@@ -116,6 +116,18 @@ class KernelBackend {
                                        WeightLayout layout,
                                        const MuonOptions& options);
 
+  // The Muon step in pieces, for a matrix orthogonalised elsewhere (NOTE
+  // [Muon in pieces] in muon_update.h): the momentum of `n` elements and
+  // the NS input `update`; then, given the orthogonalised `ortho`, the
+  // master (and the optional bf16 `model`) of `n` elements.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status MuonMomentum(const float* grad, float* momentum,
+                                    float* update, int64_t n,
+                                    const MuonOptions& options) = 0;
+  virtual absl::Status MuonApply(const float* ortho, float* master,
+                                 Bf16Bits* model, int64_t n,
+                                 const MuonApplyScalars& scalars) = 0;
+
   // One AdamW step on a slice of `n` elements (see adamw.h). `pows` are host
   // pointers for every backend.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
@@ -156,6 +168,15 @@ class KernelBackend {
   // dst[0, bytes) = 0.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
   virtual absl::Status SetZero(void* dst, int64_t bytes) = 0;
+
+  // `rows` runs of `row_bytes` each: run k from src + k·src_pitch to
+  // dst + k·dst_pitch (pitches in bytes, each >= row_bytes), e.g. one
+  // tensor-parallel shard into its place in the whole matrix. Runs must
+  // not overlap.
+  // Possible errors: INVALID_ARGUMENT, INTERNAL.
+  virtual absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
+                              int64_t dst_pitch, int64_t row_bytes,
+                              int64_t rows) = 0;
 
   // out[i] = out_type(in[i]) for i < n, through fp32, rounding to nearest
   // even (as kernels/bf16.h and common/half_float.h); a plain copy when the

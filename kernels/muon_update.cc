@@ -1,4 +1,5 @@
-// Backend-independent parts of the Muon update: scale and validation.
+// Backend-independent parts of the Muon update: scale and validation (and
+// internal::CheckMemoryArgs, which every backend's memory calls share).
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +11,33 @@
 #include "absl/types/span.h"
 #include "common/status_macros.h"
 #include "kernels/bf16.h"
+#include "kernels/internal/memory_args.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 
 namespace muonshard::kernels {
+
+namespace internal {
+
+absl::Status CheckMemoryArgs(const char* what, int64_t n, const void* a,
+                             const void* b) {
+  if (n < 0 || (n > 0 && (a == nullptr || b == nullptr))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": bad arguments (n = ", n, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCopy2DArgs(const void* src, int64_t src_pitch, const void* dst, int64_t dst_pitch,
+                             int64_t row_bytes, int64_t rows) {
+  if (row_bytes < 0 || rows < 0 || src_pitch < row_bytes || dst_pitch < row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("Copy2D: bad sizes (rows = ", rows, ", row_bytes = ", row_bytes,
+                                                   ", pitches ", src_pitch, " and ", dst_pitch, ")"));
+  }
+  return CheckMemoryArgs("Copy2D", row_bytes * rows, src, dst);
+}
+
+}  // namespace internal
 
 double MuonUpdateScale(int64_t rows, int64_t cols, WeightLayout layout,
                        MuonScaleVersion version, float extra_scale) {
@@ -33,6 +57,18 @@ double MuonUpdateScale(int64_t rows, int64_t cols, WeightLayout layout,
       break;
   }
   return scale * extra_scale;
+}
+
+MuonApplyScalars MuonApplyScalarsFor(int64_t rows, int64_t cols,
+                                     WeightLayout layout,
+                                     const MuonOptions& options) {
+  const double scale = MuonUpdateScale(rows, cols, layout,
+                                       options.scale_version,
+                                       options.extra_scale);
+  MuonApplyScalars s;
+  s.decay = options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
+  s.step = static_cast<float>(options.lr * scale);
+  return s;
 }
 
 namespace {
@@ -157,6 +193,21 @@ absl::Status ValidateMuonBatchArgs(absl::Span<const MuonTensors> items,
     }
   }
   return CheckNoWrittenOverlap(BatchRanges(items, shape.elements()));
+}
+
+absl::Status ValidateMuonMomentumArgs(const float* grad, const float* momentum,
+                                      const float* update, int64_t n,
+                                      const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(
+      ValidateMuonShapeAndOptions(MatrixBatchShape{1, 1, 1}, options));
+  MUONSHARD_RETURN_IF_ERROR(
+      internal::CheckMemoryArgs("MuonMomentum", n, grad, momentum));
+  return internal::CheckMemoryArgs("MuonMomentum", n, update, update);
+}
+
+absl::Status ValidateMuonApplyArgs(const float* ortho, const float* master,
+                                   int64_t n) {
+  return internal::CheckMemoryArgs("MuonApply", n, ortho, master);
 }
 
 }  // namespace muonshard::kernels

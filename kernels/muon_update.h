@@ -68,6 +68,38 @@ struct MuonTensors {
 double MuonUpdateScale(int64_t rows, int64_t cols, WeightLayout layout,
                        MuonScaleVersion version, float extra_scale);
 
+// The apply step of one rows x cols matrix, p = p·decay - step·O:
+// decay = 1 - lr·wd with decay (else 1), step = lr·MuonUpdateScale.
+struct MuonApplyScalars {
+  float decay = 1.0f;
+  float step = 0.0f;
+};
+MuonApplyScalars MuonApplyScalarsFor(int64_t rows, int64_t cols,
+                                     WeightLayout layout,
+                                     const MuonOptions& options);
+
+// NOTE [Muon in pieces]
+// A matrix whose Newton-Schulz runs elsewhere (a tensor-parallel shard: NS
+// must see the whole matrix, which is spread over ranks) takes the step in
+// three pieces, element for element what MuonUpdate does on the whole
+// matrix (bit-identical on the CPU):
+//   MuonMomentum  m = β·m + (1-β)·g; update = the NS input (as above),
+//   NewtonSchulz  of the whole update, wherever it is assembled,
+//   MuonApply     p = p·decay - step·O and the optional bf16 model, with
+//                 MuonApplyScalarsFor(whole rows, whole cols, ...).
+// CPU implementations (host pointers; block until done). INVALID_ARGUMENT
+// for n < 0, a null pointer with n > 0 (model may be null) or bad options.
+absl::Status MuonMomentumCpu(const float* grad, float* momentum, float* update,
+                             int64_t n, const MuonOptions& options);
+absl::Status MuonApplyCpu(const float* ortho, float* master, Bf16Bits* model,
+                          int64_t n, const MuonApplyScalars& scalars);
+// The checks both implementations share.
+absl::Status ValidateMuonMomentumArgs(const float* grad, const float* momentum,
+                                      const float* update, int64_t n,
+                                      const MuonOptions& options);
+absl::Status ValidateMuonApplyArgs(const float* ortho, const float* master,
+                                   int64_t n);
+
 // Validates everything but the pointers' memory space.
 // Possible errors: INVALID_ARGUMENT.
 absl::Status ValidateMuonArgs(const MuonTensors& tensors,

@@ -42,12 +42,8 @@ absl::Status RunMuonCpu(absl::Span<const MuonTensors> items,
   MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config,
                              internal::MakeCpuNsConfig(options.ns));
   const int64_t per_matrix = shape.matrix_elements();
-  const double scale = MuonUpdateScale(shape.rows, shape.cols, layout,
-                                       options.scale_version,
-                                       options.extra_scale);
-  const float decay =
-      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
-  const float step = static_cast<float>(options.lr * scale);
+  const MuonApplyScalars apply =
+      MuonApplyScalarsFor(shape.rows, shape.cols, layout, options);
   const int64_t matrices = static_cast<int64_t>(items.size()) * shape.batch;
   internal::ForEachMatrixCpu(
       matrices, shape.rows, shape.cols, config,
@@ -60,7 +56,7 @@ absl::Status RunMuonCpu(absl::Span<const MuonTensors> items,
                      options.beta, options.nesterov);
         internal::OrthogonalizeMatrixCpu(update, shape.rows, shape.cols,
                                          config, scratch);
-        ApplyUpdate(update, per_matrix, decay, step, t.master + offset,
+        ApplyUpdate(update, per_matrix, apply.decay, apply.step, t.master + offset,
                     t.model != nullptr ? t.model + offset : nullptr);
       });
   return absl::OkStatus();
@@ -82,6 +78,21 @@ absl::Status MuonUpdateBatchCpu(absl::Span<const MuonTensors> items,
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
   if (items.empty()) return absl::OkStatus();
   return RunMuonCpu(items, shape, layout, options);
+}
+
+absl::Status MuonMomentumCpu(const float* grad, float* momentum, float* update,
+                             int64_t n, const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(
+      ValidateMuonMomentumArgs(grad, momentum, update, n, options));
+  MomentumStep(grad, momentum, update, n, options.beta, options.nesterov);
+  return absl::OkStatus();
+}
+
+absl::Status MuonApplyCpu(const float* ortho, float* master, Bf16Bits* model,
+                          int64_t n, const MuonApplyScalars& scalars) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonApplyArgs(ortho, master, n));
+  ApplyUpdate(ortho, n, scalars.decay, scalars.step, master, model);
+  return absl::OkStatus();
 }
 
 }  // namespace muonshard::kernels

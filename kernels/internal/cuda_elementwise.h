@@ -24,7 +24,7 @@ cudaError_t LaunchSumSquares(const float* x, int64_t batch, int64_t per_matrix,
                              double* sums, cudaStream_t stream);
 
 // Muon momentum (MomentumElement) for every element; writes the update input
-// to `update` and adds its squares to sums[b].
+// to `update` and adds its squares to sums[b] (unless `sums` is null).
 cudaError_t LaunchMomentum(const float* grad, float* momentum, float* update,
                            int64_t batch, int64_t per_matrix, float beta,
                            bool nesterov, double* sums, cudaStream_t stream);

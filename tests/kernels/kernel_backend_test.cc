@@ -149,6 +149,59 @@ TEST(CpuKernelBackendTest, MuonUpdateBatchEqualsMuonUpdatePerItem) {
   EXPECT_NE(batched[0].master, RandomItems(1, shape.elements(), 80)[0].master);
 }
 
+// NOTE [Muon in pieces]: momentum, NS of the whole update and apply give
+// MuonUpdate's result bit for bit, for each layout, decay flag and nesterov.
+TEST(CpuKernelBackendTest, MuonInPiecesEqualsMuonUpdate) {
+  std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
+  const MatrixBatchShape shape{1, 24, 40};
+  for (WeightLayout layout : {WeightLayout::kOutIn, WeightLayout::kInOut}) {
+    for (bool decay : {true, false}) {
+      for (bool nesterov : {true, false}) {
+        MuonOptions options;
+        options.with_decay = decay;
+        options.nesterov = nesterov;
+        std::vector<MuonItem> whole = RandomItems(1, shape.elements(), 90);
+        std::vector<MuonItem> pieces = whole;
+        MUONSHARD_ASSERT_OK(backend->MuonUpdate(whole[0].Tensors(), shape, layout, options));
+        MuonItem& p = pieces[0];
+        std::vector<float> update(shape.elements());
+        MUONSHARD_ASSERT_OK(
+            backend->MuonMomentum(p.grad.data(), p.momentum.data(), update.data(), shape.elements(), options));
+        MUONSHARD_ASSERT_OK(backend->NewtonSchulz(update.data(), update.data(), shape, options.ns));
+        MUONSHARD_ASSERT_OK(backend->MuonApply(update.data(), p.master.data(), p.model.data(), shape.elements(),
+                                               MuonApplyScalarsFor(shape.rows, shape.cols, layout, options)));
+        ExpectSameItems(pieces, whole);
+      }
+    }
+  }
+}
+
+TEST(CpuKernelBackendTest, MuonPiecesRejectBadArguments) {
+  std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
+  float x[4] = {};
+  MuonOptions bad_beta;
+  bad_beta.beta = 2.0f;
+  EXPECT_THAT(backend->MuonMomentum(x, x + 1, nullptr, 1, MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("MuonMomentum")));
+  EXPECT_THAT(backend->MuonMomentum(x, x + 1, x + 2, 1, bad_beta), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(backend->MuonApply(x, x + 1, nullptr, -1, MuonApplyScalars()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("MuonApply")));
+  MUONSHARD_EXPECT_OK(backend->MuonApply(nullptr, nullptr, nullptr, 0, MuonApplyScalars()));
+}
+
+TEST(CpuKernelBackendTest, Copy2DMovesEachRunToItsPitch) {
+  std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
+  // A 3 x 2 shard into columns [2, 4) of a 3 x 5 matrix.
+  const std::vector<float> shard = {1, 2, 3, 4, 5, 6};
+  std::vector<float> whole(15, 0);
+  MUONSHARD_ASSERT_OK(backend->Copy2D(shard.data(), 2 * 4, whole.data() + 2, 5 * 4, 2 * 4, 3));
+  EXPECT_THAT(whole, ::testing::ElementsAre(0, 0, 1, 2, 0, 0, 0, 3, 4, 0, 0, 0, 5, 6, 0));
+  EXPECT_THAT(backend->Copy2D(shard.data(), 4, whole.data(), 20, 8, 3),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("Copy2D")));
+  EXPECT_THAT(backend->Copy2D(nullptr, 8, whole.data(), 20, 8, 3), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  MUONSHARD_EXPECT_OK(backend->Copy2D(nullptr, 0, nullptr, 0, 0, 0));
+}
+
 // Forwards everything to the CPU backend but keeps KernelBackend's default
 // MuonUpdateBatch, counting the MuonUpdate calls it makes.
 class PerItemBackend final : public KernelBackend {
@@ -169,6 +222,19 @@ class PerItemBackend final : public KernelBackend {
                      const AdamWBetaPows& pows,
                      const AdamWOptions& options) override {
     return cpu_->AdamW(tensors, n, pows, options);
+  }
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
+                            int64_t n, const MuonOptions& options) override {
+    return cpu_->MuonMomentum(grad, momentum, update, n, options);
+  }
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
+                         int64_t n, const MuonApplyScalars& scalars) override {
+    return cpu_->MuonApply(ortho, master, model, n, scalars);
+  }
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
+                      int64_t dst_pitch, int64_t row_bytes,
+                      int64_t rows) override {
+    return cpu_->Copy2D(src, src_pitch, dst, dst_pitch, row_bytes, rows);
   }
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override {
     return cpu_->CastToBf16(in, out, n);
