@@ -112,7 +112,7 @@ void WorkerMetrics::RecordStep(const StepStats& stats, double loss, double ns_fl
                                   stats.total_seconds};
   for (size_t i = 0; i < phases_.size(); ++i) phases_[i]->Observe(phase_seconds[i]);
   const int64_t op_bytes[] = {stats.comm.grad_reduce, stats.comm.grad_reduce_scatter, stats.comm.param_broadcast,
-                              stats.comm.param_all_gather};
+                              stats.comm.param_all_gather, stats.comm.tp};
   for (size_t i = 0; i < comm_bytes_.size(); ++i) comm_bytes_[i]->Increment(static_cast<double>(op_bytes[i]));
   train_step_seconds_.Observe(train_step_seconds);
   ns_flops_.Increment(ns_flops);

@@ -58,7 +58,7 @@ inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw"
 // the newest checkpoint or the initial parameters).
 inline constexpr const char* kRecoveryPhases[] = {"detect", "abort", "rendezvous", "restore"};
 // The `op` label values.
-inline constexpr const char* kCommOps[] = {"reduce", "reduce_scatter", "broadcast", "all_gather"};
+inline constexpr const char* kCommOps[] = {"reduce", "reduce_scatter", "broadcast", "all_gather", "tp"};
 
 class WorkerMetrics {
  public:
@@ -88,7 +88,7 @@ class WorkerMetrics {
   prometheus::Gauge& imbalance_;
   std::array<prometheus::Histogram*, 5> phases_;  // kStepPhases order
   prometheus::Histogram& train_step_seconds_;
-  std::array<prometheus::Counter*, 4> comm_bytes_;  // kCommOps order
+  std::array<prometheus::Counter*, 5> comm_bytes_;  // kCommOps order
   prometheus::Counter& ns_flops_;
   prometheus::Gauge& loss_;
   prometheus::Gauge& plan_version_;

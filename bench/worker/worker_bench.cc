@@ -178,7 +178,7 @@ absl::StatusOr<std::vector<StepStats>> RunRank(const v1::Plan& plan, int rank,
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
     MUONSHARD_ASSIGN_OR_RETURN(
         LocalGradients local,
-        ComputeLocalGradients(workload, optimizer->held_tensors(), rank, step,
+        ComputeLocalGradients(workload, optimizer->held_tensors(), DataRank(*optimizer), step,
                               [&](const HeldTensor& h, absl::Span<float> out) {
                                 return optimizer->ReadModelCopy(h.tensor, out);
                               }));

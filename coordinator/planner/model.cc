@@ -571,6 +571,19 @@ const char* DTypeName(v1::DType dtype) {
   }
 }
 
+TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp, int t) {
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < dim; ++d) outer *= whole_shape[d];
+  for (size_t d = dim + 1; d < whole_shape.size(); ++d) inner *= whole_shape[d];
+  const int64_t block = whole_shape[dim] / tp * inner;
+  TpShardRuns r;
+  r.runs = outer;
+  r.run = block;
+  r.pitch = whole_shape[dim] * inner;
+  r.offset = t * block;
+  return r;
+}
+
 int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split) {
   if (dims == 1) return split == v1::TP_COLUMN ? 0 : -1;
   const bool out_first = layout != v1::IN_OUT;

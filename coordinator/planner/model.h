@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "re2/re2.h"
 #include "coordinator/planner/topology.h"
 #include "muonshard/v1/manifest.pb.h"
@@ -25,6 +26,22 @@ const char* DTypeName(v1::DType dtype);
 // in for ROW, of the last two (OUT_IN: [.., out, in]; IN_OUT: [.., in, out]);
 // a 1-D tensor's only dimension is out. -1 for ROW on a 1-D tensor.
 int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split);
+
+// Where tp rank `t`'s shard of a tensor of `whole_shape` split on `dim`
+// (t-th of tp equal blocks along it) lies in the whole tensor, row-major:
+// `runs` runs of `run` elements; run k starts at k * run in the shard and
+// at offset + k * pitch in the whole tensor. The one definition of a TP
+// shard's place, for the worker's gather/scatter, workloads and checkpoints.
+struct TpShardRuns {
+  int64_t runs = 0;
+  int64_t run = 0;
+  int64_t pitch = 0;
+  int64_t offset = 0;
+  // The whole tensor's flattened index of the shard's element `local`.
+  int64_t WholeIndex(int64_t local) const { return offset + (local / run) * pitch + local % run; }
+};
+// REQUIRES: 0 <= dim < whole_shape.size(), whole_shape[dim] % tp == 0, 0 <= t < tp.
+TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp, int t);
 
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
 // a = min(m, n), b = max(m, n).

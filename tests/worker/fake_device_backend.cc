@@ -88,6 +88,31 @@ absl::Status FakeDeviceBackend::AdamW(const kernels::AdamWTensors& t, int64_t n,
   return cpu_->AdamW(t, n, pows, options);
 }
 
+absl::Status FakeDeviceBackend::MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                                             const kernels::MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(grad, n * 4, "MuonMomentum grad"));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(momentum, n * 4, "MuonMomentum momentum"));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(update, n * 4, "MuonMomentum update"));
+  return cpu_->MuonMomentum(grad, momentum, update, n, options);
+}
+
+absl::Status FakeDeviceBackend::MuonApply(const float* ortho, float* master, kernels::Bf16Bits* model, int64_t n,
+                                          const kernels::MuonApplyScalars& scalars) {
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(ortho, n * 4, "MuonApply ortho"));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(master, n * 4, "MuonApply master"));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(model, n * 2, "MuonApply model"));
+  return cpu_->MuonApply(ortho, master, model, n, scalars);
+}
+
+absl::Status FakeDeviceBackend::Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch,
+                                       int64_t row_bytes, int64_t rows) {
+  if (rows > 0) {
+    MUONSHARD_RETURN_IF_ERROR(CheckDevice(src, (rows - 1) * src_pitch + row_bytes, "Copy2D source"));
+    MUONSHARD_RETURN_IF_ERROR(CheckDevice(dst, (rows - 1) * dst_pitch + row_bytes, "Copy2D destination"));
+  }
+  return cpu_->Copy2D(src, src_pitch, dst, dst_pitch, row_bytes, rows);
+}
+
 absl::Status FakeDeviceBackend::CastToBf16(const float* in, kernels::Bf16Bits* out, int64_t n) {
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(in, n * 4, "CastToBf16 input"));
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(out, n * 2, "CastToBf16 output"));

@@ -37,6 +37,12 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
                           kernels::WeightLayout layout, const kernels::MuonOptions& options) override;
   absl::Status AdamW(const kernels::AdamWTensors& tensors, int64_t n, const kernels::AdamWBetaPows& pows,
                      const kernels::AdamWOptions& options) override;
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                            const kernels::MuonOptions& options) override;
+  absl::Status MuonApply(const float* ortho, float* master, kernels::Bf16Bits* model, int64_t n,
+                         const kernels::MuonApplyScalars& scalars) override;
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
+                      int64_t rows) override;
   absl::Status CastToBf16(const float* in, kernels::Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
   absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override;

@@ -73,7 +73,7 @@ absl::StatusOr<TrainStepResult> TrainStepOnBackend(const Workload& workload, Sha
                                                    kernels::KernelBackend& backend, int rank, int step) {
   auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
   MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
-                             ComputeLocalGradients(workload, optimizer.held_tensors(), rank, step, read));
+                             ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
   std::vector<kernels::BackendMemory> memory;
   BackendGradientMap grads;
   for (const HeldTensor& h : optimizer.held_tensors()) {
@@ -97,7 +97,7 @@ absl::StatusOr<TrainStepResult> TrainStepHandOff(const Workload& workload, Shard
                                                  int step) {
   auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
   MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
-                             ComputeLocalGradients(workload, optimizer.held_tensors(), rank, step, read));
+                             ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
   std::vector<int> tensors;
   for (const HeldTensor& h : optimizer.held_tensors()) tensors.push_back(h.tensor);
   std::mt19937 rng(static_cast<uint32_t>(1000 * rank + step));

@@ -165,15 +165,6 @@ class ShardedOptimizerCreateTest : public ::testing::Test {
 
 TEST_F(ShardedOptimizerCreateTest, Create_PlannersView_Succeeds) { EXPECT_THAT(Create(view_), IsOk()); }
 
-// Plans with tp > 1 are made (tensor_parallel.h) but not run yet: refused
-// up front rather than stepped as if each shard were a whole tensor.
-TEST_F(ShardedOptimizerCreateTest, Create_TensorParallelView_IsFailedPrecondition) {
-  v1::RankView tp_view = view_;
-  tp_view.mutable_topology()->set_tp(2);
-  EXPECT_THAT(Create(tp_view), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                        HasSubstr("the plan has tp 2; this worker runs plans with tp 1 only")));
-}
-
 TEST_F(ShardedOptimizerCreateTest, Create_CommunicatorOfAnotherSize_IsInvalidArgument) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto three, CreateInProcessCommunicators(3));
   EXPECT_THAT(Create(view_, {{0, three[0].get()}}),

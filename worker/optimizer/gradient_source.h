@@ -30,6 +30,12 @@ struct HeldTensor {
   int group = 0;  // CommGroup id of the part
   int64_t element_begin = 0;
   int64_t element_end = 0;
+  // A TP-split tensor (tp > 1; NOTE [Tensor-parallel Muon] in
+  // sharded_optimizer.h): the elements are of this rank's shard, the
+  // tp_rank-th of tp blocks along the split dimension (spec->local_shape);
+  // tp is 1 otherwise.
+  int tp = 1;
+  int tp_rank = 0;
 
   int64_t numel() const { return element_end - element_begin; }
 };

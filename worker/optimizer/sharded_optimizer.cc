@@ -37,12 +37,6 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
                                                                            const OptimizerConfig& config,
                                                                            const StepOptions& step) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
-  if (view.topology().tp() > 1) {
-    // Plans with tp > 1 exist (coordinator/planner/tensor_parallel.h); their
-    // gather -> Newton-Schulz -> scatter step does not yet.
-    return absl::FailedPreconditionError(absl::StrCat("rank view: the plan has tp ", view.topology().tp(),
-                                                      "; this worker runs plans with tp 1 only"));
-  }
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config, step));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
@@ -136,11 +130,17 @@ absl::Status ShardedOptimizer::Allocate() {
     }
     adamw_.push_back(std::move(s));
   }
+  MUONSHARD_RETURN_IF_ERROR(AllocateTpScratch());
   if (grad_dtype_ != v1::FP32) {
     MUONSHARD_ASSIGN_OR_RETURN(scratch_, NewBuffer(v1::FP32, widest_grad));
   }
   for (const PartLayout& p : layout_.parts) {
-    held_.push_back(HeldTensor{p.tensor, &Spec(p), layout_.groups[p.group].id, p.element_begin, p.element_end});
+    HeldTensor h{p.tensor, &Spec(p), layout_.groups[p.group].id, p.element_begin, p.element_end};
+    if (Spec(p).local_shape_size() > 0) {
+      h.tp = view_.topology().tp();
+      h.tp_rank = view_.rank().tp_rank();
+    }
+    held_.push_back(h);
   }
   initialised_.assign(layout_.parts.size(), false);
   return absl::OkStatus();

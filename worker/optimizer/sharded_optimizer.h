@@ -92,6 +92,27 @@
 // total_seconds, their sum may exceed it. Device backends run the sequential schedule, whose
 // collectives are stream-ordered already.
 //
+// NOTE [Tensor-parallel Muon]
+// With tp > 1 a TP-split Muon matrix is held as one shard per TP rank
+// (HeldTensor numel and the parameters and gradients a program hands over
+// are the shard's: the t-th block along the split dimension, row-major),
+// and each of its owners (one per TP rank, one replica) keeps the master
+// and momentum of its shard. Newton-Schulz must see the whole matrix
+// (blockwise NS would be another optimizer), so per matrix, in the plan's
+// owned order on every rank of the TP group:
+//   momentum on each shard (KernelBackend::MuonMomentum);
+//   GATHER_SCATTER: the NS inputs gathered to the plan's ns_tp_rank, which
+//     assembles the whole matrix, orthogonalises it and scatters the
+//     shards of the result back;
+//   ALL_GATHER (`duplicated`): every TP rank all-gathers, assembles and
+//     orthogonalises, keeping its own shard;
+//   the apply on each shard with the whole matrix's scale (MuonApply).
+// Element for element this is MuonUpdate on the whole matrix, so with the
+// same reductions the masters are bit-identical to the unsharded
+// reference's shards. These collectives run in the Muon phase, so plans
+// with tp > 1 run the sequential schedule (on every rank: the schedules
+// order a group's collectives differently).
+//
 // NOTE [Gradient hand-off]
 // Step(grads) takes every gradient at once. A trainer can instead hand them
 // over as backward produces them, so the reduction of the last layers'
@@ -359,6 +380,15 @@ class ShardedOptimizer {
   // Muon] in sharded_optimizer_step.cc).
   absl::Status UpdateMuonBucket(int bucket);
   absl::StatusOr<kernels::MuonTensors> MuonTensorsOf(int shard);
+  // NOTE [Tensor-parallel Muon] (sharded_optimizer_tp.cc).
+  absl::Status AllocateTpScratch();
+  absl::Status UpdateTpShard(int shard);
+  absl::Status UpdateTpMatrix(int shard, int64_t matrix);
+  // NS of one whole matrix from every TP rank's shard in tp_segments_:
+  // assembled (in place when the shards are row blocks), orthogonalised,
+  // and split back into tp_segments_.
+  absl::Status OrthogonalizeWhole(const internal::MuonShardLayout& o);
+  bool IsTp(int shard) const { return layout_.owned[shard].tp.op != v1::TP_OP_NONE; }
   absl::Status CastMuonShard(int shard);
   absl::Status UpdateAdamwBucket(int bucket);
   void AdvanceBetaPows();
@@ -422,6 +452,11 @@ class ShardedOptimizer {
   float beta1_pow_ = 0;  // NOTE [Beta powers]
   float beta2_pow_ = 0;
   internal::BackendBuffer scratch_;  // fp32, for 16-bit gradients
+  // Tensor-parallel Muon, sized for the largest matrix: one shard's NS
+  // input / result, every TP rank's shards in rank order, a whole matrix.
+  internal::BackendBuffer tp_update_;
+  internal::BackendBuffer tp_segments_;
+  internal::BackendBuffer tp_whole_;
   // Device backends only: host copies of the state buffers handed out by
   // StateShards(), written back by RestoreFromState().
   absl::flat_hash_map<internal::BackendBuffer*, std::vector<float>> mirrors_;

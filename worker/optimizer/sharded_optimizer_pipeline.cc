@@ -65,9 +65,18 @@ absl::Status ShardedOptimizer::InitPipeline() {
   }
   StepSchedule schedule = step_options_.schedule;
   if (schedule == StepSchedule::kAuto) {
-    schedule = host_memory() ? StepSchedule::kPipelined : StepSchedule::kSequential;
+    // NOTE [Tensor-parallel Muon]: its TP collectives run in the compute
+    // path, which the pipeline orders by completion, not by one plan order.
+    // Decided by the plan, not by what this rank owns: every rank of a
+    // group must run the same schedule (their collective orders differ).
+    schedule = host_memory() && view_.topology().tp() <= 1 ? StepSchedule::kPipelined : StepSchedule::kSequential;
   }
   if (schedule == StepSchedule::kSequential) return absl::OkStatus();
+  if (view_.topology().tp() > 1) {
+    return absl::InvalidArgumentError(
+        "the pipelined step schedule does not run tensor-parallel Muon (NOTE [Tensor-parallel Muon]): use the "
+        "sequential one");
+  }
   if (!host_memory()) {
     return absl::InvalidArgumentError(
         "the pipelined step schedule needs a host-memory kernel backend (device backends run the sequential one, "
@@ -246,6 +255,7 @@ StepStats ShardedOptimizer::CloseStep(StepStats stats) {
   stats.comm.grad_reduce_scatter = after.grad_reduce_scatter - step_comm_before_.grad_reduce_scatter;
   stats.comm.param_broadcast = after.param_broadcast - step_comm_before_.param_broadcast;
   stats.comm.param_all_gather = after.param_all_gather - step_comm_before_.param_all_gather;
+  stats.comm.tp = after.tp - step_comm_before_.tp;
   stats.comm.collectives = after.collectives - step_comm_before_.collectives;
   ++steps_;
   return stats;

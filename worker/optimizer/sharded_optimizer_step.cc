@@ -202,11 +202,18 @@ absl::Status ShardedOptimizer::RunMuon() {
 // path.
 absl::Status ShardedOptimizer::UpdateMuonBucket(int bucket) {
   const std::vector<int>& owned = owned_in_muon_[bucket];
+  // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
+  for (int shard : owned) {
+    if (IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateTpShard(shard));
+  }
   if (grad_dtype_ != v1::FP32) {
-    for (int shard : owned) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
+    for (int shard : owned) {
+      if (!IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
+    }
     return absl::OkStatus();
   }
   std::vector<bool> done(owned.size(), false);
+  for (size_t i = 0; i < owned.size(); ++i) done[i] = IsTp(owned[i]);
   std::vector<kernels::MuonTensors> items;
   for (size_t i = 0; i < owned.size(); ++i) {
     if (done[i]) continue;
@@ -416,9 +423,18 @@ absl::Status ShardedOptimizer::RebuildModelCopies() {
 
 StepCommBytes ShardedOptimizer::CommSnapshot() const {
   StepCommBytes bytes;
-  for (const GroupState& g : groups_) {
+  for (size_t i = 0; i < groups_.size(); ++i) {
+    const GroupState& g = groups_[i];
     if (g.comm == nullptr) continue;
     const CommCounters c = g.comm->Snapshot();
+    bytes.collectives += c.gather.calls + c.scatter.calls;
+    if (view_.groups(layout_.groups[i].view_group).colour() == v1::TENSOR_PARALLEL) {
+      // A ring all-gather sends and receives (n - 1) / n of its output.
+      const int n = g.comm->size();
+      bytes.tp += c.gather.bytes + c.scatter.bytes + c.all_gather.bytes / n * 2 * (n - 1);
+      bytes.collectives += c.all_gather.calls;
+      continue;
+    }
     bytes.grad_reduce += c.reduce.bytes;
     bytes.grad_reduce_scatter += c.reduce_scatter.bytes;
     bytes.param_broadcast += c.broadcast.bytes;

@@ -15,12 +15,16 @@ struct StepCommBytes {
   int64_t grad_reduce_scatter = 0;  // AdamW gradients, ReduceScatter
   int64_t param_broadcast = 0;      // Muon parameters, Broadcast from owners
   int64_t param_all_gather = 0;     // AdamW parameters, AllGather
+  // Tensor-parallel Muon (TENSOR_PARALLEL groups): bytes this rank sends
+  // plus receives in the gathers, scatters and all-gathers of the NS
+  // inputs and results, the plan's tp_send_bytes + tp_recv_bytes.
+  int64_t tp = 0;
   int64_t collectives = 0;          // calls of any kind
 
-  int64_t total() const { return grad_reduce + grad_reduce_scatter + param_broadcast + param_all_gather; }
+  int64_t total() const { return grad_reduce + grad_reduce_scatter + param_broadcast + param_all_gather + tp; }
   bool operator==(const StepCommBytes& o) const {
     return grad_reduce == o.grad_reduce && grad_reduce_scatter == o.grad_reduce_scatter &&
-           param_broadcast == o.param_broadcast && param_all_gather == o.param_all_gather &&
+           param_broadcast == o.param_broadcast && param_all_gather == o.param_all_gather && tp == o.tp &&
            collectives == o.collectives;
   }
 };

@@ -39,6 +39,7 @@ class RegressionWorkload : public Workload {
   explicit RegressionWorkload(const RegressionWorkloadOptions& options = {}) : options_(options) {}
 
   absl::string_view name() const override { return "regression"; }
+  bool uses_parameters() const override { return true; }
   absl::Status InitialValues(const v1::PlannedTensor& tensor, int64_t element_begin,
                              absl::Span<float> out) const override;
   // INVALID_ARGUMENT also for a part of a 2-D+ tensor that is not whole

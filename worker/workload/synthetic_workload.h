@@ -27,6 +27,7 @@ class SyntheticWorkload : public Workload {
   explicit SyntheticWorkload(const SyntheticWorkloadOptions& options = {}) : options_(options) {}
 
   absl::string_view name() const override { return "synthetic"; }
+  bool uses_parameters() const override { return false; }
   absl::Status InitialValues(const v1::PlannedTensor& tensor, int64_t element_begin,
                              absl::Span<float> out) const override;
   absl::StatusOr<double> Gradient(const v1::PlannedTensor& tensor, int64_t element_begin,

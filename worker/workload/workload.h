@@ -35,6 +35,12 @@ class Workload {
 
   virtual absl::string_view name() const = 0;
 
+  // Whether Gradient reads `params`. A rank holding a tensor-parallel shard
+  // has only its shard of the parameters, so it can run only workloads that
+  // do not (the driver computes the whole tensor's gradient and keeps the
+  // shard: see workload_driver.h).
+  virtual bool uses_parameters() const = 0;
+
   // Initial values of elements [element_begin, element_begin + out.size()).
   // Possible errors: INVALID_ARGUMENT (range outside the tensor).
   virtual absl::Status InitialValues(const v1::PlannedTensor& tensor, int64_t element_begin,

@@ -28,8 +28,29 @@ struct LocalGradients {
   double loss = 0;    // the rank's loss over its parts
 };
 
-// Rank `rank`'s gradients at `step` of the parts in `held`, from the model
-// copy that `read(held_tensor, out)` fills.
+// NOTE [Workloads on TP shards]
+// A tensor-parallel rank holds shard h.tp_rank of a split tensor (HeldTensor
+// tp > 1). Its initial values and gradients are the whole tensor's (the
+// workload sees the PlannedTensor, whole shape) cut to the shard
+// (planner::TpShardRunsOf), and its data is that of its model replica,
+// DataRank(): the TP ranks of one replica see one batch, as in Megatron,
+// and the unsharded reference of the replica plan (tp 1, W / tp ranks)
+// sees the same gradients (for replicated tensors too). Workloads that read the parameters cannot run there
+// (FAILED_PRECONDITION): the rank does not hold the whole tensor.
+
+// The data-parallel index a rank's workload data comes from: its model
+// replica, rank / tp (the rank itself when tp = 1).
+int DataRank(const ShardedOptimizer& optimizer);
+
+// The workload's initial values of held part `h` (TP: of its shard).
+absl::Status HeldInitialValues(const Workload& workload, const HeldTensor& h, absl::Span<float> out);
+
+// Data rank `rank`'s gradient at `step` of TP shard `h` into `grad`.
+absl::StatusOr<double> TpShardGradient(const Workload& workload, const HeldTensor& h, int rank, int64_t step,
+                                       absl::Span<float> grad);
+
+// Data rank `rank`'s gradients at `step` of the parts in `held`, from the
+// model copy that `read(held_tensor, out)` fills.
 template <typename ReadFn>
 absl::StatusOr<LocalGradients> ComputeLocalGradients(const Workload& workload, const std::vector<HeldTensor>& held,
                                                      int rank, int64_t step, const ReadFn& read);
@@ -56,11 +77,17 @@ absl::StatusOr<LocalGradients> ComputeLocalGradients(const Workload& workload, c
   LocalGradients out;
   std::vector<float> params;
   for (const HeldTensor& h : held) {
+    std::vector<float>& grad = out.grads.Mutable(h.tensor);
+    grad.resize(h.numel());
+    if (h.tp > 1) {
+      absl::StatusOr<double> loss = TpShardGradient(workload, h, rank, step, absl::MakeSpan(grad));
+      if (!loss.ok()) return loss.status();
+      out.loss += *loss;
+      continue;
+    }
     params.resize(h.numel());
     absl::Status s = read(h, absl::MakeSpan(params));
     if (!s.ok()) return s;
-    std::vector<float>& grad = out.grads.Mutable(h.tensor);
-    grad.resize(h.numel());
     absl::StatusOr<double> loss =
         workload.Gradient(*h.spec, h.element_begin, params, step, rank, absl::MakeSpan(grad));
     if (!loss.ok()) return loss.status();

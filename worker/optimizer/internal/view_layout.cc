@@ -23,10 +23,15 @@ absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("rank view: ", what));
 }
 
-// Elements of one Muon matrix: the product of the last two dimensions.
+// Elements of one held Muon matrix: the product of the last two dimensions.
 int64_t MatrixNumel(const v1::PlannedTensor& t) {
-  const int n = t.shape_size();
-  return n >= 2 ? t.shape(n - 2) * t.shape(n - 1) : t.shape(n - 1);
+  const auto& shape = HeldShape(t);
+  const int n = shape.size();
+  return n >= 2 ? shape[n - 2] * shape[n - 1] : shape[n - 1];
+}
+
+bool IsTpSplit(const v1::PlannedTensor& t) {
+  return (t.tp_split() == v1::TP_COLUMN || t.tp_split() == v1::TP_ROW) && t.local_shape_size() > 0;
 }
 
 class LayoutBuilder {
@@ -88,13 +93,24 @@ class LayoutBuilder {
     if (t.optimizer() == v1::MUON && t.shape_size() != 2 && t.shape_size() != 3) {
       return Invalid(absl::StrCat(name, "a MUON tensor must be 2-D or 3-D"));
     }
+    MUONSHARD_RETURN_IF_ERROR(CheckShape(name, "", t.shape(), t.numel()));
+    if (t.local_shape_size() == 0) return absl::OkStatus();
+    if (t.local_shape_size() != t.shape_size()) {
+      return Invalid(absl::StrCat(name, "local_shape has ", t.local_shape_size(), " dimensions, shape ",
+                                  t.shape_size()));
+    }
+    return CheckShape(name, "local_", t.local_shape(), t.local_numel());
+  }
+
+  static absl::Status CheckShape(absl::string_view name, absl::string_view prefix,
+                                 const google::protobuf::RepeatedField<int64_t>& shape, int64_t want) {
     int64_t numel = 1;
-    for (int64_t d : t.shape()) {
-      if (d <= 0) return Invalid(absl::StrCat(name, "shape has a dimension <= 0"));
+    for (int64_t d : shape) {
+      if (d <= 0) return Invalid(absl::StrCat(name, prefix, "shape has a dimension <= 0"));
       numel *= d;
     }
-    if (numel != t.numel()) {
-      return Invalid(absl::StrCat(name, "numel ", t.numel(), " disagrees with the shape (", numel, ")"));
+    if (numel != want) {
+      return Invalid(absl::StrCat(name, prefix, "numel ", want, " disagrees with the ", prefix, "shape (", numel, ")"));
     }
     return absl::OkStatus();
   }
@@ -126,7 +142,7 @@ class LayoutBuilder {
       auto g = group_of_id_.find(p.group());
       if (g == group_of_id_.end()) continue;
       if (held) return Invalid(absl::StrCat("tensor \"", t.name(), "\" has two parts in the rank's groups"));
-      if (p.element_begin() < 0 || p.element_begin() >= p.element_end() || p.element_end() > t.numel()) {
+      if (p.element_begin() < 0 || p.element_begin() >= p.element_end() || p.element_end() > HeldNumel(t)) {
         return Invalid(absl::StrCat("tensor \"", t.name(), "\": part [", p.element_begin(), ", ",
                                     p.element_end(), ") is empty or outside the tensor"));
       }
@@ -301,13 +317,15 @@ class LayoutBuilder {
       const v1::BucketEntry& e = view_.muon_buckets(b->second).entries(entry);
       const int part = layout_.part_of_tensor.at(e.tensor());
       const v1::PlannedTensor& t = Tensor(layout_.parts[part]);
-      const int n = t.shape_size();
+      const auto& held = HeldShape(t);
+      const int n = held.size();
       MuonShardLayout shard;
       shard.part = part;
       shard.bucket = b->second;
       shard.entry = entry;
-      shard.shape = kernels::MatrixBatchShape{o.matrix_end() - o.matrix_begin(), t.shape(n - 2), t.shape(n - 1)};
+      shard.shape = kernels::MatrixBatchShape{o.matrix_end() - o.matrix_begin(), held[n - 2], held[n - 1]};
       shard.layout = KernelLayout(t.layout());
+      MUONSHARD_ASSIGN_OR_RETURN(shard.tp, TpLayoutOf(o, t, shard.shape, what));
       layout_.owned.push_back(shard);
       layout_.muon_state_numel += e.numel();
     }
@@ -321,6 +339,47 @@ class LayoutBuilder {
       }
     }
     return absl::OkStatus();
+  }
+
+  // The TP op of an owned shard, checked against its tensor and the view's
+  // TENSOR_PARALLEL group.
+  absl::StatusOr<TpMuonLayout> TpLayoutOf(const v1::OwnedTensor& o, const v1::PlannedTensor& t,
+                                          const kernels::MatrixBatchShape& shard, absl::string_view what) const {
+    TpMuonLayout tp;
+    tp.op = o.tp_op();
+    if (tp.op == v1::TP_OP_NONE) {
+      if (IsTpSplit(t)) {
+        return Invalid(absl::StrCat(what, ": a TP-split matrix without a TP op (Newton-Schulz on a shard alone "
+                                          "is not Muon)"));
+      }
+      return tp;
+    }
+    if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER) {
+      return Invalid(absl::StrCat(what, ": unknown tp_op ", tp.op));
+    }
+    if (!IsTpSplit(t)) return Invalid(absl::StrCat(what, ": tp_op on a tensor that is not TP-split"));
+    auto g = group_of_id_.find(o.tp_group());
+    const int tp_size = view_.topology().tp();
+    if (g == group_of_id_.end() || view_.groups(layout_.groups[g->second].view_group).colour() != v1::TENSOR_PARALLEL ||
+        layout_.groups[g->second].size != tp_size) {
+      return Invalid(absl::StrCat(what, ": tp_group ", o.tp_group(), " is not the rank's TENSOR_PARALLEL group of ",
+                                  tp_size));
+    }
+    tp.group = g->second;
+    if (tp.op == v1::TP_OP_GATHER_SCATTER) {
+      if (o.ns_tp_rank() < 0 || o.ns_tp_rank() >= tp_size) {
+        return Invalid(absl::StrCat(what, ": ns_tp_rank ", o.ns_tp_rank(), " outside [0, ", tp_size, ")"));
+      }
+      tp.ns_rank = o.ns_tp_rank();
+    }
+    const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()) - (t.shape_size() - 2);
+    if (dim < 0 || dim > 1) return Invalid(absl::StrCat(what, ": the TP split is not on a matrix dimension"));
+    tp.rows = dim == 0 ? shard.rows * tp_size : shard.rows;
+    tp.cols = dim == 1 ? shard.cols * tp_size : shard.cols;
+    const int64_t whole[2] = {tp.rows, tp.cols};
+    for (int r = 0; r < tp_size; ++r) tp.all_runs.push_back(planner::TpShardRunsOf(whole, dim, tp_size, r));
+    tp.runs = tp.all_runs[layout_.groups[tp.group].group_rank];
+    return tp;
   }
 
   absl::StatusOr<int> FindOwnedEntry(const v1::OwnedTensor& o, int bucket, absl::string_view what) const {
@@ -364,6 +423,12 @@ class LayoutBuilder {
 };
 
 }  // namespace
+
+const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& t) {
+  return IsTpSplit(t) ? t.local_shape() : t.shape();
+}
+
+int64_t HeldNumel(const v1::PlannedTensor& t) { return IsTpSplit(t) ? t.local_numel() : t.numel(); }
 
 absl::StatusOr<ViewLayout> BuildViewLayout(const v1::RankView& view) { return LayoutBuilder(view).Build(); }
 

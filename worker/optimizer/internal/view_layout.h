@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "coordinator/planner/model.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 #include "muonshard/v1/plan.pb.h"
@@ -45,13 +46,29 @@ struct GroupLayout {
   std::vector<int> adamw_buckets;  // positions in view.adamw_buckets
 };
 
+// The tensor-parallel side of an owned Muon shard whose matrices are split
+// over the rank's TP group (OwnedTensor.tp_op): Newton-Schulz must see each
+// whole matrix.
+struct TpMuonLayout {
+  v1::TpMuonOp op = v1::TP_OP_NONE;
+  int group = -1;      // the TP group: position in ViewLayout::groups
+  int ns_rank = -1;    // GATHER_SCATTER: the TP group rank that runs NS
+  int64_t rows = 0;    // one whole matrix
+  int64_t cols = 0;
+  // Where this rank's shard of one matrix lies in the whole matrix.
+  planner::TpShardRuns runs;
+  // Each TP rank's shard of one whole matrix, in TP group rank order.
+  std::vector<planner::TpShardRuns> all_runs;
+};
+
 // A Muon tensor (or matrix range of a stack) this rank owns.
 struct MuonShardLayout {
   int part = 0;    // position in ViewLayout::parts
   int bucket = 0;  // position in view.muon_buckets
   int entry = 0;
-  kernels::MatrixBatchShape shape;  // the owned matrices
+  kernels::MatrixBatchShape shape;  // the owned matrices (TP: this rank's shards of them)
   kernels::WeightLayout layout = kernels::WeightLayout::kOutIn;
+  TpMuonLayout tp;
 };
 
 struct MuonBucketLayout {
@@ -90,15 +107,22 @@ struct ViewLayout {
   int64_t adamw_shard_numel = 0;
 };
 
+// The shape a rank holds of `t`: local_shape for a TP-split tensor, else
+// shape; and its element count.
+const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& t);
+int64_t HeldNumel(const v1::PlannedTensor& t);
+
 // Validates `view` (INVALID_ARGUMENT naming the bucket, tensor or field) and
-// indexes it. Checks: the rank is in each of its groups; each tensor has a
+// indexes it. TP-split tensors are held at their shard shape. Checks: the rank is in each of its groups; each tensor has a
 // known dtype, a shape matching numel and at most one part in the rank's
 // groups; bucket entries lie inside a held part of the bucket's group, in
 // order, without overlap, inside the buffer, with the bucket's dtype and
 // optimizer (Muon entries whole matrices); AdamW shard offsets cover the
 // buffer in group order; the entries tile every held part exactly; every
 // owned tensor names an entry of a bucket this rank owns and vice versa; the
-// rank's muon_numel, adamw_shard_numel and optimizer_state_bytes match.
+// rank's muon_numel, adamw_shard_numel and optimizer_state_bytes match;
+// a split Muon matrix has a TP op (never NS on a shard alone: that would be
+// blockwise Muon) naming the rank's TENSOR_PARALLEL group.
 absl::StatusOr<ViewLayout> BuildViewLayout(const v1::RankView& view);
 
 }  // namespace muonshard::worker::internal
