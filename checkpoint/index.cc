@@ -1,5 +1,6 @@
 #include "checkpoint/index.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -38,11 +39,20 @@ absl::Status ValidateFiles(const v1::CheckpointIndex& index) {
 absl::Status ValidatePieces(const v1::CheckpointIndex& index, const v1::CheckpointTensor& t,
                             const v1::TensorStatePieces& state) {
   const std::string what = absl::StrCat("tensor \"", t.name(), "\" ", v1::StateKind_Name(state.kind()));
+  // Tensor-parallel: every shard's [0, numel / tp), shard after shard.
+  const int tp = std::max(1, t.tp());
+  const int64_t shard_numel = t.numel() / tp;
+  int shard = 0;
   int64_t at = 0;
   for (const v1::StatePiece& p : state.pieces()) {
-    if (p.begin() != at || p.end() <= p.begin() || p.end() > t.numel()) {
-      return Damaged(absl::StrCat(what, ": piece [", p.begin(), ", ", p.end(), ") does not continue the tiling of [0, ",
-                                  t.numel(), ") at ", at));
+    if (at == shard_numel && shard + 1 < tp) {
+      ++shard;
+      at = 0;
+    }
+    if (p.tp_rank() != (tp > 1 ? shard : 0) || p.begin() != at || p.end() <= p.begin() || p.end() > shard_numel) {
+      return Damaged(absl::StrCat(what, ": piece [", p.begin(), ", ", p.end(), ") of tp rank ", p.tp_rank(),
+                                  " does not continue the tiling of [0, ", shard_numel, ") at ", at, " of tp rank ",
+                                  shard));
     }
     if (p.file() < 0 || p.file() >= index.files_size()) {
       return Damaged(absl::StrCat(what, ": piece [", p.begin(), ", ", p.end(), ") names file ", p.file()));
@@ -56,7 +66,10 @@ absl::Status ValidatePieces(const v1::CheckpointIndex& index, const v1::Checkpoi
     }
     at = p.end();
   }
-  if (at != t.numel()) return Damaged(absl::StrCat(what, ": elements [", at, ", ", t.numel(), ") are in no piece"));
+  if (shard != tp - 1 || at != shard_numel) {
+    return Damaged(absl::StrCat(what, ": elements [", at, ", ", shard_numel, ") of tp rank ", shard,
+                                " (of ", tp, ") are in no piece"));
+  }
   return absl::OkStatus();
 }
 
@@ -68,6 +81,10 @@ absl::Status ValidateTensor(const v1::CheckpointIndex& index, const v1::Checkpoi
   }
   if (t.optimizer() != v1::MUON && t.optimizer() != v1::ADAMW) {
     return Damaged(absl::StrCat("tensor \"", t.name(), "\": optimizer is neither MUON nor ADAMW"));
+  }
+  if (t.tp() < 0 || (t.tp() > 1 && (t.tp_dim() < 0 || t.tp_dim() >= t.shape_size() ||
+                                    t.shape(t.tp_dim()) % t.tp() != 0))) {
+    return Damaged(absl::StrCat("tensor \"", t.name(), "\": tp ", t.tp(), " does not split dimension ", t.tp_dim()));
   }
   const std::vector<StateKind> kinds = KindsOf(t.optimizer());
   if (t.states_size() != static_cast<int>(kinds.size())) {
@@ -113,8 +130,11 @@ std::string RankFileName(int rank, int world_size) { return RankStem(rank, world
 std::string RankRecordName(int rank, int world_size) { return RankStem(rank, world_size) + ".json"; }
 
 std::string PieceKey(KeyStyle style, absl::string_view tensor, v1::DType dtype, StateKind kind, int64_t begin,
-                     int64_t end) {
-  if (style == KeyStyle::kStructured) return absl::StrCat(tensor, "/", StateKindName(kind), "/", begin, "-", end);
+                     int64_t end, int tp_rank) {
+  if (style == KeyStyle::kStructured) {
+    const std::string shard = tp_rank >= 0 ? absl::StrCat("tp", tp_rank, "/") : "";
+    return absl::StrCat(tensor, "/", StateKindName(kind), "/", shard, begin, "-", end);
+  }
   switch (kind) {
     case StateKind::kMaster:
       return absl::StrCat(tensor, "_fp32_master_0");

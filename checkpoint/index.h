@@ -60,9 +60,10 @@ std::optional<int64_t> ParseStepDirName(absl::string_view name);
 std::string RankFileName(int rank, int world_size);    // rank-00003-of-00016.safetensors
 std::string RankRecordName(int rank, int world_size);  // rank-00003-of-00016.json
 
-// The safetensors key of a piece.
+// The safetensors key of a piece; tp_rank >= 0 for a piece of a TP shard
+// (structured: "<tensor>/<state>/tp<t>/<begin>-<end>").
 std::string PieceKey(KeyStyle style, absl::string_view tensor, v1::DType dtype, StateKind kind, int64_t begin,
-                     int64_t end);
+                     int64_t end, int tp_rank = -1);
 // Paddle's beta-power keys of an AdamW tensor (kPaddle only).
 std::string PaddleBetaPowKey(absl::string_view tensor, v1::DType dtype, int which /* 1 or 2 */);
 

@@ -4,28 +4,46 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/planner/model.h"
 
 namespace muonshard::checkpoint {
 namespace {
 
 using TensorLookup = std::function<const v1::PlannedTensor*(int index)>;
 
-// Elements of one matrix of a (batched) Muon tensor: the product of its last
-// two dimensions, as the planner and ComputeTransfers count them.
+bool IsTpSplit(const v1::PlannedTensor& t) {
+  return (t.tp_split() == v1::TP_COLUMN || t.tp_split() == v1::TP_ROW) && t.local_shape_size() > 0;
+}
+
+// Elements of one matrix of a (batched) Muon tensor as the rank holds it
+// (TP: its shard): the product of its last two dimensions, as the planner
+// and ComputeTransfers count them.
 absl::StatusOr<int64_t> MatrixNumel(const v1::PlannedTensor& t) {
-  if (t.shape_size() < 2) {
+  const auto& shape = IsTpSplit(t) ? t.local_shape() : t.shape();
+  if (shape.size() < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor \"", t.name(), "\": a Muon tensor needs at least 2 dimensions"));
   }
-  return t.shape(t.shape_size() - 1) * t.shape(t.shape_size() - 2);
+  return shape[shape.size() - 1] * shape[shape.size() - 2];
 }
 
-void AddKinds(const v1::PlannedTensor& t, int index, int64_t begin, int64_t end, std::vector<ShardSpec>* out) {
-  for (StateKind kind : KindsOf(t.optimizer()))
-    out->push_back({index, t.name(), t.dtype(), kind, begin, end, t.numel()});
+void AddKinds(const v1::PlannedTensor& t, int index, int64_t begin, int64_t end, int tp, int tp_rank,
+              std::vector<ShardSpec>* out) {
+  for (StateKind kind : KindsOf(t.optimizer())) {
+    ShardSpec s{index, t.name(), t.dtype(), kind, begin, end, t.numel()};
+    if (IsTpSplit(t) && tp > 1) {
+      s.tp = tp;
+      s.tp_rank = tp_rank;
+      s.tp_dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
+      s.shape.assign(t.shape().begin(), t.shape().end());
+    } else if (tp > 1) {
+      s.tp_copy = tp_rank;
+    }
+    out->push_back(std::move(s));
+  }
 }
 
-absl::StatusOr<std::vector<ShardSpec>> Expected(const v1::RankPlan& rank, const TensorLookup& lookup) {
+absl::StatusOr<std::vector<ShardSpec>> Expected(const v1::RankPlan& rank, int tp, const TensorLookup& lookup) {
   std::vector<ShardSpec> specs;
   for (const v1::OwnedTensor& o : rank.owned()) {
     const v1::PlannedTensor* t = lookup(o.tensor());
@@ -35,7 +53,7 @@ absl::StatusOr<std::vector<ShardSpec>> Expected(const v1::RankPlan& rank, const 
     }
     auto per = MatrixNumel(*t);
     if (!per.ok()) return per.status();
-    AddKinds(*t, o.tensor(), o.matrix_begin() * *per, o.matrix_end() * *per, &specs);
+    AddKinds(*t, o.tensor(), o.matrix_begin() * *per, o.matrix_end() * *per, tp, rank.tp_rank(), &specs);
   }
   for (const v1::TensorSlice& s : rank.slices()) {
     const v1::PlannedTensor* t = lookup(s.tensor());
@@ -43,7 +61,7 @@ absl::StatusOr<std::vector<ShardSpec>> Expected(const v1::RankPlan& rank, const 
       return absl::InvalidArgumentError(
           absl::StrCat("rank ", rank.rank(), ": slice tensor index ", s.tensor(), " is not in the plan"));
     }
-    AddKinds(*t, s.tensor(), s.begin(), s.end(), &specs);
+    AddKinds(*t, s.tensor(), s.begin(), s.end(), tp, rank.tp_rank(), &specs);
   }
   return specs;
 }
@@ -78,6 +96,11 @@ absl::StatusOr<SliceLocation> Locate(const v1::TensorSlice& s, const v1::AdamwBu
 }
 
 }  // namespace
+
+int64_t ShardSpec::WholeIndex(int64_t i) const {
+  if (tp <= 1) return begin + i;
+  return planner::TpShardRunsOf(shape, tp_dim, tp, tp_rank).WholeIndex(begin + i);
+}
 
 absl::StatusOr<std::vector<SliceLocation>> LocateSlices(const v1::RankView& view) {
   absl::flat_hash_map<int, const v1::AdamwBucket*> buckets;
@@ -151,7 +174,7 @@ absl::StatusOr<std::vector<ShardSpec>> ExpectedShards(const v1::Plan& plan, int 
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is outside the plan's world of ", plan.ranks_size()));
   }
-  return Expected(plan.ranks(rank), [&plan](int index) -> const v1::PlannedTensor* {
+  return Expected(plan.ranks(rank), plan.topology().tp(), [&plan](int index) -> const v1::PlannedTensor* {
     if (index < 0 || index >= plan.tensors_size()) return nullptr;
     return &plan.tensors(index);
   });
@@ -160,7 +183,7 @@ absl::StatusOr<std::vector<ShardSpec>> ExpectedShards(const v1::Plan& plan, int 
 absl::StatusOr<std::vector<ShardSpec>> ExpectedShards(const v1::RankView& view) {
   absl::flat_hash_map<int, const v1::PlannedTensor*> by_index;
   for (const v1::IndexedTensor& t : view.tensors()) by_index[t.index()] = &t.tensor();
-  return Expected(view.rank(), [&by_index](int index) -> const v1::PlannedTensor* {
+  return Expected(view.rank(), view.topology().tp(), [&by_index](int index) -> const v1::PlannedTensor* {
     auto it = by_index.find(index);
     return it == by_index.end() ? nullptr : it->second;
   });

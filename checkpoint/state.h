@@ -45,7 +45,20 @@ struct ShardSpec {
   // Elements of the whole tensor; when set, a checkpoint holding the tensor
   // with another size is refused (a reshaped tensor of the same name).
   int64_t tensor_numel = 0;
+  // A TP-split tensor of a plan with tp > 1: [begin, end) is a range of
+  // shard tp_rank, the tp_rank-th of tp blocks along dimension tp_dim of the
+  // whole tensor of `shape` (planner::TpShardRunsOf). tp is 1 otherwise.
+  int tp = 1;
+  int tp_rank = 0;
+  int tp_dim = -1;
+  std::vector<int64_t> shape;
+  // A tensor replicated over the TP group (not split) with tp > 1: the
+  // rank's tp rank. Every copy loads; only copy 0 is saved (WriteRankFile
+  // skips the others), as the copies are equal.
+  int tp_copy = 0;
   int64_t numel() const { return end - begin; }
+  // The whole tensor's flattened index of element begin + i.
+  int64_t WholeIndex(int64_t i) const;
 };
 
 // A shard and the caller's memory holding it (numel() floats). The memory
@@ -64,7 +77,8 @@ struct Scalars {
 
 // The shards `rank` of `plan` owns: for each owned Muon tensor (or matrix
 // range of a stack) its MASTER and MOMENTUM, then for each AdamW slice its
-// MASTER, MOMENT1 and MOMENT2, in the rank plan's order. INVALID_ARGUMENT
+// MASTER, MOMENT1 and MOMENT2, in the rank plan's order. With tp > 1 the
+// ranges of a TP-split tensor are of the rank's shard (ShardSpec::tp). INVALID_ARGUMENT
 // when the rank is outside the plan or refers to a tensor that is not there.
 absl::StatusOr<std::vector<ShardSpec>> ExpectedShards(const v1::Plan& plan, int rank);
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <utility>
 
 #include "absl/base/casts.h"
 #include "absl/container/flat_hash_map.h"
@@ -15,6 +16,7 @@
 #include "common/env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/model.h"
 #include "coordinator/planner/planner.h"
 
 namespace muonshard::checkpoint {
@@ -62,14 +64,15 @@ absl::StatusOr<std::vector<Entry>> LayOut(absl::Span<const StateShard> shards, K
   std::vector<const ShardSpec*> adamw;
   for (const StateShard& s : shards) {
     const ShardSpec& spec = s.spec;
+    if (spec.tp_copy > 0) continue;  // tp rank 0 saves a replicated tensor
     if (spec.name.empty() || spec.begin < 0 || spec.numel() <= 0 ||
         static_cast<int64_t>(s.data.size()) != spec.numel()) {
       return absl::InvalidArgumentError(absl::StrCat("shard \"", spec.name, "\" ", StateKindName(spec.kind), " [",
                                                      spec.begin, ", ", spec.end, ") holds ", s.data.size(),
                                                      " elements"));
     }
-    Entry e{&s, PieceKey(style, spec.name, spec.dtype, spec.kind, spec.begin, spec.end), s.data.data(),
-            spec.numel() * 4};
+    Entry e{&s, PieceKey(style, spec.name, spec.dtype, spec.kind, spec.begin, spec.end, spec.tp > 1 ? spec.tp_rank : -1),
+            s.data.data(), spec.numel() * 4};
     if (!keys.insert(e.key).second) {
       return absl::InvalidArgumentError(absl::StrCat("two shards have the key \"", e.key, "\""));
     }
@@ -124,6 +127,7 @@ absl::Status WriteData(const std::string& path, const std::string& header, const
       piece->set_key(e.key);
       piece->set_begin(e.shard->spec.begin);
       piece->set_end(e.shard->spec.end);
+      if (e.shard->spec.tp > 1) piece->set_tp_rank(e.shard->spec.tp_rank);
       piece->set_data_offset(written);
     }
     const char* bytes = reinterpret_cast<const char*>(e.data);
@@ -203,37 +207,53 @@ absl::Status CheckFileSizes(Env* env, const std::string& tmp, const std::vector<
   return absl::OkStatus();
 }
 
-v1::CheckpointTensor TensorEntry(const v1::PlannedTensor& t) {
+v1::CheckpointTensor TensorEntry(const v1::PlannedTensor& t, int tp) {
   v1::CheckpointTensor out;
   out.set_name(t.name());
   *out.mutable_shape() = t.shape();
   out.set_dtype(t.dtype());
   out.set_optimizer(t.optimizer());
   out.set_numel(t.numel());
+  if (tp > 1 && t.local_shape_size() > 0) {
+    out.set_tp(tp);
+    out.set_tp_dim(planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()));
+  }
   for (StateKind kind : KindsOf(t.optimizer())) out.add_states()->set_kind(ToProto(kind));
   return out;
 }
 
-// Sorts each state's pieces and checks they tile [0, numel) exactly.
+// Sorts each state's pieces and checks they tile [0, numel) exactly (TP:
+// every shard's [0, numel / tp), in tp rank order).
 absl::Status SortAndCheckCoverage(v1::CheckpointTensor* t) {
+  const int tp = std::max(1, t->tp());
+  const int64_t shard_numel = t->numel() / tp;
   for (v1::TensorStatePieces& state : *t->mutable_states()) {
     auto* pieces = state.mutable_pieces();
-    std::sort(pieces->begin(), pieces->end(),
-              [](const v1::StatePiece& a, const v1::StatePiece& b) { return a.begin() < b.begin(); });
+    std::sort(pieces->begin(), pieces->end(), [](const v1::StatePiece& a, const v1::StatePiece& b) {
+      return std::make_pair(a.tp_rank(), a.begin()) < std::make_pair(b.tp_rank(), b.begin());
+    });
+    const std::string what = absl::StrCat("tensor \"", t->name(), "\" ", v1::StateKind_Name(state.kind()));
+    int shard = 0;
     int64_t at = 0;
+    auto missing = [&](int64_t end) {
+      return absl::FailedPreconditionError(absl::StrCat(what, tp > 1 ? absl::StrCat(" tp rank ", shard) : "",
+                                                        ": elements [", at, ", ", end, ") were saved by no rank"));
+    };
     for (const v1::StatePiece& p : *pieces) {
+      for (; shard < p.tp_rank(); ++shard, at = 0) {
+        if (at != shard_numel) return missing(shard_numel);
+      }
       if (p.begin() != at) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "tensor \"", t->name(), "\" ", v1::StateKind_Name(state.kind()), ": elements [", std::min(at, p.begin()),
-            ", ", std::max(at, p.begin()), p.begin() > at ? ") were saved by no rank" : ") were saved twice"));
+        if (p.begin() > at) return missing(p.begin());
+        return absl::FailedPreconditionError(absl::StrCat(what, ": elements [", p.begin(), ", ", at,
+                                                          ") were saved twice"));
       }
       at = p.end();
     }
-    if (at != t->numel()) {
-      return absl::FailedPreconditionError(absl::StrCat("tensor \"", t->name(), "\" ", v1::StateKind_Name(state.kind()),
-                                                        ": elements [", at, ", ", t->numel(),
-                                                        ") were saved by no rank"));
+    for (; shard < tp - 1; ++shard, at = 0) {
+      if (at != shard_numel) return missing(shard_numel);
     }
+    if (at != shard_numel) return missing(shard_numel);
   }
   return absl::OkStatus();
 }
@@ -255,7 +275,7 @@ absl::StatusOr<v1::CheckpointIndex> BuildIndex(const v1::Plan& plan, int64_t ste
   index.set_key_style(records[0].key_style());
   absl::flat_hash_map<absl::string_view, int> by_name;
   for (int i = 0; i < plan.tensors_size(); ++i) {
-    *index.add_tensors() = TensorEntry(plan.tensors(i));
+    *index.add_tensors() = TensorEntry(plan.tensors(i), plan.topology().tp());
     by_name[plan.tensors(i).name()] = i;
   }
   for (int r = 0; r < static_cast<int>(records.size()); ++r) {

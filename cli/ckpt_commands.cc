@@ -112,6 +112,7 @@ struct ReshardFlags {
   int world_size = 0;
   int pp = 0;
   int ep = 0;
+  int tp = 0;
   std::string policy;
   std::string out;
   std::string key_style;
@@ -124,6 +125,7 @@ struct ReshardFlags {
     flags.Int("to-world-size", &world_size, "world size of the new layout");
     flags.Int("pp", &pp, "pipeline stages of the new layout (default: the checkpoint's)");
     flags.Int("ep", &ep, "expert parallel degree of the new layout (default: the checkpoint's)");
+    flags.Int("tp", &tp, "tensor parallel degree of the new layout (default: the checkpoint's)");
     flags.String("policy", &policy, "seed | seed-all | balanced (default: the checkpoint's)");
     flags.String("out", &out, "checkpoint directory to write (required without --dry-run)");
     flags.String("key-style", &key_style, "structured | paddle (default: the checkpoint's)");
@@ -159,6 +161,7 @@ absl::StatusOr<v1::PlanRequest> NewRequest(const checkpoint::Checkpoint& c, cons
   topology.set_world_size(f.world_size);
   if (flags.WasSet("pp")) topology.set_pp(f.pp);
   if (flags.WasSet("ep")) topology.set_ep(f.ep);
+  if (flags.WasSet("tp")) topology.set_tp(f.tp);
   std::optional<v1::Policy> policy;
   if (!f.policy.empty()) {
     auto p = ParsePolicy(f.policy);
@@ -245,7 +248,7 @@ int RunCkpt(const std::vector<std::string>& args) {
 
 int RunReshard(const std::vector<std::string>& args) {
   FlagSet flags(
-      "usage: muonshardctl reshard --checkpoint DIR --to-world-size M [--pp P] [--ep E]\n"
+      "usage: muonshardctl reshard --checkpoint DIR --to-world-size M [--pp P] [--ep E] [--tp T]\n"
       "         [--policy seed|seed-all|balanced] [--step N] (--dry-run | --out DIR2) [--output table|json]");
   ReshardFlags f;
   f.Register(flags);

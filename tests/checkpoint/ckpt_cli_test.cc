@@ -11,11 +11,14 @@
 #include "checkpoint/verify.h"
 #include "checkpoint/writer.h"
 #include "common/proto_json.h"
+#include "common/status_macros.h"
+#include "coordinator/importer/tp_split.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/transfer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/ckpt_test_util.h"
+#include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
 namespace muonshard::checkpoint {
@@ -189,6 +192,48 @@ TEST_F(CkptCliTest, ReshardWrite_ThenInspectAndLoadUnderTheNewPlan) {
     MUONSHARD_EXPECT_OK(testing::CheckSynthetic(*buffers));
     EXPECT_EQ(loaded.scalars.beta1_pow, testing::SyntheticScalars(30).beta1_pow);
   }
+}
+
+// Saved with tp 2 (TP shards and replicated tensors), resharded by the CLI
+// to tp 1 and to tp 4: every rank of the new plan loads the saved values.
+TEST_F(CkptCliTest, ReshardAcrossTp_EveryRankOfTheNewPlanLoadsTheSavedState) {
+  v1::ModelManifest manifest = muonshard::testing::DenseManifest(2, 64, 96, 128);
+  importer::TpSplitOptions split;
+  split.tp = 4;
+  MUONSHARD_ASSERT_OK(importer::MarkTensorParallel(split, &manifest));
+  auto plan_for = [&](int world, int tp) -> absl::StatusOr<testing::PlanAndRequest> {
+    v1::PlanRequest request = muonshard::testing::MakeRequest(manifest, world);
+    request.mutable_topology()->set_tp(tp);
+    MUONSHARD_ASSIGN_OR_RETURN(request, planner::CanonicalizeRequest(request));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, planner::ComputePlan(request));
+    return testing::PlanAndRequest{request, plan};
+  };
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest from, plan_for(4, 2));
+  auto state = testing::SyntheticState(from.plan);
+  ASSERT_TRUE(state.ok());
+  const std::string saved = dir_.Sub("tp2");
+  MUONSHARD_ASSERT_OK(SaveCheckpoint(saved, 7, from.plan, from.request, testing::ShardLists(*state),
+                                     testing::SyntheticScalars(7)));
+  RunResult inspect = Ctl(absl::StrCat("ckpt inspect ", saved));
+  ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", saved, " --to-world-size 4 --tp 1 --dry-run")).exit_code, 0);
+  for (const auto& [world, tp] : {std::pair<int, int>{4, 1}, std::pair<int, int>{8, 4}}) {
+    SCOPED_TRACE(absl::StrCat("world ", world, " tp ", tp));
+    const std::string out = dir_.Sub(absl::StrCat("w", world, "tp", tp));
+    RunResult r = Ctl(absl::StrCat("reshard --checkpoint ", saved, " --to-world-size ", world, " --tp ", tp,
+                                   " --out ", out));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, plan_for(world, tp));
+    EXPECT_EQ(c.index.plan_hash(), to.plan.content_hash());
+    for (int rank = 0; rank < world; ++rank) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<testing::RankBuffers> buffers,
+                                     testing::AllocateRank(to.plan, rank));
+      MUONSHARD_ASSERT_OK(LoadRankState(c, buffers->shards).status());
+      MUONSHARD_EXPECT_OK(testing::CheckSynthetic(*buffers)) << "rank " << rank;
+    }
+  }
+  EXPECT_EQ(Ctl(absl::StrCat("reshard --checkpoint ", saved, " --to-world-size 4 --tp 3 --dry-run")).exit_code, 2);
 }
 
 }  // namespace

@@ -104,7 +104,9 @@ absl::StatusOr<std::unique_ptr<RankBuffers>> AllocateRank(const v1::Plan& plan, 
 
 void FillSynthetic(RankBuffers& rank) {
   for (StateShard& s : rank.shards) {
-    for (int64_t i = 0; i < s.spec.numel(); ++i) s.data[i] = SyntheticValue(s.spec.name, s.spec.kind, s.spec.begin + i);
+    for (int64_t i = 0; i < s.spec.numel(); ++i) {
+      s.data[i] = SyntheticValue(s.spec.name, s.spec.kind, s.spec.WholeIndex(i));
+    }
   }
 }
 
@@ -128,10 +130,11 @@ std::vector<std::vector<StateShard>> ShardLists(const std::vector<std::unique_pt
 absl::Status CheckSynthetic(const RankBuffers& rank) {
   for (const StateShard& s : rank.shards) {
     for (int64_t i = 0; i < s.spec.numel(); ++i) {
-      const float want = SyntheticValue(s.spec.name, s.spec.kind, s.spec.begin + i);
+      const float want = SyntheticValue(s.spec.name, s.spec.kind, s.spec.WholeIndex(i));
       if (absl::bit_cast<uint32_t>(s.data[i]) != absl::bit_cast<uint32_t>(want)) {
         return absl::InternalError(absl::StrCat("tensor \"", s.spec.name, "\" ", StateKindName(s.spec.kind),
-                                                " element ", s.spec.begin + i, ": ", s.data[i], ", expected ", want));
+                                                " element ", s.spec.WholeIndex(i), ": ", s.data[i], ", expected ",
+                                                want));
       }
     }
   }

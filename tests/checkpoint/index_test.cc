@@ -168,6 +168,78 @@ ShardSpec Want(const std::string& name, StateKind kind, int64_t begin, int64_t e
   return s;
 }
 
+// SmallIndex's tensor as a 2 x 3 matrix saved tensor-parallel: tp 2 over
+// dimension 1 would not divide 3, so dimension 0: shard t = row t, one
+// piece per shard in file t.
+v1::CheckpointIndex TpIndex() {
+  v1::CheckpointIndex index = SmallIndex();
+  v1::CheckpointTensor* t = index.mutable_tensors(0);
+  t->clear_shape();
+  t->add_shape(2);
+  t->add_shape(3);
+  t->set_tp(2);
+  t->set_tp_dim(0);
+  for (v1::TensorStatePieces& s : *t->mutable_states()) {
+    for (int r = 0; r < 2; ++r) {
+      v1::StatePiece* p = s.mutable_pieces(r);
+      p->set_tp_rank(r);
+      p->set_begin(0);
+      p->set_end(3);
+      p->clear_chunk_crc32();
+      for (int c = 0; c < 2; ++c) p->add_chunk_crc32(c);  // 12 bytes in 8-byte chunks
+    }
+  }
+  return index;
+}
+
+TEST(ValidateIndexTest, TpIndex_TilesEveryShard) { MUONSHARD_EXPECT_OK(ValidateIndex(TpIndex())); }
+
+TEST(ValidateIndexTest, TpDamage_IsDataLossNamingTheShard) {
+  v1::CheckpointIndex missing = TpIndex();
+  missing.mutable_tensors(0)->mutable_states(0)->mutable_pieces()->RemoveLast();
+  EXPECT_THAT(ValidateIndex(missing),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("of tp rank 0 (of 2) are in no piece")));
+  v1::CheckpointIndex bad_rank = TpIndex();
+  bad_rank.mutable_tensors(0)->mutable_states(1)->mutable_pieces(1)->set_tp_rank(0);
+  EXPECT_THAT(ValidateIndex(bad_rank), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not continue the tiling")));
+  v1::CheckpointIndex indivisible = TpIndex();
+  indivisible.mutable_tensors(0)->set_tp_dim(1);
+  EXPECT_THAT(ValidateIndex(indivisible),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("tp 2 does not split dimension 1")));
+}
+
+// NOTE [TP reshard]: a whole-tensor range of a TP-saved tensor reads each
+// row from its shard's file; a shard wanted under another tp (here tp 3 on
+// dimension 1: column 1 of both rows) reads one element of each saved shard.
+TEST(ComputeReadsTest, TpSaved_ReadThroughTheWholeTensor) {
+  const v1::CheckpointIndex index = TpIndex();
+  IndexLookup lookup(index);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<Read> whole, ComputeReads(lookup, Want("norm", StateKind::kMaster, 1, 6)));
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[0].file, 0);
+  EXPECT_EQ(whole[0].piece_offset, 4);  // row 0, elements 1 and 2
+  EXPECT_EQ(whole[0].bytes, 8);
+  EXPECT_EQ(whole[1].file, 1);
+  EXPECT_EQ(whole[1].piece_offset, 0);  // row 1, all three
+  EXPECT_EQ(whole[1].bytes, 12);
+  EXPECT_EQ(whole[1].dest_element, 2);
+  ShardSpec column = Want("norm", StateKind::kMaster, 0, 2);
+  column.tp = 3;
+  column.tp_rank = 1;
+  column.tp_dim = 1;
+  column.shape = {2, 3};
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<Read> reads, ComputeReads(lookup, column));
+  ASSERT_EQ(reads.size(), 2u);
+  EXPECT_EQ(reads[0].file, 0);
+  EXPECT_EQ(reads[0].piece_offset, 4);  // (0, 1)
+  EXPECT_EQ(reads[0].bytes, 4);
+  EXPECT_EQ(reads[1].file, 1);
+  EXPECT_EQ(reads[1].piece_offset, 4);  // (1, 1)
+  EXPECT_EQ(reads[1].dest_element, 1);
+  column.shape = {3, 2};
+  EXPECT_THAT(ComputeReads(lookup, column), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("another shape")));
+}
+
 TEST(ComputeReadsTest, RangeAcrossTwoPieces_OneReadPerPiece) {
   const v1::CheckpointIndex index = SmallIndex();
   IndexLookup lookup(index);
