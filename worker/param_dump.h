@@ -6,7 +6,9 @@
 //   1. After GatherMasters(), the lowest rank of each comm group writes the
 //      tensor parts of that group it holds to FILE.rank-N (N = its rank):
 //      a whole tensor under its name and shape, a part of a fused expert
-//      stack under "NAME@BEGIN-END" (flat, its element range).
+//      stack under "NAME@BEGIN-END" (flat, its element range), a TP shard
+//      (tp > 1) under "NAME@tpT:BEGIN-END" (a range of shard T); with
+//      tp > 1 a replicated tensor is written by tp rank 0's group only.
 //   2. Once every rank has written (a rendezvous barrier), rank 0 merges the
 //      part files into FILE — every tensor of the plan, whole, fp32 — and
 //      deletes them. The parts must be visible to rank 0: one host, or a
@@ -14,7 +16,8 @@
 //      a part file left over from another run makes the merge fail (an
 //      element written twice, or a tensor not in the plan) rather than mix
 //      runs silently.
-// The reference run writes FILE directly (ReferenceParams). Both carry the
+// The reference run writes FILE directly (ReferenceParams; of a tp plan it
+// runs planner::WholeModelRequest's plan). Both carry the
 // same metadata keys, so muonshard-compare-params compares every tensor.
 //
 // Pure functions apart from the part-file helpers' I/O.

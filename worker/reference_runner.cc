@@ -10,6 +10,8 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "client/grpc_plan_source.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/planner/tensor_parallel.h"
 #include "worker/internal/runner_util.h"
 #include "worker/optimizer/reference_optimizer.h"
 #include "worker/param_dump.h"
@@ -48,11 +50,28 @@ absl::Status Train(const WorkerOptions& options, const Workload& workload, Refer
   return absl::OkStatus();
 }
 
+// A plan with tp > 1 is trained unsharded as the whole model on its W / tp
+// model replicas (planner::WholeModelRequest), the tp plan's data ranks.
+absl::StatusOr<client::VersionedPlan> ReferencePlan(client::VersionedPlan plan) {
+  if (plan.plan.topology().tp() <= 1) return plan;
+  if (!plan.request.has_manifest()) {
+    return absl::FailedPreconditionError(absl::StrCat("plan version ", plan.version, " has tp ",
+                                                      plan.plan.topology().tp(),
+                                                      ": the reference needs its request, which the source did not "
+                                                      "keep"));
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(plan.plan, planner::ComputePlan(planner::WholeModelRequest(plan.request)));
+  return plan;
+}
+
 }  // namespace
 
 absl::Status RunReference(const WorkerOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateWorkerOptions(options));
-  MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan plan, FetchPlan(options));
+  MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan fetched, FetchPlan(options));
+  // The dump names the job's plan, the one the workers ran.
+  const std::string job_plan_hash = fetched.plan.content_hash();
+  MUONSHARD_ASSIGN_OR_RETURN(client::VersionedPlan plan, ReferencePlan(std::move(fetched)));
   // OpenBLAS's results can depend on its thread count (how it splits a
   // product), so by default the reference uses what each worker of a
   // one-host run of this plan uses: its comparison with them stays exact.
@@ -71,7 +90,7 @@ absl::Status RunReference(const WorkerOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(Train(options, *workload, *reference));
   ParamsFile params = ReferenceParams(plan.plan, *reference);
   params.metadata =
-      internal::DumpMetadata(options, "reference", plan.plan.model(), plan.plan.content_hash(), plan.version);
+      internal::DumpMetadata(options, "reference", plan.plan.model(), job_plan_hash, plan.version);
   MUONSHARD_RETURN_IF_ERROR(WriteParamsFile(options.dump_params, params));
   Log(options) << "reference: wrote " << params.tensors.size() << " tensors (fp32 masters) to " << options.dump_params
                << "\n";

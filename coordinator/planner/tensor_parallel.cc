@@ -164,6 +164,17 @@ void UseWholeMatricesForNs(const ResolvedModel& whole, ResolvedModel& replica) {
   }
 }
 
+v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request) {
+  const int tp = request.topology().tp();
+  if (tp <= 1) return request;
+  v1::PlanRequest whole = request;
+  for (v1::TensorSpec& t : *whole.mutable_manifest()->mutable_tensors()) t.clear_tp_split();
+  whole.mutable_topology()->set_world_size(request.topology().world_size() / tp);
+  whole.mutable_topology()->set_tp(1);
+  whole.mutable_policy()->clear_tp_muon();
+  return whole;
+}
+
 void ExpandTensorParallel(const v1::Plan& replica, const v1::ModelManifest& manifest, const RankLayout& layout,
                           v1::Plan* out) {
   const int tp = layout.tp();

@@ -42,6 +42,13 @@ TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout)
 // whole model's rows and cols into the replica model's ns_rows and ns_cols.
 void UseWholeMatricesForNs(const ResolvedModel& whole, ResolvedModel& replica);
 
+// What an unsharded reference of a plan with tp > 1 runs: the same model,
+// every tensor whole (tp_split cleared), on the W / tp model replicas with
+// tp 1. Replica q of it sees the data of ranks q * tp .. q * tp + tp - 1
+// (worker DataRank), so it trains what the tp plan trains. A request with
+// tp <= 1 comes back unchanged.
+v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request);
+
 // The plan of `layout` from the replica's plan (same request hash and
 // policy): groups per (stage, tp rank) and TENSOR_PARALLEL groups, every
 // bucket once per tp rank, the TP op of every owned matrix, and the totals

@@ -12,6 +12,7 @@
 #include "coordinator/planner/model.h"
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/tensor_parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
@@ -87,9 +88,10 @@ absl::StatusOr<v1::Plan> TpPlan(const v1::ModelManifest& marked, int world, int 
 }
 
 // The reference's plan: the whole model (no splits) on the W / tp replicas.
-absl::StatusOr<v1::Plan> ReplicaPlan(v1::ModelManifest m, int world, int tp) {
-  for (v1::TensorSpec& t : *m.mutable_tensors()) t.clear_tp_split();
-  return planner::ComputePlan(muonshard::testing::MakeRequest(m, world / tp));
+absl::StatusOr<v1::Plan> ReplicaPlan(const v1::ModelManifest& marked, int world, int tp) {
+  v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world);
+  r.mutable_topology()->set_tp(tp);
+  return planner::ComputePlan(planner::WholeModelRequest(r));
 }
 
 // Tensor part [begin, end) of rank `rank` in `plan`.
@@ -156,8 +158,9 @@ class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
   void Run(double rtol) {
     const TpCase& c = GetParam();
     const v1::ModelManifest whole = c.moe ? MoeModel() : DenseModel();
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(Marked(whole, c.tp), c.world, c.tp, c.policy, c.mode));
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(whole, c.world, c.tp));
+    const v1::ModelManifest marked = Marked(whole, c.tp);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(marked, c.world, c.tp, c.policy, c.mode));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(marked, c.world, c.tp));
     RunOptions options;
     options.backend = c.backend;
     options.kernels = c.kernels;

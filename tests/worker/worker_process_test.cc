@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
+#include "coordinator/importer/tp_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/http_get.h"
@@ -96,11 +97,21 @@ struct Case {
   v1::Policy policy;
   std::string workload;
   std::string reduce_order;
+  int tp = 1;
 
-  bool bit_identical() const { return world == 2 || reduce_order == "rank"; }
+  // Groups of 2 sum a + b either way round.
+  bool bit_identical() const { return world / tp == 2 || reduce_order == "rank"; }
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+v1::ModelManifest TpMarked(v1::ModelManifest m, bool experts) {
+  importer::TpSplitOptions options;
+  options.tp = 2;
+  options.split_experts = experts;
+  EXPECT_TRUE(importer::MarkTensorParallel(options, &m).ok());
+  return m;
+}
 
 std::vector<Case> Cases() {
   const v1::ModelManifest dense = ::muonshard::testing::DenseManifest(2, 64, 96, 80);
@@ -114,6 +125,12 @@ std::vector<Case> Cases() {
       {"Moe_W4_Ep2_Seed_Ring", moe, 4, 2, v1::SEED, "synthetic", "ring"},
       {"Moe_W4_Ep2_Balanced_RankOrder", moe, 4, 2, v1::BALANCED, "regression", "rank"},
       {"Stacks_W4_Ep2_Seed_RankOrder", testing::StackManifest(), 4, 2, v1::SEED, "regression", "rank"},
+      // Tensor parallelism: Megatron's splits, the synthetic workload (a
+      // shard cannot compute the regression's gradient), the reference on
+      // the whole model (planner::WholeModelRequest).
+      {"Dense_Tp2W4_Balanced_Ring", TpMarked(dense, false), 4, 1, v1::BALANCED, "synthetic", "ring", 2},
+      {"Dense_Tp2W6_Balanced_Ring", TpMarked(dense, false), 6, 1, v1::BALANCED, "synthetic", "ring", 2},
+      {"Moe_Tp2W6_Balanced_RankOrder", TpMarked(moe, true), 6, 1, v1::BALANCED, "synthetic", "rank", 2},
   };
 }
 
@@ -131,9 +148,10 @@ class WorkerProcessTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::pair<int64_t, v1::Plan>> Submit(const v1::ModelManifest& manifest, int world, int ep,
-                                                      v1::Policy policy) {
+                                                      v1::Policy policy, int tp = 1) {
     v1::SubmitPlanRequest submit;
     *submit.mutable_request() = ::muonshard::testing::MakeRequest(manifest, world, 1, ep, policy);
+    submit.mutable_request()->mutable_topology()->set_tp(tp);
     v1::SubmitPlanResponse response;
     auto ctx = client_->NewContext();
     absl::Status s = client::FromGrpcStatus(client_->stub().SubmitPlan(ctx.get(), submit, &response));
@@ -216,7 +234,8 @@ void ExpectMetricsMatchPlan(const std::string& text, const v1::RankPlan& plan) {
   const std::pair<const char*, int64_t> ops[] = {{"reduce", plan.grad_reduce_bytes()},
                                                  {"reduce_scatter", plan.grad_reduce_scatter_bytes()},
                                                  {"broadcast", plan.param_broadcast_bytes()},
-                                                 {"all_gather", plan.param_all_gather_bytes()}};
+                                                 {"all_gather", plan.param_all_gather_bytes()},
+                                                 {"tp", plan.tp_send_bytes() + plan.tp_recv_bytes()}};
   for (const auto& [op, bytes] : ops) {
     EXPECT_EQ(PrometheusSample(text, "muonshard_worker_comm_bytes_total", {{"op", op}}),
               static_cast<double>(bytes * kSteps))
@@ -232,7 +251,7 @@ void ExpectMetricsMatchPlan(const std::string& text, const v1::RankPlan& plan) {
 
 TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
   const Case& c = GetParam();
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy, c.tp));
   const auto& [version, plan] = submitted;
   const std::string dump = dir_.Join("sharded.safetensors");
   std::vector<ChildProcess> workers;
