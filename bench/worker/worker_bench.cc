@@ -21,6 +21,7 @@
 // process per rank.
 //
 // Usage: muonshard-bench-worker [--ranks 4] [--ep 2] [--policy seed]
+//          [--tp 1 [--tp-muon distributed|duplicated]]
 //          [--divisor 16] [--layers 2] [--steps 5] [--warmup 1]
 //          [--backend both|inprocess|gloo] [--blas-threads N]
 //          [--hf-config PATH] [--quick]
@@ -41,6 +42,7 @@
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "coordinator/importer/hf_import.h"
+#include "coordinator/importer/tp_split.h"
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
 #include "kernels/kernel_backend.h"
@@ -67,6 +69,8 @@ constexpr char kQwen3MoeConfig[] = R"({
 struct Flags {
   int ranks = 4;
   int ep = 2;
+  int tp = 1;
+  std::string tp_muon = "distributed";
   std::string policy = "seed";
   int divisor = 16;
   int layers = 2;
@@ -103,6 +107,16 @@ absl::StatusOr<v1::Plan> MakePlan(const Flags& flags) {
   request.mutable_topology()->set_ep(flags.ep);
   MUONSHARD_ASSIGN_OR_RETURN(const v1::Policy policy, ParsePolicy(flags.policy));
   request.mutable_policy()->set_policy(policy);
+  if (flags.tp > 1) {
+    // Megatron's splits, the experts' too (tp needs ep 1).
+    MUONSHARD_RETURN_IF_ERROR(importer::MarkTensorParallel({flags.tp, true}, request.mutable_manifest()));
+    request.mutable_topology()->set_tp(flags.tp);
+    if (flags.tp_muon != "distributed" && flags.tp_muon != "duplicated") {
+      return absl::InvalidArgumentError(absl::StrCat("--tp-muon: \"", flags.tp_muon, "\" is not distributed or duplicated"));
+    }
+    request.mutable_policy()->set_tp_muon(flags.tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED
+                                                                       : v1::TP_MUON_DISTRIBUTED);
+  }
   return planner::ComputePlan(request);
 }
 
@@ -142,15 +156,18 @@ absl::StatusOr<std::vector<RankComms>> CreateInProcessComms(const v1::Plan& plan
 }
 
 absl::Status CheckBytes(const StepCommBytes& got, const v1::RankPlan& plan) {
+  const int64_t tp = plan.tp_send_bytes() + plan.tp_recv_bytes();
   if (got.grad_reduce == plan.grad_reduce_bytes() && got.grad_reduce_scatter == plan.grad_reduce_scatter_bytes() &&
-      got.param_broadcast == plan.param_broadcast_bytes() && got.param_all_gather == plan.param_all_gather_bytes()) {
+      got.param_broadcast == plan.param_broadcast_bytes() && got.param_all_gather == plan.param_all_gather_bytes() &&
+      got.tp == tp) {
     return absl::OkStatus();
   }
   return absl::InternalError(absl::StrCat("rank ", plan.rank(), ": measured comm bytes (", got.grad_reduce, ", ",
                                           got.grad_reduce_scatter, ", ", got.param_broadcast, ", ",
-                                          got.param_all_gather, ") differ from the plan's (",
+                                          got.param_all_gather, ", tp ", got.tp, ") differ from the plan's (",
                                           plan.grad_reduce_bytes(), ", ", plan.grad_reduce_scatter_bytes(), ", ",
-                                          plan.param_broadcast_bytes(), ", ", plan.param_all_gather_bytes(), ")"));
+                                          plan.param_broadcast_bytes(), ", ", plan.param_all_gather_bytes(), ", tp ",
+                                          tp, ")"));
 }
 
 // The rank's DEFAULT (sharding) group communicator: null for a world of one.
@@ -257,10 +274,10 @@ void PrintHeader(const v1::Plan& plan, const Flags& flags) {
     max_bytes = std::max(max_bytes, r.grad_reduce_bytes() + r.grad_reduce_scatter_bytes() +
                                         r.param_broadcast_bytes() + r.param_all_gather_bytes());
   }
-  std::printf("model %s: %d tensors, %.2fM params (%.2fM Muon in %d tensors); world %d, ep %d, policy %s\n",
+  std::printf("model %s: %d tensors, %.2fM params (%.2fM Muon in %d tensors); world %d, ep %d, tp %d%s, policy %s\n",
               plan.model().c_str(), plan.tensors_size(), plan.stats().total_params() / 1e6,
-              plan.stats().muon_params() / 1e6, plan.stats().muon_tensors(), flags.ranks, flags.ep,
-              flags.policy.c_str());
+              plan.stats().muon_params() / 1e6, plan.stats().muon_tensors(), flags.ranks, flags.ep, flags.tp,
+              flags.tp > 1 ? absl::StrCat(" (", flags.tp_muon, ")").c_str() : "", flags.policy.c_str());
   std::printf("plan, busiest rank: %.1f MB optimizer state, %.2f GFLOP Newton-Schulz, %.2f MB comm per step\n",
               max_state / 1e6, max_flops / 1e9, max_bytes / 1e6);
   std::printf("synthetic gradients, %d warm-up + %d timed steps, %u hardware threads, %d OpenBLAS threads\n\n",
@@ -305,11 +322,14 @@ int main(int argc, char** argv) {
   using muonshard::worker::Flags;
   Flags flags;
   muonshard::FlagSet set(
-      "muonshard-bench-worker [--ranks 4] [--ep 2] [--policy seed] [--divisor 16] [--layers 2]\n"
+      "muonshard-bench-worker [--ranks 4] [--ep 2] [--tp 1 [--tp-muon distributed|duplicated]] [--policy seed]\n"
+      "    [--divisor 16] [--layers 2]\n"
       "    [--steps 5] [--warmup 1] [--backend both|inprocess|gloo] [--blas-threads N]\n"
       "    [--hf-config PATH] [--quick]");
   set.Int("ranks", &flags.ranks, "ranks (threads)");
   set.Int("ep", &flags.ep, "expert parallelism");
+  set.Int("tp", &flags.tp, "tensor parallelism (Megatron's splits; needs --ep 1)");
+  set.String("tp-muon", &flags.tp_muon, "with --tp: distributed | duplicated");
   set.String("policy", &flags.policy, "seed | seed-all | balanced");
   set.Int("divisor", &flags.divisor, "divide every dimension by this");
   set.Int("layers", &flags.layers, "keep the first N layers (-1: all)");

@@ -301,44 +301,41 @@ absl::Status NcclCommunicator::AllGatherUneven(
       "AllGather (grouped ncclBroadcast)");
 }
 
-// The root exchanges one segment with every rank (itself included: NCCL
-// supports send/recv to self inside a group).
 absl::Status NcclCommunicator::Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) {
   MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
                              internal::CheckRootedBuffers(in, out, count, dtype, root, rank_, size_, "Gather"));
-  MUONSHARD_RETURN_IF_ERROR(Enter());
-  if (bytes == 0) return absl::OkStatus();
-  const auto n = static_cast<size_t>(count);
-  return Grouped(
-      size_,
-      [&](int peer) {
-        if (rank_ != root) return peer == root ? ncclSend(in, n, ToNccl(dtype), root, comm_->get(), stream()) : ncclSuccess;
-        if (peer == root) {
-          const ncclResult_t sent = ncclSend(in, n, ToNccl(dtype), root, comm_->get(), stream());
-          if (sent != ncclSuccess) return sent;
-        }
-        return ncclRecv(static_cast<char*>(out) + peer * bytes, n, ToNccl(dtype), peer, comm_->get(), stream());
-      },
-      "Gather (grouped ncclSend/ncclRecv)");
+  return Rooted(/*to_root=*/true, const_cast<void*>(in), static_cast<char*>(out), bytes, count, dtype, root);
 }
 
 absl::Status NcclCommunicator::Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) {
   MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes,
                              internal::CheckRootedBuffers(out, in, count, dtype, root, rank_, size_, "Scatter"));
+  return Rooted(/*to_root=*/false, out, static_cast<char*>(const_cast<void*>(in)), bytes, count, dtype, root);
+}
+
+// Every rank exchanges its `single` segment with the root, which exchanges
+// segment r of `all` with rank r -- itself included: NCCL supports
+// send/recv to self inside a group. ncclSend only reads its buffer.
+absl::Status NcclCommunicator::Rooted(bool to_root, void* single, char* all, int64_t bytes, int64_t count,
+                                      CommDType dtype, int root) {
   MUONSHARD_RETURN_IF_ERROR(Enter());
   if (bytes == 0) return absl::OkStatus();
   const auto n = static_cast<size_t>(count);
+  const ncclDataType_t type = ToNccl(dtype);
   return Grouped(
       size_,
       [&](int peer) {
-        if (rank_ != root) return peer == root ? ncclRecv(out, n, ToNccl(dtype), root, comm_->get(), stream()) : ncclSuccess;
         if (peer == root) {
-          const ncclResult_t received = ncclRecv(out, n, ToNccl(dtype), root, comm_->get(), stream());
-          if (received != ncclSuccess) return received;
+          const ncclResult_t r = to_root ? ncclSend(single, n, type, root, comm_->get(), stream())
+                                         : ncclRecv(single, n, type, root, comm_->get(), stream());
+          if (r != ncclSuccess || rank_ != root) return r;
         }
-        return ncclSend(static_cast<const char*>(in) + peer * bytes, n, ToNccl(dtype), peer, comm_->get(), stream());
+        if (rank_ != root) return ncclSuccess;
+        char* segment = all + peer * bytes;
+        return to_root ? ncclRecv(segment, n, type, peer, comm_->get(), stream())
+                       : ncclSend(segment, n, type, peer, comm_->get(), stream());
       },
-      "Scatter (grouped ncclSend/ncclRecv)");
+      to_root ? "Gather (grouped ncclSend/ncclRecv)" : "Scatter (grouped ncclSend/ncclRecv)");
 }
 
 absl::Status NcclCommunicator::Barrier() {

@@ -125,6 +125,10 @@ class NcclCommunicator : public Communicator {
   absl::Status ReduceScatterUneven(const char* in, void* out,
                                    absl::Span<const int64_t> counts,
                                    CommDType dtype, ReduceOp op);
+  // Gather (to_root) or Scatter of checked buffers: `single` is the rank's
+  // segment, `all` the root's size() segments.
+  absl::Status Rooted(bool to_root, void* single, char* all, int64_t bytes, int64_t count, CommDType dtype,
+                      int root);
   absl::Status AllGatherUneven(const void* in, char* out,
                                absl::Span<const int64_t> counts,
                                CommDType dtype);

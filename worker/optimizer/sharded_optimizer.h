@@ -109,7 +109,11 @@
 //   the apply on each shard with the whole matrix's scale (MuonApply).
 // Element for element this is MuonUpdate on the whole matrix, so with the
 // same reductions the masters are bit-identical to the unsharded
-// reference's shards. These collectives run in the Muon phase, so plans
+// reference's shards. Batched per bucket: one Gather per NS rank (and one
+// AllGather) carries every matrix of the bucket's TP shards, each rank
+// then orthogonalises the matrices it was given (batched per shard, so a
+// stack's experts go through one call), and one Scatter per NS rank
+// returns them: 2 x tp collectives per bucket, not per matrix. These collectives run in the Muon phase, so plans
 // with tp > 1 run the sequential schedule (on every rank: the schedules
 // order a group's collectives differently).
 //
@@ -382,12 +386,28 @@ class ShardedOptimizer {
   absl::StatusOr<kernels::MuonTensors> MuonTensorsOf(int shard);
   // NOTE [Tensor-parallel Muon] (sharded_optimizer_tp.cc).
   absl::Status AllocateTpScratch();
-  absl::Status UpdateTpShard(int shard);
-  absl::Status UpdateTpMatrix(int shard, int64_t matrix);
-  // NS of one whole matrix from every TP rank's shard in tp_segments_:
-  // assembled (in place when the shards are row blocks), orthogonalised,
-  // and split back into tp_segments_.
-  absl::Status OrthogonalizeWhole(const internal::MuonShardLayout& o);
+  // The owned TP shards of one Muon bucket that share a TP op and NS rank
+  // (-1: all-gathered), in owned order; their NS inputs lie together in
+  // tp_update_ from `offset` (shard k at offset + shard_offsets[k]).
+  struct TpBatch {
+    int root = -1;
+    std::vector<int> shards;
+    std::vector<int64_t> shard_offsets;
+    int64_t offset = 0;
+    int64_t numel = 0;
+    // Where this rank assembles the batch's whole matrices (tp x numel
+    // elements of tp_segments_ and tp_whole_), when it runs their NS.
+    int64_t scratch = 0;
+  };
+  void PlanTpBatches();
+  absl::Status UpdateTpBucket(int bucket);
+  absl::Status ExchangeTpInputs(const std::vector<TpBatch>& batches);
+  absl::Status ReturnTpResults(const std::vector<TpBatch>& batches);
+  // Whole matrices from every TP rank's shards in tp_segments_, NS, and
+  // back (NOTE [Tensor-parallel Muon]).
+  absl::Status OrthogonalizeTpBatch(const TpBatch& batch);
+  absl::Status CopyTpShards(const TpBatch& batch, bool to_whole);
+  bool RunsNs(const TpBatch& batch) const;
   bool IsTp(int shard) const { return layout_.owned[shard].tp.op != v1::TP_OP_NONE; }
   absl::Status CastMuonShard(int shard);
   absl::Status UpdateAdamwBucket(int bucket);
@@ -457,6 +477,7 @@ class ShardedOptimizer {
   internal::BackendBuffer tp_update_;
   internal::BackendBuffer tp_segments_;
   internal::BackendBuffer tp_whole_;
+  std::vector<std::vector<TpBatch>> tp_batches_;  // per muon bucket
   // Device backends only: host copies of the state buffers handed out by
   // StateShards(), written back by RestoreFromState().
   absl::flat_hash_map<internal::BackendBuffer*, std::vector<float>> mirrors_;

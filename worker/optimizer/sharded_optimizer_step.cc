@@ -203,9 +203,7 @@ absl::Status ShardedOptimizer::RunMuon() {
 absl::Status ShardedOptimizer::UpdateMuonBucket(int bucket) {
   const std::vector<int>& owned = owned_in_muon_[bucket];
   // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
-  for (int shard : owned) {
-    if (IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateTpShard(shard));
-  }
+  MUONSHARD_RETURN_IF_ERROR(UpdateTpBucket(bucket));
   if (grad_dtype_ != v1::FP32) {
     for (int shard : owned) {
       if (!IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));

@@ -1,5 +1,5 @@
 // ShardedOptimizer: Muon on tensor-parallel shards (NOTE [Tensor-parallel
-// Muon] in sharded_optimizer.h).
+// Muon] in sharded_optimizer.h), batched per bucket.
 
 #include <algorithm>
 #include <vector>
@@ -13,83 +13,167 @@ namespace muonshard::worker {
 using internal::BackendBuffer;
 using internal::MuonShardLayout;
 
-absl::Status ShardedOptimizer::AllocateTpScratch() {
-  int64_t local = 0;
-  int64_t whole = 0;
-  for (const MuonShardLayout& o : layout_.owned) {
-    if (o.tp.op == v1::TP_OP_NONE) continue;
-    local = std::max(local, o.shape.matrix_elements());
-    whole = std::max(whole, o.tp.rows * o.tp.cols);
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+}  // namespace
+
+// Batches in one order on every rank of a TP group (they own the same
+// shards): NS rank ascending, the all-gathered batch last.
+void ShardedOptimizer::PlanTpBatches() {
+  tp_batches_.assign(view_.muon_buckets_size(), {});
+  const int tp = std::max(1, view_.topology().tp());
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) {
+    std::vector<TpBatch>& batches = tp_batches_[b];
+    int64_t offset = 0, scratch = 0;
+    for (int root = 0; root <= tp; ++root) {
+      TpBatch batch;
+      batch.root = root < tp ? root : -1;
+      for (size_t i = 0; i < layout_.owned.size(); ++i) {
+        const MuonShardLayout& o = layout_.owned[i];
+        if (o.bucket != b || o.tp.op == v1::TP_OP_NONE || o.tp.ns_rank != batch.root) continue;
+        batch.shards.push_back(static_cast<int>(i));
+        batch.shard_offsets.push_back(batch.numel);
+        batch.numel += o.shape.elements();
+      }
+      if (batch.shards.empty()) continue;
+      batch.offset = offset;
+      offset += batch.numel;
+      if (RunsNs(batch)) {
+        batch.scratch = scratch;
+        scratch += tp * batch.numel;
+      }
+      batches.push_back(std::move(batch));
+    }
   }
-  MUONSHARD_ASSIGN_OR_RETURN(tp_update_, NewBuffer(v1::FP32, local));
-  MUONSHARD_ASSIGN_OR_RETURN(tp_segments_, NewBuffer(v1::FP32, whole));
-  MUONSHARD_ASSIGN_OR_RETURN(tp_whole_, NewBuffer(v1::FP32, whole));
+}
+
+bool ShardedOptimizer::RunsNs(const TpBatch& batch) const {
+  return batch.root < 0 || batch.root == view_.rank().tp_rank();
+}
+
+absl::Status ShardedOptimizer::AllocateTpScratch() {
+  PlanTpBatches();
+  const int64_t tp = std::max(1, view_.topology().tp());
+  int64_t update = 0, scratch = 0;
+  for (const std::vector<TpBatch>& batches : tp_batches_) {
+    if (batches.empty()) continue;
+    update = std::max(update, batches.back().offset + batches.back().numel);
+    for (const TpBatch& batch : batches) {
+      if (RunsNs(batch)) scratch = std::max(scratch, batch.scratch + tp * batch.numel);
+    }
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(tp_update_, NewBuffer(v1::FP32, update));
+  MUONSHARD_ASSIGN_OR_RETURN(tp_segments_, NewBuffer(v1::FP32, scratch));
+  MUONSHARD_ASSIGN_OR_RETURN(tp_whole_, NewBuffer(v1::FP32, scratch));
   return absl::OkStatus();
 }
 
-absl::Status ShardedOptimizer::UpdateTpShard(int shard) {
-  for (int64_t j = 0; j < layout_.owned[shard].shape.batch; ++j) {
-    MUONSHARD_RETURN_IF_ERROR(UpdateTpMatrix(shard, j));
+absl::Status ShardedOptimizer::UpdateTpBucket(int bucket) {
+  const std::vector<TpBatch>& batches = tp_batches_[bucket];
+  if (batches.empty()) return absl::OkStatus();
+  for (const TpBatch& batch : batches) {
+    for (size_t k = 0; k < batch.shards.size(); ++k) {
+      const MuonShardLayout& o = layout_.owned[batch.shards[k]];
+      const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+      MuonShardState& s = shards_[batch.shards[k]];
+      MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(muon_[o.bucket].grads, e.offset(), e.numel()));
+      MUONSHARD_RETURN_IF_ERROR(backend_->MuonMomentum(grad, s.momentum.floats(),
+                                                       tp_update_.floats() + batch.offset + batch.shard_offsets[k],
+                                                       e.numel(), MuonOptionsFor(config_, s.with_decay)));
+    }
   }
-  return CastMuonShard(shard);
-}
-
-absl::Status ShardedOptimizer::UpdateTpMatrix(int shard, int64_t matrix) {
-  const MuonShardLayout& o = layout_.owned[shard];
-  const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
-  const int64_t n = o.shape.matrix_elements();
-  const int64_t at = matrix * n;
-  MuonShardState& s = shards_[shard];
-  const kernels::MuonOptions options = MuonOptionsFor(config_, s.with_decay);
-  MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(muon_[o.bucket].grads, e.offset() + at, n));
-  MUONSHARD_RETURN_IF_ERROR(
-      backend_->MuonMomentum(grad, s.momentum.floats() + at, tp_update_.floats(), n, options));
   MUONSHARD_RETURN_IF_ERROR(backend_->Synchronize());
-  Communicator& comm = *groups_[o.tp.group].comm;
-  const bool gather_scatter = o.tp.op == v1::TP_OP_GATHER_SCATTER;
-  const bool runs_ns = !gather_scatter || comm.rank() == o.tp.ns_rank;
-  if (gather_scatter) {
-    MUONSHARD_RETURN_IF_ERROR(comm.Gather(tp_update_.data(), runs_ns ? tp_segments_.data() : nullptr, n,
-                                          CommDType::kFloat32, o.tp.ns_rank));
-  } else {
-    const std::vector<int64_t> counts(comm.size(), n);
-    MUONSHARD_RETURN_IF_ERROR(comm.AllGather(tp_update_.data(), tp_segments_.data(), counts, CommDType::kFloat32));
+  MUONSHARD_RETURN_IF_ERROR(ExchangeTpInputs(batches));
+  for (const TpBatch& batch : batches) {
+    if (RunsNs(batch)) MUONSHARD_RETURN_IF_ERROR(OrthogonalizeTpBatch(batch));
   }
-  MUONSHARD_RETURN_IF_ERROR(comm.Synchronize());
-  if (runs_ns) MUONSHARD_RETURN_IF_ERROR(OrthogonalizeWhole(o));
-  if (gather_scatter) {
-    MUONSHARD_RETURN_IF_ERROR(backend_->Synchronize());
-    MUONSHARD_RETURN_IF_ERROR(comm.Scatter(runs_ns ? tp_segments_.data() : nullptr, tp_update_.data(), n,
-                                           CommDType::kFloat32, o.tp.ns_rank));
-    MUONSHARD_RETURN_IF_ERROR(comm.Synchronize());
-  } else {
-    MUONSHARD_RETURN_IF_ERROR(tp_update_.ConvertFrom(0, tp_segments_, comm.rank() * n, n));
+  MUONSHARD_RETURN_IF_ERROR(backend_->Synchronize());
+  MUONSHARD_RETURN_IF_ERROR(ReturnTpResults(batches));
+  for (const TpBatch& batch : batches) {
+    for (size_t k = 0; k < batch.shards.size(); ++k) {
+      const int shard = batch.shards[k];
+      const MuonShardLayout& o = layout_.owned[shard];
+      const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
+      BackendBuffer& params = muon_[o.bucket].params;
+      kernels::Bf16Bits* model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
+      const kernels::MuonApplyScalars scalars = kernels::MuonApplyScalarsFor(
+          o.tp.rows, o.tp.cols, o.layout, MuonOptionsFor(config_, shards_[shard].with_decay));
+      MUONSHARD_RETURN_IF_ERROR(backend_->MuonApply(tp_update_.floats() + batch.offset + batch.shard_offsets[k],
+                                                    shards_[shard].master.floats(), model, e.numel(), scalars));
+      MUONSHARD_RETURN_IF_ERROR(CastMuonShard(shard));
+    }
   }
-  BackendBuffer& params = muon_[o.bucket].params;
-  kernels::Bf16Bits* model = params.dtype() == v1::BF16 ? params.words() + e.offset() + at : nullptr;
-  return backend_->MuonApply(tp_update_.floats(), s.master.floats() + at, model, n,
-                             kernels::MuonApplyScalarsFor(o.tp.rows, o.tp.cols, o.layout, options));
+  return absl::OkStatus();
 }
 
-absl::Status ShardedOptimizer::OrthogonalizeWhole(const MuonShardLayout& o) {
-  const kernels::MatrixBatchShape whole{1, o.tp.rows, o.tp.cols};
-  const kernels::NewtonSchulzOptions ns = MuonOptionsFor(config_, true).ns;
-  // Row blocks: the shards in rank order are the whole matrix already.
-  if (o.tp.runs.runs == 1) return backend_->NewtonSchulz(tp_segments_.floats(), tp_segments_.floats(), whole, ns);
-  const int64_t n = o.shape.matrix_elements();
-  constexpr int64_t kFloat = sizeof(float);
-  for (size_t r = 0; r < o.tp.all_runs.size(); ++r) {
-    const planner::TpShardRuns& runs = o.tp.all_runs[r];
-    MUONSHARD_RETURN_IF_ERROR(backend_->Copy2D(tp_segments_.floats() + r * n, runs.run * kFloat,
-                                               tp_whole_.floats() + runs.offset, runs.pitch * kFloat,
-                                               runs.run * kFloat, runs.runs));
+// Every batch's NS inputs to the ranks that orthogonalise them.
+absl::Status ShardedOptimizer::ExchangeTpInputs(const std::vector<TpBatch>& batches) {
+  Communicator& comm = *groups_[layout_.owned[batches[0].shards[0]].tp.group].comm;
+  for (const TpBatch& batch : batches) {
+    void* segments = RunsNs(batch) ? tp_segments_.floats() + batch.scratch : nullptr;
+    const float* in = tp_update_.floats() + batch.offset;
+    if (batch.root >= 0) {
+      MUONSHARD_RETURN_IF_ERROR(comm.Gather(in, segments, batch.numel, CommDType::kFloat32, batch.root));
+    } else {
+      const std::vector<int64_t> counts(comm.size(), batch.numel);
+      MUONSHARD_RETURN_IF_ERROR(comm.AllGather(in, segments, counts, CommDType::kFloat32));
+    }
   }
-  MUONSHARD_RETURN_IF_ERROR(backend_->NewtonSchulz(tp_whole_.floats(), tp_whole_.floats(), whole, ns));
-  for (size_t r = 0; r < o.tp.all_runs.size(); ++r) {
-    const planner::TpShardRuns& runs = o.tp.all_runs[r];
-    MUONSHARD_RETURN_IF_ERROR(backend_->Copy2D(tp_whole_.floats() + runs.offset, runs.pitch * kFloat,
-                                               tp_segments_.floats() + r * n, runs.run * kFloat,
-                                               runs.run * kFloat, runs.runs));
+  return comm.Synchronize();
+}
+
+// Every batch's orthogonalised shards back to their ranks.
+absl::Status ShardedOptimizer::ReturnTpResults(const std::vector<TpBatch>& batches) {
+  Communicator& comm = *groups_[layout_.owned[batches[0].shards[0]].tp.group].comm;
+  for (const TpBatch& batch : batches) {
+    float* out = tp_update_.floats() + batch.offset;
+    const float* segments = tp_segments_.floats() + batch.scratch;
+    if (batch.root >= 0) {
+      MUONSHARD_RETURN_IF_ERROR(
+          comm.Scatter(RunsNs(batch) ? segments : nullptr, out, batch.numel, CommDType::kFloat32, batch.root));
+    } else {
+      MUONSHARD_RETURN_IF_ERROR(tp_update_.ConvertFrom(batch.offset, tp_segments_,
+                                                       batch.scratch + comm.rank() * batch.numel, batch.numel));
+    }
+  }
+  return comm.Synchronize();
+}
+
+absl::Status ShardedOptimizer::OrthogonalizeTpBatch(const TpBatch& batch) {
+  MUONSHARD_RETURN_IF_ERROR(CopyTpShards(batch, /*to_whole=*/true));
+  const int64_t tp = std::max(1, view_.topology().tp());
+  const kernels::NewtonSchulzOptions ns = MuonOptionsFor(config_, true).ns;
+  for (size_t k = 0; k < batch.shards.size(); ++k) {
+    const MuonShardLayout& o = layout_.owned[batch.shards[k]];
+    float* whole = tp_whole_.floats() + batch.scratch + tp * batch.shard_offsets[k];
+    MUONSHARD_RETURN_IF_ERROR(backend_->NewtonSchulz(whole, whole, {o.shape.batch, o.tp.rows, o.tp.cols}, ns));
+  }
+  return CopyTpShards(batch, /*to_whole=*/false);
+}
+
+// tp_segments_ holds, per TP rank t, the batch's shards in the batch's
+// order (t's block at scratch + t * numel); tp_whole_ the whole matrices
+// in the same order (shard k's at scratch + tp * shard_offsets[k]). Copies
+// one into the other.
+absl::Status ShardedOptimizer::CopyTpShards(const TpBatch& batch, bool to_whole) {
+  const int64_t tp = std::max(1, view_.topology().tp());
+  for (size_t k = 0; k < batch.shards.size(); ++k) {
+    const MuonShardLayout& o = layout_.owned[batch.shards[k]];
+    const int64_t local = o.shape.matrix_elements();
+    for (int64_t j = 0; j < o.shape.batch; ++j) {
+      float* whole = tp_whole_.floats() + batch.scratch + tp * batch.shard_offsets[k] + j * tp * local;
+      for (int64_t t = 0; t < tp; ++t) {
+        const planner::TpShardRuns& runs = o.tp.all_runs[t];
+        float* shard = tp_segments_.floats() + batch.scratch + t * batch.numel + batch.shard_offsets[k] + j * local;
+        absl::Status s = to_whole ? backend_->Copy2D(shard, runs.run * kFloat, whole + runs.offset,
+                                                     runs.pitch * kFloat, runs.run * kFloat, runs.runs)
+                                  : backend_->Copy2D(whole + runs.offset, runs.pitch * kFloat, shard,
+                                                     runs.run * kFloat, runs.run * kFloat, runs.runs);
+        MUONSHARD_RETURN_IF_ERROR(s);
+      }
+    }
   }
   return absl::OkStatus();
 }
