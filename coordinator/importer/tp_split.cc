@@ -60,9 +60,13 @@ absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest
     v1::TpSplit split = t.shape_size() == 0 ? v1::TP_REPLICATED : SplitOf(t.name());
     if (IsExpertTensor(t) && !options.split_experts) split = v1::TP_REPLICATED;
     if (split == v1::TP_ROW && t.shape_size() < 2) split = v1::TP_REPLICATED;
-    if (split != v1::TP_REPLICATED) {
+    if (options.keep_marked && t.tp_split() != v1::TP_SPLIT_UNSPECIFIED) split = t.tp_split();
+    if (split != v1::TP_REPLICATED && t.shape_size() > 0) {
       const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), split);
-      if (t.shape(dim) % options.tp != 0) {
+      if (dim < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name(), "\": a 1-D tensor has no row split"));
+      }
+      if (!options.shard_shapes && t.shape(dim) % options.tp != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "tensor \"", t.name(), "\": ", split == v1::TP_COLUMN ? "column" : "row", "-parallel dimension ", dim,
             " (", t.shape(dim), ") is not divisible by tp ", options.tp));
@@ -70,7 +74,14 @@ absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest
     }
     splits.push_back(split);
   }
-  for (int i = 0; i < manifest->tensors_size(); ++i) manifest->mutable_tensors(i)->set_tp_split(splits[i]);
+  for (int i = 0; i < manifest->tensors_size(); ++i) {
+    v1::TensorSpec& t = *manifest->mutable_tensors(i);
+    t.set_tp_split(splits[i]);
+    if (options.shard_shapes && splits[i] != v1::TP_REPLICATED && t.shape_size() > 0) {
+      const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), splits[i]);
+      t.set_shape(dim, t.shape(dim) * options.tp);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -25,11 +25,19 @@ namespace muonshard::importer {
 struct TpSplitOptions {
   int tp = 1;
   bool split_experts = false;
+  // A tensor already marked (tp_split set) keeps its mark: the caller's own
+  // choice for a module the rules do not know.
+  bool keep_marked = false;
+  // The shapes are one tp rank's shards (a tensor-parallel program's
+  // parameters): each split tensor's split dimension is multiplied by tp,
+  // giving the whole tensor the planner wants.
+  bool shard_shapes = false;
 };
 
 // Sets tp_split on every tensor (TP_REPLICATED where no rule applies).
-// INVALID_ARGUMENT, naming the tensor, when tp < 1 or a split dimension is
-// not divisible by tp; the manifest is unchanged then.
+// INVALID_ARGUMENT, naming the tensor, when tp < 1, a split dimension is
+// not divisible by tp, or a row split is asked of a 1-D tensor; the manifest
+// is unchanged then.
 absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest* manifest);
 
 }  // namespace muonshard::importer

@@ -6,6 +6,7 @@
 #include "common/proto_json.h"
 #include "coordinator/importer/hf_import.h"
 #include "coordinator/importer/safetensors_files.h"
+#include "coordinator/importer/tp_split.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
@@ -41,6 +42,22 @@ void BindImporters(py::module_& m) {
       },
       py::arg("path"), py::arg("name") = "", py::arg("skip_unsupported") = false,
       "The manifest (proto3 JSON) of a safetensors checkpoint, from its headers only.");
+  m.def(
+      "mark_tensor_parallel",
+      [](const std::string& manifest_json, int tp, bool split_experts, bool shard_shapes) {
+        v1::ModelManifest manifest;
+        ThrowIfError(FromJson(manifest_json, &manifest, "manifest"));
+        importer::TpSplitOptions options;
+        options.tp = tp;
+        options.split_experts = split_experts;
+        options.keep_marked = true;
+        options.shard_shapes = shard_shapes;
+        ThrowIfError(importer::MarkTensorParallel(options, &manifest));
+        return ValueOrThrow(ToJson(manifest, /*pretty=*/false));
+      },
+      py::arg("manifest_json"), py::arg("tp"), py::arg("split_experts") = false, py::arg("shard_shapes") = false,
+      "The manifest (proto3 JSON) with Megatron's tensor-parallel splits marked (importer/tp_split.h); tensors "
+      "already marked keep their mark.");
 }
 
 }  // namespace muonshard::python

@@ -110,5 +110,31 @@ TEST(MarkTensorParallelTest, IndivisibleDimensionNamesTheTensorAndChangesNothing
   EXPECT_THAT(MarkTensorParallel(Tp(0), &m), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp")));
 }
 
+// A tensor-parallel program's parameters: shard shapes, one tensor marked
+// by hand. The rules mark the rest; split dimensions grow by tp.
+TEST(MarkTensorParallelTest, ShardShapesAndKeptMarks) {
+  v1::ModelManifest m = Imported("Llama-3.1-8B");
+  const int q = IndexOf(m, "model.layers.0.self_attn.q_proj.weight");
+  const int o = IndexOf(m, "model.layers.0.self_attn.o_proj.weight");
+  const int norm = IndexOf(m, "model.layers.0.input_layernorm.weight");
+  m.mutable_tensors(q)->set_shape(0, 4096 / 4);
+  m.mutable_tensors(o)->set_shape(1, 4096 / 4);
+  m.mutable_tensors(norm)->set_tp_split(v1::TP_COLUMN);  // by hand
+  TpSplitOptions options = Tp(4);
+  options.keep_marked = true;
+  options.shard_shapes = true;
+  MUONSHARD_ASSERT_OK(MarkTensorParallel(options, &m));
+  EXPECT_EQ(m.tensors(q).shape(0), 4096);
+  EXPECT_EQ(m.tensors(o).shape(1), 4096);
+  EXPECT_EQ(m.tensors(norm).tp_split(), v1::TP_COLUMN);
+  EXPECT_EQ(m.tensors(norm).shape(0), 4 * 4096);
+  v1::ModelManifest row_1d = Imported("Llama-3.1-8B");
+  row_1d.mutable_tensors(norm)->set_tp_split(v1::TP_ROW);
+  options.shard_shapes = false;
+  EXPECT_THAT(MarkTensorParallel(options, &row_1d),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor \"model.layers.0.input_layernorm.weight\": a 1-D tensor has no row split")));
+}
+
 }  // namespace
 }  // namespace muonshard::importer

@@ -101,6 +101,35 @@ def test_manifest_from_module_names_shapes_dtypes_and_experts():
         mst.manifest_from_module([("x", torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)))], "bad")
 
 
+def test_manifest_from_module_tensor_parallel_marks_megatrons_splits():
+    class Layer(torch.nn.Module):
+        def __init__(self, out_features, in_features):
+            super().__init__()
+            self.embed_tokens = torch.nn.Embedding(32, in_features)
+            self.q_proj = torch.nn.Linear(in_features, out_features, bias=False)
+            self.o_proj = torch.nn.Linear(out_features, in_features, bias=True)
+            self.input_layernorm = torch.nn.LayerNorm(in_features)
+            self.mixer = torch.nn.Linear(in_features, in_features, bias=False)
+
+    whole = mst.manifest_from_module(Layer(16, 8), "tp", tp=2)
+    splits = {t["name"]: t["tpSplit"] for t in whole["tensors"]}
+    assert splits["embed_tokens.weight"] == "TP_COLUMN" and splits["q_proj.weight"] == "TP_COLUMN"
+    assert splits["o_proj.weight"] == "TP_ROW" and splits["o_proj.bias"] == "TP_REPLICATED"
+    assert splits["input_layernorm.weight"] == "TP_REPLICATED" and splits["mixer.weight"] == "TP_REPLICATED"
+    assert [t["shape"] for t in whole["tensors"]][:3] == [[32, 8], [16, 8], [8, 16]]
+    # A rank's shards (q_proj [16 / 2, 8], o_proj [8, 16 / 2]) give the whole shapes; tp_split decides too.
+    shards = mst.manifest_from_module(Layer(8, 8), "tp", tp=2, shards=True,
+                                      tp_split=lambda n: "row" if n == "mixer.weight" else None)
+    by_name = {t["name"]: t for t in shards["tensors"]}
+    assert by_name["q_proj.weight"]["shape"] == [16, 8] and by_name["o_proj.weight"]["shape"] == [8, 16]
+    assert by_name["mixer.weight"]["tpSplit"] == "TP_ROW" and by_name["mixer.weight"]["shape"] == [8, 16]
+    assert by_name["input_layernorm.weight"]["shape"] == [8]
+    with pytest.raises(ValueError, match="embed_tokens.weight.*not divisible by tp 3"):
+        mst.manifest_from_module(Layer(16, 8), "tp", tp=3)
+    with pytest.raises(ValueError, match="mixer.weight.*diagonal"):
+        mst.manifest_from_module(Layer(16, 8), "tp", tp=2, tp_split=lambda n: "diagonal" if "mixer" in n else None)
+
+
 def write_safetensors(path, header):
     """A safetensors file of `header` with a zero data section of the right size."""
     import struct

@@ -1,8 +1,11 @@
 """The manifest of a live torch module, for the planner."""
 
+import json
 import re
 
 import torch
+
+from muonshard import _muonshard
 
 _DTYPES = {torch.float32: "FP32", torch.bfloat16: "BF16", torch.float16: "FP16"}
 _EXPERT = re.compile(r"(?:^|\.)experts\.(\d+)\.")
@@ -35,7 +38,11 @@ def _matches(patterns, name):
     return any(re.search(p, name, re.IGNORECASE) for p in patterns)
 
 
-def manifest_from_module(model, name, expert_of=None, muon_exclude=None, requires_grad_only=True):
+_TP_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
+
+
+def manifest_from_module(model, name, expert_of=None, muon_exclude=None, requires_grad_only=True, tp=1,
+                         tp_split=None, tp_experts=False, shards=False):
     """The manifest (a dict, proto3 JSON form) of `model`'s parameters.
 
     Tensors come from `named_parameters()` in order, with their shapes and
@@ -48,6 +55,16 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     ([experts, rows, cols]) stay 3-D: Muon orthogonalises each expert's matrix.
     Frozen parameters (requires_grad False) are left out unless
     `requires_grad_only` is False.
+
+    Tensor parallelism (`tp` > 1): every tensor gets Megatron's split as the
+    HF importer marks it (`import-hf --tp`: q/k/v/gate/up and embeddings
+    column, o/down row, the rest replicated; experts replicated unless
+    `tp_experts`). `tp_split(name)` may return "column", "row" or
+    "replicated" to decide for a tensor (None: the rule). With `shards` the
+    module's parameters are this rank's shards (a tensor-parallel program's
+    ColumnParallelLinear weight is [out / tp, in]): the manifest gets the
+    whole shapes, which the planner wants. ValueError naming the tensor for
+    an unknown split or a dimension tp does not divide.
     """
     tensors = []
     for pname, param in named_parameters_of(model):
@@ -63,4 +80,27 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
         tensors.append(spec)
     if not tensors:
         raise ValueError("module %r has no trainable parameters" % name)
-    return {"model": name, "tensors": tensors}
+    manifest = {"model": name, "tensors": tensors}
+    if tp > 1:
+        manifest = _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards)
+    return manifest
+
+
+def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):
+    if tp_split is not None:
+        for spec in manifest["tensors"]:
+            split = tp_split(spec["name"])
+            if split is None:
+                continue
+            if split not in _TP_SPLITS:
+                raise ValueError("tensor %r: tp_split %r is not column, row or replicated" % (spec["name"], split))
+            spec["tpSplit"] = _TP_SPLITS[split]
+    try:
+        marked = json.loads(_muonshard.mark_tensor_parallel(json.dumps(manifest), tp, tp_experts, shards))
+    except Exception as e:  # the C++ status (INVALID_ARGUMENT naming the tensor)
+        raise ValueError(str(e)) from None
+    # Only the split and the (whole) shape come back: the rest stays as built.
+    for spec, done in zip(manifest["tensors"], marked["tensors"]):
+        spec["tpSplit"] = done.get("tp_split", done.get("tpSplit"))
+        spec["shape"] = [int(d) for d in done["shape"]]
+    return manifest
