@@ -45,8 +45,20 @@ absl::StatusOr<v1::ReshardSummary> SummarizeReshard(const v1::CheckpointIndex& i
     return absl::InvalidArgumentError(
         absl::StrCat("plan ", from.content_hash(), " is not the checkpoint's (", index.plan_hash(), ")"));
   }
-  MUONSHARD_ASSIGN_OR_RETURN(planner::TransferSummary transfers, planner::ComputeTransfers(from, to));
   MUONSHARD_ASSIGN_OR_RETURN(ReadTraffic traffic, ComputeReadTraffic(index, to));
+  planner::TransferSummary transfers;
+  if (from.topology().tp() > 1 || to.topology().tp() > 1) {
+    // ComputeTransfers compares element ranges of one space; TP shards have
+    // their own, which the reads map through the whole tensor (NOTE [TP
+    // reshard]): the matrix is what each new rank reads from each old one.
+    transfers.transfers = traffic.pairs;
+    for (const planner::RankTransfer& t : traffic.pairs) {
+      transfers.state_bytes += t.bytes;
+      if (t.from != t.to) transfers.moved_bytes += t.bytes;
+    }
+  } else {
+    MUONSHARD_ASSIGN_OR_RETURN(transfers, planner::ComputeTransfers(from, to));
+  }
   v1::ReshardSummary s;
   s.set_step(index.step());
   s.set_from_plan_hash(from.content_hash());

@@ -36,8 +36,9 @@ struct ReadTraffic {
 absl::StatusOr<ReadTraffic> ComputeReadTraffic(const v1::CheckpointIndex& index, const v1::Plan& to);
 
 // The reshard of a checkpoint saved under `from` (its index) to `to`:
-// hashes, topologies, ComputeTransfers' matrix and totals, and the bytes
-// read. INVALID_ARGUMENT when `from` is not the index's plan or the plans
+// hashes, topologies, ComputeTransfers' matrix and totals (with tp > 1 on
+// either side: the read traffic's, the state bytes each new rank reads from
+// each old rank's file), and the bytes read. INVALID_ARGUMENT when `from` is not the index's plan or the plans
 // are of different models.
 absl::StatusOr<v1::ReshardSummary> SummarizeReshard(const v1::CheckpointIndex& index, const v1::Plan& from,
                                                     const v1::Plan& to);

@@ -226,6 +226,18 @@ TEST_F(CkptCliTest, ReshardAcrossTp_EveryRankOfTheNewPlanLoadsTheSavedState) {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, plan_for(world, tp));
     EXPECT_EQ(c.index.plan_hash(), to.plan.content_hash());
+    // The dry run's matrix: every byte of the new plan's state, from some old rank.
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint source, OpenCheckpoint(saved));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ReshardSummary summary, SummarizeReshard(source.index, source.plan, to.plan));
+    int64_t state = 0, transferred = 0;
+    for (int rank = 0; rank < world; ++rank) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<ShardSpec> specs, ExpectedShards(to.plan, rank));
+      state += TotalNumel(specs) * 4;
+    }
+    for (const v1::RankTransferBytes& t : summary.transfers()) transferred += t.bytes();
+    EXPECT_EQ(summary.state_bytes(), state);
+    EXPECT_EQ(transferred, state);
+    EXPECT_LE(summary.moved_bytes(), state);
     for (int rank = 0; rank < world; ++rank) {
       MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<testing::RankBuffers> buffers,
                                      testing::AllocateRank(to.plan, rank));
