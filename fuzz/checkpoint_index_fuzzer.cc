@@ -76,6 +76,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       middle.begin = tensor.numel() / 3;
       middle.end = tensor.numel() - tensor.numel() / 3;
       if (middle.end > middle.begin) wanted.push_back(middle);
+      if (tensor.tp() > 1) {
+        // The last TP shard as saved (read directly); the whole ranges above
+        // map through the shards (NOTE [TP reshard]).
+        checkpoint::ShardSpec shard = whole;
+        shard.tp = tensor.tp();
+        shard.tp_rank = tensor.tp() - 1;
+        shard.tp_dim = tensor.tp_dim();
+        shard.shape.assign(tensor.shape().begin(), tensor.shape().end());
+        shard.end = tensor.numel() / tensor.tp();
+        wanted.push_back(shard);
+      }
     }
   }
   auto reads = checkpoint::ComputeReads(index, wanted);

@@ -230,7 +230,8 @@ void SafetensorsSeeds(const v1::ModelManifest& llama) {
 }
 
 // An index.json that ValidateIndex accepts: two ranks, a MUON tensor in
-// rank 0's file, an AdamW tensor split over both.
+// rank 0's file, an AdamW tensor split over both, and a MUON tensor saved
+// tensor-parallel (tp 2 over its rows: shard t in rank t's file).
 void CheckpointIndexSeeds() {
   v1::CheckpointIndex index;
   index.set_format_version(checkpoint::kCheckpointFormatVersion);
@@ -249,7 +250,9 @@ void CheckpointIndexSeeds() {
     Check(kind.status(), "kind");
     v1::StatePiece* p = state->add_pieces();
     p->set_file(file);
-    p->set_key(checkpoint::PieceKey(checkpoint::KeyStyle::kStructured, t.name(), t.dtype(), *kind, begin, end));
+    if (t.tp() > 1) p->set_tp_rank(file);
+    p->set_key(checkpoint::PieceKey(checkpoint::KeyStyle::kStructured, t.name(), t.dtype(), *kind, begin, end,
+                                    t.tp() > 1 ? file : -1));
     p->set_begin(begin);
     p->set_end(end);
     p->set_data_offset(file_end[file]);
@@ -279,6 +282,21 @@ void CheckpointIndexSeeds() {
     s->set_kind(k);
     add_piece(s, *b, 0, 0, 10);
     add_piece(s, *b, 1, 10, 24);
+  }
+  v1::CheckpointTensor* q = index.add_tensors();
+  q->set_name("model.layers.0.self_attn.q_proj.weight");
+  q->add_shape(4);
+  q->add_shape(6);
+  q->set_dtype(v1::BF16);
+  q->set_optimizer(v1::MUON);
+  q->set_numel(24);
+  q->set_tp(2);
+  q->set_tp_dim(0);
+  for (v1::StateKind k : {v1::MASTER, v1::MOMENTUM}) {
+    v1::TensorStatePieces* s = q->add_states();
+    s->set_kind(k);
+    add_piece(s, *q, 0, 0, 12);
+    add_piece(s, *q, 1, 0, 12);
   }
   for (int r = 0; r < 2; ++r) {
     v1::CheckpointFile* f = index.add_files();

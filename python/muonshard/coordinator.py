@@ -27,9 +27,18 @@ def _manifest_dict(manifest):
     raise TypeError("manifest must be a dict, a JSON string or a path, not %s" % type(manifest).__name__)
 
 
+_TP_MUON = {"distributed": "TP_MUON_DISTRIBUTED", "duplicated": "TP_MUON_DUPLICATED"}
+
+
 def plan_request(manifest, world_size, ep=1, pp=1, policy="seed", comm_buffer_mb=0, muon_exclude=None,
-                 grad_dtype=None, per_dtype=False):
-    """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send."""
+                 grad_dtype=None, per_dtype=False, tp=1, tp_muon=None):
+    """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send.
+
+    `tp` > 1 plans tensor parallelism over the manifest's tp_split marks
+    (manifest_from_module(tp=...), import-hf --tp); `tp_muon` is
+    "distributed" (default: one tp rank orthogonalises each split matrix) or
+    "duplicated" (every tp rank does).
+    """
     if policy not in _POLICIES:
         raise ValueError("policy %r is not one of %s" % (policy, ", ".join(sorted(_POLICIES))))
     policy_msg = {"policy": _POLICIES[policy]}
@@ -43,7 +52,13 @@ def plan_request(manifest, world_size, ep=1, pp=1, policy="seed", comm_buffer_mb
         policy_msg["grad_dtype"] = _DTYPES[grad_dtype]
     if per_dtype:
         policy_msg["per_dtype"] = True
+    if tp_muon is not None:
+        if tp_muon not in _TP_MUON:
+            raise ValueError("tp_muon %r is not one of %s" % (tp_muon, ", ".join(sorted(_TP_MUON))))
+        policy_msg["tp_muon"] = _TP_MUON[tp_muon]
     topology = {"world_size": int(world_size), "ep": int(ep), "pp": int(pp)}
+    if int(tp) > 1:
+        topology["tp"] = int(tp)
     return {"manifest": _manifest_dict(manifest), "topology": topology, "policy": policy_msg}
 
 
@@ -70,7 +85,8 @@ class Coordinator:
 
         An identical request returns the version stored before. `policy` is
         "seed" (Paddle's partition), "seed-all" or "balanced"; `policy_options`:
-        comm_buffer_mb, muon_exclude (regexes), grad_dtype, per_dtype.
+        comm_buffer_mb, muon_exclude (regexes), grad_dtype, per_dtype, tp, tp_muon
+        (plan_request).
         """
         return int(self.submit_info(manifest, world_size, ep, pp, policy, **policy_options)["version"])
 

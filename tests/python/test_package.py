@@ -130,6 +130,15 @@ def test_manifest_from_module_tensor_parallel_marks_megatrons_splits():
         mst.manifest_from_module(Layer(16, 8), "tp", tp=2, tp_split=lambda n: "diagonal" if "mixer" in n else None)
 
 
+def test_plan_request_with_tensor_parallelism():
+    from muonshard.coordinator import plan_request
+    r = plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="duplicated")
+    assert r["topology"]["tp"] == 2 and r["policy"]["tp_muon"] == "TP_MUON_DUPLICATED"
+    assert "tp" not in plan_request({"model": "m", "tensors": []}, 4)["topology"]
+    with pytest.raises(ValueError, match="blockwise"):
+        plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="blockwise")
+
+
 def write_safetensors(path, header):
     """A safetensors file of `header` with a zero data section of the right size."""
     import struct
