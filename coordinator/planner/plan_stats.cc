@@ -190,19 +190,27 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
   TightBounds out;
   const int pp = plan.topology().pp();
   // Per group: the Muon matrices of its parts, and its AdamW state.
+  // With tp > 1 a split matrix's state is its shards' (one per tp rank's
+  // group) and its NS one task on the whole matrix (distributed: counted
+  // with tp rank 0's group; duplicated: run by every tp rank).
+  const bool every_tp_rank_runs_ns = plan.policy().tp_muon() == v1::TP_MUON_DUPLICATED;
   std::vector<std::vector<double>> bytes(plan.groups_size()), flops(plan.groups_size());
   std::vector<double> adamw(plan.groups_size(), 0);
   for (const v1::PlannedTensor& t : plan.tensors()) {
-    const int64_t rows = t.shape_size() >= 2 ? t.shape(t.shape_size() - 2) : 1;
-    const int64_t cols = t.shape(t.shape_size() - 1);
+    const bool split = t.local_shape_size() > 0;
+    const auto& held = split ? t.local_shape() : t.shape();
+    const int n = t.shape_size();
+    const int64_t held_matrix = n >= 2 ? held[n - 2] * held[n - 1] : held[n - 1];
+    const double whole_flops = NsFlops(n >= 2 ? t.shape(n - 2) : 1, t.shape(n - 1), plan.policy().ns_steps());
     for (const v1::TensorPart& part : t.parts()) {
       if (t.optimizer() != v1::MUON) {
         adamw[part.group()] += (part.element_end() - part.element_begin()) * kAdamwStateBytesPerElem;
         continue;
       }
+      const bool runs_ns = !split || every_tp_rank_runs_ns || plan.groups(part.group()).tp_rank() <= 0;
       for (int m = part.matrix_begin(); m < part.matrix_end(); ++m) {
-        bytes[part.group()].push_back(static_cast<double>(rows * cols * kMuonStateBytesPerElem));
-        flops[part.group()].push_back(NsFlops(rows, cols, plan.policy().ns_steps()));
+        bytes[part.group()].push_back(static_cast<double>(held_matrix * kMuonStateBytesPerElem));
+        if (runs_ns) flops[part.group()].push_back(whole_flops);
       }
     }
   }
@@ -225,7 +233,11 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
         out.ns_flops = std::max(out.ns_flops, BinPackingBound(flops[g.id()], n, sum(flops[g.id()]) / n));
       }
     }
-    const int n = plan.groups(stage).ranks_size();
+    // The stage's ranks: its DEFAULT groups' (one per tp rank).
+    int n = 0;
+    for (const v1::CommGroup& g : plan.groups()) {
+      if (g.stage() == stage && g.colour() == v1::DEFAULT) n += g.ranks_size();
+    }
     out.state_bytes = std::max(out.state_bytes, BinPackingBound(stage_bytes, n, (sum(stage_bytes) + stage_adamw) / n));
     out.ns_flops = std::max(out.ns_flops, BinPackingBound(stage_flops, n, sum(stage_flops) / n));
   }

@@ -64,7 +64,9 @@ v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& to
 //     bound does not prove that the whole matrices need more than n bins of
 //     size C (so no plan's busiest rank holds less than C).
 // AdamW state is divisible and only adds to the memory mean. Valid for every
-// policy, since colour groups only restrict where a matrix may go.
+// policy, since colour groups only restrict where a matrix may go. With
+// tp > 1 the items are the shards' state and one NS task per whole split
+// matrix (tp tasks in the duplicated mode), over all of a stage's ranks.
 struct TightBounds {
   double state_bytes = 0;
   double ns_flops = 0;

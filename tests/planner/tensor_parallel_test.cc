@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/plan_validator.h"
 #include "coordinator/planner/plan_view.h"
 #include "coordinator/planner/planner.h"
@@ -207,6 +209,31 @@ TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {
     }
   }
   FAIL() << "no split Muon matrix";
+}
+
+// LB* with tp: the shards' state and one NS task per whole split matrix
+// over all of a stage's ranks. Without replicated Muon matrices the NS tasks
+// are the tp 1 plan's; every plan's busiest rank is at or above the bounds.
+TEST(TensorParallelPlanTest, TightBoundsCountShardsAndOneNsTaskPerWholeMatrix) {
+  v1::ModelManifest split_only = TpModel(4);
+  for (int i = split_only.tensors_size() - 1; i >= 0; --i) {
+    if (split_only.tensors(i).name().find("mixer") != std::string::npos) {
+      split_only.mutable_tensors()->DeleteSubrange(i, 1);
+    }
+  }
+  for (int world : {4, 8, 16}) {
+    SCOPED_TRACE(absl::StrCat("world ", world));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan tp1, ComputePlan(TpRequest(split_only, world, 1)));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan tp2, ComputePlan(TpRequest(split_only, world, 2)));
+    EXPECT_DOUBLE_EQ(ComputeTightBounds(tp2).ns_flops, ComputeTightBounds(tp1).ns_flops);
+    for (v1::TpMuonMode mode : {v1::TP_MUON_DISTRIBUTED, v1::TP_MUON_DUPLICATED}) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
+                                     ComputePlan(TpRequest(TpModel(4), world, 2, v1::BALANCED, mode)));
+      const TightBounds tight = ComputeTightBounds(plan);
+      EXPECT_GE(plan.stats().max_ns_flops(), tight.ns_flops * (1 - 1e-12));
+      EXPECT_GE(static_cast<double>(plan.stats().max_state_bytes()), tight.state_bytes * (1 - 1e-12));
+    }
+  }
 }
 
 }  // namespace
