@@ -17,28 +17,6 @@ absl::Status NotInCheckpoint(const ShardSpec& wanted, absl::string_view why) {
                                                  wanted.begin, ", ", wanted.end, "): ", why));
 }
 
-}  // namespace
-
-IndexLookup::IndexLookup(const v1::CheckpointIndex& index) : index_(index) {
-  tensors_.reserve(index.tensors_size());
-  for (int i = 0; i < index.tensors_size(); ++i) tensors_[index.tensors(i).name()] = i;
-}
-
-int IndexLookup::FindTensor(absl::string_view name) const {
-  auto it = tensors_.find(name);
-  return it == tensors_.end() ? -1 : it->second;
-}
-
-int IndexLookup::FindState(int tensor, StateKind kind) const {
-  const v1::CheckpointTensor& t = index_.tensors(tensor);
-  for (int s = 0; s < t.states_size(); ++s) {
-    if (t.states(s).kind() == ToProto(kind)) return s;
-  }
-  return -1;
-}
-
-namespace {
-
 absl::Status NoPiece(const ShardSpec& wanted, int tp_rank, int64_t at) {
   return absl::DataLossError(absl::StrCat("tensor \"", wanted.name, "\" ", StateKindName(wanted.kind), ": element ", at,
                                           tp_rank > 0 ? absl::StrCat(" of tp rank ", tp_rank) : "",
@@ -127,6 +105,24 @@ absl::Status CollectReads(const ShardSpec& wanted, const v1::CheckpointTensor& t
 }
 
 }  // namespace
+
+IndexLookup::IndexLookup(const v1::CheckpointIndex& index) : index_(index) {
+  tensors_.reserve(index.tensors_size());
+  for (int i = 0; i < index.tensors_size(); ++i) tensors_[index.tensors(i).name()] = i;
+}
+
+int IndexLookup::FindTensor(absl::string_view name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? -1 : it->second;
+}
+
+int IndexLookup::FindState(int tensor, StateKind kind) const {
+  const v1::CheckpointTensor& t = index_.tensors(tensor);
+  for (int s = 0; s < t.states_size(); ++s) {
+    if (t.states(s).kind() == ToProto(kind)) return s;
+  }
+  return -1;
+}
 
 absl::StatusOr<std::vector<Read>> ComputeReads(const IndexLookup& lookup, const ShardSpec& wanted) {
   if (wanted.begin < 0 || wanted.end < wanted.begin) return NotInCheckpoint(wanted, "not a valid range");

@@ -11,15 +11,11 @@ namespace {
 
 using TensorLookup = std::function<const v1::PlannedTensor*(int index)>;
 
-bool IsTpSplit(const v1::PlannedTensor& t) {
-  return (t.tp_split() == v1::TP_COLUMN || t.tp_split() == v1::TP_ROW) && t.local_shape_size() > 0;
-}
-
 // Elements of one matrix of a (batched) Muon tensor as the rank holds it
 // (TP: its shard): the product of its last two dimensions, as the planner
 // and ComputeTransfers count them.
 absl::StatusOr<int64_t> MatrixNumel(const v1::PlannedTensor& t) {
-  const auto& shape = IsTpSplit(t) ? t.local_shape() : t.shape();
+  const auto& shape = planner::HeldShape(t);
   if (shape.size() < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor \"", t.name(), "\": a Muon tensor needs at least 2 dimensions"));
@@ -31,7 +27,7 @@ void AddKinds(const v1::PlannedTensor& t, int index, int64_t begin, int64_t end,
               std::vector<ShardSpec>* out) {
   for (StateKind kind : KindsOf(t.optimizer())) {
     ShardSpec s{index, t.name(), t.dtype(), kind, begin, end, t.numel()};
-    if (IsTpSplit(t) && tp > 1) {
+    if (planner::IsTpSplit(t) && tp > 1) {
       s.tp = tp;
       s.tp_rank = tp_rank;
       s.tp_dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split());

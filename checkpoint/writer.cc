@@ -214,7 +214,7 @@ v1::CheckpointTensor TensorEntry(const v1::PlannedTensor& t, int tp) {
   out.set_dtype(t.dtype());
   out.set_optimizer(t.optimizer());
   out.set_numel(t.numel());
-  if (tp > 1 && t.local_shape_size() > 0) {
+  if (tp > 1 && planner::IsTpSplit(t)) {
     out.set_tp(tp);
     out.set_tp_dim(planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()));
   }

@@ -70,8 +70,7 @@ Piece ParseKey(const std::string& key) {
 // The whole tensor's index of element `i` of `piece` under `plan`.
 int64_t WholeIndex(const Piece& piece, const v1::Plan& plan, const v1::PlannedTensor& spec, int64_t i) {
   if (piece.tp_rank < 0) return i;
-  const int dim = planner::TpSplitDim(spec.shape_size(), spec.layout(), spec.tp_split());
-  return planner::TpShardRunsOf(spec.shape(), dim, plan.topology().tp(), piece.tp_rank).WholeIndex(i);
+  return planner::TpShardRunsOf(spec, plan.topology().tp(), piece.tp_rank).WholeIndex(i);
 }
 
 // Copies `t` into `out` (the whole tensor's values) and marks the elements
@@ -86,7 +85,7 @@ absl::Status Place(const Piece& piece, const ParamTensor& t, const v1::Plan& pla
   }
   const bool shard = piece.tp_rank >= 0;
   const int64_t held = shard ? spec.local_numel() : spec.numel();
-  if ((shard && (spec.local_shape_size() == 0 || piece.tp_rank >= plan.topology().tp())) || begin < 0 ||
+  if ((shard && (!planner::IsTpSplit(spec) || piece.tp_rank >= plan.topology().tp())) || begin < 0 ||
       end > held || end - begin != static_cast<int64_t>(t.values.size())) {
     return absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.name(), "\": part ", t.name, " does not fit ",
                                                    held, " elements"));

@@ -584,6 +584,22 @@ TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp
   return r;
 }
 
+bool IsTpSplit(const v1::PlannedTensor& tensor) {
+  return (tensor.tp_split() == v1::TP_COLUMN || tensor.tp_split() == v1::TP_ROW) && tensor.local_shape_size() > 0;
+}
+
+const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor) {
+  return IsTpSplit(tensor) ? tensor.local_shape() : tensor.shape();
+}
+
+int64_t HeldNumel(const v1::PlannedTensor& tensor) {
+  return IsTpSplit(tensor) ? tensor.local_numel() : tensor.numel();
+}
+
+TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t) {
+  return TpShardRunsOf(tensor.shape(), TpSplitDim(tensor.shape_size(), tensor.layout(), tensor.tp_split()), tp, t);
+}
+
 int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split) {
   if (dims == 1) return split == v1::TP_COLUMN ? 0 : -1;
   const bool out_first = layout != v1::IN_OUT;

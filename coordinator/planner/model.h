@@ -43,6 +43,15 @@ struct TpShardRuns {
 // REQUIRES: 0 <= dim < whole_shape.size(), whole_shape[dim] % tp == 0, 0 <= t < tp.
 TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp, int t);
 
+// A planned tensor of a plan with tp > 1 that ranks hold as TP shards
+// (tp_split COLUMN or ROW, local_shape set); the shape and element count a
+// rank holds of it (the shard's, else the tensor's); and where tp rank t's
+// shard of it lies in the whole tensor (REQUIRES: IsTpSplit(tensor)).
+bool IsTpSplit(const v1::PlannedTensor& tensor);
+const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor);
+int64_t HeldNumel(const v1::PlannedTensor& tensor);
+TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t);
+
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
 // a = min(m, n), b = max(m, n).
 double NsFlops(int64_t rows, int64_t cols, int steps);

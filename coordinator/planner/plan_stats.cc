@@ -197,8 +197,8 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
   std::vector<std::vector<double>> bytes(plan.groups_size()), flops(plan.groups_size());
   std::vector<double> adamw(plan.groups_size(), 0);
   for (const v1::PlannedTensor& t : plan.tensors()) {
-    const bool split = t.local_shape_size() > 0;
-    const auto& held = split ? t.local_shape() : t.shape();
+    const bool split = IsTpSplit(t);
+    const auto& held = HeldShape(t);
     const int n = t.shape_size();
     const int64_t held_matrix = n >= 2 ? held[n - 2] * held[n - 1] : held[n - 1];
     const double whole_flops = NsFlops(n >= 2 ? t.shape(n - 2) : 1, t.shape(n - 1), plan.policy().ns_steps());

@@ -132,7 +132,7 @@ void LargestMatrix(const v1::Plan& plan, int64_t* numel, double* flops) {
   *flops = 0;
   for (const v1::PlannedTensor& t : plan.tensors()) {
     if (t.optimizer() != v1::MUON) continue;
-    const auto& local = t.local_shape_size() > 0 ? t.local_shape() : t.shape();
+    const auto& local = HeldShape(t);
     const int n = t.shape_size();
     *numel = std::max(*numel, local[n - 2] * local[n - 1]);
     *flops = std::max(*flops, NsFlops(t.shape(n - 2), t.shape(n - 1), plan.policy().ns_steps()));

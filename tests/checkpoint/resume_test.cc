@@ -97,8 +97,7 @@ void OnEveryRank(Job& job, const std::function<absl::Status(int)>& fn) {
 // elements are strided in the whole tensor).
 int64_t WholeElement(const worker::HeldTensor& h, int64_t i) {
   if (h.tp <= 1) return h.element_begin + i;
-  const int dim = planner::TpSplitDim(h.spec->shape_size(), h.spec->layout(), h.spec->tp_split());
-  return planner::TpShardRunsOf(h.spec->shape(), dim, h.tp, h.tp_rank).WholeIndex(h.element_begin + i);
+  return planner::TpShardRunsOf(*h.spec, h.tp, h.tp_rank).WholeIndex(h.element_begin + i);
 }
 
 void SetInitialParameters(Job& job) {

@@ -110,9 +110,8 @@ std::vector<float> Cut(const v1::Plan& plan, int tensor, int rank, absl::Span<co
   const auto [begin, end] = PartOf(plan, tensor, rank);
   std::vector<float> out;
   const int tp = plan.topology().tp();
-  if (t.local_shape_size() == 0) return std::vector<float>(whole.begin() + begin, whole.begin() + end);
-  const planner::TpShardRuns runs = planner::TpShardRunsOf(
-      t.shape(), planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()), tp, plan.ranks(rank).tp_rank());
+  if (!planner::IsTpSplit(t)) return std::vector<float>(whole.begin() + begin, whole.begin() + end);
+  const planner::TpShardRuns runs = planner::TpShardRunsOf(t, tp, plan.ranks(rank).tp_rank());
   for (int64_t i = begin; i < end; ++i) out.push_back(whole[runs.WholeIndex(i)]);
   return out;
 }

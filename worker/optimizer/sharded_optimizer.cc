@@ -136,7 +136,7 @@ absl::Status ShardedOptimizer::Allocate() {
   }
   for (const PartLayout& p : layout_.parts) {
     HeldTensor h{p.tensor, &Spec(p), layout_.groups[p.group].id, p.element_begin, p.element_end};
-    if (Spec(p).local_shape_size() > 0) {
+    if (planner::IsTpSplit(Spec(p))) {
       h.tp = view_.topology().tp();
       h.tp_rank = view_.rank().tp_rank();
     }

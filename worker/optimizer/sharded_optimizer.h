@@ -136,6 +136,7 @@
 // Thread-compatible: one thread at a time (the lane threads are internal).
 // *backend and the communicators must outlive the optimizer.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -409,6 +410,7 @@ class ShardedOptimizer {
   absl::Status CopyTpShards(const TpBatch& batch, bool to_whole);
   bool RunsNs(const TpBatch& batch) const;
   bool IsTp(int shard) const { return layout_.owned[shard].tp.op != v1::TP_OP_NONE; }
+  int TpSize() const { return std::max(1, view_.topology().tp()); }
   absl::Status CastMuonShard(int shard);
   absl::Status UpdateAdamwBucket(int bucket);
   void AdvanceBetaPows();

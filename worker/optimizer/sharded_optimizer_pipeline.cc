@@ -69,10 +69,10 @@ absl::Status ShardedOptimizer::InitPipeline() {
     // path, which the pipeline orders by completion, not by one plan order.
     // Decided by the plan, not by what this rank owns: every rank of a
     // group must run the same schedule (their collective orders differ).
-    schedule = host_memory() && view_.topology().tp() <= 1 ? StepSchedule::kPipelined : StepSchedule::kSequential;
+    schedule = host_memory() && TpSize() == 1 ? StepSchedule::kPipelined : StepSchedule::kSequential;
   }
   if (schedule == StepSchedule::kSequential) return absl::OkStatus();
-  if (view_.topology().tp() > 1) {
+  if (TpSize() > 1) {
     return absl::InvalidArgumentError(
         "the pipelined step schedule does not run tensor-parallel Muon (NOTE [Tensor-parallel Muon]): use the "
         "sequential one");

@@ -20,23 +20,24 @@ constexpr int64_t kFloat = sizeof(float);
 }  // namespace
 
 // Batches in one order on every rank of a TP group (they own the same
-// shards): NS rank ascending, the all-gathered batch last.
+// shards): NS rank ascending, the all-gathered batch last; shards in owned
+// order. One pass over the owned shards, then the offsets.
 void ShardedOptimizer::PlanTpBatches() {
+  const int tp = TpSize();
+  std::vector<std::vector<TpBatch>> slots(view_.muon_buckets_size(), std::vector<TpBatch>(tp + 1));
+  for (size_t i = 0; i < layout_.owned.size(); ++i) {
+    const MuonShardLayout& o = layout_.owned[i];
+    if (o.tp.op == v1::TP_OP_NONE) continue;
+    TpBatch& batch = slots[o.bucket][o.tp.ns_rank < 0 ? tp : o.tp.ns_rank];
+    batch.root = o.tp.ns_rank;
+    batch.shards.push_back(static_cast<int>(i));
+    batch.shard_offsets.push_back(batch.numel);
+    batch.numel += o.shape.elements();
+  }
   tp_batches_.assign(view_.muon_buckets_size(), {});
-  const int tp = std::max(1, view_.topology().tp());
   for (int b = 0; b < view_.muon_buckets_size(); ++b) {
-    std::vector<TpBatch>& batches = tp_batches_[b];
     int64_t offset = 0, scratch = 0;
-    for (int root = 0; root <= tp; ++root) {
-      TpBatch batch;
-      batch.root = root < tp ? root : -1;
-      for (size_t i = 0; i < layout_.owned.size(); ++i) {
-        const MuonShardLayout& o = layout_.owned[i];
-        if (o.bucket != b || o.tp.op == v1::TP_OP_NONE || o.tp.ns_rank != batch.root) continue;
-        batch.shards.push_back(static_cast<int>(i));
-        batch.shard_offsets.push_back(batch.numel);
-        batch.numel += o.shape.elements();
-      }
+    for (TpBatch& batch : slots[b]) {
       if (batch.shards.empty()) continue;
       batch.offset = offset;
       offset += batch.numel;
@@ -44,7 +45,7 @@ void ShardedOptimizer::PlanTpBatches() {
         batch.scratch = scratch;
         scratch += tp * batch.numel;
       }
-      batches.push_back(std::move(batch));
+      tp_batches_[b].push_back(std::move(batch));
     }
   }
 }
@@ -55,7 +56,7 @@ bool ShardedOptimizer::RunsNs(const TpBatch& batch) const {
 
 absl::Status ShardedOptimizer::AllocateTpScratch() {
   PlanTpBatches();
-  const int64_t tp = std::max(1, view_.topology().tp());
+  const int64_t tp = TpSize();
   int64_t update = 0, scratch = 0;
   for (const std::vector<TpBatch>& batches : tp_batches_) {
     if (batches.empty()) continue;
@@ -143,7 +144,7 @@ absl::Status ShardedOptimizer::ReturnTpResults(const std::vector<TpBatch>& batch
 
 absl::Status ShardedOptimizer::OrthogonalizeTpBatch(const TpBatch& batch) {
   MUONSHARD_RETURN_IF_ERROR(CopyTpShards(batch, /*to_whole=*/true));
-  const int64_t tp = std::max(1, view_.topology().tp());
+  const int64_t tp = TpSize();
   const kernels::NewtonSchulzOptions ns = MuonOptionsFor(config_, true).ns;
   for (size_t k = 0; k < batch.shards.size(); ++k) {
     const MuonShardLayout& o = layout_.owned[batch.shards[k]];
@@ -158,7 +159,7 @@ absl::Status ShardedOptimizer::OrthogonalizeTpBatch(const TpBatch& batch) {
 // in the same order (shard k's at scratch + tp * shard_offsets[k]). Copies
 // one into the other.
 absl::Status ShardedOptimizer::CopyTpShards(const TpBatch& batch, bool to_whole) {
-  const int64_t tp = std::max(1, view_.topology().tp());
+  const int64_t tp = TpSize();
   for (size_t k = 0; k < batch.shards.size(); ++k) {
     const MuonShardLayout& o = layout_.owned[batch.shards[k]];
     const int64_t local = o.shape.matrix_elements();

@@ -13,9 +13,7 @@ namespace {
 
 // The held part's elements of `whole` (the whole tensor's values).
 void CutShard(const HeldTensor& h, absl::Span<const float> whole, absl::Span<float> out) {
-  const int n = h.spec->shape_size();
-  const int dim = planner::TpSplitDim(n, h.spec->layout(), h.spec->tp_split());
-  const planner::TpShardRuns runs = planner::TpShardRunsOf(h.spec->shape(), dim, h.tp, h.tp_rank);
+  const planner::TpShardRuns runs = planner::TpShardRunsOf(*h.spec, h.tp, h.tp_rank);
   for (int64_t i = 0; i < h.numel(); ++i) out[i] = whole[runs.WholeIndex(h.element_begin + i)];
 }
 

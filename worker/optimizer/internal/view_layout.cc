@@ -25,14 +25,11 @@ absl::Status Invalid(absl::string_view what) {
 
 // Elements of one held Muon matrix: the product of the last two dimensions.
 int64_t MatrixNumel(const v1::PlannedTensor& t) {
-  const auto& shape = HeldShape(t);
+  const auto& shape = planner::HeldShape(t);
   const int n = shape.size();
   return n >= 2 ? shape[n - 2] * shape[n - 1] : shape[n - 1];
 }
 
-bool IsTpSplit(const v1::PlannedTensor& t) {
-  return (t.tp_split() == v1::TP_COLUMN || t.tp_split() == v1::TP_ROW) && t.local_shape_size() > 0;
-}
 
 class LayoutBuilder {
  public:
@@ -142,7 +139,7 @@ class LayoutBuilder {
       auto g = group_of_id_.find(p.group());
       if (g == group_of_id_.end()) continue;
       if (held) return Invalid(absl::StrCat("tensor \"", t.name(), "\" has two parts in the rank's groups"));
-      if (p.element_begin() < 0 || p.element_begin() >= p.element_end() || p.element_end() > HeldNumel(t)) {
+      if (p.element_begin() < 0 || p.element_begin() >= p.element_end() || p.element_end() > planner::HeldNumel(t)) {
         return Invalid(absl::StrCat("tensor \"", t.name(), "\": part [", p.element_begin(), ", ",
                                     p.element_end(), ") is empty or outside the tensor"));
       }
@@ -317,7 +314,7 @@ class LayoutBuilder {
       const v1::BucketEntry& e = view_.muon_buckets(b->second).entries(entry);
       const int part = layout_.part_of_tensor.at(e.tensor());
       const v1::PlannedTensor& t = Tensor(layout_.parts[part]);
-      const auto& held = HeldShape(t);
+      const auto& held = planner::HeldShape(t);
       const int n = held.size();
       MuonShardLayout shard;
       shard.part = part;
@@ -348,7 +345,7 @@ class LayoutBuilder {
     TpMuonLayout tp;
     tp.op = o.tp_op();
     if (tp.op == v1::TP_OP_NONE) {
-      if (IsTpSplit(t)) {
+      if (planner::IsTpSplit(t)) {
         return Invalid(absl::StrCat(what, ": a TP-split matrix without a TP op (Newton-Schulz on a shard alone "
                                           "is not Muon)"));
       }
@@ -357,7 +354,7 @@ class LayoutBuilder {
     if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER) {
       return Invalid(absl::StrCat(what, ": unknown tp_op ", tp.op));
     }
-    if (!IsTpSplit(t)) return Invalid(absl::StrCat(what, ": tp_op on a tensor that is not TP-split"));
+    if (!planner::IsTpSplit(t)) return Invalid(absl::StrCat(what, ": tp_op on a tensor that is not TP-split"));
     auto g = group_of_id_.find(o.tp_group());
     const int tp_size = view_.topology().tp();
     if (g == group_of_id_.end() || view_.groups(layout_.groups[g->second].view_group).colour() != v1::TENSOR_PARALLEL ||
@@ -378,7 +375,6 @@ class LayoutBuilder {
     tp.cols = dim == 1 ? shard.cols * tp_size : shard.cols;
     const int64_t whole[2] = {tp.rows, tp.cols};
     for (int r = 0; r < tp_size; ++r) tp.all_runs.push_back(planner::TpShardRunsOf(whole, dim, tp_size, r));
-    tp.runs = tp.all_runs[layout_.groups[tp.group].group_rank];
     return tp;
   }
 
@@ -423,12 +419,6 @@ class LayoutBuilder {
 };
 
 }  // namespace
-
-const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& t) {
-  return IsTpSplit(t) ? t.local_shape() : t.shape();
-}
-
-int64_t HeldNumel(const v1::PlannedTensor& t) { return IsTpSplit(t) ? t.local_numel() : t.numel(); }
 
 absl::StatusOr<ViewLayout> BuildViewLayout(const v1::RankView& view) { return LayoutBuilder(view).Build(); }
 

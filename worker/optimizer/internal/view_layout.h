@@ -55,8 +55,6 @@ struct TpMuonLayout {
   int ns_rank = -1;    // GATHER_SCATTER: the TP group rank that runs NS
   int64_t rows = 0;    // one whole matrix
   int64_t cols = 0;
-  // Where this rank's shard of one matrix lies in the whole matrix.
-  planner::TpShardRuns runs;
   // Each TP rank's shard of one whole matrix, in TP group rank order.
   std::vector<planner::TpShardRuns> all_runs;
 };
@@ -107,13 +105,9 @@ struct ViewLayout {
   int64_t adamw_shard_numel = 0;
 };
 
-// The shape a rank holds of `t`: local_shape for a TP-split tensor, else
-// shape; and its element count.
-const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& t);
-int64_t HeldNumel(const v1::PlannedTensor& t);
-
 // Validates `view` (INVALID_ARGUMENT naming the bucket, tensor or field) and
-// indexes it. TP-split tensors are held at their shard shape. Checks: the rank is in each of its groups; each tensor has a
+// indexes it. TP-split tensors are held at their shard shape
+// (planner::HeldShape). Checks: the rank is in each of its groups; each tensor has a
 // known dtype, a shape matching numel and at most one part in the rank's
 // groups; bucket entries lie inside a held part of the bucket's group, in
 // order, without overlap, inside the buffer, with the bucket's dtype and
