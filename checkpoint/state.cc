@@ -32,7 +32,7 @@ void AddKinds(const v1::PlannedTensor& t, int index, int64_t begin, int64_t end,
       s.tp_rank = tp_rank;
       s.tp_dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
       s.shape.assign(t.shape().begin(), t.shape().end());
-    } else if (tp > 1) {
+    } else if (planner::IsTpReplicated(t, tp)) {
       s.tp_copy = tp_rank;
     }
     out->push_back(std::move(s));

@@ -52,9 +52,10 @@ struct ShardSpec {
   int tp_rank = 0;
   int tp_dim = -1;
   std::vector<int64_t> shape;
-  // A tensor replicated over the TP group (not split) with tp > 1: the
-  // rank's tp rank. Every copy loads; only copy 0 is saved (WriteRankFile
-  // skips the others), as the copies are equal.
+  // A tensor replicated over the TP group (not split, not an expert of a
+  // moe_sharding group, which one tp rank holds) with tp > 1: the rank's tp
+  // rank. Every copy loads; only copy 0 is saved (WriteRankFile skips the
+  // others), as the copies are equal.
   int tp_copy = 0;
   int64_t numel() const { return end - begin; }
   // The whole tensor's flattened index of element begin + i.

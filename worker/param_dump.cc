@@ -29,7 +29,7 @@ const v1::CommGroup* FindGroup(const v1::RankView& view, int id) {
 // tensor only from tp rank 0 (every tp rank holds a copy).
 bool IsWriter(const v1::RankView& view, const HeldTensor& h) {
   const v1::CommGroup* g = FindGroup(view, h.group);
-  if (view.topology().tp() > 1 && h.tp <= 1 && view.rank().tp_rank() != 0) return false;
+  if (planner::IsTpReplicated(*h.spec, view.topology().tp()) && view.rank().tp_rank() != 0) return false;
   return g != nullptr && LowestRank(*g) == view.rank().rank();
 }
 

@@ -27,9 +27,11 @@ struct Item {
 // i = ms * ep + e, the position in the stage's sharding group).
 class StageBalancer {
  public:
-  StageBalancer(int n, int ep, double flops_mean, double bytes_mean)
+  // `flops` and `bytes`: what each rank already holds (the preload).
+  StageBalancer(int n, int ep, double flops_mean, double bytes_mean, std::vector<double> flops,
+                std::vector<double> bytes)
       : n_(n), ep_(ep), inv_f_(flops_mean > 0 ? 1 / flops_mean : 0),
-        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0), flops_(n, 0), bytes_(n, 0), items_on_(n),
+        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0), flops_(std::move(flops)), bytes_(std::move(bytes)), items_on_(n),
         version_(n, 0), heaps_(ep > 1 ? ep + 1 : 1) {
     for (int i = 0; i < n; ++i) Push(i);
   }
@@ -400,6 +402,16 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
         max_f = std::max(max_f, it.flops);
         max_m = std::max(max_m, it.bytes);
       }
+      std::vector<double> base_f(n, 0), base_m(n, 0);
+      if (options.preload != nullptr) {
+        const std::vector<int> ranks = layout.GroupRanks(layout.DefaultGroup(stage));
+        for (int i = 0; i < n; ++i) {
+          base_f[i] = options.preload->ns_flops[ranks[i]];
+          base_m[i] = static_cast<double>(options.preload->state_bytes[ranks[i]]);
+          flops += base_f[i];
+          bytes += base_m[i];
+        }
+      }
       // Normalise by the lower bound, so a single huge matrix does not make
       // the greedy ignore the other dimension.
       const double f_target = std::max(flops / n, max_f);
@@ -407,7 +419,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       for (Item& it : items) {
         it.cost = (f_target > 0 ? it.flops / f_target : 0) + (m_target > 0 ? it.bytes / m_target : 0);
       }
-      StageBalancer balancer(n, layout.ep(), f_target, m_target);
+      StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m));
       std::vector<int> owner = balancer.Place(items);
       EmitShards(model, layout, items, owner, shards);
     }
@@ -430,10 +442,14 @@ double WaterLevel(const std::vector<int64_t>& base, double water) {
 }
 
 double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
-                           const std::vector<MuonShard>& shards, int ns_steps) {
+                           const std::vector<MuonShard>& shards, int ns_steps, const Preload* preload) {
   const int w = layout.world_size();
   std::vector<double> flops(w, 0);
   std::vector<int64_t> bytes(w, 0);
+  if (preload != nullptr) {
+    flops = preload->ns_flops;
+    bytes = preload->state_bytes;
+  }
   double max_matrix_flops = 0, max_matrix_bytes = 0;
   for (const MuonShard& s : shards) {
     const Unit& u = model.units[s.unit];

@@ -27,12 +27,24 @@ namespace muonshard::planner {
 // bounded local search (moves and swaps off the worst rank). Experts of a
 // stack are identical, so each stack's experts are finally relaid as
 // contiguous ranges with the same per-rank counts.
+// The load every rank carries from outside the plan being balanced, per
+// global rank of its layout: Newton-Schulz FLOPs and optimizer-state bytes
+// the balance (and the AdamW water-filling) levels around. Plans with tp > 1
+// and ep > 1 plan the experts first and the replicas' dense part around them
+// (tensor_parallel.h).
+struct Preload {
+  std::vector<double> ns_flops;
+  std::vector<int64_t> state_bytes;
+};
+
 struct BalancedOptions {
   int ns_steps = 5;
   bool per_dtype = false;
   // Sticky re-planning: previous owner (global rank) of each (tensor index,
   // matrix) of this manifest; null or empty for a from-scratch plan.
   const absl::flat_hash_map<std::pair<int, int>, int>* previous_owner = nullptr;
+  // Null for none.
+  const Preload* preload = nullptr;
 };
 
 std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
@@ -55,9 +67,10 @@ double WaterLevel(const std::vector<int64_t>& base, double water);
 // The balanced objective of an assignment, max over stages of
 // max(max F / LB_F, max M / LB_M), with M after AdamW water-filling over the
 // stage (estimated as one pool) and LB = max(stage mean, largest matrix).
-// Lets the planner keep whichever of two assignments is better.
+// Lets the planner keep whichever of two assignments is better. `preload`
+// (may be null) counts on every rank as in BalancedOptions.
 double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
-                           const std::vector<MuonShard>& shards, int ns_steps);
+                           const std::vector<MuonShard>& shards, int ns_steps, const Preload* preload = nullptr);
 
 }  // namespace muonshard::planner
 

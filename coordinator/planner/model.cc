@@ -584,6 +584,10 @@ TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp
   return r;
 }
 
+bool IsTpReplicated(const v1::PlannedTensor& tensor, int tp) {
+  return tp > 1 && !IsTpSplit(tensor) && tensor.colour() != v1::MOE_EXPERT;
+}
+
 bool IsTpSplit(const v1::PlannedTensor& tensor) {
   return (tensor.tp_split() == v1::TP_COLUMN || tensor.tp_split() == v1::TP_ROW) && tensor.local_shape_size() > 0;
 }

@@ -48,6 +48,10 @@ TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp
 // rank holds of it (the shard's, else the tensor's); and where tp rank t's
 // shard of it lies in the whole tensor (REQUIRES: IsTpSplit(tensor)).
 bool IsTpSplit(const v1::PlannedTensor& tensor);
+// A tensor every tp rank of a replica holds a whole copy of (tp > 1): not
+// split, and not an expert under ep > 1 (colour MOE_EXPERT), which one tp
+// rank holds. Its copies are equal: one of them (tp rank 0's) is written.
+bool IsTpReplicated(const v1::PlannedTensor& tensor, int tp);
 const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor);
 int64_t HeldNumel(const v1::PlannedTensor& tensor);
 TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t);

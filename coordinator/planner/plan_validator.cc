@@ -82,7 +82,7 @@ absl::Status CheckEntries(const v1::Plan& plan, const google::protobuf::Repeated
 
 // Per tensor and tp rank (tensor * tp + t): the (begin, end) element
 // intervals assigned so far. Each tp rank's groups hold their own copy or
-// shard of every tensor.
+// shard of every dense tensor; an expert tensor is held once.
 class Coverage {
  public:
   explicit Coverage(const v1::Plan& plan)
@@ -97,6 +97,14 @@ class Coverage {
     for (int i = 0; i < plan.tensors_size(); ++i) {
       const v1::PlannedTensor& t = plan.tensors(i);
       if (t.optimizer() != which) continue;
+      if (t.colour() == v1::MOE_EXPERT) {
+        // Experts are never TP-split: each lives in one moe_sharding group,
+        // whichever tp rank's that is (ep rank = d * tp + t).
+        std::vector<std::pair<int64_t, int64_t>> all;
+        for (int r = 0; r < tp_; ++r) all.insert(all.end(), intervals_[i * tp_ + r].begin(), intervals_[i * tp_ + r].end());
+        MUONSHARD_RETURN_IF_ERROR(CheckOne(t, -1, all));
+        continue;
+      }
       for (int r = 0; r < tp_; ++r) {
         MUONSHARD_RETURN_IF_ERROR(CheckOne(t, r, intervals_[i * tp_ + r]));
       }
@@ -106,7 +114,7 @@ class Coverage {
 
  private:
   absl::Status CheckOne(const v1::PlannedTensor& t, int tp_rank, std::vector<std::pair<int64_t, int64_t>>& v) {
-    const std::string of = tp_ > 1 ? absl::StrCat(" on tp rank ", tp_rank) : "";
+    const std::string of = tp_rank >= 0 && tp_ > 1 ? absl::StrCat(" on tp rank ", tp_rank) : "";
     std::sort(v.begin(), v.end());
     int64_t at = 0;
     for (auto [b, e] : v) {

@@ -131,8 +131,7 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
   return absl::StrCat("sha256:", sink->HexDigest());
 }
 
-// Not planned yet with tensor parallelism: experts spread over tp ranks, and
-// sticky re-planning.
+// Not planned yet with tensor parallelism: sticky re-planning.
 absl::Status TpNotPlannedError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("topology.tp: ", what, " with tp > 1 is not planned yet"));
 }
@@ -146,6 +145,15 @@ class PlanBuilder {
       : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)),
         previous_(previous) {}
 
+  // Load from outside this plan for the balanced policy to level around
+  // (balanced.h); null for none. Must outlive Build.
+  void set_preload(const Preload* preload) { preload_ = preload; }
+  // The Muon assignment to use instead of the policy's (another build's
+  // muon_shards() of the same model and layout); null for the policy's.
+  void set_fixed_muon(const std::vector<MuonShard>* shards) { fixed_muon_ = shards; }
+  // After Build: the Muon assignment it used.
+  const std::vector<MuonShard>& muon_shards() const { return muon_shards_; }
+
   // Builds into a Plan allocated on `arena` (heap when null).
   absl::StatusOr<v1::Plan*> Build(std::string hash, google::protobuf::Arena* arena) {
     plan_ = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
@@ -157,7 +165,13 @@ class PlanBuilder {
     EmitGroups();
     EmitRanks();
     EmitTensors();
-    MUONSHARD_ASSIGN_OR_RETURN(std::vector<MuonShard> shards, PartitionMuon());
+    std::vector<MuonShard> shards;
+    if (fixed_muon_ != nullptr) {
+      shards = *fixed_muon_;
+    } else {
+      MUONSHARD_ASSIGN_OR_RETURN(shards, PartitionMuon());
+    }
+    muon_shards_ = shards;
     EmitMuonBuckets(shards);
     EmitAdamwBuckets();
     AddBucketTotals(*plan_, totals_);
@@ -242,6 +256,7 @@ class PlanBuilder {
     BalancedOptions options;
     options.ns_steps = policy_.ns_steps();
     options.per_dtype = policy_.per_dtype();
+    options.preload = preload_;
     absl::flat_hash_map<std::pair<int, int>, int> previous_owner;
     if (previous_ != nullptr) {
       previous_owner = PreviousOwners();
@@ -254,7 +269,8 @@ class PlanBuilder {
     std::vector<MuonShard> seed =
         SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(), /*all_ranks=*/false, policy_.per_dtype());
     const int steps = policy_.ns_steps();
-    if (AssignmentObjective(model_, layout_, seed, steps) < AssignmentObjective(model_, layout_, balanced, steps)) {
+    if (AssignmentObjective(model_, layout_, seed, steps, preload_) <
+        AssignmentObjective(model_, layout_, balanced, steps, preload_)) {
       return seed;
     }
     return balanced;
@@ -444,6 +460,7 @@ class PlanBuilder {
   // group levels every rank's total around its Muon and expert load.
   void WaterFillAdamw(const std::vector<std::vector<int>>& buckets_of) {
     std::vector<int64_t> base(layout_.world_size(), 0);
+    if (preload_ != nullptr) base = preload_->state_bytes;
     for (const v1::RankPlan& r : plan_->ranks()) {
       for (const v1::OwnedTensor& o : r.owned()) base[r.rank()] += o.numel() * kMuonStateBytesPerElem;
     }
@@ -525,6 +542,9 @@ class PlanBuilder {
   const RankLayout& layout_;
   ResolvedModel model_;
   const v1::Plan* previous_;  // sticky re-planning; may be null
+  const Preload* preload_ = nullptr;
+  const std::vector<MuonShard>* fixed_muon_ = nullptr;
+  std::vector<MuonShard> muon_shards_;
   v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
   // Per rank: the sums over its owned tensors and slices, kept as they are
   // emitted (in the order ComputeRankTotals would add them).
@@ -535,22 +555,91 @@ class PlanBuilder {
 
 namespace {
 
-// tensor_parallel.h: the replica's plan, expanded over the tp ranks.
+// One part of a tp plan (tensor_parallel.h): its resolved model, planned by
+// the builder. Empty (a plan with the part's ranks only) without tensors.
+class PartPlanner {
+ public:
+  static absl::StatusOr<PartPlanner> Create(TpReplica part, const ResolvedModel& whole,
+                                            const std::vector<int>& tensors,
+                                            const std::vector<std::string>& patterns) {
+    MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(part.topology));
+    PartPlanner p(std::move(part), layout);
+    if (tensors.empty()) return p;
+    MUONSHARD_ASSIGN_OR_RETURN(p.model_, ResolveModel(p.part_.manifest, p.layout_, patterns));
+    UseWholeMatricesForNs(whole, tensors, p.model_);
+    p.empty_ = false;
+    return p;
+  }
+
+  // `preload` and `fixed_muon` as PlanBuilder's (may be null); keeps the
+  // Muon assignment for a later Plan with it fixed.
+  absl::StatusOr<std::unique_ptr<v1::Plan>> Plan(const v1::PlanPolicy& policy, const std::string& hash,
+                                                 const Preload* preload, const std::vector<MuonShard>* fixed_muon) {
+    if (empty_) {
+      auto plan = std::make_unique<v1::Plan>();
+      *plan->mutable_policy() = policy;
+      for (int r = 0; r < layout_.world_size(); ++r) plan->add_ranks()->set_rank(r);
+      return plan;
+    }
+    PlanBuilder builder(part_.manifest, policy, layout_, model_, nullptr);
+    builder.set_preload(preload);
+    builder.set_fixed_muon(fixed_muon);
+    MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * plan, builder.Build(hash, nullptr));
+    muon_shards_ = builder.muon_shards();
+    return std::unique_ptr<v1::Plan>(plan);
+  }
+
+  const std::vector<MuonShard>& muon_shards() const { return muon_shards_; }
+
+ private:
+  PartPlanner(TpReplica part, const RankLayout& layout) : part_(std::move(part)), layout_(layout) {}
+
+  TpReplica part_;
+  RankLayout layout_;
+  ResolvedModel model_;
+  bool empty_ = true;
+  std::vector<MuonShard> muon_shards_;
+};
+
+// tensor_parallel.h: the replica's plan, expanded over the tp ranks, and
+// with ep > 1 the experts' plan on the whole layout merged in. The dense
+// matrices are placed first (coarse items); the experts (many equal ones)
+// fill in around their load on every rank; the dense AdamW shards are then
+// water-filled around both (the same on every tp rank of a replica).
 absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy,
                                              const RankLayout& layout, const ResolvedModel& whole,
                                              const std::vector<std::string>& patterns, std::string hash,
                                              google::protobuf::Arena* arena, const v1::Plan* previous) {
-  if (layout.ep() > 1) return TpNotPlannedError("expert parallelism");
   if (previous != nullptr) return TpNotPlannedError("sticky re-planning (policy.sticky_to)");
-  TpReplica replica = ReplicaOf(manifest, layout);
-  MUONSHARD_ASSIGN_OR_RETURN(RankLayout replica_layout, RankLayout::Create(replica.topology));
-  MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(replica.manifest, replica_layout, patterns));
-  UseWholeMatricesForNs(whole, model);
-  PlanBuilder builder(replica.manifest, policy, replica_layout, std::move(model), nullptr);
-  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * replica_plan, builder.Build(std::move(hash), nullptr));
-  std::unique_ptr<v1::Plan> owned(replica_plan);
+  TpParts parts;
+  SplitDenseAndExperts(whole, layout, &parts.dense_index, &parts.expert_index);
+  MUONSHARD_ASSIGN_OR_RETURN(
+      PartPlanner dense_planner,
+      PartPlanner::Create(ReplicaOf(manifest, layout, parts.dense_index, whole), whole, parts.dense_index, patterns));
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense, dense_planner.Plan(policy, hash, nullptr, nullptr));
+  parts.dense = dense.get();
+  std::unique_ptr<v1::Plan> experts;
+  if (!parts.expert_index.empty()) {
+    v1::Plan dense_only;
+    ExpandTensorParallel(parts, manifest, layout, &dense_only);
+    const Preload dense_load = RankPreload(dense_only, /*spread_adamw=*/true);
+    MUONSHARD_ASSIGN_OR_RETURN(
+        PartPlanner expert_planner,
+        PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,
+                            patterns));
+    MUONSHARD_ASSIGN_OR_RETURN(experts, expert_planner.Plan(policy, hash, &dense_load, nullptr));
+    parts.experts = experts.get();
+    if (policy.policy() == v1::BALANCED) {
+      const Preload expert_load = ReplicaPreload(*experts, layout.tp());
+      const std::vector<MuonShard> placed = dense_planner.muon_shards();
+      MUONSHARD_ASSIGN_OR_RETURN(dense, dense_planner.Plan(policy, hash, &expert_load, &placed));
+      parts.dense = dense.get();
+    }
+  }
   v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
-  ExpandTensorParallel(*owned, manifest, layout, plan);
+  ExpandTensorParallel(parts, manifest, layout, plan);
+  plan->set_content_hash(std::move(hash));
+  plan->set_format_version(kPlanFormatVersion);
   return plan;
 }
 

@@ -1,12 +1,12 @@
 #ifndef MUONSHARD_COORDINATOR_PLANNER_TENSOR_PARALLEL_H_
 #define MUONSHARD_COORDINATOR_PLANNER_TENSOR_PARALLEL_H_
 
-// Plans with tensor parallelism (tp > 1, ep = 1; docs/planner.md, "Tensor
+// Plans with tensor parallelism (tp > 1; docs/planner.md, "Tensor
 // parallelism"). The tp ranks t of one model replica hold shard t of every
-// TP-split tensor and a whole copy of the others; the sharding group of
-// (stage, t) holds the same shard of every tensor on every replica. So a plan
-// is the plan of one replica layout -- W/tp ranks, every tensor at its shard
-// shape -- repeated for every tp rank:
+// TP-split tensor and a whole copy of the other dense tensors; the sharding
+// group of (stage, t) holds the same shard of every dense tensor on every
+// replica. So the dense part of a plan is the plan of one replica layout --
+// W/tp ranks, every tensor at its shard shape -- repeated for every tp rank:
 //   - every Muon matrix gets one owner *pair*: the same sharding rank
 //     (replica) for all its shards, and, for a split matrix, one tp rank of
 //     that replica that gathers the shards, orthogonalises the whole matrix
@@ -17,8 +17,14 @@
 //   - AdamW tensors are split element-wise over the shard, unchanged.
 // Replicated Muon matrices are orthogonalised by each tp rank's owner on its
 // own copy (TP_OP_NONE).
+// With ep > 1 the experts are never TP-split and the tp ranks of a replica
+// hold different ones (ep rank = d * tp + t), so they are not part of the
+// repeated replica: they are planned once on the whole layout with tp 1 --
+// whose moe_sharding groups are exactly these -- around the dense part's
+// load on every rank (balanced policy), and merged in.
 
 #include "absl/status/statusor.h"
+#include "coordinator/planner/balanced.h"
 #include "coordinator/planner/model.h"
 #include "coordinator/planner/topology.h"
 #include "muonshard/v1/manifest.pb.h"
@@ -29,31 +35,72 @@ namespace muonshard::planner {
 // Bytes per element of what the TP ops move: the fp32 update.
 constexpr int64_t kTpOpBytesPerElem = 4;
 
-// One replica: the manifest at shard shapes (tp_split cleared) on W/tp ranks
-// with tp 1. `layout` must have tp > 1 and ep = 1; the manifest's splits were
-// checked by ResolveModel on it.
+// A part of the plan to compute: a manifest and the topology to plan it on.
 struct TpReplica {
   v1::ModelManifest manifest;
   v1::Topology topology;
 };
-TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout);
+
+// The manifest's tensors with a place in the whole layout's moe_sharding
+// groups (ep > 1: per-expert tensors and fused stacks) and the others, as
+// manifest indices in order.
+void SplitDenseAndExperts(const ResolvedModel& whole, const RankLayout& layout, std::vector<int>* dense,
+                          std::vector<int>* experts);
+
+// One replica: `tensors` of the manifest at shard shapes (tp_split cleared,
+// stages pinned to the whole model's) on W/tp ranks with tp 1 and ep/tp.
+// `layout` must have tp > 1; the manifest's splits were checked by
+// ResolveModel on it (`whole`).
+TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout, const std::vector<int>& tensors,
+                    const ResolvedModel& whole);
+
+// The expert tensors `tensors` (whole; stages pinned) on the whole layout
+// with tp 1: its rank numbering and moe_sharding groups are the tp layout's.
+TpReplica ExpertsOf(const v1::ModelManifest& manifest, const RankLayout& layout, const std::vector<int>& tensors,
+                    const ResolvedModel& whole);
 
 // Newton-Schulz of a split Muon tensor sees the whole matrix: copies the
-// whole model's rows and cols into the replica model's ns_rows and ns_cols.
-void UseWholeMatricesForNs(const ResolvedModel& whole, ResolvedModel& replica);
+// whole model's rows and cols (of manifest tensor tensors[k]) into the
+// replica model's tensor k's ns_rows and ns_cols.
+void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& tensors, ResolvedModel& replica);
 
 // What an unsharded reference of a plan with tp > 1 runs: the same model,
 // every tensor whole (tp_split cleared), on the W / tp model replicas with
-// tp 1. Replica q of it sees the data of ranks q * tp .. q * tp + tp - 1
-// (worker DataRank), so it trains what the tp plan trains. A request with
-// tp <= 1 comes back unchanged.
+// tp 1 and ep / tp. Replica q of it sees the data of ranks q * tp .. q * tp
+// + tp - 1 (worker DataRank), and an expert of ep rank d * tp + t is reduced
+// over the same data ranks in both, so it trains what the tp plan trains. A
+// request with tp <= 1 comes back unchanged.
 v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request);
 
-// The plan of `layout` from the replica's plan (same request hash and
-// policy): groups per (stage, tp rank) and TENSOR_PARALLEL groups, every
-// bucket once per tp rank, the TP op of every owned matrix, and the totals
-// and stats recomputed. `out` is empty on entry.
-void ExpandTensorParallel(const v1::Plan& replica, const v1::ModelManifest& manifest, const RankLayout& layout,
+// Every rank's Newton-Schulz FLOPs and optimizer-state bytes in `plan` (the
+// dense part's alone): what the experts' plan levels around. With
+// `spread_adamw` each rank's AdamW state counts as its stage's mean, since
+// the dense AdamW shards are water-filled again around the experts.
+Preload RankPreload(const v1::Plan& plan, bool spread_adamw);
+
+// What replica q of a tp layout carries of the experts' plan on its tp ranks
+// q * tp + t, for the replicas' dense AdamW water-filling: the largest of
+// their optimizer-state bytes (a dense shard adds to each) and their NS FLOPs
+// summed.
+Preload ReplicaPreload(const v1::Plan& experts, int tp);
+
+// The computed parts: `dense` is the replica plan (ReplicaOf) of manifest
+// tensors `dense_index` (its tensor k is manifest tensor dense_index[k]);
+// `experts` (ep > 1 with expert tensors, else null) the plan of ExpertsOf.
+// With `experts` null the plan is the dense part's alone (expert tensors
+// listed by name only).
+struct TpParts {
+  const v1::Plan* dense = nullptr;
+  std::vector<int> dense_index;
+  const v1::Plan* experts = nullptr;
+  std::vector<int> expert_index;
+};
+
+// The plan of `layout` from its parts (same request hash and policy):
+// groups per (stage, tp rank) and TENSOR_PARALLEL groups, every dense bucket
+// once per tp rank and the expert buckets after them, the TP op of every
+// owned matrix, and the totals and stats recomputed. `out` is empty on entry.
+void ExpandTensorParallel(const TpParts& parts, const v1::ModelManifest& manifest, const RankLayout& layout,
                           v1::Plan* out);
 
 }  // namespace muonshard::planner

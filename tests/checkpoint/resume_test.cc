@@ -235,11 +235,13 @@ INSTANTIATE_TEST_SUITE_P(
 
 // --- tensor parallelism: save under one tp, load under another ---
 
-v1::ModelManifest TpManifest(bool moe) {
+// Experts are split over TP too unless a layout has ep > 1 (there they stay
+// whole, Paddle's expert_tensor_parallel_degree <= 1).
+v1::ModelManifest TpManifest(bool moe, bool split_experts = true) {
   v1::ModelManifest m = moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128);
   importer::TpSplitOptions options;
   options.tp = 4;  // divisible by 4, so by 2 and 1 too
-  options.split_experts = true;
+  options.split_experts = split_experts;
   EXPECT_TRUE(importer::MarkTensorParallel(options, &m).ok());
   return m;
 }
@@ -266,6 +268,7 @@ struct TpCase {
   bool moe;
   int from_world, from_tp;
   int to_world, to_tp;
+  int from_ep = 1, to_ep = 1;
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
@@ -277,11 +280,11 @@ class TpResumeTest : public ::testing::TestWithParam<TpCase> {};
 // the uninterrupted run bit for bit.
 TEST_P(TpResumeTest, ContinuesTheUninterruptedRunBitForBit) {
   const TpCase& c = GetParam();
-  const v1::ModelManifest manifest = TpManifest(c.moe);
+  const v1::ModelManifest manifest = TpManifest(c.moe, c.from_ep == 1 && c.to_ep == 1);
   constexpr int kSteps = 2;
   const testing::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
-  auto uninterrupted = StartJob(manifest, c.from_world, 1, v1::BALANCED, false, c.from_tp);
+  auto uninterrupted = StartJob(manifest, c.from_world, c.from_ep, v1::BALANCED, false, c.from_tp);
   SetInitialParameters(*uninterrupted);
   Train(*uninterrupted, 0, kSteps);
   Save(*uninterrupted, tmp.path(), kSteps);
@@ -289,7 +292,7 @@ TEST_P(TpResumeTest, ContinuesTheUninterruptedRunBitForBit) {
   Train(*uninterrupted, kSteps, 2 * kSteps);
   const auto expected = Masters(*uninterrupted);
 
-  auto resumed = StartJob(manifest, c.to_world, 1, v1::BALANCED, false, c.to_tp);
+  auto resumed = StartJob(manifest, c.to_world, c.to_ep, v1::BALANCED, false, c.to_tp);
   Resume(*resumed, tmp.path());
   // The state is the saved state, bit for bit, on the new layout.
   const auto loaded = WholeState(*resumed);
@@ -309,7 +312,14 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{"dense_w4tp2_to_w8tp4", false, 4, 2, 8, 4},
                       TpCase{"dense_w8tp4_to_w2tp2", false, 8, 4, 2, 2},
                       TpCase{"moe_w4tp2_to_w4tp1", true, 4, 2, 4, 1},
-                      TpCase{"moe_w4tp1_to_w4tp2", true, 4, 1, 4, 2}),
+                      TpCase{"moe_w4tp1_to_w4tp2", true, 4, 1, 4, 2},
+                      // (W, tp, ep) -> (W', tp', ep'): experts whole, spread
+                      // over the tp ranks (ep rank = d * tp + t).
+                      TpCase{"moe_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1},
+                      TpCase{"moe_w4tp1ep4_to_w4tp2ep2", true, 4, 1, 4, 2, 4, 2},
+                      TpCase{"moe_w8tp2ep4_to_w4tp2ep2", true, 8, 2, 4, 2, 4, 2},
+                      TpCase{"moe_w4tp2ep2_to_w8tp4ep4", true, 4, 2, 8, 4, 2, 4},
+                      TpCase{"moe_w8tp2ep8_to_w4tp2ep1", true, 8, 2, 4, 2, 8, 1}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
 
 // The round trip: (W=4, tp=2) -> (W=4, tp=1) -> (W=4, tp=2), each

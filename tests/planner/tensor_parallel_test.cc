@@ -2,6 +2,7 @@
 #include "coordinator/planner/tensor_parallel.h"
 
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -184,16 +185,152 @@ TEST(TensorParallelPlanTest, TpOneRequestsHashAsBefore) {
 }
 
 TEST(TensorParallelPlanTest, NotPlannedYetAndBadSplitsAreClearErrors) {
-  v1::PlanRequest moe = TpRequest(TpModel(1), 8, 2);
-  moe.mutable_topology()->set_ep(2);
-  EXPECT_THAT(ComputePlan(moe), StatusIs(absl::StatusCode::kInvalidArgument,
-                                         HasSubstr("topology.tp: expert parallelism with tp > 1 is not planned yet")));
+  const v1::PlanRequest first = TpRequest(TpModel(1), 4, 2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(first));
+  v1::PlanRequest sticky = first;
+  sticky.mutable_policy()->set_sticky_to(previous.content_hash());
+  EXPECT_THAT(ComputePlan(sticky, nullptr, &previous),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("topology.tp: sticky re-planning (policy.sticky_to) with tp > 1 is not planned yet")));
   v1::PlanRequest three = TpRequest(TpModel(1), 6, 3);
   EXPECT_THAT(ComputePlan(three), StatusIs(absl::StatusCode::kInvalidArgument,
                                            HasSubstr("tp_split TP_COLUMN: dimension 0 (64) is not divisible by tp 3")));
   v1::PlanRequest bad_mode = TpRequest(TpModel(1), 4, 2);
   bad_mode.mutable_policy()->set_tp_muon(static_cast<v1::TpMuonMode>(9));
   EXPECT_THAT(ComputePlan(bad_mode), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("policy.tp_muon")));
+}
+
+// A small MoE decoder: split attention, a replicated router, `experts`
+// per-expert matrices per layer (never TP-split under ep > 1) and a fused
+// 3-D expert stack with its 2-D bias stack.
+v1::ModelManifest TpMoeModel(int layers, int experts) {
+  ManifestBuilder b;
+  b.Add("model.embed_tokens.weight", {64, 16});
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "self_attn.q_proj.weight", {16, 16})
+        .Add(p + "self_attn.o_proj.weight", {16, 16})
+        .Add(p + "mlp.gate.weight", {experts, 16});  // router: replicated
+    for (int e = 0; e < experts; ++e) {
+      const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+      b.Add(x + "gate_proj.weight", {8 + 8 * (e % 3), 16}).Add(x + "down_proj.weight", {16, 8 + 8 * (e % 3)});
+    }
+    b.Add(p + "mlp.experts.gate_up_proj", {experts, 16, 24}).Add(p + "mlp.experts.gate_up_bias", {experts, 24});
+    b.Add(p + "input_layernorm.weight", {16});
+  }
+  b.Add("model.norm.weight", {16}).Add("lm_head.weight", {64, 16});
+  v1::ModelManifest m = b.Build();
+  for (v1::TensorSpec& t : *m.mutable_tensors()) {
+    const std::string& n = t.name();
+    if (n.find("experts") != std::string::npos) continue;
+    for (const char* column : {"q_proj", "embed_tokens", "lm_head"}) {
+      if (n.find(column) != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
+    }
+    if (n.find("o_proj") != std::string::npos) t.set_tp_split(v1::TP_ROW);
+  }
+  return m;
+}
+
+v1::PlanRequest TpMoeRequest(int world, int pp, int ep, int tp, v1::Policy policy) {
+  v1::PlanRequest r = MakeRequest(TpMoeModel(2 * pp, 8), world, pp, ep, policy);
+  r.mutable_topology()->set_tp(tp);
+  return r;
+}
+
+// (owner rank, owned record) of every Muon matrix of the tensor.
+std::vector<std::pair<int, const v1::OwnedTensor*>> OwnersOf(const v1::Plan& plan, int tensor) {
+  std::vector<std::pair<int, const v1::OwnedTensor*>> owners;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) {
+      if (o.tensor() == tensor) owners.push_back({r.rank(), &o});
+    }
+  }
+  return owners;
+}
+
+// tp with ep > 1: the experts live in the tp layout's moe_sharding groups
+// (ep rank = d * tp + t, so a replica's tp ranks hold different experts),
+// whole and without TP ops; the dense split matrices keep their owner pairs.
+TEST(TensorParallelPlanTest, ExpertsWithTpAreOwnedInTheirMoeShardingGroups) {
+  struct Case {
+    int world, pp, ep, tp;
+  };
+  for (const Case c : {Case{8, 1, 2, 2}, Case{8, 1, 4, 2}, Case{16, 2, 4, 4}, Case{16, 1, 8, 2}, Case{8, 1, 4, 4}}) {
+    for (v1::Policy policy : {v1::SEED, v1::BALANCED}) {
+      SCOPED_TRACE(absl::StrCat("W", c.world, " pp", c.pp, " ep", c.ep, " tp", c.tp, " ", v1::Policy_Name(policy)));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpMoeRequest(c.world, c.pp, c.ep, c.tp, policy)));
+      MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout layout, RankLayout::Create(plan.topology()));
+      ASSERT_EQ(plan.groups_size(), layout.num_groups());
+      for (int i = 0; i < plan.tensors_size(); ++i) {
+        const v1::PlannedTensor& t = plan.tensors(i);
+        if (t.optimizer() != v1::MUON) continue;
+        const auto owners = OwnersOf(plan, i);
+        if (t.expert() >= 0) {  // 8 experts: ep rank expert / (8 / ep)
+          ASSERT_EQ(owners.size(), 1u) << t.name();
+          const int rank = owners[0].first;
+          EXPECT_EQ(layout.EpRankOf(rank), t.expert() / (8 / c.ep)) << t.name();
+          EXPECT_EQ(layout.TpRankOf(rank), layout.EpRankOf(rank) % c.tp) << t.name();
+          EXPECT_EQ(owners[0].second->tp_op(), v1::TP_OP_NONE);
+          EXPECT_EQ(owners[0].second->ns_flops(), NsFlops(t.shape(0), t.shape(1), plan.policy().ns_steps()));
+          EXPECT_EQ(plan.groups(plan.muon_buckets(owners[0].second->bucket()).group()).colour(), v1::MOE_EXPERT);
+        } else if (t.name().find("gate_up_proj") != std::string::npos) {
+          int matrices = 0;
+          for (const auto& [rank, o] : owners) {
+            matrices += o->matrix_end() - o->matrix_begin();
+            EXPECT_EQ(layout.EpRankOf(rank), o->matrix_begin() / (8 / c.ep)) << t.name();
+            EXPECT_EQ(o->tp_op(), v1::TP_OP_NONE);
+          }
+          EXPECT_EQ(matrices, 8);
+        } else if (IsTpSplit(t)) {
+          ASSERT_EQ(owners.size(), static_cast<size_t>(c.tp)) << t.name();
+          for (const auto& [rank, o] : owners) {
+            EXPECT_EQ(rank / c.tp, owners[0].first / c.tp) << t.name();  // one replica
+            EXPECT_EQ(o->tp_op(), v1::TP_OP_GATHER_SCATTER);
+            EXPECT_EQ(o->ns_tp_rank(), owners[0].second->ns_tp_rank());
+          }
+        }
+      }
+      const TightBounds tight = ComputeTightBounds(plan);
+      EXPECT_GE(plan.stats().max_ns_flops(), tight.ns_flops * (1 - 1e-12));
+      EXPECT_GE(static_cast<double>(plan.stats().max_state_bytes()), tight.state_bytes * (1 - 1e-12));
+      for (int r = 0; r < c.world; ++r) {
+        MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, ExtractRankView(plan, r));
+        EXPECT_EQ(view.groups_size(), 3);  // sharding, moe_sharding and TP groups
+      }
+    }
+  }
+}
+
+// Under the seed policies every colour group is partitioned on its own, as
+// Paddle does: the experts are owned as in the plan of the same world and ep
+// without tp, and every tp rank's dense shards as in the replica's plan.
+TEST(TensorParallelPlanTest, SeedExpertsWithTpMatchThePlanWithoutTp) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpMoeRequest(8, 1, 4, 2, v1::SEED)));
+  v1::PlanRequest no_tp = TpMoeRequest(8, 1, 4, 1, v1::SEED);
+  for (v1::TensorSpec& t : *no_tp.mutable_manifest()->mutable_tensors()) t.clear_tp_split();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan tp1, ComputePlan(no_tp));
+  int experts_checked = 0;
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    if (plan.tensors(i).expert() < 0 && plan.tensors(i).name().find("experts.gate_up") == std::string::npos) continue;
+    std::vector<std::tuple<int, int, int>> a, b;  // (rank, matrix_begin, matrix_end)
+    for (const auto& [rank, o] : OwnersOf(plan, i)) a.emplace_back(rank, o->matrix_begin(), o->matrix_end());
+    for (const auto& [rank, o] : OwnersOf(tp1, i)) b.emplace_back(rank, o->matrix_begin(), o->matrix_end());
+    EXPECT_EQ(a, b) << plan.tensors(i).name();
+    experts_checked += !a.empty();
+  }
+  EXPECT_GT(experts_checked, 30);
+  // Expert AdamW slices (the bias stacks) too.
+  for (int r = 0; r < 8; ++r) {
+    std::vector<std::pair<int64_t, int64_t>> a, b;
+    for (const v1::TensorSlice& s : plan.ranks(r).slices()) {
+      if (plan.tensors(s.tensor()).name().find("gate_up_bias") != std::string::npos) a.push_back({s.begin(), s.end()});
+    }
+    for (const v1::TensorSlice& s : tp1.ranks(r).slices()) {
+      if (tp1.tensors(s.tensor()).name().find("gate_up_bias") != std::string::npos) b.push_back({s.begin(), s.end()});
+    }
+    EXPECT_EQ(a, b) << "rank " << r;
+  }
 }
 
 TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {

@@ -71,25 +71,28 @@ v1::ModelManifest MoeModel() {
   return b.Build();
 }
 
-v1::ModelManifest Marked(v1::ModelManifest m, int tp) {
+// Megatron's splits; expert stacks too unless under expert parallelism
+// (Paddle's expert_tensor_parallel_degree <= 1: experts stay whole).
+v1::ModelManifest Marked(v1::ModelManifest m, int tp, int ep = 1) {
   importer::TpSplitOptions options;
   options.tp = tp;
-  options.split_experts = true;
+  options.split_experts = ep == 1;
   EXPECT_TRUE(importer::MarkTensorParallel(options, &m).ok());
   return m;
 }
 
-absl::StatusOr<v1::Plan> TpPlan(const v1::ModelManifest& marked, int world, int tp, v1::Policy policy,
+absl::StatusOr<v1::Plan> TpPlan(const v1::ModelManifest& marked, int world, int tp, int ep, v1::Policy policy,
                                  v1::TpMuonMode mode) {
-  v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world, /*pp=*/1, /*ep=*/1, policy);
+  v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world, /*pp=*/1, ep, policy);
   r.mutable_topology()->set_tp(tp);
   r.mutable_policy()->set_tp_muon(mode);
   return planner::ComputePlan(r);
 }
 
-// The reference's plan: the whole model (no splits) on the W / tp replicas.
-absl::StatusOr<v1::Plan> ReplicaPlan(const v1::ModelManifest& marked, int world, int tp) {
-  v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world);
+// The reference's plan: the whole model (no splits) on the W / tp replicas
+// (with ep / tp).
+absl::StatusOr<v1::Plan> ReplicaPlan(const v1::ModelManifest& marked, int world, int tp, int ep) {
+  v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world, /*pp=*/1, ep);
   r.mutable_topology()->set_tp(tp);
   return planner::ComputePlan(planner::WholeModelRequest(r));
 }
@@ -150,6 +153,7 @@ struct TpCase {
   v1::TpMuonMode mode = v1::TP_MUON_DISTRIBUTED;
   CommBackend backend = CommBackend::kInProcess;
   KernelKind kernels = KernelKind::kCpu;
+  int ep = 1;
 };
 
 class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
@@ -157,9 +161,9 @@ class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
   void Run(double rtol) {
     const TpCase& c = GetParam();
     const v1::ModelManifest whole = c.moe ? MoeModel() : DenseModel();
-    const v1::ModelManifest marked = Marked(whole, c.tp);
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(marked, c.world, c.tp, c.policy, c.mode));
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(marked, c.world, c.tp));
+    const v1::ModelManifest marked = Marked(whole, c.tp, c.ep);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(marked, c.world, c.tp, c.ep, c.policy, c.mode));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(marked, c.world, c.tp, c.ep));
     RunOptions options;
     options.backend = c.backend;
     options.kernels = c.kernels;
@@ -203,6 +207,13 @@ std::vector<TpCase> Cases() {
       {"Dense_Tp2Dp3_Gloo", false, 6, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo},
       {"Moe_Tp2Dp2_Gloo", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo},
       {"Moe_Tp2Dp3_Gloo", true, 6, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo},
+      // Expert parallelism over the tp ranks (ep rank = d * tp + t): the
+      // experts whole in their moe_sharding groups, one tp rank each.
+      {"Moe_Tp2Ep2_W4", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 2},
+      {"Moe_Tp2Ep4_W8", true, 8, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 4},
+      {"Moe_Tp2Ep4_W8_Seed", true, 8, 2, v1::SEED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 4},
+      {"Moe_Tp2Ep2_W6", true, 6, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 2},
+      {"Moe_Tp2Ep4_W8_Gloo", true, 8, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 4},
   };
 }
 
@@ -237,7 +248,7 @@ TEST(TensorParallelMuonTest, NewtonSchulzOfAShardAloneIsNotTheWholeMatrixsShard)
 class TensorParallelCreateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, TpPlan(Marked(DenseModel(), 2), 4, 2, v1::BALANCED,
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, TpPlan(Marked(DenseModel(), 2), 4, 2, 1, v1::BALANCED,
                                                  v1::TP_MUON_DISTRIBUTED));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(comms_, CreateInProcessPlanComms(plan_));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(view_, planner::ExtractRankView(plan_, 1));

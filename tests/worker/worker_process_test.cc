@@ -131,6 +131,8 @@ std::vector<Case> Cases() {
       {"Dense_Tp2W4_Balanced_Ring", TpMarked(dense, false), 4, 1, v1::BALANCED, "synthetic", "ring", 2},
       {"Dense_Tp2W6_Balanced_Ring", TpMarked(dense, false), 6, 1, v1::BALANCED, "synthetic", "ring", 2},
       {"Moe_Tp2W6_Balanced_RankOrder", TpMarked(moe, true), 6, 1, v1::BALANCED, "synthetic", "rank", 2},
+      // With expert parallelism over the tp ranks: experts whole.
+      {"Moe_Tp2Ep2W4_Balanced_RankOrder", TpMarked(moe, false), 4, 2, v1::BALANCED, "synthetic", "rank", 2},
   };
 }
 
