@@ -13,6 +13,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deploy_common as dc  # noqa: E402
 
 
+def check_grouped_by_job(c, dashboard):
+    """With `$job` = All (several jobs) no query adds up series of different
+    jobs: every aggregation of a query filtered on $job keeps the job label,
+    except in a row repeated per job (where $job is one job)."""
+    for p, row_repeat in dc.panels_in_order(dashboard):
+        if p.get("type") == "row" or row_repeat == "job" or p.get("repeat") == "job":
+            continue
+        for t in p.get("targets") or []:
+            expr = t.get("expr", "")
+            if "$job" not in expr:
+                continue
+            try:
+                aggs = dc.aggregations(expr)
+            except ValueError as e:
+                c.check(False, f"panel {p.get('title')!r} target {t.get('refId')}: {e}")
+                continue
+            for op, labels in aggs:
+                c.check(labels is not None and "job" in labels,
+                        f"panel {p.get('title')!r} target {t.get('refId')}: {op} keeps the job label "
+                        f"(by (job, ...)), so $job = All does not add up jobs: {expr!r}")
+
+
 def main():
     c = dc.Checker("deploy_dashboard")
     with open(dc.DASHBOARD) as f:
@@ -79,6 +101,20 @@ def main():
     c.check(heatmaps and all(t.get("format") == "heatmap" and "_bucket" in t["expr"]
                              for p in heatmaps for t in p["targets"]),
             "step time heatmap from the histogram buckets")
+
+    check_grouped_by_job(c, dashboard)
+    # A row per job, showing its ranks: the slow rank.
+    job_rows = [p for p in dashboard["panels"] if p.get("type") == "row" and p.get("repeat") == "job"]
+    c.check(job_rows, "a row repeated per job")
+    per_rank = [p for p, row_repeat in dc.panels_in_order(dashboard) if row_repeat == "job"
+                and any(labels and {"job", "rank"} <= labels
+                        for t in p.get("targets") or [] for _, labels in dc.aggregations(t.get("expr", "")))]
+    c.check(len(per_rank) >= 4, f"the per-job row has per-rank panels (by (job, rank)): {len(per_rank)}")
+    for must in ("muonshard_worker_steps_total", "muonshard_worker_restarts_total",
+                 "muonshard_coordinator_job_events_total", "muonshard_rpcs_total",
+                 "muonshard_coordinator_store_write_failures_total", "muonshard_worker_step_seconds_sum",
+                 "muonshard_worker_step_seconds_count"):
+        c.check(must in used, f"the dashboard shows {must}")
 
     # Every name is one the binaries declare (exactly, with _bucket/_sum/
     # _count only for histograms).

@@ -3,7 +3,8 @@
 scrapes the real coordinator and two real workers on 127.0.0.1, with the
 scrape jobs and rules of deploy/prometheus/prometheus.yml (targets and
 intervals replaced for loopback), and the imbalance metrics read back through
-its HTTP query API equal the plan's.
+its HTTP query API equal the plan's; every rule and every dashboard query
+evaluates there.
 
 The job: the bundled tiny-llama model on 2 ranks with the seed policy (its
 optimizer state is uneven: (max - min) / max = 0.88), 3 Gloo steps."""
@@ -171,6 +172,27 @@ def main():
         c.check(len(rules) == want, f"{want} rules loaded ({len(rules)})")
         c.check(all(r.get("health") in ("ok", "unknown") for r in rules),
                 f"every rule evaluates: {[(r['name'], r.get('lastError')) for r in rules if r.get('health') == 'err']}")
+
+        # Every dashboard query evaluates, with Grafana's variables as the
+        # per-job row sets them (one job, one phase); the per-rank ones (every
+        # aggregation by job and rank) give one series per rank.
+        with open(dc.DASHBOARD) as f:
+            dashboard = json.load(f)
+        for p, _ in dc.panels_in_order(dashboard):
+            for t in p.get("targets") or []:
+                expr = (t["expr"].replace("$__rate_interval", "1m").replace("$job", JOB)
+                        .replace("$phase", "orthogonalise"))
+                where = f"panel {p.get('title')!r} target {t.get('refId')}"
+                aggs = dc.aggregations(t["expr"])
+                per_rank = aggs and all(labels and {"job", "rank"} <= labels for _, labels in aggs)
+                try:
+                    got = (wait_for(base, expr, WORLD, timeout=30) if per_rank else query(base, expr))
+                except (OSError, RuntimeError) as e:  # HTTP 400: a query Prometheus rejects
+                    c.check(False, f"{where}: {expr!r}: {e}")
+                    continue
+                if per_rank:
+                    c.check(sorted(s["metric"].get("rank") for s in got) == [str(r) for r in range(WORLD)],
+                            f"{where}: one series per rank: {got}")
     except RuntimeError as e:
         c.check(False, str(e))
     finally:

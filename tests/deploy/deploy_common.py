@@ -174,6 +174,54 @@ def dashboard_exprs(dashboard):
     return out
 
 
+_AGGREGATIONS = ("sum", "avg", "min", "max", "count", "quantile", "topk", "bottomk", "stddev", "stdvar",
+                 "group", "count_values")
+_AGG = re.compile(r"\b(" + "|".join(_AGGREGATIONS) + r")\b\s*(by|without)?\s*(\([^()]*\))?\s*\(")
+
+
+def _closing(s, i):
+    """The index after the bracket closing the one at s[i]."""
+    depth = 0
+    for j in range(i, len(s)):
+        depth += {"(": 1, ")": -1}.get(s[j], 0)
+        if depth == 0:
+            return j + 1
+    raise ValueError(f"unbalanced ( in {s!r}")
+
+
+def aggregations(expr):
+    """(operator, grouping labels or None for none / `without`) of every
+    aggregation in a PromQL expression, either form: `sum by (a) (x)` and
+    `sum(x) by (a)`."""
+    s = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # label values may hold anything
+    out = []
+    for m in _AGG.finditer(s):
+        op, mod, labels = m.group(1), m.group(2), m.group(3)
+        if mod is None:  # maybe the trailing form
+            t = re.match(r"\s*(by|without)\s*(\([^()]*\))", s[_closing(s, m.end() - 1):])
+            if t:
+                mod, labels = t.group(1), t.group(2)
+        if mod == "by":
+            out.append((op, {x.strip() for x in labels.strip("()").split(",") if x.strip()}))
+        else:
+            out.append((op, None))  # over every label (or `without`, which may drop job)
+    return out
+
+
+def panels_in_order(dashboard):
+    """(panel, the repeat variable of the row it lies in or None), rows'
+    nested (collapsed) panels and the panels following an expanded row."""
+    out, row_repeat = [], None
+    for p in dashboard.get("panels", []):
+        if p.get("type") == "row":
+            row_repeat = p.get("repeat")
+            out.append((p, None))
+            out.extend((q, row_repeat) for q in p.get("panels", []) or [])
+        else:
+            out.append((p, row_repeat))
+    return out
+
+
 def rules_exprs(rules):
     """(where, expr) of every rule, and the names the rules record."""
     out, recorded = [], set()
