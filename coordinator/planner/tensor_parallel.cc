@@ -240,21 +240,34 @@ void LargestMatrix(const v1::Plan& plan, int64_t* numel, double* flops) {
 
 }  // namespace
 
+namespace {
+
+// Manifest tensors `tensors` with their stages pinned to the whole model's
+// (a part lacks the layers that place the rest).
+v1::ModelManifest Subset(const v1::ModelManifest& manifest, const std::vector<int>& tensors,
+                         const ResolvedModel& whole) {
+  v1::ModelManifest part;
+  part.set_model(manifest.model());
+  for (int i : tensors) {
+    v1::TensorSpec& t = *part.add_tensors();
+    t = manifest.tensors(i);
+    t.set_stage(whole.tensors[i].stage);
+  }
+  return part;
+}
+
+}  // namespace
+
 TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout, const std::vector<int>& tensors,
                     const ResolvedModel& whole) {
-  TpReplica replica;
-  for (int i : tensors) {
-    v1::TensorSpec& t = *replica.manifest.add_tensors();
-    t = manifest.tensors(i);
+  TpReplica replica{Subset(manifest, tensors, whole), layout.Resolved()};
+  for (v1::TensorSpec& t : *replica.manifest.mutable_tensors()) {
     if (IsSplit(t.tp_split())) {
       const int dim = TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
       t.set_shape(dim, t.shape(dim) / layout.tp());
     }
     t.clear_tp_split();
-    t.set_stage(whole.tensors[i].stage);
   }
-  replica.manifest.set_model(manifest.model());
-  replica.topology = layout.Resolved();
   replica.topology.set_world_size(layout.world_size() / layout.tp());
   replica.topology.set_ep(std::max(1, layout.ep() / layout.tp()));
   replica.topology.set_tp(1);
@@ -263,14 +276,7 @@ TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout,
 
 TpReplica ExpertsOf(const v1::ModelManifest& manifest, const RankLayout& layout, const std::vector<int>& tensors,
                     const ResolvedModel& whole) {
-  TpReplica experts;
-  for (int i : tensors) {
-    v1::TensorSpec& t = *experts.manifest.add_tensors();
-    t = manifest.tensors(i);
-    t.set_stage(whole.tensors[i].stage);
-  }
-  experts.manifest.set_model(manifest.model());
-  experts.topology = layout.Resolved();
+  TpReplica experts{Subset(manifest, tensors, whole), layout.Resolved()};
   experts.topology.set_tp(1);
   return experts;
 }
