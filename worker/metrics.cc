@@ -61,7 +61,12 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
                         "Recoveries of this process: the group broke, it re-joined and restored", labels_)),
       buddy_bytes_(Gauge(*registry_, "muonshard_worker_buddy_bytes",
                          "Host memory held by buddy copies: this rank's snapshot and its left neighbour's copy",
-                         labels_)) {
+                         labels_)),
+      checkpoint_saved_(Gauge(*registry_, "muonshard_worker_checkpoint_last_success_timestamp_seconds",
+                              "Unix time this rank last completed a checkpoint save; 0 before the first",
+                              labels_)),
+      checkpoint_failures_(Counter(*registry_, "muonshard_worker_checkpoint_failures_total",
+                                   "Checkpoint saves that failed on this rank", labels_)) {
   auto& phases = prometheus::BuildHistogram()
                      .Name("muonshard_worker_step_seconds")
                      .Help(
@@ -89,7 +94,22 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
   for (size_t i = 0; i < recovery_.size(); ++i) {
     recovery_[i] = &recovery.Add(With(labels_, "phase", kRecoveryPhases[i]), SecondsBuckets());
   }
+  auto& checkpoint = prometheus::BuildHistogram()
+                         .Name("muonshard_worker_checkpoint_seconds")
+                         .Help(
+                             "Checkpoint save time by phase: write (this rank's file), barrier (all ranks' "
+                             "files written), commit (rank 0: index, rename, latest)")
+                         .Register(*registry_);
+  for (size_t i = 0; i < checkpoint_.size(); ++i) {
+    checkpoint_[i] = &checkpoint.Add(With(labels_, "phase", kCheckpointPhases[i]), SecondsBuckets());
+  }
 }
+
+void WorkerMetrics::RecordCheckpointPhase(size_t phase, double seconds) { checkpoint_[phase]->Observe(seconds); }
+
+void WorkerMetrics::SetCheckpointSaved(absl::Time at) { checkpoint_saved_.Set(absl::ToDoubleSeconds(at - absl::UnixEpoch())); }
+
+void WorkerMetrics::CountCheckpointFailure() { checkpoint_failures_.Increment(); }
 
 void WorkerMetrics::SetBuddyBytes(int64_t bytes) { buddy_bytes_.Set(static_cast<double>(bytes)); }
 

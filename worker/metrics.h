@@ -15,11 +15,13 @@
 // the training thread writes).
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "muonshard/v1/plan.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
@@ -47,6 +49,9 @@ inline constexpr const char* kWorkerExportedMetrics[] = {
     "muonshard_worker_restarts_total",               // counter: recoveries (NOTE [Recovery])
     "muonshard_worker_recovery_seconds",             // histogram {phase}
     "muonshard_worker_buddy_bytes",                  // gauge: NOTE [Buddy copies] memory held
+    "muonshard_worker_checkpoint_seconds",           // histogram {phase}
+    "muonshard_worker_checkpoint_last_success_timestamp_seconds",  // gauge: unix seconds; 0: none yet
+    "muonshard_worker_checkpoint_failures_total",    // counter: failed saves
 };
 
 // The `phase` label values: the phases in step order, then "step" (the whole
@@ -57,6 +62,14 @@ inline constexpr const char* kStepPhases[] = {"reduce", "orthogonalise", "adamw"
 // rendezvous (join again, wait for the group, communicators), restore (load
 // the newest checkpoint or the initial parameters).
 inline constexpr const char* kRecoveryPhases[] = {"detect", "abort", "rendezvous", "restore"};
+// The `phase` label values of a checkpoint save, in order: write (this
+// rank's file: StateShards, WriteRankFile), barrier (all ranks' files
+// written), commit (rank 0 only: CommitCheckpoint).
+inline constexpr const char* kCheckpointPhases[] = {"write", "barrier", "commit"};
+// Indices into kCheckpointPhases.
+inline constexpr size_t kCheckpointWrite = 0;
+inline constexpr size_t kCheckpointBarrier = 1;
+inline constexpr size_t kCheckpointCommit = 2;
 // The `op` label values.
 inline constexpr const char* kCommOps[] = {"reduce", "reduce_scatter", "broadcast", "all_gather", "tp"};
 
@@ -79,6 +92,12 @@ class WorkerMetrics {
   void SetBuddyBytes(int64_t bytes);
   // One recovery: its phases' seconds in kRecoveryPhases order.
   void RecordRecovery(const std::array<double, 4>& phase_seconds);
+  // One phase of a checkpoint save: `phase` indexes kCheckpointPhases.
+  void RecordCheckpointPhase(size_t phase, double seconds);
+  // A save completed on this rank at `at`.
+  void SetCheckpointSaved(absl::Time at);
+  // A save failed on this rank.
+  void CountCheckpointFailure();
 
  private:
   const prometheus::Labels labels_;  // job and rank, on every series
@@ -97,6 +116,9 @@ class WorkerMetrics {
   prometheus::Counter& restarts_;
   prometheus::Gauge& buddy_bytes_;
   std::array<prometheus::Histogram*, 4> recovery_;  // kRecoveryPhases order
+  std::array<prometheus::Histogram*, 3> checkpoint_;  // kCheckpointPhases order
+  prometheus::Gauge& checkpoint_saved_;
+  prometheus::Counter& checkpoint_failures_;
 };
 
 }  // namespace muonshard::worker

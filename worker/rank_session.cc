@@ -482,13 +482,26 @@ absl::Status RankSession::Barrier(const std::string& name) {
 
 absl::Status RankSession::SaveCheckpoint(const std::string& dir, int64_t step,
                                          const v1::OptimizerHyperParams& hyper_params, int keep_last) {
-  MUONSHARD_RETURN_IF_ERROR(CheckGroup());
+  MUONSHARD_RETURN_IF_ERROR(CheckGroup());  // joined: the metrics exist
   const std::string save_id = absl::StrCat("generation-", joined_.generation);
+  std::vector<internal::CheckpointPhase> phases = {
+      {kCheckpointWrite, [&] { return WriteCheckpointFile(dir, step, save_id); }},
+      {kCheckpointBarrier, [&] { return Barrier(absl::StrCat("checkpoint-", step)); }},
+  };
+  if (rank() == 0) {
+    phases.push_back({kCheckpointCommit, [&] { return CommitSave(dir, step, save_id, hyper_params, keep_last); }});
+  }
+  return internal::TimedCheckpointSave(phases, *options_.clock, *metrics_);
+}
+
+absl::Status RankSession::WriteCheckpointFile(const std::string& dir, int64_t step, const std::string& save_id) {
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, optimizer_->StateShards());
   checkpoint::RankFileTarget target{dir, step, view_.content_hash(), rank(), world_size(), save_id};
-  MUONSHARD_RETURN_IF_ERROR(checkpoint::WriteRankFile(target, shards, optimizer_->scalars()).status());
-  MUONSHARD_RETURN_IF_ERROR(Barrier(absl::StrCat("checkpoint-", step)));
-  if (rank() != 0) return absl::OkStatus();
+  return checkpoint::WriteRankFile(target, shards, optimizer_->scalars()).status();
+}
+
+absl::Status RankSession::CommitSave(const std::string& dir, int64_t step, const std::string& save_id,
+                                     const v1::OptimizerHyperParams& hyper_params, int keep_last) {
   MUONSHARD_ASSIGN_OR_RETURN(const client::VersionedPlan* plan, FullPlan());
   checkpoint::CommitOptions commit;
   commit.plan_version = joined_.plan_version;

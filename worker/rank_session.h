@@ -243,7 +243,11 @@ class RankSession {
   // rank writes its file, all meet, rank 0 commits (index, rename,
   // `latest`). `hyper_params` goes into the index. A collective.
   // `keep_last` > 0: rank 0 then deletes all but the newest keep_last
-  // complete steps of `dir` (best-effort).
+  // complete steps of `dir` (best-effort). Each phase is timed into
+  // muonshard_worker_checkpoint_seconds{phase}; success sets
+  // muonshard_worker_checkpoint_last_success_timestamp_seconds
+  // (options.clock), a failure counts
+  // muonshard_worker_checkpoint_failures_total.
   absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params,
                               int keep_last = 0);
 
@@ -299,6 +303,11 @@ class RankSession {
   void TearDownGroup();
   absl::Status OpenStore();
   absl::Status CheckGroup() const;
+  // SaveCheckpoint's phases: this rank's file, then (rank 0, after the
+  // barrier) the commit.
+  absl::Status WriteCheckpointFile(const std::string& dir, int64_t step, const std::string& save_id);
+  absl::Status CommitSave(const std::string& dir, int64_t step, const std::string& save_id,
+                          const v1::OptimizerHyperParams& hyper_params, int keep_last);
   // LoadCheckpoint of a checkpoint already opened.
   absl::StatusOr<LoadedCheckpoint> LoadOpened(checkpoint::Checkpoint ckpt);
   // A "group" barrier in the generation's store: every rank has joined it

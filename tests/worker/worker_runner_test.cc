@@ -1,9 +1,9 @@
 // The worker process's pieces that need no coordinator: parameter dumps
 // (file round trip, comparison, part files and their merge), metrics
-// (exported names, recorded values), the plan-view check against JoinJob
-// with an in-memory plan source, option validation, the nccl backend's
-// device choice and its failure without a CUDA device, and the CPU thread
-// budget.
+// (exported names, recorded values, a checkpoint save's phase times and
+// failures), the plan-view check against JoinJob with an in-memory plan
+// source, option validation, the nccl backend's device choice and its
+// failure without a CUDA device, and the CPU thread budget.
 
 #include "worker/worker_runner.h"
 
@@ -12,17 +12,21 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "checkpoint/writer.h"
 #include "coordinator/planner/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
 #include "prometheus/text_serializer.h"
+#include "tests/testing/fake_clock.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -231,6 +235,58 @@ TEST(WorkerMetricsTest, RecordStep_AccumulatesBytesFlopsStepsAndPhases) {
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_step_seconds_count", {{"phase", "orthogonalise"}}), 2);
   EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_step_seconds_sum", {{"phase", "orthogonalise"}}), 0.008, 1e-12);
   for (const char* name : kWorkerExportedMetrics) EXPECT_TRUE(PrometheusHasFamily(text, name)) << name;
+}
+
+// A phase of a save that takes `d` on `clock` and succeeds.
+std::function<absl::Status()> Takes(::muonshard::testing::FakeClock& clock, absl::Duration d) {
+  return [&clock, d] {
+    clock.Advance(d);
+    return absl::OkStatus();
+  };
+}
+
+TEST(TimedCheckpointSaveTest, Success_SetsTheTimestampAndTimesEachPhase) {
+  WorkerMetrics metrics("j", 0);
+  ::muonshard::testing::FakeClock clock(absl::FromUnixSeconds(1'700'000'000));
+  MUONSHARD_ASSERT_OK(internal::TimedCheckpointSave({{kCheckpointWrite, Takes(clock, absl::Milliseconds(20))},
+                                                     {kCheckpointBarrier, Takes(clock, absl::Milliseconds(5))},
+                                                     {kCheckpointCommit, Takes(clock, absl::Milliseconds(40))}},
+                                                    clock, metrics));
+  const std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_checkpoint_last_success_timestamp_seconds"),
+              1'700'000'000.065, 1e-6);
+  const std::pair<const char*, double> expected[] = {{"write", 0.02}, {"barrier", 0.005}, {"commit", 0.04}};
+  for (const auto& [phase, seconds] : expected) {
+    EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_seconds_count", {{"phase", phase}}), 1) << phase;
+    EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_checkpoint_seconds_sum", {{"phase", phase}}), seconds, 1e-9)
+        << phase;
+  }
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_failures_total"), 0);
+}
+
+// The write phase really writes a rank file, into a directory that cannot
+// be created (its parent is a regular file).
+TEST(TimedCheckpointSaveTest, UnwritableDirectory_CountsAFailureAndStopsTheSave) {
+  TempDir tmp;
+  std::ofstream(tmp.Join("file")) << "not a directory";
+  const checkpoint::RankFileTarget target{tmp.Join("file/ckpt"), 1, "hash", 0, 1, "generation-1"};
+  WorkerMetrics metrics("j", 0);
+  ::muonshard::testing::FakeClock clock;
+  bool committed = false;
+  const absl::Status saved = internal::TimedCheckpointSave(
+      {{kCheckpointWrite, [&] { return checkpoint::WriteRankFile(target, {}, checkpoint::Scalars{}).status(); }},
+       {kCheckpointCommit,
+        [&] {
+          committed = true;
+          return absl::OkStatus();
+        }}},
+      clock, metrics);
+  EXPECT_FALSE(saved.ok());
+  EXPECT_FALSE(committed);
+  const std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_failures_total"), 1);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_last_success_timestamp_seconds"), 0);
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_seconds_count", {{"phase", "write"}}), 0);
 }
 
 // JoinJob's answer for `plan` stored as version 1 of an in-memory source.

@@ -132,4 +132,18 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
   }
 }
 
+absl::Status TimedCheckpointSave(const std::vector<CheckpointPhase>& phases, const Clock& clock,
+                                 WorkerMetrics& metrics) {
+  for (const CheckpointPhase& p : phases) {
+    const absl::Time t0 = clock.Now();
+    if (absl::Status s = p.run(); !s.ok()) {
+      metrics.CountCheckpointFailure();
+      return s;
+    }
+    metrics.RecordCheckpointPhase(p.phase, absl::ToDoubleSeconds(clock.Now() - t0));
+  }
+  metrics.SetCheckpointSaved(clock.Now());
+  return absl::OkStatus();
+}
+
 }  // namespace muonshard::worker::internal

@@ -5,17 +5,22 @@
 // and optimizer config from the options, the nccl backend's device, the thread budget, dump metadata,
 // progress lines, and the rendezvous barrier. Not API.
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "kernels/kernel_backend.h"
 #include "worker/comm/rendezvous_store.h"
+#include "worker/metrics.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/step_stats.h"
 #include "worker/worker_runner.h"
@@ -61,6 +66,20 @@ std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_s
 // Every rank sets "<name>/<rank>" and waits for all `world` ranks' keys,
 // each wait bounded by `timeout`.
 absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout);
+
+// One phase of a checkpoint save: its index in kCheckpointPhases and its work.
+struct CheckpointPhase {
+  size_t phase;
+  std::function<absl::Status()> run;
+};
+
+// Runs `phases` in order, each timed by `clock` into `metrics`'
+// muonshard_worker_checkpoint_seconds{phase}. All succeeded: sets the
+// last-success timestamp to clock.Now(). The first error stops the save,
+// counts a checkpoint failure and is returned (the failed phase is not
+// timed).
+absl::Status TimedCheckpointSave(const std::vector<CheckpointPhase>& phases, const Clock& clock,
+                                 WorkerMetrics& metrics);
 
 }  // namespace muonshard::worker::internal
 
