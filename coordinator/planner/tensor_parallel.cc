@@ -28,9 +28,11 @@ struct Source {
 
 std::vector<Source> SourcesOf(const TpParts& parts, int num_tensors) {
   std::vector<Source> sources(num_tensors);
-  for (size_t k = 0; k < parts.dense_index.size(); ++k) sources[parts.dense_index[k]] = {parts.dense, int(k), true};
-  for (size_t k = 0; k < parts.expert_index.size(); ++k) {
-    sources[parts.expert_index[k]] = {parts.experts, int(k), false};
+  for (int k = 0; k < static_cast<int>(parts.dense_index.size()); ++k) {
+    sources[parts.dense_index[k]] = {parts.dense, k, true};
+  }
+  for (int k = 0; k < static_cast<int>(parts.expert_index.size()); ++k) {
+    sources[parts.expert_index[k]] = {parts.experts, k, false};
   }
   return sources;
 }
