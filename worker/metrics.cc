@@ -34,6 +34,15 @@ Labels With(Labels labels, const std::string& key, const std::string& value) {
   return labels;
 }
 
+// A histogram family of seconds with one series per phase (label `phase`,
+// the names in `phases` order) into `out`.
+template <size_t N>
+void PhaseHistograms(prometheus::Registry& r, const std::string& name, const std::string& help, const Labels& labels,
+                     const char* const (&phases)[N], std::array<prometheus::Histogram*, N>& out) {
+  auto& family = prometheus::BuildHistogram().Name(name).Help(help).Register(r);
+  for (size_t i = 0; i < N; ++i) out[i] = &family.Add(With(labels, "phase", phases[i]), SecondsBuckets());
+}
+
 }  // namespace
 
 WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
@@ -67,17 +76,12 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
                               labels_)),
       checkpoint_failures_(Counter(*registry_, "muonshard_worker_checkpoint_failures_total",
                                    "Checkpoint saves that failed on this rank", labels_)) {
-  auto& phases = prometheus::BuildHistogram()
-                     .Name("muonshard_worker_step_seconds")
-                     .Help(
-                         "Optimizer step time by phase: reduce (gradients to owners / shards), "
-                         "orthogonalise (Muon: momentum, Newton-Schulz, update), adamw, sync "
-                         "(parameters broadcast / all-gathered), and step (the whole optimizer step; the pipelined "
-                         "step overlaps the other phases, so they sum to more)")
-                     .Register(*registry_);
-  for (size_t i = 0; i < phases_.size(); ++i) {
-    phases_[i] = &phases.Add(With(labels_, "phase", kStepPhases[i]), SecondsBuckets());
-  }
+  PhaseHistograms(*registry_, "muonshard_worker_step_seconds",
+                  "Optimizer step time by phase: reduce (gradients to owners / shards), "
+                  "orthogonalise (Muon: momentum, Newton-Schulz, update), adamw, sync "
+                  "(parameters broadcast / all-gathered), and step (the whole optimizer step; the pipelined "
+                  "step overlaps the other phases, so they sum to more)",
+                  labels_, kStepPhases, phases_);
   auto& comm = prometheus::BuildCounter()
                    .Name("muonshard_worker_comm_bytes_total")
                    .Help("Bytes handed to collectives by the optimizer step, by op (the plan's accounting)")
@@ -85,24 +89,14 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
   for (size_t i = 0; i < comm_bytes_.size(); ++i) {
     comm_bytes_[i] = &comm.Add(With(labels_, "op", kCommOps[i]));
   }
-  auto& recovery = prometheus::BuildHistogram()
-                       .Name("muonshard_worker_recovery_seconds")
-                       .Help(
-                           "Recovery time by phase: detect (interrupted step to its error), abort (report, tear "
-                           "down), rendezvous (re-join, wait for the group), restore (checkpoint load)")
-                       .Register(*registry_);
-  for (size_t i = 0; i < recovery_.size(); ++i) {
-    recovery_[i] = &recovery.Add(With(labels_, "phase", kRecoveryPhases[i]), SecondsBuckets());
-  }
-  auto& checkpoint = prometheus::BuildHistogram()
-                         .Name("muonshard_worker_checkpoint_seconds")
-                         .Help(
-                             "Checkpoint save time by phase: write (this rank's file), barrier (all ranks' "
-                             "files written), commit (rank 0: index, rename, latest)")
-                         .Register(*registry_);
-  for (size_t i = 0; i < checkpoint_.size(); ++i) {
-    checkpoint_[i] = &checkpoint.Add(With(labels_, "phase", kCheckpointPhases[i]), SecondsBuckets());
-  }
+  PhaseHistograms(*registry_, "muonshard_worker_recovery_seconds",
+                  "Recovery time by phase: detect (interrupted step to its error), abort (report, tear "
+                  "down), rendezvous (re-join, wait for the group), restore (checkpoint load)",
+                  labels_, kRecoveryPhases, recovery_);
+  PhaseHistograms(*registry_, "muonshard_worker_checkpoint_seconds",
+                  "Checkpoint save time by phase: write (this rank's file), barrier (all ranks' "
+                  "files written), commit (rank 0: index, rename, latest)",
+                  labels_, kCheckpointPhases, checkpoint_);
 }
 
 void WorkerMetrics::RecordCheckpointPhase(size_t phase, double seconds) { checkpoint_[phase]->Observe(seconds); }
