@@ -171,8 +171,8 @@ class PlanBuilder {
     } else {
       MUONSHARD_ASSIGN_OR_RETURN(shards, PartitionMuon());
     }
-    muon_shards_ = shards;
     EmitMuonBuckets(shards);
+    muon_shards_ = std::move(shards);
     EmitAdamwBuckets();
     AddBucketTotals(*plan_, totals_);
     *plan_->mutable_stats() = ComputePlanStats(*plan_, totals_, CountParams(), MaxMatrixNumel(), MaxMatrixFlops());
@@ -622,7 +622,7 @@ absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, 
   if (!parts.expert_index.empty()) {
     v1::Plan dense_only;
     ExpandTensorParallel(parts, manifest, layout, &dense_only);
-    const Preload dense_load = RankPreload(dense_only, /*spread_adamw=*/true);
+    const Preload dense_load = RankPreload(dense_only);
     MUONSHARD_ASSIGN_OR_RETURN(
         PartPlanner expert_planner,
         PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,

@@ -298,21 +298,19 @@ void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& t
   }
 }
 
-Preload RankPreload(const v1::Plan& plan, bool spread_adamw) {
+Preload RankPreload(const v1::Plan& plan) {
   Preload preload;
   std::vector<double> adamw_sum(plan.topology().pp(), 0), ranks(plan.topology().pp(), 0);
   for (const v1::RankPlan& r : plan.ranks()) {
-    preload.ns_flops.push_back(r.ns_flops());
     const int64_t muon = r.muon_numel() * kMuonStateBytesPerElem;
-    preload.state_bytes.push_back(spread_adamw ? muon : r.optimizer_state_bytes());
+    preload.ns_flops.push_back(r.ns_flops());
+    preload.state_bytes.push_back(muon);
     adamw_sum[r.stage()] += static_cast<double>(r.optimizer_state_bytes() - muon);
     ranks[r.stage()] += 1;
   }
-  if (spread_adamw) {
-    for (int k = 0; k < plan.ranks_size(); ++k) {
-      const int stage = plan.ranks(k).stage();
-      preload.state_bytes[k] += static_cast<int64_t>(adamw_sum[stage] / ranks[stage]);
-    }
+  for (int k = 0; k < plan.ranks_size(); ++k) {
+    const int stage = plan.ranks(k).stage();
+    preload.state_bytes[k] += static_cast<int64_t>(adamw_sum[stage] / ranks[stage]);
   }
   return preload;
 }

@@ -73,10 +73,10 @@ void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& t
 v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request);
 
 // Every rank's Newton-Schulz FLOPs and optimizer-state bytes in `plan` (the
-// dense part's alone): what the experts' plan levels around. With
-// `spread_adamw` each rank's AdamW state counts as its stage's mean, since
-// the dense AdamW shards are water-filled again around the experts.
-Preload RankPreload(const v1::Plan& plan, bool spread_adamw);
+// dense part's alone): what the experts' plan levels around. Each rank's
+// AdamW state counts as its stage's mean, since the dense AdamW shards are
+// water-filled again around the experts.
+Preload RankPreload(const v1::Plan& plan);
 
 // What replica q of a tp layout carries of the experts' plan on its tp ranks
 // q * tp + t, for the replicas' dense AdamW water-filling: the largest of
