@@ -22,12 +22,16 @@ struct Family {
 };
 
 // Sorted by model_type. kimi_k2 is DeepSeek-V3's architecture under its own
-// model_type (its config names DeepseekV3ForCausalLM).
+// model_type (its config names DeepseekV3ForCausalLM); gemma3 is the
+// multimodal Gemma 3, of which only the language model is imported.
 constexpr Family kFamilies[] = {
     {"deepseek_v3", internal::BuildDeepseekV3, true}, {"ernie4_5_moe", internal::BuildErnie45Moe, false},
-    {"gpt_oss", internal::BuildGptOss, false},        {"kimi_k2", internal::BuildDeepseekV3, true},
-    {"llama", internal::BuildLlama, false},           {"mixtral", internal::BuildMixtral, false},
-    {"qwen3_moe", internal::BuildQwen3Moe, false},
+    {"gemma2", internal::BuildGemma2, false},         {"gemma3", internal::BuildGemma3, false},
+    {"gemma3_text", internal::BuildGemma3Text, false}, {"gpt_oss", internal::BuildGptOss, false},
+    {"kimi_k2", internal::BuildDeepseekV3, true},     {"llama", internal::BuildLlama, false},
+    {"mistral", internal::BuildMistral, false},       {"mixtral", internal::BuildMixtral, false},
+    {"olmoe", internal::BuildOlmoe, false},           {"qwen2", internal::BuildQwen2, false},
+    {"qwen2_moe", internal::BuildQwen2Moe, false},    {"qwen3_moe", internal::BuildQwen3Moe, false},
 };
 
 absl::StatusOr<const Family*> FindFamily(const std::string& model_type) {
@@ -66,6 +70,15 @@ std::vector<std::string> SupportedModelTypes() {
   std::vector<std::string> types;
   for (const Family& family : kFamilies) types.emplace_back(family.model_type);
   return types;
+}
+
+bool LooksLikeHfConfig(absl::string_view json, std::string* model_type) {
+  absl::StatusOr<HfConfig> config = HfConfig::Parse(json);
+  if (!config.ok() || config->Has("tensors")) return false;
+  absl::StatusOr<std::string> type = config->String("model_type");
+  if (!type.ok()) return false;
+  if (model_type != nullptr) *model_type = *std::move(type);
+  return true;
 }
 
 absl::StatusOr<v1::ModelManifest> ImportHfConfig(absl::string_view config_json,

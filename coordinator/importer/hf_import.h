@@ -4,8 +4,17 @@
 // The HuggingFace importer: the ModelManifest of a decoder model computed from
 // its config.json alone, with the tensor names, shapes and order of the HF
 // checkpoint (`named_parameters()` order: embedding, each layer's attention,
-// MLP / router / experts / shared experts and two layer norms, model.norm,
-// lm_head unless tied). Pure: no I/O, no globals; thread-safe.
+// MLP / router / experts / shared experts and two layer norms (four in
+// Gemma 2 / 3), model.norm, lm_head unless tied). Pure: no I/O, no globals;
+// thread-safe.
+//
+// Model types: llama, mistral, qwen2 (also Qwen2.5), gemma2, gemma3_text,
+// gemma3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, kimi_k2,
+// ernie4_5_moe, gpt_oss. gemma3 is the multimodal Gemma 3
+// (Gemma3ForConditionalGeneration): only its language model is imported,
+// from the nested "text_config" and under the checkpoint's names
+// (language_model.model.*); the SigLIP vision tower and the multimodal
+// projector are not imported.
 
 #include <string>
 #include <vector>
@@ -43,6 +52,12 @@ absl::StatusOr<v1::ModelManifest> ImportHfConfig(absl::string_view config_json, 
 
 // The model_type values ImportHfConfig accepts, sorted.
 std::vector<std::string> SupportedModelTypes();
+
+// True when `json` looks like a HuggingFace config.json rather than a
+// manifest: a JSON object with a string "model_type" and no "tensors". Sets
+// `*model_type` (when not null) to it. For messages that tell a user who
+// passed a config where a manifest was wanted to run import-hf first.
+bool LooksLikeHfConfig(absl::string_view json, std::string* model_type);
 
 }  // namespace muonshard::importer
 

@@ -261,6 +261,247 @@ TEST(HfImportFamilyTest, DeepSeek_NullQLoraRankUsesPlainQProj) {
 }
 
 // ---------------------------------------------------------------------------
+// The dense and MoE families added later: each real config reproduces its
+// published total exactly (tests/importer/configs/README.md gives the
+// sources and the derivation), and the first layer's names follow the HF
+// modules' definition order.
+
+// Published 7,241,732,096: Ollama's general.parameter_count of Mistral 7B
+// (configs/README.md lists the sources).
+TEST(HfImportNewFamilyTest, Mistral7B_MatchesPublishedTotalAndLlamaNames) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Mistral-7B-v0.1"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 291);
+  EXPECT_EQ(s.parameters, 7'241'732'096);
+  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                          "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                          "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.k_proj.weight")), ElementsAre(1024, 4096));
+  EXPECT_THAT(Shape(m.tensors(m.tensors_size() - 1)), ElementsAre(32000, 4096));
+  EXPECT_EQ(m.tensors(m.tensors_size() - 1).name(), "lm_head.weight");
+}
+
+TEST(HfImportNewFamilyTest, Mistral_ExplicitHeadDimIsUsed) {
+  // Mistral-Nemo's shape: hidden 5120, 32 heads of 128 (not 5120 / 32).
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Mistral-7B-v0.1"));
+  json = testing::SetField(json, "hidden_size", testing::Number(5120));
+  json = testing::SetField(json, "head_dim", testing::Number(128));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportHfConfig(json, {}));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_proj.weight")), ElementsAre(4096, 5120));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.o_proj.weight")), ElementsAre(5120, 4096));
+}
+
+// Published 7,615,616,512: Ollama's general.parameter_count of Qwen2 7B and
+// the Hub's GGUF total of Qwen2.5-7B (the same shapes).
+TEST(HfImportNewFamilyTest, Qwen2_7B_MatchesPublishedTotalWithQkvBiases) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Qwen2-7B"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 339);
+  EXPECT_EQ(s.parameters, 7'615'616'512);
+  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+                          "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+                          "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                          "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                          "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.27.self_attn.k_proj.bias")), ElementsAre(512));
+  EXPECT_THAT(Shape(Tensor(m, "lm_head.weight")), ElementsAre(152064, 3584));
+}
+
+// Published 9,241,705,984: the HF Hub safetensors total of google/gemma-2-9b
+// (a recorded Hub API answer) and keras-hub's gemma2_9b_en preset.
+TEST(HfImportNewFamilyTest, Gemma2_9B_MatchesPublishedTotalFourNormsTiedFp32) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("gemma-2-9b"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 464);
+  EXPECT_EQ(s.parameters, 9'241'705'984);
+  EXPECT_EQ(s.by_dtype[v1::FP32].tensors, 464);  // torch_dtype float32
+  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                          "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                          "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight",
+                          "model.layers.0.pre_feedforward_layernorm.weight",
+                          "model.layers.0.post_feedforward_layernorm.weight"));
+  // head_dim 256: 16 x 256 = 4096 query rows on a 3584 hidden.
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_proj.weight")), ElementsAre(4096, 3584));
+  EXPECT_EQ(IndexOf(m, "lm_head.weight"), -1);  // no tie_word_embeddings: Gemma2Config ties
+  EXPECT_EQ(m.tensors(m.tensors_size() - 1).name(), "model.norm.weight");
+}
+
+// Published 999,885,952: the HF Hub safetensors total of google/gemma-3-1b-it
+// (a recorded Hub API answer) and keras-hub's gemma3_1b preset.
+TEST(HfImportNewFamilyTest, Gemma3Text_1B_MatchesPublishedTotalQkNormTied) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("gemma-3-1b-it"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 340);
+  EXPECT_EQ(s.parameters, 999'885'952);
+  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                          "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
+                          "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                          "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight",
+                          "model.layers.0.pre_feedforward_layernorm.weight",
+                          "model.layers.0.post_feedforward_layernorm.weight"));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.k_proj.weight")), ElementsAre(256, 1152));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_norm.weight")), ElementsAre(256));
+  EXPECT_EQ(IndexOf(m, "lm_head.weight"), -1);
+}
+
+// google/gemma-3-4b-it publishes 4,300,079,472 (HF Hub safetensors total,
+// keras-hub's medgemma_4b preset) for the whole multimodal model. Only the
+// language model is imported: 3,880,263,168, the published total less the
+// SigLIP vision tower (416,866,032) and the projector (2,950,272), both
+// computed from vision_config in configs/README.md. Its text_config leaves
+// vocab_size, the head counts and head_dim to Gemma3TextConfig's defaults.
+TEST(HfImportNewFamilyTest, Gemma3_4B_ImportsTheLanguageModelOfTheNestedTextConfig) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("gemma-3-4b-it"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 444);
+  EXPECT_EQ(s.parameters, 3'880'263'168);
+  EXPECT_EQ(s.parameters + 416'866'032 + 2'950'272, 4'300'079'472);
+  EXPECT_EQ(NamesWithPrefix(m, "language_model.model.").size(), 444u);  // no vision tower, no projector
+  EXPECT_EQ(m.tensors(0).name(), "language_model.model.embed_tokens.weight");
+  EXPECT_THAT(Shape(m.tensors(0)), ElementsAre(262208, 2560));
+  std::vector<std::string> layer = NamesWithPrefix(m, "language_model.model.layers.0.");
+  ASSERT_EQ(layer.size(), 13u);
+  EXPECT_EQ(layer[4], "language_model.model.layers.0.self_attn.q_norm.weight");
+  EXPECT_EQ(layer[12], "language_model.model.layers.0.post_feedforward_layernorm.weight");
+  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.q_proj.weight")),
+              ElementsAre(8 * 256, 2560));
+  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.v_proj.weight")),
+              ElementsAre(4 * 256, 2560));
+  EXPECT_EQ(m.tensors(m.tensors_size() - 1).name(), "language_model.model.norm.weight");  // tied
+  EXPECT_EQ(m.tensors(0).dtype(), v1::BF16);  // the top-level torch_dtype
+}
+
+TEST(HfImportNewFamilyTest, Gemma3_TextConfigIsRequiredAndItsFieldsNamedByPath) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string gemma3, ReadConfig("gemma-3-4b-it"));
+  EXPECT_THAT(ImportHfConfig(testing::RemoveField(gemma3, "text_config"), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"text_config\"")));
+  google::protobuf::Value text;
+  (*text.mutable_struct_value()->mutable_fields())["num_hidden_layers"] = testing::Number(2);
+  EXPECT_THAT(ImportHfConfig(testing::SetField(gemma3, "text_config", text), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("missing field \"text_config.hidden_size\"")));
+  EXPECT_THAT(ImportHfConfig(testing::SetField(gemma3, "text_config", testing::Number(1)), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("field \"text_config\" must be an object, got 1")));
+}
+
+// Published 14,315,784,192: keras-hub's qwen1.5_moe_2.7b_en preset and the
+// total chatllm.cpp prints on loading Qwen1.5-MoE-A2.7B.
+TEST(HfImportNewFamilyTest, Qwen15MoeA27B_MatchesPublishedTotalWithSharedExpert) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Qwen1.5-MoE-A2.7B"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 4'659);
+  EXPECT_EQ(s.parameters, 14'315'784'192);
+  EXPECT_EQ(s.expert_tensors, 24 * 60 * 3);
+
+  std::vector<std::string> layer = NamesWithPrefix(m, "model.layers.0.");
+  ASSERT_EQ(layer.size(), 7u + 1 + 60 * 3 + 3 + 1 + 2);
+  EXPECT_THAT(std::vector<std::string>(layer.begin(), layer.begin() + 9),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+                          "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+                          "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate.weight",
+                          "model.layers.0.mlp.experts.0.gate_proj.weight"));
+  EXPECT_THAT(std::vector<std::string>(layer.begin() + 187, layer.end()),
+              ElementsAre("model.layers.0.mlp.experts.59.down_proj.weight",
+                          "model.layers.0.mlp.shared_expert.gate_proj.weight",
+                          "model.layers.0.mlp.shared_expert.up_proj.weight",
+                          "model.layers.0.mlp.shared_expert.down_proj.weight",
+                          "model.layers.0.mlp.shared_expert_gate.weight", "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.gate.weight")), ElementsAre(60, 2048));
+  v1::TensorSpec expert = Tensor(m, "model.layers.23.mlp.experts.59.down_proj.weight");
+  EXPECT_THAT(Shape(expert), ElementsAre(2048, 1408));
+  EXPECT_EQ(expert.expert(), 59);
+  v1::TensorSpec shared = Tensor(m, "model.layers.0.mlp.shared_expert.up_proj.weight");
+  EXPECT_THAT(Shape(shared), ElementsAre(5632, 2048));
+  EXPECT_FALSE(shared.has_expert());
+  v1::TensorSpec shared_gate = Tensor(m, "model.layers.0.mlp.shared_expert_gate.weight");
+  EXPECT_THAT(Shape(shared_gate), ElementsAre(1, 2048));
+  EXPECT_FALSE(shared_gate.has_expert());
+  EXPECT_EQ(IndexOf(m, "model.layers.0.self_attn.o_proj.bias"), -1);
+}
+
+TEST(HfImportNewFamilyTest, Qwen2Moe_SparseStepAndMlpOnlyLayersGiveDenseLayers) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Qwen1.5-MoE-A2.7B"));
+  json = testing::SetField(json, "decoder_sparse_step", testing::Number(2));
+  google::protobuf::Value layers;
+  *layers.mutable_list_value()->add_values() = testing::Number(1);
+  json = testing::SetField(json, "mlp_only_layers", layers);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportHfConfig(json, {}));
+  // Layer 0: (0 + 1) % 2 != 0; layer 1: listed; layer 3: sparse.
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.gate_proj.weight")), ElementsAre(5632, 2048));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.1.mlp.down_proj.weight")), ElementsAre(2048, 5632));
+  EXPECT_EQ(IndexOf(m, "model.layers.1.mlp.shared_expert_gate.weight"), -1);
+  EXPECT_GE(IndexOf(m, "model.layers.3.mlp.gate.weight"), 0);
+  EXPECT_GE(IndexOf(m, "model.layers.3.mlp.shared_expert_gate.weight"), 0);
+  EXPECT_EQ(Summarize(m).expert_tensors, 11 * 60 * 3);  // layers 3, 5, ..., 23
+}
+
+// Published 6,919,161,856 in 3,219 tensors: a read of the safetensors
+// headers of allenai/OLMoE-1B-7B-0924 recorded in public code, and llama.cpp's
+// n_params for its GGUF.
+TEST(HfImportNewFamilyTest, Olmoe_MatchesPublishedTotalWithFullWidthQkNorm) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("OLMoE-1B-7B-0924"));
+  ManifestSummary s = Summarize(m);
+  EXPECT_EQ(s.tensors, 3'219);
+  EXPECT_EQ(s.parameters, 6'919'161'856);
+  EXPECT_EQ(s.expert_tensors, 16 * 64 * 3);
+  std::vector<std::string> layer = NamesWithPrefix(m, "model.layers.0.");
+  ASSERT_EQ(layer.size(), 6u + 1 + 64 * 3 + 2);
+  EXPECT_THAT(std::vector<std::string>(layer.begin(), layer.begin() + 8),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                          "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
+                          "model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.0.gate_proj.weight"));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_norm.weight")), ElementsAre(2048));
+  EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.gate.weight")), ElementsAre(64, 2048));
+  v1::TensorSpec expert = Tensor(m, "model.layers.15.mlp.experts.63.up_proj.weight");
+  EXPECT_THAT(Shape(expert), ElementsAre(1024, 2048));
+  EXPECT_EQ(expert.expert(), 63);
+  EXPECT_THAT(Shape(Tensor(m, "lm_head.weight")), ElementsAre(50304, 2048));
+
+  // k_norm spans the key projection: kv_heads x head_dim, not one head.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("OLMoE-1B-7B-0924"));
+  json = testing::SetField(json, "num_key_value_heads", testing::Number(4));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest gqa, ImportHfConfig(json, {}));
+  EXPECT_THAT(Shape(Tensor(gqa, "model.layers.0.self_attn.k_proj.weight")), ElementsAre(512, 2048));
+  EXPECT_THAT(Shape(Tensor(gqa, "model.layers.0.self_attn.k_norm.weight")), ElementsAre(512));
+  EXPECT_THAT(Shape(Tensor(gqa, "model.layers.0.self_attn.q_norm.weight")), ElementsAre(2048));
+}
+
+// A config handed where a manifest was wanted is recognised; a manifest,
+// or JSON without a string model_type, is not.
+TEST(HfImportNewFamilyTest, LooksLikeHfConfig_ConfigsButNotManifests) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
+  std::string model_type;
+  EXPECT_TRUE(LooksLikeHfConfig(llama, &model_type));
+  EXPECT_EQ(model_type, "llama");
+  EXPECT_TRUE(LooksLikeHfConfig(llama, nullptr));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string gemma3, ReadConfig("gemma-3-4b-it"));
+  EXPECT_TRUE(LooksLikeHfConfig(gemma3, &model_type));
+  EXPECT_EQ(model_type, "gemma3");
+  EXPECT_FALSE(LooksLikeHfConfig(R"({"model": "m", "tensors": []})", &model_type));
+  EXPECT_FALSE(LooksLikeHfConfig(R"({"model_type": "llama", "tensors": []})", &model_type));
+  EXPECT_FALSE(LooksLikeHfConfig(R"({"model_type": 3})", &model_type));
+  EXPECT_FALSE(LooksLikeHfConfig(R"({"hidden_size": 4096})", &model_type));
+  EXPECT_FALSE(LooksLikeHfConfig("[1, 2]", &model_type));
+  EXPECT_FALSE(LooksLikeHfConfig("{\"model_type\": ", &model_type));
+}
+
+// ---------------------------------------------------------------------------
 // Options and config switches.
 
 TEST(HfImportOptionTest, TieWordEmbeddings_DropsLmHead) {
@@ -366,8 +607,9 @@ TEST(HfImportErrorTest, UnknownModelType_NamesItAndListsSupported) {
   json = testing::SetField(json, "model_type", testing::Text("foo"));
   EXPECT_THAT(ImportHfConfig(json, {}),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("unknown model_type \"foo\" (supported: deepseek_v3, ernie4_5_moe, gpt_oss, "
-                                 "kimi_k2, llama, mixtral, qwen3_moe)")));
+                       HasSubstr("unknown model_type \"foo\" (supported: deepseek_v3, ernie4_5_moe, gemma2, "
+                                 "gemma3, gemma3_text, gpt_oss, kimi_k2, llama, mistral, mixtral, olmoe, "
+                                 "qwen2, qwen2_moe, qwen3_moe)")));
 }
 
 TEST(HfImportErrorTest, MissingField_NamesIt) {

@@ -15,7 +15,11 @@ constexpr int64_t kMaxExpertMlps = int64_t{1} << 20;
 
 v1::TensorSpec* TensorList::Add(std::string name, const std::vector<int64_t>& shape) {
   v1::TensorSpec* t = manifest_->add_tensors();
-  t->set_name(std::move(name));
+  if (name_prefix_.empty()) {
+    t->set_name(std::move(name));
+  } else {
+    t->set_name(absl::StrCat(name_prefix_, name));
+  }
   for (int64_t d : shape) t->add_shape(d);
   t->set_dtype(dtype_);
   return t;
@@ -26,13 +30,24 @@ void TensorList::AddLinear(const std::string& name, int64_t out_features, int64_
   if (bias) Add(name + ".bias", {out_features});
 }
 
+TensorList TensorList::WithNamePrefix(absl::string_view prefix) const {
+  TensorList list(dtype_, manifest_);
+  list.name_prefix_ = absl::StrCat(name_prefix_, prefix);
+  return list;
+}
+
 std::string LayerPrefix(int64_t layer) { return absl::StrCat("model.layers.", layer, "."); }
 
-absl::StatusOr<DecoderDims> ReadDecoderDims(const HfConfig& config, bool tie_default) {
+absl::StatusOr<DecoderDims> ReadDecoderDims(const HfConfig& config, bool tie_default,
+                                            std::optional<int64_t> vocab_default) {
   DecoderDims dims;
   MUONSHARD_ASSIGN_OR_RETURN(dims.hidden, config.Int("hidden_size", kDimRange));
   MUONSHARD_ASSIGN_OR_RETURN(dims.layers, config.Int("num_hidden_layers", kCountRange));
-  MUONSHARD_ASSIGN_OR_RETURN(dims.vocab, config.Int("vocab_size", kDimRange));
+  if (vocab_default) {
+    MUONSHARD_ASSIGN_OR_RETURN(dims.vocab, config.IntOr("vocab_size", *vocab_default, kDimRange));
+  } else {
+    MUONSHARD_ASSIGN_OR_RETURN(dims.vocab, config.Int("vocab_size", kDimRange));
+  }
   MUONSHARD_ASSIGN_OR_RETURN(dims.tie_embeddings, config.BoolOr("tie_word_embeddings", tie_default));
   return dims;
 }
@@ -151,6 +166,10 @@ void AddMlp(const std::string& prefix, const MlpSpec& spec, std::optional<int> e
     v1::TensorSpec* b = out->Add(name + ".bias", {proj.out_features});
     if (expert) b->set_expert(*expert);
   }
+}
+
+LayerPartFn MlpPart(MlpSpec spec) {
+  return [spec](int64_t, const std::string& prefix, TensorList* out) { AddMlp(prefix + "mlp.", spec, {}, out); };
 }
 
 void AddExperts(const std::string& prefix, int64_t count, const MlpSpec& spec, TensorList* out) {

@@ -32,10 +32,15 @@ class TensorList {
   // `name`.weight [out_features, in_features] (HF nn.Linear) and, with
   // `bias`, `name`.bias [out_features].
   void AddLinear(const std::string& name, int64_t out_features, int64_t in_features, bool bias);
+  // A list appending to the same manifest, in the same dtype, with `prefix`
+  // before every name (Gemma 3's "language_model." for the text model inside
+  // the multimodal checkpoint).
+  TensorList WithNamePrefix(absl::string_view prefix) const;
 
  private:
   v1::DType dtype_;
   v1::ModelManifest* manifest_;
+  std::string name_prefix_;
 };
 
 // "model.layers.<layer>."
@@ -52,7 +57,10 @@ struct DecoderDims {
 
 // hidden_size, num_hidden_layers, vocab_size and tie_word_embeddings
 // (`tie_default` when absent: each HF config class has its own default).
-absl::StatusOr<DecoderDims> ReadDecoderDims(const HfConfig& config, bool tie_default);
+// vocab_size is required unless `vocab_default` is given (Gemma 3, whose
+// published multimodal configs leave it to the class default).
+absl::StatusOr<DecoderDims> ReadDecoderDims(const HfConfig& config, bool tie_default,
+                                            std::optional<int64_t> vocab_default = std::nullopt);
 
 // Appends the tensors of one part of decoder layer `layer`; `prefix` is
 // LayerPrefix(layer).
@@ -121,6 +129,8 @@ struct MlpSpec {
 // The MLP under `prefix` (e.g. "model.layers.0.mlp."); `expert` marks every
 // tensor as belonging to that expert.
 void AddMlp(const std::string& prefix, const MlpSpec& spec, std::optional<int> expert, TensorList* out);
+// AddMlp of a dense `spec` under "mlp." as a LayerPartFn, for AddDecoder.
+LayerPartFn MlpPart(MlpSpec spec);
 // `count` expert MLPs `prefix`0. .. `prefix`<count-1>. (prefix ends in "experts.").
 void AddExperts(const std::string& prefix, int64_t count, const MlpSpec& spec, TensorList* out);
 

@@ -51,7 +51,7 @@ absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json) {
     return absl::InvalidArgumentError(
         absl::StrCat("config.json: not a JSON object: ", std::string(status.message())));
   }
-  return HfConfig(std::move(root));
+  return HfConfig(std::move(root), "");
 }
 
 const Value* HfConfig::Find(absl::string_view key) const {
@@ -62,15 +62,17 @@ const Value* HfConfig::Find(absl::string_view key) const {
 
 bool HfConfig::Has(absl::string_view key) const { return Find(key) != nullptr; }
 
-absl::StatusOr<int64_t> HfConfig::ToInt(absl::string_view key, const Value& value, IntRange range) {
+std::string HfConfig::Path(absl::string_view key) const { return absl::StrCat(path_prefix_, key); }
+
+absl::StatusOr<int64_t> HfConfig::ToInt(absl::string_view path, const Value& value, IntRange range) {
   // JSON numbers arrive as doubles; every integer a config holds is far below
   // 2^53, so the conversion is exact once the value is known to be integral.
   if (value.kind_case() != Value::kNumberValue || std::trunc(value.number_value()) != value.number_value()) {
-    return WrongKind(key, "an integer", value);
+    return WrongKind(path, "an integer", value);
   }
   double v = value.number_value();
   if (v < static_cast<double>(range.min) || v > static_cast<double>(range.max)) {
-    return FieldError(key,
+    return FieldError(path,
                       absl::StrCat("must be in [", range.min, ", ", range.max, "], got ", Describe(value)));
   }
   return static_cast<int64_t>(v);
@@ -78,27 +80,27 @@ absl::StatusOr<int64_t> HfConfig::ToInt(absl::string_view key, const Value& valu
 
 absl::StatusOr<int64_t> HfConfig::Int(absl::string_view key, IntRange range) const {
   const Value* value = Find(key);
-  if (value == nullptr) return MissingField(key);
-  return ToInt(key, *value, range);
+  if (value == nullptr) return MissingField(Path(key));
+  return ToInt(Path(key), *value, range);
 }
 
 absl::StatusOr<int64_t> HfConfig::IntOr(absl::string_view key, int64_t fallback, IntRange range) const {
   const Value* value = Find(key);
   if (value == nullptr) return fallback;
-  return ToInt(key, *value, range);
+  return ToInt(Path(key), *value, range);
 }
 
 absl::StatusOr<bool> HfConfig::BoolOr(absl::string_view key, bool fallback) const {
   const Value* value = Find(key);
   if (value == nullptr) return fallback;
-  if (value->kind_case() != Value::kBoolValue) return WrongKind(key, "true or false", *value);
+  if (value->kind_case() != Value::kBoolValue) return WrongKind(Path(key), "true or false", *value);
   return value->bool_value();
 }
 
 absl::StatusOr<std::string> HfConfig::String(absl::string_view key) const {
   const Value* value = Find(key);
-  if (value == nullptr) return MissingField(key);
-  if (value->kind_case() != Value::kStringValue) return WrongKind(key, "a string", *value);
+  if (value == nullptr) return MissingField(Path(key));
+  if (value->kind_case() != Value::kStringValue) return WrongKind(Path(key), "a string", *value);
   return value->string_value();
 }
 
@@ -111,13 +113,20 @@ absl::StatusOr<std::vector<int64_t>> HfConfig::IntListOr(absl::string_view key, 
   std::vector<int64_t> out;
   const Value* value = Find(key);
   if (value == nullptr) return out;
-  if (value->kind_case() != Value::kListValue) return WrongKind(key, "a list of integers", *value);
+  if (value->kind_case() != Value::kListValue) return WrongKind(Path(key), "a list of integers", *value);
   for (const Value& item : value->list_value().values()) {
-    auto v = ToInt(key, item, range);
+    auto v = ToInt(Path(key), item, range);
     if (!v.ok()) return v.status();
     out.push_back(*v);
   }
   return out;
+}
+
+absl::StatusOr<HfConfig> HfConfig::Object(absl::string_view key) const {
+  const Value* value = Find(key);
+  if (value == nullptr) return MissingField(Path(key));
+  if (value->kind_case() != Value::kStructValue) return WrongKind(Path(key), "an object", *value);
+  return HfConfig(value->struct_value(), absl::StrCat(Path(key), "."));
 }
 
 }  // namespace muonshard::importer::internal

@@ -28,8 +28,9 @@ constexpr IntRange kOptionalCountRange{0, kMaxCount};
 // Read-only, typed view of a HuggingFace `config.json`, parsed with protobuf's
 // google.protobuf.Struct. Every error is INVALID_ARGUMENT and names the field
 // ("config.json: missing field \"num_hidden_layers\""). A field set to JSON
-// null counts as absent. Immutable after Parse, so safe to share between
-// threads.
+// null counts as absent. A nested object (Object) names its fields with the
+// path from the top ("text_config.hidden_size"). Immutable after Parse, so
+// safe to share between threads.
 class HfConfig {
  public:
   // INVALID_ARGUMENT when `json` is not a JSON object.
@@ -47,16 +48,22 @@ class HfConfig {
   absl::StatusOr<std::string> StringOr(absl::string_view key, absl::string_view fallback) const;
   // An optional list of integers within `range`; empty when absent.
   absl::StatusOr<std::vector<int64_t>> IntListOr(absl::string_view key, IntRange range) const;
+  // A required nested object (Gemma 3's "text_config"), as a config of its own.
+  absl::StatusOr<HfConfig> Object(absl::string_view key) const;
 
  private:
-  explicit HfConfig(google::protobuf::Struct root) : root_(std::move(root)) {}
+  HfConfig(google::protobuf::Struct root, std::string path_prefix)
+      : root_(std::move(root)), path_prefix_(std::move(path_prefix)) {}
 
   // The value of `key`, or nullptr when absent or null.
   const google::protobuf::Value* Find(absl::string_view key) const;
-  static absl::StatusOr<int64_t> ToInt(absl::string_view key, const google::protobuf::Value& value,
+  // `key` as error messages name it: with the path of the enclosing objects.
+  std::string Path(absl::string_view key) const;
+  static absl::StatusOr<int64_t> ToInt(absl::string_view path, const google::protobuf::Value& value,
                                        IntRange range);
 
   google::protobuf::Struct root_;
+  std::string path_prefix_;  // "" at the top, "text_config." inside it
 };
 
 // Errors about one field, in the house wording.
