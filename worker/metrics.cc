@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/planner/memory.h"
 
 namespace muonshard::worker {
 namespace {
@@ -54,6 +55,14 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
                               "Optimizer state bytes the plan assigns to this rank", labels_)),
       imbalance_(Gauge(*registry_, "muonshard_worker_plan_memory_imbalance_ratio",
                        "The plan's optimizer-state imbalance over ranks, (max - min) / max", labels_)),
+      plan_memory_(prometheus::BuildGauge()
+                       .Name("muonshard_worker_plan_memory_bytes")
+                       .Help("The rank's training memory as its plan states it, by term (docs/planner.md, Memory)")
+                       .Register(*registry_)),
+      headroom_(prometheus::BuildGauge()
+                    .Name("muonshard_worker_plan_memory_headroom_bytes")
+                    .Help("The rank's device capacity minus its planned training memory (plans with a capacity)")
+                    .Register(*registry_)),
       train_step_seconds_(prometheus::BuildHistogram()
                               .Name("muonshard_worker_train_step_seconds")
                               .Help("One training step: local gradients plus the optimizer step")
@@ -115,8 +124,22 @@ void WorkerMetrics::RecordRecovery(const std::array<double, 4>& phase_seconds) {
 void WorkerMetrics::SetPlan(const v1::RankView& view, int64_t plan_version, int64_t generation) {
   plan_state_bytes_.Set(static_cast<double>(view.rank().optimizer_state_bytes()));
   imbalance_.Set(view.stats().memory_imbalance());
+  SetPlanMemory(view.rank().memory());
   plan_version_.Set(static_cast<double>(plan_version));
   generation_.Set(static_cast<double>(generation));
+}
+
+void WorkerMetrics::SetPlanMemory(const v1::RankMemory& memory) {
+  for (const planner::MemoryTerm& term : planner::MemoryTerms()) {
+    plan_memory_.Add(With(labels_, "term", term.name)).Set(static_cast<double>((memory.*term.get)()));
+  }
+  plan_memory_.Add(With(labels_, "term", "total")).Set(static_cast<double>(memory.total_bytes()));
+  prometheus::Gauge& headroom = headroom_.Add(labels_);
+  if (memory.capacity_bytes() > 0) {
+    headroom.Set(static_cast<double>(memory.headroom_bytes()));
+  } else {
+    headroom_.Remove(&headroom);
+  }
 }
 
 void WorkerMetrics::SetOptimizerStateBytes(int64_t bytes) { state_bytes_.Set(static_cast<double>(bytes)); }

@@ -52,6 +52,8 @@ inline constexpr const char* kWorkerExportedMetrics[] = {
     "muonshard_worker_checkpoint_seconds",           // histogram {phase}
     "muonshard_worker_checkpoint_last_success_timestamp_seconds",  // gauge: unix seconds; 0: none yet
     "muonshard_worker_checkpoint_failures_total",    // counter: failed saves
+    "muonshard_worker_plan_memory_bytes",            // gauge {term}: the plan's RankMemory for the rank
+    "muonshard_worker_plan_memory_headroom_bytes",   // gauge: capacity - total; only with a capacity
 };
 
 // The `phase` label values: the phases in step order, then "step" (the whole
@@ -80,7 +82,8 @@ class WorkerMetrics {
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // The plan the worker runs: version, generation, the rank's planned state
-  // bytes and the plan's memory imbalance (PlanStats.memory_imbalance).
+  // bytes, its planned memory by term (and headroom, when the plan has a
+  // capacity) and the plan's memory imbalance (PlanStats.memory_imbalance).
   void SetPlan(const v1::RankView& view, int64_t plan_version, int64_t generation);
   // What the optimizer actually allocated.
   void SetOptimizerStateBytes(int64_t bytes);
@@ -100,11 +103,15 @@ class WorkerMetrics {
   void CountCheckpointFailure();
 
  private:
+  void SetPlanMemory(const v1::RankMemory& memory);
+
   const prometheus::Labels labels_;  // job and rank, on every series
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Gauge& state_bytes_;
   prometheus::Gauge& plan_state_bytes_;
   prometheus::Gauge& imbalance_;
+  prometheus::Family<prometheus::Gauge>& plan_memory_;  // {term}: planner::MemoryTerms() and "total"
+  prometheus::Family<prometheus::Gauge>& headroom_;
   std::array<prometheus::Histogram*, 5> phases_;  // kStepPhases order
   prometheus::Histogram& train_step_seconds_;
   std::array<prometheus::Counter*, 5> comm_bytes_;  // kCommOps order

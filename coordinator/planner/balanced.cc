@@ -414,7 +414,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       }
       // Normalise by the lower bound, so a single huge matrix does not make
       // the greedy ignore the other dimension.
-      const double f_target = std::max(flops / n, max_f);
+      const double f_target = options.memory_only ? 0 : std::max(flops / n, max_f);
       const double m_target = std::max(bytes / n, max_m);
       for (Item& it : items) {
         it.cost = (f_target > 0 ? it.flops / f_target : 0) + (m_target > 0 ? it.bytes / m_target : 0);

@@ -45,6 +45,9 @@ struct BalancedOptions {
   const absl::flat_hash_map<std::pair<int, int>, int>* previous_owner = nullptr;
   // Null for none.
   const Preload* preload = nullptr;
+  // Level optimizer-state bytes only (Newton-Schulz FLOPs ignored): the
+  // memory-fit retry when the balanced plan does not fit its capacities.
+  bool memory_only = false;
 };
 
 std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,

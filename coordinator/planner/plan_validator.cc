@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "coordinator/planner/bucketing.h"
 #include "coordinator/planner/model.h"
+#include "coordinator/planner/memory.h"
 #include "coordinator/planner/plan_stats.h"
 
 namespace muonshard::planner {
@@ -244,6 +245,29 @@ absl::Status CheckAdamw(const v1::Plan& plan) {
   return cover.Check(plan, v1::ADAMW);
 }
 
+bool SameMemory(const v1::RankMemory& a, const v1::RankMemory& b) {
+  for (const MemoryTerm& term : MemoryTerms()) {
+    if ((a.*term.get)() != (b.*term.get)()) return false;
+  }
+  return a.total_bytes() == b.total_bytes() && a.capacity_bytes() == b.capacity_bytes() &&
+         a.headroom_bytes() == b.headroom_bytes();
+}
+
+// Plans stored before RankPlan.memory existed carry none; a plan that
+// carries it must carry what its buckets and tensors imply.
+absl::Status CheckMemory(const v1::Plan& plan) {
+  MUONSHARD_RETURN_IF_ERROR(CanonicalCapacities(plan.topology(), plan.ranks_size()).status());
+  std::vector<v1::RankMemory> memory;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    if (!r.has_memory()) continue;
+    if (memory.empty()) memory = ComputeRankMemory(plan);
+    if (!SameMemory(r.memory(), memory[r.rank()])) {
+      return Invalid(absl::StrCat("rank ", r.rank(), ": memory disagrees with its buckets and owned tensors"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckTotals(const v1::Plan& plan) {
   std::vector<RankTotals> totals = ComputeRankTotals(plan);
   for (const v1::RankPlan& r : plan.ranks()) {
@@ -253,7 +277,7 @@ absl::Status CheckTotals(const v1::Plan& plan) {
       return Invalid(absl::StrCat("rank ", r.rank(), ": totals disagree with its owned tensors and slices"));
     }
   }
-  return absl::OkStatus();
+  return CheckMemory(plan);
 }
 
 }  // namespace

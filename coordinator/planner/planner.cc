@@ -7,6 +7,7 @@
 #include "google/protobuf/wire_format_lite.h"
 
 #include <algorithm>
+#include <numeric>
 #include <array>
 #include <tuple>
 #include <memory>
@@ -18,6 +19,7 @@
 #include "common/status_macros.h"
 #include "coordinator/planner/balanced.h"
 #include "coordinator/planner/bucketing.h"
+#include "coordinator/planner/memory.h"
 #include "coordinator/planner/model.h"
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_stats.h"
@@ -151,6 +153,8 @@ class PlanBuilder {
   // The Muon assignment to use instead of the policy's (another build's
   // muon_shards() of the same model and layout); null for the policy's.
   void set_fixed_muon(const std::vector<MuonShard>* shards) { fixed_muon_ = shards; }
+  // Balanced: level optimizer-state bytes only (BalancedOptions.memory_only).
+  void set_memory_only(bool memory_only) { memory_only_ = memory_only; }
   // After Build: the Muon assignment it used.
   const std::vector<MuonShard>& muon_shards() const { return muon_shards_; }
 
@@ -257,13 +261,16 @@ class PlanBuilder {
     options.ns_steps = policy_.ns_steps();
     options.per_dtype = policy_.per_dtype();
     options.preload = preload_;
+    options.memory_only = memory_only_;
     absl::flat_hash_map<std::pair<int, int>, int> previous_owner;
     if (previous_ != nullptr) {
       previous_owner = PreviousOwners();
       options.previous_owner = &previous_owner;
     }
     std::vector<MuonShard> balanced = BalancedPartitionMuon(model_, layout_, options);
-    if (previous_ != nullptr) return balanced;  // sticky: fewer moves, not the seed
+    // Sticky: fewer moves, not the seed; memory only: the seed's objective
+    // weighs FLOPs.
+    if (previous_ != nullptr || memory_only_) return balanced;
     // Never worse than the seed policy: keep its assignment (water-filled all
     // the same) on the rare manifest where it scores better.
     std::vector<MuonShard> seed =
@@ -544,6 +551,7 @@ class PlanBuilder {
   const v1::Plan* previous_;  // sticky re-planning; may be null
   const Preload* preload_ = nullptr;
   const std::vector<MuonShard>* fixed_muon_ = nullptr;
+  bool memory_only_ = false;
   std::vector<MuonShard> muon_shards_;
   v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
   // Per rank: the sums over its owned tensors and slices, kept as they are
@@ -601,6 +609,39 @@ class PartPlanner {
   std::vector<MuonShard> muon_shards_;
 };
 
+// The layout's resolved topology with the canonical device capacities.
+absl::StatusOr<v1::Topology> ResolvedTopology(const RankLayout& layout, const v1::Topology& given) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<int64_t> capacities, CanonicalCapacities(given, layout.world_size()));
+  v1::Topology t = layout.Resolved();
+  t.mutable_device_memory_bytes()->Add(capacities.begin(), capacities.end());
+  return t;
+}
+
+// Per-rank capacities as preloaded optimizer state: the balanced policy and
+// the AdamW water-filling level state + (largest capacity - own capacity),
+// i.e. they level headroom. Zeros when every rank has the same capacity.
+Preload CapacityDeficit(const std::vector<int64_t>& capacities, int world_size) {
+  Preload p;
+  p.ns_flops.assign(world_size, 0);
+  p.state_bytes.assign(world_size, 0);
+  if (capacities.size() < 2) return p;
+  const int64_t largest = *std::max_element(capacities.begin(), capacities.end());
+  for (int r = 0; r < world_size; ++r) p.state_bytes[r] = largest - capacities[r];
+  return p;
+}
+
+// A computed plan with the request's capacities, its memory filled in, and
+// refused (and freed, when not on an arena) when a rank does not fit.
+absl::StatusOr<v1::Plan*> Fitted(absl::StatusOr<v1::Plan*> plan, const v1::Topology& topology) {
+  if (!plan.ok()) return plan;
+  *(*plan)->mutable_topology()->mutable_device_memory_bytes() = topology.device_memory_bytes();
+  AddMemory(**plan);
+  absl::Status fit = CheckFit(**plan);
+  if (fit.ok()) return plan;
+  if ((*plan)->GetArena() == nullptr) delete *plan;
+  return fit;
+}
+
 // tensor_parallel.h: the replica's plan, expanded over the tp ranks, and
 // with ep > 1 the experts' plan on the whole layout merged in. The dense
 // matrices are placed first (coarse items); the experts (many equal ones)
@@ -649,7 +690,7 @@ absl::StatusOr<v1::PlanRequest> CanonicalizeRequest(const v1::PlanRequest& reque
   v1::PlanRequest out;
   MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
   MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_policy(), CanonicalPolicy(request.policy(), layout.tp()));
-  *out.mutable_topology() = layout.Resolved();
+  MUONSHARD_ASSIGN_OR_RETURN(*out.mutable_topology(), ResolvedTopology(layout, request.topology()));
   *out.mutable_manifest() = request.manifest();
   return out;
 }
@@ -677,14 +718,94 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   if (previous == nullptr && !policy.sticky_to().empty()) {
     return absl::InvalidArgumentError("policy.sticky_to: the previous plan was not supplied");
   }
-  const v1::Topology topology = layout.Resolved();
+  MUONSHARD_ASSIGN_OR_RETURN(const v1::Topology topology, ResolvedTopology(layout, request.topology()));
   std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
                                     policy.muon_exclude_patterns().end());
   MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
-  std::string hash = HashRequestParts(request.manifest(), topology, policy);
-  if (layout.tp() > 1) return PlanTensorParallel(request.manifest(), policy, layout, model, patterns, hash, arena, previous);
-  PlanBuilder builder(request.manifest(), policy, layout, std::move(model), previous);
-  return builder.Build(std::move(hash), arena);
+  const std::string hash = HashRequestParts(request.manifest(), topology, policy);
+  if (layout.tp() > 1) {
+    return Fitted(PlanTensorParallel(request.manifest(), policy, layout, model, patterns, hash, arena, previous),
+                  topology);
+  }
+  const std::vector<int64_t> capacities(topology.device_memory_bytes().begin(),
+                                        topology.device_memory_bytes().end());
+  const Preload deficit = CapacityDeficit(capacities, layout.world_size());
+  auto build = [&](ResolvedModel resolved, bool memory_only) {
+    PlanBuilder builder(request.manifest(), policy, layout, std::move(resolved), previous);
+    if (capacities.size() > 1) builder.set_preload(&deficit);
+    builder.set_memory_only(memory_only);
+    return Fitted(builder.Build(hash, arena), topology);
+  };
+  // The balanced plan trades memory for FLOPs; when it does not fit, the
+  // plan that levels memory alone is the best chance to.
+  const bool may_retry = policy.policy() == v1::BALANCED && previous == nullptr && !capacities.empty();
+  if (!may_retry) return build(std::move(model), false);
+  absl::StatusOr<v1::Plan*> plan = build(model, false);
+  if (!IsFitError(plan.status())) return plan;
+  plan = build(std::move(model), true);
+  if (!IsFitError(plan.status())) return plan;
+  return absl::InvalidArgumentError(
+      absl::StrCat(plan.status().message(), " (no plan fits: the balanced policy levelling memory alone)"));
+}
+
+namespace {
+
+// Fits: true; does not fit: false; any other error: that error.
+absl::StatusOr<bool> FitsAt(v1::PlanRequest& request, int world_size) {
+  request.mutable_topology()->set_world_size(world_size);
+  google::protobuf::Arena arena(PlanArenaOptions());
+  absl::StatusOr<v1::Plan*> plan = ComputePlan(request, &arena);
+  if (plan.ok()) return true;
+  if (IsFitError(plan.status())) return false;
+  return plan.status();
+}
+
+// The model copy and gradient buffers of a rank do not shrink with more
+// data ranks: when they alone overflow, say so.
+absl::Status CheckFixedTermsFit(const v1::PlanRequest& request) {
+  v1::PlanRequest unchecked = request;
+  unchecked.mutable_topology()->clear_device_memory_bytes();
+  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, ComputePlan(unchecked));
+  const int64_t capacity = request.topology().device_memory_bytes(0);
+  for (const v1::RankPlan& r : plan.ranks()) {
+    const int64_t fixed = r.memory().model_bytes() + r.memory().grad_bytes();
+    if (fixed <= capacity) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no world size fits: rank ", r.rank(), "'s model copy and gradient buffers alone need ", FormatBytes(fixed),
+        " of its ", FormatBytes(capacity), "; more data ranks do not shrink them: raise pp or tp"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<int> MinWorldSizeThatFits(const v1::PlanRequest& request, int max_world_size) {
+  MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(request.topology()));
+  MUONSHARD_ASSIGN_OR_RETURN(std::vector<int64_t> capacities,
+                             CanonicalCapacities(request.topology(), layout.world_size()));
+  if (capacities.empty()) {
+    return absl::InvalidArgumentError("topology.device_memory_bytes: no capacity to fit the plan into");
+  }
+  v1::PlanRequest probe = request;
+  probe.mutable_topology()->clear_device_memory_bytes();
+  probe.mutable_topology()->add_device_memory_bytes(*std::min_element(capacities.begin(), capacities.end()));
+  MUONSHARD_RETURN_IF_ERROR(CheckFixedTermsFit(probe));
+  const int step = layout.pp() * std::lcm(layout.ep(), layout.tp());
+  int miss = layout.world_size() - step, hit = layout.world_size();  // invariant: miss does not fit
+  for (;; miss = hit, hit *= 2) {
+    if (hit > max_world_size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no world size up to ", max_world_size, " fits ", FormatBytes(capacities[0]), " per rank"));
+    }
+    MUONSHARD_ASSIGN_OR_RETURN(bool fits, FitsAt(probe, hit));
+    if (fits) break;
+  }
+  while (hit - miss > step) {
+    const int mid = miss + (hit - miss) / (2 * step) * step;
+    MUONSHARD_ASSIGN_OR_RETURN(bool fits, FitsAt(probe, mid));
+    (fits ? hit : miss) = mid;
+  }
+  return hit;
 }
 
 google::protobuf::ArenaOptions PlanArenaOptions() {

@@ -42,6 +42,18 @@ google::protobuf::ArenaOptions PlanArenaOptions();
 // callers that keep plans, such as the coordinator's catalog.
 absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request);
 
+// The smallest world size at which `request` fits its device capacities
+// (docs/planner.md, "Memory"), with its pp, ep, tp and policy: the world
+// sizes from request's upward that the layout allows, probed by doubling up
+// to `max_world_size` and then by bisection (memory falls as ranks are added,
+// so the first fit found between the last miss and the first hit is
+// reported). Per-rank capacities are taken as their smallest for every rank.
+// INVALID_ARGUMENT without capacities or for a request that is bad anyway;
+// FAILED_PRECONDITION when no world size up to `max_world_size` fits, and
+// when the model copy and gradients alone overflow (more data ranks cannot
+// help: raise pp or tp), naming the rank and its need.
+absl::StatusOr<int> MinWorldSizeThatFits(const v1::PlanRequest& request, int max_world_size = 1 << 16);
+
 // Sticky re-planning: `previous` is the plan named by
 // request.policy().sticky_to (INVALID_ARGUMENT otherwise); the balanced
 // policy keeps its Muon owners where that costs at most 2% of balance.

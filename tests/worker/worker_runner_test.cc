@@ -204,7 +204,7 @@ TEST(WorkerMetricsTest, Registry_ExportsExactlyTheListedFamiliesWithJobAndRank) 
       EXPECT_EQ(labels["job"], "j1") << family.name;
       EXPECT_EQ(labels["rank"], "3") << family.name;
       for (const auto& [k, v] : labels) {
-        EXPECT_THAT(k, ::testing::AnyOf("job", "rank", "phase", "op")) << family.name;
+        EXPECT_THAT(k, ::testing::AnyOf("job", "rank", "phase", "op", "term")) << family.name;
       }
     }
   }
@@ -235,6 +235,38 @@ TEST(WorkerMetricsTest, RecordStep_AccumulatesBytesFlopsStepsAndPhases) {
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_step_seconds_count", {{"phase", "orthogonalise"}}), 2);
   EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_step_seconds_sum", {{"phase", "orthogonalise"}}), 0.008, 1e-12);
   for (const char* name : kWorkerExportedMetrics) EXPECT_TRUE(PrometheusHasFamily(text, name)) << name;
+}
+
+TEST(WorkerMetricsTest, SetPlan_ExportsTheRanksMemoryByTermAndHeadroomOnlyWithACapacity) {
+  WorkerMetrics metrics("j", 0);
+  v1::RankView view;
+  v1::RankMemory& m = *view.mutable_rank()->mutable_memory();
+  m.set_model_bytes(10);
+  m.set_grad_bytes(20);
+  m.set_master_bytes(30);
+  m.set_muon_momentum_bytes(40);
+  m.set_adamw_moment_bytes(50);
+  m.set_comm_buffer_bytes(60);
+  m.set_ns_workspace_bytes(70);
+  m.set_total_bytes(280);
+  metrics.SetPlan(view, 1, 1);
+  std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  const std::pair<const char*, double> terms[] = {{"model", 10},        {"grad", 20},         {"master", 30},
+                                                  {"muon_momentum", 40}, {"adamw_moment", 50}, {"comm_buffer", 60},
+                                                  {"ns_workspace", 70},  {"total", 280}};
+  for (const auto& [term, bytes] : terms) {
+    EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_memory_bytes", {{"term", term}}), bytes) << term;
+  }
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_memory_headroom_bytes"), std::nullopt);
+  m.set_capacity_bytes(1000);
+  m.set_headroom_bytes(720);
+  metrics.SetPlan(view, 2, 1);
+  text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_memory_headroom_bytes"), 720);
+  m.clear_capacity_bytes();
+  metrics.SetPlan(view, 3, 1);
+  text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_memory_headroom_bytes"), std::nullopt);
 }
 
 // A phase of a save that takes `d` on `clock` and succeeds.
