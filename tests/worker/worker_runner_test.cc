@@ -193,8 +193,15 @@ TEST_F(ParamDumpTest, Merge_MissingPart_InvalidArgumentNamingTensor) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("written twice")));
 }
 
+void SetAPlanWithACapacity(WorkerMetrics& metrics) {
+  v1::RankView view;
+  view.mutable_rank()->mutable_memory()->set_capacity_bytes(1 << 30);
+  metrics.SetPlan(view, 1, 1);
+}
+
 TEST(WorkerMetricsTest, Registry_ExportsExactlyTheListedFamiliesWithJobAndRank) {
   WorkerMetrics metrics("j1", 3);
+  SetAPlanWithACapacity(metrics);  // the headroom gauge exists only then
   std::set<std::string> names;
   for (const auto& family : metrics.registry()->Collect()) {
     names.insert(family.name);
@@ -223,6 +230,7 @@ TEST(WorkerMetricsTest, RecordStep_AccumulatesBytesFlopsStepsAndPhases) {
   metrics.RecordStep(stats, /*loss=*/1.5, /*ns_flops=*/1e6, /*train_step_seconds=*/0.01);
   metrics.RecordStep(stats, /*loss=*/1.25, /*ns_flops=*/1e6, /*train_step_seconds=*/0.01);
   metrics.SetOptimizerStateBytes(4096);
+  SetAPlanWithACapacity(metrics);
   const std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_steps_total"), 2);
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_loss"), 1.25);
