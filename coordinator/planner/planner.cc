@@ -772,7 +772,7 @@ absl::Status CheckFixedTermsFit(const v1::PlanRequest& request) {
     if (fixed <= capacity) continue;
     return absl::FailedPreconditionError(absl::StrCat(
         "no world size fits: rank ", r.rank(), "'s model copy and gradient buffers alone need ", FormatBytes(fixed),
-        " of its ", FormatBytes(capacity), "; more data ranks do not shrink them: raise pp or tp"));
+        " of its ", FormatBytes(capacity), "; more data ranks do not shrink them: raise pp, ep or tp"));
   }
   return absl::OkStatus();
 }

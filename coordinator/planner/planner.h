@@ -51,7 +51,7 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::Plan
 // INVALID_ARGUMENT without capacities or for a request that is bad anyway;
 // FAILED_PRECONDITION when no world size up to `max_world_size` fits, and
 // when the model copy and gradients alone overflow (more data ranks cannot
-// help: raise pp or tp), naming the rank and its need.
+// help: raise pp, ep or tp), naming the rank and its need.
 absl::StatusOr<int> MinWorldSizeThatFits(const v1::PlanRequest& request, int max_world_size = 1 << 16);
 
 // Sticky re-planning: `previous` is the plan named by
