@@ -112,6 +112,7 @@ struct JobRegistry::Job {
   absl::Time moved_at;     // when `generation` began
   std::string resize_error;
   int64_t resize_failed_at = 0;  // the generation a resize could not be planned for
+  int64_t announced_plan = 0;    // the version the observer was told it runs (0: none)
 };
 
 JobRegistry::JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock,
@@ -253,10 +254,27 @@ void JobRegistry::Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* 
   e.set_reason(reason);
   e.set_time_micros(absl::ToUnixMicros(clock_->Now()));
   observer_->OnJobEvent(e, job.counts);
+  AnnouncePlan(job);
   while (static_cast<int64_t>(job.history.size()) > options_.job_event_history) {
     job.history.pop_front();
   }
   effects.changed_jobs.push_back(job.name);
+}
+
+// Tells the observer when the plan `job` runs changed (NOTE [Membership
+// state machine]): a version while a worker is joined, none otherwise.
+void JobRegistry::AnnouncePlan(Job& job) {
+  const int64_t running = job.counts.joined > 0 ? job.plan_version : 0;
+  if (running == job.announced_plan) return;
+  job.announced_plan = running;
+  if (running == 0) {
+    observer_->OnJobPlanEnded(job.name);
+    return;
+  }
+  v1::PlanVersionInfo info = catalog_->Info(running).value_or(v1::PlanVersionInfo());
+  info.set_version(running);
+  absl::StatusOr<std::shared_ptr<const v1::Plan>> plan = catalog_->GetPlan(running);
+  observer_->OnJobPlan(job.name, info, plan.ok() ? plan->get() : nullptr);
 }
 
 void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& effects) {

@@ -49,6 +49,10 @@
 //   the job takes the new plan version and world, and the generation moves.
 //   The kept members re-join into it with their new rank (they must not ask
 //   for their old one).
+// - The plan a job runs, for the observer (OnJobPlan / OnJobPlanEnded): its
+//   version while it has a joined worker, none otherwise. Announced after
+//   the event that changes it (the plan read through the catalog, under the
+//   lock: cached since its Submit or a worker's GetPlan, mostly).
 //
 // Thread-safe (one mutex). Wait callbacks and the change hook run after the
 // mutex is released; the observer is called under it.
@@ -216,6 +220,7 @@ class JobRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker,
             const std::string& reason, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AnnouncePlan(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void BumpGeneration(Job& job, const std::string& reason, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects)

@@ -18,7 +18,35 @@ prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name,
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
 
+prometheus::Family<prometheus::Gauge>& BuildGaugeFamily(prometheus::Registry& r,
+                                                        const std::string& name,
+                                                        const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
 std::string ColourLabel(v1::Colour c) { return absl::AsciiStrToLower(v1::Colour_Name(c)); }
+
+// The PlanStats ratios in the order of CoordinatorMetrics::imbalance_.
+std::array<double, 6> Ratios(const v1::PlanStats& s) {
+  return {s.memory_imbalance(), s.max_over_mean_state_bytes(), s.max_over_lb_state_bytes(),
+          s.flops_imbalance(),  s.max_over_mean_ns_flops(),    s.max_over_lb_ns_flops()};
+}
+
+// Name suffixes and help of the six ratio gauges, as imbalance_.
+constexpr std::array<std::pair<const char*, const char*>, 6> kRatios = {{
+    {"memory_imbalance_ratio", "(max - min) / max of per-rank optimizer state"},
+    {"memory_max_over_mean_ratio", "max / mean of per-rank optimizer state"},
+    {"memory_max_over_lower_bound_ratio", "max / lower bound of per-rank optimizer state"},
+    {"flops_imbalance_ratio", "(max - min) / max of per-rank Newton-Schulz FLOPs"},
+    {"flops_max_over_mean_ratio", "max / mean of per-rank Newton-Schulz FLOPs"},
+    {"flops_max_over_lower_bound_ratio", "max / lower bound of per-rank Newton-Schulz FLOPs"},
+}};
+
+// `base` with one more label.
+prometheus::Labels With(prometheus::Labels base, const std::string& name, std::string value) {
+  base[name] = std::move(value);
+  return base;
+}
 
 // JOB_EVENT_ERROR_REPORTED -> "error_reported".
 std::string EventTypeLabel(v1::JobEventType t) {
@@ -68,6 +96,49 @@ std::vector<RankColourLoad> RankColourLoads(const v1::Plan& plan) {
   return out;
 }
 
+std::array<std::pair<const char*, int64_t>, kNumMemoryTerms> MemoryTerms(const v1::RankMemory& m) {
+  return {{{"model", m.model_bytes()},
+           {"grad", m.grad_bytes()},
+           {"master", m.master_bytes()},
+           {"muon_momentum", m.muon_momentum_bytes()},
+           {"adamw_moment", m.adamw_moment_bytes()},
+           {"comm_buffer", m.comm_buffer_bytes()},
+           {"ns_workspace", m.ns_workspace_bytes()},
+           {"total", m.total_bytes()}}};
+}
+
+void CoordinatorMetrics::SeriesSet::Add(GaugeFamily& family, const prometheus::Labels& labels,
+                                        double value) {
+  prometheus::Gauge& g = family.Add(labels);
+  g.Set(value);
+  series_.emplace_back(&family, &g);
+}
+
+void CoordinatorMetrics::SeriesSet::RemoveAll() {
+  for (const auto& [family, gauge] : series_) family->Remove(gauge);
+  series_.clear();
+}
+
+void CoordinatorMetrics::AddRankSeries(const RankFamilies& families, const prometheus::Labels& base,
+                                       const v1::Plan& plan,
+                                       const std::vector<RankColourLoad>& loads, SeriesSet& out) {
+  for (const RankColourLoad& l : loads) {
+    const prometheus::Labels labels =
+        With(With(base, "rank", absl::StrCat(l.rank)), "colour", ColourLabel(l.colour));
+    out.Add(*families.state_bytes, labels, static_cast<double>(l.state_bytes));
+    out.Add(*families.ns_flops, labels, l.ns_flops);
+  }
+  for (const v1::RankPlan& r : plan.ranks()) {
+    const prometheus::Labels labels = With(base, "rank", absl::StrCat(r.rank()));
+    for (const auto& [term, bytes] : MemoryTerms(r.memory())) {
+      out.Add(*families.memory, With(labels, "term", term), static_cast<double>(bytes));
+    }
+    if (r.memory().capacity_bytes() > 0) {
+      out.Add(*families.headroom, labels, static_cast<double>(r.memory().headroom_bytes()));
+    }
+  }
+}
+
 CoordinatorMetrics::CoordinatorMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       versions_created_(prometheus::BuildCounter()
@@ -84,26 +155,35 @@ CoordinatorMetrics::CoordinatorMetrics()
               .Register(*registry_)
               .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
                                                                1, 5, 10, 30, 60})),
-      state_bytes_(prometheus::BuildGauge()
-                       .Name("muonshard_plan_optimizer_state_bytes")
-                       .Help("Optimizer-state bytes per rank and colour in the latest plan")
-                       .Register(*registry_)),
-      ns_flops_(prometheus::BuildGauge()
-                    .Name("muonshard_plan_ns_flops")
-                    .Help("Newton-Schulz FLOPs per step per rank and colour in the latest plan")
-                    .Register(*registry_)),
-      imbalance_{&PlainGauge(*registry_, "muonshard_plan_memory_imbalance_ratio",
-                             "(max - min) / max of per-rank optimizer state, latest plan"),
-                 &PlainGauge(*registry_, "muonshard_plan_memory_max_over_mean_ratio",
-                             "max / mean of per-rank optimizer state, latest plan"),
-                 &PlainGauge(*registry_, "muonshard_plan_memory_max_over_lower_bound_ratio",
-                             "max / lower bound of per-rank optimizer state, latest plan"),
-                 &PlainGauge(*registry_, "muonshard_plan_flops_imbalance_ratio",
-                             "(max - min) / max of per-rank Newton-Schulz FLOPs, latest plan"),
-                 &PlainGauge(*registry_, "muonshard_plan_flops_max_over_mean_ratio",
-                             "max / mean of per-rank Newton-Schulz FLOPs, latest plan"),
-                 &PlainGauge(*registry_, "muonshard_plan_flops_max_over_lower_bound_ratio",
-                             "max / lower bound of per-rank Newton-Schulz FLOPs, latest plan")},
+      latest_families_{
+          &BuildGaugeFamily(*registry_, "muonshard_plan_optimizer_state_bytes",
+                            "Optimizer-state bytes per rank and colour in the latest plan"),
+          &BuildGaugeFamily(*registry_, "muonshard_plan_ns_flops",
+                            "Newton-Schulz FLOPs per step per rank and colour in the latest plan"),
+          &BuildGaugeFamily(
+              *registry_, "muonshard_plan_rank_memory_bytes",
+              "Training memory per rank by term (RankPlan.memory) in the latest plan"),
+          &BuildGaugeFamily(*registry_, "muonshard_plan_rank_memory_headroom_bytes",
+                            "Device capacity minus training memory per rank in the latest plan "
+                            "(ranks with a capacity only; negative: does not fit)")},
+      imbalance_{},
+      job_info_(BuildGaugeFamily(*registry_, "muonshard_job_plan_info",
+                                 "1 per running job: the plan version it runs, with its content "
+                                 "hash, model and world size")),
+      job_families_{
+          &BuildGaugeFamily(*registry_, "muonshard_job_plan_optimizer_state_bytes",
+                            "Optimizer-state bytes per rank and colour in the plan each job runs"),
+          &BuildGaugeFamily(
+              *registry_, "muonshard_job_plan_ns_flops",
+              "Newton-Schulz FLOPs per step per rank and colour in the plan each job runs"),
+          &BuildGaugeFamily(
+              *registry_, "muonshard_job_plan_rank_memory_bytes",
+              "Training memory per rank by term (RankPlan.memory) in the plan each job "
+              "runs"),
+          &BuildGaugeFamily(*registry_, "muonshard_job_plan_rank_memory_headroom_bytes",
+                            "Device capacity minus training memory per rank in the plan each job "
+                            "runs (ranks with a capacity only; negative: does not fit)")},
+      job_ratios_{},
       workers_(prometheus::BuildGauge()
                    .Name("muonshard_workers")
                    .Help("Workers per job by state (joined, failed, left)")
@@ -130,6 +210,13 @@ CoordinatorMetrics::CoordinatorMetrics()
                                 .Help("Plan store writes (plans, generations, probes) that failed")
                                 .Register(*registry_)
                                 .Add({})) {
+  for (size_t i = 0; i < kRatios.size(); ++i) {
+    const auto& [suffix, help] = kRatios[i];
+    imbalance_[i] = &PlainGauge(*registry_, absl::StrCat("muonshard_plan_", suffix),
+                                absl::StrCat(help, ", latest plan"));
+    job_ratios_[i] = &BuildGaugeFamily(*registry_, absl::StrCat("muonshard_job_plan_", suffix),
+                                       absl::StrCat(help, ", plan each job runs"));
+  }
   store_healthy_.Set(1);  // as HealthTrackingPlanStore starts: healthy until a write fails
   for (auto& per_code : rpc_counters_) {
     for (auto& c : per_code) c.store(nullptr);
@@ -162,29 +249,40 @@ void CoordinatorMetrics::OnPlanCreated(const v1::PlanVersionInfo& info, absl::Du
 
 void CoordinatorMetrics::OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) {
   const std::vector<RankColourLoad> loads = RankColourLoads(plan);
+  const std::array<double, 6> ratios = Ratios(plan.stats());
   absl::MutexLock lock(&mu_);
   latest_version_.Set(static_cast<double>(info.version()));
-  const v1::PlanStats& s = plan.stats();
-  const double values[6] = {s.memory_imbalance(),        s.max_over_mean_state_bytes(),
-                            s.max_over_lb_state_bytes(), s.flops_imbalance(),
-                            s.max_over_mean_ns_flops(),  s.max_over_lb_ns_flops()};
-  for (int i = 0; i < 6; ++i) imbalance_[i]->Set(values[i]);
+  for (size_t i = 0; i < ratios.size(); ++i) imbalance_[i]->Set(ratios[i]);
   // The previous plan's ranks may not exist any more: drop every series.
-  for (size_t i = 0; i < rank_series_.size(); i += 2) {
-    state_bytes_.Remove(rank_series_[i]);
-    ns_flops_.Remove(rank_series_[i + 1]);
-  }
-  rank_series_.clear();
-  for (const RankColourLoad& l : loads) {
-    const std::map<std::string, std::string> labels = {{"rank", absl::StrCat(l.rank)},
-                                                       {"colour", ColourLabel(l.colour)}};
-    prometheus::Gauge& bytes = state_bytes_.Add(labels);
-    prometheus::Gauge& flops = ns_flops_.Add(labels);
-    bytes.Set(static_cast<double>(l.state_bytes));
-    flops.Set(l.ns_flops);
-    rank_series_.push_back(&bytes);
-    rank_series_.push_back(&flops);
-  }
+  latest_series_.RemoveAll();
+  AddRankSeries(latest_families_, {}, plan, loads, latest_series_);
+}
+
+void CoordinatorMetrics::OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
+                                   const v1::Plan* plan) {
+  const std::vector<RankColourLoad> loads =
+      plan == nullptr ? std::vector<RankColourLoad>() : RankColourLoads(*plan);
+  const prometheus::Labels base = {{"job", job}, {"plan_version", absl::StrCat(info.version())}};
+  prometheus::Labels info_labels = base;
+  info_labels["content_hash"] = info.content_hash();
+  info_labels["model"] = info.model();
+  info_labels["world_size"] = absl::StrCat(info.topology().world_size());
+  absl::MutexLock lock(&mu_);
+  SeriesSet& series = job_series_[job];
+  series.RemoveAll();  // the version it ran before
+  series.Add(job_info_, info_labels, 1);
+  if (plan == nullptr) return;
+  const std::array<double, 6> ratios = Ratios(plan->stats());
+  for (size_t i = 0; i < ratios.size(); ++i) series.Add(*job_ratios_[i], base, ratios[i]);
+  AddRankSeries(job_families_, base, *plan, loads, series);
+}
+
+void CoordinatorMetrics::OnJobPlanEnded(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  auto it = job_series_.find(job);
+  if (it == job_series_.end()) return;
+  it->second.RemoveAll();
+  job_series_.erase(it);
 }
 
 void CoordinatorMetrics::OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) {

@@ -11,6 +11,7 @@
 // back into CoordinatorService. They may be called from several threads.
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,13 @@ class CoordinatorObserver {
   virtual void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) {}
   // A membership event; `counts` is the job's state after it.
   virtual void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) {}
+  // `job` runs `info`'s version from now on: its first worker joined, or it
+  // moved to another version (an elastic resize, or a first join after all
+  // its workers had gone). `plan` is null when it could not be read (store).
+  virtual void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
+                         const v1::Plan* plan) {}
+  // `job` runs no plan any more: its last joined worker left or failed.
+  virtual void OnJobPlanEnded(const std::string& job) {}
   // Number of open watch streams.
   virtual void OnWatchers(int64_t count) {}
   // A store write failed with `error` (HealthTrackingPlanStore).
@@ -59,6 +67,13 @@ class ObserverList final : public CoordinatorObserver {
   }
   void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override {
     for (CoordinatorObserver* o : observers_) o->OnJobEvent(event, counts);
+  }
+  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
+                 const v1::Plan* plan) override {
+    for (CoordinatorObserver* o : observers_) o->OnJobPlan(job, info, plan);
+  }
+  void OnJobPlanEnded(const std::string& job) override {
+    for (CoordinatorObserver* o : observers_) o->OnJobPlanEnded(job);
   }
   void OnWatchers(int64_t count) override {
     for (CoordinatorObserver* o : observers_) o->OnWatchers(count);

@@ -35,6 +35,25 @@ def check_grouped_by_job(c, dashboard):
                         f"(by (job, ...)), so $job = All does not add up jobs: {expr!r}")
 
 
+def check_plan_memory_panel(c, dashboard):
+    """The per-job row has a per-rank memory panel: the plan's memory terms
+    (not their total) stacked by term, one bar per rank."""
+    panels = [p for p, row_repeat in dc.panels_in_order(dashboard) if row_repeat == "job"
+              and any("muonshard_job_plan_rank_memory_bytes" in t.get("expr", "")
+                      for t in p.get("targets") or [])]
+    if not c.check(len(panels) == 1, f"one memory-by-term panel in the per-job row ({len(panels)})"):
+        return
+    p = panels[0]
+    exprs = [t["expr"] for t in p["targets"]]
+    c.check(all('term!="total"' in e and "$job" in e for e in exprs),
+            f"the memory panel stacks the terms of job $job, without their total: {exprs}")
+    c.check(p["type"] == "barchart" and p["options"].get("stacking") == "normal",
+            "the memory panel is a stacked bar chart")
+    grouping = [t["options"] for t in p.get("transformations") or [] if t["id"] == "groupingToMatrix"]
+    c.check(grouping and grouping[0].get("rowField") == "rank" and grouping[0].get("columnField") == "term",
+            "the memory panel has a bar per rank and a stack per term")
+
+
 def main():
     c = dc.Checker("deploy_dashboard")
     with open(dc.DASHBOARD) as f:
@@ -89,10 +108,13 @@ def main():
         c.check(names, f"{where}: names a metric ({expr!r})")
         for n in names:
             used.setdefault(n, []).append(where)
-    for must in ("muonshard_plan_optimizer_state_bytes", "muonshard_worker_optimizer_state_bytes",
-                 "muonshard_plan_memory_imbalance_ratio",
-                 "muonshard_plan_memory_max_over_mean_ratio",
-                 "muonshard_plan_memory_max_over_lower_bound_ratio",
+    # The plan panels show the plan each job runs (NOTE [Plan gauges per job]
+    # in coordinator/service/metrics.h), not the newest stored one.
+    for must in ("muonshard_job_plan_optimizer_state_bytes", "muonshard_worker_optimizer_state_bytes",
+                 "muonshard_job_plan_ns_flops", "muonshard_job_plan_rank_memory_bytes",
+                 "muonshard_job_plan_memory_imbalance_ratio",
+                 "muonshard_job_plan_memory_max_over_mean_ratio",
+                 "muonshard_job_plan_memory_max_over_lower_bound_ratio",
                  "muonshard_worker_step_seconds_bucket", "muonshard_worker_comm_bytes_total",
                  "muonshard_worker_ns_flops_total", "muonshard_worker_plan_version",
                  "muonshard_worker_generation", "muonshard_job_generation", "muonshard_workers"):
@@ -102,6 +124,10 @@ def main():
                              for p in heatmaps for t in p["targets"]),
             "step time heatmap from the histogram buckets")
 
+    for where, expr in exprs:
+        if any(n.startswith("muonshard_job_plan_") for n in dc.promql_metric_names(expr)):
+            c.check("$job" in expr, f"{where}: a per-job plan gauge filtered on $job: {expr!r}")
+    check_plan_memory_panel(c, dashboard)
     check_grouped_by_job(c, dashboard)
     # A row per job, showing its ranks: the slow rank.
     job_rows = [p for p in dashboard["panels"] if p.get("type") == "row" and p.get("repeat") == "job"]

@@ -7,7 +7,9 @@ its HTTP query API equal the plan's; every rule and every dashboard query
 evaluates there.
 
 The job: the bundled tiny-llama model on 2 ranks with the seed policy (its
-optimizer state is uneven: (max - min) / max = 0.88), 3 Gloo steps."""
+optimizer state is uneven: (max - min) / max = 0.88), Gloo steps until the
+check stops it (after at least 3): the coordinator exports the plan of a job
+while it runs (NOTE [Plan gauges per job] in coordinator/service/metrics.h)."""
 
 import json
 import math
@@ -97,7 +99,7 @@ def main():
         stats = plan["stats"]
         plan_imbalance = float(stats.get("memory_imbalance", 0))
         c.check(plan_imbalance > 0.1, f"the test plan is uneven (imbalance {plan_imbalance})")
-        stack.start_workers(JOB, world_size=WORLD, plan_version=version, steps=STEPS)
+        stack.start_workers(JOB, world_size=WORLD, plan_version=version, steps=1_000_000_000)
         stack.wait_steps(STEPS, timeout=180)
 
         config_path, _ = loopback_config(stack, scratch)
@@ -157,6 +159,17 @@ def main():
         by_rank = {s["metric"]["rank"]: float(s["value"][1]) for s in got}
         c.check(by_rank == {str(i): float(b) for i, b in enumerate(planned)},
                 f"per-rank plan bytes via Prometheus {by_rank} == plan {planned}")
+        # The same from the plan the job runs, labelled with its version.
+        got = wait_for(base, f'sum by (job, plan_version, rank) '
+                             f'(muonshard_job_plan_optimizer_state_bytes{{job="{JOB}"}})', WORLD, timeout=30)
+        by_rank = {s["metric"]["rank"]: float(s["value"][1]) for s in got}
+        c.check(by_rank == {str(i): float(b) for i, b in enumerate(planned)}
+                and all(s["metric"].get("plan_version") == str(version) for s in got),
+                f"per-rank bytes of the plan {JOB} runs (version {version}) via Prometheus {got} == plan {planned}")
+        got = wait_for(base, f'muonshard_job_plan_memory_imbalance_ratio{{job="{JOB}"}}', 1, timeout=30)
+        c.check(len(got) == 1 and got[0]["metric"].get("plan_version") == str(version)
+                and math.isclose(float(got[0]["value"][1]), plan_imbalance, rel_tol=1e-9),
+                f"the imbalance of the plan {JOB} runs {got} == plan {plan_imbalance}")
         # The coordinator's worker counts for the job: every rank joined,
         # none failed (after their last step they leave: joined or left).
         got = wait_for(base, f'muonshard_workers{{job="{JOB}"}}', 3, timeout=30)
