@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/proto_json.h"
 #include "coordinator/planner/plan_view.h"
@@ -54,6 +55,14 @@ class RecordingObserver final : public CoordinatorObserver {
     absl::MutexLock lock(&mu_);
     watchers = n;
   }
+  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info, const v1::Plan* plan) override {
+    absl::MutexLock lock(&mu_);
+    job_plans.push_back(absl::StrCat(job, ":", info.version(), plan != nullptr ? "" : "(unread)"));
+  }
+  void OnJobPlanEnded(const std::string& job) override {
+    absl::MutexLock lock(&mu_);
+    job_plans.push_back(absl::StrCat(job, ":ended"));
+  }
 
   absl::Mutex mu_;
   std::vector<int64_t> created;
@@ -61,6 +70,7 @@ class RecordingObserver final : public CoordinatorObserver {
   std::vector<v1::JobEventType> events;
   WorkerCounts counts;
   int64_t watchers = 0;
+  std::vector<std::string> job_plans;  // "job:version" or "job:ended", in order
 };
 
 v1::SubmitPlanRequest Submit(int world, int layers = 2) {
@@ -603,6 +613,28 @@ TEST_F(CoordinatorServiceTest, Heartbeat_UnknownJobOrRank_NotFoundOrFailedPrecon
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not joined")));
   EXPECT_THAT(service_->Heartbeat(Beat(9, 1)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
+}
+
+// The metrics' per-job plan gauges follow these (NOTE [Plan gauges per job]).
+TEST_F(CoordinatorServiceTest, JobPlan_AnnouncedOnFirstJoinOnceAndEndedWhenTheLastWorkerLeaves) {
+  const int64_t v = MustSubmit(2);
+  v1::JoinJobResponse a = MustJoin(JoinReq("a"));
+  v1::JoinJobResponse b = MustJoin(JoinReq("b"));
+  MustJoin(JoinReq("x", std::nullopt, 1, "other"));
+  v1::LeaveJobRequest leave;
+  leave.set_job("job");
+  leave.set_incarnation(1);
+  leave.set_rank(a.rank());
+  ASSERT_THAT(service_->LeaveJob(leave).status(), IsOk());
+  {
+    absl::MutexLock lock(&observer_.mu_);
+    EXPECT_THAT(observer_.job_plans, ElementsAre(absl::StrCat("job:", v), absl::StrCat("other:", v)));
+  }
+  leave.set_rank(b.rank());
+  ASSERT_THAT(service_->LeaveJob(leave).status(), IsOk());
+  absl::MutexLock lock(&observer_.mu_);
+  EXPECT_THAT(observer_.job_plans,
+              ElementsAre(absl::StrCat("job:", v), absl::StrCat("other:", v), "job:ended"));
 }
 
 TEST_F(CoordinatorServiceTest, LeaveJob_FirstLeaveBumpsGenerationLaterOnesDoNot) {
