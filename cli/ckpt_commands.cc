@@ -21,6 +21,7 @@
 #include "checkpoint/verify.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "common/quote.h"
 #include "coordinator/planner/planner.h"
 
 namespace muonshard::cli {
@@ -85,14 +86,16 @@ void PrintInspectTable(const v1::CheckpointSummary& s, std::ostream& out) {
 }
 
 int RunInspect(const std::vector<std::string>& args) {
-  FlagSet flags("usage: muonshardctl ckpt inspect DIR [--step N] [--output table|json]");
+  FlagSet flags(
+      "usage: muonshardctl ckpt inspect DIR [--step N] [--output table|json]\n"
+      "Summary, per-rank bytes and a full integrity check of the sharded checkpoint in DIR.");
   int64_t step = -1;
   std::string output = "table";
   flags.Int("step", &step, "step to inspect (default: the one DIR/latest names)");
   flags.String("output", &output, "table | json");
   std::vector<std::string> positional;
   if (int rc = ParseFlagsOrExit(flags, args, &positional); rc >= 0) return rc;
-  if (positional.size() != 1) return ReportError(absl::InvalidArgumentError("ckpt inspect takes one DIR"));
+  if (positional.size() != 1) return UsageError(flags, "ckpt inspect takes one checkpoint DIR");
   if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
   auto opened = Open(positional[0], step);
   if (!opened.ok()) return ReportError(opened.status());
@@ -107,7 +110,7 @@ int RunInspect(const std::vector<std::string>& args) {
 // ---- reshard ----
 
 struct ReshardFlags {
-  std::string checkpoint;
+  std::string checkpoint;  // DIR, the first argument (--checkpoint: deprecated)
   int64_t step = -1;
   int world_size = 0;
   int pp = 0;
@@ -121,8 +124,11 @@ struct ReshardFlags {
 
   void Register(FlagSet& flags) {
     flags.String("checkpoint", &checkpoint, "checkpoint directory to read");
+    flags.Deprecate("checkpoint", "pass the checkpoint directory as the first argument");
     flags.Int("step", &step, "step to read (default: the one DIR/latest names)");
-    flags.Int("to-world-size", &world_size, "world size of the new layout");
+    flags.Int("world-size", &world_size, "world size of the new layout");
+    flags.Required("world-size");
+    flags.Alias("to-world-size", "world-size");
     flags.Int("pp", &pp, "pipeline stages of the new layout (default: the checkpoint's)");
     flags.Int("ep", &ep, "expert parallel degree of the new layout (default: the checkpoint's)");
     flags.Int("tp", &tp, "tensor parallel degree of the new layout (default: the checkpoint's)");
@@ -133,9 +139,18 @@ struct ReshardFlags {
     flags.String("output", &output, "table | json");
   }
 
+  // DIR from the arguments, or from the deprecated --checkpoint.
+  absl::Status TakeDir(const std::vector<std::string>& positional) {
+    if (positional.size() > 1 || (positional.size() == 1 && !checkpoint.empty())) {
+      return absl::InvalidArgumentError("reshard takes one checkpoint DIR");
+    }
+    if (positional.size() == 1) checkpoint = positional[0];
+    if (checkpoint.empty()) return absl::InvalidArgumentError("reshard needs the checkpoint DIR to read");
+    return absl::OkStatus();
+  }
+
   absl::Status Check() const {
-    if (checkpoint.empty()) return absl::InvalidArgumentError("flag --checkpoint is required");
-    if (world_size <= 0) return absl::InvalidArgumentError("flag --to-world-size is required and must be >= 1");
+    if (world_size <= 0) return absl::InvalidArgumentError("flag --world-size must be >= 1");
     if (!dry_run && out.empty()) return absl::InvalidArgumentError("flag --out is required without --dry-run");
     if (!key_style.empty()) {
       if (absl::Status s = checkpoint::ParseKeyStyle(key_style).status(); !s.ok()) return s;
@@ -236,25 +251,31 @@ int RunCkpt(const std::vector<std::string>& args) {
       "usage: muonshardctl ckpt inspect DIR [--step N] [--output table|json]\n"
       "  summary, per-rank bytes and a full integrity check of a sharded checkpoint\n";
   if (!args.empty() && args[0] == "inspect") return RunInspect(std::vector<std::string>(args.begin() + 1, args.end()));
-  if (!args.empty() && (args[0] == "--help" || args[0] == "help")) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h" || args[0] == "help")) {
     std::cout << kUsage;
     return kExitOk;
   }
-  std::cerr << (args.empty() ? "error: ckpt needs a subcommand\n\n"
-                             : absl::StrCat("error: unknown ckpt subcommand \"", args[0], "\"\n\n"))
-            << kUsage;
+  if (args.empty()) {
+    std::cerr << "error: ckpt needs a subcommand\n" << kUsage;
+    return kExitUsage;
+  }
+  std::string message = absl::StrCat("error: unknown ckpt subcommand ", QuoteBounded(args[0]));
+  if (ClosestMatch(args[0], {"inspect"}) == "inspect") absl::StrAppend(&message, " (did you mean \"inspect\"?)");
+  std::cerr << message << "\nrun 'muonshardctl ckpt --help' for usage\n";
   return kExitUsage;
 }
 
 int RunReshard(const std::vector<std::string>& args) {
   FlagSet flags(
-      "usage: muonshardctl reshard --checkpoint DIR --to-world-size M [--pp P] [--ep E] [--tp T]\n"
-      "         [--policy seed|seed-all|balanced] [--step N] (--dry-run | --out DIR2) [--output table|json]");
+      "usage: muonshardctl reshard DIR --world-size M [--pp P] [--ep E] [--tp T]\n"
+      "         [--policy seed|seed-all|balanced] [--step N] (--dry-run | --out DIR2) [--output table|json]\n"
+      "Reshards the checkpoint in DIR (as `ckpt inspect DIR`) to the new layout. The spellings of 0.1\n"
+      "(--checkpoint DIR, --to-world-size M) still work in this release, with a warning.");
   ReshardFlags f;
   f.Register(flags);
   std::vector<std::string> positional;
   if (int rc = ParseFlagsOrExit(flags, args, &positional); rc >= 0) return rc;
-  if (!positional.empty()) return ReportError(absl::InvalidArgumentError("reshard takes no positional arguments"));
+  if (absl::Status s = f.TakeDir(positional); !s.ok()) return UsageError(flags, s.message());
   if (absl::Status s = f.Check(); !s.ok()) return ReportError(s);
   auto source = Open(f.checkpoint, f.step);
   if (!source.ok()) return ReportError(source.status());

@@ -1,13 +1,18 @@
 #include "cli/cli_common.h"
 
+#include <functional>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/file_util.h"
+#include "common/ordered_json.h"
 #include "common/proto_json.h"
+#include "common/version.h"
+#include "coordinator/importer/hf_import.h"
 
 namespace muonshard::cli {
 
@@ -40,15 +45,39 @@ int ReportError(const absl::Status& status) {
   return ExitCodeFor(status);
 }
 
+namespace {
+
+const std::function<void(const FlagSet&)>* flag_set_observer = nullptr;
+
+}  // namespace
+
+ScopedFlagSetObserver::ScopedFlagSetObserver(std::function<void(const FlagSet&)> observer)
+    : observer_(std::move(observer)), previous_(flag_set_observer) {
+  flag_set_observer = &observer_;
+}
+
+ScopedFlagSetObserver::~ScopedFlagSetObserver() { flag_set_observer = previous_; }
+
+int UsageError(const FlagSet& flags, absl::string_view message) {
+  std::cerr << "error: " << message << "\n" << flags.UsageHint() << "\n";
+  return kExitUsage;
+}
+
 int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
                      std::vector<std::string>* positional) {
-  auto parsed = flags.Parse(args);
-  if (!parsed.ok()) {
-    std::cerr << "error: " << parsed.status().message() << "\n\n" << flags.Usage();
-    return kExitUsage;
+  if (flag_set_observer != nullptr) {
+    (*flag_set_observer)(flags);
+    return kExitOk;
   }
+  auto parsed = flags.Parse(args);
+  for (const std::string& warning : flags.warnings()) std::cerr << "warning: " << warning << "\n";
+  if (!parsed.ok()) return UsageError(flags, parsed.status().message());
   if (flags.help_requested()) {
     std::cout << flags.Usage();
+    return kExitOk;
+  }
+  if (flags.version_requested()) {
+    std::cout << VersionLine("muonshardctl") << "\n";
     return kExitOk;
   }
   *positional = std::move(parsed).value();
@@ -65,7 +94,16 @@ absl::Status ReadMessageFile(const std::string& path, google::protobuf::Message*
     }
     return absl::OkStatus();
   }
-  return FromJson(*content, message, path);
+  absl::Status status = FromJson(*content, message, path);
+  // A config.json given where a manifest is wanted: say what to run instead.
+  std::string model_type;
+  if (status.ok() || message->GetDescriptor() != v1::ModelManifest::descriptor() ||
+      !importer::LooksLikeHfConfig(*content, &model_type)) {
+    return status;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, " looks like a HuggingFace config.json (model_type ", QuoteForMessage(model_type),
+      "), not a manifest: run `muonshardctl import-hf ", path, "` first"));
 }
 
 absl::Status CheckOutputFormat(const std::string& format) {
@@ -83,7 +121,9 @@ int PrintJson(const google::protobuf::Message& message) {
 
 void PlanFlags::Register(FlagSet& flags) {
   flags.String("manifest", &manifest, "model manifest (proto3 JSON, or binary proto ending in .pb)");
+  flags.Required("manifest");
   flags.Int("world-size", &world_size, "number of ranks");
+  flags.Required("world-size");
   flags.Int("pp", &pp, "pipeline stages");
   flags.Int("ep", &ep, "expert parallel degree");
   flags.Int("tp", &tp, "tensor parallel degree (the manifest's tp_split marks the split tensors)");

@@ -1,11 +1,13 @@
 #ifndef MUONSHARD_CLI_CLI_COMMON_H_
 #define MUONSHARD_CLI_CLI_COMMON_H_
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/flags.h"
 #include "google/protobuf/message.h"
 #include "muonshard/v1/manifest.pb.h"
@@ -46,10 +48,31 @@ enum class RpcLimits {
 // RESOURCE_EXHAUSTED with the request limits and so exits 2 as well.
 int ExitCodeForRpc(const absl::Status& status, RpcLimits limits);
 
-// Parses flags, handling --help (usage on stdout, exit 0) and bad flags
-// (message + usage on stderr, exit 2). Returns -1 to continue.
+// Parses flags, handling --help (usage on stdout, exit 0), --version (where
+// the command has no flag of that name) and bad flags (the message and a
+// line naming `COMMAND --help` on stderr, exit 2); prints the warnings of
+// deprecated flags. Returns -1 to continue.
 int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
                      std::vector<std::string>* positional);
+
+// Prints "error: <message>" and the line naming `COMMAND --help`; returns 2.
+int UsageError(const FlagSet& flags, absl::string_view message);
+
+// While one exists, ParseFlagsOrExit hands each command's FlagSet to
+// `observer` and returns 0 instead of parsing: `muonshardctl completion` and
+// global flags before the command learn every command's flags this way, from
+// the FlagSets themselves, by running the command. Not thread-safe; nests.
+class ScopedFlagSetObserver {
+ public:
+  explicit ScopedFlagSetObserver(std::function<void(const FlagSet&)> observer);
+  ~ScopedFlagSetObserver();
+  ScopedFlagSetObserver(const ScopedFlagSetObserver&) = delete;
+  ScopedFlagSetObserver& operator=(const ScopedFlagSetObserver&) = delete;
+
+ private:
+  std::function<void(const FlagSet&)> observer_;
+  const std::function<void(const FlagSet&)>* previous_;
+};
 
 // Reads a message from proto3 JSON, or binary proto when the path ends in
 // ".pb". Errors name the file; a missing file is INVALID_ARGUMENT (bad input).

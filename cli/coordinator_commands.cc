@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "client/coordinator_calls.h"
 #include "client/coordinator_client.h"
 #include "cli/plan_table.h"
@@ -25,8 +26,6 @@ namespace {
 
 using client::ConnectionOptions;
 using client::CoordinatorClient;
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 int ReportRpcError(const absl::Status& status, RpcLimits limits = RpcLimits::kServerCapacity) {
   std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code())
@@ -84,36 +83,47 @@ std::string ShortHash(const std::string& hash) {
 }
 
 void PrintInfoLine(const v1::PlanVersionInfo& info, std::ostream& out) {
-  out << absl::StrFormat("version %d  created %s  model %s  world %d  tensors %d  hash %s\n",
+  out << absl::StrFormat("version %d  created %s  model %s  world %s  tensors %s  hash %s\n",
                          info.version(), FormatTime(info.create_time_micros()), info.model(),
-                         info.topology().world_size(), info.tensors(), info.content_hash());
+                         WithThousands(info.topology().world_size()), WithThousands(info.tensors()),
+                         info.content_hash());
 }
 
 // ---------------------------------------------------------------- get
 
+// The rank's summary, then its Muon tensors and its AdamW slices (each
+// says "none" rather than print an empty table).
 void PrintRankView(const v1::RankView& view, std::ostream& out) {
   const v1::RankPlan& r = view.rank();
   out << absl::StrFormat(
       "rank %d  stage %d  ep %d  sharding rank %d  moe sharding rank %d  groups %d\n", r.rank(),
       r.stage(), r.ep_rank(), r.sharding_rank(), r.moe_sharding_rank(), view.groups_size());
   out << absl::StrFormat(
-      "optimizer state %.1f MiB  ns %.2f GFLOP  muon elems %d  adamw elems %d (shard %d)\n",
-      r.optimizer_state_bytes() / kMiB, r.ns_flops() / 1e9, r.muon_numel(), r.adamw_numel(),
-      r.adamw_shard_numel());
-  out << absl::StrFormat("bytes/step  reduce %d  reduce-scatter %d  broadcast %d  all-gather %d\n",
-                         r.grad_reduce_bytes(), r.grad_reduce_scatter_bytes(),
-                         r.param_broadcast_bytes(), r.param_all_gather_bytes());
-  out << absl::StrFormat("\nowned (muon): %d\n%-60s %10s %14s %12s %7s\n", r.owned_size(), "tensor",
-                         "matrices", "elements", "ns_GFLOP", "bucket");
-  for (const v1::OwnedTensor& o : r.owned()) {
-    out << absl::StrFormat("%-60s %4d..%-5d %14d %12.3f %7d\n", o.name(), o.matrix_begin(),
-                           o.matrix_end(), o.numel(), o.ns_flops() / 1e9, o.bucket());
+      "optimizer state %s MiB  ns %s GFLOP  muon elems %s  adamw elems %s (shard %s)\n",
+      Mib(r.optimizer_state_bytes()), Gflop(r.ns_flops(), 2), WithThousands(r.muon_numel()),
+      WithThousands(r.adamw_numel()), WithThousands(r.adamw_shard_numel()));
+  out << absl::StrFormat("bytes/step  reduce %s  reduce-scatter %s  broadcast %s  all-gather %s\n",
+                         WithThousands(r.grad_reduce_bytes()), WithThousands(r.grad_reduce_scatter_bytes()),
+                         WithThousands(r.param_broadcast_bytes()), WithThousands(r.param_all_gather_bytes()));
+  if (r.owned_size() == 0) {
+    out << "\nowned (muon): none\n";
+  } else {
+    out << absl::StrFormat("\nowned (muon): %s\n%-60s %10s %14s %12s %7s\n", WithThousands(r.owned_size()),
+                           "tensor", "matrices", "elements", "ns_GFLOP", "bucket");
   }
-  out << absl::StrFormat("\nslices (adamw): %d\n%-60s %14s %14s %8s %7s\n", r.slices_size(),
-                         "tensor", "begin", "end", "padding", "bucket");
+  for (const v1::OwnedTensor& o : r.owned()) {
+    out << absl::StrFormat("%-60s %4d..%-5d %14s %12s %7d\n", o.name(), o.matrix_begin(), o.matrix_end(),
+                           WithThousands(o.numel()), Gflop(o.ns_flops(), 3), o.bucket());
+  }
+  if (r.slices_size() == 0) {
+    out << "\nslices (adamw): none\n";
+  } else {
+    out << absl::StrFormat("\nslices (adamw): %s\n%-60s %14s %14s %8s %7s\n", WithThousands(r.slices_size()),
+                           "tensor", "begin", "end", "padding", "bucket");
+  }
   for (const v1::TensorSlice& s : r.slices()) {
-    out << absl::StrFormat("%-60s %14d %14d %8d %7d\n", s.name(), s.begin(), s.end(), s.padding(),
-                           s.bucket());
+    out << absl::StrFormat("%-60s %14s %14s %8s %7d\n", s.name(), WithThousands(s.begin()),
+                           WithThousands(s.end()), WithThousands(s.padding()), s.bucket());
   }
 }
 
@@ -121,7 +131,7 @@ void PrintRankView(const v1::RankView& view, std::ostream& out) {
 
 int RunGet(const std::vector<std::string>& args) {
   FlagSet flags(
-      "usage: muonshardctl get [--version V] [--rank R] [--output table|json]\n"
+      "usage: muonshardctl get [--version V] [--rank R | --sort KEY --top N] [--output table|json]\n"
       "         [--coordinator HOST:PORT] [--tls-ca F] [--token-file F]");
   Common c;
   c.Register(flags);
@@ -129,9 +139,16 @@ int RunGet(const std::vector<std::string>& args) {
   int rank = -1;
   flags.Int("version", &version, "plan version (0 = latest)");
   flags.Int("rank", &rank, "print only this rank's view");
+  RowOrder rows;
+  RegisterRankOrder(flags, &rows);
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
   if (version < 0) return ReportError(absl::InvalidArgumentError("flag --version must be >= 0"));
+  if (absl::Status s = CheckRankOrder(rows, c.output); !s.ok()) return ReportError(s);
+  if (flags.WasSet("rank") && rows.given()) {
+    return ReportError(absl::InvalidArgumentError(absl::StrCat(
+        "get --rank prints one rank; ", !rows.sort.empty() ? "--sort" : "--top", " is not used")));
+  }
   v1::GetPlanRequest request;
   request.set_version(version);
   if (flags.WasSet("rank")) request.set_rank(rank);
@@ -146,7 +163,7 @@ int RunGet(const std::vector<std::string>& args) {
   if (response.has_rank_view()) {
     PrintRankView(response.rank_view(), std::cout);
   } else {
-    PrintPlanTable(response.plan(), std::cout);
+    PrintPlanTable(response.plan(), rows, std::cout);
   }
   return kExitOk;
 }
@@ -175,6 +192,29 @@ int RunSubmit(const std::vector<std::string>& args) {
   return kExitOk;
 }
 
+namespace {
+
+// The count and latest version, then one row per version.
+void PrintVersionList(const v1::ListPlansResponse& all, std::ostream& out) {
+  if (all.versions_size() == 0) {
+    out << "no plan versions stored\n";
+    return;
+  }
+  out << absl::StrFormat("%s, latest v%d\n\n", Count(all.versions_size(), "plan version", "plan versions"),
+                         all.latest_version());
+  out << absl::StrFormat("%8s  %-20s  %-20s %6s %3s %3s %-9s %8s %9s  %s\n", "version", "created", "model",
+                         "world", "pp", "ep", "policy", "tensors", "max/mean", "hash");
+  for (const v1::PlanVersionInfo& v : all.versions()) {
+    out << absl::StrFormat("%8d  %-20s  %-20s %6s %3d %3d %-9s %8s %9.3f  %s\n", v.version(),
+                           FormatTime(v.create_time_micros()), v.model(), WithThousands(v.topology().world_size()),
+                           v.topology().pp(), v.topology().ep(), v1::Policy_Name(v.policy()),
+                           WithThousands(v.tensors()), v.stats().max_over_mean_state_bytes(),
+                           ShortHash(v.content_hash()));
+  }
+}
+
+}  // namespace
+
 int RunList(const std::vector<std::string>& args) {
   FlagSet flags(
       "usage: muonshardctl list [--output table|json] [--coordinator HOST:PORT] [--tls-ca F]");
@@ -196,16 +236,7 @@ int RunList(const std::vector<std::string>& args) {
     request.set_after_version(response.next_after_version());
   }
   if (c.json()) return PrintJson(all);
-  std::cout << absl::StrFormat("%8s  %-20s  %-20s %6s %3s %3s %-9s %8s %9s  %s\n", "version",
-                               "created", "model", "world", "pp", "ep", "policy", "tensors",
-                               "max/mean", "hash");
-  for (const v1::PlanVersionInfo& v : all.versions()) {
-    std::cout << absl::StrFormat(
-        "%8d  %-20s  %-20s %6d %3d %3d %-9s %8d %9.3f  %s\n", v.version(),
-        FormatTime(v.create_time_micros()), v.model(), v.topology().world_size(), v.topology().pp(),
-        v.topology().ep(), v1::Policy_Name(v.policy()), v.tensors(),
-        v.stats().max_over_mean_state_bytes(), ShortHash(v.content_hash()));
-  }
+  PrintVersionList(all, std::cout);
   return kExitOk;
 }
 
@@ -263,7 +294,11 @@ int RunWatch(const std::vector<std::string>& args) {
     ++seen;
     if (c.json()) {
       absl::StatusOr<std::string> line = ToJson(event, /*pretty=*/false);
-      std::cout << (line.ok() ? *line : line.status().ToString()) << std::endl;
+      if (line.ok()) {
+        std::cout << *line << std::endl;
+      } else {
+        std::cerr << "error: " << line.status().message() << "\n";  // stdout stays JSON lines
+      }
     } else {
       std::cout << EventLine(event) << std::endl;
     }
@@ -302,59 +337,82 @@ int RunDiff(const std::vector<std::string>& args) {
       client::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
   if (!s.ok()) return ReportRpcError(s);
   if (c.json()) return PrintJson(response.diff());
-  const v1::PlanDiff& d = response.diff();
-  std::cout << absl::StrFormat(
-      "v%d (world %d) -> v%d (world %d): %d unchanged, %d owner changed, %d slice changed, "
-      "%d optimizer changed, %d shape changed, %d added, %d removed; %.1f MiB of optimizer "
-      "state moves\n",
-      d.from_version(), d.from_world_size(), d.to_version(), d.to_world_size(),
-      d.unchanged_tensors(), d.owner_changed(), d.slice_changed(), d.optimizer_changed(),
-      d.shape_changed(), d.added(), d.removed(), d.moved_state_bytes() / kMiB);
-  if (d.tensors_size() == 0) return kExitOk;
-  std::cout << absl::StrFormat("%-18s %-60s %14s %6s %6s\n", "change", "tensor", "moved_elems",
-                               "from", "to");
-  for (const v1::TensorDiff& t : d.tensors()) {
-    std::cout << absl::StrFormat("%-18s %-60s %14d %6d %6d\n", v1::TensorChangeKind_Name(t.kind()),
-                                 t.name(), t.moved_elements(), t.from_size(), t.to_size());
-  }
-  if (d.truncated()) std::cout << "(list cut at --limit " << limit << ")\n";
+  PrintPlanDiff(response.diff(), limit, std::cout);
   return kExitOk;
 }
 
+namespace {
+
+// The workers table's columns over `job` (referenced); `now` in Unix
+// microseconds ages the heartbeats. --sort keys: rank (the default), state,
+// generation, heartbeat (the oldest first).
+std::vector<Column> WorkerColumns(const v1::JobStatus& job, int64_t now) {
+  const auto w = [&job](int i) -> const v1::WorkerStatus& { return job.workers(i); };
+  const auto age_s = [w, now](int i) { return (now - w(i).last_heartbeat_micros()) / 1e6; };
+  return {
+      {"rank", 6, [w](int i) { return absl::StrCat(w(i).rank()); }, "rank", SortOrder::kAscending,
+       [w](int i) { return w(i).rank(); }},
+      {"state", -8, [w](int i) { return v1::WorkerState_Name(w(i).state()).substr(sizeof("WORKER_STATE_") - 1); },
+       "state", SortOrder::kAscending, [w](int i) { return w(i).state(); }},
+      {"host", -24, [w](int i) { return w(i).host(); }},
+      {"device", -10, [w](int i) { return w(i).device(); }},
+      {"incarnation", 20, [w](int i) { return absl::StrCat(w(i).incarnation()); }},
+      {"generation", 10, [w](int i) { return absl::StrCat(w(i).generation()); }, "generation",
+       SortOrder::kAscending, [w](int i) { return w(i).generation(); }},
+      {"heartbeat_s", 12, [age_s](int i) { return FixedWithThousands(age_s(i), 1); }, "heartbeat",
+       SortOrder::kLargestFirst, age_s},
+  };
+}
+
+// The job's line (and why it moved, its elasticity, a failed resize), then
+// its workers in `rows` order.
+void PrintJob(const v1::JobStatus& job, int64_t now, const RowOrder& rows, std::ostream& out) {
+  out << absl::StrFormat("job %s  generation %d  plan v%d  world %s  revision %d\n", job.job(),
+                         job.generation(), job.plan_version(), WithThousands(job.world_size()), job.revision());
+  // Why the job is at this generation (a failure, a report, a resize), and
+  // its elasticity: what an operator looks for first.
+  if (!job.generation_reason().empty()) out << "  moved: " << job.generation_reason() << "\n";
+  if (job.min_workers() > 0) {
+    out << absl::StrFormat("  elastic: %d..%d ranks\n", job.min_workers(), job.max_world_size());
+  }
+  if (!job.resize_error().empty()) out << "  resize failed: " << job.resize_error() << "\n";
+  if (job.workers_size() == 0) {
+    out << "  no workers\n";
+    return;
+  }
+  PrintTable(WorkerColumns(job, now), job.workers_size(), rows, "workers", out);
+}
+
+}  // namespace
+
 int RunWorkers(const std::vector<std::string>& args) {
   FlagSet flags(
-      "usage: muonshardctl workers [--job J] [--output table|json] [--coordinator HOST:PORT]");
+      "usage: muonshardctl workers [--job J] [--sort KEY] [--top N] [--output table|json]\n"
+      "         [--coordinator HOST:PORT]");
   Common c;
   c.Register(flags);
   std::string job;
   flags.String("job", &job, "only this job (default: every job)");
+  RowOrder rows;
+  rows.Register(flags, WorkerColumns(v1::JobStatus::default_instance(), 0));
   std::vector<std::string> positional;
   if (int rc = c.Parse(flags, args, &positional, 0); rc >= 0) return rc;
   if (absl::Status s = CheckJobFlag(job); !s.ok()) return ReportError(s);
+  if (absl::Status s = rows.Check(WorkerColumns(v1::JobStatus::default_instance(), 0), c.output); !s.ok()) {
+    return ReportError(s);
+  }
   absl::StatusOr<v1::ListWorkersResponse> listed = client::ListWorkers(*c.client, job);
   if (!listed.ok()) return ReportRpcError(listed.status());
   const v1::ListWorkersResponse& response = *listed;
   if (c.json()) return PrintJson(response);
+  if (response.jobs_size() == 0) {
+    std::cout << "no jobs\n";
+    return kExitOk;
+  }
   const int64_t now = absl::ToUnixMicros(absl::Now());
-  for (const v1::JobStatus& job : response.jobs()) {
-    std::cout << absl::StrFormat("job %s  generation %d  plan v%d  world %d  revision %d\n",
-                                 job.job(), job.generation(), job.plan_version(), job.world_size(),
-                                 job.revision());
-    // Why the job is at this generation (a failure, a report, a resize), and
-    // its elasticity: what an operator looks for first.
-    if (!job.generation_reason().empty()) std::cout << "  moved: " << job.generation_reason() << "\n";
-    if (job.min_workers() > 0) {
-      std::cout << absl::StrFormat("  elastic: %d..%d ranks\n", job.min_workers(), job.max_world_size());
-    }
-    if (!job.resize_error().empty()) std::cout << "  resize failed: " << job.resize_error() << "\n";
-    std::cout << absl::StrFormat("%6s  %-8s %-24s %-10s %20s %10s %12s\n", "rank", "state", "host",
-                                 "device", "incarnation", "generation", "heartbeat_s");
-    for (const v1::WorkerStatus& w : job.workers()) {
-      std::string state = v1::WorkerState_Name(w.state()).substr(sizeof("WORKER_STATE_") - 1);
-      std::cout << absl::StrFormat("%6d  %-8s %-24s %-10s %20d %10d %12.1f\n", w.rank(), state,
-                                   w.host(), w.device(), w.incarnation(), w.generation(),
-                                   (now - w.last_heartbeat_micros()) / 1e6);
-    }
+  for (int i = 0; i < response.jobs_size(); ++i) {
+    if (i > 0) std::cout << "\n";
+    PrintJob(response.jobs(i), now, rows, std::cout);
   }
   return kExitOk;
 }

@@ -41,6 +41,7 @@ int RunPlan(const std::vector<std::string>& args) {
   FlagSet flags(
       "usage: muonshardctl plan --manifest M.json --world-size W [--pp P] [--ep E]\n"
       "         [--policy seed|seed-all|balanced] [--comm-buffer-mb 256] [--output table|json]\n"
+      "         [--sort KEY] [--top N]   (the per-rank table's order and length)\n"
       "         [--previous PLAN.json]   (sticky re-planning: keep PLAN's owners where balance allows)");
   PlanFlags plan_flags;
   plan_flags.Register(flags);
@@ -49,12 +50,15 @@ int RunPlan(const std::vector<std::string>& args) {
   std::string previous_path;
   flags.String("previous", &previous_path,
                "a previous plan (JSON or .pb) to stay close to (sticky re-planning; policy balanced)");
+  RowOrder rows;
+  RegisterRankOrder(flags, &rows);
   std::vector<std::string> positional;
   if (int rc = ParseFlagsOrExit(flags, args, &positional); rc >= 0) return rc;
   if (!positional.empty()) {
     return ReportError(absl::InvalidArgumentError("plan takes no positional arguments"));
   }
   if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
+  if (absl::Status s = CheckRankOrder(rows, output); !s.ok()) return ReportError(s);
   auto request = plan_flags.ToRequest();
   if (!request.ok()) return ReportError(request.status());
   v1::Plan previous;
@@ -72,7 +76,7 @@ int RunPlan(const std::vector<std::string>& args) {
     planner::AddDisplayNames(plan.get());
     return PrintJson(*plan);
   }
-  PrintPlanTable(*plan, std::cout);
+  PrintPlanTable(*plan, rows, std::cout);
   return kExitOk;
 }
 

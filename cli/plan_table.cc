@@ -2,14 +2,44 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <set>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace muonshard::cli {
-
-constexpr double kMiB = 1024.0 * 1024.0;
-
 namespace {
+
+using RowValue = std::function<double(int row)>;
+
+// An identifier column (rank, stage): the value as an integer, ascending.
+Column IdColumn(const char* header, int width, const char* key, RowValue value) {
+  return Column{header, width, [value](int row) { return absl::StrCat(static_cast<int64_t>(value(row))); },
+                key, SortOrder::kAscending, value};
+}
+
+// A size column (bytes, FLOPs, counts): `format`ted, largest first.
+Column SizeColumn(const char* header, int width, const char* key, RowValue value,
+                  std::string (*format)(double)) {
+  return Column{header, width, [value, format](int row) { return format(value(row)); }, key,
+                SortOrder::kLargestFirst, value};
+}
+
+std::string MibText(double bytes) { return Mib(bytes); }
+std::string GflopText(double flops) { return Gflop(flops); }
+std::string CountText(double n) { return WithThousands(static_cast<int64_t>(n)); }
+
+// buddy_MiB: the host memory a rank holds with muonshard-worker
+// --buddy-every (NOTE [Buddy copies] in worker/buddy_copies.h): a snapshot
+// of its own state and a copy of its left neighbour's.
+double BuddyBytes(const v1::Plan& plan, int i) {
+  const int world = plan.ranks_size();
+  if (world <= 1) return 0;
+  return static_cast<double>(plan.ranks(i).optimizer_state_bytes() +
+                             plan.ranks((i + world - 1) % world).optimizer_state_bytes());
+}
 
 // Tensor parallelism: the mode and the bytes the TP ops move per step.
 void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
@@ -19,51 +49,114 @@ void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
     busiest = std::max(busiest, r.tp_send_bytes() + r.tp_recv_bytes());
   }
   out << absl::StrFormat(
-      "tensor parallel  tp %d  %s  TP bytes per step %.1f MiB (busiest rank sends+receives %.1f MiB)\n",
-      plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), total / kMiB, busiest / kMiB);
+      "tensor parallel  tp %d  %s  TP bytes per step %s MiB (busiest rank sends+receives %s MiB)\n",
+      plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), Mib(total), Mib(busiest));
+}
+
+int64_t ChangedTensors(const v1::PlanDiff& d) {
+  return int64_t{d.owner_changed()} + d.slice_changed() + d.optimizer_changed() + d.shape_changed() +
+         d.added() + d.removed();
 }
 
 }  // namespace
 
+std::vector<Column> RankColumns(const v1::Plan& plan) {
+  const auto r = [&plan](int i) -> const v1::RankPlan& { return plan.ranks(i); };
+  return {
+      IdColumn("rank", 6, "rank", [r](int i) { return r(i).rank(); }),
+      IdColumn("stage", 5, "stage", [r](int i) { return r(i).stage(); }),
+      IdColumn("ep", 4, "ep", [r](int i) { return r(i).ep_rank(); }),
+      SizeColumn("state_MiB", 14, "state", [r](int i) { return r(i).optimizer_state_bytes(); }, MibText),
+      SizeColumn("ns_GFLOP", 14, "flops", [r](int i) { return r(i).ns_flops(); }, GflopText),
+      SizeColumn("owned", 7, "owned", [r](int i) { return r(i).owned_size(); }, CountText),
+      SizeColumn("muon_elems", 16, "muon", [r](int i) { return r(i).muon_numel(); }, CountText),
+      SizeColumn("slice_elems", 16, "slice", [r](int i) { return r(i).adamw_numel(); }, CountText),
+      SizeColumn("buddy_MiB", 10, "buddy", [&plan](int i) { return BuddyBytes(plan, i); }, MibText),
+  };
+}
+
+void RegisterRankOrder(FlagSet& flags, RowOrder* order) {
+  order->Register(flags, RankColumns(v1::Plan::default_instance()));
+}
+
+absl::Status CheckRankOrder(const RowOrder& order, const std::string& output) {
+  return order.Check(RankColumns(v1::Plan::default_instance()), output);
+}
+
 void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
   const v1::PlanStats& s = plan.stats();
-  out << absl::StrFormat("model %s  world %d  pp %d  ep %d%s  policy %s  buffer %d MiB\n",
-                         plan.model(), plan.topology().world_size(), plan.topology().pp(),
+  out << absl::StrFormat("model %s  world %s  pp %d  ep %d%s  policy %s  buffer %s MiB\n",
+                         plan.model(), WithThousands(plan.topology().world_size()), plan.topology().pp(),
                          plan.topology().ep(),
                          plan.topology().tp() > 1 ? absl::StrFormat("  tp %d", plan.topology().tp()) : "",
-                         v1::Policy_Name(plan.policy().policy()), plan.policy().comm_buffer_mb());
+                         v1::Policy_Name(plan.policy().policy()),
+                         WithThousands(plan.policy().comm_buffer_mb()));
   out << absl::StrFormat("hash %s\n", plan.content_hash());
-  out << absl::StrFormat("params %d (muon %d in %d tensors, adamw %d in %d tensors)\n",
-                         s.total_params(), s.muon_params(), s.muon_tensors(), s.adamw_params(),
-                         s.adamw_tensors());
+  out << absl::StrFormat("params %s (muon %s in %s tensors, adamw %s in %s tensors)\n",
+                         WithThousands(s.total_params()), WithThousands(s.muon_params()),
+                         WithThousands(s.muon_tensors()), WithThousands(s.adamw_params()),
+                         WithThousands(s.adamw_tensors()));
   out << absl::StrFormat(
-      "optimizer state  max %.1f MiB  min %.1f MiB  mean %.1f MiB  (max-min)/max %.4f  "
+      "optimizer state  max %s MiB  min %s MiB  mean %s MiB  (max-min)/max %.4f  "
       "max/mean %.3f  max/LB %.3f\n",
-      s.max_state_bytes() / kMiB, s.min_state_bytes() / kMiB, s.mean_state_bytes() / kMiB,
+      Mib(s.max_state_bytes()), Mib(s.min_state_bytes()), Mib(s.mean_state_bytes()),
       s.memory_imbalance(), s.max_over_mean_state_bytes(), s.max_over_lb_state_bytes());
   out << absl::StrFormat(
-      "newton-schulz    max %.1f GFLOP  min %.1f GFLOP  mean %.1f GFLOP  (max-min)/max %.4f  "
+      "newton-schulz    max %s GFLOP  min %s GFLOP  mean %s GFLOP  (max-min)/max %.4f  "
       "max/mean %.3f  max/LB %.3f\n",
-      s.max_ns_flops() / 1e9, s.min_ns_flops() / 1e9, s.mean_ns_flops() / 1e9,
+      Gflop(s.max_ns_flops()), Gflop(s.min_ns_flops()), Gflop(s.mean_ns_flops()),
       s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
   if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
 }
 
-// buddy_MiB: the host memory a rank holds with muonshard-worker
-// --buddy-every (NOTE [Buddy copies] in worker/buddy_copies.h): a snapshot
-// of its own state and a copy of its left neighbour's.
-void PrintPlanTable(const v1::Plan& plan, std::ostream& out) {
-  out << absl::StrFormat("%6s %5s %4s %14s %14s %7s %16s %16s %10s\n", "rank", "stage", "ep",
-                         "state_MiB", "ns_GFLOP", "owned", "muon_elems", "slice_elems", "buddy_MiB");
-  const int world = plan.ranks_size();
-  for (int i = 0; i < world; ++i) {
-    const v1::RankPlan& r = plan.ranks(i);
-    const int64_t buddy = r.optimizer_state_bytes() + plan.ranks((i + world - 1) % world).optimizer_state_bytes();
-    out << absl::StrFormat("%6d %5d %4d %14.1f %14.1f %7d %16d %16d %10.1f\n", r.rank(), r.stage(),
-                           r.ep_rank(), r.optimizer_state_bytes() / kMiB, r.ns_flops() / 1e9,
-                           r.owned_size(), r.muon_numel(), r.adamw_numel(), world > 1 ? buddy / kMiB : 0.0);
-  }
+void PrintPlanTable(const v1::Plan& plan, const RowOrder& order, std::ostream& out) {
   PrintPlanSummary(plan, out);
+  out << "\n";
+  if (plan.ranks_size() == 0) {
+    out << "no ranks in the plan\n";
+    return;
+  }
+  PrintTable(RankColumns(plan), plan.ranks_size(), order, "ranks", out);
+}
+
+std::string RankRanges(const google::protobuf::RepeatedPtrField<v1::Placement>& placements) {
+  std::set<int> ranks;
+  for (const v1::Placement& p : placements) ranks.insert(p.rank());
+  if (ranks.empty()) return "-";
+  std::vector<std::string> runs;
+  for (auto it = ranks.begin(); it != ranks.end();) {
+    const int first = *it;
+    int last = first;
+    for (++it; it != ranks.end() && *it == last + 1; ++it) last = *it;
+    runs.push_back(first == last ? absl::StrCat(first) : absl::StrCat(first, "-", last));
+  }
+  return absl::StrJoin(runs, ",");
+}
+
+void PrintPlanDiff(const v1::PlanDiff& d, int limit, std::ostream& out) {
+  out << absl::StrFormat(
+      "v%d (world %s) -> v%d (world %s): %s unchanged, %s owner changed, %s slice changed, "
+      "%s optimizer changed, %s shape changed, %s added, %s removed; %s MiB of optimizer "
+      "state moves\n",
+      d.from_version(), WithThousands(d.from_world_size()), d.to_version(),
+      WithThousands(d.to_world_size()), WithThousands(d.unchanged_tensors()),
+      WithThousands(d.owner_changed()), WithThousands(d.slice_changed()),
+      WithThousands(d.optimizer_changed()), WithThousands(d.shape_changed()),
+      WithThousands(d.added()), WithThousands(d.removed()), Mib(d.moved_state_bytes()));
+  const int64_t changed = ChangedTensors(d);
+  if (changed == 0) {
+    out << "no tensor changes\n";
+    return;
+  }
+  if (d.truncated()) {
+    out << absl::StrFormat("the first %s of %s changed tensors (--limit %d; --limit 0 lists all)\n",
+                           WithThousands(d.tensors_size()), WithThousands(changed), limit);
+  }
+  out << absl::StrFormat("\n%-18s %-60s %14s  %s\n", "change", "tensor", "moved_elems", "ranks");
+  for (const v1::TensorDiff& t : d.tensors()) {
+    out << absl::StrFormat("%-18s %-60s %14s  %s -> %s\n", v1::TensorChangeKind_Name(t.kind()), t.name(),
+                           WithThousands(t.moved_elements()), RankRanges(t.from()), RankRanges(t.to()));
+  }
 }
 
 }  // namespace muonshard::cli

@@ -1,7 +1,10 @@
 #include "client/coordinator_client.h"
 
 #include <cstdlib>
+#include <iterator>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -13,6 +16,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace muonshard::client {
 namespace {
@@ -95,16 +99,51 @@ absl::StatusOr<int> DecodeHealthStatus(const std::string& bytes) {
   return status;
 }
 
+// Puts the address the user gave into UNAVAILABLE errors: gRPC's own text
+// names the resolved address ("ipv4:127.0.0.1:50051"), which hides a
+// mistyped host or the default port.
+class NameTargetInterceptor : public grpc::experimental::Interceptor {
+ public:
+  explicit NameTargetInterceptor(std::string target) : target_(std::move(target)) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
+      grpc::Status* status = methods->GetRecvStatus();
+      if (status->error_code() == grpc::StatusCode::UNAVAILABLE) {
+        *status = grpc::Status(status->error_code(),
+                               absl::StrCat("coordinator ", target_, ": ", status->error_message()),
+                               status->error_details());
+      }
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string target_;
+};
+
+class NameTargetInterceptorFactory : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit NameTargetInterceptorFactory(std::string target) : target_(std::move(target)) {}
+
+  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+    return new NameTargetInterceptor(target_);
+  }
+
+ private:
+  const std::string target_;
+};
+
 }  // namespace
 
 void ApplyEnvironment(ConnectionOptions* options) {
-  auto take = [](const char* name, std::string* field) {
-    const char* value = std::getenv(name);
-    if (value != nullptr && *value != '\0') *field = value;
-  };
-  take("MUONSHARD_COORDINATOR", &options->coordinator);
-  take("MUONSHARD_TOKEN_FILE", &options->token_file);
-  take("MUONSHARD_TLS_CA", &options->tls_ca);
+  std::string* const fields[] = {&options->coordinator, &options->token_file, &options->tls_ca,
+                                 &options->tls_cert, &options->tls_key};
+  static_assert(std::size(fields) == std::size(kEnvironmentFlags));
+  for (size_t i = 0; i < std::size(fields); ++i) {
+    const char* value = std::getenv(kEnvironmentFlags[i].variable);
+    if (value != nullptr && *value != '\0') *fields[i] = value;
+  }
 }
 
 std::string WithDefaultPort(const std::string& address) {
@@ -118,11 +157,12 @@ std::string WithDefaultPort(const std::string& address) {
 void ConnectionOptions::Register(FlagSet& flags) {
   ApplyEnvironment(this);
   flags.String("coordinator", &coordinator,
-               "coordinator address HOST:PORT (a host alone: port 50051; default $MUONSHARD_COORDINATOR)");
-  flags.String("tls-ca", &tls_ca, "CA certificate (PEM) to verify the coordinator: enables TLS");
-  flags.String("tls-cert", &tls_cert, "client certificate (PEM) for mTLS");
-  flags.String("tls-key", &tls_key, "client private key (PEM) for mTLS");
-  flags.String("token-file", &token_file, "file holding the bearer token");
+               "coordinator address HOST:PORT, [V6]:PORT or a gRPC URI (a host alone: port 50051); "
+               "env MUONSHARD_COORDINATOR");
+  flags.String("tls-ca", &tls_ca, "CA certificate (PEM) to verify the coordinator: enables TLS; env MUONSHARD_TLS_CA");
+  flags.String("tls-cert", &tls_cert, "client certificate (PEM) for mTLS; env MUONSHARD_TLS_CERT");
+  flags.String("tls-key", &tls_key, "client private key (PEM) for mTLS; env MUONSHARD_TLS_KEY");
+  flags.String("token-file", &token_file, "file holding the bearer token; env MUONSHARD_TOKEN_FILE");
   flags.Double("timeout", &timeout_s, "seconds before a call fails with DEADLINE_EXCEEDED");
 }
 
@@ -158,7 +198,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(WithDefaultPort(options.coordinator), *credentials, args);
+  const std::string target = WithDefaultPort(options.coordinator);
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<NameTargetInterceptorFactory>(target));
+  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(target, *credentials, args,
+                                                                         std::move(interceptors));
   return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
       std::move(channel), std::move(authorization), absl::Seconds(options.timeout_s)));
 }

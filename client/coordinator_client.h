@@ -28,17 +28,30 @@ struct ConnectionOptions {
   bool dedicated_connection = false;
 
   // --coordinator, --tls-ca, --tls-cert, --tls-key, --token-file, --timeout,
-  // with the environment's values (ApplyEnvironment) as their defaults.
+  // with the environment's values (ApplyEnvironment) as their defaults: the
+  // flags win.
   void Register(FlagSet& flags);
 };
 
 // The coordinator's default gRPC port (design notes).
 inline constexpr int kDefaultCoordinatorPort = 50051;
 
-// Sets `options` from the environment where a variable is set and not
-// empty: MUONSHARD_COORDINATOR (HOST:PORT, or a host alone),
-// MUONSHARD_TOKEN_FILE, MUONSHARD_TLS_CA. Flags and arguments given
-// afterwards win.
+// The environment variable of each connection flag, named after it:
+// --coordinator MUONSHARD_COORDINATOR (HOST:PORT, or a host alone),
+// --token-file MUONSHARD_TOKEN_FILE, --tls-ca MUONSHARD_TLS_CA, --tls-cert
+// MUONSHARD_TLS_CERT, --tls-key MUONSHARD_TLS_KEY.
+struct EnvironmentFlag {
+  const char* variable;
+  const char* flag;  // without "--"
+};
+inline constexpr EnvironmentFlag kEnvironmentFlags[] = {
+    {"MUONSHARD_COORDINATOR", "coordinator"}, {"MUONSHARD_TOKEN_FILE", "token-file"},
+    {"MUONSHARD_TLS_CA", "tls-ca"},           {"MUONSHARD_TLS_CERT", "tls-cert"},
+    {"MUONSHARD_TLS_KEY", "tls-key"},
+};
+
+// Sets `options` from the environment (kEnvironmentFlags) where a variable
+// is set and not empty. Flags and arguments given afterwards win.
 void ApplyEnvironment(ConnectionOptions* options);
 
 // `address` with ":50051" appended when it names a host without a port
@@ -49,7 +62,9 @@ std::string WithDefaultPort(const std::string& address);
 class CoordinatorClient {
  public:
   // Reads the files named by `options`. INVALID_ARGUMENT when one cannot be
-  // read or the options are inconsistent. Does not connect yet.
+  // read or the options are inconsistent. Does not connect yet. UNAVAILABLE
+  // errors of its calls name the address ("coordinator localhost:50051:
+  // failed to connect ..."): gRPC's own text names the resolved one.
   static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
       const ConnectionOptions& options);
 

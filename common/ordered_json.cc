@@ -1,11 +1,13 @@
 #include "common/ordered_json.h"
 
+#include <cmath>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 
 namespace muonshard {
@@ -375,6 +377,65 @@ std::string QuoteForMessage(absl::string_view text, size_t max_chars) {
     out += piece;
   }
   return out + "\"";
+}
+
+std::string JsonNumber(double value) {
+  if (std::isnan(value)) return "\"NaN\"";
+  if (std::isinf(value)) return value > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  constexpr double kExactIntegers = 9007199254740992.0;  // 2^53
+  if (std::trunc(value) == value && std::fabs(value) < kExactIntegers) {
+    return absl::StrFormat("%.0f", value);
+  }
+  for (int digits = 1; digits < 17; ++digits) {
+    std::string text = absl::StrFormat("%.*g", digits, value);
+    double back = 0;
+    if (absl::SimpleAtod(text, &back) && back == value) return text;
+  }
+  return absl::StrFormat("%.17g", value);  // always round-trips
+}
+
+std::string JsonString(absl::string_view text) {
+  std::string out = "\"";
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
+JsonObjectWriter& JsonObjectWriter::Number(absl::string_view key, double value) {
+  members_.push_back(absl::StrCat(JsonString(key), ": ", JsonNumber(value)));
+  return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::Int64(absl::string_view key, int64_t value) {
+  members_.push_back(absl::StrCat(JsonString(key), ": \"", value, "\""));
+  return *this;
+}
+
+JsonObjectWriter& JsonObjectWriter::Raw(absl::string_view key, absl::string_view json) {
+  while (!json.empty() && IsWhitespace(json.back())) json.remove_suffix(1);
+  std::string member = absl::StrCat(JsonString(key), ": ");
+  for (const char c : json) {
+    member += c;
+    if (c == '\n') member += ' ';  // one level down
+  }
+  members_.push_back(std::move(member));
+  return *this;
+}
+
+std::string JsonObjectWriter::Finish() const {
+  if (members_.empty()) return "{}";
+  return absl::StrCat("{\n ", absl::StrJoin(members_, ",\n "), "\n}");
 }
 
 }  // namespace muonshard

@@ -15,6 +15,8 @@
 // Pure, no globals, never crashes on any input: it is a fuzz target. Errors
 // are INVALID_ARGUMENT, give the byte offset, and quote at most a short,
 // escaped excerpt of the input (QuoteForMessage).
+//
+// And the few helpers that write JSON by hand (JsonNumber, JsonObjectWriter).
 
 #include <cstdint>
 #include <optional>
@@ -71,6 +73,42 @@ struct JsonMember {
 
 // Parses `text` as one JSON value.
 absl::StatusOr<JsonValue> ParseJson(absl::string_view text);
+
+// ---------------------------------------------------------------- writing
+//
+// For the JSON the project writes by hand (muonshardctl compare), under the
+// rules of its proto3 JSON (common/proto_json.h): 64-bit integers are
+// strings, doubles are exact, and the pretty layout is protobuf's.
+
+// The JSON text of a double, exact: an integral value below 2^53 in
+// magnitude as an integer ("9470208"), any other finite value as the
+// shortest %g text that parses back to the same double ("0.1",
+// "2.1604338675732557", "1e+300"); NaN and the infinities, which JSON lacks,
+// as proto3 JSON writes them: the strings "NaN", "Infinity", "-Infinity".
+std::string JsonNumber(double value);
+
+// `text` as a JSON string literal: quoted, with '"', '\\' and control
+// characters escaped (UTF-8 passes through).
+std::string JsonString(absl::string_view text);
+
+// A JSON object written member by member in the order given, laid out as
+// protobuf's pretty printer lays out a message (one space of indent per
+// level, "key": value), so it reads like the other `--output json`.
+class JsonObjectWriter {
+ public:
+  // A double (JsonNumber).
+  JsonObjectWriter& Number(absl::string_view key, double value);
+  // A 64-bit integer: a JSON string, as proto3 JSON writes int64.
+  JsonObjectWriter& Int64(absl::string_view key, int64_t value);
+  // A JSON value given as text (e.g. a message's ToJson), re-indented to
+  // sit one level down; trailing whitespace is dropped.
+  JsonObjectWriter& Raw(absl::string_view key, absl::string_view json);
+  // The object: "{\n \"key\": value,\n ...\n}" ("{}" with no members).
+  std::string Finish() const;
+
+ private:
+  std::vector<std::string> members_;  // "\"key\": value"
+};
 
 // `text` for an error message: in double quotes, printable ASCII kept, every
 // other byte (control, non-ASCII, binary) escaped, and cut with "..." once

@@ -4,6 +4,7 @@
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/util/json_util.h"
+#include "muonshard/v1/manifest.pb.h"
 
 namespace muonshard {
 
@@ -12,8 +13,10 @@ absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   // Scripts read fields like ranks[].rank: print zeros and empty lists too
-  // instead of proto3's default of omitting them.
-  options.always_print_primitive_fields = true;
+  // instead of proto3's default of omitting them. A manifest prints what it
+  // sets (the header says why).
+  options.always_print_primitive_fields =
+      message.GetDescriptor() != v1::ModelManifest::descriptor();
   options.add_whitespace = pretty;
   std::string out;
   auto status = google::protobuf::util::MessageToJsonString(message, &out, options);

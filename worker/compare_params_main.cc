@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "common/version.h"
 #include "worker/params_file.h"
 
 namespace muonshard::worker {
@@ -60,6 +61,10 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> files = flags.Parse(ArgsOf(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Usage();
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::cout << VersionLine("muonshard-compare-params") << "\n";
     return 0;
   }
   if (!files.ok() || files->size() != 2 || !(rtol >= 0)) {

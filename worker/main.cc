@@ -18,6 +18,7 @@
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "common/quote.h"
+#include "common/version.h"
 #include "worker/worker_runner.h"
 
 namespace muonshard::worker {
@@ -210,10 +211,14 @@ int Main(int argc, char** argv) {
     std::cout << flag_set.Usage();
     return 0;
   }
+  if (flag_set.version_requested()) {
+    std::cout << VersionLine("muonshard-worker") << "\n";
+    return 0;
+  }
   absl::Status s = positional.ok() ? flags.Finalize() : positional.status();
   if (s.ok() && !positional->empty()) s = absl::InvalidArgumentError("unexpected arguments");
   if (!s.ok()) {
-    std::cerr << "error: " << s.message() << "\n\n" << flag_set.Usage();
+    std::cerr << "error: " << s.message() << "\n" << flag_set.UsageHint() << "\n";
     return ExitCodeFor(s);
   }
   SignalWatcher watcher;

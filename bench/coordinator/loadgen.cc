@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/flags.h"
+#include "common/version.h"
 #include "client/grpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 
@@ -511,6 +512,10 @@ int Run(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> positional = flags.Parse(ArgsOf(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Usage();
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::cout << VersionLine("muonshard-loadgen") << "\n";
     return 0;
   }
   if (!positional.ok() || !positional->empty() || o.ranks < 1 || o.clients < 1 || o.channels < 1 ||

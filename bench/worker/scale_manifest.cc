@@ -9,6 +9,7 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "common/version.h"
 #include "common/proto_json.h"
 #include "worker/workload/scaled_manifest.h"
 
@@ -27,6 +28,10 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::vector<std::string>> positional = flags.Parse(ArgsOf(argc, argv));
   if (flags.help_requested()) {
     std::cout << flags.Usage();
+    return 0;
+  }
+  if (flags.version_requested()) {
+    std::cout << VersionLine("muonshard-scale-manifest") << "\n";
     return 0;
   }
   if (!positional.ok() || !positional->empty() || path.empty()) {

@@ -14,6 +14,7 @@
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/tls_pem.h"
+#include "common/version.h"
 #include "coordinator/service/coordinator_server.h"
 #include "coordinator/service/event_log.h"
 
@@ -32,8 +33,10 @@ struct Flags {
   int64_t cache_bytes = int64_t{1} << 30;
 
   void Register(FlagSet& f) {
-    f.String("listen", &server.listen, "gRPC address HOST:PORT (port 0 picks a free one)");
-    f.String("data-dir", &server.data_dir, "directory of the SQLite store (required)");
+    f.String("listen", &server.listen,
+             "gRPC address HOST:PORT (port 0 picks a free one; clients dial 50051 when given a host alone)");
+    f.String("data-dir", &server.data_dir, "directory of the SQLite store");
+    f.Required("data-dir");
     f.Int("metrics-port", &server.metrics_port, "Prometheus /metrics port (0 picks one, -1 off)");
     f.String("metrics-host", &server.metrics_host, "address the metrics endpoint binds");
     f.Double("heartbeat-timeout", &heartbeat_timeout_s,
@@ -150,10 +153,14 @@ int Run(int argc, char** argv) {
     std::cout << flags.Usage();
     return 0;
   }
+  if (flags.version_requested()) {
+    std::cout << VersionLine("muonshard-coordinator") << "\n";
+    return 0;
+  }
   absl::Status s = positional.ok() ? Finalize(f) : positional.status();
   if (s.ok() && !positional->empty()) s = absl::InvalidArgumentError("unexpected arguments");
   if (!s.ok()) {
-    std::cerr << "error: " << s.message() << "\n\n" << flags.Usage();
+    std::cerr << "error: " << s.message() << "\n" << flags.UsageHint() << "\n";
     return kExitUsage;
   }
 

@@ -9,9 +9,11 @@
 namespace muonshard {
 namespace {
 
+using ::muonshard::testing::IsOk;
 using ::muonshard::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(FlagSetTest, ParsesDashAndUnderscoreSpellings) {
   FlagSet flags("usage");
@@ -49,6 +51,122 @@ TEST(FlagSetTest, RepeatableAndDoubleDash) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto pos, flags.Parse({"--exclude", "a", "--exclude=b", "--", "--x"}));
   EXPECT_THAT(list, ElementsAre("a", "b"));
   EXPECT_THAT(pos, ElementsAre("--x"));
+}
+
+TEST(FlagSetTest, UnknownFlagSuggestsTheClosestName) {
+  FlagSet flags("usage: muonshardctl plan --manifest M");
+  std::string policy, manifest;
+  bool dry = false;
+  flags.String("policy", &policy, "");
+  flags.String("manifest", &manifest, "");
+  flags.Bool("dry-run", &dry, "");
+  EXPECT_THAT(flags.Parse({"--polcy", "seed"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown flag --polcy (did you mean --policy?)"));
+  EXPECT_THAT(flags.Parse({"--plociy=seed"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(did you mean --policy?)")));
+  EXPECT_THAT(flags.Parse({"--dry"}),  // a prefix
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(did you mean --dry-run?)")));
+  EXPECT_THAT(flags.Parse({"--zebra"}), StatusIs(absl::StatusCode::kInvalidArgument, "unknown flag --zebra"));
+  EXPECT_EQ(flags.UsageHint(), "run 'muonshardctl plan --help' for usage");
+}
+
+TEST(FlagSetTest, SingleDashIsAnUnknownFlagNotAPositional) {
+  FlagSet flags("usage: x");
+  int world = 0;
+  int64_t offset = 0;
+  flags.Int("world-size", &world, "");
+  flags.Int("offset", &offset, "");
+  EXPECT_THAT(flags.Parse({"-w", "4"}), StatusIs(absl::StatusCode::kInvalidArgument, "unknown flag -w"));
+  EXPECT_THAT(flags.Parse({"-world-size", "4"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown flag -world-size (did you mean --world-size?)"));
+  // "-", negative numbers and values stay arguments; -h asks for help.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto pos, flags.Parse({"-", "-3", "--offset", "-7", "-h"}));
+  EXPECT_THAT(pos, ElementsAre("-", "-3"));
+  EXPECT_EQ(offset, -7);
+  EXPECT_TRUE(flags.help_requested());
+}
+
+TEST(FlagSetTest, RequiredFlags) {
+  FlagSet flags("usage: x");
+  int world = 0;
+  std::string manifest, policy = "seed";
+  flags.String("manifest", &manifest, "the manifest");
+  flags.Int("world-size", &world, "ranks");
+  flags.String("policy", &policy, "partition policy");
+  flags.Required("manifest");
+  flags.Required("world-size");
+  FlagSet help = flags;
+  FlagSet none = flags;
+  EXPECT_THAT(none.Parse({}), StatusIs(absl::StatusCode::kInvalidArgument,
+                                       "missing required flags --manifest, --world-size"));
+  EXPECT_THAT(flags.Parse({"--manifest", "m.json"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "missing required flag --world-size"));
+  EXPECT_THAT(flags.Parse({"--world-size=0"}), IsOk());
+  const std::string usage = flags.Usage();
+  EXPECT_THAT(usage, HasSubstr("ranks (required)\n"));
+  EXPECT_THAT(usage, Not(HasSubstr("(default: 0)")));
+  EXPECT_THAT(usage, HasSubstr("partition policy (default: seed)"));
+  int pp = 0;
+  FlagSet stated("usage: x");
+  stated.Int("pp", &pp, "pipeline stages (default: the checkpoint's)");
+  EXPECT_THAT(stated.Usage(), HasSubstr("(default: the checkpoint's)\n"));  // not also "(default: 0)"
+  EXPECT_THAT(help.Parse({"--help"}), IsOk());  // --help needs none of them
+  EXPECT_TRUE(help.help_requested());
+}
+
+TEST(FlagSetTest, DeprecatedAliasesSetTheFlagHiddenWithAWarning) {
+  FlagSet flags("usage: x");
+  int world = 0;
+  std::string dir;
+  flags.Int("world-size", &world, "ranks");
+  flags.Required("world-size");
+  flags.Alias("to-world-size", "world-size");
+  flags.String("checkpoint", &dir, "the directory");
+  flags.Deprecate("checkpoint", "pass DIR as the first argument");
+  MUONSHARD_ASSERT_OK(flags.Parse({"--to_world_size", "8", "--checkpoint=/c"}).status());
+  EXPECT_EQ(world, 8);
+  EXPECT_EQ(dir, "/c");
+  EXPECT_TRUE(flags.WasSet("world-size"));
+  EXPECT_THAT(flags.warnings(), ElementsAre("flag --to-world-size is deprecated: use --world-size",
+                                            "flag --checkpoint is deprecated: pass DIR as the first argument"));
+  EXPECT_THAT(flags.Usage(), Not(HasSubstr("to-world-size")));
+  EXPECT_THAT(flags.Usage(), Not(HasSubstr("checkpoint")));
+  for (const FlagSet::Info& f : flags.Describe()) EXPECT_EQ(f.hidden, f.name != "world-size") << f.name;
+  MUONSHARD_ASSERT_OK(flags.Parse({"--world-size", "4"}).status());
+  EXPECT_THAT(flags.warnings(), ::testing::IsEmpty());
+  // Suggestions name the visible spelling only.
+  EXPECT_THAT(flags.Parse({"--to-world-siz", "4"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("did you mean --world-size?")));
+}
+
+TEST(FlagSetTest, VersionUnlessTheSetHasSuchAFlag) {
+  FlagSet plain("usage: x");
+  MUONSHARD_ASSERT_OK(plain.Parse({"--version"}).status());
+  EXPECT_TRUE(plain.version_requested());
+  FlagSet get("usage: x");
+  int64_t version = 0;
+  get.Int("version", &version, "plan version");
+  MUONSHARD_ASSERT_OK(get.Parse({"--version", "3"}).status());
+  EXPECT_FALSE(get.version_requested());
+  EXPECT_EQ(version, 3);
+}
+
+TEST(FlagSetTest, CommandNameFromTheUsageLine) {
+  EXPECT_EQ(FlagSet("usage: muonshardctl ckpt inspect DIR [--step N]").CommandName(), "muonshardctl ckpt inspect");
+  EXPECT_EQ(FlagSet("usage: muonshard-coordinator --listen H:P\nmore").CommandName(), "muonshard-coordinator");
+  EXPECT_EQ(FlagSet("usage: muonshardctl get [--version V]").CommandName(), "muonshardctl get");
+  EXPECT_EQ(FlagSet("no usage line").CommandName(), "");
+  EXPECT_EQ(FlagSet("no usage line").UsageHint(), "run with --help for usage");
+}
+
+TEST(ClosestMatchTest, EditDistanceThenPrefix) {
+  const std::vector<std::string> commands = {"plan", "list", "get", "import-hf", "import-safetensors"};
+  EXPECT_EQ(ClosestMatch("lsit", commands), "list");  // a transposition
+  EXPECT_EQ(ClosestMatch("pln", commands), "plan");
+  EXPECT_EQ(ClosestMatch("import-s", commands), "import-safetensors");
+  EXPECT_EQ(ClosestMatch("x", commands), "");
+  EXPECT_EQ(ClosestMatch("reshard", commands), "");
+  EXPECT_EQ(ClosestMatch(std::string(100000, 'l'), commands), "");
 }
 
 // Every byte printable ASCII: what an error line may carry to a terminal.

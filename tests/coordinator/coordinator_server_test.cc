@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -947,6 +948,80 @@ TEST_F(CoordinatorServerTest, Cli_SubmitOverServerLimit_ExitsTwo) {
   }
   CommandResult list = Ctl({"list", "--coordinator", server_->address(), "--output", "json"});
   EXPECT_THAT(list.out, Not(HasSubstr("\"version\"")));  // nothing was stored
+}
+
+// "0-3,5": the ranks of `placements` as `muonshardctl diff`'s table names them.
+std::string RankRanges(const google::protobuf::RepeatedPtrField<v1::Placement>& placements) {
+  std::set<int> ranks;
+  for (const v1::Placement& p : placements) ranks.insert(p.rank());
+  if (ranks.empty()) return "-";
+  std::string out;
+  for (auto it = ranks.begin(); it != ranks.end();) {
+    const int first = *it;
+    int last = first;
+    for (++it; it != ranks.end() && *it == last + 1; ++it) last = *it;
+    absl::StrAppend(&out, out.empty() ? "" : ",", first, first == last ? "" : absl::StrCat("-", last));
+  }
+  return out;
+}
+
+// Tables print their summary first and say so when they have no rows; the
+// diff table shows the ranks its JSON's placements hold; --sort / --top.
+TEST_F(CoordinatorServerTest, Cli_TablesMatchTheJsonAndSayWhenEmpty) {
+  StartServer();
+  const std::string addr = server_->address();
+  CommandResult list = Ctl({"list", "--coordinator", addr});
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(list.out, "no plan versions stored\n");
+  CommandResult workers = Ctl({"workers", "--coordinator", addr});
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_EQ(workers.out, "no jobs\n");
+  CommandResult list_json = Ctl({"list", "--coordinator", addr, "--output", "json"});
+  v1::ListPlansResponse none;
+  ASSERT_THAT(FromJson(list_json.out, &none, "list --output json"), IsOk());  // JSON stays JSON
+
+  auto c = Client();
+  ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
+  v1::PlanRequest balanced = Request(8);  // moves Muon owners too
+  balanced.mutable_policy()->set_policy(v1::BALANCED);
+  ASSERT_THAT(Submit(*c, balanced).status(), IsOk());
+  list = Ctl({"list", "--coordinator", addr});
+  EXPECT_EQ(list.out.rfind("2 plan versions, latest v2\n", 0), 0u) << list.out;
+
+  CommandResult same = Ctl({"diff", "1", "1", "--coordinator", addr});
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_THAT(same.out, HasSubstr("\nno tensor changes\n"));
+
+  CommandResult json = Ctl({"diff", "1", "2", "--limit", "0", "--coordinator", addr, "--output", "json"});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  v1::PlanDiff diff;
+  ASSERT_THAT(FromJson(json.out, &diff, "diff --output json"), IsOk());
+  CommandResult table = Ctl({"diff", "1", "2", "--limit", "0", "--coordinator", addr});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  ASSERT_GT(diff.tensors_size(), 0);
+  int owner_moves = 0;
+  for (const v1::TensorDiff& t : diff.tensors()) {
+    const size_t at = table.out.find(absl::StrCat(" ", t.name(), " "));
+    ASSERT_NE(at, std::string::npos) << t.name() << "\n" << table.out;
+    const std::string line = table.out.substr(at, table.out.find('\n', at) - at);
+    EXPECT_TRUE(absl::EndsWith(line, absl::StrCat("  ", RankRanges(t.from()), " -> ", RankRanges(t.to()))))
+        << line;
+    owner_moves += t.kind() == v1::OWNER_CHANGED ? 1 : 0;
+  }
+  EXPECT_GT(owner_moves, 0);
+
+  CommandResult top = Ctl({"get", "--coordinator", addr, "--sort", "flops", "--top", "2"});
+  EXPECT_EQ(top.exit_code, 0) << top.err;
+  EXPECT_LT(top.out.find("params "), top.out.find("2 of 8 ranks, by flops (largest first)\n")) << top.out;
+  CommandResult bad = Ctl({"get", "--coordinator", addr, "--sort", "speed"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("is not one of rank, stage, ep, state, flops"));
+  bad = Ctl({"get", "--coordinator", addr, "--rank", "1", "--sort", "state"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("get --rank prints one rank; --sort is not used"));
+  bad = Ctl({"workers", "--coordinator", addr, "--sort", "flops"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("is not one of rank, state, generation, heartbeat"));
 }
 
 TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {

@@ -2,9 +2,11 @@
 // JSON field names scripts rely on, and messages naming the bad input.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -21,6 +23,7 @@ namespace muonshard {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int code = -1;
@@ -103,6 +106,75 @@ TEST(PlanCliTest, TableByDefault) {
   EXPECT_THAT(r.out, HasSubstr("state_MiB"));
   EXPECT_THAT(r.out, HasSubstr("buddy_MiB"));  // --buddy-every's host memory per rank
   EXPECT_THAT(r.out, HasSubstr("max/LB"));
+}
+
+// The summary comes first, then the rows; quantities have thousands
+// separators; --sort / --top pick and order the rows of a big plan.
+TEST(PlanCliTest, TableSummaryFirstGroupedSortedAndCut) {
+  const std::string base = "plan --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2";
+  Result r = RunCtl(base);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("model tiny-moe  world 4  pp 1  ep 2  policy SEED", 0), 0u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("params 4,467,456 (muon 3,932,160 in 112 tensors, adamw 535,296 in 23 tensors)"));
+  EXPECT_THAT(r.out, HasSubstr("2,359,296"));  // rank 0's muon_elems
+  EXPECT_LT(r.out.find("newton-schulz"), r.out.find("state_MiB"));
+
+  r = RunCtl(absl::StrCat(base, " --sort state --top 1"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string rows = r.out.substr(r.out.find("1 of 4 ranks, by state (largest first)\n"));
+  ASSERT_NE(rows.find("state_MiB"), std::string::npos) << r.out;
+  // The caption, the header and the busiest rank (0: 19.5 MiB) only.
+  EXPECT_EQ(std::count(rows.begin(), rows.end(), '\n'), 3) << rows;
+  EXPECT_THAT(rows, HasSubstr("\n     0     0    0           19.5"));
+
+  r = RunCtl(absl::StrCat(base, " --sort size"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --sort: \"size\" is not one of rank, stage, ep, state, flops, owned, muon, "
+                               "slice, buddy"));
+  r = RunCtl(absl::StrCat(base, " --top 2 --output json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--output json prints every row; --top is for the table"));
+}
+
+// compare --output json is one JSON object: each policy's PlanStats, then
+// exact numbers (no 9.47021e+06) and int64 as strings, as in proto3 JSON.
+TEST(PlanCliTest, CompareJsonIsOneObjectWithExactNumbers) {
+  Result r = RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok()) << r.out;
+  const auto& f = json.fields();
+  EXPECT_EQ(f.at("tight_lb_state_bytes").number_value(), 9470208);
+  EXPECT_EQ(f.at("tight_lb_ns_flops").number_value(), 3732930560);
+  EXPECT_THAT(r.out, HasSubstr("\"tight_lb_state_bytes\": 9470208,\n"));
+  EXPECT_EQ(f.at("seed_max_comm_bytes").string_value(), "17402880");
+  EXPECT_EQ(f.at("balanced_max_comm_bytes").string_value(), "17370624");
+  EXPECT_GT(f.at("seed_plan_ms").number_value(), 0);
+  EXPECT_EQ(f.at("seed").struct_value().fields().at("max_state_bytes").string_value(), "20497920");
+  EXPECT_EQ(f.at("balanced").struct_value().fields().at("muon_tensors").number_value(), 112);
+  EXPECT_THAT(r.out, Not(HasSubstr("e+0")));
+}
+
+// compare always plans with seed and balanced: a --policy would be ignored.
+TEST(PlanCliTest, CompareRefusesPolicy) {
+  Result r = RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --policy balanced");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("error: compare runs both policies; --policy is not used"));
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+// examples/README.md's command regenerates the bundled manifests byte for
+// byte (a manifest prints the fields it sets; common/proto_json.h).
+TEST(PlanCliTest, BundledManifestsRegenerateByteForByte) {
+  for (const char* model : {"tiny-llama", "tiny-moe"}) {
+    Result r = RunCtl(absl::StrCat("import-hf examples/configs/", model, ".config.json"));
+    ASSERT_EQ(r.code, 0) << model << ": " << r.err;
+    std::ifstream in(absl::StrCat("examples/manifests/", model, ".json"), std::ios::binary);
+    const std::string bundled((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(bundled.empty()) << model;
+    EXPECT_TRUE(r.out == bundled) << model << ": regenerate with: build/bin/muonshardctl import-hf examples/configs/"
+                                  << model << ".config.json > examples/manifests/" << model << ".json";
+  }
 }
 
 TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
@@ -192,6 +264,19 @@ TEST(PlanCliTest, HugeFlagValueGivesAShortErrorLine) {
   r = RunCtl(absl::StrCat("plan --", huge));
   EXPECT_EQ(r.code, 2);
   EXPECT_LT(r.err.substr(0, r.err.find('\n')).size(), 300u) << r.err.substr(0, 400);
+}
+
+// A HuggingFace config.json passed as --manifest gets one line saying to run
+// import-hf first, not protobuf's complaint about an unknown field.
+TEST(PlanCliTest, HfConfigAsManifestSaysToRunImportHf) {
+  const std::string config = "tests/importer/configs/Llama-3.1-8B.config.json";
+  Result r = RunCtl(absl::StrCat("plan --manifest ", config, " --world-size 8"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err.substr(0, r.err.find('\n') + 1),
+            absl::StrCat("error: ", config, " looks like a HuggingFace config.json (model_type \"llama\"), ",
+                         "not a manifest: run `muonshardctl import-hf ", config, "` first [INVALID_ARGUMENT]\n"))
+      << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // that one line only
 }
 
 }  // namespace

@@ -102,5 +102,5 @@ def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):
     # Only the split and the (whole) shape come back: the rest stays as built.
     for spec, done in zip(manifest["tensors"], marked["tensors"]):
         spec["tpSplit"] = done.get("tp_split", done.get("tpSplit"))
-        spec["shape"] = [int(d) for d in done["shape"]]
+        spec["shape"] = [int(d) for d in done.get("shape", [])]
     return manifest
