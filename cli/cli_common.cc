@@ -1,5 +1,6 @@
 #include "cli/cli_common.h"
 
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <utility>
@@ -7,12 +8,16 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "common/byte_size.h"
 #include "common/file_util.h"
 #include "common/ordered_json.h"
 #include "common/proto_json.h"
 #include "common/version.h"
 #include "coordinator/importer/hf_import.h"
+#include "coordinator/planner/memory.h"
+#include "coordinator/planner/planner.h"
 
 namespace muonshard::cli {
 
@@ -135,6 +140,21 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.Bool("per-dtype", &per_dtype, "partition Muon tensors of each dtype separately (Paddle #79740)");
   flags.StringList("muon-exclude", &exclude,
                    "regex of tensors that use AdamW; repeatable; replaces the defaults");
+  flags.String("device-memory", &device_memory,
+               "device memory per rank, e.g. 80GiB, or one per rank (80GiB,80GiB,40GiB,...): states each rank's "
+               "headroom and refuses a plan that does not fit (default: not checked)");
+}
+
+void PrintFitHint(const absl::Status& status, const v1::PlanRequest& request) {
+  if (!planner::IsFitError(status)) return;
+  absl::StatusOr<int> world = planner::MinWorldSizeThatFits(request);
+  if (world.ok()) {
+    std::cerr << absl::StrFormat("hint: needs at least %d ranks at pp %d, ep %d, tp %d (--world-size %d)\n", *world,
+                                 std::max(1, request.topology().pp()), std::max(1, request.topology().ep()),
+                                 std::max(1, request.topology().tp()), *world);
+  } else {
+    std::cerr << "hint: " << world.status().message() << "\n";
+  }
 }
 
 absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name) {
@@ -176,6 +196,11 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   policy_proto->set_per_dtype(per_dtype);
   if (tp > 1) policy_proto->set_tp_muon(tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED : v1::TP_MUON_DISTRIBUTED);
   for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
+  if (!device_memory.empty()) {
+    absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizeList(device_memory);
+    if (!sizes.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --device-memory: ", sizes.status().message()));
+    request.mutable_topology()->mutable_device_memory_bytes()->Add(sizes->begin(), sizes->end());
+  }
   return request;
 }
 

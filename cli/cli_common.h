@@ -97,6 +97,7 @@ struct PlanFlags {
   int ns_steps = 5;
   bool per_dtype = false;
   std::vector<std::string> exclude;
+  std::string device_memory;  // "80GiB" or one size per rank, comma-separated
 
   void Register(FlagSet& flags);
   // Reads the manifest and builds the request; INVALID_ARGUMENT on bad input.
@@ -104,6 +105,11 @@ struct PlanFlags {
 };
 
 absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name);
+
+// After `status` refused `request` because a rank does not fit its device
+// memory (planner::IsFitError), prints on stderr the smallest world size that
+// fits (planner::MinWorldSizeThatFits), or why none does. Nothing otherwise.
+void PrintFitHint(const absl::Status& status, const v1::PlanRequest& request);
 
 }  // namespace muonshard::cli
 

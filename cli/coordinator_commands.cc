@@ -102,6 +102,7 @@ void PrintRankView(const v1::RankView& view, std::ostream& out) {
       "optimizer state %s MiB  ns %s GFLOP  muon elems %s  adamw elems %s (shard %s)\n",
       Mib(r.optimizer_state_bytes()), Gflop(r.ns_flops(), 2), WithThousands(r.muon_numel()),
       WithThousands(r.adamw_numel()), WithThousands(r.adamw_shard_numel()));
+  if (r.has_memory()) out << "memory (MiB)  " << MemoryTerms(r.memory()) << "\n";
   out << absl::StrFormat("bytes/step  reduce %s  reduce-scatter %s  broadcast %s  all-gather %s\n",
                          WithThousands(r.grad_reduce_bytes()), WithThousands(r.grad_reduce_scatter_bytes()),
                          WithThousands(r.param_broadcast_bytes()), WithThousands(r.param_all_gather_bytes()));
@@ -182,7 +183,11 @@ int RunSubmit(const std::vector<std::string>& args) {
   absl::StatusOr<v1::PlanRequest> plan_request = plan_flags.ToRequest();
   if (!plan_request.ok()) return ReportError(plan_request.status());
   absl::StatusOr<v1::SubmitPlanResponse> submitted = client::SubmitPlan(*c.client, *plan_request);
-  if (!submitted.ok()) return ReportRpcError(submitted.status(), RpcLimits::kOnTheRequest);
+  if (!submitted.ok()) {
+    const int rc = ReportRpcError(submitted.status(), RpcLimits::kOnTheRequest);
+    PrintFitHint(submitted.status(), *plan_request);
+    return rc;
+  }
   const v1::SubmitPlanResponse& response = *submitted;
   if (c.json()) return PrintJson(response);
   std::cout << absl::StrFormat(

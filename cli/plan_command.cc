@@ -41,6 +41,7 @@ int RunPlan(const std::vector<std::string>& args) {
   FlagSet flags(
       "usage: muonshardctl plan --manifest M.json --world-size W [--pp P] [--ep E]\n"
       "         [--policy seed|seed-all|balanced] [--comm-buffer-mb 256] [--output table|json]\n"
+      "         [--device-memory 80GiB]  (each rank's headroom; a plan that does not fit is refused)\n"
       "         [--sort KEY] [--top N]   (the per-rank table's order and length)\n"
       "         [--previous PLAN.json]   (sticky re-planning: keep PLAN's owners where balance allows)");
   PlanFlags plan_flags;
@@ -67,7 +68,11 @@ int RunPlan(const std::vector<std::string>& args) {
     request->mutable_policy()->set_sticky_to(previous.content_hash());
   }
   auto computed = planner::ComputePlan(*request, nullptr, previous_path.empty() ? nullptr : &previous);
-  if (!computed.ok()) return ReportError(computed.status());
+  if (!computed.ok()) {
+    const int rc = ReportError(computed.status());
+    PrintFitHint(computed.status(), *request);
+    return rc;
+  }
   std::unique_ptr<v1::Plan> plan(*computed);
   if (!previous_path.empty()) {
     if (absl::Status s = ReportMoves(previous, *plan, *request); !s.ok()) return ReportError(s);

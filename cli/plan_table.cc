@@ -41,6 +41,24 @@ double BuddyBytes(const v1::Plan& plan, int i) {
                              plan.ranks((i + world - 1) % world).optimizer_state_bytes());
 }
 
+std::string HeadroomText(const v1::RankMemory& m) {
+  return m.capacity_bytes() > 0 ? Mib(static_cast<double>(m.headroom_bytes())) : "-";
+}
+
+// Whole training memory per rank (docs/planner.md, "Memory"): the largest
+// and its terms, the mean, and with capacities the smallest headroom.
+void PrintMemorySummary(const v1::Plan& plan, std::ostream& out) {
+  const v1::PlanStats& s = plan.stats();
+  const int worst = s.max_memory_rank();
+  if (worst < 0 || worst >= plan.ranks_size()) return;
+  out << absl::StrFormat("training memory  max %s MiB (rank %d)  mean %s MiB", Mib(s.max_memory_bytes()), worst,
+                         Mib(s.mean_memory_bytes()));
+  if (plan.ranks(worst).memory().capacity_bytes() > 0) {
+    out << absl::StrFormat("  min headroom %s MiB", Mib(s.min_headroom_bytes()));
+  }
+  out << absl::StrFormat("\n  rank %d: %s\n", worst, MemoryTerms(plan.ranks(worst).memory()));
+}
+
 // Tensor parallelism: the mode and the bytes the TP ops move per step.
 void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
   int64_t total = 0, busiest = 0;
@@ -71,6 +89,9 @@ std::vector<Column> RankColumns(const v1::Plan& plan) {
       SizeColumn("owned", 7, "owned", [r](int i) { return r(i).owned_size(); }, CountText),
       SizeColumn("muon_elems", 16, "muon", [r](int i) { return r(i).muon_numel(); }, CountText),
       SizeColumn("slice_elems", 16, "slice", [r](int i) { return r(i).adamw_numel(); }, CountText),
+      SizeColumn("memory_MiB", 14, "memory", [r](int i) { return r(i).memory().total_bytes(); }, MibText),
+      Column{"headroom_MiB", 14, [r](int i) { return HeadroomText(r(i).memory()); }, "headroom",
+             SortOrder::kAscending, [r](int i) { return static_cast<double>(r(i).memory().headroom_bytes()); }},
       SizeColumn("buddy_MiB", 10, "buddy", [&plan](int i) { return BuddyBytes(plan, i); }, MibText),
   };
 }
@@ -106,7 +127,21 @@ void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
       "max/mean %.3f  max/LB %.3f\n",
       Gflop(s.max_ns_flops()), Gflop(s.min_ns_flops()), Gflop(s.mean_ns_flops()),
       s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
+  PrintMemorySummary(plan, out);
   if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
+}
+
+std::string MemoryTerms(const v1::RankMemory& m) {
+  std::string text = absl::StrFormat(
+      "model %s  grad %s  master %s  muon_momentum %s  adamw_moment %s  comm_buffer %s  ns_workspace %s  "
+      "total %s MiB",
+      Mib(m.model_bytes()), Mib(m.grad_bytes()), Mib(m.master_bytes()), Mib(m.muon_momentum_bytes()),
+      Mib(m.adamw_moment_bytes()), Mib(m.comm_buffer_bytes()), Mib(m.ns_workspace_bytes()), Mib(m.total_bytes()));
+  if (m.capacity_bytes() > 0) {
+    absl::StrAppend(&text, absl::StrFormat("  capacity %s  headroom %s MiB", Mib(m.capacity_bytes()),
+                                           Mib(m.headroom_bytes())));
+  }
+  return text;
 }
 
 void PrintPlanTable(const v1::Plan& plan, const RowOrder& order, std::ostream& out) {

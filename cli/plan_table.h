@@ -15,8 +15,10 @@ namespace muonshard::cli {
 
 // The per-rank table's columns over `plan` (which they reference, so it must
 // outlive them): rank, stage, ep, state_MiB, ns_GFLOP, owned, muon_elems,
-// slice_elems, buddy_MiB. Their --sort keys: rank (the default), stage, ep,
-// state, flops, owned, muon, slice, buddy. A new column is one line here.
+// slice_elems, memory_MiB (the whole training memory), headroom_MiB ("-"
+// without a capacity), buddy_MiB. Their --sort keys: rank (the default),
+// stage, ep, state, flops, owned, muon, slice, memory, headroom (smallest
+// first), buddy. A new column is one line here.
 std::vector<Column> RankColumns(const v1::Plan& plan);
 
 // --sort / --top of the per-rank table: registered with the table's keys in
@@ -28,8 +30,13 @@ absl::Status CheckRankOrder(const RowOrder& order, const std::string& output);
 // The plan's summary (PrintPlanSummary), then one row per rank in `order`.
 void PrintPlanTable(const v1::Plan& plan, const RowOrder& order, std::ostream& out);
 
-// The summary lines alone (model, topology, policy, totals, imbalance).
+// The summary lines alone (model, topology, policy, totals, imbalance,
+// training memory per rank and, with a capacity, the headroom).
 void PrintPlanSummary(const v1::Plan& plan, std::ostream& out);
+
+// One rank's training memory term by term (MiB), with its capacity and
+// headroom when the plan has capacities: "model 1,024.0  grad ...".
+std::string MemoryTerms(const v1::RankMemory& memory);
 
 // "0-3,5": the ranks holding `placements` ascending, consecutive ones as a
 // range; "-" for none (an added tensor's "from", a removed one's "to").

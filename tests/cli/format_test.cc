@@ -190,7 +190,7 @@ TEST(RankTableTest, UnknownSortKeyNamesTheValidOnes) {
   EXPECT_THAT(CheckRankOrder(order, "table"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("flag --sort: \"memory-ish\" is not one of rank, stage, ep, state, flops, "
-                                 "owned, muon, slice, buddy")));
+                                 "owned, muon, slice, memory, headroom, buddy")));
   order.sort = "flops";
   EXPECT_THAT(CheckRankOrder(order, "table"), IsOk());
   EXPECT_THAT(CheckRankOrder(order, "json"),

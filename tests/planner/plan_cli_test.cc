@@ -130,7 +130,7 @@ TEST(PlanCliTest, TableSummaryFirstGroupedSortedAndCut) {
   r = RunCtl(absl::StrCat(base, " --sort size"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --sort: \"size\" is not one of rank, stage, ep, state, flops, owned, muon, "
-                               "slice, buddy"));
+                               "slice, memory, headroom, buddy"));
   r = RunCtl(absl::StrCat(base, " --top 2 --output json"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--output json prints every row; --top is for the table"));
@@ -277,6 +277,48 @@ TEST(PlanCliTest, HfConfigAsManifestSaysToRunImportHf) {
                          "not a manifest: run `muonshardctl import-hf ", config, "` first [INVALID_ARGUMENT]\n"))
       << r.err;
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;  // that one line only
+}
+
+// Memory fit (docs/planner.md, "Memory"): the table states every rank's
+// training memory and headroom; a capacity that a rank overflows is exit 2
+// naming the rank and its largest term, with the smallest world size that
+// fits as a hint.
+TEST(PlanCliTest, DeviceMemory_HeadroomTableRefusalAndMinWorldSizeHint) {
+  const std::string manifest = "examples/manifests/tiny-moe.json";
+  Result ok = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                  " --world-size 4 --ep 2 --device-memory 80GiB --sort headroom --top 1"));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("training memory  max "));
+  EXPECT_THAT(ok.out, HasSubstr("capacity 81,920.0  headroom "));
+  EXPECT_THAT(ok.out, HasSubstr("headroom_MiB"));
+  EXPECT_THAT(ok.out, HasSubstr("1 of 4 ranks, by headroom"));
+
+  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                    " --world-size 4 --ep 2 --device-memory 80GiB --output json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"device_memory_bytes\": [\n   \"85899345920\"\n  ]"));
+  EXPECT_THAT(json.out, HasSubstr("\"ns_workspace_bytes\": \""));
+
+  Result refused = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                       " --world-size 2 --ep 2 --policy balanced --device-memory 30MiB"));
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_THAT(refused.err, HasSubstr("error: topology.device_memory_bytes: rank "));
+  EXPECT_THAT(refused.err, HasSubstr("(largest term: grad "));
+  EXPECT_THAT(refused.err, HasSubstr("hint: needs at least 4 ranks at pp 1, ep 2, tp 1 (--world-size 4)"));
+  Result fits = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                    " --world-size 4 --ep 2 --policy balanced --device-memory 30MiB"));
+  EXPECT_EQ(fits.code, 0) << fits.err;
+
+  Result never = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 1MiB"));
+  EXPECT_EQ(never.code, 2);
+  EXPECT_THAT(never.err, HasSubstr("hint: no world size fits: rank 0's model copy and gradient buffers alone"));
+
+  Result bad = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 80GB,x"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("flag --device-memory: item 1: \"x\""));
+  Result count = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --device-memory 1GiB,1GiB"));
+  EXPECT_EQ(count.code, 2);
+  EXPECT_THAT(count.err, HasSubstr("give one value or world_size = 4 values, got 2"));
 }
 
 }  // namespace
