@@ -950,6 +950,33 @@ TEST_F(CoordinatorServerTest, Cli_SubmitOverServerLimit_ExitsTwo) {
   EXPECT_THAT(list.out, Not(HasSubstr("\"version\"")));  // nothing was stored
 }
 
+// A plan that does not fit --device-memory is refused by the coordinator
+// (INVALID_ARGUMENT, exit 2, nothing stored) with the CLI's hint; one that
+// fits is stored with its capacity, and `get --rank` shows the rank's terms.
+TEST_F(CoordinatorServerTest, Cli_SubmitWithDeviceMemory_RefusesWhatDoesNotFitAndStoresHeadroom) {
+  StartServer({});
+  const std::string manifest = dir_.Join("manifest.json");
+  auto json = ToJson(DenseManifest(2, 256, 512, 1000));
+  ASSERT_THAT(json.status(), IsOk());
+  WriteText(manifest, *json);
+  CommandResult refused = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
+                               "--world-size", "2", "--device-memory", "2MiB"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_THAT(refused.err, HasSubstr("topology.device_memory_bytes: rank "));
+  EXPECT_THAT(refused.err, HasSubstr("[INVALID_ARGUMENT]"));
+  EXPECT_THAT(refused.err, HasSubstr("hint: "));
+  CommandResult list = Ctl({"list", "--coordinator", server_->address(), "--output", "json"});
+  EXPECT_THAT(list.out, Not(HasSubstr("\"version\"")));  // nothing was stored
+
+  CommandResult fits = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
+                            "--world-size", "2", "--device-memory", "1GiB"});
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  CommandResult rank = Ctl({"get", "--coordinator", server_->address(), "--rank", "1"});
+  ASSERT_EQ(rank.exit_code, 0) << rank.err;
+  EXPECT_THAT(rank.out, HasSubstr("memory (MiB)  model "));
+  EXPECT_THAT(rank.out, HasSubstr("capacity 1,024.0  headroom "));
+}
+
 // "0-3,5": the ranks of `placements` as `muonshardctl diff`'s table names them.
 std::string RankRanges(const google::protobuf::RepeatedPtrField<v1::Placement>& placements) {
   std::set<int> ranks;
