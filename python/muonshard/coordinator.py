@@ -66,8 +66,9 @@ class Coordinator:
     """A client of muonshard-coordinator.
 
     `address` is HOST:PORT (a host alone means port 50051); unset, it comes from
-    $MUONSHARD_COORDINATOR, like `token_file` ($MUONSHARD_TOKEN_FILE) and `tls_ca`
-    ($MUONSHARD_TLS_CA). `timeout` bounds every call (seconds). Nothing is dialled
+    $MUONSHARD_COORDINATOR, like `token_file` ($MUONSHARD_TOKEN_FILE), `tls_ca`
+    ($MUONSHARD_TLS_CA), `tls_cert` ($MUONSHARD_TLS_CERT) and `tls_key`
+    ($MUONSHARD_TLS_KEY). `timeout` bounds every call (seconds). Nothing is dialled
     until the first call; an unreachable coordinator raises ConnectionError
     (UNAVAILABLE) or TimeoutError (DEADLINE_EXCEEDED) then.
     """
