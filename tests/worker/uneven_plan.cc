@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "coordinator/planner/bucketing.h"
 #include "coordinator/planner/model.h"
+#include "coordinator/planner/memory.h"
 #include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/plan_validator.h"
 
@@ -146,6 +147,7 @@ absl::StatusOr<v1::Plan> MakeUnevenPlan(const v1::Plan& input) {
   double max_flops = 0;
   MaxMatrix(plan, &max_numel, &max_flops);
   *plan.mutable_stats() = planner::ComputePlanStats(plan, max_numel, max_flops);
+  planner::AddMemory(plan);  // the shards moved: so did the memory
   MUONSHARD_RETURN_IF_ERROR(planner::ValidatePlan(plan));
   return plan;
 }

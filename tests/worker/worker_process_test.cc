@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
 #include "coordinator/importer/tp_split.h"
@@ -248,7 +249,16 @@ void ExpectMetricsMatchPlan(const std::string& text, const v1::RankPlan& plan) {
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_optimizer_state_bytes"),
             static_cast<double>(plan.optimizer_state_bytes()));
   EXPECT_EQ(PrometheusSample(text, "muonshard_worker_step_seconds_count", {{"phase", "orthogonalise"}}), kSteps);
-  for (const char* name : kWorkerExportedMetrics) EXPECT_TRUE(PrometheusHasFamily(text, name)) << name;
+  EXPECT_EQ(PrometheusSample(text, "muonshard_worker_plan_memory_bytes", {{"term", "total"}}),
+            static_cast<double>(plan.memory().total_bytes()));
+  for (const char* name : kWorkerExportedMetrics) {
+    // The headroom exists only for plans with a device capacity.
+    if (plan.memory().capacity_bytes() == 0 &&
+        absl::string_view(name) == "muonshard_worker_plan_memory_headroom_bytes") {
+      continue;
+    }
+    EXPECT_TRUE(PrometheusHasFamily(text, name)) << name;
+  }
 }
 
 TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
