@@ -404,6 +404,9 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       }
       std::vector<double> base_f(n, 0), base_m(n, 0);
       if (options.preload != nullptr) {
+        if (stage < static_cast<int>(options.preload->stage_water_bytes.size())) {
+          bytes += options.preload->stage_water_bytes[stage];
+        }
         const std::vector<int> ranks = layout.GroupRanks(layout.DefaultGroup(stage));
         for (int i = 0; i < n; ++i) {
           base_f[i] = options.preload->ns_flops[ranks[i]];
@@ -470,6 +473,9 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.GroupProto(g).stage() != stage) continue;
       for (int u : model.adamw_units[g]) water += model.units[u].numel * kAdamwStateBytesPerElem;
+    }
+    if (preload != nullptr && stage < static_cast<int>(preload->stage_water_bytes.size())) {
+      water += preload->stage_water_bytes[stage];
     }
     std::vector<int64_t> base;
     double total_f = 0, total_b = water, max_f = 0, max_b = 0;

@@ -35,6 +35,11 @@ namespace muonshard::planner {
 struct Preload {
   std::vector<double> ns_flops;
   std::vector<int64_t> state_bytes;
+  // Per stage (empty = none): optimizer-state bytes a later AdamW
+  // water-filling spreads over the stage's ranks around everything else
+  // (the dense part's AdamW shards when the experts are planned first). They
+  // count in the stage's mean, and level the bytes the balance leaves uneven.
+  std::vector<double> stage_water_bytes;
 };
 
 struct BalancedOptions {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 #include <array>
+#include <cmath>
 #include <tuple>
 #include <memory>
 
@@ -642,6 +643,37 @@ absl::StatusOr<v1::Plan*> Fitted(absl::StatusOr<v1::Plan*> plan, const v1::Topol
   return fit;
 }
 
+// One way of planning the experts around the dense part (`adamw`, see
+// RankPreload) and, balanced, the dense AdamW again around them.
+struct TpExperts {
+  std::unique_ptr<v1::Plan> dense;
+  std::unique_ptr<v1::Plan> experts;
+};
+
+absl::StatusOr<TpExperts> PlanExpertsAround(const v1::PlanPolicy& policy, const std::string& hash,
+                                            const v1::ModelManifest& manifest, const RankLayout& layout,
+                                            const TpParts& dense_only_parts, PartPlanner& dense_planner,
+                                            PartPlanner& expert_planner, AdamwPreload adamw) {
+  v1::Plan dense_only;
+  ExpandTensorParallel(dense_only_parts, manifest, layout, &dense_only);
+  const Preload dense_load = RankPreload(dense_only, adamw);
+  TpExperts out;
+  MUONSHARD_ASSIGN_OR_RETURN(out.experts, expert_planner.Plan(policy, hash, &dense_load, nullptr));
+  if (policy.policy() == v1::BALANCED) {
+    const Preload expert_load = ReplicaPreload(*out.experts, layout.tp());
+    const std::vector<MuonShard> placed = dense_planner.muon_shards();
+    MUONSHARD_ASSIGN_OR_RETURN(out.dense, dense_planner.Plan(policy, hash, &expert_load, &placed));
+  }
+  return out;
+}
+
+// The larger of the merged plan's max/LB of optimizer-state bytes and NS FLOPs.
+double TpScore(const TpParts& parts, const v1::ModelManifest& manifest, const RankLayout& layout) {
+  v1::Plan merged;
+  ExpandTensorParallel(parts, manifest, layout, &merged);
+  return std::max(merged.stats().max_over_lb_state_bytes(), merged.stats().max_over_lb_ns_flops());
+}
+
 // tensor_parallel.h: the replica's plan, expanded over the tp ranks, and
 // with ep > 1 the experts' plan on the whole layout merged in. The dense
 // matrices are placed first (coarse items); the experts (many equal ones)
@@ -659,23 +691,29 @@ absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, 
       PartPlanner::Create(ReplicaOf(manifest, layout, parts.dense_index, whole), whole, parts.dense_index, patterns));
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense, dense_planner.Plan(policy, hash, nullptr, nullptr));
   parts.dense = dense.get();
-  std::unique_ptr<v1::Plan> experts;
+  TpExperts kept;
   if (!parts.expert_index.empty()) {
-    v1::Plan dense_only;
-    ExpandTensorParallel(parts, manifest, layout, &dense_only);
-    const Preload dense_load = RankPreload(dense_only);
     MUONSHARD_ASSIGN_OR_RETURN(
         PartPlanner expert_planner,
         PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,
                             patterns));
-    MUONSHARD_ASSIGN_OR_RETURN(experts, expert_planner.Plan(policy, hash, &dense_load, nullptr));
-    parts.experts = experts.get();
-    if (policy.policy() == v1::BALANCED) {
-      const Preload expert_load = ReplicaPreload(*experts, layout.tp());
-      const std::vector<MuonShard> placed = dense_planner.muon_shards();
-      MUONSHARD_ASSIGN_OR_RETURN(dense, dense_planner.Plan(policy, hash, &expert_load, &placed));
-      parts.dense = dense.get();
+    // The balanced policy tries both ways of counting the dense AdamW and
+    // keeps the better merged plan (ties to the stage mean).
+    const bool balanced = policy.policy() == v1::BALANCED;
+    double best = INFINITY;
+    for (AdamwPreload adamw : {AdamwPreload::kStageMean, AdamwPreload::kWater}) {
+      if (!balanced && adamw == AdamwPreload::kWater) break;
+      MUONSHARD_ASSIGN_OR_RETURN(
+          TpExperts t, PlanExpertsAround(policy, hash, manifest, layout, parts, dense_planner, expert_planner, adamw));
+      if (t.dense == nullptr) t.dense = std::move(dense);  // seed: the dense part as planned
+      const double score =
+          balanced ? TpScore(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index},
+                             manifest, layout)
+                   : 0;
+      if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(t));
     }
+    parts.dense = kept.dense.get();
+    parts.experts = kept.experts.get();
   }
   v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
   ExpandTensorParallel(parts, manifest, layout, plan);

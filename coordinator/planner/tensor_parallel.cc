@@ -298,7 +298,7 @@ void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& t
   }
 }
 
-Preload RankPreload(const v1::Plan& plan) {
+Preload RankPreload(const v1::Plan& plan, AdamwPreload adamw) {
   Preload preload;
   std::vector<double> adamw_sum(plan.topology().pp(), 0), ranks(plan.topology().pp(), 0);
   for (const v1::RankPlan& r : plan.ranks()) {
@@ -307,6 +307,10 @@ Preload RankPreload(const v1::Plan& plan) {
     preload.state_bytes.push_back(muon);
     adamw_sum[r.stage()] += static_cast<double>(r.optimizer_state_bytes() - muon);
     ranks[r.stage()] += 1;
+  }
+  if (adamw == AdamwPreload::kWater) {
+    preload.stage_water_bytes = std::move(adamw_sum);
+    return preload;
   }
   for (int k = 0; k < plan.ranks_size(); ++k) {
     const int stage = plan.ranks(k).stage();

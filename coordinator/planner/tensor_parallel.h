@@ -72,11 +72,19 @@ void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& t
 // request with tp <= 1 comes back unchanged.
 v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request);
 
+// How RankPreload counts the dense part's AdamW state, which is
+// water-filled again around the experts, but per model replica (a replica's
+// tp ranks get the same dense shards), so it levels what its tp ranks share.
+enum class AdamwPreload {
+  kStageMean,  // on every rank, its stage's mean: the experts level bytes themselves
+  kWater,      // as each stage's water (Preload::stage_water_bytes): the experts lean on it
+};
+
 // Every rank's Newton-Schulz FLOPs and optimizer-state bytes in `plan` (the
-// dense part's alone): what the experts' plan levels around. Each rank's
-// AdamW state counts as its stage's mean, since the dense AdamW shards are
-// water-filled again around the experts.
-Preload RankPreload(const v1::Plan& plan);
+// dense part's alone): what the experts' plan levels around; the AdamW state
+// as `adamw` says. Neither is always better: PlanTensorParallel plans both
+// and keeps the better merged plan.
+Preload RankPreload(const v1::Plan& plan, AdamwPreload adamw);
 
 // What replica q of a tp layout carries of the experts' plan on its tp ranks
 // q * tp + t, for the replicas' dense AdamW water-filling: the largest of

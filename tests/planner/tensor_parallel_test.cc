@@ -333,6 +333,30 @@ TEST(TensorParallelPlanTest, SeedExpertsWithTpMatchThePlanWithoutTp) {
   }
 }
 
+// The dense part's load the experts are planned around: Muon state per rank
+// either way; the AdamW state as every rank's stage mean, or as each stage's
+// water for the later AdamW water-filling to level.
+TEST(TensorParallelPlanTest, RankPreloadCountsDenseAdamwAsStageMeanOrWater) {
+  v1::Plan plan;
+  plan.mutable_topology()->set_pp(2);
+  const int64_t muon[] = {10, 0, 4, 2}, state[] = {80 + 12, 12 * 3, 32 + 0, 16 + 24};
+  for (int r = 0; r < 4; ++r) {
+    v1::RankPlan* rp = plan.add_ranks();
+    rp->set_rank(r);
+    rp->set_stage(r / 2);
+    rp->set_muon_numel(muon[r]);
+    rp->set_optimizer_state_bytes(state[r]);
+    rp->set_ns_flops(r);
+  }
+  const Preload mean = RankPreload(plan, AdamwPreload::kStageMean);
+  EXPECT_THAT(mean.state_bytes, ElementsAre(80 + 24, 0 + 24, 32 + 12, 16 + 12));
+  EXPECT_THAT(mean.ns_flops, ElementsAre(0, 1, 2, 3));
+  EXPECT_TRUE(mean.stage_water_bytes.empty());
+  const Preload water = RankPreload(plan, AdamwPreload::kWater);
+  EXPECT_THAT(water.state_bytes, ElementsAre(80, 0, 32, 16));
+  EXPECT_THAT(water.stage_water_bytes, ElementsAre(48, 24));
+}
+
 TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(1), 4, 2)));
   // Move one shard's Newton-Schulz rank on one owner only.
