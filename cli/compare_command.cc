@@ -99,6 +99,7 @@ int RunCompare(const std::vector<std::string>& args) {
       "(so it takes no --policy).");
   PlanFlags plan_flags;
   plan_flags.Register(flags);
+  flags.Hide("policy");  // taken only to be refused below
   std::string output = "table";
   flags.String("output", &output, "table | json");
   std::vector<std::string> positional;

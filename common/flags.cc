@@ -174,6 +174,10 @@ void FlagSet::Deprecate(absl::string_view name, absl::string_view advice) {
   if (Flag* f = Find(name); f != nullptr) f->deprecation = std::string(advice);
 }
 
+void FlagSet::Hide(absl::string_view name) {
+  if (Flag* f = Find(name); f != nullptr) f->hidden = true;
+}
+
 FlagSet::Flag* FlagSet::Find(absl::string_view name) {
   std::string n = Normalize(name);
   for (Flag& f : flags_) {
@@ -198,7 +202,7 @@ absl::Status FlagSet::UnknownFlag(absl::string_view dashes, absl::string_view na
   std::vector<std::string> names = {"help"};
   std::vector<std::string> shown = {"help"};
   for (const Flag& f : flags_) {
-    if (!f.deprecation.empty() && f.alias_of < 0) continue;
+    if ((!f.deprecation.empty() && f.alias_of < 0) || f.hidden) continue;
     names.push_back(f.name);
     shown.push_back(f.alias_of < 0 ? f.name : flags_[f.alias_of].name);
   }
@@ -294,7 +298,7 @@ absl::StatusOr<std::vector<std::string>> FlagSet::Parse(
 std::string FlagSet::Usage() const {
   std::string out = absl::StrCat(usage_, "\n\nFlags:\n");
   for (const Flag& f : flags_) {
-    if (!f.deprecation.empty()) continue;
+    if (!f.deprecation.empty() || f.hidden) continue;
     absl::StrAppend(&out, "  --", f.name, f.is_bool ? "" : " VALUE", "\n      ", f.help);
     if (f.required) {
       absl::StrAppend(&out, " (required)");
@@ -338,7 +342,7 @@ std::vector<FlagSet::Info> FlagSet::Describe() const {
     info.help = f.help;
     info.is_bool = f.is_bool;
     info.required = f.required;
-    info.hidden = !f.deprecation.empty();
+    info.hidden = !f.deprecation.empty() || f.hidden;
     out.push_back(std::move(info));
   }
   return out;

@@ -46,6 +46,9 @@ class FlagSet {
   // Hides the registered flag `name` from the usage and completions; using
   // it adds the warning "flag --name is deprecated: <advice>".
   void Deprecate(absl::string_view name, absl::string_view advice);
+  // Hides the registered flag `name` from the usage, completions and
+  // suggestions: a shared flag a command takes only to refuse it.
+  void Hide(absl::string_view name);
 
   // Parses args (without the program name); returns the positional arguments.
   // INVALID_ARGUMENT names the offending flag; an unknown one comes with the
@@ -88,6 +91,7 @@ class FlagSet {
     bool set = false;
     bool required = false;
     std::string deprecation;  // non-empty: hidden, warns when used
+    bool hidden = false;      // Hide(): not shown, not suggested
     int alias_of = -1;        // index into flags_ of the flag this one sets
     std::function<absl::Status(absl::string_view)> assign;
   };

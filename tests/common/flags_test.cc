@@ -114,6 +114,23 @@ TEST(FlagSetTest, RequiredFlags) {
   EXPECT_TRUE(help.help_requested());
 }
 
+// A shared flag a command takes only to refuse it: parsed and seen by
+// WasSet, but neither shown, completed nor suggested, and no warning.
+TEST(FlagSetTest, HiddenFlagParsesButIsNotShownOrSuggested) {
+  FlagSet flags("usage: x");
+  std::string policy, output;
+  flags.String("policy", &policy, "a policy");
+  flags.String("output", &output, "a format");
+  flags.Hide("policy");
+  MUONSHARD_ASSERT_OK(flags.Parse({"--policy", "seed"}).status());
+  EXPECT_TRUE(flags.WasSet("policy"));
+  EXPECT_THAT(flags.warnings(), ::testing::IsEmpty());
+  EXPECT_THAT(flags.Usage(), Not(HasSubstr("--policy")));
+  for (const FlagSet::Info& f : flags.Describe()) EXPECT_EQ(f.hidden, f.name == "policy") << f.name;
+  EXPECT_THAT(flags.Parse({"--polcy", "seed"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, Not(HasSubstr("did you mean --policy"))));
+}
+
 TEST(FlagSetTest, DeprecatedAliasesSetTheFlagHiddenWithAWarning) {
   FlagSet flags("usage: x");
   int world = 0;

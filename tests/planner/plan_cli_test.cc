@@ -161,6 +161,10 @@ TEST(PlanCliTest, CompareRefusesPolicy) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("error: compare runs both policies; --policy is not used"));
   EXPECT_TRUE(r.out.empty()) << r.out;
+  Result help = RunCtl("compare --help");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(help.out, HasSubstr("--world-size"));
+  EXPECT_THAT(help.out, Not(HasSubstr("--policy VALUE")));
 }
 
 // examples/README.md's command regenerates the bundled manifests byte for
