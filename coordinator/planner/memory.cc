@@ -12,7 +12,8 @@
 namespace muonshard::planner {
 namespace {
 
-constexpr int64_t kFloat = 4;
+// Optimizer state, staging and NS workspace are fp32 (the one dtype-size table: DTypeSize).
+int64_t Fp32Bytes() { return DTypeSize(v1::FP32); }
 constexpr char kFitField[] = "topology.device_memory_bytes: ";
 
 // Model-copy and gradient bytes every rank of a group holds: the group's
@@ -73,7 +74,7 @@ int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   for (const auto& [key, numel] : batches) scratch[key.first] += tp * numel;
   int64_t max_scratch = 0;
   for (const auto& [bucket, numel] : scratch) max_scratch = std::max(max_scratch, numel);
-  return kFloat * (max_update + 2 * max_scratch);
+  return Fp32Bytes() * (max_update + 2 * max_scratch);
 }
 
 v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const GroupBuffers& held,
@@ -81,9 +82,9 @@ v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const Group
   v1::RankMemory m;
   m.set_model_bytes(held.model);
   m.set_grad_bytes(held.grad);
-  m.set_master_bytes(kFloat * (r.muon_numel() + r.adamw_shard_numel()));
-  m.set_muon_momentum_bytes(kFloat * r.muon_numel());
-  m.set_adamw_moment_bytes(2 * kFloat * r.adamw_shard_numel());
+  m.set_master_bytes(Fp32Bytes() * (r.muon_numel() + r.adamw_shard_numel()));
+  m.set_muon_momentum_bytes(Fp32Bytes() * r.muon_numel());
+  m.set_adamw_moment_bytes(2 * Fp32Bytes() * r.adamw_shard_numel());
   m.set_comm_buffer_bytes(TpStagingBytes(plan, r));
   m.set_ns_workspace_bytes(LargestNsWorkspace(plan, r));
   int64_t total = 0;
@@ -122,7 +123,7 @@ const std::vector<MemoryTerm>& MemoryTerms() {
 
 int64_t NsWorkspaceBytes(int64_t rows, int64_t cols) {
   const int64_t small = std::min(rows, cols);
-  return kFloat * (3 * rows * cols + 2 * small * small);
+  return Fp32Bytes() * (3 * rows * cols + 2 * small * small);
 }
 
 absl::StatusOr<std::vector<int64_t>> CanonicalCapacities(const v1::Topology& topology, int world_size) {
