@@ -31,7 +31,8 @@ class StageBalancer {
   StageBalancer(int n, int ep, double flops_mean, double bytes_mean, std::vector<double> flops,
                 std::vector<double> bytes)
       : n_(n), ep_(ep), inv_f_(flops_mean > 0 ? 1 / flops_mean : 0),
-        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0), flops_(std::move(flops)), bytes_(std::move(bytes)), items_on_(n),
+        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0), base_flops_(flops), base_bytes_(bytes), flops_(std::move(flops)),
+        bytes_(std::move(bytes)), items_on_(n),
         version_(n, 0), heaps_(ep > 1 ? ep + 1 : 1) {
     for (int i = 0; i < n; ++i) Push(i);
   }
@@ -226,7 +227,9 @@ class StageBalancer {
         int on_worst = 0;
       };
       std::vector<Kind> kinds;
-      double fixed_fw = 0, fixed_mw = 0, fixed_ft = 0, fixed_mt = 0;
+      // What stays: the preload and the matrices that cannot move.
+      double fixed_fw = base_flops_[worst], fixed_mw = base_bytes_[worst];
+      double fixed_ft = base_flops_[t], fixed_mt = base_bytes_[t];
       for (int r : {worst, t}) {
         for (int k : items_on_[r]) {
           const Item& it = items[k];
@@ -297,6 +300,8 @@ class StageBalancer {
   const int ep_;
   const double inv_f_;
   const double inv_m_;
+  const std::vector<double> base_flops_;  // the preload
+  const std::vector<double> base_bytes_;
   std::vector<double> flops_;
   std::vector<double> bytes_;
   std::vector<std::vector<int>> items_on_;

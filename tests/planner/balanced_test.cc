@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/plan_validator.h"
 #include "coordinator/planner/transfer.h"
 #include <memory>
@@ -104,6 +105,42 @@ TEST(BalancedTest, UnevenAdamwShardsFillAroundMuon) {
   int64_t muon_share = b.shard_offsets(muon_rank + 1) - b.shard_offsets(muon_rank);
   EXPECT_NEAR(muon_share, 10922, 128);
   EXPECT_LT(plan.stats().max_over_mean_state_bytes(), 1.01);
+}
+
+// The pair re-split (RepackWorst) counts each rank's preload. OLMoE's
+// shape at W 64, ep 8, scaled down: per moe_sharding group (8 ranks) 96
+// equal experts (FLOPs f, bytes b) and 2 ranks preloaded with a dense
+// matrix's Newton-Schulz (4.8 f) and state (2 b), plus AdamW water. The
+// greedy's 9 experts on the preloaded ranks and 13 elsewhere is the
+// optimum (FLOPs 1.045 x the mean); a re-split blind to the preload moved
+// experts onto preloaded ranks (at W 256, tp 4: FLOPs 1.197).
+TEST(BalancedTest, PairResplitCountsThePreload) {
+  ManifestBuilder builder;
+  for (int l = 0; l < 12; ++l) {
+    for (int e = 0; e < 64; ++e) {
+      builder.Add("model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + ".w.weight", {32, 64});
+    }
+  }
+  const v1::ModelManifest m = builder.Build();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout layout, RankLayout::Create(MakeRequest(m, 64, 1, 8).topology()));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, ResolveModel(m, layout, DefaultExcludePatterns()));
+  const double f = NsFlops(32, 64, 5);
+  const int64_t b = 32 * 64 * kMuonStateBytesPerElem;
+  Preload preload;
+  preload.ns_flops.assign(64, 0);
+  preload.state_bytes.assign(64, 0);
+  preload.stage_water_bytes = {static_cast<double>(37 * b)};
+  for (int r = 0; r < 16; ++r) {  // moe_sharding ranks 0 and 1 of every group
+    preload.ns_flops[r] = 4.8 * f;
+    preload.state_bytes[r] = 2 * b;
+  }
+  BalancedOptions options;
+  options.preload = &preload;
+  std::vector<int> owned(64, 0);
+  for (const MuonShard& s : BalancedPartitionMuon(model, layout, options)) {
+    owned[layout.GroupRanks(model.units[s.unit].group)[s.owner]] += s.matrix_end - s.matrix_begin;
+  }
+  for (int r = 0; r < 64; ++r) EXPECT_EQ(owned[r], r < 16 ? 9 : 13) << "rank " << r;
 }
 
 // Balanced is never worse than seed on its objective, max(bytes/LB, FLOPs/LB),
