@@ -340,6 +340,46 @@ std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layou
   return items;
 }
 
+// A gathered (TP-split) dense matrix: its Newton-Schulz sees more than the
+// rank holds.
+bool Gathered(const ResolvedModel& model, const Item& it) {
+  const ResolvedTensor& t = model.tensors[model.units[it.unit].tensor];
+  return it.cls == 0 && t.ns_rows * t.ns_cols > t.rows * t.cols;
+}
+
+// BalancedOptions.dense_runs: the gathered dense items in runs of `size`
+// (by FLOPs, then bytes, descending) as one item each, the others alone;
+// `members[k]` lists item k's indices into `items`.
+std::vector<Item> Runs(const ResolvedModel& model, const std::vector<Item>& items, int size,
+                       std::vector<std::vector<int>>& members) {
+  std::vector<int> gathered;
+  std::vector<Item> out;
+  for (int k = 0; k < static_cast<int>(items.size()); ++k) {
+    if (Gathered(model, items[k])) {
+      gathered.push_back(k);
+      continue;
+    }
+    out.push_back(items[k]);
+    members.push_back({k});
+  }
+  std::stable_sort(gathered.begin(), gathered.end(), [&](int a, int b) {
+    return std::make_pair(items[a].flops, items[a].bytes) > std::make_pair(items[b].flops, items[b].bytes);
+  });
+  for (size_t k = 0; k < gathered.size(); k += size) {
+    Item run = items[gathered[k]];
+    run.flops = run.bytes = 0;
+    run.previous = -1;
+    members.emplace_back();
+    for (size_t j = k; j < std::min(gathered.size(), k + size); ++j) {
+      run.flops = std::max(run.flops, items[gathered[j]].flops);
+      run.bytes += items[gathered[j]].bytes;
+      members.back().push_back(gathered[j]);
+    }
+    out.push_back(run);
+  }
+  return out;
+}
+
 // Each stack's experts are identical, so only the count per owner matters:
 // relay them as contiguous ranges (ascending owner), then emit shards.
 void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std::vector<Item>& items,
@@ -397,13 +437,16 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
     }
     for (const std::vector<int>& pass : passes) {
       std::vector<Item> items = StageItems(model, layout, stage, pass, options);
+      // What is placed: the items, or with dense_runs the runs and the rest.
+      std::vector<std::vector<int>> members;
+      std::vector<Item> placed = options.dense_runs > 1 ? Runs(model, items, options.dense_runs, members) : items;
       double flops = 0, bytes = passes.size() == 1 ? adamw_bytes : 0;
-      for (const Item& it : items) {
+      for (const Item& it : placed) {
         flops += it.flops;
         bytes += it.bytes;
       }
       double max_f = 0, max_m = 0;
-      for (const Item& it : items) {
+      for (const Item& it : placed) {
         max_f = std::max(max_f, it.flops);
         max_m = std::max(max_m, it.bytes);
       }
@@ -424,11 +467,18 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       // the greedy ignore the other dimension.
       const double f_target = options.memory_only ? 0 : std::max(flops / n, max_f);
       const double m_target = std::max(bytes / n, max_m);
-      for (Item& it : items) {
+      for (Item& it : placed) {
         it.cost = (f_target > 0 ? it.flops / f_target : 0) + (m_target > 0 ? it.bytes / m_target : 0);
       }
       StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m));
-      std::vector<int> owner = balancer.Place(items);
+      std::vector<int> owner = balancer.Place(placed);
+      if (options.dense_runs > 1) {
+        std::vector<int> each(items.size());
+        for (size_t k = 0; k < members.size(); ++k) {
+          for (int j : members[k]) each[j] = owner[k];
+        }
+        owner = std::move(each);
+      }
       EmitShards(model, layout, items, owner, shards);
     }
   }

@@ -53,6 +53,16 @@ struct BalancedOptions {
   // Level optimizer-state bytes only (Newton-Schulz FLOPs ignored): the
   // memory-fit retry when the balanced plan does not fit its capacities.
   bool memory_only = false;
+  // > 1 (tp > 1, on a replica's layout, tensor_parallel.h): the dense
+  // matrices Newton-Schulz sees whole but a rank holds a shard of (TP-split),
+  // sorted by NS FLOPs, are placed in runs of this many as one item each: a
+  // replica that owns a run has its tp ranks orthogonalise one matrix each,
+  // so the run costs its largest matrix's FLOPs per rank (and its shards'
+  // bytes summed), and its shards' bytes sit on the ranks that run its NS.
+  // PlanBuilder keeps it even where the seed policy's assignment scores
+  // lower on AssignmentObjective, which counts every split matrix's whole
+  // NS on the replica; the tp planner compares the merged plans instead.
+  int dense_runs = 1;
 };
 
 std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,

@@ -156,6 +156,8 @@ class PlanBuilder {
   void set_fixed_muon(const std::vector<MuonShard>* shards) { fixed_muon_ = shards; }
   // Balanced: level optimizer-state bytes only (BalancedOptions.memory_only).
   void set_memory_only(bool memory_only) { memory_only_ = memory_only; }
+  // Balanced: BalancedOptions.dense_runs.
+  void set_dense_runs(int runs) { dense_runs_ = runs; }
   // After Build: the Muon assignment it used.
   const std::vector<MuonShard>& muon_shards() const { return muon_shards_; }
 
@@ -263,6 +265,7 @@ class PlanBuilder {
     options.per_dtype = policy_.per_dtype();
     options.preload = preload_;
     options.memory_only = memory_only_;
+    options.dense_runs = dense_runs_;
     absl::flat_hash_map<std::pair<int, int>, int> previous_owner;
     if (previous_ != nullptr) {
       previous_owner = PreviousOwners();
@@ -270,8 +273,9 @@ class PlanBuilder {
     }
     std::vector<MuonShard> balanced = BalancedPartitionMuon(model_, layout_, options);
     // Sticky: fewer moves, not the seed; memory only: the seed's objective
-    // weighs FLOPs.
-    if (previous_ != nullptr || memory_only_) return balanced;
+    // weighs FLOPs; runs: the objective counts a gathered matrix's share of
+    // NS, not the run's per rank (the caller compares the merged plans).
+    if (previous_ != nullptr || memory_only_ || dense_runs_ > 1) return balanced;
     // Never worse than the seed policy: keep its assignment (water-filled all
     // the same) on the rare manifest where it scores better.
     std::vector<MuonShard> seed =
@@ -552,6 +556,7 @@ class PlanBuilder {
   const v1::Plan* previous_;  // sticky re-planning; may be null
   const Preload* preload_ = nullptr;
   const std::vector<MuonShard>* fixed_muon_ = nullptr;
+  int dense_runs_ = 1;
   bool memory_only_ = false;
   std::vector<MuonShard> muon_shards_;
   v1::Plan* plan_ = nullptr;  // under construction; owned until Build returns
@@ -583,7 +588,8 @@ class PartPlanner {
   // `preload` and `fixed_muon` as PlanBuilder's (may be null); keeps the
   // Muon assignment for a later Plan with it fixed.
   absl::StatusOr<std::unique_ptr<v1::Plan>> Plan(const v1::PlanPolicy& policy, const std::string& hash,
-                                                 const Preload* preload, const std::vector<MuonShard>* fixed_muon) {
+                                                 const Preload* preload, const std::vector<MuonShard>* fixed_muon,
+                                                 int dense_runs = 1) {
     if (empty_) {
       auto plan = std::make_unique<v1::Plan>();
       *plan->mutable_policy() = policy;
@@ -593,6 +599,7 @@ class PartPlanner {
     PlanBuilder builder(part_.manifest, policy, layout_, model_, nullptr);
     builder.set_preload(preload);
     builder.set_fixed_muon(fixed_muon);
+    builder.set_dense_runs(dense_runs);
     MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * plan, builder.Build(hash, nullptr));
     muon_shards_ = builder.muon_shards();
     return std::unique_ptr<v1::Plan>(plan);
@@ -674,6 +681,60 @@ double TpScore(const TpParts& parts, const v1::ModelManifest& manifest, const Ra
   return std::max(merged.stats().max_over_lb_state_bytes(), merged.stats().max_over_lb_ns_flops());
 }
 
+// The ways the dense matrices are placed: one by one, and balanced also in
+// runs of tp (BalancedOptions.dense_runs).
+std::vector<int> DenseRuns(const v1::PlanPolicy& policy, const RankLayout& layout) {
+  if (policy.policy() != v1::BALANCED) return {1};
+  return {1, layout.tp()};
+}
+
+// The dense part without experts of its own (ep 1, or none in the model):
+// the DenseRuns plan with the lowest TpScore (ties to the first tried).
+absl::StatusOr<std::unique_ptr<v1::Plan>> PlanDenseAlone(const v1::PlanPolicy& policy, const std::string& hash,
+                                                         const v1::ModelManifest& manifest,
+                                                         const RankLayout& layout, const TpParts& parts,
+                                                         PartPlanner& dense_planner) {
+  std::unique_ptr<v1::Plan> kept;
+  double best = INFINITY;
+  for (int runs : DenseRuns(policy, layout)) {
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense,
+                               dense_planner.Plan(policy, hash, nullptr, nullptr, runs));
+    const double score = TpScore(TpParts{dense.get(), parts.dense_index, nullptr, parts.expert_index}, manifest, layout);
+    if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(dense));
+  }
+  return kept;
+}
+
+// The dense part and the experts around it. The balanced policy tries every
+// DenseRuns placement with both ways of counting the dense AdamW
+// (AdamwPreload), and keeps the merged plan with the lowest TpScore (ties to
+// the first tried).
+absl::StatusOr<TpExperts> PlanDenseAndExperts(const v1::PlanPolicy& policy, const std::string& hash,
+                                              const v1::ModelManifest& manifest, const RankLayout& layout,
+                                              TpParts parts, PartPlanner& dense_planner,
+                                              PartPlanner& expert_planner) {
+  const bool balanced = policy.policy() == v1::BALANCED;
+  TpExperts kept;
+  double best = INFINITY;
+  for (int runs : DenseRuns(policy, layout)) {
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense,
+                               dense_planner.Plan(policy, hash, nullptr, nullptr, runs));
+    parts.dense = dense.get();
+    for (AdamwPreload adamw : {AdamwPreload::kStageMean, AdamwPreload::kWater}) {
+      if (!balanced && adamw == AdamwPreload::kWater) break;
+      MUONSHARD_ASSIGN_OR_RETURN(
+          TpExperts t, PlanExpertsAround(policy, hash, manifest, layout, parts, dense_planner, expert_planner, adamw));
+      if (t.dense == nullptr) t.dense = std::move(dense);  // seed: the dense part as planned
+      const double score =
+          balanced ? TpScore(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index},
+                             manifest, layout)
+                   : 0;
+      if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(t));
+    }
+  }
+  return kept;
+}
+
 // tensor_parallel.h: the replica's plan, expanded over the tp ranks, and
 // with ep > 1 the experts' plan on the whole layout merged in. The dense
 // matrices are placed first (coarse items); the experts (many equal ones)
@@ -689,32 +750,19 @@ absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, 
   MUONSHARD_ASSIGN_OR_RETURN(
       PartPlanner dense_planner,
       PartPlanner::Create(ReplicaOf(manifest, layout, parts.dense_index, whole), whole, parts.dense_index, patterns));
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense, dense_planner.Plan(policy, hash, nullptr, nullptr));
-  parts.dense = dense.get();
   TpExperts kept;
-  if (!parts.expert_index.empty()) {
+  if (parts.expert_index.empty()) {
+    MUONSHARD_ASSIGN_OR_RETURN(kept.dense, PlanDenseAlone(policy, hash, manifest, layout, parts, dense_planner));
+  } else {
     MUONSHARD_ASSIGN_OR_RETURN(
         PartPlanner expert_planner,
         PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,
                             patterns));
-    // The balanced policy tries both ways of counting the dense AdamW and
-    // keeps the better merged plan (ties to the stage mean).
-    const bool balanced = policy.policy() == v1::BALANCED;
-    double best = INFINITY;
-    for (AdamwPreload adamw : {AdamwPreload::kStageMean, AdamwPreload::kWater}) {
-      if (!balanced && adamw == AdamwPreload::kWater) break;
-      MUONSHARD_ASSIGN_OR_RETURN(
-          TpExperts t, PlanExpertsAround(policy, hash, manifest, layout, parts, dense_planner, expert_planner, adamw));
-      if (t.dense == nullptr) t.dense = std::move(dense);  // seed: the dense part as planned
-      const double score =
-          balanced ? TpScore(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index},
-                             manifest, layout)
-                   : 0;
-      if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(t));
-    }
-    parts.dense = kept.dense.get();
+    MUONSHARD_ASSIGN_OR_RETURN(kept, PlanDenseAndExperts(policy, hash, manifest, layout, parts, dense_planner,
+                                                         expert_planner));
     parts.experts = kept.experts.get();
   }
+  parts.dense = kept.dense.get();
   v1::Plan* plan = google::protobuf::Arena::CreateMessage<v1::Plan>(arena);
   ExpandTensorParallel(parts, manifest, layout, plan);
   plan->set_content_hash(std::move(hash));

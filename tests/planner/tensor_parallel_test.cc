@@ -1,13 +1,15 @@
 // Plans with tensor parallelism (coordinator/planner/tensor_parallel.h).
 #include "coordinator/planner/tensor_parallel.h"
 
+#include <algorithm>
 #include <map>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/planner/balanced.h"
 #include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/plan_validator.h"
 #include "coordinator/planner/plan_view.h"
@@ -355,6 +357,60 @@ TEST(TensorParallelPlanTest, RankPreloadCountsDenseAdamwAsStageMeanOrWater) {
   const Preload water = RankPreload(plan, AdamwPreload::kWater);
   EXPECT_THAT(water.state_bytes, ElementsAre(80, 0, 32, 16));
   EXPECT_THAT(water.stage_water_bytes, ElementsAre(48, 24));
+}
+
+// The Muon owner (group rank) of every unit of `model` under the balanced
+// policy on `layout`, with BalancedOptions.dense_runs = `runs`.
+std::vector<int> BalancedOwners(const ResolvedModel& model, const RankLayout& layout, int runs) {
+  BalancedOptions options;
+  options.dense_runs = runs;
+  std::vector<int> owner(model.units.size(), -1);
+  for (const MuonShard& s : BalancedPartitionMuon(model, layout, options)) owner[s.unit] = s.owner;
+  return owner;
+}
+
+// BalancedOptions.dense_runs on a replica (W 8, tp 2: 4 replicas): the
+// gathered (TP-split) matrices, by NS FLOPs and bytes descending, are owned
+// in runs of 2; placed one by one, equal matrices are spread instead.
+TEST(TensorParallelPlanTest, DenseRunsOwnGatheredMatricesInRunsOfTp) {
+  const v1::ModelManifest m = TpModel(4);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout layout, RankLayout::Create(TpRequest(m, 8, 2).topology()));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel whole, ResolveModel(m, layout, DefaultExcludePatterns()));
+  std::vector<int> all(m.tensors_size());
+  for (int i = 0; i < m.tensors_size(); ++i) all[i] = i;
+  const TpReplica replica = ReplicaOf(m, layout, all, whole);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout replica_layout, RankLayout::Create(replica.topology));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model,
+                                 ResolveModel(replica.manifest, replica_layout, DefaultExcludePatterns()));
+  UseWholeMatricesForNs(whole, all, model);
+  std::vector<int> gathered;
+  int replicated = 0;
+  for (int u = 0; u < static_cast<int>(model.units.size()); ++u) {
+    const ResolvedTensor& t = model.tensors[model.units[u].tensor];
+    if (!t.muon) continue;
+    if (t.ns_rows * t.ns_cols > t.rows * t.cols) {
+      gathered.push_back(u);
+    } else {
+      ++replicated;
+    }
+  }
+  ASSERT_EQ(gathered.size(), 28u);  // q, k, v, o, gate, up, down per layer
+  ASSERT_EQ(replicated, 4);         // the mixers
+  auto size = [&](int u) {
+    const ResolvedTensor& t = model.tensors[model.units[u].tensor];
+    return std::make_pair(NsFlops(t.ns_rows, t.ns_cols, 5), t.rows * t.cols);
+  };
+  std::stable_sort(gathered.begin(), gathered.end(), [&](int a, int b) { return size(a) > size(b); });
+  const std::vector<int> runs = BalancedOwners(model, replica_layout, 2);
+  const std::vector<int> alone = BalancedOwners(model, replica_layout, 1);
+  int split_pairs = 0;
+  for (size_t k = 0; k < gathered.size(); k += 2) {
+    SCOPED_TRACE(model.units[gathered[k]].tensor);
+    EXPECT_GE(runs[gathered[k]], 0);
+    EXPECT_EQ(runs[gathered[k]], runs[gathered[k + 1]]);
+    split_pairs += alone[gathered[k]] != alone[gathered[k + 1]];
+  }
+  EXPECT_GT(split_pairs, 0);
 }
 
 TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {
