@@ -368,11 +368,12 @@ std::vector<Item> Runs(const ResolvedModel& model, const std::vector<Item>& item
   for (size_t k = 0; k < gathered.size(); k += size) {
     Item run = items[gathered[k]];
     run.flops = run.bytes = 0;
-    run.previous = -1;
     members.emplace_back();
     for (size_t j = k; j < std::min(gathered.size(), k + size); ++j) {
-      run.flops = std::max(run.flops, items[gathered[j]].flops);
-      run.bytes += items[gathered[j]].bytes;
+      const Item& it = items[gathered[j]];
+      run.flops = std::max(run.flops, it.flops);
+      run.bytes += it.bytes;
+      if (it.previous != run.previous) run.previous = -1;  // sticky: only an owner all members had
       members.back().push_back(gathered[j]);
     }
     out.push_back(run);

@@ -59,6 +59,7 @@ struct BalancedOptions {
   // replica that owns a run has its tp ranks orthogonalise one matrix each,
   // so the run costs its largest matrix's FLOPs per rank (and its shards'
   // bytes summed), and its shards' bytes sit on the ranks that run its NS.
+  // Sticky, a run keeps a previous owner only when all its matrices had it.
   // PlanBuilder keeps it even where the seed policy's assignment scores
   // lower on AssignmentObjective, which counts every split matrix's whole
   // NS on the replica; the tp planner compares the merged plans instead.

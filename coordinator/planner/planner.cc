@@ -25,6 +25,7 @@
 #include "coordinator/planner/partition.h"
 #include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/tensor_parallel.h"
+#include "coordinator/planner/transfer.h"
 #include "coordinator/planner/topology.h"
 
 namespace muonshard::planner {
@@ -135,10 +136,6 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
 }
 
 // Not planned yet with tensor parallelism: sticky re-planning.
-absl::Status TpNotPlannedError(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("topology.tp: ", what, " with tp > 1 is not planned yet"));
-}
-
 // Builds the plan from a canonical request; one object so the steps share
 // the resolved model without long parameter lists.
 class PlanBuilder {
@@ -596,7 +593,7 @@ class PartPlanner {
       for (int r = 0; r < layout_.world_size(); ++r) plan->add_ranks()->set_rank(r);
       return plan;
     }
-    PlanBuilder builder(part_.manifest, policy, layout_, model_, nullptr);
+    PlanBuilder builder(part_.manifest, policy, layout_, model_, previous_);
     builder.set_preload(preload);
     builder.set_fixed_muon(fixed_muon);
     builder.set_dense_runs(dense_runs);
@@ -606,6 +603,9 @@ class PartPlanner {
   }
 
   const std::vector<MuonShard>& muon_shards() const { return muon_shards_; }
+  // Sticky re-planning: the previous plan, numbered as this part's layout
+  // numbers ranks (must outlive the Plan calls); null for none.
+  void set_previous(const v1::Plan* previous) { previous_ = previous; }
 
  private:
   PartPlanner(TpReplica part, const RankLayout& layout) : part_(std::move(part)), layout_(layout) {}
@@ -614,6 +614,7 @@ class PartPlanner {
   RankLayout layout_;
   ResolvedModel model_;
   bool empty_ = true;
+  const v1::Plan* previous_ = nullptr;
   std::vector<MuonShard> muon_shards_;
 };
 
@@ -674,12 +675,52 @@ absl::StatusOr<TpExperts> PlanExpertsAround(const v1::PlanPolicy& policy, const 
   return out;
 }
 
-// The larger of the merged plan's max/LB of optimizer-state bytes and NS FLOPs.
-double TpScore(const TpParts& parts, const v1::ModelManifest& manifest, const RankLayout& layout) {
-  v1::Plan merged;
-  ExpandTensorParallel(parts, manifest, layout, &merged);
-  return std::max(merged.stats().max_over_lb_state_bytes(), merged.stats().max_over_lb_ns_flops());
-}
+// The balanced policy plans the parts of a tp plan more than one way and
+// keeps one merged plan: the lowest max(bytes, FLOPs) over LB (ties to the
+// first tried), or, sticky, the one that moves the fewest state bytes from
+// the previous plan among those within kStickyScoreSlack of the lowest.
+class TpChoice {
+ public:
+  TpChoice(const v1::ModelManifest& manifest, const RankLayout& layout, const v1::Plan* previous)
+      : manifest_(manifest), layout_(layout), previous_(previous) {}
+
+  // Scores the merged plan of `parts`; returns its index.
+  absl::StatusOr<int> Add(const TpParts& parts) {
+    v1::Plan merged;
+    ExpandTensorParallel(parts, manifest_, layout_, &merged);
+    Merit m{std::max(merged.stats().max_over_lb_state_bytes(), merged.stats().max_over_lb_ns_flops()), 0};
+    if (previous_ != nullptr) {
+      MUONSHARD_ASSIGN_OR_RETURN(TransferSummary moved, ComputeTransfers(*previous_, merged));
+      m.moved_bytes = moved.moved_bytes;
+    }
+    merits_.push_back(m);
+    return static_cast<int>(merits_.size()) - 1;
+  }
+
+  // The index of the plan to keep (0 when none was scored).
+  int Best() const {
+    double lowest = INFINITY;
+    for (const Merit& m : merits_) lowest = std::min(lowest, m.score);
+    const double limit = previous_ != nullptr ? lowest * kStickyScoreSlack : lowest;
+    int best = 0;
+    for (int k = 0; k < static_cast<int>(merits_.size()); ++k) {
+      const Merit& m = merits_[k];
+      if (m.score <= limit && (merits_[best].score > limit || m.moved_bytes < merits_[best].moved_bytes)) best = k;
+    }
+    return best;
+  }
+
+ private:
+  static constexpr double kStickyScoreSlack = 1.02;  // the balanced policy's own sticky slack
+  struct Merit {
+    double score;
+    int64_t moved_bytes;
+  };
+  const v1::ModelManifest& manifest_;
+  const RankLayout& layout_;
+  const v1::Plan* previous_;
+  std::vector<Merit> merits_;
+};
 
 // The ways the dense matrices are placed: one by one, and balanced also in
 // runs of tp (BalancedOptions.dense_runs).
@@ -688,34 +729,51 @@ std::vector<int> DenseRuns(const v1::PlanPolicy& policy, const RankLayout& layou
   return {1, layout.tp()};
 }
 
+// The previous plan of a sticky re-plan as the replica layout numbers its
+// ranks: a matrix rank r owned (whole or a shard of) is the replica r / tp
+// owns; ranks past the world stay past it. Tensors and owners only.
+v1::Plan ReplicaNumbered(const v1::Plan& previous, int tp) {
+  v1::Plan out;
+  out.set_content_hash(previous.content_hash());
+  *out.mutable_tensors() = previous.tensors();
+  for (const v1::RankPlan& r : previous.ranks()) {
+    v1::RankPlan* q = out.add_ranks();
+    q->set_rank(r.rank() / tp);
+    *q->mutable_owned() = r.owned();
+  }
+  return out;
+}
+
 // The dense part without experts of its own (ep 1, or none in the model):
-// the DenseRuns plan with the lowest TpScore (ties to the first tried).
+// the DenseRuns plan TpChoice keeps.
 absl::StatusOr<std::unique_ptr<v1::Plan>> PlanDenseAlone(const v1::PlanPolicy& policy, const std::string& hash,
                                                          const v1::ModelManifest& manifest,
                                                          const RankLayout& layout, const TpParts& parts,
-                                                         PartPlanner& dense_planner) {
-  std::unique_ptr<v1::Plan> kept;
-  double best = INFINITY;
-  for (int runs : DenseRuns(policy, layout)) {
-    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense,
-                               dense_planner.Plan(policy, hash, nullptr, nullptr, runs));
-    const double score = TpScore(TpParts{dense.get(), parts.dense_index, nullptr, parts.expert_index}, manifest, layout);
-    if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(dense));
+                                                         PartPlanner& dense_planner, const v1::Plan* previous) {
+  const std::vector<int> runs = DenseRuns(policy, layout);
+  std::vector<std::unique_ptr<v1::Plan>> tried;
+  TpChoice choice(manifest, layout, previous);
+  for (int r : runs) {
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense, dense_planner.Plan(policy, hash, nullptr, nullptr, r));
+    if (runs.size() > 1) {
+      MUONSHARD_RETURN_IF_ERROR(
+          choice.Add(TpParts{dense.get(), parts.dense_index, nullptr, parts.expert_index}).status());
+    }
+    tried.push_back(std::move(dense));
   }
-  return kept;
+  return std::move(tried[choice.Best()]);
 }
 
 // The dense part and the experts around it. The balanced policy tries every
 // DenseRuns placement with both ways of counting the dense AdamW
-// (AdamwPreload), and keeps the merged plan with the lowest TpScore (ties to
-// the first tried).
+// (AdamwPreload), and keeps the merged plan TpChoice keeps.
 absl::StatusOr<TpExperts> PlanDenseAndExperts(const v1::PlanPolicy& policy, const std::string& hash,
                                               const v1::ModelManifest& manifest, const RankLayout& layout,
                                               TpParts parts, PartPlanner& dense_planner,
-                                              PartPlanner& expert_planner) {
+                                              PartPlanner& expert_planner, const v1::Plan* previous) {
   const bool balanced = policy.policy() == v1::BALANCED;
-  TpExperts kept;
-  double best = INFINITY;
+  std::vector<TpExperts> tried;
+  TpChoice choice(manifest, layout, previous);
   for (int runs : DenseRuns(policy, layout)) {
     MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense,
                                dense_planner.Plan(policy, hash, nullptr, nullptr, runs));
@@ -725,14 +783,14 @@ absl::StatusOr<TpExperts> PlanDenseAndExperts(const v1::PlanPolicy& policy, cons
       MUONSHARD_ASSIGN_OR_RETURN(
           TpExperts t, PlanExpertsAround(policy, hash, manifest, layout, parts, dense_planner, expert_planner, adamw));
       if (t.dense == nullptr) t.dense = std::move(dense);  // seed: the dense part as planned
-      const double score =
-          balanced ? TpScore(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index},
-                             manifest, layout)
-                   : 0;
-      if (score < best) std::tie(best, kept) = std::make_tuple(score, std::move(t));
+      if (balanced) {
+        MUONSHARD_RETURN_IF_ERROR(
+            choice.Add(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index}).status());
+      }
+      tried.push_back(std::move(t));
     }
   }
-  return kept;
+  return std::move(tried[choice.Best()]);
 }
 
 // tensor_parallel.h: the replica's plan, expanded over the tp ranks, and
@@ -744,22 +802,30 @@ absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, 
                                              const RankLayout& layout, const ResolvedModel& whole,
                                              const std::vector<std::string>& patterns, std::string hash,
                                              google::protobuf::Arena* arena, const v1::Plan* previous) {
-  if (previous != nullptr) return TpNotPlannedError("sticky re-planning (policy.sticky_to)");
   TpParts parts;
   SplitDenseAndExperts(whole, layout, &parts.dense_index, &parts.expert_index);
   MUONSHARD_ASSIGN_OR_RETURN(
       PartPlanner dense_planner,
       PartPlanner::Create(ReplicaOf(manifest, layout, parts.dense_index, whole), whole, parts.dense_index, patterns));
+  // Sticky: the dense part keeps each matrix on the replica of the rank that
+  // owned it, the experts (planned on the whole layout) on that rank.
+  v1::Plan replica_previous;
+  if (previous != nullptr) {
+    replica_previous = ReplicaNumbered(*previous, layout.tp());
+    dense_planner.set_previous(&replica_previous);
+  }
   TpExperts kept;
   if (parts.expert_index.empty()) {
-    MUONSHARD_ASSIGN_OR_RETURN(kept.dense, PlanDenseAlone(policy, hash, manifest, layout, parts, dense_planner));
+    MUONSHARD_ASSIGN_OR_RETURN(kept.dense,
+                               PlanDenseAlone(policy, hash, manifest, layout, parts, dense_planner, previous));
   } else {
     MUONSHARD_ASSIGN_OR_RETURN(
         PartPlanner expert_planner,
         PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,
                             patterns));
+    expert_planner.set_previous(previous);
     MUONSHARD_ASSIGN_OR_RETURN(kept, PlanDenseAndExperts(policy, hash, manifest, layout, parts, dense_planner,
-                                                         expert_planner));
+                                                         expert_planner, previous));
     parts.experts = kept.experts.get();
   }
   parts.dense = kept.dense.get();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "coordinator/planner/plan_stats.h"
 #include "coordinator/planner/plan_validator.h"
 #include "coordinator/planner/plan_view.h"
+#include "coordinator/planner/transfer.h"
 #include "coordinator/planner/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -186,14 +188,7 @@ TEST(TensorParallelPlanTest, TpOneRequestsHashAsBefore) {
   for (const v1::PlannedTensor& t : plan.tensors()) EXPECT_EQ(t.local_numel(), 0);
 }
 
-TEST(TensorParallelPlanTest, NotPlannedYetAndBadSplitsAreClearErrors) {
-  const v1::PlanRequest first = TpRequest(TpModel(1), 4, 2);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(first));
-  v1::PlanRequest sticky = first;
-  sticky.mutable_policy()->set_sticky_to(previous.content_hash());
-  EXPECT_THAT(ComputePlan(sticky, nullptr, &previous),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("topology.tp: sticky re-planning (policy.sticky_to) with tp > 1 is not planned yet")));
+TEST(TensorParallelPlanTest, BadSplitsAreClearErrors) {
   v1::PlanRequest three = TpRequest(TpModel(1), 6, 3);
   EXPECT_THAT(ComputePlan(three), StatusIs(absl::StatusCode::kInvalidArgument,
                                            HasSubstr("tp_split TP_COLUMN: dimension 0 (64) is not divisible by tp 3")));
@@ -357,6 +352,62 @@ TEST(TensorParallelPlanTest, RankPreloadCountsDenseAdamwAsStageMeanOrWater) {
   const Preload water = RankPreload(plan, AdamwPreload::kWater);
   EXPECT_THAT(water.state_bytes, ElementsAre(80, 0, 32, 16));
   EXPECT_THAT(water.stage_water_bytes, ElementsAre(48, 24));
+}
+
+// Per Muon tensor name: the sorted global ranks that own any of it.
+std::map<std::string, std::vector<int>> MuonOwners(const v1::Plan& plan) {
+  std::map<std::string, std::vector<int>> owners;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) owners[plan.tensors(o.tensor()).name()].push_back(r.rank());
+  }
+  for (auto& [name, ranks] : owners) std::sort(ranks.begin(), ranks.end());
+  return owners;
+}
+
+// How many Muon tensors have the same owners in both plans.
+int SameOwners(const v1::Plan& a, const v1::Plan& b) {
+  const auto x = MuonOwners(a), y = MuonOwners(b);
+  int same = 0;
+  for (const auto& [name, ranks] : x) {
+    auto it = y.find(name);
+    same += it != y.end() && it->second == ranks;
+  }
+  return same;
+}
+
+// Sticky re-planning with tp (what an elastic job's resize asks for): the
+// dense part keeps each matrix on the replica of the rank that owned it, the
+// experts on that rank. At the same world every owner stays; shrunk to the
+// first ranks (whole replicas), more owners stay than planned from scratch.
+TEST(TensorParallelPlanTest, StickyReplanningKeepsOwnersWithTp) {
+  struct Case {
+    v1::PlanRequest request;
+    int smaller;
+  };
+  const Case cases[] = {{TpRequest(TpModel(6), 8, 2), 6}, {TpMoeRequest(16, 1, 4, 2, v1::BALANCED), 12}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrCat("W ", c.request.topology().world_size(), " ep ", c.request.topology().ep()));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(c.request));
+    for (int world : {c.request.topology().world_size(), c.smaller}) {
+      SCOPED_TRACE(absl::StrCat("to W ", world));
+      v1::PlanRequest request = c.request;
+      request.mutable_topology()->set_world_size(world);
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan scratch, ComputePlan(request));
+      request.mutable_policy()->set_sticky_to(previous.content_hash());
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* sticky_ptr, ComputePlan(request, nullptr, &previous));
+      std::unique_ptr<v1::Plan> sticky(sticky_ptr);
+      MUONSHARD_ASSERT_OK(ValidatePlan(*sticky));
+      const int muon = static_cast<int>(MuonOwners(previous).size());
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary kept, ComputeTransfers(previous, *sticky));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(TransferSummary fresh, ComputeTransfers(previous, scratch));
+      if (world == c.request.topology().world_size()) {
+        EXPECT_EQ(SameOwners(previous, *sticky), muon);
+      } else {
+        EXPECT_LT(kept.moved_bytes, fresh.moved_bytes);
+      }
+      EXPECT_LE(sticky->stats().max_ns_flops(), scratch.stats().max_ns_flops() * 1.10);
+    }
+  }
 }
 
 // The Muon owner (group rank) of every unit of `model` under the balanced
