@@ -85,6 +85,11 @@ bool MemberOf(const v1::WorkerStatus& w, int64_t generation) {
   return w.state() == v1::WORKER_STATE_JOINED && w.generation() == generation;
 }
 
+// Ranks per moe_sharding block of a resolved topology (JobRegistry::Job).
+int BlockOf(const v1::Topology& t) {
+  return std::max(1, t.pp()) * std::max({1, t.ep(), t.tp()});
+}
+
 }  // namespace
 
 struct JobRegistry::Job {
@@ -109,6 +114,11 @@ struct JobRegistry::Job {
   int min_workers = 0;
   absl::Duration rejoin_grace;
   int max_world_size = 0;  // the world of the plan the job started with
+  // Ranks per block of the plan's layout, pp * max(ep, tp): the ranks of one
+  // moe_sharding rank, whose pipeline stages, expert and tensor-parallel
+  // groups break when one of them is gone (topology.h). A resize keeps or
+  // drops whole blocks.
+  int block = 1;
   absl::Time moved_at;     // when `generation` began
   std::string resize_error;
   int64_t resize_failed_at = 0;  // the generation a resize could not be planned for
@@ -189,6 +199,7 @@ void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
   job.plan_version = info.version();
   job.content_hash = info.content_hash();
   job.world_size = info.topology().world_size();
+  job.block = BlockOf(info.topology());
 }
 
 // Creates the job or, when none of its workers is joined, (re)fixes its plan
@@ -651,11 +662,16 @@ std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, 
     return std::nullopt;
   }
   Resize r;
-  std::vector<int> gone;
-  for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
-    if (!slot.has_value()) continue;
-    const bool present = slot->state() == v1::WORKER_STATE_JOINED && slot->generation() == job.generation;
-    (present ? r.keep : gone).push_back(slot->rank());
+  int gone = 0;
+  for (int first = 0; first < job.world_size; first += job.block) {
+    int present = 0;
+    for (int rank = first; rank < first + job.block; ++rank) {
+      const std::optional<v1::WorkerStatus>& slot = job.slots[rank];
+      present += slot.has_value() && slot->state() == v1::WORKER_STATE_JOINED && slot->generation() == job.generation;
+    }
+    gone += job.block - present;
+    if (present < job.block) continue;  // the whole block leaves
+    for (int rank = first; rank < first + job.block; ++rank) r.keep.push_back(rank);
   }
   const int n = static_cast<int>(r.keep.size());
   if (n == job.world_size || n < job.min_workers || n == 0) return std::nullopt;
@@ -663,15 +679,20 @@ std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, 
   r.generation = job.generation;
   r.from_version = job.plan_version;
   r.world_size = n;
-  r.reason = absl::StrCat("shrunk from ", job.world_size, " to ", n, " ranks: ", job.world_size - n,
+  r.reason = absl::StrCat("shrunk from ", job.world_size, " to ", n, " ranks: ", gone,
                           " rank(s) did not re-join generation ", job.generation, " within ",
                           absl::FormatDuration(job.rejoin_grace));
+  if (job.world_size - n > gone) {
+    absl::StrAppend(&r.reason, " (whole blocks of ", job.block, " ranks, pp x max(ep, tp), leave: ",
+                    job.world_size - n - gone, " present rank(s) with them)");
+  }
   return r;
 }
 
 std::optional<JobRegistry::Resize> JobRegistry::GrowCandidate(const Job& job,
                                                             const v1::JoinJobRequest& request) const {
-  if (job.min_workers <= 0 || job.world_size >= job.max_world_size) return std::nullopt;
+  // A block grows back whole or not at all; one joiner is not a block.
+  if (job.min_workers <= 0 || job.world_size >= job.max_world_size || job.block > 1) return std::nullopt;
   Resize r;
   r.job = job.name;
   r.generation = job.generation;

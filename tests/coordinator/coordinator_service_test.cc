@@ -1356,6 +1356,44 @@ TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingT
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
 }
 
+// With tp (or pp, or ep) a rank's pipeline, expert and tensor-parallel
+// groups break with any rank of its block (pp x max(ep, tp) ranks): the job
+// shrinks by whole blocks, re-planned sticky with its tp, and the present
+// ranks of a broken block leave with it. One joiner cannot grow it back.
+TEST_F(CoordinatorServiceTest, Elastic_WithTp_ShrinksByWholeBlocksAndDoesNotGrowByOneRank) {
+  v1::SubmitPlanRequest submit = Submit(6);
+  submit.mutable_request()->mutable_topology()->set_tp(2);
+  auto submitted = service_->SubmitPlan(submit);
+  ASSERT_THAT(submitted.status(), IsOk());
+  std::vector<v1::JoinJobResponse> joined;
+  for (const char* host : {"a", "b", "c", "d", "e", "f"}) joined.push_back(MustJoin(ElasticReq(host)));
+  ASSERT_EQ(joined[3].rank(), 3);
+  // d (rank 3) fails; the others re-join, d never does.
+  ASSERT_THAT(service_->ReportError(Report(3, joined[3].generation(), "gone")).status(), IsOk());
+  for (const char* host : {"a", "b", "c", "e", "f"}) MustJoin(ElasticReq(host));
+  clock_.Advance(absl::Seconds(6));
+  service_->CheckHeartbeats();
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.world_size(), 4);
+  EXPECT_GT(job.plan_version(), submitted->version());
+  EXPECT_THAT(job.generation_reason(), HasSubstr("shrunk from 6 to 4 ranks: 1 rank(s) did not re-join"));
+  EXPECT_THAT(job.generation_reason(), HasSubstr("whole blocks of 2 ranks"));
+  // Blocks {0, 1} and {4, 5} stay, in order; c (rank 2) left with d.
+  EXPECT_EQ(MustJoin(ElasticReq("a")).rank(), 0);
+  EXPECT_EQ(MustJoin(ElasticReq("b")).rank(), 1);
+  EXPECT_EQ(MustJoin(ElasticReq("e")).rank(), 2);
+  v1::JoinJobResponse f = MustJoin(ElasticReq("f"));
+  EXPECT_EQ(f.rank(), 3);
+  v1::GetPlanRequest shrunk;
+  shrunk.set_version(f.plan_version());
+  auto plan = service_->GetPlan(shrunk);
+  ASSERT_THAT(plan.status(), IsOk());
+  EXPECT_EQ(plan->plan().topology().tp(), 2);
+  EXPECT_EQ(plan->plan().topology().world_size(), 4);
+  EXPECT_THAT(service_->JoinJob(ElasticReq("c", /*incarnation=*/2)).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
+}
+
 // A job that is not elastic never resizes.
 TEST_F(CoordinatorServiceTest, NotElastic_RankAwayForever_KeepsItsWorld) {
   MustSubmit(2);
