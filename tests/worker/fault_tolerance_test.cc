@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
+#include "coordinator/importer/tp_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "re2/re2.h"
@@ -122,12 +123,12 @@ class FaultToleranceTest : public ::testing::Test {
   std::vector<std::string> Args(int rank, bool checkpoints) const {
     std::vector<std::string> args = {
         BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job", "ft", "--steps",
-        absl::StrCat(kSteps), "--workload", "regression", "--reduce-order", "rank", "--lr", "0.01", "--blas-threads",
+        absl::StrCat(kSteps), "--workload", workload_, "--reduce-order", "rank", "--lr", "0.01", "--blas-threads",
         "1", "--metrics-port", "0", "--port-file", PortFile(rank), "--comm-timeout", "60", "--join-timeout", "60",
         "--log-every", "1000000", "--linger", "120", "--dump-params", dir_.Join("sharded.safetensors")};
     if (elastic_) {
-      args.insert(args.end(), {"--max-restarts", "10", "--min-workers", absl::StrCat(kWorld - 1), "--rejoin-grace",
-                               "3"});
+      args.insert(args.end(), {"--max-restarts", "10", "--min-workers", absl::StrCat(min_workers_),
+                               "--rejoin-grace", "3"});
     } else {
       args.insert(args.end(), {"--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank),
                                "--max-restarts", "3", "--rejoin-grace", "60"});
@@ -268,7 +269,7 @@ class FaultToleranceTest : public ::testing::Test {
         std::vector<std::string> args = {
             BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job",
             absl::StrCat("replay-", i), "--plan-version", absl::StrCat(segments[i].version), "--rank",
-            absl::StrCat(r), "--steps", absl::StrCat(until), "--workload", "regression", "--reduce-order", "rank",
+            absl::StrCat(r), "--steps", absl::StrCat(until), "--workload", workload_, "--reduce-order", "rank",
             "--lr", "0.01", "--blas-threads", "1", "--metrics-port", "-1", "--log-every", "1000000",
             "--checkpoint-dir", dir_.Join("replay-ckpt"), "--checkpoint-every", absl::StrCat(kCheckpointEvery),
             "--resume", "--dump-params", dump};
@@ -294,7 +295,9 @@ class FaultToleranceTest : public ::testing::Test {
 
   TempDir dir_;
   bool elastic_ = false;
-  int buddy_every_ = 0;  // NOTE [Buddy copies]
+  int min_workers_ = kWorld - 1;  // elastic
+  std::string workload_ = "regression";
+  int buddy_every_ = 0;           // NOTE [Buddy copies]
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
@@ -498,6 +501,91 @@ TEST_F(FaultToleranceTest, ShrinkFourToThreeAndGrowBack_EqualsARunThatSwitchedPl
   std::vector<int> restarts(kWorld, 2);     // the shrink, the grow
   restarts[victim] = 0;
   ASSERT_NO_FATAL_FAILURE(FinishAndCompareTo(restarts, [&] { return Replay(SegmentsOf(Log(0))); }));
+}
+
+// With tp 2 a rank's tensor-parallel group breaks with its partner: rank 2
+// or 3 is killed and stays away; the coordinator drops its whole block (the
+// replica of ranks 2 and 3, its partner included: a job with tp
+// shrinks by whole blocks, NOTE [Elastic jobs]) and re-plans the job sticky
+// with tp 2 on 2 ranks; they restore the newest checkpoint under it and
+// finish. The partner, dropped while present, finds the job full (a block
+// does not grow back one rank at a time) and exits. The run must end
+// bit-identical to the same plans run one after another by hand.
+TEST_F(FaultToleranceTest, TpTwoShrinksByAWholeReplica_EqualsARunThatSwitchedPlansAtTheSameSteps) {
+  elastic_ = true;
+  min_workers_ = 2;
+  workload_ = "synthetic";  // a tp rank holds shards, not the whole parameters the regression needs
+  client::ConnectionOptions o;
+  o.coordinator = coordinator_->address();
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::CoordinatorClient> client,
+                                 client::CoordinatorClient::Connect(o));
+  v1::ModelManifest manifest = ::muonshard::testing::DenseManifest(2, 64, 96, 80);
+  importer::TpSplitOptions split;
+  split.tp = 2;
+  MUONSHARD_ASSERT_OK(importer::MarkTensorParallel(split, &manifest));
+  v1::SubmitPlanRequest submit;
+  *submit.mutable_request() = ::muonshard::testing::MakeRequest(manifest, kWorld, 1, 1, v1::SEED);
+  submit.mutable_request()->mutable_topology()->set_tp(2);
+  v1::SubmitPlanResponse submitted;
+  auto ctx = client->NewContext();
+  MUONSHARD_ASSERT_OK(client::FromGrpcStatus(client->stub().SubmitPlan(ctx.get(), submit, &submitted)));
+  version_ = submitted.version();  // the latest: what elastic workers join
+
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());
+  const int step = RandomInt(2, kSteps / 4);
+  ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, step));
+  // Elastic workers take ranks in join order: find each slot's.
+  std::map<int, int> slot_of;  // rank -> slot
+  for (int slot = 0; slot < kWorld; ++slot) {
+    int rank = -1;
+    ASSERT_TRUE(ReadJsonIntField(ReadFileOrEmpty(PortFile(slot)), "rank", &rank)) << PortFile(slot);
+    slot_of[rank] = slot;
+  }
+  ASSERT_EQ(slot_of.size(), static_cast<size_t>(kWorld));
+  const int victim_rank = RandomInt(2, 3);
+  const int victim = slot_of[victim_rank], partner = slot_of[5 - victim_rank];
+  const int survivors[] = {slot_of[0], slot_of[1]};
+  std::cerr << "killing rank " << victim_rank << " (slot " << victim << ") after step " << step << "\n";
+  Kill(victim);
+  MUONSHARD_ASSERT_OK(PollUntil(
+      [&] {
+        return Sample(survivors[0], "muonshard_worker_plan_version") > static_cast<double>(version_) ||
+               !Alive(survivors[0]);
+      },
+      kBound, "the shrink"));
+  ASSERT_TRUE(Alive(survivors[0])) << Log(survivors[0]);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      CommandResult workers,
+      RunCommand({BinaryPath("muonshardctl"), "workers", "--coordinator", coordinator_->address()}, dir_.path()));
+  EXPECT_EQ(workers.exit_code, 0) << workers.err;
+  EXPECT_THAT(workers.out, HasSubstr("moved: shrunk from 4 to 2 ranks"));
+  EXPECT_THAT(workers.out, HasSubstr("whole blocks of 2 ranks"));
+  // The partner leaves: it cannot re-join a job whose one block is gone.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int partner_code, workers_[partner]->WaitForExit(kBound));
+  EXPECT_NE(partner_code, 0);
+  EXPECT_THAT(Log(partner), HasSubstr("is full"));
+
+  const std::string dump = dir_.Join("sharded.safetensors");
+  MUONSHARD_ASSERT_OK(PollUntil(
+      [&] { return !ReadFileOrEmpty(dump).empty() || !Alive(survivors[0]) || !Alive(survivors[1]); }, kBound,
+      "the run's dump"));
+  for (int slot : survivors) {
+    ASSERT_TRUE(Alive(slot)) << Log(slot);
+    EXPECT_GE(Sample(slot, "muonshard_worker_restarts_total"), 1);
+    workers_[slot]->Signal(SIGTERM);
+  }
+  for (int slot : survivors) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers_[slot]->WaitForExit(kBound));
+    EXPECT_EQ(code, 0) << "slot " << slot << ":\n" << Log(slot);
+  }
+  const std::vector<Segment> segments = SegmentsOf(Log(survivors[0]));
+  ASSERT_EQ(segments.size(), 2u) << Log(survivors[0]);
+  EXPECT_EQ(segments[1].world, 2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string expected, Replay(segments));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile got, ReadParamsFile(dump));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ParamsFile want, ReadParamsFile(expected));
+  const ParamsComparison cmp = CompareParams(got, want, /*rtol=*/0);
+  EXPECT_TRUE(cmp.bit_identical()) << ::testing::PrintToString(cmp.mismatches);
 }
 
 }  // namespace
