@@ -119,6 +119,9 @@ struct JobRegistry::Job {
   // groups break when one of them is gone (topology.h). A resize keeps or
   // drops whole blocks.
   int block = 1;
+  // Newcomers to a full job with block > 1, waiting to grow it by a block:
+  // when each last asked.
+  absl::flat_hash_map<Identity, absl::Time> waiting;
   absl::Time moved_at;     // when `generation` began
   std::string resize_error;
   int64_t resize_failed_at = 0;  // the generation a resize could not be planned for
@@ -416,7 +419,9 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobReq
   MUONSHARD_ASSIGN_OR_RETURN(std::optional<int> rejoined, Rejoin(*job, request, effects));
   if (rejoined.has_value()) return JoinResponse(*job, *rejoined);
   absl::StatusOr<int> picked = PickRank(*job, request);
-  if (!picked.ok() && job->free.empty() && !request.has_rank()) *grow = GrowCandidate(*job, request);
+  if (!picked.ok() && job->free.empty() && !request.has_rank()) {
+    MUONSHARD_ASSIGN_OR_RETURN(*grow, GrowCandidate(*job, request));
+  }
   MUONSHARD_ASSIGN_OR_RETURN(int rank, std::move(picked));
   if (job->adopting_until.has_value()) {
     // The adopted group runs without this newcomer (its rank's old process is
@@ -689,18 +694,32 @@ std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, 
   return r;
 }
 
-std::optional<JobRegistry::Resize> JobRegistry::GrowCandidate(const Job& job,
-                                                            const v1::JoinJobRequest& request) const {
-  // A block grows back whole or not at all; one joiner is not a block.
-  if (job.min_workers <= 0 || job.world_size >= job.max_world_size || job.block > 1) return std::nullopt;
+absl::StatusOr<std::optional<JobRegistry::Resize>> JobRegistry::GrowCandidate(Job& job,
+                                                                             const v1::JoinJobRequest& request) {
+  if (job.min_workers <= 0 || job.world_size >= job.max_world_size) return std::nullopt;
+  std::string joined = absl::StrCat(request.host(), "/", request.device());
+  if (job.block > 1) {
+    // A block grows back whole: newcomers wait, retrying, until a block of
+    // them is here (one that stopped retrying is forgotten).
+    const absl::Time now = clock_->Now();
+    absl::erase_if(job.waiting, [&](const auto& w) { return now - w.second > 3 * options_.heartbeat_timeout; });
+    job.waiting[Identity(request.host(), request.device())] = now;
+    if (static_cast<int>(job.waiting.size()) < job.block) {
+      return absl::UnavailableError(absl::StrCat(
+          "job \"", job.name, "\" is full at ", job.world_size, " of ", job.max_world_size,
+          " ranks and grows back by whole blocks of ", job.block, " ranks (pp x max(ep, tp)): ", job.waiting.size(),
+          " of ", job.block, " newcomers are waiting"));
+    }
+    joined = absl::StrCat(job.waiting.size(), " newcomers joined");
+    job.waiting.clear();
+  }
   Resize r;
   r.job = job.name;
   r.generation = job.generation;
   r.from_version = job.plan_version;
   for (int rank = 0; rank < job.world_size; ++rank) r.keep.push_back(rank);
-  r.world_size = job.world_size + 1;
-  r.reason = absl::StrCat("grew from ", job.world_size, " to ", r.world_size, " ranks: ", request.host(), "/",
-                          request.device(), " joined");
+  r.world_size = job.world_size + job.block;
+  r.reason = absl::StrCat("grew from ", job.world_size, " to ", r.world_size, " ranks: ", joined);
   return r;
 }
 
@@ -745,7 +764,7 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Grow(const Resize& resize, cons
         absl::StrCat("job \"", resize.job, "\" changed while it was being grown for this worker; join again"));
   }
   ApplyResize(*job, resize, *info, effects);
-  const int rank = resize.world_size - 1;
+  const int rank = static_cast<int>(resize.keep.size());  // the first new rank; the others take the rest
   Assign(*job, rank, request, "grew the job", effects);
   return JoinResponse(*job, rank);
 }

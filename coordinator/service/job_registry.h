@@ -164,13 +164,16 @@ class JobRegistry {
     int64_t generation = 0;  // applied only while the job is still at it
     int64_t from_version = 0;
     std::vector<int> keep;   // old ranks kept; new rank = index
-    int world_size = 0;      // keep.size(), plus one for a grow's newcomer
+    int world_size = 0;      // keep.size(), plus a grow's newcomers (a block)
     std::string reason;
   };
 
   void Flush(Effects& effects);
   std::optional<Resize> ShrinkCandidate(const Job& job, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::optional<Resize> GrowCandidate(const Job& job, const v1::JoinJobRequest& request) const
+  // The grow a newcomer to a full elastic job asks for (none when the job is
+  // not elastic or back at its world). With blocks of more than one rank,
+  // UNAVAILABLE (the client retries) until a block of newcomers is waiting.
+  absl::StatusOr<std::optional<Resize>> GrowCandidate(Job& job, const v1::JoinJobRequest& request)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Plans `resize` (outside the lock) and applies it if the job has not
   // moved meanwhile; the job's renumbered slots on success.

@@ -1359,8 +1359,10 @@ TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingT
 // With tp (or pp, or ep) a rank's pipeline, expert and tensor-parallel
 // groups break with any rank of its block (pp x max(ep, tp) ranks): the job
 // shrinks by whole blocks, re-planned sticky with its tp, and the present
-// ranks of a broken block leave with it. One joiner cannot grow it back.
-TEST_F(CoordinatorServiceTest, Elastic_WithTp_ShrinksByWholeBlocksAndDoesNotGrowByOneRank) {
+// ranks of a broken block leave with it. It grows back by a whole block:
+// newcomers wait (UNAVAILABLE, which the client retries) until a block of
+// them is here.
+TEST_F(CoordinatorServiceTest, Elastic_WithTp_ShrinksAndGrowsBackByWholeBlocks) {
   v1::SubmitPlanRequest submit = Submit(6);
   submit.mutable_request()->mutable_topology()->set_tp(2);
   auto submitted = service_->SubmitPlan(submit);
@@ -1390,8 +1392,25 @@ TEST_F(CoordinatorServiceTest, Elastic_WithTp_ShrinksByWholeBlocksAndDoesNotGrow
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_EQ(plan->plan().topology().tp(), 2);
   EXPECT_EQ(plan->plan().topology().world_size(), 4);
+  // c comes back: one newcomer is half a block.
   EXPECT_THAT(service_->JoinJob(ElasticReq("c", /*incarnation=*/2)).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("grows back by whole blocks of 2 ranks (pp x max(ep, tp)): 1 of 2 newcomers")));
+  EXPECT_EQ(MustStatus().world_size(), 4);
+  // g completes the block: the job grows to 6, g takes rank 4, c (retrying) 5.
+  v1::JoinJobResponse g = MustJoin(ElasticReq("g"));
+  EXPECT_EQ(g.world_size(), 6);
+  EXPECT_EQ(g.rank(), 4);
+  EXPECT_THAT(MustStatus().generation_reason(), HasSubstr("grew from 4 to 6 ranks: 2 newcomers joined"));
+  v1::JoinJobResponse c = MustJoin(ElasticReq("c", /*incarnation=*/2));
+  EXPECT_EQ(c.rank(), 5);
+  EXPECT_EQ(c.generation(), g.generation());
+  v1::GetPlanRequest grown;
+  grown.set_version(g.plan_version());
+  auto plan6 = service_->GetPlan(grown);
+  ASSERT_THAT(plan6.status(), IsOk());
+  EXPECT_EQ(plan6->plan().topology().world_size(), 6);
+  EXPECT_EQ(plan6->plan().topology().tp(), 2);
 }
 
 // A job that is not elastic never resizes.
