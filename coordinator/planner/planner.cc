@@ -684,24 +684,26 @@ class TpChoice {
   TpChoice(const v1::ModelManifest& manifest, const RankLayout& layout, const v1::Plan* previous)
       : manifest_(manifest), layout_(layout), previous_(previous) {}
 
-  // Scores the merged plan of `parts`; returns its index.
-  absl::StatusOr<int> Add(const TpParts& parts) {
+  // Scores the merged plan of `parts`.
+  void Add(const TpParts& parts) {
     v1::Plan merged;
     ExpandTensorParallel(parts, manifest_, layout_, &merged);
     Merit m{std::max(merged.stats().max_over_lb_state_bytes(), merged.stats().max_over_lb_ns_flops()), 0};
     if (previous_ != nullptr) {
-      MUONSHARD_ASSIGN_OR_RETURN(TransferSummary moved, ComputeTransfers(*previous_, merged));
-      m.moved_bytes = moved.moved_bytes;
+      // A previous plan of another model (tensors missing or resized) is
+      // sticky where names match, but its transfers are not comparable.
+      absl::StatusOr<TransferSummary> moved = ComputeTransfers(*previous_, merged);
+      comparable_ = comparable_ && moved.ok();
+      if (moved.ok()) m.moved_bytes = moved->moved_bytes;
     }
     merits_.push_back(m);
-    return static_cast<int>(merits_.size()) - 1;
   }
 
   // The index of the plan to keep (0 when none was scored).
   int Best() const {
     double lowest = INFINITY;
     for (const Merit& m : merits_) lowest = std::min(lowest, m.score);
-    const double limit = previous_ != nullptr ? lowest * kStickyScoreSlack : lowest;
+    const double limit = previous_ != nullptr && comparable_ ? lowest * kStickyScoreSlack : lowest;
     int best = 0;
     for (int k = 0; k < static_cast<int>(merits_.size()); ++k) {
       const Merit& m = merits_[k];
@@ -719,6 +721,7 @@ class TpChoice {
   const v1::ModelManifest& manifest_;
   const RankLayout& layout_;
   const v1::Plan* previous_;
+  bool comparable_ = true;
   std::vector<Merit> merits_;
 };
 
@@ -755,10 +758,7 @@ absl::StatusOr<std::unique_ptr<v1::Plan>> PlanDenseAlone(const v1::PlanPolicy& p
   TpChoice choice(manifest, layout, previous);
   for (int r : runs) {
     MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<v1::Plan> dense, dense_planner.Plan(policy, hash, nullptr, nullptr, r));
-    if (runs.size() > 1) {
-      MUONSHARD_RETURN_IF_ERROR(
-          choice.Add(TpParts{dense.get(), parts.dense_index, nullptr, parts.expert_index}).status());
-    }
+    if (runs.size() > 1) choice.Add(TpParts{dense.get(), parts.dense_index, nullptr, parts.expert_index});
     tried.push_back(std::move(dense));
   }
   return std::move(tried[choice.Best()]);
@@ -783,10 +783,7 @@ absl::StatusOr<TpExperts> PlanDenseAndExperts(const v1::PlanPolicy& policy, cons
       MUONSHARD_ASSIGN_OR_RETURN(
           TpExperts t, PlanExpertsAround(policy, hash, manifest, layout, parts, dense_planner, expert_planner, adamw));
       if (t.dense == nullptr) t.dense = std::move(dense);  // seed: the dense part as planned
-      if (balanced) {
-        MUONSHARD_RETURN_IF_ERROR(
-            choice.Add(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index}).status());
-      }
+      if (balanced) choice.Add(TpParts{t.dense.get(), parts.dense_index, t.experts.get(), parts.expert_index});
       tried.push_back(std::move(t));
     }
   }

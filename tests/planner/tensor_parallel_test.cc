@@ -410,6 +410,18 @@ TEST(TensorParallelPlanTest, StickyReplanningKeepsOwnersWithTp) {
   }
 }
 
+// Sticky to a plan of another model (here one layer fewer): the matrices
+// both have keep their owners where balance allows; the rest is planned.
+TEST(TensorParallelPlanTest, StickyReplanningToAnotherModelsPlanWithTp) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(TpRequest(TpModel(6), 8, 2)));
+  v1::PlanRequest request = TpRequest(TpModel(7), 8, 2);
+  request.mutable_policy()->set_sticky_to(previous.content_hash());
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* plan, ComputePlan(request, nullptr, &previous));
+  std::unique_ptr<v1::Plan> sticky(plan);
+  MUONSHARD_EXPECT_OK(ValidatePlan(*sticky));
+  EXPECT_GT(SameOwners(previous, *sticky), 0);
+}
+
 // The Muon owner (group rank) of every unit of `model` under the balanced
 // policy on `layout`, with BalancedOptions.dense_runs = `runs`.
 std::vector<int> BalancedOwners(const ResolvedModel& model, const RankLayout& layout, int runs) {
