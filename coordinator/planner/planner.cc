@@ -135,7 +135,6 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
   return absl::StrCat("sha256:", sink->HexDigest());
 }
 
-// Not planned yet with tensor parallelism: sticky re-planning.
 // Builds the plan from a canonical request; one object so the steps share
 // the resolved model without long parameter lists.
 class PlanBuilder {

@@ -36,16 +36,19 @@ class RankLayout {
   int tp() const { return tp_; }
   // Ranks per (ms, p) block: ep, or tp when ep = 1.
   int block() const { return ep_ > 1 ? ep_ : tp_; }
-  int moe_sharding() const { return world_size_ / (pp_ * block()); }
+  // Ranks with one moe_sharding rank ms, pp * block(): its pipeline stages,
+  // expert and tensor-parallel groups all lie within them.
+  int ms_block() const { return pp_ * block(); }
+  int moe_sharding() const { return world_size_ / ms_block(); }
   // Ranks of one stage's DEFAULT group.
   int sharding() const { return world_size_ / (pp_ * tp_); }
 
   // x is the position in the (ms, p) block: the ep rank when ep > 1.
-  int Rank(int ms, int stage, int x) const { return ms * pp_ * block() + stage * block() + x; }
+  int Rank(int ms, int stage, int x) const { return ms * ms_block() + stage * block() + x; }
   int StageOf(int rank) const { return (rank / block()) % pp_; }
   int EpRankOf(int rank) const { return ep_ > 1 ? rank % ep_ : 0; }
   int TpRankOf(int rank) const { return rank % tp_; }
-  int MoeShardingRankOf(int rank) const { return rank / (pp_ * block()); }
+  int MoeShardingRankOf(int rank) const { return rank / ms_block(); }
   int ShardingRankOf(int rank) const {
     return MoeShardingRankOf(rank) * (block() / tp_) + (rank % block()) / tp_;
   }

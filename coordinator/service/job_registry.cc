@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/quote.h"
 #include "common/status_macros.h"
+#include "coordinator/planner/topology.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -85,9 +86,11 @@ bool MemberOf(const v1::WorkerStatus& w, int64_t generation) {
   return w.state() == v1::WORKER_STATE_JOINED && w.generation() == generation;
 }
 
-// Ranks per moe_sharding block of a resolved topology (JobRegistry::Job).
+// Ranks per moe_sharding block of a plan's topology (JobRegistry::Job); a
+// stored plan's topology is valid.
 int BlockOf(const v1::Topology& t) {
-  return std::max(1, t.pp()) * std::max({1, t.ep(), t.tp()});
+  absl::StatusOr<planner::RankLayout> layout = planner::RankLayout::Create(t);
+  return layout.ok() ? layout->ms_block() : 1;
 }
 
 }  // namespace
@@ -114,10 +117,9 @@ struct JobRegistry::Job {
   int min_workers = 0;
   absl::Duration rejoin_grace;
   int max_world_size = 0;  // the world of the plan the job started with
-  // Ranks per block of the plan's layout, pp * max(ep, tp): the ranks of one
-  // moe_sharding rank, whose pipeline stages, expert and tensor-parallel
-  // groups break when one of them is gone (topology.h). A resize keeps or
-  // drops whole blocks.
+  // Ranks per block of the plan's layout (RankLayout::ms_block, pp * max(ep,
+  // tp)): whose pipeline stages, expert and tensor-parallel groups break when
+  // one of them is gone. A resize keeps or drops whole blocks.
   int block = 1;
   // Newcomers to a full job with block > 1, waiting to grow it by a block:
   // when each last asked.
@@ -671,8 +673,7 @@ std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, 
   for (int first = 0; first < job.world_size; first += job.block) {
     int present = 0;
     for (int rank = first; rank < first + job.block; ++rank) {
-      const std::optional<v1::WorkerStatus>& slot = job.slots[rank];
-      present += slot.has_value() && slot->state() == v1::WORKER_STATE_JOINED && slot->generation() == job.generation;
+      present += job.slots[rank].has_value() && MemberOf(*job.slots[rank], job.generation);
     }
     gone += job.block - present;
     if (present < job.block) continue;  // the whole block leaves
