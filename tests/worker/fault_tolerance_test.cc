@@ -356,7 +356,12 @@ TEST_F(FaultToleranceTest, TwoKillsInARow_RecoversTwiceBitIdentical) {
   ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, step));
   Kill(first);
   ASSERT_NO_FATAL_FAILURE(Launch(first));
-  ASSERT_NO_FATAL_FAILURE(WaitForRestarts(0, 1));
+  // Every survivor has recovered, so the group has re-formed: a second kill
+  // while one of them is still restoring merges the two recoveries into one
+  // (its counter counts completed recoveries; seen once in CI, rank 3 at 1).
+  for (int r = 0; r < kWorld; ++r) {
+    if (r != first) ASSERT_NO_FATAL_FAILURE(WaitForRestarts(r, 1));
+  }
   Kill(second);
   ASSERT_NO_FATAL_FAILURE(Launch(second));
   std::vector<int> restarts(kWorld, 2);
