@@ -360,7 +360,9 @@ TEST_F(FaultToleranceTest, TwoKillsInARow_RecoversTwiceBitIdentical) {
   // while one of them is still restoring merges the two recoveries into one
   // (its counter counts completed recoveries; seen once in CI, rank 3 at 1).
   for (int r = 0; r < kWorld; ++r) {
-    if (r != first) ASSERT_NO_FATAL_FAILURE(WaitForRestarts(r, 1));
+    if (r != first) {
+      ASSERT_NO_FATAL_FAILURE(WaitForRestarts(r, 1));
+    }
   }
   Kill(second);
   ASSERT_NO_FATAL_FAILURE(Launch(second));
