@@ -77,6 +77,9 @@ struct Flags {
     f.String("step-schedule", &o.step_schedule,
              "auto (pipelined with gloo, sequential with nccl) | pipelined (collectives of each bucket overlap the "
              "Newton-Schulz of others; gloo only) | sequential (reduce all, update all, sync all)");
+    f.Int("step-piece-kib", &o.step_piece_kib,
+          "Muon buckets cut into pieces of at most this many KiB of gradients, each reduced, orthogonalised and "
+          "broadcast on its own so they overlap; 0 (default): the plan's buckets. The same on every rank");
     f.String("step-phases", &o.step_phases,
              "benchmarks only: all | comm (collectives, no updates) | compute (updates, no collectives)");
     f.String("ns-precision", &o.ns_precision,

@@ -59,6 +59,10 @@ absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
   if (!phases.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --step-phases: ", phases.status().message()));
   step.schedule = *schedule;
   step.phases = *phases;
+  if (options.step_piece_kib < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --step-piece-kib: ", options.step_piece_kib, " is not >= 0"));
+  }
+  step.muon_piece_bytes = options.step_piece_kib * int64_t{1024};
   return step;
 }
 

@@ -120,6 +120,10 @@ struct RankSessionOptions {
   std::string step_schedule = "auto";
   // Benchmarks only: "comm" / "compute" run one half of the step (StepPhases).
   std::string step_phases = "all";
+  // NOTE [Step pieces] (internal/bucket_split.h): Muon buckets cut into
+  // pieces of at most this many KiB of gradients; 0: the plan's buckets.
+  // The same on every rank of a job.
+  int step_piece_kib = 0;
 
   // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
   // picks a free port, negative disables the endpoint.

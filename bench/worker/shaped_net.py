@@ -46,6 +46,8 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
                                    (numel - e[r]) + e[r] to the root unless
                                    r is the root, fp32
       Broadcast (Muon params)      numel x (children in the binomial tree), dtype
+    With --step-piece-kib K the Muon rows count each piece of a bucket (NOTE
+    [Step pieces] in worker/optimizer/internal/bucket_split.h) as a bucket.
     (reductions travel as fp32 whatever the gradient dtype). The difference is
     gloo's message headers and the connection setup; it is shown per transfer.
     The API bytes (muonshard_worker_comm_bytes_total) are checked against the
@@ -71,6 +73,7 @@ the medians (the load on a shared machine drifts between jobs).
 Usage: sudo /usr/bin/python3 bench/worker/shaped_net.py [--rate 2gbit] [--delay 0.1ms]
            [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback]
            [--steps 10] [--warmup 2] [--repeats 1] [--ranks 4] [--policy seed] [--comm-buffer-mb MB]
+           [--step-piece-kib K]
            [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep]
 """
 
@@ -528,7 +531,23 @@ def tree_children(me, n):
     return children
 
 
-def wire_theory(plan):
+def muon_pieces(bucket, grad_elem, max_bytes):
+    """The buffer lengths of a Muon bucket's step pieces (NOTE [Step pieces] in
+    worker/optimizer/internal/bucket_split.h: whole entries while their
+    gradient bytes from the piece's start fit in max_bytes; 0: the bucket)."""
+    numel = int(bucket["numel"])
+    entries = bucket.get("entries", [])
+    if max_bytes <= 0 or not entries:
+        return [numel]
+    starts = [0]
+    for e in entries[1:]:
+        offset = int(e.get("offset", 0))
+        if (offset + int(e.get("numel", 0)) - starts[-1]) * grad_elem > max_bytes:
+            starts.append(offset)
+    return [end - begin for begin, end in zip(starts, starts[1:] + [numel])]
+
+
+def wire_theory(plan, piece_bytes=0):
     """Per global rank: {"bytes": sent per step, "transfers": data messages per step}, by the rings' algorithms."""
     groups = {g["id"]: [int(r) for r in g["ranks"]] for g in plan["groups"]}
     world = int(plan["topology"]["world_size"])
@@ -542,25 +561,26 @@ def wire_theory(plan):
         t = sum(1 for j, c in enumerate(counts) if j != skip and c > 0)
         return b, t
 
+    grad_elem = DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
     for b in plan.get("muon_buckets", []):
         ranks = groups[b["group"]]
         n = len(ranks)
         if n < 2:
             continue
-        numel = int(b["numel"])
         elem = DTYPE_BYTES.get(b.get("dtype", "FP32"), 4)
         root = ranks.index(int(b["owner"]))
-        e = even_counts(numel, n)
-        for k, r in enumerate(ranks):
-            # Reduce: ring reduce-scatter, then every segment to the root.
-            by, t = ring_send(k, e, k, reduce_elem)
-            if k != root and e[k] > 0:
-                by += e[k] * reduce_elem
-                t += 1
-            # Broadcast: binomial tree from the root.
-            c = tree_children((k - root) % n, n) if numel > 0 else 0
-            sent[r] += by + c * numel * elem
-            transfers[r] += t + c
+        for numel in muon_pieces(b, grad_elem, piece_bytes):
+            e = even_counts(numel, n)
+            for k, r in enumerate(ranks):
+                # Reduce: ring reduce-scatter, then every segment to the root.
+                by, t = ring_send(k, e, k, reduce_elem)
+                if k != root and e[k] > 0:
+                    by += e[k] * reduce_elem
+                    t += 1
+                # Broadcast: binomial tree from the root.
+                c = tree_children((k - root) % n, n) if numel > 0 else 0
+                sent[r] += by + c * numel * elem
+                transfers[r] += t + c
     for b in plan.get("adamw_buckets", []):
         ranks = groups[b["group"]]
         n = len(ranks)
@@ -755,10 +775,10 @@ def step_means(b, e, names):
                for m, l in names]
 
 
-def per_rank(before, after, final, wire, plan, mode, steps):
+def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
     """Per-rank figures of one job."""
     rows = []
-    theory = wire_theory(plan)
+    theory = wire_theory(plan, piece_bytes)
     api = plan_api_bytes(plan)
     for r, (b, e, f) in enumerate(zip(before, after, final)):
         step_name = "muonshard_worker_step_seconds"
@@ -841,7 +861,7 @@ def print_job(title, rows, shaped):
 def worker_flags_supported(bin_dir):
     p = run([os.path.join(bin_dir, "muonshard-worker"), "--help"], check=False, timeout=30)
     text = (p.stdout or "") + (p.stderr or "")
-    return "--step-schedule" in text, "--step-phases" in text
+    return "--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text
 
 
 def prepare_models(a, work):
@@ -884,11 +904,13 @@ def run_network(kind, a, work, models, modes, results, failures):
                     raise
                 finally:
                     job.stop()
-                rows = per_rank(before, after, final, wire, plan, mode, a.steps)
-                title = "%s, %s network, mode %s%s%s (plan: %d Muon + %d AdamW buckets):" % (
+                rows = per_rank(before, after, final, wire, plan, mode, a.steps, a.piece_bytes)
+                grad_elem = DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
+                pieces = sum(len(muon_pieces(b, grad_elem, a.piece_bytes)) for b in plan.get("muon_buckets", []))
+                title = "%s, %s network, mode %s%s%s (plan: %d Muon buckets in %d pieces + %d AdamW buckets):" % (
                     model["label"], kind, mode, "" if a.mode_flags[mode] else " (today's step: no flag)",
                     ", repeat %d of %d" % (rep + 1, a.repeats) if a.repeats > 1 else "",
-                    len(plan.get("muon_buckets", [])), len(plan.get("adamw_buckets", [])))
+                    len(plan.get("muon_buckets", [])), pieces, len(plan.get("adamw_buckets", [])))
                 results.setdefault((model["key"], kind, mode), []).append(print_job(title, rows, kind == "shaped"))
                 sys.stdout.flush()
     finally:
@@ -918,6 +940,9 @@ def parse_args(argv):
     p.add_argument("--policy", default="seed", choices=["seed", "seed-all", "balanced"])
     p.add_argument("--comm-buffer-mb", type=int, default=0,
                    help="fusion bucket size for the plans (default: the planner's, 256 MiB)")
+    p.add_argument("--step-piece-kib", type=int, default=0,
+                   help="the workers' --step-piece-kib: Muon buckets cut into pieces of at most this many KiB "
+                        "(default 0: the plan's buckets)")
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--repeats", type=int, default=1,
@@ -955,6 +980,8 @@ def parse_args(argv):
         p.error("--ep must divide --ranks")
     if a.comm_buffer_mb < 0:
         p.error("--comm-buffer-mb must be >= 0")
+    if a.step_piece_kib < 0:
+        p.error("--step-piece-kib must be >= 0")
     if a.max_seconds <= 0 or a.job_timeout <= 0 or a.rate_check_seconds < 0:
         p.error("--max-seconds and --job-timeout must be > 0, --rate-check-seconds >= 0")
     build = a.build if os.path.isabs(a.build) else os.path.join(ROOT, a.build)
@@ -978,7 +1005,13 @@ def preflight(a):
             raise CannotRun("missing %s: ninja -C %s muonshard-coordinator muonshardctl muonshard-worker "
                             "muonshard-scale-manifest" % (os.path.join(a.bin, b), os.path.relpath(
                                 os.path.dirname(a.bin), ROOT)))
-    schedule, phases = worker_flags_supported(a.bin)
+    schedule, phases, pieces = worker_flags_supported(a.bin)
+    if not pieces and a.step_piece_kib != 0:
+        raise CannotRun("this muonshard-worker has no --step-piece-kib (its step runs the plan's buckets): "
+                        "pass --step-piece-kib 0")
+    a.piece_bytes = a.step_piece_kib * 1024
+    if a.step_piece_kib:
+        a.worker_arg = ["--step-piece-kib", str(a.step_piece_kib)] + a.worker_arg
     a.mode_flags = {}
     for m in set(a.modes) | {"sequential", "pipelined"}:
         flags = MODE_FLAGS[m]

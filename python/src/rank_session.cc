@@ -516,6 +516,7 @@ class PyRankSession {
     integer("cuda_device", &o.cuda_device);
     str("reduce_order", &o.reduce_order);
     str("step_schedule", &o.step_schedule);
+    integer("step_piece_kib", &o.step_piece_kib);
     o.metrics_port = -1;  // off unless asked for
     integer("metrics_port", &o.metrics_port);
     str("metrics_host", &o.metrics_host);

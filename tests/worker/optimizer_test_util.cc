@@ -252,6 +252,24 @@ absl::StatusOr<ReferenceRun> RunReference(const v1::Plan& plan, const Workload& 
   return run;
 }
 
+void ExpectBitIdentical(const std::vector<RankResult>& a, const std::vector<RankResult>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t r = 0; r < a.size(); ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    ASSERT_EQ(a[r].model.size(), b[r].model.size());
+    for (const auto& [tensor, values] : a[r].model) {
+      EXPECT_TRUE(BitEqual(values, b[r].model.at(tensor))) << "model copy of tensor " << tensor;
+    }
+    ASSERT_EQ(a[r].masters.size(), b[r].masters.size());
+    for (const auto& [tensor, values] : a[r].masters) {
+      EXPECT_TRUE(BitEqual(values, b[r].masters.at(tensor))) << "master of tensor " << tensor;
+    }
+    EXPECT_EQ(a[r].losses, b[r].losses);
+    ASSERT_EQ(a[r].steps.size(), b[r].steps.size());
+    for (size_t s = 0; s < a[r].steps.size(); ++s) EXPECT_TRUE(a[r].steps[s].comm == b[r].steps[s].comm);
+  }
+}
+
 void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks,
                             const ReferenceRun& reference, double rtol) {
   ASSERT_EQ(static_cast<int>(ranks.size()), plan.ranks_size());

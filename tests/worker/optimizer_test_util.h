@@ -90,6 +90,10 @@ struct ReferenceRun {
 };
 absl::StatusOr<ReferenceRun> RunReference(const v1::Plan& plan, const Workload& workload, const RunOptions& options);
 
+// Every rank's model copies, gathered masters, losses and per-step comm
+// bytes are bitwise the same in both runs.
+void ExpectBitIdentical(const std::vector<RankResult>& a, const std::vector<RankResult>& b);
+
 // Checks every rank's model copies, gathered masters and losses against the
 // reference: bitwise when rtol == 0, else masters with NearScaled(rtol),
 // model copies with NearModelCopy(rtol) and losses relatively within 1e-4.

@@ -99,6 +99,7 @@ struct Case {
   std::string workload;
   std::string reduce_order;
   int tp = 1;
+  int piece_kib = 0;  // --step-piece-kib (NOTE [Step pieces])
 
   // Groups of 2 sum a + b either way round.
   bool bit_identical() const { return world / tp == 2 || reduce_order == "rank"; }
@@ -134,6 +135,8 @@ std::vector<Case> Cases() {
       {"Moe_Tp2W6_Balanced_RankOrder", TpMarked(moe, true), 6, 1, v1::BALANCED, "synthetic", "rank", 2},
       // With expert parallelism over the tp ranks: experts whole.
       {"Moe_Tp2Ep2W4_Balanced_RankOrder", TpMarked(moe, false), 4, 2, v1::BALANCED, "synthetic", "rank", 2},
+      // Muon buckets in pieces of 1 KiB: one collective per matrix or two.
+      {"Moe_W4_Ep2_Balanced_RankOrder_Pieces", moe, 4, 2, v1::BALANCED, "regression", "rank", 1, 1},
   };
 }
 
@@ -271,7 +274,8 @@ TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
     std::vector<std::string> args = WorkerArgs(c.name, version, c.workload);
     for (const std::string& a : {std::string("--reduce-order"), c.reduce_order, std::string("--rank"), absl::StrCat(r),
                                  std::string("--port-file"), dir_.Join(absl::StrCat("w", r, ".port")),
-                                 std::string("--dump-params"), dump, std::string("--linger"), std::string("120")}) {
+                                 std::string("--dump-params"), dump, std::string("--linger"), std::string("120"),
+                                 std::string("--step-piece-kib"), absl::StrCat(c.piece_kib)}) {
       args.push_back(a);
     }
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("w", r)));

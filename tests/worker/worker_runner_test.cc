@@ -440,6 +440,17 @@ TEST(WorkerOptionsTest, NcclFlags_ValidOnlyWithTheNcclBackend) {
   MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
 }
 
+TEST(WorkerOptionsTest, StepPieceKib_ZeroOrMore) {
+  WorkerOptions o;
+  o.job = "j";
+  for (int kib : {0, 1, 4096}) {
+    o.step_piece_kib = kib;
+    MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o)) << kib;
+  }
+  o.step_piece_kib = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-piece-kib: -1")));
+}
+
 TEST(WorkerOptionsTest, NsPrecision_MapsOntoTheOptimizerConfig) {
   WorkerOptions o;
   o.job = "j";

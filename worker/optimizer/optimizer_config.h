@@ -70,6 +70,11 @@ enum class StepSchedule {
 enum class StepPhases { kAll, kCommunicationOnly, kComputeOnly };
 
 struct StepOptions {
+  // Muon buckets cut into pieces of at most this many gradient bytes, each
+  // reduced, orthogonalised and broadcast on its own (NOTE [Step pieces] in
+  // internal/bucket_split.h), so that they overlap; 0: the plan's buckets.
+  // Every rank of a job must use the same value (the collectives differ).
+  int64_t muon_piece_bytes = 0;
   StepSchedule schedule = StepSchedule::kAuto;
   StepPhases phases = StepPhases::kAll;
 };

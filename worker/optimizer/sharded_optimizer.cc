@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/model.h"
+#include "worker/optimizer/internal/bucket_split.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 
 namespace muonshard::worker {
@@ -17,6 +18,22 @@ namespace muonshard::worker {
 using internal::EntryRef;
 using internal::PartLayout;
 using internal::BackendBuffer;
+
+namespace {
+
+// The view a step runs: `view` with its Muon buckets in pieces (NOTE [Step
+// pieces] in internal/bucket_split.h).
+absl::StatusOr<v1::RankView> ViewInPieces(const v1::RankView& view, const StepOptions& step) {
+  if (step.muon_piece_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step options: muon_piece_bytes is ", step.muon_piece_bytes));
+  }
+  if (step.muon_piece_bytes == 0) return view;
+  // Errors name the plan's buckets, not the pieces.
+  MUONSHARD_RETURN_IF_ERROR(internal::BuildViewLayout(view).status());
+  return internal::SplitMuonBuckets(view, step.muon_piece_bytes);
+}
+
+}  // namespace
 
 ShardedOptimizer::ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend,
                                    const OptimizerConfig& config, const StepOptions& step)
@@ -38,7 +55,8 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
                                                                            const StepOptions& step) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
-  auto optimizer = absl::WrapUnique(new ShardedOptimizer(view, backend, config, step));
+  MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView pieces, ViewInPieces(view, step));
+  auto optimizer = absl::WrapUnique(new ShardedOptimizer(pieces, backend, config, step));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
   return optimizer;
 }

@@ -91,6 +91,9 @@
 // of the busiest lane; muon/adamw: compute), which overlap: each is at most
 // total_seconds, their sum may exceed it. Device backends run the sequential schedule, whose
 // collectives are stream-ordered already.
+// The unit of overlap is the bucket, and a Muon bucket may be cut into
+// pieces for it (NOTE [Step pieces] in internal/bucket_split.h): the
+// optimizer runs its view with the pieces as buckets, on both schedules.
 //
 // NOTE [Tensor-parallel Muon]
 // With tp > 1 a TP-split Muon matrix is held as one shard per TP rank
@@ -187,6 +190,8 @@ class ShardedOptimizer {
   ~ShardedOptimizer();
 
   int rank() const { return layout_.rank; }
+  // The view the steps run: the one given to Create, with its Muon buckets
+  // in pieces (StepOptions::muon_piece_bytes).
   const v1::RankView& view() const { return view_; }
   // The tensor parts this rank holds, by ascending plan index.
   const std::vector<HeldTensor>& held_tensors() const { return held_; }

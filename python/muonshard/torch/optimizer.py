@@ -209,7 +209,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     Overlap (NOTE [Pipelined step], [Gradient hand-off] in
     worker/optimizer/sharded_optimizer.h): the C++ step is pipelined on the CPU
     (`step_schedule` "auto" or "pipelined"; "sequential" for comparison): each
-    bucket's Newton-Schulz overlaps the other buckets' collectives. With
+    bucket's Newton-Schulz overlaps the other buckets' collectives. Muon
+    buckets are cut into pieces of at most `step_piece_kib` KiB of gradients
+    for that (NOTE [Step pieces]; 0: the plan's buckets; the same on every
+    rank). With
     `overlap_backward`, a hook on every parameter hands its gradient to the
     step as soon as backward has accumulated it, so the reduce of the last
     layers' buckets runs while backward computes the first layers', and
@@ -269,7 +272,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  device=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
                  alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
-                 overlap_backward=False, step_schedule="auto"):
+                 overlap_backward=False, step_schedule="auto", step_piece_kib=0):
         named = named_parameters_of(params)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
@@ -329,7 +332,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._session = self._start_session(dict(
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
-            step_schedule=step_schedule,
+            step_schedule=step_schedule, step_piece_kib=int(step_piece_kib),
             metrics_port=-1 if metrics_port is None else int(metrics_port),
             metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
             hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
