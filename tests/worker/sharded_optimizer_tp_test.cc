@@ -154,6 +154,9 @@ struct TpCase {
   CommBackend backend = CommBackend::kInProcess;
   KernelKind kernels = KernelKind::kCpu;
   int ep = 1;
+  // Tiny pieces (NOTE [Step pieces]): many TP buckets, reduced in another
+  // order on each rank.
+  int64_t piece_bytes = 0;
 };
 
 class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
@@ -168,6 +171,7 @@ class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
     options.backend = c.backend;
     options.kernels = c.kernels;
     options.steps = 3;
+    options.step.muon_piece_bytes = c.piece_bytes;
     const SyntheticWorkload workload;
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<RankResult> ranks, RunSharded(plan, workload, options));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const ReferenceRun reference, RunReference(replica, workload, options));
@@ -181,6 +185,17 @@ class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
       }
       EXPECT_EQ(ranks[r].state_bytes, plan.ranks(r).optimizer_state_bytes()) << "rank " << r;
     }
+    if (c.kernels != KernelKind::kCpu) return;  // device backends: sequential only
+    // The run above is pipelined (the host default): the sequential
+    // schedule's bits, also with the gradients handed over in another order
+    // on every rank, so TP buckets are reduced out of their turn.
+    options.step.schedule = StepSchedule::kSequential;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<RankResult> sequential, RunSharded(plan, workload, options));
+    ExpectBitIdentical(ranks, sequential);
+    options.step.schedule = StepSchedule::kPipelined;
+    options.shuffled_hand_off = true;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<RankResult> shuffled, RunSharded(plan, workload, options));
+    ExpectBitIdentical(shuffled, sequential);
   }
 };
 
@@ -214,6 +229,18 @@ std::vector<TpCase> Cases() {
       {"Moe_Tp2Ep4_W8_Seed", true, 8, 2, v1::SEED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 4},
       {"Moe_Tp2Ep2_W6", true, 6, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 2},
       {"Moe_Tp2Ep4_W8_Gloo", true, 8, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 4},
+      // dp 1: no reduce, so each bucket is ready as soon as it is handed
+      // over, in another order on each TP rank.
+      {"Dense_Tp2Dp1_Pieces", false, 2, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
+       1, 512},
+      {"Dense_Tp2Dp2_Pieces", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
+       1, 512},
+      {"Dense_Tp4Dp2_Duplicated_Pieces", false, 8, 4, v1::BALANCED, v1::TP_MUON_DUPLICATED, CB::kInProcess,
+       KernelKind::kCpu, 1, 512},
+      {"Moe_Tp2Ep2_W4_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
+       2, 512},
+      {"Moe_Tp2Dp2_Gloo_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 1,
+       512},
   };
 }
 
@@ -270,9 +297,9 @@ class TensorParallelCreateTest : public ::testing::Test {
   std::unique_ptr<kernels::KernelBackend> backend_ = kernels::CreateCpuKernelBackend();
 };
 
-TEST_F(TensorParallelCreateTest, Create_HoldsShardsAndRunsTheSequentialSchedule) {
+TEST_F(TensorParallelCreateTest, Create_HoldsShardsAndRunsThePipelinedSchedule) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, Create(view_));
-  EXPECT_FALSE(optimizer->pipelined());
+  EXPECT_TRUE(optimizer->pipelined());
   bool split = false;
   for (const HeldTensor& h : optimizer->held_tensors()) {
     if (h.spec->local_shape_size() == 0) continue;
@@ -285,11 +312,11 @@ TEST_F(TensorParallelCreateTest, Create_HoldsShardsAndRunsTheSequentialSchedule)
   EXPECT_EQ(optimizer->optimizer_state_bytes(), plan_.ranks(1).optimizer_state_bytes());
 }
 
-TEST_F(TensorParallelCreateTest, Create_PipelinedScheduleAsked_IsInvalidArgument) {
+TEST_F(TensorParallelCreateTest, Create_SequentialScheduleAsked_RunsIt) {
   StepOptions step;
-  step.schedule = StepSchedule::kPipelined;
-  EXPECT_THAT(Create(view_, step),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not run tensor-parallel Muon")));
+  step.schedule = StepSchedule::kSequential;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, Create(view_, step));
+  EXPECT_FALSE(optimizer->pipelined());
 }
 
 // A split matrix stepped without its TP op would be blockwise Muon.

@@ -137,6 +137,7 @@ std::vector<Case> Cases() {
       {"Moe_Tp2Ep2W4_Balanced_RankOrder", TpMarked(moe, false), 4, 2, v1::BALANCED, "synthetic", "rank", 2},
       // Muon buckets in pieces of 1 KiB: one collective per matrix or two.
       {"Moe_W4_Ep2_Balanced_RankOrder_Pieces", moe, 4, 2, v1::BALANCED, "regression", "rank", 1, 1},
+      {"Dense_Tp2W4_Balanced_Ring_Pieces", TpMarked(dense, false), 4, 1, v1::BALANCED, "synthetic", "ring", 2, 1},
   };
 }
 

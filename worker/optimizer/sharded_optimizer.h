@@ -87,13 +87,20 @@
 // bit-identical to it (tests/worker/sharded_optimizer_pipeline_test.cc). The
 // first error of any lane or of the compute cancels the step and aborts the
 // rank's communicators (NOTE [Abort]), so no lane waits out its timeout.
-// StepStats then holds busy times (reduce/sync: time in those collectives,
+// StepStats holds busy times (reduce/sync: time in those collectives,
 // of the busiest lane; muon/adamw: compute), which overlap: each is at most
 // total_seconds, their sum may exceed it. Device backends run the sequential schedule, whose
 // collectives are stream-ordered already.
 // The unit of overlap is the bucket, and a Muon bucket may be cut into
 // pieces for it (NOTE [Step pieces] in internal/bucket_split.h): the
 // optimizer runs its view with the pieces as buckets, on both schedules.
+// With tp > 1 a bucket whose matrices are TP-split exchanges their shards
+// over the TP group while it is updated (NOTE [Tensor-parallel Muon]). The
+// updating thread takes those buckets in one order on every rank of the TP
+// group, the hand-off order (tp_order_): one reduced out of turn waits until
+// the buckets before it are updated, while other buckets are updated as they
+// come. Nothing waits in a cycle: reduces wait for gradients only, and every
+// rank of the TP group takes the same buckets in the same order.
 //
 // NOTE [Tensor-parallel Muon]
 // With tp > 1 a TP-split Muon matrix is held as one shard per TP rank
@@ -116,9 +123,11 @@
 // AllGather) carries every matrix of the bucket's TP shards, each rank
 // then orthogonalises the matrices it was given (batched per shard, so a
 // stack's experts go through one call), and one Scatter per NS rank
-// returns them: 2 x tp collectives per bucket, not per matrix. These collectives run in the Muon phase, so plans
-// with tp > 1 run the sequential schedule (on every rank: the schedules
-// order a group's collectives differently).
+// returns them: 2 x tp collectives per bucket, not per matrix. These
+// collectives run in the Muon phase, on the updating thread, bucket after
+// bucket in one order on every rank of the TP group: ascending bucket in the
+// sequential schedule; in the pipelined one the hand-off order, each such
+// bucket waiting until the ones before it are done (NOTE [Pipelined step]).
 //
 // NOTE [Gradient hand-off]
 // Step(grads) takes every gradient at once. A trainer can instead hand them
@@ -435,6 +444,9 @@ class ShardedOptimizer {
   // A lane's op: the bucket's reduce (or its sync), timed.
   absl::Status LaneCollective(const BucketKey& key, bool reduce);
   absl::Status UpdateBucket(const BucketKey& key);
+  // UpdateBucket on each, in order, each then marked updated for its sync.
+  absl::Status UpdateReduced(absl::Span<const BucketKey> keys);
+  void OrderTpBuckets();
   int Key(const BucketKey& key) const { return key.muon ? key.bucket : view_.muon_buckets_size() + key.bucket; }
   BucketKey KeyBucket(int key) const;
   int BucketCount() const { return view_.muon_buckets_size() + view_.adamw_buckets_size(); }
@@ -497,6 +509,7 @@ class ShardedOptimizer {
   std::vector<int> lane_of_group_;               // -1: no lane (group of one)
   std::vector<std::vector<BucketKey>> order_;    // per group: hand-off order
   std::vector<std::vector<int>> owned_in_muon_;  // per muon bucket: shards_ positions
+  std::vector<int> tp_order_;  // Muon buckets with TP batches, in update order
   // The open step (NOTE [Gradient hand-off]).
   bool in_step_ = false;
   std::vector<bool> handed_;     // per part

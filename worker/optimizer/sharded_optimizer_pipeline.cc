@@ -63,20 +63,14 @@ absl::Status ShardedOptimizer::InitPipeline() {
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     owned_in_muon_[layout_.owned[i].bucket].push_back(static_cast<int>(i));
   }
+  OrderTpBuckets();
   StepSchedule schedule = step_options_.schedule;
   if (schedule == StepSchedule::kAuto) {
-    // NOTE [Tensor-parallel Muon]: its TP collectives run in the compute
-    // path, which the pipeline orders by completion, not by one plan order.
-    // Decided by the plan, not by what this rank owns: every rank of a
+    // Decided by the backend, not by what this rank owns: every rank of a
     // group must run the same schedule (their collective orders differ).
-    schedule = host_memory() && TpSize() == 1 ? StepSchedule::kPipelined : StepSchedule::kSequential;
+    schedule = host_memory() ? StepSchedule::kPipelined : StepSchedule::kSequential;
   }
   if (schedule == StepSchedule::kSequential) return absl::OkStatus();
-  if (TpSize() > 1) {
-    return absl::InvalidArgumentError(
-        "the pipelined step schedule does not run tensor-parallel Muon (NOTE [Tensor-parallel Muon]): use the "
-        "sequential one");
-  }
   if (!host_memory()) {
     return absl::InvalidArgumentError(
         "the pipelined step schedule needs a host-memory kernel backend (device backends run the sequential one, "
@@ -89,6 +83,20 @@ absl::Status ShardedOptimizer::InitPipeline() {
   }
   pipeline_ = std::make_unique<StepPipeline>(lanes, [this](const absl::Status& reason) { AbortComms(reason); });
   return absl::OkStatus();
+}
+
+// NOTE [Pipelined step]: the Muon buckets that exchange TP shards, in one
+// order on every rank of a TP group. The ranks of a TP group hold the same
+// buckets (shards of the same tensors), so the hand-off order (descending
+// last tensor, then position) is the same on each of them.
+void ShardedOptimizer::OrderTpBuckets() {
+  std::vector<std::pair<int, int>> by_last;
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) {
+    if (!tp_batches_[b].empty()) by_last.push_back({-LastTensor(view_.muon_buckets(b).entries()), b});
+  }
+  std::sort(by_last.begin(), by_last.end());
+  tp_order_.clear();
+  for (const auto& [negated_last, bucket] : by_last) tp_order_.push_back(bucket);
 }
 
 void ShardedOptimizer::AbortComms(const absl::Status& reason) {
@@ -218,18 +226,27 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishPipelined() {
   const int keys = BucketCount();
   int updates = 0;
   for (int k = 0; k < keys; ++k) updates += Updates(KeyBucket(k)) ? 1 : 0;
-  for (int i = 0; i < updates; ++i) {
+  // Buckets with TP exchanges wait for their turn in tp_order_; the others
+  // are updated as soon as they are reduced.
+  std::vector<bool> tp_reduced(view_.muon_buckets_size(), false);
+  size_t next_tp = 0;
+  for (int done = 0; done < updates;) {
     absl::StatusOr<int> event = pipeline_->NextReady();
     if (!event.ok()) break;  // Finish() reports it
-    const BucketKey key = KeyBucket(*event - keys);
-    const auto start = std::chrono::steady_clock::now();
-    absl::Status s = UpdateBucket(key);
-    (key.muon ? muon_seconds_ : adamw_seconds_) += SecondsSince(start);
+    std::vector<BucketKey> now{KeyBucket(*event - keys)};
+    if (now[0].muon && !tp_batches_[now[0].bucket].empty()) {
+      tp_reduced[now[0].bucket] = true;
+      now.clear();
+      for (; next_tp < tp_order_.size() && tp_reduced[tp_order_[next_tp]]; ++next_tp) {
+        now.push_back({true, tp_order_[next_tp]});
+      }
+    }
+    absl::Status s = UpdateReduced(now);
     if (!s.ok()) {
       pipeline_->Fail(s);
       break;
     }
-    pipeline_->Set(Updated(*event - keys, keys), false);
+    done += static_cast<int>(now.size());
   }
   absl::Status s = pipeline_->Finish();
   in_step_ = false;
@@ -241,6 +258,17 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishPipelined() {
   stats.adamw_seconds = adamw_seconds_;
   stats.sync_seconds = BusiestLane(sync_ns_);
   return CloseStep(stats);
+}
+
+absl::Status ShardedOptimizer::UpdateReduced(absl::Span<const BucketKey> keys) {
+  for (const BucketKey& key : keys) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = UpdateBucket(key);
+    (key.muon ? muon_seconds_ : adamw_seconds_) += SecondsSince(start);
+    MUONSHARD_RETURN_IF_ERROR(s);
+    pipeline_->Set(Updated(Key(key), BucketCount()), false);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ShardedOptimizer::UpdateBucket(const BucketKey& key) {
