@@ -651,6 +651,7 @@ class Network:
     def submit(self, manifest, ep):
         out = run([os.path.join(self.bin, "muonshardctl"), "submit", "--coordinator", self.address, "--manifest",
                    manifest, "--world-size", str(self.ranks), "--ep", str(ep), "--policy", self.a.policy] +
+                  (["--tp", str(self.a.tp)] if self.a.tp > 1 else []) +
                   (["--comm-buffer-mb", str(self.a.comm_buffer_mb)] if self.a.comm_buffer_mb else []), timeout=60)
         m = re.search(r"^version\s+(\d+)", out, re.M)
         if not m:
@@ -876,14 +877,15 @@ def prepare_models(a, work):
             json.dump(cfg, f)
         full = os.path.join(work, key + ".full.json")
         with open(full, "w") as f:
-            f.write(run([os.path.join(a.bin, "muonshardctl"), "import-hf", path], timeout=120))
+            f.write(run([os.path.join(a.bin, "muonshardctl"), "import-hf", path] +
+                        (["--tp", str(a.tp)] if a.tp > 1 else []), timeout=120))
         manifest = os.path.join(work, key + ".manifest.json")
         with open(manifest, "w") as f:
             f.write(run([os.path.join(a.bin, "muonshard-scale-manifest"), "--manifest", full, "--divisor",
                          str(divisor), "--layers", str(layers)], timeout=120))
         models.append({"key": key, "manifest": manifest, "ep": ep, "divisor": divisor, "layers": layers,
-                       "label": "%s (/%d, %d layers, ep %d)" % (cfg["_name_or_path"].split("/")[-1], divisor,
-                                                                layers, ep)})
+                       "label": "%s (/%d, %d layers, ep %d%s)" % (cfg["_name_or_path"].split("/")[-1], divisor,
+                                                                  layers, ep, ", tp %d" % a.tp if a.tp > 1 else "")})
     return models
 
 
@@ -933,6 +935,8 @@ def parse_args(argv):
     p.add_argument("--no-loopback", dest="loopback", action="store_false")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--ep", type=int, default=2, help="expert-parallel degree of the MoE model (default 2)")
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor parallelism (Megatron's splits; the wire theory leaves the TP exchanges out)")
     p.add_argument("--moe-divisor", type=int, default=16)
     p.add_argument("--moe-layers", type=int, default=2)
     p.add_argument("--dense-divisor", type=int, default=16)
@@ -974,10 +978,10 @@ def parse_args(argv):
         p.error("--ranks must be in [2, 64]")
     if a.steps < 1 or a.warmup < 1 or not 1 <= a.repeats <= 20:
         p.error("--steps and --warmup must be >= 1, --repeats in [1, 20]")
-    if min(a.moe_divisor, a.moe_layers, a.dense_divisor, a.dense_layers, a.ep) < 1:
-        p.error("divisors, layers and --ep must be >= 1")
-    if a.ranks % a.ep:
-        p.error("--ep must divide --ranks")
+    if min(a.moe_divisor, a.moe_layers, a.dense_divisor, a.dense_layers, a.ep, a.tp) < 1:
+        p.error("divisors, layers, --ep and --tp must be >= 1")
+    if a.ranks % a.ep or a.ranks % a.tp:
+        p.error("--ep and --tp must divide --ranks")
     if a.comm_buffer_mb < 0:
         p.error("--comm-buffer-mb must be >= 0")
     if a.step_piece_kib < 0:

@@ -49,6 +49,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/in_process_communicator.h"
 #include "worker/comm/rendezvous_store.h"
+#include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/sharded_optimizer.h"
 #include "worker/workload/scaled_manifest.h"
 #include "worker/workload/synthetic_workload.h"
@@ -79,6 +80,7 @@ struct Flags {
   std::string backend = "both";
   std::string hf_config;
   int blas_threads = 0;  // 0: cores / ranks
+  std::string step_schedule = "auto";
   bool quick = false;
 };
 
@@ -187,7 +189,9 @@ absl::StatusOr<std::vector<StepStats>> RunRank(const v1::Plan& plan, int rank,
                                                const ShardedOptimizer::CommGroups& comms, const Flags& flags) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
   std::unique_ptr<kernels::KernelBackend> backend = kernels::CreateCpuKernelBackend();
-  MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, comms, backend.get(), {}));
+  StepOptions step;
+  MUONSHARD_ASSIGN_OR_RETURN(step.schedule, ParseStepSchedule(flags.step_schedule));
+  MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, comms, backend.get(), {}, step));
   const SyntheticWorkload workload;
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
   Communicator* sharding = ShardingComm(plan, rank, comms);
@@ -325,6 +329,7 @@ int main(int argc, char** argv) {
       "muonshard-bench-worker [--ranks 4] [--ep 2] [--tp 1 [--tp-muon distributed|duplicated]] [--policy seed]\n"
       "    [--divisor 16] [--layers 2]\n"
       "    [--steps 5] [--warmup 1] [--backend both|inprocess|gloo] [--blas-threads N]\n"
+      "    [--step-schedule auto|sequential|pipelined]\n"
       "    [--hf-config PATH] [--quick]");
   set.Int("ranks", &flags.ranks, "ranks (threads)");
   set.Int("ep", &flags.ep, "expert parallelism");
@@ -338,6 +343,7 @@ int main(int argc, char** argv) {
   set.String("backend", &flags.backend, "both | inprocess | gloo");
   set.String("hf-config", &flags.hf_config, "HF config.json to import instead of the embedded Qwen3-30B-A3B");
   set.Int("blas-threads", &flags.blas_threads, "OpenBLAS threads (0: cores / ranks)");
+  set.String("step-schedule", &flags.step_schedule, "auto (pipelined here) | sequential | pipelined");
   set.Bool("quick", &flags.quick, "tiny model, one step (smoke test)");
   absl::StatusOr<std::vector<std::string>> positional = set.Parse(muonshard::ArgsOf(argc, argv));
   if (set.help_requested()) {
