@@ -171,19 +171,23 @@ def test_matches_reference(coordinator, tmp_path, kind, world, ep, policy):
         assert r["state"]["muonshard"]["step"] == steps
 
 
-OVERLAP_CASES = [("dense", 2, 1, "balanced"), ("moe", 4, 2, "seed")]
+# (kind, world, ep, policy, step_piece_kib): the last with Muon buckets in
+# 1 KiB pieces (NOTE [Step pieces]).
+OVERLAP_CASES = [("dense", 2, 1, "balanced", 0), ("moe", 4, 2, "seed", 0), ("moe", 4, 2, "balanced", 1)]
 
 
-@pytest.mark.parametrize("kind,world,ep,policy", OVERLAP_CASES, ids=["-".join(map(str, c)) for c in OVERLAP_CASES])
+@pytest.mark.parametrize("kind,world,ep,policy,piece_kib", OVERLAP_CASES,
+                         ids=["-".join(map(str, c)) for c in OVERLAP_CASES])
 def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(coordinator, tmp_path, kind, world, ep,
-                                                                          policy):
+                                                                          policy, piece_kib):
     """overlap_backward: backward's hooks hand each gradient over as it is
     accumulated (begin_step / grad_ready), step() finishes; the result is the
-    reference's, as without hooks."""
+    reference's, as without hooks, also with the Muon buckets in pieces."""
     client, version = submit(coordinator, kind, world, ep, policy)
     steps = 3
-    results = run_ranks(coordinator, "job-overlap-%s-%d" % (kind, world), version, world, str(tmp_path), model=kind,
-                        ep=ep, steps=steps, seed=SEED, overlap=True)
+    results = run_ranks(coordinator, "job-overlap-%s-%d-%s-%d" % (kind, world, policy, piece_kib), version, world,
+                        str(tmp_path), model=kind, ep=ep, steps=steps, seed=SEED, overlap=True,
+                        step_piece_kib=piece_kib)
     ref = reference(client, version, kind, world, ep)
     reference_steps(ref, kind, world, ep, range(steps))
     check_against_reference(results, ref, kind, ep)
