@@ -62,6 +62,39 @@ bool Holds(const v1::BucketEntry& e, const v1::OwnedTensor& o) {
   return e.element_begin() == o.matrix_begin() * (o.numel() / matrices);
 }
 
+// Appends `bucket` to out's Muon buckets, as it is when it fits, else in
+// pieces numbered from *next_id.
+void AppendPieces(const v1::MuonBucket& bucket, int64_t element_bytes, int64_t max_bytes, int* next_id,
+                  v1::RankView* out) {
+  const std::vector<int> starts = PieceStarts(bucket, element_bytes, max_bytes);
+  if (starts.size() == 1) {
+    *out->add_muon_buckets() = bucket;
+    return;
+  }
+  for (size_t p = 0; p < starts.size(); ++p) {
+    const int last = p + 1 < starts.size() ? starts[p + 1] : bucket.entries_size();
+    const int64_t begin = p == 0 ? 0 : bucket.entries(starts[p]).offset();
+    const int64_t end = last < bucket.entries_size() ? bucket.entries(last).offset() : bucket.numel();
+    *out->add_muon_buckets() = Piece(bucket, (*next_id)++, starts[p], last, begin, end);
+  }
+}
+
+// Points an owned tensor of a cut bucket at the piece holding its entry,
+// one of buckets [first, end).
+absl::Status RenameOwned(const google::protobuf::RepeatedPtrField<v1::MuonBucket>& buckets, int first, int end,
+                         v1::OwnedTensor* o) {
+  for (int k = first; k < end; ++k) {
+    for (const v1::BucketEntry& e : buckets[k].entries()) {
+      if (!Holds(e, *o)) continue;
+      o->set_bucket(buckets[k].id());
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("owned tensor ", o->tensor(), " \"", o->name(), "\": matrices [",
+                                                 o->matrix_begin(), ", ", o->matrix_end(),
+                                                 ") match no entry of muon bucket ", o->bucket()));
+}
+
 }  // namespace
 
 absl::StatusOr<v1::RankView> SplitMuonBuckets(const v1::RankView& view, int64_t max_bytes) {
@@ -73,45 +106,18 @@ absl::StatusOr<v1::RankView> SplitMuonBuckets(const v1::RankView& view, int64_t 
   for (const v1::MuonBucket& b : view.muon_buckets()) next_id = std::max(next_id, b.id() + 1);
   v1::RankView out = view;
   out.clear_muon_buckets();
-  // Per original bucket id: the pieces that replaced it.
-  absl::flat_hash_map<int, std::vector<const v1::MuonBucket*>> pieces_of;
-  std::vector<std::pair<int, int>> ranges;  // positions in out.muon_buckets per original
+  // Per bucket id: what replaced it, positions [first, end) in out.
+  absl::flat_hash_map<int, std::pair<int, int>> pieces_of;
   for (const v1::MuonBucket& b : view.muon_buckets()) {
     MUONSHARD_RETURN_IF_ERROR(CheckEntries(b));
-    const std::vector<int> starts = PieceStarts(b, element_bytes, max_bytes);
     const int first = out.muon_buckets_size();
-    if (starts.size() == 1) {
-      *out.add_muon_buckets() = b;
-    } else {
-      for (size_t p = 0; p < starts.size(); ++p) {
-        const int last = p + 1 < starts.size() ? starts[p + 1] : b.entries_size();
-        const int64_t begin = p == 0 ? 0 : b.entries(starts[p]).offset();
-        const int64_t end = last < b.entries_size() ? b.entries(last).offset() : b.numel();
-        *out.add_muon_buckets() = Piece(b, next_id++, starts[p], last, begin, end);
-      }
-    }
-    ranges.push_back({b.id(), first});
-  }
-  for (size_t i = 0; i < ranges.size(); ++i) {
-    const int end = i + 1 < ranges.size() ? ranges[i + 1].second : out.muon_buckets_size();
-    for (int k = ranges[i].second; k < end; ++k) pieces_of[ranges[i].first].push_back(&out.muon_buckets(k));
+    AppendPieces(b, element_bytes, max_bytes, &next_id, &out);
+    pieces_of[b.id()] = {first, out.muon_buckets_size()};
   }
   for (v1::OwnedTensor& o : *out.mutable_rank()->mutable_owned()) {
     auto it = pieces_of.find(o.bucket());
     if (it == pieces_of.end()) continue;  // BuildViewLayout names it
-    bool found = false;
-    for (const v1::MuonBucket* piece : it->second) {
-      for (const v1::BucketEntry& e : piece->entries()) found = found || Holds(e, o);
-      if (found) {
-        o.set_bucket(piece->id());
-        break;
-      }
-    }
-    if (!found) {
-      return absl::InvalidArgumentError(absl::StrCat("owned tensor ", o.tensor(), " \"", o.name(), "\": matrices [",
-                                                     o.matrix_begin(), ", ", o.matrix_end(),
-                                                     ") match no entry of muon bucket ", o.bucket()));
-    }
+    MUONSHARD_RETURN_IF_ERROR(RenameOwned(out.muon_buckets(), it->second.first, it->second.second, &o));
   }
   return out;
 }
