@@ -444,6 +444,16 @@ class ShardedOptimizer {
   // A lane's op: the bucket's reduce (or its sync), timed.
   absl::Status LaneCollective(const BucketKey& key, bool reduce);
   absl::Status UpdateBucket(const BucketKey& key);
+  // The updating thread's part of a pipelined step: every bucket this rank
+  // updates, as it is reduced, until all are done or the step failed.
+  void UpdateAsReduced();
+  // The TP buckets reduced so far and the next one's position in tp_order_.
+  struct TpTurns {
+    std::vector<bool> reduced;  // per muon bucket
+    size_t next = 0;
+  };
+  // The buckets to update now that `reduced` is (NOTE [Pipelined step]).
+  std::vector<BucketKey> InTurn(const BucketKey& reduced, TpTurns* turns) const;
   // UpdateBucket on each, in order, each then marked updated for its sync.
   absl::Status UpdateReduced(absl::Span<const BucketKey> keys);
   void OrderTpBuckets();

@@ -223,31 +223,7 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishStep() {
 }
 
 absl::StatusOr<StepStats> ShardedOptimizer::FinishPipelined() {
-  const int keys = BucketCount();
-  int updates = 0;
-  for (int k = 0; k < keys; ++k) updates += Updates(KeyBucket(k)) ? 1 : 0;
-  // Buckets with TP exchanges wait for their turn in tp_order_; the others
-  // are updated as soon as they are reduced.
-  std::vector<bool> tp_reduced(view_.muon_buckets_size(), false);
-  size_t next_tp = 0;
-  for (int done = 0; done < updates;) {
-    absl::StatusOr<int> event = pipeline_->NextReady();
-    if (!event.ok()) break;  // Finish() reports it
-    std::vector<BucketKey> now{KeyBucket(*event - keys)};
-    if (now[0].muon && !tp_batches_[now[0].bucket].empty()) {
-      tp_reduced[now[0].bucket] = true;
-      now.clear();
-      for (; next_tp < tp_order_.size() && tp_reduced[tp_order_[next_tp]]; ++next_tp) {
-        now.push_back({true, tp_order_[next_tp]});
-      }
-    }
-    absl::Status s = UpdateReduced(now);
-    if (!s.ok()) {
-      pipeline_->Fail(s);
-      break;
-    }
-    done += static_cast<int>(now.size());
-  }
+  UpdateAsReduced();
   absl::Status s = pipeline_->Finish();
   in_step_ = false;
   if (!s.ok()) return Broken(s);
@@ -258,6 +234,36 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishPipelined() {
   stats.adamw_seconds = adamw_seconds_;
   stats.sync_seconds = BusiestLane(sync_ns_);
   return CloseStep(stats);
+}
+
+void ShardedOptimizer::UpdateAsReduced() {
+  const int keys = BucketCount();
+  int updates = 0;
+  for (int k = 0; k < keys; ++k) updates += Updates(KeyBucket(k)) ? 1 : 0;
+  TpTurns turns{std::vector<bool>(view_.muon_buckets_size(), false), 0};
+  for (int done = 0; done < updates;) {
+    absl::StatusOr<int> event = pipeline_->NextReady();
+    if (!event.ok()) return;  // Finish() reports it
+    const std::vector<BucketKey> now = InTurn(KeyBucket(*event - keys), &turns);
+    absl::Status s = UpdateReduced(now);
+    if (!s.ok()) {
+      pipeline_->Fail(s);
+      return;
+    }
+    done += static_cast<int>(now.size());
+  }
+}
+
+// A bucket with TP exchanges waits for its turn in tp_order_; the others
+// are updated as soon as they are reduced.
+std::vector<ShardedOptimizer::BucketKey> ShardedOptimizer::InTurn(const BucketKey& reduced, TpTurns* turns) const {
+  if (!reduced.muon || tp_batches_[reduced.bucket].empty()) return {reduced};
+  turns->reduced[reduced.bucket] = true;
+  std::vector<BucketKey> now;
+  for (; turns->next < tp_order_.size() && turns->reduced[tp_order_[turns->next]]; ++turns->next) {
+    now.push_back({true, tp_order_[turns->next]});
+  }
+  return now;
 }
 
 absl::Status ShardedOptimizer::UpdateReduced(absl::Span<const BucketKey> keys) {
