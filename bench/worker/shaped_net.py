@@ -531,6 +531,11 @@ def tree_children(me, n):
     return children
 
 
+def grad_bytes(plan):
+    """Bytes per element of the plan's gradient buffers (policy.grad_dtype, FP32 unless set)."""
+    return DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
+
+
 def muon_pieces(bucket, grad_elem, max_bytes):
     """The buffer lengths of a Muon bucket's step pieces (NOTE [Step pieces] in
     worker/optimizer/internal/bucket_split.h: whole entries while their
@@ -561,7 +566,7 @@ def wire_theory(plan, piece_bytes=0):
         t = sum(1 for j, c in enumerate(counts) if j != skip and c > 0)
         return b, t
 
-    grad_elem = DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
+    grad_elem = grad_bytes(plan)
     for b in plan.get("muon_buckets", []):
         ranks = groups[b["group"]]
         n = len(ranks)
@@ -907,7 +912,7 @@ def run_network(kind, a, work, models, modes, results, failures):
                 finally:
                     job.stop()
                 rows = per_rank(before, after, final, wire, plan, mode, a.steps, a.piece_bytes)
-                grad_elem = DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
+                grad_elem = grad_bytes(plan)
                 pieces = sum(len(muon_pieces(b, grad_elem, a.piece_bytes)) for b in plan.get("muon_buckets", []))
                 title = "%s, %s network, mode %s%s%s (plan: %d Muon buckets in %d pieces + %d AdamW buckets):" % (
                     model["label"], kind, mode, "" if a.mode_flags[mode] else " (today's step: no flag)",

@@ -546,6 +546,10 @@ bool ExcludeMatcher::Matches(absl::string_view name) const {
   return regex_ != nullptr && RE2::PartialMatch(re2::StringPiece(name.data(), name.size()), *regex_);
 }
 
+v1::DType GradDType(const v1::PlanPolicy& policy) {
+  return policy.grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : policy.grad_dtype();
+}
+
 int DTypeSize(v1::DType dtype) {
   switch (dtype) {
     case v1::BF16:

@@ -18,6 +18,8 @@ namespace muonshard::planner {
 
 // Bytes per element of a dtype; 0 for an unknown one.
 int DTypeSize(v1::DType dtype);
+// The gradient buffers' dtype of a plan's policy: grad_dtype, FP32 unless set.
+v1::DType GradDType(const v1::PlanPolicy& policy);
 // The name Paddle sorts dtypes by (`str(dtype)` order: bf16 < fp16 < fp32).
 const char* DTypeName(v1::DType dtype);
 

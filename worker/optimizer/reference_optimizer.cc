@@ -37,7 +37,7 @@ absl::StatusOr<std::unique_ptr<ReferenceOptimizer>> ReferenceOptimizer::Create(c
 }
 
 absl::Status ReferenceOptimizer::Init() {
-  grad_dtype_ = plan_.policy().grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : plan_.policy().grad_dtype();
+  grad_dtype_ = planner::GradDType(plan_.policy());
   if (planner::DTypeSize(grad_dtype_) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("plan: unknown policy.grad_dtype ", grad_dtype_));
   }

@@ -35,9 +35,9 @@ absl::StatusOr<v1::RankView> ViewInPieces(const v1::RankView& view, const StepOp
 
 }  // namespace
 
-ShardedOptimizer::ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend,
-                                   const OptimizerConfig& config, const StepOptions& step)
-    : view_(view), backend_(backend), config_(config), step_options_(step) {}
+ShardedOptimizer::ShardedOptimizer(v1::RankView view, kernels::KernelBackend* backend, const OptimizerConfig& config,
+                                   const StepOptions& step)
+    : view_(std::move(view)), backend_(backend), config_(config), step_options_(step) {}
 
 ShardedOptimizer::~ShardedOptimizer() {
   // A step left open: its lanes may wait in collectives; end them first.
@@ -55,14 +55,14 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
                                                                            const StepOptions& step) {
   if (backend == nullptr) return absl::InvalidArgumentError("ShardedOptimizer: null kernel backend");
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
-  MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView pieces, ViewInPieces(view, step));
-  auto optimizer = absl::WrapUnique(new ShardedOptimizer(pieces, backend, config, step));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::RankView pieces, ViewInPieces(view, step));
+  auto optimizer = absl::WrapUnique(new ShardedOptimizer(std::move(pieces), backend, config, step));
   MUONSHARD_RETURN_IF_ERROR(optimizer->Init(comms));
   return optimizer;
 }
 
 absl::Status ShardedOptimizer::Init(const CommGroups& comms) {
-  grad_dtype_ = view_.policy().grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : view_.policy().grad_dtype();
+  grad_dtype_ = planner::GradDType(view_.policy());
   if (planner::DTypeSize(grad_dtype_) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("rank view: unknown policy.grad_dtype ", grad_dtype_));
   }

@@ -357,7 +357,7 @@ class ShardedOptimizer {
     int bucket = 0;
   };
 
-  ShardedOptimizer(const v1::RankView& view, kernels::KernelBackend* backend, const OptimizerConfig& config,
+  ShardedOptimizer(v1::RankView view, kernels::KernelBackend* backend, const OptimizerConfig& config,
                    const StepOptions& step);
 
   absl::Status Init(const CommGroups& comms);

@@ -99,9 +99,7 @@ absl::Status RenameOwned(const google::protobuf::RepeatedPtrField<v1::MuonBucket
 
 absl::StatusOr<v1::RankView> SplitMuonBuckets(const v1::RankView& view, int64_t max_bytes) {
   if (max_bytes <= 0) return view;
-  const v1::DType grad_dtype =
-      view.policy().grad_dtype() == v1::DTYPE_UNSPECIFIED ? v1::FP32 : view.policy().grad_dtype();
-  const int64_t element_bytes = std::max<int64_t>(1, planner::DTypeSize(grad_dtype));
+  const int64_t element_bytes = std::max<int64_t>(1, planner::DTypeSize(planner::GradDType(view.policy())));
   int next_id = 0;
   for (const v1::MuonBucket& b : view.muon_buckets()) next_id = std::max(next_id, b.id() + 1);
   v1::RankView out = view;
