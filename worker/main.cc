@@ -80,6 +80,10 @@ struct Flags {
     f.Int("step-piece-kib", &o.step_piece_kib,
           "Muon buckets cut into pieces of at most this many KiB of gradients, each reduced, orthogonalised and "
           "broadcast on its own so they overlap; 0 (default): the plan's buckets. The same on every rank");
+    f.String("step-trace-dir", &o.step_trace_dir,
+             "record when each bucket's reduce, update and sync ran, and write the last --step-trace-steps steps "
+             "to DIR/step-trace-rank<R>.json (Chrome trace events: chrome://tracing, Perfetto) after training");
+    f.Int("step-trace-steps", &o.step_trace_steps, "steps kept for --step-trace-dir (the last ones; default 10)");
     f.String("step-phases", &o.step_phases,
              "benchmarks only: all | comm (collectives, no updates) | compute (updates, no collectives)");
     f.String("ns-precision", &o.ns_precision,

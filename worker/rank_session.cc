@@ -63,6 +63,11 @@ absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("flag --step-piece-kib: ", options.step_piece_kib, " is not >= 0"));
   }
   step.muon_piece_bytes = options.step_piece_kib * int64_t{1024};
+  if (options.step_trace_steps < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --step-trace-steps: ", options.step_trace_steps, " is not >= 1"));
+  }
+  step.trace = !options.step_trace_dir.empty();
   return step;
 }
 

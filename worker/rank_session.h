@@ -124,6 +124,11 @@ struct RankSessionOptions {
   // pieces of at most this many KiB of gradients; 0: the plan's buckets.
   // The same on every rank of a job.
   int step_piece_kib = 0;
+  // NOTE [Step trace] (optimizer/step_stats.h): non-empty: each step's
+  // spans are recorded, and the worker writes the last step_trace_steps
+  // steps to <dir>/step-trace-rank<R>.json after training.
+  std::string step_trace_dir;
+  int step_trace_steps = 10;
 
   // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
   // picks a free port, negative disables the endpoint.

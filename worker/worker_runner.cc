@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
+#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <utility>
@@ -10,9 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/reader.h"
+#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "worker/internal/runner_util.h"
 #include "worker/optimizer/sharded_optimizer.h"
+#include "worker/optimizer/step_trace.h"
 #include "worker/param_dump.h"
 #include "worker/rank_session.h"
 #include "worker/workload/workload_driver.h"
@@ -36,6 +40,7 @@ class WorkerRun {
       MUONSHARD_ASSIGN_OR_RETURN(const int64_t from, Recover(std::move(trained)));
       trained = Train(from);
     }
+    MUONSHARD_RETURN_IF_ERROR(WriteStepTrace());
     MUONSHARD_RETURN_IF_ERROR(Dump());
     MUONSHARD_RETURN_IF_ERROR(session_->Finish());
     if (!options_.dump_params.empty() && rank() == 0) MUONSHARD_RETURN_IF_ERROR(MergeDump());
@@ -78,6 +83,7 @@ class WorkerRun {
         Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
                       << "\n";
       }
+      KeepTrace(step + 1, std::move(r->stats));
       absl::Status saved = MaybeSave(step + 1);
       if (saved.ok()) saved = session_->RefreshBuddyCopies(step + 1);
       if (!saved.ok()) {
@@ -194,6 +200,28 @@ class WorkerRun {
   }
 
   // Part files, then (after RankSession::Finish's barrier) rank 0's merge.
+  // NOTE [Step trace]: the last step_trace_steps traced steps.
+  void KeepTrace(int64_t step, StepStats stats) {
+    if (options_.step_trace_dir.empty()) return;
+    traced_.push_back({step, std::move(stats)});
+    while (static_cast<int>(traced_.size()) > options_.step_trace_steps) traced_.pop_front();
+  }
+
+  absl::Status WriteStepTrace() {
+    if (options_.step_trace_dir.empty()) return absl::OkStatus();
+    std::error_code error;
+    std::filesystem::create_directories(options_.step_trace_dir, error);
+    if (error) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--step-trace-dir ", options_.step_trace_dir, ": ", error.message()));
+    }
+    const std::string path = absl::StrCat(options_.step_trace_dir, "/step-trace-rank", rank(), ".json");
+    const std::vector<TracedStep> steps(traced_.begin(), traced_.end());
+    MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(path, StepTraceJson(rank(), steps)));
+    Log(options_) << Prefix() << "step trace of " << steps.size() << " step(s): " << path << "\n";
+    return absl::OkStatus();
+  }
+
   absl::Status Dump() {
     if (options_.dump_params.empty()) return absl::OkStatus();
     MUONSHARD_ASSIGN_OR_RETURN(const auto masters, optimizer().GatherMasters());
@@ -249,6 +277,7 @@ class WorkerRun {
   std::unique_ptr<RankSession> session_;
   std::unique_ptr<Workload> workload_;
   int restarts_ = 0;
+  std::deque<TracedStep> traced_;  // NOTE [Step trace]
   absl::Time step_started_ = absl::Now();  // of the step being run
   absl::Time failed_at_ = absl::Now();     // when it failed
 };

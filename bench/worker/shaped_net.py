@@ -74,7 +74,13 @@ Usage: sudo /usr/bin/python3 bench/worker/shaped_net.py [--rate 2gbit] [--delay 
            [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback]
            [--steps 10] [--warmup 2] [--repeats 1] [--ranks 4] [--policy seed] [--comm-buffer-mb MB]
            [--step-piece-kib K]
-           [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep]
+           [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep] [--trace]
+
+--trace: the workers record every timed step's spans (NOTE [Step trace] in
+worker/optimizer/step_stats.h); per job the script prints, per rank, the
+medians of the step, the time some collective ran (union over the lanes),
+the updates' time and how much of it ran while a collective did (the
+overlap), and merges the ranks' files into <scratch>/<job>.trace.json.
 """
 
 import argparse
@@ -88,6 +94,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import statistics
 import time
 import urllib.request
 
@@ -693,10 +700,18 @@ class Job:
                     "--plan-version", str(version), "--rank", str(r), "--workload", "synthetic", "--steps",
                     str(self.total_steps), "--hostname", net.host(r), "--metrics-host", net.host(r),
                     "--metrics-port", "0", "--port-file", port_file, "--linger", str(a.linger),
-                    "--log-every", "1000000"] + flags + a.worker_arg
+                    "--log-every", "1000000"] + flags + a.worker_arg + self.trace_flags()
             self.workers.append(Proc("rank %d" % r, argv, os.path.join(net.work, "%s.w%d.log" % (self.name, r)),
                                      ns=net.ns(r)))
             self.workers[-1].port_file = port_file
+
+    def trace_dir(self):
+        return os.path.join(self.net.work, self.name + ".trace")
+
+    def trace_flags(self):
+        if not self.net.a.trace:
+            return []
+        return ["--step-trace-dir", self.trace_dir(), "--step-trace-steps", str(self.net.a.steps)]
 
     def check(self):
         for w in self.workers:
@@ -862,12 +877,70 @@ def print_job(title, rows, shaped):
         (abs(pct(x["sent"], x["theory"])) for x in rows if x["theory"]), default=float("nan"))}
 
 
+def union_length(intervals):
+    """Total length covered by [start, end) intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
+def overlap_length(a, b):
+    """Length of (union of a) intersected with (union of b)."""
+    return union_length(a) + union_length(b) - union_length(a + b)
+
+
+def trace_rows(events):
+    """Per traced step of one rank: (step ms, collectives' union ms, updates ms, updates under a collective ms)."""
+    by_step = {}
+    for e in events:
+        if e.get("ph") == "X":
+            by_step.setdefault(e["args"]["step"], []).append(e)
+    rows = []
+    for step, evs in sorted(by_step.items()):
+        span = lambda e: (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+        total = sum(e["dur"] for e in evs if e["cat"] == "step") / 1e3
+        comm = [span(e) for e in evs if e["cat"] in ("reduce", "sync")]
+        upd = [span(e) for e in evs if e["cat"] == "update"]
+        rows.append((total, union_length(comm), union_length(upd), overlap_length(comm, upd)))
+    return rows
+
+
+def print_trace(job, ranks):
+    """NOTE [Step trace]: per rank the medians over the timed steps, and one merged trace file."""
+    merged = []
+    print("  step trace (medians over the timed steps): step ms | collectives busy ms (any lane) | updates ms | "
+          "updates while a collective runs")
+    for r in range(ranks):
+        path = os.path.join(job.trace_dir(), "step-trace-rank%d.json" % r)
+        try:
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+        except (OSError, ValueError, KeyError) as e:
+            print("  rank %d: no step trace (%s)" % (r, e))
+            continue
+        merged.extend(events)
+        rows = trace_rows(events)
+        if not rows:
+            continue
+        med = [statistics.median(x[i] for x in rows) for i in range(4)]
+        print("  rank %d: %7.1f | %7.1f | %7.1f | %7.1f ms (%.0f %%)" % (
+            r, med[0], med[1], med[2], med[3], 100 * med[3] / med[2] if med[2] else 0))
+    out = os.path.join(job.net.work, job.name + ".trace.json")
+    with open(out, "w") as f:
+        json.dump({"displayTimeUnit": "ms", "traceEvents": merged}, f)
+    print("  trace of every rank: %s" % out)
+
+
 # --------------------------------------------------------------------------- main
 
 def worker_flags_supported(bin_dir):
     p = run([os.path.join(bin_dir, "muonshard-worker"), "--help"], check=False, timeout=30)
     text = (p.stdout or "") + (p.stderr or "")
-    return "--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text
+    return ("--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text,
+            "--step-trace-dir" in text)
 
 
 def prepare_models(a, work):
@@ -919,6 +992,8 @@ def run_network(kind, a, work, models, modes, results, failures):
                     ", repeat %d of %d" % (rep + 1, a.repeats) if a.repeats > 1 else "",
                     len(plan.get("muon_buckets", [])), pieces, len(plan.get("adamw_buckets", [])))
                 results.setdefault((model["key"], kind, mode), []).append(print_job(title, rows, kind == "shaped"))
+                if a.trace:
+                    print_trace(job, a.ranks)
                 sys.stdout.flush()
     finally:
         net.close()
@@ -966,6 +1041,9 @@ def parse_args(argv):
                    help="set the network up, run the rate check, tear it down (no workers)")
     p.add_argument("--build", default=os.environ.get("BUILD_DIR", "build"), help="build directory (default build)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, plans)")
+    p.add_argument("--trace", action="store_true",
+                   help="the workers' --step-trace-dir over the timed steps: per job an overlap table and "
+                        "<scratch>/<job>.trace.json (all ranks; chrome://tracing, Perfetto; --keep keeps it)")
     a = p.parse_args(argv)
     try:
         a.rate_bps = parse_rate(a.rate)
@@ -1014,7 +1092,9 @@ def preflight(a):
             raise CannotRun("missing %s: ninja -C %s muonshard-coordinator muonshardctl muonshard-worker "
                             "muonshard-scale-manifest" % (os.path.join(a.bin, b), os.path.relpath(
                                 os.path.dirname(a.bin), ROOT)))
-    schedule, phases, pieces = worker_flags_supported(a.bin)
+    schedule, phases, pieces, traces = worker_flags_supported(a.bin)
+    if a.trace and not traces:
+        raise CannotRun("this muonshard-worker has no --step-trace-dir: run without --trace")
     if not pieces and a.step_piece_kib != 0:
         raise CannotRun("this muonshard-worker has no --step-piece-kib (its step runs the plan's buckets): "
                         "pass --step-piece-kib 0")

@@ -21,6 +21,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -30,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
+#include "common/ordered_json.h"
 #include "coordinator/importer/tp_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -265,6 +267,30 @@ void ExpectMetricsMatchPlan(const std::string& text, const v1::RankPlan& plan) {
   }
 }
 
+// NOTE [Step trace]: --step-trace-steps 2 kept the last two of kSteps, each
+// with reduce, update and sync spans.
+void ExpectStepTrace(const std::string& path, int rank) {
+  SCOPED_TRACE(path);
+  absl::StatusOr<JsonValue> doc = ParseJson(ReadFileOrEmpty(path));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  const JsonValue* events = doc->Find("traceEvents");
+  ASSERT_NE(events, nullptr);
+  std::vector<int64_t> steps;
+  std::map<std::string, int> spans;
+  for (const JsonValue& e : events->elements()) {
+    EXPECT_EQ(e.Find("pid")->AsInt64(), rank);
+    const JsonValue* category = e.Find("cat");
+    if (category == nullptr) continue;  // metadata
+    if (category->text() == "step") {
+      steps.push_back(e.Find("args")->Find("step")->AsInt64().value_or(-1));
+    } else {
+      ++spans[category->text()];
+    }
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{kSteps - 1, kSteps}));
+  for (const char* kind : {"reduce", "update", "sync"}) EXPECT_GE(spans[kind], 2) << kind;
+}
+
 TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
   const Case& c = GetParam();
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy, c.tp));
@@ -276,7 +302,9 @@ TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
     for (const std::string& a : {std::string("--reduce-order"), c.reduce_order, std::string("--rank"), absl::StrCat(r),
                                  std::string("--port-file"), dir_.Join(absl::StrCat("w", r, ".port")),
                                  std::string("--dump-params"), dump, std::string("--linger"), std::string("120"),
-                                 std::string("--step-piece-kib"), absl::StrCat(c.piece_kib)}) {
+                                 std::string("--step-piece-kib"), absl::StrCat(c.piece_kib),
+                                 std::string("--step-trace-dir"), dir_.Join("trace"), std::string("--step-trace-steps"),
+                                 std::string("2")}) {
       args.push_back(a);
     }
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("w", r)));
@@ -293,6 +321,7 @@ TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(int code, workers[r].WaitForExit(kRunBound));
     EXPECT_EQ(code, 0) << "rank " << r << ":\n" << workers[r].Err();
   }
+  for (int r = 0; r < c.world; ++r) ExpectStepTrace(dir_.Join(absl::StrCat("trace/step-trace-rank", r, ".json")), r);
   std::vector<std::string> ref = WorkerArgs("", version, c.workload);
   ref.insert(ref.end(), {"--reference", "--dump-params", dir_.Join("reference.safetensors")});
   MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult reference, RunCommand(ref, dir_.path(), kRunBound));

@@ -451,6 +451,15 @@ TEST(WorkerOptionsTest, StepPieceKib_ZeroOrMore) {
   EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-piece-kib: -1")));
 }
 
+TEST(WorkerOptionsTest, StepTraceSteps_OneOrMore) {
+  WorkerOptions o;
+  o.job = "j";
+  o.step_trace_dir = "/tmp/trace";
+  MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
+  o.step_trace_steps = 0;
+  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-trace-steps: 0")));
+}
+
 TEST(WorkerOptionsTest, NsPrecision_MapsOntoTheOptimizerConfig) {
   WorkerOptions o;
   o.job = "j";

@@ -77,6 +77,9 @@ struct StepOptions {
   int64_t muon_piece_bytes = 0;
   StepSchedule schedule = StepSchedule::kAuto;
   StepPhases phases = StepPhases::kAll;
+  // Record each step's spans in StepStats::spans (NOTE [Step trace] in
+  // step_stats.h).
+  bool trace = false;
 };
 
 // Parses "auto", "sequential", "pipelined" / "all", "comm", "compute"

@@ -160,6 +160,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "checkpoint/state.h"
 #include "kernels/kernel_backend.h"
@@ -433,6 +435,9 @@ class ShardedOptimizer {
   // issue them.
   absl::Status ReduceBucket(Communicator& comm, const BucketKey& key);
   absl::Status SyncBucket(Communicator& comm, const BucketKey& key);
+  // The group's Muon buckets, then its AdamW buckets, by index: the
+  // sequential schedule's collective order within a group.
+  std::vector<BucketKey> GroupBuckets(int group) const;
 
   // Hand-off and the pipelined schedule (sharded_optimizer_pipeline.cc).
   absl::Status CheckHandOff(int tensor, const internal::PartLayout** part) const;
@@ -443,6 +448,9 @@ class ShardedOptimizer {
   void PostLaneOps();
   // A lane's op: the bucket's reduce (or its sync), timed.
   absl::Status LaneCollective(const BucketKey& key, bool reduce);
+  // Runs `work`, a bucket's part of the step, and with StepOptions::trace
+  // records it as a span (NOTE [Step trace]).
+  absl::Status Traced(StepSpan::Kind kind, const BucketKey& key, int lane, absl::FunctionRef<absl::Status()> work);
   absl::Status UpdateBucket(const BucketKey& key);
   // The updating thread's part of a pipelined step: every bucket this rank
   // updates, as it is reduced, until all are done or the step failed.
@@ -532,6 +540,12 @@ class ShardedOptimizer {
   std::vector<int64_t> sync_ns_;
   double muon_seconds_ = 0;
   double adamw_seconds_ = 0;
+  // NOTE [Step trace]: on while a traced step runs; the spans are added by
+  // the lanes and the updating thread.
+  bool tracing_ = false;
+  absl::Time step_started_wall_;
+  absl::Mutex spans_mu_;
+  std::vector<StepSpan> spans_ ABSL_GUARDED_BY(spans_mu_);
 };
 
 }  // namespace muonshard::worker

@@ -117,6 +117,8 @@ absl::Status ShardedOptimizer::BeginStep() {
   }
   step_comm_before_ = CommSnapshot();
   step_start_ = std::chrono::steady_clock::now();
+  step_started_wall_ = absl::Now();
+  tracing_ = step_options_.trace;
   reduce_ns_.assign(pipeline_ == nullptr ? 0 : pipeline_->lanes(), 0);
   sync_ns_.assign(reduce_ns_.size(), 0);
   muon_seconds_ = 0;
@@ -151,8 +153,21 @@ void ShardedOptimizer::PostLaneOps() {
 absl::Status ShardedOptimizer::LaneCollective(const BucketKey& key, bool reduce) {
   const auto start = std::chrono::steady_clock::now();
   Communicator& comm = *groups_[GroupOf(key)].comm;
-  absl::Status s = reduce ? ReduceBucket(comm, key) : SyncBucket(comm, key);
-  (reduce ? reduce_ns_ : sync_ns_)[lane_of_group_[GroupOf(key)]] += NanosSince(start);
+  const int lane = lane_of_group_[GroupOf(key)];
+  absl::Status s = Traced(reduce ? StepSpan::Kind::kReduce : StepSpan::Kind::kSync, key, lane,
+                          [&] { return reduce ? ReduceBucket(comm, key) : SyncBucket(comm, key); });
+  (reduce ? reduce_ns_ : sync_ns_)[lane] += NanosSince(start);
+  return s;
+}
+
+absl::Status ShardedOptimizer::Traced(StepSpan::Kind kind, const BucketKey& key, int lane,
+                                      absl::FunctionRef<absl::Status()> work) {
+  if (!tracing_) return work();
+  const int64_t start = NanosSince(step_start_);
+  absl::Status s = work();
+  const StepSpan span{kind, key.muon, key.bucket, lane, start, NanosSince(step_start_)};
+  absl::MutexLock lock(&spans_mu_);
+  spans_.push_back(span);
   return s;
 }
 
@@ -269,7 +284,7 @@ std::vector<ShardedOptimizer::BucketKey> ShardedOptimizer::InTurn(const BucketKe
 absl::Status ShardedOptimizer::UpdateReduced(absl::Span<const BucketKey> keys) {
   for (const BucketKey& key : keys) {
     const auto start = std::chrono::steady_clock::now();
-    absl::Status s = UpdateBucket(key);
+    absl::Status s = Traced(StepSpan::Kind::kUpdate, key, StepSpan::kCallerThread, [&] { return UpdateBucket(key); });
     (key.muon ? muon_seconds_ : adamw_seconds_) += SecondsSince(start);
     MUONSHARD_RETURN_IF_ERROR(s);
     pipeline_->Set(Updated(Key(key), BucketCount()), false);
@@ -291,6 +306,13 @@ StepStats ShardedOptimizer::CloseStep(StepStats stats) {
   stats.comm.param_all_gather = after.param_all_gather - step_comm_before_.param_all_gather;
   stats.comm.tp = after.tp - step_comm_before_.tp;
   stats.comm.collectives = after.collectives - step_comm_before_.collectives;
+  if (tracing_) {
+    tracing_ = false;
+    stats.started = step_started_wall_;
+    absl::MutexLock lock(&spans_mu_);
+    stats.spans.swap(spans_);
+    spans_.clear();
+  }
   ++steps_;
   return stats;
 }

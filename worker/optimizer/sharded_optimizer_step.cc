@@ -164,10 +164,19 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishSequential() {
 
 absl::Status ShardedOptimizer::ReduceGradients() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
-    for (int b : layout_.groups[g].muon_buckets) MUONSHARD_RETURN_IF_ERROR(ReduceBucket(comm, {true, b}));
-    for (int b : layout_.groups[g].adamw_buckets) MUONSHARD_RETURN_IF_ERROR(ReduceBucket(comm, {false, b}));
+    for (const BucketKey& key : GroupBuckets(g)) {
+      MUONSHARD_RETURN_IF_ERROR(Traced(StepSpan::Kind::kReduce, key, StepSpan::kCallerThread,
+                                       [&] { return ReduceBucket(comm, key); }));
+    }
     return absl::OkStatus();
   });
+}
+
+std::vector<ShardedOptimizer::BucketKey> ShardedOptimizer::GroupBuckets(int group) const {
+  std::vector<BucketKey> keys;
+  for (int b : layout_.groups[group].muon_buckets) keys.push_back({true, b});
+  for (int b : layout_.groups[group].adamw_buckets) keys.push_back({false, b});
+  return keys;
 }
 
 absl::Status ShardedOptimizer::ReduceBucket(Communicator& comm, const BucketKey& key) {
@@ -190,7 +199,14 @@ absl::StatusOr<const float*> ShardedOptimizer::GradFloats(const BackendBuffer& g
 }
 
 absl::Status ShardedOptimizer::RunMuon() {
-  for (int b = 0; b < view_.muon_buckets_size(); ++b) MUONSHARD_RETURN_IF_ERROR(UpdateMuonBucket(b));
+  for (int b = 0; b < view_.muon_buckets_size(); ++b) {
+    // Traced where the rank updates the bucket, as the pipelined schedule
+    // does (elsewhere the call does nothing).
+    auto update = [&] { return UpdateMuonBucket(b); };
+    const BucketKey key{true, b};
+    MUONSHARD_RETURN_IF_ERROR(Updates(key) ? Traced(StepSpan::Kind::kUpdate, key, StepSpan::kCallerThread, update)
+                                           : update());
+  }
   return backend_->Synchronize();
 }
 
@@ -267,7 +283,10 @@ absl::Status ShardedOptimizer::UpdateMuonShard(int shard) {
 }
 
 absl::Status ShardedOptimizer::RunAdamw() {
-  for (int b = 0; b < view_.adamw_buckets_size(); ++b) MUONSHARD_RETURN_IF_ERROR(UpdateAdamwBucket(b));
+  for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
+    MUONSHARD_RETURN_IF_ERROR(
+        Traced(StepSpan::Kind::kUpdate, {false, b}, StepSpan::kCallerThread, [&] { return UpdateAdamwBucket(b); }));
+  }
   AdvanceBetaPows();
   return backend_->Synchronize();
 }
@@ -307,8 +326,10 @@ void ShardedOptimizer::AdvanceBetaPows() {
 
 absl::Status ShardedOptimizer::SyncParameters() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
-    for (int b : layout_.groups[g].muon_buckets) MUONSHARD_RETURN_IF_ERROR(SyncBucket(comm, {true, b}));
-    for (int b : layout_.groups[g].adamw_buckets) MUONSHARD_RETURN_IF_ERROR(SyncBucket(comm, {false, b}));
+    for (const BucketKey& key : GroupBuckets(g)) {
+      MUONSHARD_RETURN_IF_ERROR(Traced(StepSpan::Kind::kSync, key, StepSpan::kCallerThread,
+                                       [&] { return SyncBucket(comm, key); }));
+    }
     return absl::OkStatus();
   });
 }

@@ -7,6 +7,9 @@
 // metrics exporter turns these into muonshard_* series.
 
 #include <cstdint>
+#include <vector>
+
+#include "absl/time/time.h"
 
 namespace muonshard::worker {
 
@@ -29,6 +32,30 @@ struct StepCommBytes {
   }
 };
 
+// NOTE [Step trace]
+// With StepOptions::trace the optimizer records when each bucket's work ran
+// in a step, so that what overlaps can be seen (bench/worker/shaped_net.py
+// --trace, muonshard-worker --step-trace-dir: Chrome trace-event JSON for
+// chrome://tracing or Perfetto). One span per bucket and kind: its Reduce or
+// ReduceScatter, its update (Muon on an owned bucket, TP exchanges included;
+// AdamW on the rank's shard) and its Broadcast or AllGather. Times are the
+// host's, in nanoseconds from the step's start: on device backends, whose
+// calls only enqueue, a span is the enqueueing, not the device's work.
+struct StepSpan {
+  enum class Kind { kReduce, kUpdate, kSync };
+  Kind kind = Kind::kReduce;
+  bool muon = true;  // a Muon bucket (or piece, NOTE [Step pieces]), else AdamW
+  int bucket = 0;    // index among the view's Muon / AdamW buckets
+  // The thread it ran on: kCallerThread (the sequential schedule's
+  // everything, the pipelined one's updates), else the communication lane
+  // (one per comm group of the rank, NOTE [Pipelined step]).
+  int lane = kCallerThread;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+
+  static constexpr int kCallerThread = -1;
+};
+
 struct StepStats {
   // Phases, in order: gradients packed into the buckets and reduced
   // (Reduce + ReduceScatter); Muon on the owned shards (momentum,
@@ -40,6 +67,9 @@ struct StepStats {
   double sync_seconds = 0;
   double total_seconds = 0;
   StepCommBytes comm;
+  // NOTE [Step trace]: filled only with StepOptions::trace.
+  absl::Time started = absl::InfinitePast();  // wall clock at the step's start
+  std::vector<StepSpan> spans;
 };
 
 }  // namespace muonshard::worker

@@ -1,0 +1,34 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_STEP_TRACE_H_
+#define MUONSHARD_WORKER_OPTIMIZER_STEP_TRACE_H_
+
+// Traced steps (NOTE [Step trace] in step_stats.h) as Chrome trace-event
+// JSON, the format chrome://tracing and Perfetto open: one process per rank
+// (pid = rank), one row for the steps, one for the caller's thread, one per
+// communication lane; an "X" event per span, at wall-clock microseconds so
+// that the files of several ranks line up (as far as their clocks agree).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/types/span.h"
+#include "worker/optimizer/step_stats.h"
+
+namespace muonshard::worker {
+
+// "reduce", "update", "sync".
+const char* StepSpanKindName(StepSpan::Kind kind);
+
+struct TracedStep {
+  int64_t step = 0;  // 1-based, as the worker's progress lines count
+  StepStats stats;   // started, total_seconds and spans are used
+};
+
+// {"displayTimeUnit": "ms", "traceEvents": [...]}: metadata naming the
+// process and its rows, then per step a "step N" event and one event per
+// span, named "<kind> <muon|adamw> <bucket>", with step, bucket and kind in
+// its args.
+std::string StepTraceJson(int rank, absl::Span<const TracedStep> steps);
+
+}  // namespace muonshard::worker
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_STEP_TRACE_H_
