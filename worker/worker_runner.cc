@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <deque>
-#include <filesystem>
 #include <memory>
 #include <ostream>
 #include <utility>
@@ -12,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/reader.h"
-#include "common/file_util.h"
 #include "common/status_macros.h"
 #include "worker/internal/runner_util.h"
 #include "worker/optimizer/sharded_optimizer.h"
@@ -200,25 +197,16 @@ class WorkerRun {
   }
 
   // Part files, then (after RankSession::Finish's barrier) rank 0's merge.
-  // NOTE [Step trace]: the last step_trace_steps traced steps.
+  // NOTE [Step trace]: the last step_trace_steps traced steps, written
+  // after training.
   void KeepTrace(int64_t step, StepStats stats) {
-    if (options_.step_trace_dir.empty()) return;
-    traced_.push_back({step, std::move(stats)});
-    while (static_cast<int>(traced_.size()) > options_.step_trace_steps) traced_.pop_front();
+    if (!options_.step_trace_dir.empty()) traced_.Add(step, std::move(stats));
   }
 
   absl::Status WriteStepTrace() {
     if (options_.step_trace_dir.empty()) return absl::OkStatus();
-    std::error_code error;
-    std::filesystem::create_directories(options_.step_trace_dir, error);
-    if (error) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--step-trace-dir ", options_.step_trace_dir, ": ", error.message()));
-    }
-    const std::string path = absl::StrCat(options_.step_trace_dir, "/step-trace-rank", rank(), ".json");
-    const std::vector<TracedStep> steps(traced_.begin(), traced_.end());
-    MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(path, StepTraceJson(rank(), steps)));
-    Log(options_) << Prefix() << "step trace of " << steps.size() << " step(s): " << path << "\n";
+    MUONSHARD_ASSIGN_OR_RETURN(const std::string path, traced_.Write(options_.step_trace_dir, rank()));
+    Log(options_) << Prefix() << "step trace of " << traced_.size() << " step(s): " << path << "\n";
     return absl::OkStatus();
   }
 
@@ -277,7 +265,7 @@ class WorkerRun {
   std::unique_ptr<RankSession> session_;
   std::unique_ptr<Workload> workload_;
   int restarts_ = 0;
-  std::deque<TracedStep> traced_;  // NOTE [Step trace]
+  StepTraceLog traced_{options_.step_trace_steps};  // NOTE [Step trace]
   absl::Time step_started_ = absl::Now();  // of the step being run
   absl::Time failed_at_ = absl::Now();     // when it failed
 };

@@ -926,8 +926,10 @@ def print_trace(job, ranks):
         if not rows:
             continue
         med = [statistics.median(x[i] for x in rows) for i in range(4)]
-        print("  rank %d: %7.1f | %7.1f | %7.1f | %7.1f ms (%.0f %%)" % (
-            r, med[0], med[1], med[2], med[3], 100 * med[3] / med[2] if med[2] else 0))
+        share = sum(x[3] for x in rows) / sum(x[2] for x in rows) if sum(x[2] for x in rows) >= 0.1 else None
+        print("  rank %d: %7.1f | %7.1f | %7.1f | %7.1f ms (%s)" % (
+            r, med[0], med[1], med[2], med[3], "%.0f %% of all steps' updates" % (100 * share) if share is not None
+            else "no update time"))
     out = os.path.join(job.net.work, job.name + ".trace.json")
     with open(out, "w") as f:
         json.dump({"displayTimeUnit": "ms", "traceEvents": merged}, f)

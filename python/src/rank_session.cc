@@ -43,6 +43,7 @@
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "worker/optimizer/gradient_source.h"
+#include "worker/optimizer/step_trace.h"
 #include "worker/rank_session.h"
 
 namespace muonshard::python {
@@ -206,6 +207,8 @@ class PyRankSession {
       session = worker::RankSession::Start(options, config);
     }
     session_ = ValueOrThrow(std::move(session));
+    trace_dir_ = options.step_trace_dir;
+    trace_ = worker::StepTraceLog(options.step_trace_steps);
   }
 
   int rank() const { return session().rank(); }
@@ -419,6 +422,13 @@ class PyRankSession {
 
   void Finish() { Blocking([&](worker::RankSession& rs) { return rs.Finish(); }); }
 
+  // NOTE [Step trace]: the kept steps to <step_trace_dir>/step-trace-rank<R>.json;
+  // the path, or None without a step_trace_dir.
+  py::object WriteStepTrace() {
+    if (trace_dir_.empty()) return py::none();
+    return py::str(ValueOrThrow(trace_.Write(trace_dir_, rank())));
+  }
+
   // Destroys the session (leaving the job if Finish() did not run).
   void Close() {
     py::gil_scoped_release release;
@@ -437,6 +447,7 @@ class PyRankSession {
       if (stats.ok()) {
         rs.metrics().RecordStep(*stats, std::isfinite(loss) ? loss : 0.0, rs.view().rank().ns_flops(),
                                 train_seconds > 0 ? train_seconds : stats->total_seconds);
+        if (!trace_dir_.empty()) trace_.Add(rs.optimizer().steps_done(), *stats);
       }
     }
     return StatsDict(ValueOrThrow(std::move(stats)));
@@ -517,6 +528,8 @@ class PyRankSession {
     str("reduce_order", &o.reduce_order);
     str("step_schedule", &o.step_schedule);
     integer("step_piece_kib", &o.step_piece_kib);
+    str("step_trace_dir", &o.step_trace_dir);
+    integer("step_trace_steps", &o.step_trace_steps);
     o.metrics_port = -1;  // off unless asked for
     integer("metrics_port", &o.metrics_port);
     str("metrics_host", &o.metrics_host);
@@ -568,6 +581,8 @@ class PyRankSession {
 
   std::unique_ptr<worker::RankSession> session_;
   bool group_ = true;  // false from a recover() until one succeeds
+  std::string trace_dir_;  // NOTE [Step trace]: empty: off
+  worker::StepTraceLog trace_{1};
 };
 
 }  // namespace
@@ -617,6 +632,7 @@ void BindRankSession(py::module_& m) {
            py::arg("rendezvous"), py::arg("restore"))
       .def("barrier", &PyRankSession::Barrier, py::arg("name"))
       .def("finish", &PyRankSession::Finish)
+      .def("write_step_trace", &PyRankSession::WriteStepTrace)
       .def("close", &PyRankSession::Close);
   m.def(
       "is_broken_group",

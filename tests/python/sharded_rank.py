@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--resume-dir")
     ap.add_argument("--overlap", action="store_true", help="overlap_backward: gradients through a real backward")
     ap.add_argument("--step-piece-kib", type=int, default=0, help="step_piece_kib (NOTE [Step pieces])")
+    ap.add_argument("--step-trace-dir", help="step_trace_dir (NOTE [Step trace])")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
@@ -43,7 +44,8 @@ def main():
     full_shapes = {n: s for n, s, _ in fixture_model.specs(a.model)}
     opt = mst.ShardedMuonAdamW(params, coordinator=a.coordinator, job=a.job, plan_version=a.version, lr=a.lr,
                                reduce_order=a.reduce_order, blas_threads=1, comm_timeout=60, join_timeout=30,
-                               overlap_backward=a.overlap, step_piece_kib=a.step_piece_kib)
+                               overlap_backward=a.overlap, step_piece_kib=a.step_piece_kib,
+                               step_trace_dir=a.step_trace_dir)
     start = opt.load_checkpoint(a.resume_dir) if a.resume_dir else 0
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda) if a.schedule else None
     lrs = []

@@ -5,6 +5,7 @@ resume under another plan and world size, an LR scheduler. Each rank is a
 separate /usr/bin/python3 process running sharded_rank.py, as torchrun would
 start it (RANK, WORLD_SIZE, LOCAL_RANK set)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -185,9 +186,10 @@ def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(coord
     reference's, as without hooks, also with the Muon buckets in pieces."""
     client, version = submit(coordinator, kind, world, ep, policy)
     steps = 3
+    trace_dir = tmp_path / "trace"
     results = run_ranks(coordinator, "job-overlap-%s-%d-%s-%d" % (kind, world, policy, piece_kib), version, world,
                         str(tmp_path), model=kind, ep=ep, steps=steps, seed=SEED, overlap=True,
-                        step_piece_kib=piece_kib)
+                        step_piece_kib=piece_kib, step_trace_dir=str(trace_dir))
     ref = reference(client, version, kind, world, ep)
     reference_steps(ref, kind, world, ep, range(steps))
     check_against_reference(results, ref, kind, ep)
@@ -195,6 +197,29 @@ def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(coord
         assert r["state"]["muonshard"]["step"] == steps
         # The hooks handed over every gradient backward produced, before step().
         assert r["hooked"] == r["with_grad"] > 0, (r["hooked"], r["with_grad"])
+        check_step_trace(trace_dir / ("step-trace-rank%d.json" % r["rank"]), r["rank"], steps)
+
+
+def check_step_trace(path, rank, steps):
+    """NOTE [Step trace]: close() wrote every step's spans; in the pipelined
+    step each bucket is updated after its reduce and synchronised after its
+    update."""
+    with open(path) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+    assert all(e["pid"] == rank for e in events)
+    assert sorted(e["args"]["step"] for e in events if e["cat"] == "step") == list(range(1, steps + 1))
+    spans = {}
+    for e in events:
+        if e["cat"] != "step":
+            key = (e["args"]["step"], e["cat"], e["args"]["buffer"], e["args"]["bucket"])
+            assert key not in spans, key
+            spans[key] = (e["ts"], e["ts"] + e["dur"])
+    updates = [k for k in spans if k[1] == "update"]
+    assert updates
+    for step, _, buffer, bucket in updates:
+        reduce_end = spans[(step, "reduce", buffer, bucket)][1]
+        start, end = spans[(step, "update", buffer, bucket)]
+        assert reduce_end <= start + 1e-3 and end <= spans[(step, "sync", buffer, bucket)][0] + 1e-3
 
 
 def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path):

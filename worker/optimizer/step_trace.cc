@@ -1,12 +1,18 @@
 #include "worker/optimizer/step_trace.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
+#include <system_error>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/file_util.h"
+#include "common/status_macros.h"
 
 namespace muonshard::worker {
 namespace {
@@ -74,6 +80,21 @@ std::string StepTraceJson(int rank, absl::Span<const TracedStep> steps) {
     for (const StepSpan& s : t.stats.spans) events.push_back(SpanEvent(rank, t.step, origin_us, s));
   }
   return absl::StrCat("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n", absl::StrJoin(events, ",\n"), "\n]}\n");
+}
+
+void StepTraceLog::Add(int64_t step, StepStats stats) {
+  steps_.push_back({step, std::move(stats)});
+  while (static_cast<int>(steps_.size()) > keep_) steps_.pop_front();
+}
+
+absl::StatusOr<std::string> StepTraceLog::Write(const std::string& dir, int rank) const {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::FailedPreconditionError(absl::StrCat("step trace directory ", dir, ": ", error.message()));
+  const std::string path = absl::StrCat(dir, "/step-trace-rank", rank, ".json");
+  const std::vector<TracedStep> steps(steps_.begin(), steps_.end());
+  MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(path, StepTraceJson(rank, steps)));
+  return path;
 }
 
 }  // namespace muonshard::worker

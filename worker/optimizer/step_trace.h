@@ -8,8 +8,10 @@
 // that the files of several ranks line up (as far as their clocks agree).
 
 #include <cstdint>
+#include <deque>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "worker/optimizer/step_stats.h"
 
@@ -28,6 +30,27 @@ struct TracedStep {
 // span, named "<kind> <muon|adamw> <bucket>", with step, bucket and kind in
 // its args.
 std::string StepTraceJson(int rank, absl::Span<const TracedStep> steps);
+
+// The last `keep` traced steps of a rank, and their file: what
+// muonshard-worker --step-trace-dir and muonshard.torch's step_trace_dir
+// write.
+class StepTraceLog {
+ public:
+  explicit StepTraceLog(int keep) : keep_(keep) {}
+
+  // Keeps the step, dropping the oldest beyond `keep`.
+  void Add(int64_t step, StepStats stats);
+  int size() const { return static_cast<int>(steps_.size()); }
+
+  // Writes StepTraceJson to <dir>/step-trace-rank<rank>.json (atomically,
+  // creating dir); returns the path. Errors: the file system's, naming the
+  // path.
+  absl::StatusOr<std::string> Write(const std::string& dir, int rank) const;
+
+ private:
+  int keep_;
+  std::deque<TracedStep> steps_;
+};
 
 }  // namespace muonshard::worker
 

@@ -220,6 +220,13 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     backward pass per step (a second pass's gradient raises at `step()`); use
     the default for gradient accumulation or gradients set by hand.
 
+    Step trace (NOTE [Step trace] in worker/optimizer/step_stats.h): with
+    `step_trace_dir`, every step records when each bucket's reduce, update and
+    sync ran and on which thread; the last `step_trace_steps` steps go to
+    `<step_trace_dir>/step-trace-rank<R>.json` (Chrome trace events: open it in
+    chrome://tracing or Perfetto) at `close()`, or whenever
+    `write_step_trace()` is called.
+
     `blas_threads` (0: cores / LOCAL_WORLD_SIZE) sets OpenBLAS's thread count,
     which is process-wide: torch's CPU matmuls, on the same OpenBLAS, follow it.
 
@@ -272,7 +279,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  device=None, comm_timeout=60.0,
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
                  alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
-                 overlap_backward=False, step_schedule="auto", step_piece_kib=0):
+                 overlap_backward=False, step_schedule="auto", step_piece_kib=0, step_trace_dir=None,
+                 step_trace_steps=10):
         named = named_parameters_of(params)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
@@ -333,6 +341,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
             step_schedule=step_schedule, step_piece_kib=int(step_piece_kib),
+            step_trace_dir=os.fspath(step_trace_dir) if step_trace_dir is not None else None,
+            step_trace_steps=int(step_trace_steps),
             metrics_port=-1 if metrics_port is None else int(metrics_port),
             metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
             hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
@@ -745,10 +755,16 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     # ------------------------------------------------------------------ end
 
+    def write_step_trace(self):
+        """Writes the kept steps' trace (see `step_trace_dir`) and returns its
+        path; None without a `step_trace_dir`."""
+        return self._session.write_step_trace() if self._session is not None else None
+
     def close(self):
-        """Meets every rank and leaves the job (a collective), then frees the
-        session. Idempotent. After a reported error or a failed recovery it
-        leaves at once (there is no group to meet)."""
+        """Writes the step trace (with `step_trace_dir`), meets every rank and
+        leaves the job (a collective), then frees the session. Idempotent.
+        After a reported error or a failed recovery it leaves at once (there is
+        no group to meet)."""
         self._close(meet=True)
 
     def _close(self, meet):
@@ -756,6 +772,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if session is None:
             return
         try:
+            session.write_step_trace()
             if meet and session.has_group and not self._reported:
                 session.finish()
         finally:
