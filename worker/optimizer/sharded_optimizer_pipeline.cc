@@ -119,6 +119,10 @@ absl::Status ShardedOptimizer::BeginStep() {
   step_start_ = std::chrono::steady_clock::now();
   step_started_wall_ = absl::Now();
   tracing_ = step_options_.trace;
+  {
+    absl::MutexLock lock(&spans_mu_);
+    spans_.clear();  // a failed step's
+  }
   reduce_ns_.assign(pipeline_ == nullptr ? 0 : pipeline_->lanes(), 0);
   sync_ns_.assign(reduce_ns_.size(), 0);
   muon_seconds_ = 0;
