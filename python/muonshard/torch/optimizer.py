@@ -772,7 +772,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if session is None:
             return
         try:
-            session.write_step_trace()
+            if meet:  # not while an error unwinds: it would hide that error
+                session.write_step_trace()
             if meet and session.has_group and not self._reported:
                 session.finish()
         finally:
