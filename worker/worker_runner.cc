@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <utility>
 #include <vector>
@@ -80,7 +81,7 @@ class WorkerRun {
         Log(options_) << Prefix() << internal::ProgressLine(step + 1, options_.steps, r->loss, seconds, &r->stats)
                       << "\n";
       }
-      KeepTrace(step + 1, std::move(r->stats));
+      traced_.Add(step + 1, std::move(r->stats));
       absl::Status saved = MaybeSave(step + 1);
       if (saved.ok()) saved = session_->RefreshBuddyCopies(step + 1);
       if (!saved.ok()) {
@@ -196,20 +197,16 @@ class WorkerRun {
     return session_->SaveCheckpoint(options_.checkpoint_dir, done, hyper, options_.checkpoint_keep);
   }
 
-  // Part files, then (after RankSession::Finish's barrier) rank 0's merge.
-  // NOTE [Step trace]: the last step_trace_steps traced steps, written
-  // after training.
-  void KeepTrace(int64_t step, StepStats stats) {
-    if (!options_.step_trace_dir.empty()) traced_.Add(step, std::move(stats));
-  }
-
+  // NOTE [Step trace]: the last step_trace_steps steps, after training.
   absl::Status WriteStepTrace() {
-    if (options_.step_trace_dir.empty()) return absl::OkStatus();
-    MUONSHARD_ASSIGN_OR_RETURN(const std::string path, traced_.Write(options_.step_trace_dir, rank()));
-    Log(options_) << Prefix() << "step trace of " << traced_.size() << " step(s): " << path << "\n";
+    MUONSHARD_ASSIGN_OR_RETURN(const std::optional<std::string> path, traced_.Write(rank()));
+    if (path.has_value()) {
+      Log(options_) << Prefix() << "step trace of " << traced_.size() << " step(s): " << *path << "\n";
+    }
     return absl::OkStatus();
   }
 
+  // Part files, then (after RankSession::Finish's barrier) rank 0's merge.
   absl::Status Dump() {
     if (options_.dump_params.empty()) return absl::OkStatus();
     MUONSHARD_ASSIGN_OR_RETURN(const auto masters, optimizer().GatherMasters());
@@ -265,7 +262,7 @@ class WorkerRun {
   std::unique_ptr<RankSession> session_;
   std::unique_ptr<Workload> workload_;
   int restarts_ = 0;
-  StepTraceLog traced_{options_.step_trace_steps};  // NOTE [Step trace]
+  StepTraceLog traced_{options_.step_trace_dir, options_.step_trace_steps};  // NOTE [Step trace]
   absl::Time step_started_ = absl::Now();  // of the step being run
   absl::Time failed_at_ = absl::Now();     // when it failed
 };

@@ -207,8 +207,7 @@ class PyRankSession {
       session = worker::RankSession::Start(options, config);
     }
     session_ = ValueOrThrow(std::move(session));
-    trace_dir_ = options.step_trace_dir;
-    trace_ = worker::StepTraceLog(options.step_trace_steps);
+    trace_ = worker::StepTraceLog(options.step_trace_dir, options.step_trace_steps);
   }
 
   int rank() const { return session().rank(); }
@@ -425,8 +424,8 @@ class PyRankSession {
   // NOTE [Step trace]: the kept steps to <step_trace_dir>/step-trace-rank<R>.json;
   // the path, or None without a step_trace_dir.
   py::object WriteStepTrace() {
-    if (trace_dir_.empty()) return py::none();
-    return py::str(ValueOrThrow(trace_.Write(trace_dir_, rank())));
+    std::optional<std::string> path = ValueOrThrow(trace_.Write(rank()));
+    return path.has_value() ? py::object(py::str(*path)) : py::object(py::none());
   }
 
   // Destroys the session (leaving the job if Finish() did not run).
@@ -447,7 +446,7 @@ class PyRankSession {
       if (stats.ok()) {
         rs.metrics().RecordStep(*stats, std::isfinite(loss) ? loss : 0.0, rs.view().rank().ns_flops(),
                                 train_seconds > 0 ? train_seconds : stats->total_seconds);
-        if (!trace_dir_.empty()) trace_.Add(rs.optimizer().steps_done(), *stats);
+        if (trace_.enabled()) trace_.Add(rs.optimizer().steps_done(), *stats);
       }
     }
     return StatsDict(ValueOrThrow(std::move(stats)));
@@ -581,8 +580,7 @@ class PyRankSession {
 
   std::unique_ptr<worker::RankSession> session_;
   bool group_ = true;  // false from a recover() until one succeeds
-  std::string trace_dir_;  // NOTE [Step trace]: empty: off
-  worker::StepTraceLog trace_{1};
+  worker::StepTraceLog trace_{"", 1};  // NOTE [Step trace]
 };
 
 }  // namespace

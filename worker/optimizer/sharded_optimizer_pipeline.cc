@@ -117,8 +117,8 @@ absl::Status ShardedOptimizer::BeginStep() {
   }
   step_comm_before_ = CommSnapshot();
   step_start_ = std::chrono::steady_clock::now();
-  step_started_wall_ = absl::Now();
   tracing_ = step_options_.trace;
+  if (tracing_) step_started_wall_ = absl::Now();
   {
     absl::MutexLock lock(&spans_mu_);
     spans_.clear();  // a failed step's

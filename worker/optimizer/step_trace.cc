@@ -83,15 +83,17 @@ std::string StepTraceJson(int rank, absl::Span<const TracedStep> steps) {
 }
 
 void StepTraceLog::Add(int64_t step, StepStats stats) {
+  if (!enabled()) return;
   steps_.push_back({step, std::move(stats)});
   while (static_cast<int>(steps_.size()) > keep_) steps_.pop_front();
 }
 
-absl::StatusOr<std::string> StepTraceLog::Write(const std::string& dir, int rank) const {
+absl::StatusOr<std::optional<std::string>> StepTraceLog::Write(int rank) const {
+  if (!enabled()) return std::nullopt;
   std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) return absl::FailedPreconditionError(absl::StrCat("step trace directory ", dir, ": ", error.message()));
-  const std::string path = absl::StrCat(dir, "/step-trace-rank", rank, ".json");
+  std::filesystem::create_directories(dir_, error);
+  if (error) return absl::FailedPreconditionError(absl::StrCat("step trace directory ", dir_, ": ", error.message()));
+  const std::string path = absl::StrCat(dir_, "/step-trace-rank", rank, ".json");
   const std::vector<TracedStep> steps(steps_.begin(), steps_.end());
   MUONSHARD_RETURN_IF_ERROR(WriteFileAtomic(path, StepTraceJson(rank, steps)));
   return path;

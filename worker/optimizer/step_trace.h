@@ -9,7 +9,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -31,23 +33,26 @@ struct TracedStep {
 // its args.
 std::string StepTraceJson(int rank, absl::Span<const TracedStep> steps);
 
-// The last `keep` traced steps of a rank, and their file: what
+// The last `keep` traced steps of a rank and their file in `dir`: what
 // muonshard-worker --step-trace-dir and muonshard.torch's step_trace_dir
-// write.
+// write. An empty `dir` turns it off.
 class StepTraceLog {
  public:
-  explicit StepTraceLog(int keep) : keep_(keep) {}
+  StepTraceLog(std::string dir, int keep) : dir_(std::move(dir)), keep_(keep) {}
 
-  // Keeps the step, dropping the oldest beyond `keep`.
-  void Add(int64_t step, StepStats stats);
+  bool enabled() const { return !dir_.empty(); }
   int size() const { return static_cast<int>(steps_.size()); }
 
+  // Keeps the step when enabled, dropping the oldest beyond `keep`.
+  void Add(int64_t step, StepStats stats);
+
   // Writes StepTraceJson to <dir>/step-trace-rank<rank>.json (atomically,
-  // creating dir); returns the path. Errors: the file system's, naming the
-  // path.
-  absl::StatusOr<std::string> Write(const std::string& dir, int rank) const;
+  // creating dir) and returns the path; nothing when not enabled. Errors:
+  // the file system's, naming the path.
+  absl::StatusOr<std::optional<std::string>> Write(int rank) const;
 
  private:
+  std::string dir_;
   int keep_;
   std::deque<TracedStep> steps_;
 };
