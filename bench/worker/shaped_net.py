@@ -55,6 +55,11 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
  7. With --loopback (default) the same models also run on unshaped 127.0.0.1
     in the root namespace (as process_bench.sh) for the sequential and
     pipelined modes: the overlapped step must be no slower there.
+    --loopback-only runs only these (no root, no namespaces; the ctest
+    worker_shaped_net_loopback_smoke runs it with 2 steps).
+ 8. Every job prints how busy the machine's CPUs were between its two
+    scrapes (/proc/stat, every process: on a shared machine, others too):
+    on 2 cores with 4 ranks, near 2 means the step is CPU-bound.
 
 Goals (issue): pipelined <= 1.15 x max(comm, compute) on the shaped network;
 wire bytes = theory +-1 %; pipelined no slower than sequential on loopback.
@@ -71,7 +76,7 @@ scrapes; its figure is then its mean over the whole run (marked *).
 the medians (the load on a shared machine drifts between jobs).
 
 Usage: sudo /usr/bin/python3 bench/worker/shaped_net.py [--rate 2gbit] [--delay 0.1ms]
-           [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback]
+           [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback | --loopback-only]
            [--steps 10] [--warmup 2] [--repeats 1] [--ranks 4] [--policy seed] [--comm-buffer-mb MB]
            [--step-piece-kib K]
            [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep] [--trace]
@@ -691,6 +696,7 @@ class Job:
         a = net.a
         self.name = "%s-%s-%s-%d" % (model["key"], mode, net.kind, repeat)
         self.total_steps = a.warmup + a.steps
+        self.cpu_busy = float("nan")
         self.workers = []
         self.ports = {}
         flags = a.mode_flags[mode]
@@ -753,7 +759,9 @@ class Job:
         a = self.net.a
         self.metrics_ports()
         before = self.scrape_all(a.warmup, a.job_timeout, "%d warm-up step(s) on every rank" % a.warmup)
+        cpu_before = cpu_jiffies()
         after = self.scrape_all(self.total_steps, a.job_timeout, "%d steps on every rank" % self.total_steps)
+        self.cpu_busy = busy_cores(cpu_before, cpu_jiffies())
         # Every rank lingers (past RankSession::Finish's barriers): no Gloo
         # transfer is in flight, the sockets are still open.
         wait_until(lambda: all("serving /metrics" in w.text() for w in self.workers), 60,
@@ -787,6 +795,21 @@ class Job:
 
 
 # --------------------------------------------------------------------------- figures
+
+def cpu_jiffies():
+    """(busy, total) jiffies of the whole machine (/proc/stat's cpu line), and the CPU count."""
+    with open("/proc/stat") as f:
+        lines = f.read().splitlines()
+    v = [int(x) for x in lines[0].split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
+    return sum(v) - idle, sum(v), sum(1 for l in lines if l.startswith("cpu") and l[3:4].isdigit())
+
+
+def busy_cores(b, e):
+    """Cores busy on average between two cpu_jiffies() readings (any process: the machine's load)."""
+    total = e[1] - b[1]
+    return (e[0] - b[0]) / total * e[2] if total > 0 else float("nan")
+
 
 def step_means(b, e, names):
     """(steps, mean seconds of each of names[i] = (metric, labels)) between samples b and e."""
@@ -994,6 +1017,8 @@ def run_network(kind, a, work, models, modes, results, failures):
                     ", repeat %d of %d" % (rep + 1, a.repeats) if a.repeats > 1 else "",
                     len(plan.get("muon_buckets", [])), pieces, len(plan.get("adamw_buckets", [])))
                 results.setdefault((model["key"], kind, mode), []).append(print_job(title, rows, kind == "shaped"))
+                print("  machine CPU between the scrapes (timed steps; every process): %.2f of %d cores busy" % (
+                    job.cpu_busy, os.cpu_count() or 0))
                 if a.trace:
                     print_trace(job, a.ranks)
                 sys.stdout.flush()
@@ -1015,6 +1040,8 @@ def parse_args(argv):
     p.add_argument("--loopback", dest="loopback", action="store_true", default=True,
                    help="also run sequential/pipelined on unshaped 127.0.0.1 (default)")
     p.add_argument("--no-loopback", dest="loopback", action="store_false")
+    p.add_argument("--loopback-only", action="store_true",
+                   help="only the loopback runs: no namespaces, no shaping (sequential/pipelined of --modes)")
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--ep", type=int, default=2, help="expert-parallel degree of the MoE model (default 2)")
     p.add_argument("--tp", type=int, default=1,
@@ -1061,6 +1088,12 @@ def parse_args(argv):
         p.error("--modes/--models repeat an entry")
     if not 2 <= a.ranks <= 64:
         p.error("--ranks must be in [2, 64]")
+    if a.loopback_only and not a.loopback:
+        p.error("--loopback-only and --no-loopback exclude each other")
+    if a.loopback_only and a.network_only:
+        p.error("--loopback-only and --network-only exclude each other")
+    if a.loopback_only and not [m for m in a.modes if m in ("sequential", "pipelined")]:
+        p.error("--loopback-only runs the sequential and pipelined modes: --modes names neither")
     if a.steps < 1 or a.warmup < 1 or not 1 <= a.repeats <= 20:
         p.error("--steps and --warmup must be >= 1, --repeats in [1, 20]")
     if min(a.moe_divisor, a.moe_layers, a.dense_divisor, a.dense_layers, a.ep, a.tp) < 1:
@@ -1080,6 +1113,12 @@ def parse_args(argv):
 
 
 def preflight(a):
+    if not a.loopback_only:
+        preflight_network()
+    preflight_worker(a)
+
+
+def preflight_network():
     if os.geteuid() != 0:
         raise CannotRun("needs root (network namespaces, veth, tc): run it as root, e.g. sudo /usr/bin/python3 %s"
                         % os.path.relpath(__file__))
@@ -1089,6 +1128,9 @@ def preflight(a):
     p = run(["ip", "netns", "list"], check=False)
     if p.returncode != 0:
         raise CannotRun("`ip netns` is not available here: %s" % (p.stderr or "").strip())
+
+
+def preflight_worker(a):
     for b in ("muonshard-coordinator", "muonshardctl", "muonshard-worker", "muonshard-scale-manifest"):
         if not os.access(os.path.join(a.bin, b), os.X_OK):
             raise CannotRun("missing %s: ninja -C %s muonshard-coordinator muonshardctl muonshard-worker "
@@ -1117,6 +1159,20 @@ def preflight(a):
         a.mode_flags[m] = flags
 
 
+def shaped_summary(a, k, get, netem):
+    """The shaped network's line for model k; False when the overlap goal is missed."""
+    seq, pip, com, cmp_ = (get(k, "shaped", m) for m in ("sequential", "pipelined", "comm", "compute"))
+    print("    shaped (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s" % (
+        a.rate, ("delay %s" % a.delay) if netem and a.delay_s > 0 else "no added delay",
+        fmt_ms(seq), fmt_ms(pip), fmt_ms(com), fmt_ms(cmp_)))
+    bound = max(com, cmp_) if com == com and cmp_ == cmp_ else float("nan")
+    r1 = pip / bound if bound == bound and pip == pip else float("nan")
+    r2 = pip / seq if pip == pip and seq == seq else float("nan")
+    print("    pipelined / max(comm, compute) = %s (goal <= 1.15); pipelined / sequential = %s" % (
+        "%.3f" % r1 if r1 == r1 else "n/a", "%.3f" % r2 if r2 == r2 else "n/a"))
+    return not (r1 == r1 and r1 > 1.15)
+
+
 def summary(a, models, results, netem):
     print()
     print("summary (slowest rank's ms per step%s; goals of issue \"Step performance\")" % (
@@ -1131,18 +1187,9 @@ def summary(a, models, results, netem):
 
     for model in models:
         k = model["key"]
-        seq, pip, com, cmp_ = (get(k, "shaped", m) for m in ("sequential", "pipelined", "comm", "compute"))
         print("  %s" % model["label"])
-        print("    shaped (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s" % (
-            a.rate, ("delay %s" % a.delay) if netem and a.delay_s > 0 else "no added delay",
-            fmt_ms(seq), fmt_ms(pip), fmt_ms(com), fmt_ms(cmp_)))
-        bound = max(com, cmp_) if com == com and cmp_ == cmp_ else float("nan")
-        r1 = pip / bound if bound == bound and pip == pip else float("nan")
-        r2 = pip / seq if pip == pip and seq == seq else float("nan")
-        print("    pipelined / max(comm, compute) = %s (goal <= 1.15); pipelined / sequential = %s" % (
-            "%.3f" % r1 if r1 == r1 else "n/a", "%.3f" % r2 if r2 == r2 else "n/a"))
-        if r1 == r1 and r1 > 1.15:
-            ok = False
+        if not a.loopback_only:
+            ok = shaped_summary(a, k, get, netem) and ok
         if a.loopback:
             lseq, lpip = get(k, "loopback", "sequential"), get(k, "loopback", "pipelined")
             r3 = lpip / lseq if lpip == lpip and lseq == lseq else float("nan")
@@ -1162,6 +1209,14 @@ def summary(a, models, results, netem):
             if abs(d) > 1.0:
                 ok = False
     return ok
+
+
+def finish(a, models, results, netem):
+    """The summary; the exit code (1 only for a missed goal under --check-goals)."""
+    ok = summary(a, models, results, netem)
+    if not ok:
+        print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on them)"))
+    return 0 if ok or not a.check_goals else 1
 
 
 def main(argv):
@@ -1193,9 +1248,18 @@ def main(argv):
     results = {}
     rc = 1
     try:
-        stale = teardown_network(kill_stale=True)
+        stale = [] if a.loopback_only else teardown_network(kill_stale=True)
         if stale:
             print("removed leftovers of an earlier run: " + ", ".join(stale))
+        if a.loopback_only:
+            models = prepare_models(a, work)
+            lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
+            print("workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; loopback only, "
+                  "modes %s" % (a.ranks, a.warmup, a.steps, a.policy, ", ".join(lmodes)))
+            print()
+            sys.stdout.flush()
+            run_network("loopback", a, work, models, lmodes, results, failures)
+            return finish(a, models, results, False)
         netem = netem_available()
         if a.delay_s > 0 and not netem:
             print("note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
@@ -1226,11 +1290,7 @@ def main(argv):
             if lmodes:
                 print()
                 run_network("loopback", a, work, models, lmodes, results, failures)
-        ok = summary(a, models, results, netem)
-        rc = 0 if ok or not a.check_goals else 1
-        if not ok:
-            print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on "
-                                                                    "them)"))
+        rc = finish(a, models, results, netem)
     except (Failure, Interrupted) as e:
         print("shaped_net.py: %s: %s" % ("FAILED" if isinstance(e, Failure) else "interrupted", e), file=sys.stderr)
         for f in failures:
@@ -1239,7 +1299,7 @@ def main(argv):
     finally:
         for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(s, signal.SIG_IGN)
-        removed = teardown_network()
+        removed = [] if a.loopback_only else teardown_network()
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)
         else:
