@@ -162,11 +162,16 @@ absl::Status RankSession::Run() {
   return CreateOptimizer();
 }
 
+// NOTE [Step agreement] (internal/runner_util.h): the barrier carries each
+// rank's step options.
 absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
-  absl::Status s = internal::StoreBarrier(*store_, "group", rank(), world_size(), timeout);
-  if (s.ok()) return s;
-  return Annotate(s, absl::StrCat("waiting ", absl::FormatDuration(timeout), " for every rank of generation ",
-                                  joined_.generation));
+  absl::StatusOr<std::vector<std::string>> stated =
+      internal::StoreExchange(*store_, "group", rank(), world_size(), internal::StepAgreement(options_), timeout);
+  if (!stated.ok()) {
+    return Annotate(stated.status(), absl::StrCat("waiting ", absl::FormatDuration(timeout),
+                                                  " for every rank of generation ", joined_.generation));
+  }
+  return internal::CheckStepAgreement(*stated, rank());
 }
 
 void RankSession::ReportError(const absl::Status& error) {

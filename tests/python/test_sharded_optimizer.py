@@ -23,8 +23,9 @@ SEED = 7
 TIMEOUT = 180  # seconds for a whole multi-process run (every wait inside is bounded too)
 
 
-def run_ranks(coord, job, version, world, out, **flags):
-    """Starts `world` rank processes of sharded_rank.py and waits for all."""
+def start_ranks(coord, job, version, world, out, per_rank=None, **flags):
+    """Starts `world` rank processes of sharded_rank.py: (process, log) per rank.
+    per_rank(rank) -> extra flags of that rank."""
     os.makedirs(out, exist_ok=True)
     procs = []
     for rank in range(world):
@@ -32,12 +33,17 @@ def run_ranks(coord, job, version, world, out, **flags):
         env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
         args = [sys.executable, os.path.join(HERE, "sharded_rank.py"), "--coordinator", coord.address, "--job", job,
                 "--version", str(version), "--out", out]
-        for k, v in flags.items():
+        for k, v in dict(flags, **(per_rank(rank) if per_rank else {})).items():
             flag = "--" + k.replace("_", "-")
             args += [flag] if v is True else [flag, str(v)]
         log = open(os.path.join(out, "rank-%d.log" % rank), "wb")
         procs.append((subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT), log))
-    failures = []
+    return procs
+
+
+def wait_ranks(procs, out):
+    """Waits for every rank (bounded): [(exit code, log tail)] by rank."""
+    ended = []
     for rank, (p, log) in enumerate(procs):
         try:
             p.wait(TIMEOUT)
@@ -45,9 +51,15 @@ def run_ranks(coord, job, version, world, out, **flags):
             p.kill()
             p.wait()
         log.close()
-        if p.returncode != 0:
-            with open(os.path.join(out, "rank-%d.log" % rank), errors="replace") as f:
-                failures.append("rank %d exited %s:\n%s" % (rank, p.returncode, f.read()[-3000:]))
+        with open(os.path.join(out, "rank-%d.log" % rank), errors="replace") as f:
+            ended.append((p.returncode, f.read()[-3000:]))
+    return ended
+
+
+def run_ranks(coord, job, version, world, out, **flags):
+    """Starts `world` rank processes of sharded_rank.py and waits for all."""
+    ended = wait_ranks(start_ranks(coord, job, version, world, out, **flags), out)
+    failures = ["rank %d exited %s:\n%s" % (r, code, tail) for r, (code, tail) in enumerate(ended) if code != 0]
     assert not failures, "\n".join(failures)
     return [torch.load(os.path.join(out, "rank-%d.pt" % r)) for r in range(world)]
 
@@ -220,6 +232,21 @@ def check_step_trace(path, rank, steps):
         reduce_end = spans[(step, "reduce", buffer, bucket)][1]
         start, end = spans[(step, "update", buffer, bucket)]
         assert reduce_end <= start + 1e-3 and end <= spans[(step, "sync", buffer, bucket)][0] + 1e-3
+
+
+def test_ranks_with_different_step_options_both_raise_naming_the_option(coordinator, tmp_path):
+    """NOTE [Step agreement]: step_piece_kib differs between the two ranks; both
+    constructors raise at the group barrier, naming it (before, rank 1 crashed
+    in gloo on the first step's mismatched sizes)."""
+    _, version = submit(coordinator, "dense", 2)
+    ended = wait_ranks(start_ranks(coordinator, "job-disagree", version, 2, str(tmp_path),
+                                   per_rank=lambda r: {"step_piece_kib": r}, model="dense", steps=2, seed=SEED),
+                       str(tmp_path))
+    for rank, (code, tail) in enumerate(ended):
+        assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
+        assert "muonshard._errors.InvalidArgumentError" in tail, tail
+        assert ('rank %d runs --step-piece-kib="%d" where this rank (%d) runs --step-piece-kib=%d'
+                % (1 - rank, 1 - rank, rank, rank)) in tail, tail
 
 
 def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path):

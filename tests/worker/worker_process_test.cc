@@ -371,6 +371,28 @@ TEST_F(WorkerProcessTest, PlanVersionOtherThanTheJobs_WorkerRefusesNamingBothVer
   EXPECT_THAT(refused.err, HasSubstr("FAILED_PRECONDITION"));
 }
 
+// NOTE [Step agreement] (worker/internal/runner_util.h): one rank started
+// with another --step-piece-kib would issue collectives of other sizes; it
+// and its peer both stop at the group barrier, exit 2, naming the flag.
+TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlag) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2, 1,
+                                                        v1::SEED));
+  std::vector<ChildProcess> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = WorkerArgs("disagree", submitted.first);
+    args.insert(args.end(), {"--rank", absl::StrCat(r), "--step-piece-kib", r == 0 ? "0" : "1"});
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("disagree", r)));
+    workers.push_back(std::move(w));
+  }
+  for (int r = 0; r < 2; ++r) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers[r].WaitForExit(kRunBound));
+    EXPECT_EQ(code, 2) << workers[r].Err();
+    EXPECT_THAT(workers[r].Err(), HasSubstr(absl::StrCat("rank ", 1 - r, " runs --step-piece-kib=\"", r == 0 ? 1 : 0,
+                                                         "\" where this rank (", r, ") runs --step-piece-kib=",
+                                                         r == 0 ? 0 : 1)));
+  }
+}
+
 // NOTE [Prompt aborts] (rank_session.h): a frozen peer (SIGSTOP: alive, no
 // TCP reset, like a hung GPU or a stalled host) must not hold the others in
 // their collective until --comm-timeout (300 s here, past every bound of

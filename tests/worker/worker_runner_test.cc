@@ -17,6 +17,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -283,6 +284,67 @@ std::function<absl::Status()> Takes(::muonshard::testing::FakeClock& clock, absl
     clock.Advance(d);
     return absl::OkStatus();
   };
+}
+
+// NOTE [Step agreement] (worker/internal/runner_util.h).
+TEST(StepAgreementTest, StatesEveryCollectiveShapingFlag_AutoResolvedByBackend) {
+  RankSessionOptions o;
+  o.step_piece_kib = 64;
+  o.buddy_every = 5;
+  EXPECT_EQ(internal::StepAgreement(o),
+            "--backend=gloo --reduce-order=ring --step-schedule=pipelined --step-phases=all --step-piece-kib=64 "
+            "--buddy-every=5");
+  o.backend = "nccl";
+  EXPECT_THAT(internal::StepAgreement(o), HasSubstr("--step-schedule=sequential"));
+  // auto and what it resolves to agree.
+  RankSessionOptions automatic;
+  RankSessionOptions pipelined;
+  pipelined.step_schedule = "pipelined";
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement(
+      {internal::StepAgreement(automatic), internal::StepAgreement(pipelined)}, 0));
+}
+
+TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValues) {
+  RankSessionOptions same;
+  RankSessionOptions other;
+  other.step_piece_kib = 256;
+  const std::string a = internal::StepAgreement(same);
+  const std::string b = internal::StepAgreement(other);
+  const absl::Status s = internal::CheckStepAgreement({a, a, b, a}, 1);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("rank 2 runs --step-piece-kib=\"256\" where this rank (1) runs --step-piece-kib=0")));
+  // Every rank fails alike, the odd one included (it names the lowest other).
+  EXPECT_THAT(internal::CheckStepAgreement({a, a, b, a}, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 0 runs --step-piece-kib=\"0\"")));
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, a, a, a}, 3));
+}
+
+TEST(StepAgreementTest, UnstatedOrForeignFlags_SkippedOrNamedBounded) {
+  const std::string mine = internal::StepAgreement(RankSessionOptions());
+  // An older worker states nothing: not checked.
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({mine, ""}, 0));
+  EXPECT_THAT(internal::CheckStepAgreement({mine, "--backend=gloo"}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1 does not state --reduce-order")));
+  const std::string foreign = mine + " --" + std::string(5000, 'x') + "=1";
+  const absl::Status s = internal::CheckStepAgreement({mine, foreign}, 0);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which this rank (0) does not know")));
+  EXPECT_LT(s.message().size(), 400u);
+}
+
+TEST(StepAgreementTest, StoreExchange_ReturnsEveryRanksValueByRank) {
+  InMemoryRendezvousStore store;
+  std::vector<absl::StatusOr<std::vector<std::string>>> got(3, absl::UnknownError("not run"));
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      got[r] = internal::StoreExchange(store, "group", r, 3, absl::StrCat("value ", r), absl::Seconds(20));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < 3; ++r) {
+    MUONSHARD_ASSERT_OK(got[r].status());
+    EXPECT_EQ(*got[r], (std::vector<std::string>{"value 0", "value 1", "value 2"})) << "rank " << r;
+  }
 }
 
 TEST(TimedCheckpointSaveTest, Success_SetsTheTimestampAndTimesEachPhase) {

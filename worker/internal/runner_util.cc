@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <iostream>
+#include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/quote.h"
 #include "common/status_macros.h"
 #include "worker/workload/regression_workload.h"
 #include "worker/workload/synthetic_workload.h"
@@ -115,14 +119,22 @@ std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_s
 // DEADLINE_EXCEEDED: a broken group, which NOTE [Recovery] handles.
 absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world,
                           absl::Duration timeout) {
+  return StoreExchange(store, name, rank, world, "", timeout).status();
+}
+
+absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
+                                                       int world, const std::string& value, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat(name, "/", r));
   absl::Duration backoff = absl::Milliseconds(50);
   for (;;) {
-    absl::Status s = store.Set(keys[rank], "");
-    if (s.ok()) s = store.WaitAll(keys, deadline - absl::Now()).status();
-    if (s.ok()) return s;
+    absl::Status s = store.Set(keys[rank], value);
+    if (s.ok()) {
+      absl::StatusOr<std::vector<std::string>> values = store.WaitAll(keys, deadline - absl::Now());
+      if (values.ok()) return values;
+      s = values.status();
+    }
     const bool restarting = absl::IsUnavailable(s) || absl::IsNotFound(s);
     if (!restarting || absl::Now() + backoff >= deadline) {
       return Annotate(s, absl::StrCat("barrier \"", name, "\" of ", world, " rank(s)"));
@@ -130,6 +142,75 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
+}
+
+std::string StepAgreement(const RankSessionOptions& options) {
+  std::string schedule = options.step_schedule;
+  if (absl::StatusOr<StepSchedule> parsed = ParseStepSchedule(schedule); parsed.ok() && *parsed == StepSchedule::kAuto) {
+    schedule = options.backend == "gloo" ? "pipelined" : "sequential";
+  }
+  return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order,
+                      " --step-schedule=", schedule, " --step-phases=", options.step_phases,
+                      " --step-piece-kib=", options.step_piece_kib, " --buddy-every=", options.buddy_every);
+}
+
+namespace {
+
+using Flags = std::vector<std::pair<std::string, std::string>>;
+
+// "--flag=value" tokens, in their order.
+Flags AgreementFlags(absl::string_view stated) {
+  Flags flags;
+  for (absl::string_view token : absl::StrSplit(stated, ' ', absl::SkipEmpty())) {
+    flags.push_back(absl::StrSplit(token, absl::MaxSplits('=', 1)));
+  }
+  return flags;
+}
+
+const std::string* FindFlag(const Flags& flags, absl::string_view flag) {
+  for (const auto& [name, value] : flags) {
+    if (name == flag) return &value;
+  }
+  return nullptr;
+}
+
+// The first difference of `theirs` from `mine` (in mine's order), or "".
+std::string FirstDifference(absl::string_view mine, absl::string_view theirs, int peer, int rank) {
+  const Flags m = AgreementFlags(mine);
+  const Flags t = AgreementFlags(theirs);
+  for (const auto& [flag, value] : m) {
+    const std::string* other = FindFlag(t, flag);
+    if (other == nullptr) {
+      return absl::StrCat("rank ", peer, " does not state ", flag, " (this rank, ", rank, ", runs ", flag, "=", value,
+                          "; a different muonshard version?)");
+    }
+    if (*other != value) {
+      return absl::StrCat("rank ", peer, " runs ", flag, "=", QuoteBounded(*other), " where this rank (", rank,
+                          ") runs ", flag, "=", value);
+    }
+  }
+  for (const auto& [flag, value] : t) {
+    if (FindFlag(m, flag) == nullptr) {
+      return absl::StrCat("rank ", peer, " states ", QuoteBounded(flag), ", which this rank (", rank,
+                          ") does not know (a different muonshard version?)");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank) {
+  const std::string& mine = stated[rank];
+  for (int peer = 0; peer < static_cast<int>(stated.size()); ++peer) {
+    if (peer == rank || stated[peer].empty() || stated[peer] == mine) continue;
+    const std::string difference = FirstDifference(mine, stated[peer], peer, rank);
+    if (difference.empty()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        difference, ": every rank of a job must run the same step options, or their collectives would not pair up "
+                    "(NOTE [Step agreement])"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status TimedCheckpointSave(const std::vector<CheckpointPhase>& phases, const Clock& clock,

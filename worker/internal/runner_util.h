@@ -67,6 +67,29 @@ std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_s
 // each wait bounded by `timeout`.
 absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout);
 
+// StoreBarrier that sets `value` under this rank's key: every rank's value,
+// by rank.
+absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
+                                                       int world, const std::string& value, absl::Duration timeout);
+
+// NOTE [Step agreement]: the options that decide which collectives a rank
+// issues, and in which order: backend, reduce order, the step's schedule
+// (auto resolved: pipelined with gloo, sequential with nccl), phases and
+// pieces, buddy copies. Ranks that differ in one would pair unrelated
+// collectives (NOTE [Collective ordering] in comm/communicator.h): hang
+// until the comm timeout, or exchange garbage. Every rank states them at
+// the group barrier, and a difference fails each rank's start (and each
+// recovery's rendezvous) with INVALID_ARGUMENT naming the flag and a rank.
+//
+// This rank's statement: "--backend=gloo --reduce-order=ring ...".
+std::string StepAgreement(const RankSessionOptions& options);
+
+// OK when every rank's statement (`stated`, by rank; "" from a worker that
+// states none, which is not checked) equals rank `rank`'s; otherwise
+// INVALID_ARGUMENT naming the lowest differing rank and its first differing
+// flag, with both values (bounded).
+absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank);
+
 // One phase of a checkpoint save: its index in kCheckpointPhases and its work.
 struct CheckpointPhase {
   size_t phase;
