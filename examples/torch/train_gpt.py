@@ -51,6 +51,12 @@ every rank when one dies); every rank submits the plan itself (an identical
 request gets the same version) to --coordinator, which must outlive the
 ranks; the logged loss is rank 0's own.
 
+Elastic (--min-workers M, with --max-restarts and --checkpoint-dir): when a
+rank stays away past --rejoin-grace and at least M are present, the
+coordinator plans the job again for those present and the survivors go on
+with new ranks and world size: Recovered carries them, and the loop's data
+follows (data.batch takes the rank and world).
+
     # 2 ranks, each restartable (run both; restart either with the same line):
     RANK=0 WORLD_SIZE=2 python3 examples/torch/train_gpt.py --coordinator 127.0.0.1:50051 \
         --max-restarts 3 --checkpoint-dir /tmp/ckpt --checkpoint-every 10
@@ -140,6 +146,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="muonshard: recover up to N times when a peer dies or freezes (re-join, wait for the "
                         "group, restore the newest checkpoint, rewind); ranks then run as independent processes "
                         "without torch.distributed (see above); implies --resume with --checkpoint-dir")
+    p.add_argument("--min-workers", type=int, default=0,
+                   help="muonshard: elastic job: when ranks stay away past --rejoin-grace and at least this many "
+                        "are present, go on without them (re-planned; new ranks and world size); needs "
+                        "--max-restarts and --checkpoint-dir")
     p.add_argument("--rejoin-grace", type=float, default=None,
                    help="muonshard: seconds a recovery waits for every rank (a replacement process) to re-join "
                         "(default: the communication timeout)")
@@ -177,6 +187,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                 "would die with it")
     if args.rejoin_grace is not None and not args.rejoin_grace > 0:
         p.error("--rejoin-grace must be > 0")
+    if args.min_workers < 0:
+        p.error("--min-workers must be >= 0")
+    if args.min_workers and not (args.max_restarts and args.checkpoint_dir):
+        p.error("--min-workers needs --max-restarts and --checkpoint-dir (a resized group restores the newest "
+                "checkpoint under its new plan)")
     return args
 
 
@@ -398,7 +413,7 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
         lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
         backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname,
         checkpoint_dir=args.checkpoint_dir, resume=True if args.resume else None,
-        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace)
+        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace, min_workers=args.min_workers)
 
 
 class NeverRaised(Exception):
@@ -582,6 +597,10 @@ def main(argv=None) -> int:
                           f"{phases}; continuing after step {r.step}")
                 done = r.step
                 sched = lr_scheduler(args, opt, done)
+                if (r.rank, r.world_size) != (rank, world):  # an elastic job was resized
+                    rank, world = r.rank, r.world_size
+                    log(rank, f"resized: now rank {rank} of {world} (plan version {r.plan_version}); the data "
+                              f"follows")
 
         held_out.append(heldout_loss(model, cfg, args.seed))
         digests.append(parameter_digest(model))

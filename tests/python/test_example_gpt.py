@@ -235,6 +235,18 @@ def test_exit_status_when_the_loss_does_not_fall():
     assert train_gpt.report(args, 1, {1: 2.0, 2: 3.0}, times, mem, ref, [3.0, 2.5], ["a", "b"]) == 0
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--min-workers", "-1"], "--min-workers must be >= 0"),
+    (["--min-workers", "2", "--coordinator", "127.0.0.1:1", "--max-restarts", "1"], "--min-workers needs"),
+    (["--min-workers", "2", "--checkpoint-dir", "/tmp/x"], "--min-workers needs"),
+])
+def test_elastic_flags_are_checked(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        train_gpt.parse_args(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_unsharded_reference_bytes():
     model = tiny_model("moe")
     ref = train_gpt.unsharded_reference_bytes(model)

@@ -302,6 +302,13 @@ def test_recovery_arguments_are_checked(coordinator, tmp_path):
         mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", max_restarts=-1)
     with pytest.raises(ValueError, match="rejoin_grace"):
         mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", rejoin_grace=0)
+    with pytest.raises(ValueError, match="min_workers must be >= 0"):
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=-1)
+    with pytest.raises(ValueError, match="min_workers needs max_restarts > 0 and a checkpoint_dir"):
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=2, max_restarts=1)
+    with pytest.raises(ValueError, match="min_workers needs max_restarts > 0 and a checkpoint_dir"):
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=2,
+                             checkpoint_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------- real processes
@@ -322,20 +329,21 @@ class ExampleRun:
     """WORLD processes of train_gpt.py, each started (and restarted) alone with
     RANK / WORLD_SIZE set, as a supervisor starts them."""
 
-    def __init__(self, coord, out, job):
+    def __init__(self, coord, out, job, world=WORLD, extra=(), ckpt=None):
         self.out = out
         os.makedirs(out, exist_ok=True)
-        self.ckpt = os.path.join(out, "ckpt")
+        self.world = world
+        self.ckpt = ckpt or os.path.join(out, "ckpt")
         self.summary = os.path.join(out, "summary.json")
         self.args = [sys.executable, EXAMPLE, "--coordinator", coord.address, "--job", job,
-                     "--checkpoint-dir", self.ckpt, "--summary-json", self.summary] + EXAMPLE_FLAGS
+                     "--checkpoint-dir", self.ckpt, "--summary-json", self.summary] + EXAMPLE_FLAGS + list(extra)
         self.procs = {}
         self.logs = []
 
     def launch(self, rank):
         env = package_env()
-        env.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(WORLD),
-                   OMP_NUM_THREADS="1")
+        env.update(RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(self.world), OMP_NUM_THREADS="1")
         path = os.path.join(self.out, "rank-%d-%d.log" % (rank, len(self.logs)))
         self.logs.append(path)
         with open(path, "wb") as log:
@@ -366,7 +374,7 @@ class ExampleRun:
             except subprocess.TimeoutExpired:
                 p.kill()
                 codes[rank] = p.wait()
-        assert codes == {r: 0 for r in range(WORLD)}, "exit codes %s\n%s" % (codes, self.output())
+        assert codes == {r: 0 for r in self.procs}, "exit codes %s\n%s" % (codes, self.output())
         with open(self.summary) as f:
             return json.load(f)
 
@@ -407,3 +415,52 @@ def test_a_killed_rank_is_replaced_and_the_run_ends_as_an_uninterrupted_one(coor
     assert resumed and KILL_AFTER <= int(resumed.group(1)) < STEPS, out  # from a checkpoint, not from scratch
     assert got["losses"] == expected["losses"], "the losses differ\n" + out  # every step's, re-run ones included
     assert got["parameter_digests"][1] == expected["parameter_digests"][1], "final parameters differ\n" + out
+
+
+def test_an_elastic_job_shrinks_past_a_dead_rank_and_ends_as_its_two_plans_replayed(coordinator, tmp_path):
+    """--min-workers 2 on 3 ranks: rank 2 is killed (-9) after the checkpoint of
+    step 8 and not started again. After the rejoin grace the coordinator plans
+    the job again for the two survivors (NOTE [Elastic jobs]); they rewind to
+    the newest checkpoint (Recovered: new world size 2, new plan version) and
+    finish. The losses and final parameters are those of the two plans run one
+    after the other: 3 ranks up to that checkpoint, then 2 ranks resumed from it."""
+    elastic = ExampleRun(coordinator, str(tmp_path / "elastic"), "gpt-elastic", world=3,
+                         extra=["--min-workers", "2", "--rejoin-grace", "3", "--max-restarts", "5"])
+    try:
+        for rank in range(3):
+            elastic.launch(rank)
+        elastic.wait_for_checkpoint(KILL_AFTER)
+        victim = elastic.procs.pop(2)
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.wait(BOUND)
+        got = elastic.finish()
+    finally:
+        elastic.kill()
+    out = elastic.output()
+    assert got["restarts"] >= 1, out  # the re-plan moves the generation once more: a second re-join may count
+    with open(elastic.logs[0], errors="replace") as f:  # rank 0's, whole
+        resized = re.search(r"continuing after step (\d+)\s+resized: now rank 0 of 2 \(plan version (\d+)\)",
+                            f.read())
+    assert resized, out
+    rewound = int(resized.group(1))
+    assert KILL_AFTER <= rewound < STEPS and rewound % CHECKPOINT_EVERY == 0, out
+
+    # The replay: the 3-rank plan to the checkpoint the survivors restored
+    # (the LR schedule's horizon is the whole run's), then a 2-rank job from it.
+    ckpt = str(tmp_path / "replay-ckpt")
+    first = ExampleRun(coordinator, str(tmp_path / "first"), "gpt-first", world=3, ckpt=ckpt,
+                       extra=["--steps", str(rewound), "--schedule-steps", str(STEPS)])
+    second = ExampleRun(coordinator, str(tmp_path / "second"), "gpt-second", world=2, ckpt=ckpt)
+    try:
+        for rank in range(3):
+            first.launch(rank)
+        before = first.finish()
+        for rank in range(2):
+            second.launch(rank)
+        after = second.finish()
+    finally:
+        first.kill()
+        second.kill()
+    assert set(after["losses"]) == {str(s) for s in range(rewound + 1, STEPS + 1)}, second.output()
+    assert got["losses"] == dict(before["losses"], **after["losses"]), "the losses differ\n" + out
+    assert got["parameter_digests"][1] == after["parameter_digests"][1], "final parameters differ\n" + out

@@ -42,11 +42,12 @@ class Recovered(Exception):
     Attributes: `step` (the restored state's step: steps done, 0 without a
     checkpoint), `restarts` / `max_restarts` (this process's recoveries so far
     and its limit), `times` (seconds: detect, abort, rendezvous, restore),
-    `generation`, `rank`, `world_size` (after the recovery), `cause` (the
-    error that broke the step; also `__cause__`).
+    `generation`, `rank`, `world_size`, `plan_version` (after the recovery:
+    an elastic job's resize changes them), `cause` (the error that broke the
+    step; also `__cause__`).
     """
 
-    def __init__(self, step, restarts, max_restarts, times, generation, rank, world_size, cause):
+    def __init__(self, step, restarts, max_restarts, times, generation, rank, world_size, cause, plan_version=0):
         super().__init__("recovered (restart %d of %d) into generation %d from: %s; continue from step %d" %
                          (restarts, max_restarts, generation, cause, step))
         self.step = step
@@ -56,6 +57,7 @@ class Recovered(Exception):
         self.generation = generation
         self.rank = rank
         self.world_size = world_size
+        self.plan_version = plan_version
         self.cause = cause
 
 
@@ -267,6 +269,20 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     `checkpoint_dir` needs `resume`, and `checkpoint_dir` must belong to this
     run. The training loop's data must be a function of the step (rewinding
     repeats the same batches: the result equals an uninterrupted run's).
+
+    Elastic jobs (`min_workers` > 0; NOTE [Elastic jobs] in coordinator.proto,
+    what `muonshard-worker --min-workers` does; needs `max_restarts` and a
+    `checkpoint_dir`): when ranks of a broken group stay away past the rejoin
+    grace and at least `min_workers` are present, the coordinator plans the
+    job again for those present (a new plan version) and the survivors go on
+    under it with new ranks; a process that joins the shrunk job later grows
+    it back, up to the world it started with. The recovery then restores the
+    newest checkpoint under the new plan, and `Recovered` carries the new
+    `rank`, `world_size` and `plan_version`: the loop's data must follow them
+    (a function of step, rank and world size). The module must still hold
+    exactly this rank's tensors: with expert parallelism a new rank may hold
+    other experts, and the recovery then raises ValueError naming the
+    parameter (rebuild the module for the new rank).
     `restarts` counts this process's recoveries (and restarted joins),
     `last_recovery` holds the last one's step, generation and phase seconds.
     A recovery that fails leaves the optimizer without a group: its methods
@@ -282,7 +298,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
                  alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
                  overlap_backward=False, step_schedule="auto", step_piece_kib=0, step_trace_dir=None,
-                 step_trace_steps=10):
+                 step_trace_steps=10, min_workers=0):
         named = named_parameters_of(params)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
@@ -290,6 +306,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise ValueError("backend %r is not gloo or nccl" % (backend,))
         if int(max_restarts) < 0:
             raise ValueError("max_restarts must be >= 0")
+        if int(min_workers) < 0:
+            raise ValueError("min_workers must be >= 0 (0: the job never shrinks)")
+        if int(min_workers) > 0 and (checkpoint_dir is None or int(max_restarts) == 0):
+            raise ValueError("min_workers needs max_restarts > 0 and a checkpoint_dir: a resized group restores "
+                             "the newest checkpoint under its new plan")
         if rejoin_grace is not None and not float(rejoin_grace) > 0:
             raise ValueError("rejoin_grace must be > 0 seconds (None: comm_timeout)")
         checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
@@ -351,7 +372,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             device=device or os.environ.get("MUONSHARD_DEVICE"),
             local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
             comm_timeout=float(comm_timeout), join_timeout=float(join_timeout),
-            rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace), blas_threads=int(blas_threads),
+            rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace), min_workers=int(min_workers),
+            blas_threads=int(blas_threads),
             lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
             nesterov=bool(nesterov), adamw_beta1=float(betas[0]), adamw_beta2=float(betas[1]), eps=float(eps),
             ns_steps=int(ns_steps), ns_coefficients=ns_coefficients, ns_precision=ns_precision,
@@ -707,7 +729,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         after a recovery, else `error` (reported)."""
         step = self._recover(error, started)
         raise Recovered(step, self._restarts, self._max_restarts, self.last_recovery["times"], self.generation,
-                        self.rank, self.world_size, error) from error
+                        self.rank, self.world_size, error, plan_version=self.plan_version) from error
 
     def _recover(self, error, started):
         """NOTE [Recovery]: the step to go on from, or raises `error` (reported
