@@ -117,6 +117,7 @@ struct JobRegistry::Job {
   int min_workers = 0;
   absl::Duration rejoin_grace;
   int max_world_size = 0;  // the world of the plan the job started with
+  int64_t origin_plan_version = 0;  // that plan's version
   // Ranks per block of the plan's layout (RankLayout::ms_block, pp * max(ep,
   // tp)): whose pipeline stages, expert and tensor-parallel groups break when
   // one of them is gone. A resize keeps or drops whole blocks.
@@ -211,7 +212,10 @@ void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
 // version; otherwise checks the joiner asks for the job's version.
 absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request) {
   if (job != nullptr && job->counts.joined > 0) {
-    if (request.plan_version() != 0 && request.plan_version() != job->plan_version) {
+    // An elastic job also admits the version it started with: a process
+    // restarted with its first command line after a resize.
+    const bool origin = job->min_workers > 0 && request.plan_version() == job->origin_plan_version;
+    if (request.plan_version() != 0 && request.plan_version() != job->plan_version && !origin) {
       return absl::FailedPreconditionError(
           absl::StrCat("job \"", job->name, "\" runs plan version ", job->plan_version,
                        "; this worker asked for version ", request.plan_version(),
@@ -228,6 +232,7 @@ absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request
   job->rejoin_grace = request.rejoin_grace_ms() > 0 ? absl::Milliseconds(request.rejoin_grace_ms())
                                                     : 10 * options_.heartbeat_timeout;
   job->max_world_size = info.topology().world_size();
+  job->origin_plan_version = info.version();
   job->moved_at = clock_->Now();
   return absl::OkStatus();
 }

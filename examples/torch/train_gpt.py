@@ -55,7 +55,10 @@ Elastic (--min-workers M, with --max-restarts and --checkpoint-dir): when a
 rank stays away past --rejoin-grace and at least M are present, the
 coordinator plans the job again for those present and the survivors go on
 with new ranks and world size: Recovered carries them, and the loop's data
-follows (data.batch takes the rank and world).
+follows (data.batch takes the rank and world). The dead rank's process,
+started again with the same command line, grows the job back (the others
+recover once more). An elastic job's ranks are the coordinator's: a process
+takes the rank it is given (RANK only names its slot for the supervisor).
 
     # 2 ranks, each restartable (run both; restart either with the same line):
     RANK=0 WORLD_SIZE=2 python3 examples/torch/train_gpt.py --coordinator 127.0.0.1:50051 \
@@ -146,6 +149,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="muonshard: recover up to N times when a peer dies or freezes (re-join, wait for the "
                         "group, restore the newest checkpoint, rewind); ranks then run as independent processes "
                         "without torch.distributed (see above); implies --resume with --checkpoint-dir")
+    p.add_argument("--reduce-order", choices=["ring", "rank"], default="ring",
+                   help="muonshard: ring (gloo's ring sums) or rank (sums in rank order: the same bits under any "
+                        "plan of the same world size; n x the reduction traffic)")
     p.add_argument("--min-workers", type=int, default=0,
                    help="muonshard: elastic job: when ranks stay away past --rejoin-grace and at least this many "
                         "are present, go on without them (re-planned; new ranks and world size); needs "
@@ -413,7 +419,8 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
         lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
         backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname,
         checkpoint_dir=args.checkpoint_dir, resume=True if args.resume else None,
-        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace, min_workers=args.min_workers)
+        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace, min_workers=args.min_workers,
+        reduce_order=args.reduce_order)
 
 
 class NeverRaised(Exception):
@@ -545,6 +552,11 @@ def main(argv=None) -> int:
     with contextlib.ExitStack() as stack:
         opt = make_optimizer(args, model, rank, world, local_rank, stack)
         Recovered = recovered_exception(args)
+        if args.min_workers and (opt.rank, opt.world_size) != (rank, world):
+            # An elastic job's ranks are the coordinator's: a process that grew a
+            # shrunk job back takes the rank and world size it was given.
+            rank, world = opt.rank, opt.world_size
+            log(rank, f"joined as rank {rank} of {world} (plan version {opt.plan_version}); the data follows")
 
         start = 0
         if args.optimizer == "muonshard":

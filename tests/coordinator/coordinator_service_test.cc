@@ -1356,6 +1356,39 @@ TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingT
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("full")));
 }
 
+// A process restarted with its first command line names the version the job
+// started with: admitted into the resized job (it grows it back); another
+// version is still refused.
+TEST_F(CoordinatorServiceTest, Elastic_NewcomerNamingTheStartingVersion_GrowsTheShrunkJobBack) {
+  const int64_t v1 = MustSubmit(3);
+  const int64_t other = MustSubmit(2);
+  v1::JoinJobRequest first = ElasticReq("a");
+  first.set_plan_version(v1);
+  v1::JoinJobResponse a = MustJoin(first);
+  MustJoin(ElasticReq("b"));
+  MustJoin(ElasticReq("c"));
+  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "peer gone")).status(), IsOk());
+  MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  clock_.Advance(absl::Seconds(6));
+  service_->CheckHeartbeats();
+  const v1::JobStatus shrunk = MustStatus();
+  ASSERT_EQ(shrunk.world_size(), 2);
+  ASSERT_NE(shrunk.plan_version(), v1);
+  MustJoin(ElasticReq("a"));
+  MustJoin(ElasticReq("b"));
+  v1::JoinJobRequest stranger = ElasticReq("d");
+  stranger.set_plan_version(other);
+  EXPECT_THAT(service_->JoinJob(stranger).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(absl::StrCat("asked for version ", other))));
+  v1::JoinJobRequest restarted = ElasticReq("c", /*incarnation=*/2);
+  restarted.set_plan_version(v1);
+  v1::JoinJobResponse grown = MustJoin(restarted);
+  EXPECT_EQ(grown.world_size(), 3);
+  EXPECT_EQ(grown.rank(), 2);
+  EXPECT_GT(grown.plan_version(), shrunk.plan_version());
+}
+
 // With tp (or pp, or ep) a rank's pipeline, expert and tensor-parallel
 // groups break with any rank of its block (pp x max(ep, tp) ranks): the job
 // shrinks by whole blocks, re-planned sticky with its tp, and the present

@@ -417,15 +417,37 @@ def test_a_killed_rank_is_replaced_and_the_run_ends_as_an_uninterrupted_one(coor
     assert got["parameter_digests"][1] == expected["parameter_digests"][1], "final parameters differ\n" + out
 
 
-def test_an_elastic_job_shrinks_past_a_dead_rank_and_ends_as_its_two_plans_replayed(coordinator, tmp_path):
-    """--min-workers 2 on 3 ranks: rank 2 is killed (-9) after the checkpoint of
-    step 8 and not started again. After the rejoin grace the coordinator plans
-    the job again for the two survivors (NOTE [Elastic jobs]); they rewind to
-    the newest checkpoint (Recovered: new world size 2, new plan version) and
-    finish. The losses and final parameters are those of the two plans run one
-    after the other: 3 ranks up to that checkpoint, then 2 ranks resumed from it."""
+ELASTIC_STEPS = 120  # long enough for a restarted process to join before the end
+
+
+def rank0_log(run):
+    with open(run.logs[0], errors="replace") as f:  # rank 0's first process, whole
+        return f.read()
+
+
+def wait_for_log(run, pattern):
+    deadline = time.monotonic() + BOUND
+    while True:
+        m = re.search(pattern, rank0_log(run))
+        if m:
+            return m
+        dead = {r: p.returncode for r, p in run.procs.items() if p.poll() is not None}
+        assert not dead and time.monotonic() < deadline, "no %r (exited: %s)\n%s" % (pattern, dead, run.output())
+        time.sleep(0.05)
+
+
+def test_an_elastic_job_shrinks_past_a_dead_rank_grows_back_and_ends_as_its_plans_replayed(coordinator, tmp_path):
+    """--min-workers 2 on 3 ranks (sums in rank order: the same bits under any
+    plan of a world size). Rank 2 is killed (-9) after the checkpoint of step 8;
+    after the rejoin grace the coordinator plans the job again for the two
+    survivors (NOTE [Elastic jobs]), which rewind to the newest checkpoint with
+    Recovered's new world size. Then the killed process is started again with
+    its first command line: it grows the job back to 3 ranks, and everyone
+    rewinds once more. The losses and final parameters are those of the three
+    plans run one after the other from each other's checkpoints."""
     elastic = ExampleRun(coordinator, str(tmp_path / "elastic"), "gpt-elastic", world=3,
-                         extra=["--min-workers", "2", "--rejoin-grace", "3", "--max-restarts", "5"])
+                         extra=["--steps", str(ELASTIC_STEPS), "--min-workers", "2", "--rejoin-grace", "3",
+                                "--max-restarts", "8", "--reduce-order", "rank"])
     try:
         for rank in range(3):
             elastic.launch(rank)
@@ -433,34 +455,37 @@ def test_an_elastic_job_shrinks_past_a_dead_rank_and_ends_as_its_two_plans_repla
         victim = elastic.procs.pop(2)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(BOUND)
+        shrunk = wait_for_log(elastic, r"continuing after step (\d+)\s+resized: now rank 0 of 2 \(plan version (\d+)\)")
+        elastic.launch(2)  # the supervisor's restart, once the job has shrunk
+        grown = wait_for_log(elastic, r"continuing after step (\d+)\s+resized: now rank 0 of 3 \(plan version (\d+)\)")
         got = elastic.finish()
     finally:
         elastic.kill()
     out = elastic.output()
-    assert got["restarts"] >= 1, out  # the re-plan moves the generation once more: a second re-join may count
-    with open(elastic.logs[0], errors="replace") as f:  # rank 0's, whole
-        resized = re.search(r"continuing after step (\d+)\s+resized: now rank 0 of 2 \(plan version (\d+)\)",
-                            f.read())
-    assert resized, out
-    rewound = int(resized.group(1))
-    assert KILL_AFTER <= rewound < STEPS and rewound % CHECKPOINT_EVERY == 0, out
+    r1, r2 = int(shrunk.group(1)), int(grown.group(1))
+    assert KILL_AFTER <= r1 <= r2 < ELASTIC_STEPS and r1 % CHECKPOINT_EVERY == 0 == r2 % CHECKPOINT_EVERY, out
+    assert int(shrunk.group(2)) != int(grown.group(2)), out  # a plan per resize
+    with open(elastic.logs[-1], errors="replace") as f:  # the restarted process's
+        assert re.search(r"rank 2: joined job \"gpt-elastic\" as rank 2 of 3", f.read()), out
 
-    # The replay: the 3-rank plan to the checkpoint the survivors restored
-    # (the LR schedule's horizon is the whole run's), then a 2-rank job from it.
+    # The replay: 3 ranks to the first rewind point, 2 ranks from there to the
+    # second, 3 ranks from there to the end (one LR schedule over the whole run).
     ckpt = str(tmp_path / "replay-ckpt")
-    first = ExampleRun(coordinator, str(tmp_path / "first"), "gpt-first", world=3, ckpt=ckpt,
-                       extra=["--steps", str(rewound), "--schedule-steps", str(STEPS)])
-    second = ExampleRun(coordinator, str(tmp_path / "second"), "gpt-second", world=2, ckpt=ckpt)
-    try:
-        for rank in range(3):
-            first.launch(rank)
-        before = first.finish()
-        for rank in range(2):
-            second.launch(rank)
-        after = second.finish()
-    finally:
-        first.kill()
-        second.kill()
-    assert set(after["losses"]) == {str(s) for s in range(rewound + 1, STEPS + 1)}, second.output()
-    assert got["losses"] == dict(before["losses"], **after["losses"]), "the losses differ\n" + out
-    assert got["parameter_digests"][1] == after["parameter_digests"][1], "final parameters differ\n" + out
+    phases = [(3, r1), (2, r2), (3, ELASTIC_STEPS)]
+    summaries = []
+    for i, (world, last) in enumerate(phases):
+        run = ExampleRun(coordinator, str(tmp_path / ("replay-%d" % i)), "gpt-replay-%d" % i, world=world, ckpt=ckpt,
+                         extra=["--steps", str(last), "--schedule-steps", str(ELASTIC_STEPS), "--reduce-order",
+                                "rank"])
+        try:
+            for rank in range(world):
+                run.launch(rank)
+            summaries.append(run.finish())
+        finally:
+            run.kill()
+    expected = {}
+    for summary in summaries:
+        expected.update(summary["losses"])
+    assert set(expected) == {str(s) for s in range(1, ELASTIC_STEPS + 1)}
+    assert got["losses"] == expected, "the losses differ\n" + out
+    assert got["parameter_digests"][1] == summaries[-1]["parameter_digests"][1], "final parameters differ\n" + out

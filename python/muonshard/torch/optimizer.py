@@ -275,14 +275,18 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     `checkpoint_dir`): when ranks of a broken group stay away past the rejoin
     grace and at least `min_workers` are present, the coordinator plans the
     job again for those present (a new plan version) and the survivors go on
-    under it with new ranks; a process that joins the shrunk job later grows
-    it back, up to the world it started with. The recovery then restores the
-    newest checkpoint under the new plan, and `Recovered` carries the new
-    `rank`, `world_size` and `plan_version`: the loop's data must follow them
-    (a function of step, rank and world size). The module must still hold
-    exactly this rank's tensors: with expert parallelism a new rank may hold
-    other experts, and the recovery then raises ValueError naming the
-    parameter (rebuild the module for the new rank).
+    under it with new ranks; a process that joins the shrunk job later (a
+    restarted one, with its first command line: the `plan_version` the job
+    started with is admitted) grows it back, up to the world it started with.
+    The recovery then restores the newest checkpoint under the new plan, and
+    `Recovered` carries the new `rank`, `world_size` and `plan_version`: the
+    loop's data must follow them (a function of step, rank and world size),
+    and a process's first ones are `opt.rank` / `opt.world_size` after
+    construction: an elastic job's ranks are the coordinator's, so RANK and
+    WORLD_SIZE are not used (an explicit `rank` still is). The module must
+    still hold exactly this rank's tensors: with expert parallelism a new rank
+    may hold other experts, and the recovery then raises ValueError naming
+    the parameter (rebuild the module for the new rank).
     `restarts` counts this process's recoveries (and restarted joins),
     `last_recovery` holds the last one's step, generation and phase seconds.
     A recovery that fails leaves the optimizer without a group: its methods
@@ -333,7 +337,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, muon_momentum=muon_momentum,
                         nesterov=nesterov)
         super().__init__([{"params": [p for _, p in named]}], defaults)
-        if rank is None:
+        self._elastic = int(min_workers) > 0
+        if rank is None and not self._elastic:  # an elastic job's ranks are the coordinator's
             rank = _env_int("RANK")
         self._parts = []
         self._session = None
@@ -447,7 +452,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def _check_view(self, info, held):
         """On joining (and re-joining): the module must hold exactly this rank's tensors."""
         world = _env_int("WORLD_SIZE")
-        if self._session is None and world is not None and world != info["world_size"]:
+        if self._session is None and world is not None and world != info["world_size"] and not self._elastic:
             raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
                              (world, info["plan_version"], info["world_size"]))
         parts = []
