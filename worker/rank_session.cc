@@ -166,7 +166,7 @@ absl::Status RankSession::Run() {
 // rank's step options.
 absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
   absl::StatusOr<std::vector<std::string>> stated =
-      internal::StoreExchange(*store_, "group", rank(), world_size(), internal::StepAgreement(options_), timeout);
+      internal::StoreExchange(*store_, "group", rank(), world_size(), internal::StepAgreement(options_, config_), timeout);
   if (!stated.ok()) {
     return Annotate(stated.status(), absl::StrCat("waiting ", absl::FormatDuration(timeout),
                                                   " for every rank of generation ", joined_.generation));

@@ -1330,21 +1330,34 @@ TEST_F(CoordinatorServiceTest, Elastic_FewerThanMinWorkersPresent_DoesNotShrink)
   EXPECT_EQ(MustStatus().world_size(), 3);
 }
 
+// Elastic jobs of three ranks a, b, c that shrink to a and b.
+class ElasticJobTest : public CoordinatorServiceTest {
+ protected:
+  // a (joining with `a`), b and c join; c's loss breaks the generation, a and
+  // b re-join it, c stays away past the grace: the job shrinks to 2 ranks,
+  // and a and b re-join the new generation. The shrunk job's status.
+  v1::JobStatus ShrinkThreeToTwo(const v1::JoinJobRequest& a) {
+    const v1::JoinJobResponse joined = MustJoin(a);
+    MustJoin(ElasticReq("b"));
+    MustJoin(ElasticReq("c"));
+    EXPECT_THAT(service_->ReportError(Report(0, joined.generation(), "peer gone")).status(), IsOk());
+    MustJoin(ElasticReq("a"));
+    MustJoin(ElasticReq("b"));
+    clock_.Advance(absl::Seconds(6));
+    service_->CheckHeartbeats();
+    const v1::JobStatus shrunk = MustStatus();
+    EXPECT_EQ(shrunk.world_size(), 2);
+    MustJoin(ElasticReq("a"));
+    MustJoin(ElasticReq("b"));
+    return shrunk;
+  }
+};
+
 // A newcomer finding a shrunk job full grows it back by one rank.
-TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingTheLastRank) {
+TEST_F(ElasticJobTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingTheLastRank) {
   MustSubmit(3);
-  v1::JoinJobResponse a = MustJoin(ElasticReq("a"));
-  MustJoin(ElasticReq("b"));
-  MustJoin(ElasticReq("c"));
-  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "peer gone")).status(), IsOk());
-  MustJoin(ElasticReq("a"));
-  MustJoin(ElasticReq("b"));
-  clock_.Advance(absl::Seconds(6));
-  service_->CheckHeartbeats();
-  const v1::JobStatus shrunk = MustStatus();
+  const v1::JobStatus shrunk = ShrinkThreeToTwo(ElasticReq("a"));
   ASSERT_EQ(shrunk.world_size(), 2);
-  MustJoin(ElasticReq("a"));
-  MustJoin(ElasticReq("b"));
   v1::JoinJobResponse grown = MustJoin(ElasticReq("c", /*incarnation=*/2));
   EXPECT_EQ(grown.world_size(), 3);
   EXPECT_EQ(grown.rank(), 2);
@@ -1359,24 +1372,14 @@ TEST_F(CoordinatorServiceTest, Elastic_NewcomerIntoAShrunkJob_GrowsItBackTakingT
 // A process restarted with its first command line names the version the job
 // started with: admitted into the resized job (it grows it back); another
 // version is still refused.
-TEST_F(CoordinatorServiceTest, Elastic_NewcomerNamingTheStartingVersion_GrowsTheShrunkJobBack) {
+TEST_F(ElasticJobTest, Elastic_NewcomerNamingTheStartingVersion_GrowsTheShrunkJobBack) {
   const int64_t v1 = MustSubmit(3);
   const int64_t other = MustSubmit(2);
   v1::JoinJobRequest first = ElasticReq("a");
   first.set_plan_version(v1);
-  v1::JoinJobResponse a = MustJoin(first);
-  MustJoin(ElasticReq("b"));
-  MustJoin(ElasticReq("c"));
-  ASSERT_THAT(service_->ReportError(Report(0, a.generation(), "peer gone")).status(), IsOk());
-  MustJoin(ElasticReq("a"));
-  MustJoin(ElasticReq("b"));
-  clock_.Advance(absl::Seconds(6));
-  service_->CheckHeartbeats();
-  const v1::JobStatus shrunk = MustStatus();
+  const v1::JobStatus shrunk = ShrinkThreeToTwo(first);
   ASSERT_EQ(shrunk.world_size(), 2);
   ASSERT_NE(shrunk.plan_version(), v1);
-  MustJoin(ElasticReq("a"));
-  MustJoin(ElasticReq("b"));
   v1::JoinJobRequest stranger = ElasticReq("d");
   stranger.set_plan_version(other);
   EXPECT_THAT(service_->JoinJob(stranger).status(),

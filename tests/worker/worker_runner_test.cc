@@ -287,29 +287,32 @@ std::function<absl::Status()> Takes(::muonshard::testing::FakeClock& clock, absl
 }
 
 // NOTE [Step agreement] (worker/internal/runner_util.h).
-TEST(StepAgreementTest, StatesEveryCollectiveShapingFlag_AutoResolvedByBackend) {
+TEST(StepAgreementTest, StatesStepOptionsAndHyperParameters_AutoResolvedByBackend) {
   RankSessionOptions o;
   o.step_piece_kib = 64;
   o.buddy_every = 5;
-  EXPECT_EQ(internal::StepAgreement(o),
+  EXPECT_EQ(internal::StepAgreement(o, OptimizerConfig()),
             "--backend=gloo --reduce-order=ring --step-schedule=pipelined --step-phases=all --step-piece-kib=64 "
-            "--buddy-every=5");
+            "--buddy-every=5 lr=0.0199999996 weight_decay=0.00999999978 muon_momentum=0.949999988 nesterov=true "
+            "ns_steps=5 ns_coefficients=3.44449997/-4.7750001/2.0315001 ns_eps=9.99999972e-10 "
+            "ns_precision=default muon_scale_version=1 muon_extra_scale=0.200000003 adamw_betas=0.899999976,"
+            "0.949999988 adamw_eps=9.99999972e-10");
   o.backend = "nccl";
-  EXPECT_THAT(internal::StepAgreement(o), HasSubstr("--step-schedule=sequential"));
+  EXPECT_THAT(internal::StepAgreement(o, OptimizerConfig()), HasSubstr("--step-schedule=sequential"));
   // auto and what it resolves to agree.
   RankSessionOptions automatic;
   RankSessionOptions pipelined;
   pipelined.step_schedule = "pipelined";
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement(
-      {internal::StepAgreement(automatic), internal::StepAgreement(pipelined)}, 0));
+      {internal::StepAgreement(automatic, OptimizerConfig()), internal::StepAgreement(pipelined, OptimizerConfig())}, 0));
 }
 
 TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValues) {
   RankSessionOptions same;
   RankSessionOptions other;
   other.step_piece_kib = 256;
-  const std::string a = internal::StepAgreement(same);
-  const std::string b = internal::StepAgreement(other);
+  const std::string a = internal::StepAgreement(same, OptimizerConfig());
+  const std::string b = internal::StepAgreement(other, OptimizerConfig());
   const absl::Status s = internal::CheckStepAgreement({a, a, b, a}, 1);
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
                           HasSubstr("rank 2 runs --step-piece-kib=\"256\" where this rank (1) runs --step-piece-kib=0")));
@@ -319,8 +322,27 @@ TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValue
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, a, a, a}, 3));
 }
 
+// The hyper-parameters: each rank updates what it owns with its own.
+TEST(StepAgreementTest, HyperParametersDiffer_InvalidArgumentNamingTheValue) {
+  OptimizerConfig other;
+  other.lr = 0.01f;
+  const std::string a = internal::StepAgreement(RankSessionOptions(), OptimizerConfig());
+  const std::string b = internal::StepAgreement(RankSessionOptions(), other);
+  EXPECT_THAT(internal::CheckStepAgreement({a, b}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1 runs lr=\"0.00999999978\"")));
+  OptimizerConfig quintic;
+  quintic.ns.coefficient_set = kernels::NsCoefficientSet::kQuintic;
+  EXPECT_THAT(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), quintic)}, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ns_coefficients")));
+  // The same schedule given as custom coefficients agrees.
+  OptimizerConfig custom;
+  custom.ns.coefficient_set = kernels::NsCoefficientSet::kCustom;
+  custom.ns.custom_coefficients = kernels::BuiltinNsCoefficients(kernels::NsCoefficientSet::kSimple);
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), custom)}, 0));
+}
+
 TEST(StepAgreementTest, UnstatedOrForeignFlags_SkippedOrNamedBounded) {
-  const std::string mine = internal::StepAgreement(RankSessionOptions());
+  const std::string mine = internal::StepAgreement(RankSessionOptions(), OptimizerConfig());
   // An older worker states nothing: not checked.
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({mine, ""}, 0));
   EXPECT_THAT(internal::CheckStepAgreement({mine, "--backend=gloo"}, 0),

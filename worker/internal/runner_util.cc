@@ -9,9 +9,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/quote.h"
+#include "kernels/newton_schulz.h"
 #include "common/status_macros.h"
 #include "worker/workload/regression_workload.h"
 #include "worker/workload/synthetic_workload.h"
@@ -144,14 +146,40 @@ absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, c
   }
 }
 
-std::string StepAgreement(const RankSessionOptions& options) {
+namespace {
+
+// Round-trips a float.
+std::string Exact(float v) { return absl::StrFormat("%.9g", v); }
+
+std::string NsSchedule(const kernels::NewtonSchulzOptions& ns) {
+  absl::StatusOr<std::vector<kernels::NsCoefficients>> coefficients = kernels::ResolveNsCoefficients(ns);
+  if (!coefficients.ok()) return "invalid";  // validated before; never stated by a running rank
+  return absl::StrJoin(*coefficients, ",", [](std::string* out, const kernels::NsCoefficients& c) {
+    absl::StrAppend(out, Exact(c.a), "/", Exact(c.b), "/", Exact(c.c));
+  });
+}
+
+std::string OptimizerAgreement(const OptimizerConfig& c) {
+  return absl::StrCat("lr=", Exact(c.lr), " weight_decay=", Exact(c.weight_decay), " muon_momentum=",
+                      Exact(c.muon_momentum), " nesterov=", c.nesterov ? "true" : "false", " ns_steps=", c.ns.steps,
+                      " ns_coefficients=", NsSchedule(c.ns), " ns_eps=", Exact(c.ns.eps), " ns_precision=",
+                      NsPrecisionName(c.ns.precision), " muon_scale_version=",
+                      static_cast<int>(c.muon_scale_version), " muon_extra_scale=", Exact(c.muon_extra_scale),
+                      " adamw_betas=", Exact(c.adamw_beta1), ",", Exact(c.adamw_beta2), " adamw_eps=",
+                      Exact(c.adamw_eps));
+}
+
+}  // namespace
+
+std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config) {
   std::string schedule = options.step_schedule;
   if (absl::StatusOr<StepSchedule> parsed = ParseStepSchedule(schedule); parsed.ok() && *parsed == StepSchedule::kAuto) {
     schedule = options.backend == "gloo" ? "pipelined" : "sequential";
   }
   return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order,
                       " --step-schedule=", schedule, " --step-phases=", options.step_phases,
-                      " --step-piece-kib=", options.step_piece_kib, " --buddy-every=", options.buddy_every);
+                      " --step-piece-kib=", options.step_piece_kib, " --buddy-every=", options.buddy_every, " ",
+                      OptimizerAgreement(config));
 }
 
 namespace {

@@ -81,8 +81,15 @@ absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, c
 // the group barrier, and a difference fails each rank's start (and each
 // recovery's rendezvous) with INVALID_ARGUMENT naming the flag and a rank.
 //
-// This rank's statement: "--backend=gloo --reduce-order=ring ...".
-std::string StepAgreement(const RankSessionOptions& options);
+// The optimizer's hyper-parameters must agree too: each rank updates the
+// matrices and shards it owns, so a rank with another lr (or betas, Newton-
+// Schulz schedule, ...) would silently train its part of the model
+// differently. They are stated with the step options (the initial lr: a
+// schedule moves every rank's alike); the decay filter is not (under expert
+// parallelism ranks hold different tensors).
+//
+// This rank's statement: "--backend=gloo --reduce-order=ring ... lr=0.02 ...".
+std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config);
 
 // OK when every rank's statement (`stated`, by rank; "" from a worker that
 // states none, which is not checked) equals rank `rank`'s; otherwise

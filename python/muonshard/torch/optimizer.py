@@ -214,9 +214,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     bucket's Newton-Schulz overlaps the other buckets' collectives. Muon
     buckets are cut into pieces of at most `step_piece_kib` KiB of gradients
     for that (NOTE [Step pieces]; 0: the plan's buckets). `backend`,
-    `reduce_order`, `step_schedule` and `step_piece_kib` must be the same on
-    every rank: the constructor raises InvalidArgumentError naming the one
-    that differs and a rank (NOTE [Step agreement]). With
+    `reduce_order`, `step_schedule`, `step_piece_kib` and the hyper-parameters
+    (lr, betas, eps, weight_decay, the Muon and Newton-Schulz settings) must be
+    the same on every rank: the constructor raises InvalidArgumentError naming
+    the one that differs and a rank (NOTE [Step agreement]). With
     `overlap_backward`, a hook on every parameter hands its gradient to the
     step as soon as backward has accumulated it, so the reduce of the last
     layers' buckets runs while backward computes the first layers', and
