@@ -604,15 +604,17 @@ def main(argv=None) -> int:
             except Recovered as r:
                 # The group broke (a peer died or froze) and re-formed; the model holds
                 # the state after step r.step again: rewind the data and the schedule.
+                # An elastic job may have been resized: new rank and world size.
+                resized = (r.rank, r.world_size) != (rank, world)
+                rank, world = r.rank, r.world_size
                 phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in r.times.items())
                 log(rank, f"recovered at step {step} (restart {r.restarts} of {r.max_restarts}: {r.cause}); "
                           f"{phases}; continuing after step {r.step}")
-                done = r.step
-                sched = lr_scheduler(args, opt, done)
-                if (r.rank, r.world_size) != (rank, world):  # an elastic job was resized
-                    rank, world = r.rank, r.world_size
+                if resized:
                     log(rank, f"resized: now rank {rank} of {world} (plan version {r.plan_version}); the data "
                               f"follows")
+                done = r.step
+                sched = lr_scheduler(args, opt, done)
 
         held_out.append(heldout_loss(model, cfg, args.seed))
         digests.append(parameter_digest(model))
