@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <iostream>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/quote.h"
-#include "kernels/newton_schulz.h"
 #include "common/status_macros.h"
+#include "kernels/newton_schulz.h"
 #include "worker/workload/regression_workload.h"
 #include "worker/workload/synthetic_workload.h"
 
@@ -169,21 +169,6 @@ std::string OptimizerAgreement(const OptimizerConfig& c) {
                       Exact(c.adamw_eps));
 }
 
-}  // namespace
-
-std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config) {
-  std::string schedule = options.step_schedule;
-  if (absl::StatusOr<StepSchedule> parsed = ParseStepSchedule(schedule); parsed.ok() && *parsed == StepSchedule::kAuto) {
-    schedule = options.backend == "gloo" ? "pipelined" : "sequential";
-  }
-  return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order,
-                      " --step-schedule=", schedule, " --step-phases=", options.step_phases,
-                      " --step-piece-kib=", options.step_piece_kib, " --buddy-every=", options.buddy_every, " ",
-                      OptimizerAgreement(config));
-}
-
-namespace {
-
 using Flags = std::vector<std::pair<std::string, std::string>>;
 
 // "--flag=value" tokens, in their order.
@@ -228,6 +213,15 @@ std::string FirstDifference(absl::string_view mine, absl::string_view theirs, in
 
 }  // namespace
 
+std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config) {
+  absl::StatusOr<StepSchedule> schedule = ParseStepSchedule(options.step_schedule);  // validated before
+  return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order, " --step-schedule=",
+                      schedule.ok() ? StepScheduleName(ResolveStepSchedule(*schedule, options.backend == "gloo"))
+                                    : options.step_schedule,
+                      " --step-phases=", options.step_phases, " --step-piece-kib=", options.step_piece_kib,
+                      " --buddy-every=", options.buddy_every, " ", OptimizerAgreement(config));
+}
+
 absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank) {
   const std::string& mine = stated[rank];
   for (int peer = 0; peer < static_cast<int>(stated.size()); ++peer) {
@@ -235,8 +229,8 @@ absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank
     const std::string difference = FirstDifference(mine, stated[peer], peer, rank);
     if (difference.empty()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        difference, ": every rank of a job must run the same step options, or their collectives would not pair up "
-                    "(NOTE [Step agreement])"));
+        difference, ": every rank of a job must run the same step options (or their collectives would not pair "
+                    "up) and hyper-parameters (NOTE [Step agreement])"));
   }
   return absl::OkStatus();
 }

@@ -81,10 +81,26 @@ kernels::WeightLayout KernelLayout(v1::Layout layout) {
   return layout == v1::IN_OUT ? kernels::WeightLayout::kInOut : kernels::WeightLayout::kOutIn;
 }
 
+StepSchedule ResolveStepSchedule(StepSchedule schedule, bool host_memory) {
+  if (schedule != StepSchedule::kAuto) return schedule;
+  return host_memory ? StepSchedule::kPipelined : StepSchedule::kSequential;
+}
+
+const char* StepScheduleName(StepSchedule schedule) {
+  switch (schedule) {
+    case StepSchedule::kSequential:
+      return "sequential";
+    case StepSchedule::kPipelined:
+      return "pipelined";
+    default:
+      return "auto";
+  }
+}
+
 absl::StatusOr<StepSchedule> ParseStepSchedule(absl::string_view name) {
-  if (name == "auto") return StepSchedule::kAuto;
-  if (name == "sequential") return StepSchedule::kSequential;
-  if (name == "pipelined") return StepSchedule::kPipelined;
+  for (StepSchedule s : {StepSchedule::kAuto, StepSchedule::kSequential, StepSchedule::kPipelined}) {
+    if (name == StepScheduleName(s)) return s;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat("step schedule ", QuoteBounded(name), " is not auto, sequential or pipelined"));
 }

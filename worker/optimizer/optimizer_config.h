@@ -82,6 +82,13 @@ struct StepOptions {
   bool trace = false;
 };
 
+// What a schedule runs as: kAuto is kPipelined on a host-memory backend and
+// kSequential on a device backend (whose collectives are stream-ordered).
+StepSchedule ResolveStepSchedule(StepSchedule schedule, bool host_memory);
+
+// The name ParseStepSchedule reads: "auto", "sequential" or "pipelined".
+const char* StepScheduleName(StepSchedule schedule);
+
 // Parses "auto", "sequential", "pipelined" / "all", "comm", "compute"
 // (INVALID_ARGUMENT naming the value).
 absl::StatusOr<StepSchedule> ParseStepSchedule(absl::string_view name);

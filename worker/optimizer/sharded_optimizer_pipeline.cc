@@ -64,13 +64,11 @@ absl::Status ShardedOptimizer::InitPipeline() {
     owned_in_muon_[layout_.owned[i].bucket].push_back(static_cast<int>(i));
   }
   OrderTpBuckets();
-  StepSchedule schedule = step_options_.schedule;
-  if (schedule == StepSchedule::kAuto) {
-    // Decided by the backend, not by what this rank owns: every rank of a
-    // group must run the same schedule (their collective orders differ).
-    schedule = host_memory() ? StepSchedule::kPipelined : StepSchedule::kSequential;
+  // Decided by the backend, not by what this rank owns: every rank of a
+  // group must run the same schedule (their collective orders differ).
+  if (ResolveStepSchedule(step_options_.schedule, host_memory()) == StepSchedule::kSequential) {
+    return absl::OkStatus();
   }
-  if (schedule == StepSchedule::kSequential) return absl::OkStatus();
   if (!host_memory()) {
     return absl::InvalidArgumentError(
         "the pipelined step schedule needs a host-memory kernel backend (device backends run the sequential one, "
