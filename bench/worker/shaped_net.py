@@ -797,18 +797,17 @@ class Job:
 # --------------------------------------------------------------------------- figures
 
 def cpu_jiffies():
-    """(busy, total) jiffies of the whole machine (/proc/stat's cpu line), and the CPU count."""
+    """(busy, total) jiffies of the whole machine (/proc/stat's cpu line)."""
     with open("/proc/stat") as f:
-        lines = f.read().splitlines()
-    v = [int(x) for x in lines[0].split()[1:]]
+        v = [int(x) for x in f.readline().split()[1:]]
     idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-    return sum(v) - idle, sum(v), sum(1 for l in lines if l.startswith("cpu") and l[3:4].isdigit())
+    return sum(v) - idle, sum(v)
 
 
 def busy_cores(b, e):
     """Cores busy on average between two cpu_jiffies() readings (any process: the machine's load)."""
     total = e[1] - b[1]
-    return (e[0] - b[0]) / total * e[2] if total > 0 else float("nan")
+    return (e[0] - b[0]) / total * (os.cpu_count() or 1) if total > 0 else float("nan")
 
 
 def step_means(b, e, names):
@@ -1211,12 +1210,26 @@ def summary(a, models, results, netem):
     return ok
 
 
-def finish(a, models, results, netem):
-    """The summary; the exit code (1 only for a missed goal under --check-goals)."""
-    ok = summary(a, models, results, netem)
-    if not ok:
-        print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on them)"))
-    return 0 if ok or not a.check_goals else 1
+def set_up_shaped_network(a):
+    """Builds the shaped network (step 1 above) and checks its rate; whether netem delays it."""
+    netem = netem_available()
+    if a.delay_s > 0 and not netem:
+        print("note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
+              "latency is the veth + bridge path's own" % a.delay)
+    setup_network(a.ranks, a.rate_bps, a.delay_s, a.ingress, netem)
+    leaf = ("netem delay %s" % a.delay) if netem and a.delay_s > 0 else "bfifo"
+    print("network: bridge %s (%s/24), %d namespaces ms-r0..ms-r%d (%s.11..%d), veth pairs; tc htb rate %s "
+          "(+ %s leaf) on each namespace's egress%s" % (
+              BRIDGE, BRIDGE_IP, a.ranks, a.ranks - 1, SUBNET, 10 + a.ranks, a.rate, leaf,
+              " and on the bridge side (ingress)" if a.ingress else ""))
+    if a.rate_check_seconds > 0:
+        g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3")
+        # Full-size frames: 1448 payload bytes of 1514 on the wire (timestamps on).
+        print("rate check: one TCP flow ms-r0 -> ms-r1 for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
+              "(%.1f %% with Ethernet/IP/TCP headers); idle round trip (1 byte, median of %d) %.0f us" % (
+                  a.rate_check_seconds, g, 100 * g * 1e9 / a.rate_bps, a.rate,
+                  100 * g * 1e9 / a.rate_bps * 1514 / 1448, PING_PONGS, rtt * 1e6))
+    return netem
 
 
 def main(argv):
@@ -1251,46 +1264,28 @@ def main(argv):
         stale = [] if a.loopback_only else teardown_network(kill_stale=True)
         if stale:
             print("removed leftovers of an earlier run: " + ", ".join(stale))
-        if a.loopback_only:
-            models = prepare_models(a, work)
-            lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
-            print("workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; loopback only, "
-                  "modes %s" % (a.ranks, a.warmup, a.steps, a.policy, ", ".join(lmodes)))
-            print()
-            sys.stdout.flush()
-            run_network("loopback", a, work, models, lmodes, results, failures)
-            return finish(a, models, results, False)
-        netem = netem_available()
-        if a.delay_s > 0 and not netem:
-            print("note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
-                  "latency is the veth + bridge path's own" % a.delay)
+        netem = False
+        if not a.loopback_only:
+            netem = set_up_shaped_network(a)
+            if a.network_only:
+                return 0
         models = prepare_models(a, work)
-        setup_network(a.ranks, a.rate_bps, a.delay_s, a.ingress, netem)
-        leaf = ("netem delay %s" % a.delay) if netem and a.delay_s > 0 else "bfifo"
-        print("network: bridge %s (%s/24), %d namespaces ms-r0..ms-r%d (%s.11..%d), veth pairs; tc htb rate %s "
-              "(+ %s leaf) on each namespace's egress%s" % (
-                  BRIDGE, BRIDGE_IP, a.ranks, a.ranks - 1, SUBNET, 10 + a.ranks, a.rate, leaf,
-                  " and on the bridge side (ingress)" if a.ingress else ""))
-        if a.rate_check_seconds > 0:
-            g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3")
-            # Full-size frames: 1448 payload bytes of 1514 on the wire (timestamps on).
-            print("rate check: one TCP flow ms-r0 -> ms-r1 for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
-                  "(%.1f %% with Ethernet/IP/TCP headers); idle round trip (1 byte, median of %d) %.0f us" % (
-                      a.rate_check_seconds, g, 100 * g * 1e9 / a.rate_bps, a.rate,
-                      100 * g * 1e9 / a.rate_bps * 1514 / 1448, PING_PONGS, rtt * 1e6))
-        if a.network_only:
-            return 0
-        print("workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s" % (
-            a.ranks, a.warmup, a.steps, a.policy, ", ".join(a.modes)))
-        print()
+        lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
+        print("workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s" % (
+            a.ranks, a.warmup, a.steps, a.policy, ", ".join(lmodes if a.loopback_only else a.modes),
+            " (loopback only)" if a.loopback_only else ""))
         sys.stdout.flush()
-        run_network("shaped", a, work, models, a.modes, results, failures)
-        if a.loopback:
-            lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
-            if lmodes:
-                print()
-                run_network("loopback", a, work, models, lmodes, results, failures)
-        rc = finish(a, models, results, netem)
+        if not a.loopback_only:
+            print()
+            run_network("shaped", a, work, models, a.modes, results, failures)
+        if a.loopback and lmodes:
+            print()
+            run_network("loopback", a, work, models, lmodes, results, failures)
+        ok = summary(a, models, results, netem)
+        rc = 0 if ok or not a.check_goals else 1
+        if not ok:
+            print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on "
+                                                                    "them)"))
     except (Failure, Interrupted) as e:
         print("shaped_net.py: %s: %s" % ("FAILED" if isinstance(e, Failure) else "interrupted", e), file=sys.stderr)
         for f in failures:
