@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -369,14 +370,19 @@ std::vector<Column> WorkerColumns(const v1::JobStatus& job, int64_t now) {
   };
 }
 
-// The job's line (and why it moved, its elasticity, a failed resize), then
+// The job's line (and why it failed or moved, its elasticity, a failed resize), then
 // its workers in `rows` order.
 void PrintJob(const v1::JobStatus& job, int64_t now, const RowOrder& rows, std::ostream& out) {
   out << absl::StrFormat("job %s  generation %d  plan v%d  world %s  revision %d\n", job.job(),
                          job.generation(), job.plan_version(), WithThousands(job.world_size()), job.revision());
   // Why the job is at this generation (a failure, a report, a resize), and
   // its elasticity: what an operator looks for first.
-  if (!job.generation_reason().empty()) out << "  moved: " << job.generation_reason() << "\n";
+  if (job.has_failure()) {  // NOTE [Job failure]: the reason every rank ended with
+    out << "  failed (" << absl::StatusCodeToString(static_cast<absl::StatusCode>(job.failure().code()))
+        << "): " << job.failure().reason() << "\n";
+  } else if (!job.generation_reason().empty()) {
+    out << "  moved: " << job.generation_reason() << "\n";
+  }
   if (job.min_workers() > 0) {
     out << absl::StrFormat("  elastic: %d..%d ranks\n", job.min_workers(), job.max_world_size());
   }

@@ -113,6 +113,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorSession>> CoordinatorSession::Join(Coo
   return std::unique_ptr<CoordinatorSession>(new CoordinatorSession(client, options, std::move(joined)));
 }
 
+bool IsBrokenGroup(const absl::Status& status) {
+  return absl::IsAborted(status) || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+bool EndsJob(const absl::Status& error) {
+  return !error.ok() && !IsBrokenGroup(error) && !absl::IsCancelled(error) && !absl::IsInternal(error) &&
+         !absl::IsUnknown(error);
+}
+
 CoordinatorSession::CoordinatorSession(CoordinatorClient* client, const SessionOptions& options, JoinedJob joined)
     : client_(client),
       clock_(options.clock),
@@ -204,13 +213,20 @@ absl::StatusOr<CoordinatorSession::Reported> CoordinatorSession::ReportError(con
   request.set_incarnation(joined_.incarnation);
   request.set_generation(joined_.generation);
   request.set_message(error.ToString());
+  request.set_ends_job(EndsJob(error));
+  request.set_code(static_cast<int32_t>(error.code()));
   v1::ReportErrorResponse response;
   absl::Status s = RetryUnavailable(join_timeout_, [&] {
     std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
     return FromGrpcStatus(client_->stub().ReportError(ctx.get(), request, &response));
   });
   if (!s.ok()) return Annotate(s, absl::StrCat("reporting rank ", joined_.rank, "'s error to the coordinator"));
-  return Reported{response.generation(), response.generation_reason()};
+  Reported reported{response.generation(), response.generation_reason(), absl::OkStatus()};
+  if (response.has_failure()) {  // the coordinator keeps an error code (NOTE [Job failure])
+    reported.failure = absl::Status(static_cast<absl::StatusCode>(response.failure().code()),
+                                    response.failure().reason());
+  }
+  return reported;
 }
 
 void CoordinatorSession::Detach() {

@@ -52,6 +52,23 @@
 
 namespace muonshard::client {
 
+// Whether `status` (from a step, a checkpoint save, a rendezvous or a
+// recovery) means the group broke and NOTE [Recovery] in
+// worker/rank_session.h applies: ABORTED (the generation moved, a peer's
+// connection closed, an abort), UNAVAILABLE (the coordinator or a peer
+// unreachable), DEADLINE_EXCEEDED (a peer did not answer in time).
+bool IsBrokenGroup(const absl::Status& status);
+
+// Whether a worker that gives up with `error` ends its job (NOTE [Job
+// failure] in coordinator/service/job_registry.h): an error with a reason
+// that a restarted process would meet again (bad input, mismatched options,
+// a missing file or checkpoint, a refused plan: INVALID_ARGUMENT,
+// NOT_FOUND, FAILED_PRECONDITION, ...). Not a broken group's, not
+// CANCELLED (a requested stop), and not INTERNAL / UNKNOWN: a fault of the
+// process itself (a CUDA error, a crash-like bug), which a replacement
+// process recovers from as after a kill.
+bool EndsJob(const absl::Status& error);
+
 struct SessionOptions {
   std::string job;
   std::string host;    // identity of the worker's machine
@@ -115,11 +132,15 @@ class CoordinatorSession {
   // learn why at their next heartbeat. Retried while the coordinator is
   // unreachable, up to the join timeout. Returns the job's generation after
   // the report and why it is there (for a rank whose collective failed
-  // because a peer went away: that peer's own report). Possible errors: the
+  // because a peer went away: that peer's own report). An error that is not
+  // a broken group's ends the job (NOTE [Job failure]). Possible errors: the
   // RPC's.
   struct Reported {
     int64_t generation = 0;
     std::string reason;
+    // When another worker's error ended the job: that error (its code, "rank
+    // R (...) failed: ..."), which every rank ends with. OK otherwise.
+    absl::Status failure;
   };
   absl::StatusOr<Reported> ReportError(const absl::Status& error);
 

@@ -45,10 +45,6 @@ std::string DeviceIdentity(const RankSessionOptions& options, std::optional<int>
 
 }  // namespace
 
-bool IsBrokenGroup(const absl::Status& status) {
-  return absl::IsAborted(status) || absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
-}
-
 namespace {
 
 absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
@@ -145,7 +141,11 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Start(const RankSessio
   MUONSHARD_RETURN_IF_ERROR(ValidateRankSessionOptions(options));
   MUONSHARD_RETURN_IF_ERROR(ValidateOptimizerConfig(config));
   std::unique_ptr<RankSession> session(new RankSession(options, config));
-  MUONSHARD_RETURN_IF_ERROR(session->Run());
+  if (absl::Status s = session->Run(); !s.ok()) {
+    // Told before leaving (NOTE [Job failure]): the peers end with this
+    // rank's reason, or this rank with the job's first failure.
+    return absl::IsCancelled(s) ? s : session->ReportError(s);
+  }
   return session;
 }
 
@@ -171,19 +171,24 @@ absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
     return Annotate(stated.status(), absl::StrCat("waiting ", absl::FormatDuration(timeout),
                                                   " for every rank of generation ", joined_.generation));
   }
-  return internal::CheckStepAgreement(*stated, rank());
+  return internal::CheckStepAgreement(*stated);
 }
 
-void RankSession::ReportError(const absl::Status& error) {
-  if (session_ == nullptr) return;  // not a member: nobody to tell
+absl::Status RankSession::ReportError(const absl::Status& error) {
+  if (session_ == nullptr) return error;  // not a member: nobody to tell
   absl::StatusOr<client::CoordinatorSession::Reported> reported = session_->ReportError(error);
   if (!reported.ok()) {
     Log() << Prefix() << "warning: " << reported.status() << "\n";
-    return;
+    return error;
+  }
+  if (!reported->failure.ok()) {
+    Log() << Prefix() << "the job failed before this rank's error: " << reported->failure << "\n";
+    return reported->failure;
   }
   // The root cause when this rank only saw a peer go away: that peer's report.
   Log() << Prefix() << "reported the error to the coordinator; the job is at generation " << reported->generation
         << " (" << reported->reason << ")\n";
+  return error;
 }
 
 absl::Status RankSession::health() const {
@@ -276,12 +281,9 @@ absl::Status RankSession::Join(uint64_t incarnation, bool recovering) {
   MUONSHARD_ASSIGN_OR_RETURN(session_, client::CoordinatorSession::Join(client_.get(), o));
   joined_ = session_->joined();
   MUONSHARD_ASSIGN_OR_RETURN(view_, client::FetchJoinedView(*plan_source_, session_->joined()));
-  if (options_.check_view) {
-    if (absl::Status s = options_.check_view(session_->joined(), view_); !s.ok()) {
-      (void)session_->Leave();  // its own error is the one to report
-      return s;
-    }
-  }
+  // A refusal is reported by the caller while still a member (NOTE [Job
+  // failure]): the peers end with it.
+  if (options_.check_view) MUONSHARD_RETURN_IF_ERROR(options_.check_view(session_->joined(), view_));
   const client::JoinedJob& j = joined_;
   Log() << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size
         << ", generation " << j.generation << ", plan version " << j.plan_version << " ("

@@ -164,8 +164,8 @@ struct RankSessionOptions {
 
   // Called with the rank's plan view after joining and before the
   // rendezvous: a program checks here that it can run this view (its model
-  // holds the rank's tensors). An error leaves the job (peers waiting in
-  // the rendezvous see the generation move at once) and is Start()'s.
+  // holds the rank's tensors). An error ends the job (NOTE [Job failure]:
+  // peers waiting in the rendezvous end with it at once) and is Start()'s.
   std::function<absl::Status(const client::JoinedJob&, const v1::RankView&)> check_view;
 
   std::ostream* log = nullptr;  // status lines; null: std::cerr
@@ -180,11 +180,9 @@ struct RankSessionOptions {
 // unusable combination.
 absl::Status ValidateRankSessionOptions(const RankSessionOptions& options);
 
-// Whether `status` (from a step, a checkpoint save or a recovery) means the
-// group broke and NOTE [Recovery] applies: ABORTED (the generation moved, a
-// peer's connection closed, an abort), UNAVAILABLE (the coordinator or a
-// peer unreachable), DEADLINE_EXCEEDED (a peer did not answer in time).
-bool IsBrokenGroup(const absl::Status& status);
+// Whether the group broke and NOTE [Recovery] applies (ABORTED, UNAVAILABLE,
+// DEADLINE_EXCEEDED); defined with the membership it is about.
+using client::IsBrokenGroup;
 
 // How long the phases of one recovery took (NOTE [Recovery]).
 struct RecoveryTimes {
@@ -208,7 +206,9 @@ class RankSession {
   // view that is not the job's), UNAVAILABLE (coordinator; nccl without a
   // device), ABORTED (the generation moved during the rendezvous),
   // DEADLINE_EXCEEDED (peers did not arrive within comm_timeout), the
-  // optimizer's errors.
+  // optimizer's errors. A failed start reports its error before leaving
+  // (ReportError), so the error is the job's first failure when another
+  // rank's ended the job (NOTE [Job failure]).
   static absl::StatusOr<std::unique_ptr<RankSession>> Start(const RankSessionOptions& options,
                                                             const OptimizerConfig& config);
 
@@ -262,9 +262,12 @@ class RankSession {
 
   // Tells the coordinator this rank's step failed with `error`, so the job
   // moves to a new generation now and the peers' next heartbeat carries the
-  // message (CoordinatorSession::ReportError). A failed report is logged:
-  // the peers then learn at the heartbeat timeout.
-  void ReportError(const absl::Status& error);
+  // message (CoordinatorSession::ReportError); an error that is not a broken
+  // group's ends the job (NOTE [Job failure]). Returns the error this rank
+  // ends with if it gives up: the job's failure when another rank's error
+  // ended it first, else `error`. A failed report is logged (the peers then
+  // learn at the heartbeat timeout) and `error` returned.
+  absl::Status ReportError(const absl::Status& error);
 
   // NOTE [Recovery]; the wait for the group is `grace`, else
   // options.rejoin_grace (zero: comm_timeout), twice that for an elastic

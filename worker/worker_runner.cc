@@ -145,21 +145,20 @@ class WorkerRun {
     }
   }
 
-  // NOTE [Recovery] (rank_session.h): the step to go on from, or `failure`
-  // (reported to the coordinator) when it cannot be recovered from: not a
-  // broken group, or no restarts left. A recovery that fails the same way
-  // (the generation moved again, the group did not re-form in time) is
-  // tried again while restarts remain.
+  // NOTE [Recovery] (rank_session.h): the step to go on from, or the error
+  // to end with when `failure` (reported to the coordinator) cannot be
+  // recovered from: not a broken group, no restarts left, or the job ended
+  // with another rank's failure (NOTE [Job failure]: then that one). A
+  // recovery that fails the same way (the generation moved again, the group
+  // did not re-form in time) is tried again while restarts remain.
   absl::StatusOr<int64_t> Recover(absl::Status failure) {
     for (;;) {
-      if (!IsBrokenGroup(failure) || restarts_ >= options_.max_restarts) {
-        if (!absl::IsCancelled(failure)) session_->ReportError(failure);
-        return failure;
-      }
+      if (absl::IsCancelled(failure)) return failure;
+      const absl::Status ending = session_->ReportError(failure);
+      if (!IsBrokenGroup(ending) || restarts_ >= options_.max_restarts) return ending;
       ++restarts_;
       Log(options_) << Prefix() << "recovering (restart " << restarts_ << " of " << options_.max_restarts
                     << ") from: " << failure << "\n";
-      session_->ReportError(failure);
       absl::StatusOr<int64_t> from = RecoverOnce();
       if (from.ok()) return from;
       failure = from.status();

@@ -40,6 +40,19 @@ std::string BoundMessage(const std::string& message) {
   return absl::StrCat(message.substr(0, end), "… (truncated from ", message.size(), " bytes)");
 }
 
+// NOTE [Job failure]: what every rank of a failed job ends with.
+absl::Status FailureStatus(const v1::JobFailure& failure) {
+  return absl::Status(static_cast<absl::StatusCode>(failure.code()), failure.reason());
+}
+
+// A reported code as a failure's: an error code (UNKNOWN for OK or a number
+// that is not a code).
+int32_t FailureCode(int32_t reported) {
+  const auto code = static_cast<absl::StatusCode>(reported);
+  const bool known = reported > 0 && reported <= static_cast<int32_t>(absl::StatusCode::kUnauthenticated);
+  return static_cast<int32_t>(known ? code : absl::StatusCode::kUnknown);
+}
+
 absl::Status CheckRank(const std::string& job, int rank, int world_size) {
   if (rank >= 0 && rank < world_size) return absl::OkStatus();
   return absl::InvalidArgumentError(
@@ -86,6 +99,11 @@ bool MemberOf(const v1::WorkerStatus& w, int64_t generation) {
   return w.state() == v1::WORKER_STATE_JOINED && w.generation() == generation;
 }
 
+// Whether `w` reported `failure` (its own error needs no translation).
+bool IsFailureOf(const v1::JobFailure& failure, const v1::WorkerStatus& w) {
+  return failure.rank() == w.rank() && failure.host() == w.host() && failure.device() == w.device();
+}
+
 // Ranks per moe_sharding block of a plan's topology (JobRegistry::Job); a
 // stored plan's topology is valid.
 int BlockOf(const v1::Topology& t) {
@@ -110,6 +128,9 @@ struct JobRegistry::Job {
   WorkerCounts counts;
   std::unique_ptr<RendezvousKv> kv;
   std::string generation_reason;  // why the job moved to `generation`
+  // NOTE [Job failure]: set by the first report that ends the job; cleared
+  // when the job starts afresh (a join with no worker joined).
+  std::optional<v1::JobFailure> failure;
   // NOTE [Adoption]: set while the job re-created from a restart waits for
   // its running ranks to re-register; the generation moves if one has not.
   std::optional<absl::Time> adopting_until;
@@ -212,6 +233,7 @@ void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
 // version; otherwise checks the joiner asks for the job's version.
 absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request) {
   if (job != nullptr && job->counts.joined > 0) {
+    if (job->failure.has_value()) return FailureStatus(*job->failure);
     // An elastic job also admits the version it started with: a process
     // restarted with its first command line after a resize.
     const bool origin = job->min_workers > 0 && request.plan_version() == job->origin_plan_version;
@@ -228,6 +250,7 @@ absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request
     MUONSHARD_ASSIGN_OR_RETURN(job, CreateJob(request.job()));
   }
   ApplyPlan(*job, info);
+  job->failure.reset();  // a new run of the job
   job->min_workers = request.min_workers();
   job->rejoin_grace = request.rejoin_grace_ms() > 0 ? absl::Milliseconds(request.rejoin_grace_ms())
                                                     : 10 * options_.heartbeat_timeout;
@@ -309,8 +332,11 @@ void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& e
   job.moved_at = clock_->Now();
   // Everyone joins the new generation afresh: nobody is left to adopt.
   job.adopting_until.reset();
-  job.kv->AbortAll(absl::AbortedError(absl::StrCat("job \"", job.name, "\" moved to generation ",
-                                                   job.generation, ": ", reason)),
+  // A failed job's waits end with its failure (NOTE [Job failure]).
+  job.kv->AbortAll(job.failure.has_value() ? FailureStatus(*job.failure)
+                                           : absl::AbortedError(absl::StrCat("job \"", job.name,
+                                                                             "\" moved to generation ",
+                                                                             job.generation, ": ", reason)),
                    &effects.completions);
   job.kv = std::make_unique<RendezvousKv>(&options_);
   Emit(job, v1::JOB_EVENT_GENERATION_CHANGED, nullptr, why, effects);
@@ -570,6 +596,7 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
   // Alive, even when about to be told its generation is stale.
   w->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
   if (request.generation() != job->generation || w->generation() != job->generation) {
+    if (job->failure.has_value()) return FailureStatus(*job->failure);
     // The reason (bounded: a reported message is cut to kMaxReportBytes)
     // tells the survivors why they restart.
     const std::string& why = job->generation_reason;
@@ -615,9 +642,11 @@ absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(
     MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
                                FindWorker(*job, request.rank(), request.incarnation()));
     Emit(*job, v1::JOB_EVENT_ERROR_REPORTED, w, message, effects);
-    // Only a member's report for the running generation breaks the group; an
-    // older one arrives after the group has already moved on.
-    if (request.generation() == job->generation && MemberOf(*w, job->generation)) {
+    if (request.ends_job() && !job->failure.has_value() && w->state() == v1::WORKER_STATE_JOINED) {
+      Fail(*job, *w, request, message, effects);
+    } else if (request.generation() == job->generation && MemberOf(*w, job->generation)) {
+      // Only a member's report for the running generation breaks the group;
+      // an older one arrives after the group has already moved on.
       BumpGeneration(
           *job,
           absl::StrCat(Describe(*w), " reported: ", message.empty() ? "(no message)" : message),
@@ -625,9 +654,25 @@ absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(
     }
     r.set_generation(job->generation);
     r.set_generation_reason(job->generation_reason);
+    if (job->failure.has_value() && !IsFailureOf(*job->failure, *w)) *r.mutable_failure() = *job->failure;
   }
   Flush(effects);
   return r;
+}
+
+// NOTE [Job failure]: the job ends with `worker`'s error; its generation
+// moves so that every wait, heartbeat and join of the old one returns it.
+void JobRegistry::Fail(Job& job, const v1::WorkerStatus& worker, const v1::ReportErrorRequest& request,
+                       const std::string& message, Effects& effects) {
+  v1::JobFailure& f = job.failure.emplace();
+  f.set_rank(worker.rank());
+  f.set_host(worker.host());
+  f.set_device(worker.device());
+  f.set_generation(request.generation());
+  f.set_code(FailureCode(request.code()));
+  f.set_reason(absl::StrCat(Describe(worker), " failed: ", message.empty() ? "(no message)" : message));
+  f.set_time_micros(absl::ToUnixMicros(clock_->Now()));
+  BumpGeneration(job, f.reason(), effects);
 }
 
 bool JobRegistry::ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) {
@@ -670,7 +715,7 @@ void JobRegistry::CheckHeartbeats() {
 
 std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, absl::Time now) const {
   if (job.min_workers <= 0 || job.adopting_until.has_value() || job.resize_failed_at == job.generation ||
-      now - job.moved_at < job.rejoin_grace) {
+      job.failure.has_value() || now - job.moved_at < job.rejoin_grace) {
     return std::nullopt;
   }
   Resize r;
@@ -817,6 +862,7 @@ v1::JobStatus JobRegistry::StatusOf(const Job& job) const {
   s.set_max_world_size(job.max_world_size);
   s.set_resize_error(job.resize_error);
   s.set_generation_reason(job.generation_reason);
+  if (job.failure.has_value()) *s.mutable_failure() = *job.failure;
   for (const std::optional<v1::WorkerStatus>& slot : job.slots) {
     if (slot.has_value()) *s.add_workers() = *slot;
   }
@@ -842,8 +888,11 @@ absl::StatusOr<v1::ListWorkersResponse> JobRegistry::ListWorkers(const std::stri
 
 absl::Status JobRegistry::CheckGeneration(const Job& job, int64_t generation) const {
   if (generation == job.generation) return absl::OkStatus();
+  if (job.failure.has_value()) return FailureStatus(*job.failure);
+  const std::string& why = job.generation_reason;
   return absl::AbortedError(absl::StrCat("generation ", generation, " is not job \"", job.name,
-                                         "\"'s current generation ", job.generation));
+                                         "\"'s current generation ", job.generation,
+                                         why.empty() ? "" : absl::StrCat(" (", why, ")")));
 }
 
 absl::Status JobRegistry::SetKey(const v1::SetKeyRequest& request) {

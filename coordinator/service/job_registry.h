@@ -49,6 +49,19 @@
 //   the job takes the new plan version and world, and the generation moves.
 //   The kept members re-join into it with their new rank (they must not ask
 //   for their old one).
+// - NOTE [Job failure]: a worker that gives up with an error of its own
+//   that a restart would meet again (ReportError with ends_job, set by
+//   client::EndsJob: bad input, mismatched step options, a missing file)
+//   ends the job, the first such report only: the job keeps
+//   it (JobStatus.failure: rank, code, "rank R (...) failed: message") and
+//   its generation moves. From then on every wait, key, heartbeat and join of
+//   the job returns that failure, with the reporter's status code, until
+//   no worker is joined: the next join starts the job afresh. So every rank,
+//   whatever it was waiting on, ends with the first failure's reason. A
+//   departure by a fault (a lost heartbeat, a kill, a process's INTERNAL
+//   error) and a broken group's report only move the generation (recovery,
+//   as above). A failure is not
+//   persisted: a coordinator restart forgets it.
 // - The plan a job runs, for the observer (OnJobPlan / OnJobPlanEnded): its
 //   version while it has a joined worker, none otherwise. Announced after
 //   the event that changes it (the plan read through the catalog, under the
@@ -108,7 +121,10 @@ class JobRegistry {
 
   // Records the worker's error (JOB_EVENT_ERROR_REPORTED, message cut to
   // 1 KiB) and, when the worker is a member of the job's current generation
-  // and reports for it, moves the generation at once. Possible errors:
+  // and reports for it, moves the generation at once. A report with
+  // ends_job from a joined worker of a job not failed yet ends the job
+  // (NOTE [Job failure]); the response carries the job's failure when it is
+  // another worker's. Possible errors:
   // NOT_FOUND, INVALID_ARGUMENT, FAILED_PRECONDITION, ABORTED (incarnation)
   // as for Heartbeat.
   absl::StatusOr<v1::ReportErrorResponse> ReportError(const v1::ReportErrorRequest& request);
@@ -228,6 +244,8 @@ class JobRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(Job& job, const v1::WorkerStatus& worker, const v1::ReportErrorRequest& request,
+            const std::string& message, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobEvent Snapshot(const std::string& name, const Job* job) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -379,14 +379,23 @@ class PyRankSession {
   }
 
   // Tells the coordinator this rank failed with (code, message): the job
-  // moves to a new generation now and the peers learn why (a failed report
-  // is logged, not raised). `code` is a status code name ("ABORTED").
-  void ReportError(const std::string& code, const std::string& message) {
+  // moves to a new generation now and the peers learn why; an error that is
+  // not a broken group's ends the job (a failed report is logged, not
+  // raised). `code` is a status code name ("ABORTED"). Returns (code,
+  // message) of the job's failure when another rank's error ended it first
+  // (NOTE [Job failure]: the error to end with), else None.
+  std::optional<std::pair<std::string, std::string>> ReportError(const std::string& code,
+                                                                 const std::string& message) {
     const absl::Status error(ValueOrThrow(StatusCodeNamed(code)), message);
     if (error.ok()) RaiseStatus(absl::InvalidArgumentError("report_error needs an error code, not OK"));
     worker::RankSession& rs = session();
-    py::gil_scoped_release release;
-    rs.ReportError(error);
+    absl::Status ending;
+    {
+      py::gil_scoped_release release;
+      ending = rs.ReportError(error);
+    }
+    if (ending == error) return std::nullopt;
+    return std::make_pair(absl::StatusCodeToString(ending.code()), std::string(ending.message()));
   }
 
   // NOTE [Recovery]: tears the group down, re-joins the job's new

@@ -1172,6 +1172,67 @@ TEST_F(RendezvousTest, OtherGeneration_Aborted) {
               StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
 }
 
+// NOTE [Job failure]: rank 1 gives up with a reason of its own while rank 0
+// waits at a barrier; whatever rank 0 asks the coordinator next, it gets rank
+// 1's error, with its code, until the job starts afresh.
+TEST_F(RendezvousTest, ReportThatEndsTheJob_EveryPeerCallReturnsTheFailureWithItsCode) {
+  PendingWait pending;
+  ASSERT_THAT(Wait({"group/0", "group/1"}, 60000, &pending).status(), IsOk());
+  v1::ReportErrorRequest report =
+      Report(1, a_.generation(), "INVALID_ARGUMENT: step options differ across ranks: rank 1 runs x=1");
+  report.set_ends_job(true);
+  report.set_code(static_cast<int>(absl::StatusCode::kInvalidArgument));
+  auto reported = service_->ReportError(report);
+  ASSERT_THAT(reported.status(), IsOk());
+  EXPECT_FALSE(reported->has_failure());  // its own: nothing to translate
+  const auto failed = StatusIs(absl::StatusCode::kInvalidArgument,
+                               AllOf(HasSubstr("rank 1 (b/gpu0) failed: INVALID_ARGUMENT: step options differ"),
+                                     HasSubstr("x=1")));
+  ASSERT_TRUE(pending.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_THAT(pending.result.status(), failed);
+  EXPECT_THAT(Set("k", "v"), failed);
+  EXPECT_THAT(Get("k").status(), failed);
+  EXPECT_THAT(service_->Heartbeat(Beat(a_.rank(), a_.generation())).status(), failed);
+  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(), failed);  // a recovery's re-join
+  EXPECT_THAT(service_->JoinJob(JoinReq("c")).status(), failed);  // a newcomer
+  // Rank 0's own report (its collective aborted) neither moves the job nor
+  // replaces the failure; the answer is the error rank 0 ends with.
+  v1::ReportErrorRequest late = Report(0, a_.generation(), "ABORTED: collective aborted");
+  late.set_code(static_cast<int>(absl::StatusCode::kAborted));
+  late.set_ends_job(true);
+  auto answer = service_->ReportError(late);
+  ASSERT_THAT(answer.status(), IsOk());
+  EXPECT_EQ(answer->failure().rank(), 1);
+  EXPECT_EQ(answer->failure().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  const v1::JobStatus job = MustStatus();
+  EXPECT_EQ(job.failure().rank(), 1);
+  EXPECT_EQ(job.failure().generation(), a_.generation());
+  EXPECT_THAT(job.failure().reason(), HasSubstr("step options differ"));
+  EXPECT_EQ(job.generation(), a_.generation() + 1);
+  // Once every worker is gone, the job starts afresh.
+  for (int rank : {0, 1}) {
+    v1::LeaveJobRequest leave;
+    leave.set_job("job");
+    leave.set_rank(rank);
+    leave.set_incarnation(1);
+    ASSERT_THAT(service_->LeaveJob(leave).status(), IsOk());
+  }
+  v1::JoinJobResponse again = MustJoin(JoinReq("a"));
+  EXPECT_GT(again.generation(), a_.generation());
+  EXPECT_FALSE(MustStatus().has_failure());
+}
+
+// A broken group's report (no reason of the worker's own) and a kill still
+// only move the generation: the job recovers.
+TEST_F(RendezvousTest, ReportOfABrokenGroup_MovesTheGenerationWithoutEndingTheJob) {
+  v1::ReportErrorRequest report = Report(1, a_.generation(), "ABORTED: peer closed the connection");
+  report.set_code(static_cast<int>(absl::StatusCode::kAborted));
+  ASSERT_THAT(service_->ReportError(report).status(), IsOk());
+  EXPECT_THAT(Set("k", "v"), StatusIs(absl::StatusCode::kAborted, HasSubstr("peer closed the connection")));
+  EXPECT_FALSE(MustStatus().has_failure());
+  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(), IsOk());
+}
+
 TEST_F(RendezvousTest, SizeLimits_NamedInError) {
   EXPECT_THAT(Set(std::string(513, 'k'), "v"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--max-key-bytes")));

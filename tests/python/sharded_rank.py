@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--overlap", action="store_true", help="overlap_backward: gradients through a real backward")
     ap.add_argument("--step-piece-kib", type=int, default=0, help="step_piece_kib (NOTE [Step pieces])")
     ap.add_argument("--step-trace-dir", help="step_trace_dir (NOTE [Step trace])")
+    ap.add_argument("--bad-lr-at", type=int, default=-1, help="sets lr -1 before this step (0-based): bad input")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank = int(os.environ["RANK"])
@@ -71,6 +72,8 @@ def main():
                 p.grad.copy_(g.to(p.dtype))  # in place: into the fused buffer where it is one
             else:
                 p.grad = g.to(p.dtype)
+        if step == a.bad_lr_at:
+            opt.param_groups[0]["lr"] = -1.0
         lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         if sched is not None:

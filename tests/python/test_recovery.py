@@ -209,21 +209,23 @@ def test_recovers_the_initial_parameters_without_a_checkpoint(coordinator, tmp_p
     opt.close()
 
 
-@pytest.mark.parametrize("case", ["not-broken", "no-restarts-left", "python-error"])
+@pytest.mark.parametrize("case", ["not-broken", "no-restarts-left", "python-error", "python-fault"])
 def test_errors_that_cannot_be_recovered_are_reported_and_raised(coordinator, case):
     version = submit(coordinator, 1)
     if case == "not-broken":  # a broken group it is not: retrying cannot help
         error, restarts = muonshard.InvalidArgumentError("injected: gradient of plan tensor 3 has 7 values"), 3
     elif case == "no-restarts-left":
         error, restarts = muonshard.AbortedError("injected: the generation moved"), 0
-    else:  # not the C++ layer's: reported as INTERNAL
+    elif case == "python-error":  # not the C++ layer's: reported with the code of its kind
         error, restarts = TypeError("injected: not a tensor"), 3
+    else:  # neither: reported as INTERNAL (a fault, recovered from by a replacement)
+        error, restarts = RuntimeError("injected: a bug"), 3
     opt, params = make_optimizer(coordinator, version, "fail-" + case, max_restarts=restarts)
     faults = inject(opt, {1: error})
     with pytest.raises(type(error)) as raised:
         train(opt, params, 3)
     assert raised.value is error
-    code = getattr(error, "code", "INTERNAL")
+    code = getattr(error, "code", "INVALID_ARGUMENT" if case == "python-error" else "INTERNAL")
     assert faults.calls["report_error"] == [code] and faults.calls["recover"] == 0
     assert opt.restarts == 0
     # The job moved on (the peers learn at once), and this rank leaves without

@@ -23,14 +23,15 @@ SEED = 7
 TIMEOUT = 180  # seconds for a whole multi-process run (every wait inside is bounded too)
 
 
-def start_ranks(coord, job, version, world, out, per_rank=None, **flags):
+def start_ranks(coord, job, version, world, out, per_rank=None, env_of=None, **flags):
     """Starts `world` rank processes of sharded_rank.py: (process, log) per rank.
-    per_rank(rank) -> extra flags of that rank."""
+    per_rank(rank) -> extra flags of that rank; env_of(rank) -> extra environment."""
     os.makedirs(out, exist_ok=True)
     procs = []
     for rank in range(world):
         env = package_env()
         env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+        env.update(env_of(rank) if env_of else {})
         args = [sys.executable, os.path.join(HERE, "sharded_rank.py"), "--coordinator", coord.address, "--job", job,
                 "--version", str(version), "--out", out]
         for k, v in dict(flags, **(per_rank(rank) if per_rank else {})).items():
@@ -234,19 +235,45 @@ def check_step_trace(path, rank, steps):
         assert reduce_end <= start + 1e-3 and end <= spans[(step, "sync", buffer, bucket)][0] + 1e-3
 
 
-def test_ranks_with_different_step_options_both_raise_naming_the_option(coordinator, tmp_path):
+@pytest.mark.parametrize("held", [0, 1])
+def test_ranks_with_different_step_options_both_raise_naming_the_option(coordinator, tmp_path, held):
     """NOTE [Step agreement]: step_piece_kib differs between the two ranks; both
-    constructors raise at the group barrier, naming it (before, rank 1 crashed
-    in gloo on the first step's mismatched sizes)."""
+    constructors raise InvalidArgumentError at the group barrier, naming it
+    (before, rank 1 crashed in gloo on the first step's mismatched sizes),
+    whichever rank is faster: rank `held` waits at the barrier until its peer
+    has compared, reported and left (NOTE [Test holds]), and ends with the
+    job's failure, its peer's reason (NOTE [Job failure])."""
     _, version = submit(coordinator, "dense", 2)
-    ended = wait_ranks(start_ranks(coordinator, "job-disagree", version, 2, str(tmp_path),
-                                   per_rank=lambda r: {"step_piece_kib": r}, model="dense", steps=2, seed=SEED),
+    job = "job-disagree-%d" % held
+    ended = wait_ranks(start_ranks(coordinator, job, version, 2, str(tmp_path),
+                                   per_rank=lambda r: {"step_piece_kib": r},
+                                   env_of=lambda r: {"MUONSHARD_TEST_HOLD_BARRIER": "group=1500"} if r == held else {},
+                                   model="dense", steps=2, seed=SEED),
                        str(tmp_path))
     for rank, (code, tail) in enumerate(ended):
         assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
         assert "muonshard._errors.InvalidArgumentError" in tail, tail
-        assert ('rank %d runs --step-piece-kib="%d" where this rank (%d) runs --step-piece-kib=%d'
-                % (1 - rank, 1 - rank, rank, rank)) in tail, tail
+        assert ('step options differ across ranks: rank 1 runs --step-piece-kib="1" where rank 0 runs '
+                '--step-piece-kib=0') in tail, tail
+    assert ("rank %d (" % (1 - held)) in ended[held][1] and "failed: INVALID_ARGUMENT" in ended[held][1]
+
+
+def test_a_rank_that_fails_in_a_step_ends_the_job_with_its_reason_on_every_rank(coordinator, tmp_path):
+    """NOTE [Job failure]: rank 0's step refuses its input (lr -1) while rank 1
+    waits for it in the step's collectives: rank 1 does not time out or say
+    "generation moved" but raises rank 0's own error, with its class."""
+    _, version = submit(coordinator, "dense", 2)
+    ended = wait_ranks(start_ranks(coordinator, "job-bad-lr", version, 2, str(tmp_path),
+                                   per_rank=lambda r: {"bad_lr_at": 1} if r == 0 else {},
+                                   model="dense", steps=3, seed=SEED),
+                       str(tmp_path))
+    for rank, (code, tail) in enumerate(ended):
+        assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
+        assert "muonshard._errors.InvalidArgumentError" in tail, tail
+        assert "lr must be finite and >= 0, got -1" in tail, tail
+    assert "rank 0 (" in ended[1][1] and "failed: INVALID_ARGUMENT" in ended[1][1], ended[1][1]
+    status = muonshard.Coordinator(coordinator.address).workers("job-bad-lr")[0]
+    assert int(status["failure"].get("rank", 0)) == 0 and "lr must be finite" in status["failure"]["reason"], status
 
 
 def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path):

@@ -31,6 +31,7 @@
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
 #include "client/grpc_status.h"
+#include "common/status_macros.h"
 #include "common/ordered_json.h"
 #include "coordinator/importer/tp_split.h"
 #include "gmock/gmock.h"
@@ -172,6 +173,15 @@ class WorkerProcessTest : public ::testing::Test {
     s = client::FromGrpcStatus(client_->stub().GetPlan(ctx2.get(), get, &plan));
     if (!s.ok()) return s;
     return std::make_pair(response.version(), plan.plan());
+  }
+
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const std::string& job) {
+    v1::ListWorkersRequest request;
+    request.set_job(job);
+    v1::ListWorkersResponse response;
+    auto ctx = client_->NewContext();
+    MUONSHARD_RETURN_IF_ERROR(client::FromGrpcStatus(client_->stub().ListWorkers(ctx.get(), request, &response)));
+    return response;
   }
 
   std::vector<std::string> WorkerArgs(const std::string& job, int64_t version,
@@ -373,23 +383,48 @@ TEST_F(WorkerProcessTest, PlanVersionOtherThanTheJobs_WorkerRefusesNamingBothVer
 
 // NOTE [Step agreement] (worker/internal/runner_util.h): one rank started
 // with another --step-piece-kib would issue collectives of other sizes; it
-// and its peer both stop at the group barrier, exit 2, naming the flag.
-TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlag) {
+// and its peer both stop at the group barrier, exit 2, naming the flag. The
+// first rank to compare ends the job with its reason (NOTE [Job failure]),
+// so the other says the same whichever is faster: each rank in turn is held
+// at the barrier (NOTE [Test holds]) until its peer has reported and left.
+TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlagWhicheverIsFaster) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2, 1,
                                                         v1::SEED));
-  std::vector<ChildProcess> workers;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = WorkerArgs("disagree", submitted.first);
-    args.insert(args.end(), {"--rank", absl::StrCat(r), "--step-piece-kib", r == 0 ? "0" : "1"});
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("disagree", r)));
-    workers.push_back(std::move(w));
-  }
-  for (int r = 0; r < 2; ++r) {
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers[r].WaitForExit(kRunBound));
-    EXPECT_EQ(code, 2) << workers[r].Err();
-    EXPECT_THAT(workers[r].Err(), HasSubstr(absl::StrCat("rank ", 1 - r, " runs --step-piece-kib=\"", r == 0 ? 1 : 0,
-                                                         "\" where this rank (", r, ") runs --step-piece-kib=",
-                                                         r == 0 ? 0 : 1)));
+  for (int held = 0; held < 2; ++held) {
+    SCOPED_TRACE(absl::StrCat("rank ", held, " held at the barrier"));
+    const std::string job = absl::StrCat("disagree-", held);
+    std::vector<ChildProcess> workers;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> args = WorkerArgs(job, submitted.first);
+      args.insert(args.end(), {"--rank", absl::StrCat(r), "--step-piece-kib", r == 0 ? "0" : "1"});
+      if (r == held) args.insert(args.begin(), {"/usr/bin/env", "MUONSHARD_TEST_HOLD_BARRIER=group=1500"});
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat(job, "-", r)));
+      workers.push_back(std::move(w));
+    }
+    for (int r = 0; r < 2; ++r) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers[r].WaitForExit(kRunBound));
+      const std::string err = workers[r].Err();
+      EXPECT_EQ(code, 2) << err;
+      EXPECT_THAT(err, HasSubstr("step options differ across ranks: rank 1 runs --step-piece-kib=\"1\" where rank 0 "
+                                 "runs --step-piece-kib=0"));
+      // The held rank learnt it from the job's failure, the other's report.
+      if (r == held) EXPECT_THAT(err, HasSubstr(absl::StrCat("rank ", 1 - r, " (")));
+      if (r == held) EXPECT_THAT(err, HasSubstr("failed: INVALID_ARGUMENT: step options differ"));
+    }
+    // The coordinator's job status says why the job ended.
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ListWorkersResponse listed, ListWorkers(job));
+    ASSERT_EQ(listed.jobs_size(), 1);
+    EXPECT_EQ(listed.jobs(0).failure().rank(), 1 - held);
+    EXPECT_EQ(listed.jobs(0).failure().code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(listed.jobs(0).failure().reason(), HasSubstr("--step-piece-kib"));
+    // ... and so does what an operator runs.
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(
+        CommandResult workers_table, RunCommand({BinaryPath("muonshardctl"), "workers", "--job", job, "--coordinator",
+                                                 coordinator_->address()},
+                                                dir_.path(), kRunBound));
+    EXPECT_EQ(workers_table.exit_code, 0) << workers_table.err;
+    EXPECT_THAT(workers_table.out, HasSubstr(absl::StrCat("failed (INVALID_ARGUMENT): rank ", 1 - held, " (")));
+    EXPECT_THAT(workers_table.out, HasSubstr("step options differ across ranks"));
   }
 }
 

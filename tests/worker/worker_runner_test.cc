@@ -304,7 +304,7 @@ TEST(StepAgreementTest, StatesStepOptionsAndHyperParameters_AutoResolvedByBacken
   RankSessionOptions pipelined;
   pipelined.step_schedule = "pipelined";
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement(
-      {internal::StepAgreement(automatic, OptimizerConfig()), internal::StepAgreement(pipelined, OptimizerConfig())}, 0));
+      {internal::StepAgreement(automatic, OptimizerConfig()), internal::StepAgreement(pipelined, OptimizerConfig())}));
 }
 
 TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValues) {
@@ -313,13 +313,19 @@ TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValue
   other.step_piece_kib = 256;
   const std::string a = internal::StepAgreement(same, OptimizerConfig());
   const std::string b = internal::StepAgreement(other, OptimizerConfig());
-  const absl::Status s = internal::CheckStepAgreement({a, a, b, a}, 1);
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument,
-                          HasSubstr("rank 2 runs --step-piece-kib=\"256\" where this rank (1) runs --step-piece-kib=0")));
-  // Every rank fails alike, the odd one included (it names the lowest other).
-  EXPECT_THAT(internal::CheckStepAgreement({a, a, b, a}, 2),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 0 runs --step-piece-kib=\"0\"")));
-  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, a, a, a}, 3));
+  // Every rank reads the same statements and fails alike, with one message
+  // (NOTE [Job failure]): the lowest rank that differs from rank 0.
+  EXPECT_THAT(internal::CheckStepAgreement({a, a, b, a}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("step options differ across ranks: rank 2 runs --step-piece-kib=\"256\" where rank 0 "
+                                 "runs --step-piece-kib=0")));
+  EXPECT_THAT(internal::CheckStepAgreement({b, a, b, a}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("rank 1 runs --step-piece-kib=\"0\" where rank 0 runs --step-piece-kib=256")));
+  // An older worker (no statement) at rank 0: compared against rank 1.
+  EXPECT_THAT(internal::CheckStepAgreement({"", a, b}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 runs --step-piece-kib=\"256\" where rank 1")));
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, a, a, a}));
 }
 
 // The hyper-parameters: each rank updates what it owns with its own.
@@ -328,28 +334,28 @@ TEST(StepAgreementTest, HyperParametersDiffer_InvalidArgumentNamingTheValue) {
   other.lr = 0.01f;
   const std::string a = internal::StepAgreement(RankSessionOptions(), OptimizerConfig());
   const std::string b = internal::StepAgreement(RankSessionOptions(), other);
-  EXPECT_THAT(internal::CheckStepAgreement({a, b}, 0),
+  EXPECT_THAT(internal::CheckStepAgreement({a, b}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1 runs lr=\"0.00999999978\"")));
   OptimizerConfig quintic;
   quintic.ns.coefficient_set = kernels::NsCoefficientSet::kQuintic;
-  EXPECT_THAT(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), quintic)}, 0),
+  EXPECT_THAT(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), quintic)}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ns_coefficients")));
   // The same schedule given as custom coefficients agrees.
   OptimizerConfig custom;
   custom.ns.coefficient_set = kernels::NsCoefficientSet::kCustom;
   custom.ns.custom_coefficients = kernels::BuiltinNsCoefficients(kernels::NsCoefficientSet::kSimple);
-  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), custom)}, 0));
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, internal::StepAgreement(RankSessionOptions(), custom)}));
 }
 
 TEST(StepAgreementTest, UnstatedOrForeignFlags_SkippedOrNamedBounded) {
   const std::string mine = internal::StepAgreement(RankSessionOptions(), OptimizerConfig());
   // An older worker states nothing: not checked.
-  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({mine, ""}, 0));
-  EXPECT_THAT(internal::CheckStepAgreement({mine, "--backend=gloo"}, 0),
+  MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({mine, ""}));
+  EXPECT_THAT(internal::CheckStepAgreement({mine, "--backend=gloo"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1 does not state --reduce-order")));
   const std::string foreign = mine + " --" + std::string(5000, 'x') + "=1";
-  const absl::Status s = internal::CheckStepAgreement({mine, foreign}, 0);
-  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which this rank (0) does not know")));
+  const absl::Status s = internal::CheckStepAgreement({mine, foreign});
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("which rank 0 does not know")));
   EXPECT_LT(s.message().size(), 400u);
 }
 

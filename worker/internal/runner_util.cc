@@ -1,12 +1,14 @@
 #include "worker/internal/runner_util.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -124,6 +126,14 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
   return StoreExchange(store, name, rank, world, "", timeout).status();
 }
 
+void HoldAtBarrierForTest(absl::string_view name) {
+  const char* hold = std::getenv("MUONSHARD_TEST_HOLD_BARRIER");
+  if (hold == nullptr) return;
+  const std::pair<absl::string_view, absl::string_view> at = absl::StrSplit(hold, absl::MaxSplits('=', 1));
+  int ms = 0;
+  if (at.first == name && absl::SimpleAtoi(at.second, &ms) && ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+}
+
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
                                                        int world, const std::string& value, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -133,6 +143,7 @@ absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, c
   for (;;) {
     absl::Status s = store.Set(keys[rank], value);
     if (s.ok()) {
+      HoldAtBarrierForTest(name);
       absl::StatusOr<std::vector<std::string>> values = store.WaitAll(keys, deadline - absl::Now());
       if (values.ok()) return values;
       s = values.status();
@@ -187,25 +198,26 @@ const std::string* FindFlag(const Flags& flags, absl::string_view flag) {
   return nullptr;
 }
 
-// The first difference of `theirs` from `mine` (in mine's order), or "".
-std::string FirstDifference(absl::string_view mine, absl::string_view theirs, int peer, int rank) {
-  const Flags m = AgreementFlags(mine);
-  const Flags t = AgreementFlags(theirs);
-  for (const auto& [flag, value] : m) {
-    const std::string* other = FindFlag(t, flag);
+// The first difference of rank `peer`'s statement from rank `first`'s (in
+// first's order), or "".
+std::string FirstDifference(absl::string_view stated_first, absl::string_view stated_peer, int first, int peer) {
+  const Flags f = AgreementFlags(stated_first);
+  const Flags p = AgreementFlags(stated_peer);
+  for (const auto& [flag, value] : f) {
+    const std::string* other = FindFlag(p, flag);
     if (other == nullptr) {
-      return absl::StrCat("rank ", peer, " does not state ", flag, " (this rank, ", rank, ", runs ", flag, "=", value,
+      return absl::StrCat("rank ", peer, " does not state ", flag, " (rank ", first, " runs ", flag, "=", value,
                           "; a different muonshard version?)");
     }
     if (*other != value) {
-      return absl::StrCat("rank ", peer, " runs ", flag, "=", QuoteBounded(*other), " where this rank (", rank,
-                          ") runs ", flag, "=", value);
+      return absl::StrCat("rank ", peer, " runs ", flag, "=", QuoteBounded(*other), " where rank ", first, " runs ",
+                          flag, "=", value);
     }
   }
-  for (const auto& [flag, value] : t) {
-    if (FindFlag(m, flag) == nullptr) {
-      return absl::StrCat("rank ", peer, " states ", QuoteBounded(flag), ", which this rank (", rank,
-                          ") does not know (a different muonshard version?)");
+  for (const auto& [flag, value] : p) {
+    if (FindFlag(f, flag) == nullptr) {
+      return absl::StrCat("rank ", peer, " states ", QuoteBounded(flag), ", which rank ", first,
+                          " does not know (a different muonshard version?)");
     }
   }
   return "";
@@ -222,15 +234,18 @@ std::string StepAgreement(const RankSessionOptions& options, const OptimizerConf
                       " --buddy-every=", options.buddy_every, " ", OptimizerAgreement(config));
 }
 
-absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank) {
-  const std::string& mine = stated[rank];
-  for (int peer = 0; peer < static_cast<int>(stated.size()); ++peer) {
-    if (peer == rank || stated[peer].empty() || stated[peer] == mine) continue;
-    const std::string difference = FirstDifference(mine, stated[peer], peer, rank);
+absl::Status CheckStepAgreement(const std::vector<std::string>& stated) {
+  const int world = static_cast<int>(stated.size());
+  int first = 0;  // the lowest rank that states its options
+  while (first < world && stated[first].empty()) ++first;
+  for (int peer = first + 1; peer < world; ++peer) {
+    if (stated[peer].empty() || stated[peer] == stated[first]) continue;
+    const std::string difference = FirstDifference(stated[first], stated[peer], first, peer);
     if (difference.empty()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        difference, ": every rank of a job must run the same step options (or their collectives would not pair "
-                    "up) and hyper-parameters (NOTE [Step agreement])"));
+        "step options differ across ranks: ", difference,
+        ": every rank of a job must run the same step options (or their collectives would not pair up) and "
+        "hyper-parameters (NOTE [Step agreement])"));
   }
   return absl::OkStatus();
 }

@@ -69,6 +69,13 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
 
 // StoreBarrier that sets `value` under this rank's key: every rank's value,
 // by rank.
+//
+// NOTE [Test holds]: with MUONSHARD_TEST_HOLD_BARRIER="NAME=MS" in its
+// environment a process sleeps MS milliseconds between setting its key of
+// barrier NAME and waiting for the others': a multi-process test makes that
+// rank the slower one at the barrier (its peers may have read every value
+// and left meanwhile) whatever the machine's load. For tests only.
+void HoldAtBarrierForTest(absl::string_view name);
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
                                                        int world, const std::string& value, absl::Duration timeout);
 
@@ -92,10 +99,13 @@ absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, c
 std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config);
 
 // OK when every rank's statement (`stated`, by rank; "" from a worker that
-// states none, which is not checked) equals rank `rank`'s; otherwise
-// INVALID_ARGUMENT naming the lowest differing rank and its first differing
-// flag, with both values (bounded).
-absl::Status CheckStepAgreement(const std::vector<std::string>& stated, int rank);
+// states none, which is not checked) equals the lowest stating rank's;
+// otherwise INVALID_ARGUMENT naming the lowest rank that differs from it and
+// its first differing flag, with both ranks' values (bounded). The same
+// error on every rank: it depends on `stated` alone, which every rank reads
+// alike (NOTE [Job failure]: a rank that learns of the disagreement from
+// the coordinator instead ends with the first reporter's copy of it).
+absl::Status CheckStepAgreement(const std::vector<std::string>& stated);
 
 // One phase of a checkpoint save: its index in kCheckpointPhases and its work.
 struct CheckpointPhase {

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from muonshard import _muonshard
-from muonshard._errors import Error, FailedPreconditionError
+from muonshard._errors import Error, FailedPreconditionError, from_status
 from muonshard.torch.manifest import dtype_name, named_parameters_of
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -745,13 +745,14 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         restarts remain."""
         failed_at = time.perf_counter()
         while True:
-            if not self._can_recover(error):
-                self._report(error)
-                raise error
+            ending = self._report(error)
+            if not self._can_recover(ending):
+                if ending is error:
+                    raise error
+                raise ending from error
             self._restarts += 1
             _log(self._session, "recovering (restart %d of %d) from: %s" %
                  (self._restarts, self._max_restarts, _describe(error)))
-            self._report(error)
             try:
                 return self._recover_once(failed_at - started)
             except Exception as e:
@@ -776,12 +777,16 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     def _report(self, error):
         """Tells the coordinator (the job moves to a new generation now, the peers
-        learn why). A failed report is logged by the session, not raised."""
+        learn why; an error that is not a broken group's ends the job). Returns
+        the error to end with if this rank gives up: the job's failure when
+        another rank's error ended it first (NOTE [Job failure] in
+        coordinator/service/job_registry.h), else `error`. A failed report is
+        logged by the session, not raised."""
         if self._session is None:
-            return
-        code = error.code if isinstance(error, Error) else "INTERNAL"
-        self._session.report_error(code, _describe(error))
+            return error
+        failure = self._session.report_error(_code_of(error), _describe(error))
         self._reported = True
+        return error if failure is None else from_status(*failure)
 
     # ------------------------------------------------------------------ end
 
@@ -827,6 +832,18 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if isinstance(exc, Exception) and not self._reported and self._session is not None:
             self._report(exc)
         self._close(meet=False)
+
+
+# The status code a Python exception is reported with (NOTE [Job failure]:
+# bad input ends the job, an unknown fault is INTERNAL and recovered from).
+_PYTHON_CODES = ((ValueError, "INVALID_ARGUMENT"), (TypeError, "INVALID_ARGUMENT"), (LookupError, "NOT_FOUND"),
+                 (FileNotFoundError, "NOT_FOUND"), (PermissionError, "PERMISSION_DENIED"))
+
+
+def _code_of(error):
+    if isinstance(error, Error):
+        return error.code
+    return next((code for kind, code in _PYTHON_CODES if isinstance(error, kind)), "INTERNAL")
 
 
 def _describe(error):
