@@ -1,5 +1,5 @@
 """Installs the built package (build/python after `bash scripts/build.sh`) without
-network: `/usr/bin/python3 -m pip install --no-build-isolation --no-index build/python`.
+network: `.venv/bin/python -m pip install --no-build-isolation --no-index build/python`.
 The extension is prebuilt by CMake; this only copies the tree."""
 
 from setuptools import setup

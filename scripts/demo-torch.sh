@@ -3,7 +3,9 @@
 # this machine. On a fresh Debian 12 machine it installs what is missing and
 # builds first (the C++ libraries and the Python package in build/python), then:
 #   1. launches examples/torch/train_gpt.py as 2 processes with torch's own
-#      launcher (/usr/bin/python3 -m torch.distributed.run): a small GPT-style
+#      launcher (.venv/bin/python -m torch.distributed.run: the project's
+#      virtual environment, its PyTorch pinned in python/requirements.txt,
+#      made by scripts/install-deps.sh): a small GPT-style
 #      MoE decoder (4 experts as 3-D stacks) trained on a synthetic language
 #      task. Rank 0 starts a muonshard-coordinator on loopback, submits the
 #      plan of the live module (muonshard.torch.manifest_from_module, policy
@@ -34,25 +36,27 @@ else
   trap 'rm -rf "$work"' EXIT
 fi
 say() { echo "== $*" >&2; }
-free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PY=.venv/bin/python
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" MUONSHARD_BIN_DIR="$BUILD/bin" OMP_NUM_THREADS=1
-# --redirects/--tee: torch 1.13's launcher fails on Python 3.11 without them.
+# train_gpt.py logs from rank 0 (every rank's session notes its join); the
+# launcher's files go to $work.
 launch() {
   local nproc=$1
   shift
-  timeout 600 /usr/bin/python3 -m torch.distributed.run --nnodes 1 --nproc_per_node "$nproc" \
-    --master_addr 127.0.0.1 --master_port "$(free_port)" --redirects 1 --tee 1 --log_dir "$work/logs-$nproc" \
+  timeout 600 "$PY" -m torch.distributed.run --nnodes 1 --nproc_per_node "$nproc" \
+    --master_addr 127.0.0.1 --master_port "$(free_port)" --log_dir "$work/logs-$nproc" \
     examples/torch/train_gpt.py --optimizer muonshard --moe --stacked-experts --job "demo-torch-$nproc" \
     --schedule-steps "$STEPS" \
-    --checkpoint-dir "$work/ckpt" "$@" 2>&1 | grep -v '^\[default[1-9]\]' >&2
+    --checkpoint-dir "$work/ckpt" "$@" >&2
 }
 
 say "2 processes: train steps 1-$HALF, checkpoint at step $HALF"
 launch 2 --steps "$HALF" --checkpoint-every "$HALF" --log-every 5 --summary-json "$work/first.json"
 say "1 process: resume from the step-$HALF checkpoint (saved by 2 ranks: resharded on load), train to step $STEPS"
 launch 1 --steps "$STEPS" --resume --log-every 5 --summary-json "$work/second.json"
-/usr/bin/python3 - "$work/first.json" "$work/second.json" <<'PY'
+"$PY" - "$work/first.json" "$work/second.json" <<'PY'
 import json, sys
 saved = json.load(open(sys.argv[1]))["parameter_digests"][1]
 resumed = json.load(open(sys.argv[2]))["parameter_digests"][0]

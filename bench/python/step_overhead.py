@@ -13,7 +13,7 @@ On one model and one plan, in one run:
      parameters.
 Prints a markdown table (medians over the timed steps, after warm-up steps).
 
-Usage: /usr/bin/python3 bench/python/step_overhead.py [--manifest examples/manifests/tiny-moe.json]
+Usage: .venv/bin/python bench/python/step_overhead.py [--manifest examples/manifests/tiny-moe.json]
          [--world 2] [--steps 30] [--warmup 3] [--dtype fp32|bf16|manifest] [--build build]
 """
 

@@ -2,18 +2,17 @@
 """Train the example GPT on the synthetic language, data parallel, with one of three optimizers.
 
     # 2 processes on this machine (Gloo), the sharded optimizer with a local coordinator:
-    python3 -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
-        --redirects 1 --tee 1 examples/torch/train_gpt.py --optimizer muonshard --moe --steps 100
+    export PYTHONPATH=build/python
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
+        examples/torch/train_gpt.py --optimizer muonshard --moe --steps 100
 
     # the baselines: torch AdamW with a gradient all-reduce, or unsharded Muon + AdamW
-    python3 -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
-        --redirects 1 --tee 1 examples/torch/train_gpt.py --optimizer adamw
-    python3 examples/torch/train_gpt.py --optimizer muon-local
+    .venv/bin/python -m torch.distributed.run --nproc_per_node 2 --master_addr 127.0.0.1 --master_port 29500 \\
+        examples/torch/train_gpt.py --optimizer adamw
+    .venv/bin/python examples/torch/train_gpt.py --optimizer muon-local
 
-(`--redirects 1 --tee 1`: Debian 12's torch 1.13 launcher fails on Python 3.11
-with its default `--redirects 0` -- "'NoneType' object has no attribute 'get'",
-as 3.11's IntFlag no longer lists the zero member. Redirecting stdout and
-teeing it back to the console avoids it; newer torch needs neither flag.)
+(.venv: the project's virtual environment with the PyTorch pinned in
+python/requirements.txt, 2.11.x; scripts/install-deps.sh makes it.)
 
 Optimizers:
   adamw       torch.optim.AdamW on every rank's full replica; the script averages

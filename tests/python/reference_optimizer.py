@@ -2,7 +2,7 @@
 
 Written only from ``docs/reference/paddle_internals.md`` §3 (cited below as "§3.x") and the plan
 semantics of the test brief; it deliberately shares no code with ``kernels/`` or ``worker/``.
-Runs on torch 1.13 CPU.  All arithmetic is fp32 unless stated otherwise.
+Runs on the pinned torch (python/requirements.txt), CPU.  All arithmetic is fp32 unless stated otherwise.
 
 Public API
 ==========

@@ -1,6 +1,6 @@
 """Tests of the torch example (examples/torch/): the model, the data and the training script.
 
-Run with the interpreter that has torch:  python3 -m pytest tests/python/test_example_gpt.py -q
+Run with the project's .venv (its pinned torch):  .venv/bin/python -m pytest tests/python/test_example_gpt.py -q
 The multi-process runs go through torch.distributed.run on loopback (Gloo).
 """
 
@@ -271,11 +271,9 @@ def run_script(tmp_path, nproc, flags, timeout=120):
     if nproc == 1:
         cmd = [sys.executable, script]
     else:
-        # --redirects/--tee: torch 1.13's launcher breaks on Python 3.11 with the default 0.
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
-               "--log_dir", str(tmp_path / "logs"), script]
+               "--master_port", str(free_port()), "--log_dir", str(tmp_path / "logs"), script]
     env = {**package_env(), "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd + flags + ["--summary-json", str(summary)], cwd=tmp_path, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,6 +1,6 @@
 """Checks of tests/python/reference_optimizer.py against hand-derived values.
 
-Run: /usr/bin/python3 -m pytest tests/python/test_reference_optimizer.py -q
+Run: .venv/bin/python -m pytest tests/python/test_reference_optimizer.py -q
 Expected values are derived independently (python float64 scalar arithmetic, numpy float32 where the
 rounding itself is the point), never by calling the function under test a second time.
 """

@@ -2,7 +2,7 @@
 loopback) against the independent pure-torch reference (reference_optimizer.py):
 dense and MoE (per-expert and stacked, ep 2), policies seed and balanced,
 resume under another plan and world size, an LR scheduler. Each rank is a
-separate /usr/bin/python3 process running sharded_rank.py, as torchrun would
+separate process (this interpreter, sys.executable) running sharded_rank.py, as torchrun would
 start it (RANK, WORLD_SIZE, LOCAL_RANK set)."""
 
 import json

@@ -403,15 +403,15 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     # ------------------------------------------------------------------ set-up
 
     def _install_hooks(self, named):
-        """One hook per parameter on its AccumulateGrad node: it runs once
-        backward has written the parameter's .grad (torch 1.13 has no
-        post-accumulate tensor hook; this is how DDP hooks its buckets)."""
+        """One post-accumulate-grad hook per parameter
+        (Tensor.register_post_accumulate_grad_hook): it runs once backward
+        has written the parameter's .grad, once per backward pass that
+        reaches the parameter, and hands it over (_grad_ready)."""
         for name, param in named:
             if not param.requires_grad:
                 continue
-            accumulate = param.expand_as(param).grad_fn.next_functions[0][0]
-            handle = accumulate.register_hook(lambda *_, name=name: self._grad_ready(name))
-            self._hooks.append((accumulate, handle))
+            handle = param.register_post_accumulate_grad_hook(lambda _param, name=name: self._grad_ready(name))
+            self._hooks.append(handle)
 
     def _grad_ready(self, name):
         """Backward produced `name`'s gradient: hand it to the step now, so its
