@@ -6,6 +6,7 @@ import re
 import torch
 
 from muonshard import _muonshard
+from muonshard.torch.groups import parse_groups, use_muon_of
 
 _DTYPES = {torch.float32: "FP32", torch.bfloat16: "BF16", torch.float16: "FP16"}
 _EXPERT = re.compile(r"(?:^|\.)experts\.(\d+)\.")
@@ -17,19 +18,6 @@ def dtype_name(dtype):
         return _DTYPES[dtype]
     except KeyError:
         raise ValueError("dtype %s is not supported (float32, bfloat16 or float16)" % dtype) from None
-
-
-def named_parameters_of(model_or_named):
-    """(name, parameter) pairs of a module (named_parameters(): tied weights
-    once) or of an iterable of pairs, in order."""
-    if isinstance(model_or_named, torch.nn.Module):
-        return list(model_or_named.named_parameters())
-    pairs = list(model_or_named)
-    for pair in pairs:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
-                and isinstance(pair[1], torch.Tensor)):
-            raise TypeError("expected an nn.Module or (name, parameter) pairs, got %r" % (pair,))
-    return pairs
 
 
 def _matches(patterns, name):
@@ -45,8 +33,11 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
                          tp_split=None, tp_experts=False, shards=False):
     """The manifest (a dict, proto3 JSON form) of `model`'s parameters.
 
-    Tensors come from `named_parameters()` in order, with their shapes and
-    dtypes. Layouts are torch's: an `nn.Linear` weight is [out, in] (OUT_IN, the
+    `model` is a module, (name, parameter) pairs or param groups of those, as
+    ShardedMuonAdamW takes them (muonshard/torch/groups.py): a group's
+    "use_muon" sets its tensors' optimizer (MUON or ADAMW) over the planner's
+    rule, so pass the optimizer's groups here too. Tensors come from
+    `named_parameters()` in order, with their shapes and dtypes. Layouts are torch's: an `nn.Linear` weight is [out, in] (OUT_IN, the
     planner's default). Which tensors use Muon is the planner's rule (2-D and 3-D
     tensors except embeddings, lm_head, biases, routers; see docs/planner.md);
     `muon_exclude` (regexes, or a callable on the name) sends more to AdamW.
@@ -66,11 +57,15 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     whole shapes, which the planner wants. ValueError naming the tensor for
     an unknown split or a dimension tp does not divide.
     """
+    groups = parse_groups(model)
+    use_muon = use_muon_of(groups)
     tensors = []
-    for pname, param in named_parameters_of(model):
+    for pname, param in [pair for g in groups for pair in g.named]:
         if requires_grad_only and not param.requires_grad:
             continue
         spec = {"name": pname, "shape": [int(d) for d in param.shape], "dtype": dtype_name(param.dtype)}
+        if pname in use_muon:
+            spec["optimizer"] = "MUON" if use_muon[pname] else "ADAMW"
         if muon_exclude is not None and _matches(muon_exclude, pname):
             spec["optimizer"] = "ADAMW"
         if expert_of is not None:

@@ -10,7 +10,8 @@ import torch
 
 from muonshard import _muonshard
 from muonshard._errors import Error, FailedPreconditionError, from_status
-from muonshard.torch.manifest import dtype_name, named_parameters_of
+from muonshard.torch.groups import check_group_options, no_decay_names, parse_groups, use_muon_of
+from muonshard.torch.manifest import dtype_name
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -186,8 +187,17 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     keeps the fused gradient buffers and zeroes them; `set_to_none` applies only
     to gradients outside them).
 
+    `params`: a module, (name, parameter) pairs, or param groups of those
+    (muonshard/torch/groups.py): a group's `use_muon` (as the plan must run
+    it: build the manifest from the same groups) and `weight_decay` 0 are
+    honoured; a group lr other than `lr`, another decay rate or any other key
+    is refused with ValueError naming the group. Unknown keyword arguments
+    are a TypeError, as for every torch optimizer.
+
     Hyper-parameters (Paddle Muon's defaults): one `lr` for Muon and AdamW
-    (changed by torch.optim.lr_scheduler through `param_groups[0]["lr"]`),
+    (changed by torch.optim.lr_scheduler through `param_groups[i]["lr"]`,
+    alike in every group; the next `step()` refuses groups whose rates
+    parted, or any other option changed after construction),
     `weight_decay` (decoupled; `no_decay` names tensors without it),
     `muon_momentum` with `nesterov`, Newton-Schulz `ns_steps` /
     `ns_coefficients` / `ns_precision`, AdamW `betas` and `eps` (also the
@@ -304,7 +314,9 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                  alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
                  overlap_backward=False, step_schedule="auto", step_piece_kib=0, step_trace_dir=None,
                  step_trace_steps=10, min_workers=0):
-        named = named_parameters_of(params)
+        groups = parse_groups(params)
+        named = [pair for g in groups for pair in g.named]
+        check_group_options(groups, lr, weight_decay)
         if not job:
             raise ValueError("job is required: the name every rank of this training run joins")
         if backend not in ("gloo", "nccl"):
@@ -337,7 +349,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             self._by_name[name] = param
         defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, muon_momentum=muon_momentum,
                         nesterov=nesterov)
-        super().__init__([{"params": [p for _, p in named]}], defaults)
+        super().__init__([dict(g.options, params=[p for _, p in g.named]) for g in groups], defaults)
+        self._group_names = [set(g.names) for g in groups]
+        self._use_muon = use_muon_of(groups)
+        # What the C++ step took at construction: everything but lr is fixed.
+        self._fixed_options = [{k: v for k, v in g.items() if k not in ("params", "lr")} for g in self.param_groups]
         self._elastic = int(min_workers) > 0
         if rank is None and not self._elastic:  # an elastic job's ranks are the coordinator's
             rank = _env_int("RANK")
@@ -384,7 +400,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             nesterov=bool(nesterov), adamw_beta1=float(betas[0]), adamw_beta2=float(betas[1]), eps=float(eps),
             ns_steps=int(ns_steps), ns_coefficients=ns_coefficients, ns_precision=ns_precision,
             muon_scale_version=int(muon_scale_version), muon_extra_scale=float(muon_extra_scale),
-            no_decay=None if no_decay is None else [n for n, _ in named if _matches_name(no_decay, n)],
+            no_decay=_no_decay(named, no_decay, groups),
             check_view=self._check_view))
         try:
             started = time.perf_counter()
@@ -478,6 +494,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                                   int(h["element_end"]) // _rest(shape), shape))
             if _TORCH_DTYPES[h["dtype"]] != param.dtype:
                 raise ValueError("parameter %r is %s; the plan's tensor is %s" % (name, param.dtype, h["dtype"]))
+            if name in self._use_muon and self._use_muon[name] != (h["optimizer"] == "MUON"):
+                raise ValueError("parameter %r is in a param group with use_muon=%s, but plan version %d steps it with "
+                                 "%s: build the manifest from the same param groups (manifest_from_module(groups, "
+                                 "...))" % (name, self._use_muon[name], info["plan_version"], h["optimizer"]))
             parts.append(_Part(h, param))
         for name in self._by_name:
             if name not in held_names:
@@ -627,10 +647,24 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         return session.finish_step(loss_value, train_seconds)
 
     def _apply_lr(self):
+        self._check_group_changes(self.param_groups)
         lr = float(self.param_groups[0]["lr"])
         if lr != self._lr:
             self._session.set_lr(lr)
             self._lr = lr
+
+    def _check_group_changes(self, groups):
+        """ValueError naming a group option that changed since construction
+        (only lr may: the C++ step took the rest, and every rank agreed on them),
+        or a group whose lr left group 0's (one rate for every group)."""
+        for i, (group, fixed) in enumerate(zip(groups, self._fixed_options)):
+            for key, value in fixed.items():
+                if group.get(key) != value:
+                    raise ValueError("param_groups[%d][%r] changed from %r to %r; only lr may change during training "
+                                     "(set the others at construction)" % (i, key, value, group.get(key)))
+            if float(group["lr"]) != float(groups[0]["lr"]):
+                raise ValueError("param_groups[%d]['lr'] is %r but param_groups[0]['lr'] is %r; every group steps "
+                                 "with one learning rate" % (i, group["lr"], groups[0]["lr"]))
 
     def zero_grad(self, set_to_none=False):
         for part in self._parts:
@@ -648,8 +682,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
         state = self._session.state()
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        for g in groups:
-            g["params"] = [p.index for p in self._parts]
+        for g, names in zip(groups, self._group_names):
+            g["params"] = [p.index for p in self._parts if p.name in names]
         return {
             "state": {k: torch.from_numpy(v) for k, v in state["tensors"].items()},
             "param_groups": groups,
@@ -670,11 +704,18 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise ValueError("state_dict of rank %d of plan %s cannot load into rank %d of plan %s; use "
                              "save_checkpoint/load_checkpoint to change plans" %
                              (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19]))
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("state_dict has %d param group(s), this optimizer %d" %
+                             (len(saved_groups), len(self.param_groups)))
+        merged = [dict(g, **{k: v for k, v in saved.items() if k != "params"})
+                  for g, saved in zip(self.param_groups, saved_groups)]
+        self._check_group_changes(merged)
         tensors = {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in state_dict["state"].items()}
         self._live_session().load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]),
                                         float(meta["beta2_pow"]))
         self._initial = None  # the initial parameters are no longer this run's start
-        for group, saved in zip(self.param_groups, state_dict["param_groups"]):
+        for group, saved in zip(self.param_groups, saved_groups):
             group.update({k: v for k, v in saved.items() if k != "params"})
         self._after_load()
 
@@ -865,6 +906,17 @@ def _rest(shape):
     for d in shape[1:]:
         n *= int(d)
     return n
+
+
+def _no_decay(named, no_decay, groups):
+    """The names without weight decay: those `no_decay` matches and those of
+    groups with weight_decay 0; None when neither names any."""
+    names = set(no_decay_names(groups))
+    if no_decay is not None:
+        names.update(n for n, _ in named if _matches_name(no_decay, n))
+    if no_decay is None and not names:
+        return None
+    return [n for n, _ in named if n in names]
 
 
 def _matches_name(no_decay, name):
