@@ -1,5 +1,8 @@
 #include "client/coordinator_calls.h"
 
+#include <algorithm>
+
+#include "absl/time/clock.h"
 #include "client/grpc_status.h"
 
 namespace muonshard::client {
@@ -20,6 +23,17 @@ absl::StatusOr<v1::GetPlanResponse> GetPlan(CoordinatorClient& client, const v1:
   absl::Status s = FromGrpcStatus(client.stub().GetPlan(ctx.get(), request, &response));
   if (!s.ok()) return s;
   return response;
+}
+
+absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    absl::Status s = rpc();
+    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > deadline) return s;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
 }
 
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(CoordinatorClient& client, const std::string& job) {

@@ -13,7 +13,9 @@
 
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "muonshard/v1/coordinator.pb.h"
 #include "muonshard/v1/manifest.pb.h"
@@ -28,6 +30,13 @@ absl::StatusOr<v1::GetPlanResponse> GetPlan(CoordinatorClient& client, const v1:
 
 // ListWorkers of `job` (empty: every job).
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(CoordinatorClient& client, const std::string& job);
+
+// Calls `rpc` until it answers anything but UNAVAILABLE (the coordinator
+// unreachable for now: restarting, or on a loaded machine too slow to accept
+// a connection within the channel's connect timeout) or `timeout` has
+// passed, backing off from 100 ms to 2 s. For calls that may be repeated:
+// joins, reports, plan fetches.
+absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc);
 
 }  // namespace muonshard::client
 

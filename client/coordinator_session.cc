@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "client/coordinator_calls.h"
 #include "client/grpc_status.h"
 
 namespace muonshard::client {
@@ -39,20 +40,6 @@ v1::JoinJobRequest JoinRequest(const SessionOptions& options, uint64_t incarnati
 // membership: a restarted coordinator (NOTE [Adoption]).
 bool MembershipUnknown(const absl::Status& status) {
   return status.code() == absl::StatusCode::kNotFound || status.code() == absl::StatusCode::kFailedPrecondition;
-}
-
-// Calls `rpc` until it answers anything but UNAVAILABLE or `timeout` has
-// passed, backing off as JoinWithRetries does.
-template <typename Rpc>
-absl::Status RetryUnavailable(absl::Duration timeout, Rpc rpc) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
-  for (;;) {
-    absl::Status s = rpc();
-    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > deadline) return s;
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
-  }
 }
 
 JoinedJob ToJoinedJob(const std::string& job, uint64_t incarnation, const v1::JoinJobResponse& r) {

@@ -152,7 +152,7 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Start(const RankSessio
 absl::Status RankSession::Run() {
   MUONSHARD_RETURN_IF_ERROR(CheckDevices());
   MUONSHARD_ASSIGN_OR_RETURN(client_, client::CoordinatorClient::Connect(options_.connection));
-  plan_source_ = std::make_unique<client::GrpcPlanSource>(client_.get());
+  plan_source_ = std::make_unique<client::GrpcPlanSource>(client_.get(), options_.join_timeout);
   MUONSHARD_RETURN_IF_ERROR(Join());
   MUONSHARD_RETURN_IF_ERROR(StartMetrics());
   MUONSHARD_RETURN_IF_ERROR(CreateBackend());
