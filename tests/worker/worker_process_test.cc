@@ -408,8 +408,10 @@ TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlag
       EXPECT_THAT(err, HasSubstr("step options differ across ranks: rank 1 runs --step-piece-kib=\"1\" where rank 0 "
                                  "runs --step-piece-kib=0"));
       // The held rank learnt it from the job's failure, the other's report.
-      if (r == held) EXPECT_THAT(err, HasSubstr(absl::StrCat("rank ", 1 - r, " (")));
-      if (r == held) EXPECT_THAT(err, HasSubstr("failed: INVALID_ARGUMENT: step options differ"));
+      if (r == held) {
+        EXPECT_THAT(err, HasSubstr(absl::StrCat("rank ", 1 - r, " (")));
+        EXPECT_THAT(err, HasSubstr("failed: INVALID_ARGUMENT: step options differ"));
+      }
     }
     // The coordinator's job status says why the job ended.
     MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ListWorkersResponse listed, ListWorkers(job));
