@@ -482,6 +482,10 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest&
   Job* job = it == jobs_.end() ? nullptr : it->second.get();
   if (job == nullptr) {
     MUONSHARD_ASSIGN_OR_RETURN(job, AdoptJob(request));
+  } else if (job->failure.has_value()) {
+    // A failure whose code reads as "membership unknown" (NOT_FOUND,
+    // FAILED_PRECONDITION) sends a heartbeat here: it gets the failure too.
+    return FailureStatus(*job->failure);
   } else if (job->generation != request.adopt_generation() ||
              job->plan_version != request.plan_version()) {
     return absl::AbortedError(absl::StrCat(

@@ -1195,6 +1195,9 @@ TEST_F(RendezvousTest, ReportThatEndsTheJob_EveryPeerCallReturnsTheFailureWithIt
   EXPECT_THAT(service_->Heartbeat(Beat(a_.rank(), a_.generation())).status(), failed);
   EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(), failed);  // a recovery's re-join
   EXPECT_THAT(service_->JoinJob(JoinReq("c")).status(), failed);  // a newcomer
+  // A heartbeat client that reads the failure's code as "membership unknown"
+  // (NOT_FOUND, FAILED_PRECONDITION) re-registers: that answer is the failure too.
+  EXPECT_THAT(service_->JoinJob(AdoptReq("a", a_)).status(), failed);
   // Rank 0's own report (its collective aborted) neither moves the job nor
   // replaces the failure; the answer is the error rank 0 ends with.
   v1::ReportErrorRequest late = Report(0, a_.generation(), "ABORTED: collective aborted");
