@@ -22,6 +22,7 @@
 // failed recover() there is no optimizer: everything that needs it raises
 // FAILED_PRECONDITION (a muonshard error) until a recover() succeeds.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <memory>
@@ -127,6 +128,14 @@ py::list HeldParts(const v1::RankView& view) {
       d["element_begin"] = p.element_begin();
       d["element_end"] = p.element_end();
       d["numel"] = t.tensor().numel();
+      // With tp > 1: how the tensor is split, and the shard a tp rank holds
+      // (the whole tensor when it is not split).
+      d["tp_split"] = v1::TpSplit_Name(t.tensor().tp_split());
+      const bool split = t.tensor().local_shape_size() > 0;
+      d["local_shape"] = split ? py::tuple(py::cast(std::vector<int64_t>(t.tensor().local_shape().begin(),
+                                                                          t.tensor().local_shape().end())))
+                               : d["shape"];
+      d["local_numel"] = split ? t.tensor().local_numel() : t.tensor().numel();
       out.append(std::move(d));
     }
   }
@@ -193,6 +202,8 @@ class PyRankSession {
           info["world_size"] = joined.world_size;
           info["plan_version"] = joined.plan_version;
           info["model"] = view.model();
+          info["tp"] = std::max(1, view.topology().tp());
+          info["tp_rank"] = view.rank().tp_rank();
           (*check)(info, HeldParts(view));
         } catch (py::error_already_set& e) {
           // The check's message, as INVALID_ARGUMENT (ValueError).

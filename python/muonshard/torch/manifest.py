@@ -6,6 +6,7 @@ import re
 import torch
 
 from muonshard import _muonshard
+from muonshard.torch import dtensor
 from muonshard.torch.groups import parse_groups, use_muon_of
 
 _DTYPES = {torch.float32: "FP32", torch.bfloat16: "BF16", torch.float16: "FP16"}
@@ -56,11 +57,26 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     ColumnParallelLinear weight is [out / tp, in]): the manifest gets the
     whole shapes, which the planner wants. ValueError naming the tensor for
     an unknown split or a dimension tp does not divide.
+
+    DTensor parameters (a module wrapped with FSDP2's `fully_shard`, or
+    distributed by hand) are planned as their placements say (NOTE [Sharded
+    parameters] in muonshard/torch/dtensor.py): tp is the mesh's size and
+    each tensor's split its placement's (`tp` and `tp_split` must be left
+    unset); submit the plan with `**topology_of(module)`.
     """
     groups = parse_groups(model)
     use_muon = use_muon_of(groups)
+    named = [pair for g in groups for pair in g.named]
+    mesh = dtensor.mesh_of(named)
+    if mesh is not None:
+        if tp != 1 or tp_split is not None or shards:
+            raise ValueError("the parameters are DTensors: their mesh and placements decide tp and the splits; "
+                             "leave tp, tp_split and shards unset")
+        by_name = dict(named)
+        tp, shards = mesh.size(), False
+        tp_split = lambda n: dtensor.split_of(n, by_name[n])  # noqa: E731
     tensors = []
-    for pname, param in [pair for g in groups for pair in g.named]:
+    for pname, param in named:
         if requires_grad_only and not param.requires_grad:
             continue
         spec = {"name": pname, "shape": [int(d) for d in param.shape], "dtype": dtype_name(param.dtype)}
@@ -79,6 +95,18 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     if tp > 1:
         manifest = _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards)
     return manifest
+
+
+def topology_of(model):
+    """The plan's topology for `model` (what ShardedMuonAdamW will find):
+    {"world_size": W, "tp": S} for DTensor parameters on a mesh of S ranks
+    (NOTE [Sharded parameters]), else {} (give world_size yourself). For
+    `Coordinator.submit(manifest, **topology_of(model))`."""
+    groups = parse_groups(model)
+    mesh = dtensor.mesh_of([pair for g in groups for pair in g.named])
+    if mesh is None:
+        return {}
+    return {"world_size": mesh.size(), "tp": mesh.size()}
 
 
 def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):

@@ -10,6 +10,7 @@ import torch
 
 from muonshard import _muonshard
 from muonshard._errors import Error, FailedPreconditionError, from_status
+from muonshard.torch import dtensor
 from muonshard.torch.groups import check_group_options, no_decay_names, parse_groups, use_muon_of
 from muonshard.torch.manifest import dtype_name
 
@@ -69,6 +70,10 @@ class _Part:
         self.index = int(held["index"])
         self.name = held["name"]
         self.param = param
+        # A DTensor parameter (FSDP2): the rank's shard is what the plan's
+        # part is (NOTE [Sharded parameters]); its memory is FSDP2's, so it is
+        # copied in and out, never aliased.
+        self.sharded = dtensor.is_dtensor(param)
         self.numel = int(held["element_end"]) - int(held["element_begin"])
         self.aliased = False  # param.data views the optimizer's fused buffer
         # fp32 view of the part's gradient slot in the fused buffer, and
@@ -78,9 +83,13 @@ class _Part:
         self.grad_is_slot = False
         self._zeros = None
 
+    def local(self):
+        """The parameter's values this rank holds: the tensor, or a DTensor's shard."""
+        return dtensor.local_tensor(self.param)
+
     def values(self):
         """The parameter's current values as float32 numpy (for set_parameter)."""
-        return self.param.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+        return self.local().detach().reshape(-1).to(torch.float32).contiguous().numpy()
 
     def alias(self, storage):
         """Makes the parameter a view of the optimizer's model copy, and keeps a view
@@ -104,7 +113,7 @@ class _Part:
 
     def gradient(self):
         """This step's local gradient as float32 numpy (None counts as zeros)."""
-        grad = self.param.grad
+        grad = dtensor.local_grad(self.param)
         if self.slot is not None:
             if grad is None:
                 self.slot.zero_()
@@ -123,7 +132,7 @@ class _Part:
         """After a step or load: the model copy into a parameter that is not aliased."""
         if self.aliased:
             return
-        data = self.param.data
+        data = self.local().data
         if data.dtype == torch.float32 and data.is_contiguous():
             session.read_model_copy(self.index, data.view(-1).numpy())
             return
@@ -338,6 +347,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if not resume and int(max_restarts) > 0 and checkpoint_dir is not None:
             raise ValueError("max_restarts with a checkpoint_dir needs resume: a recovery restores the newest "
                              "checkpoint there, and a rank's replacement process must start from the same one")
+        self._mesh = dtensor.mesh_of(named)  # NOTE [Sharded parameters]; ValueError for mixed ones
         self._by_name = {}
         for name, param in named:
             dtype_name(param.dtype)  # ValueError for unsupported dtypes
@@ -370,7 +380,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         # the class docstring); None once one is surely committed.
         self._initial = None
         if self._max_restarts > 0:
-            self._initial = {name: p.detach().clone() for name, p in named}
+            self._initial = {name: dtensor.local_tensor(p).detach().clone() for name, p in named}
         self._lr = float(lr)
         # NOTE [Gradient hand-off]: backward hooks hand gradients over.
         self._overlap = bool(overlap_backward)
@@ -472,6 +482,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if self._session is None and world is not None and world != info["world_size"] and not self._elastic:
             raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
                              (world, info["plan_version"], info["world_size"]))
+        if self._mesh is not None:
+            dtensor.check_rank(self._mesh, info["rank"])
         parts = []
         held_names = set()
         for h in held:
@@ -481,17 +493,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             if param is None:
                 raise ValueError("rank %d of plan version %d (model %s) holds tensor %r, which is not a parameter "
                                  "of the module" % (info["rank"], info["plan_version"], info["model"], name))
-            numel = int(h["element_end"]) - int(h["element_begin"])
-            shape = tuple(int(d) for d in h["shape"])
-            whole = numel == int(h["numel"])
-            if whole and tuple(param.shape) != shape:
-                raise ValueError("parameter %r has shape %s; the plan's tensor is %s" %
-                                 (name, tuple(param.shape), shape))
-            if not whole and (param.numel() != numel or tuple(param.shape[1:]) != shape[1:]):
-                raise ValueError("parameter %r has shape %s; rank %d holds experts [%d, %d) of the plan's %s "
-                                 "(expert parallel: the module holds this rank's slice)" %
-                                 (name, tuple(param.shape), info["rank"], int(h["element_begin"]) // _rest(shape),
-                                  int(h["element_end"]) // _rest(shape), shape))
+            if self._mesh is not None:
+                dtensor.check_against_plan(name, param, h, info["tp"])
+            else:
+                _check_plain_shape(name, param, h, info)
             if _TORCH_DTYPES[h["dtype"]] != param.dtype:
                 raise ValueError("parameter %r is %s; the plan's tensor is %s" % (name, param.dtype, h["dtype"]))
             if name in self._use_muon and self._use_muon[name] != (h["optimizer"] == "MUON"):
@@ -522,7 +527,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                     "initial parameters (a checkpoint was loaded or committed)" % (self._checkpoint_dir,))
             for part in self._parts:
                 if self._initial is not None:
-                    part.param.data.copy_(self._initial[part.name])
+                    part.local().data.copy_(self._initial[part.name])
                 self._session.set_parameter(part.index, part.values())
             if self._sync_initial:
                 self._session.sync_model_copies()
@@ -531,7 +536,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         for part in self._parts:
             if recovering:
                 part.param.grad = None  # not the broken step's: the fused slot starts at zero
-            storage = self._session.part_storage(part.index) if self._alias_buffers else None
+            aliasing = self._alias_buffers and not part.sharded
+            storage = self._session.part_storage(part.index) if aliasing else None
             if storage is not None:
                 part.alias(storage)
             part.write_back(self._session)
@@ -898,6 +904,25 @@ def _log(session, message):
     """A status line on stderr, where the C++ session writes its own."""
     prefix = "rank %d: " % session.rank if session is not None else ""
     print(prefix + message, file=sys.stderr, flush=True)
+
+
+def _check_plain_shape(name, param, held, info):
+    """ValueError unless a plain tensor parameter is the plan part `held`: the
+    whole tensor, or (expert parallel) this rank's experts of a 3-D stack."""
+    if held["local_numel"] != held["numel"]:
+        raise ValueError("parameter %r is a plain tensor but plan version %d splits it %s over %d tensor-parallel "
+                         "ranks: hand the optimizer DTensor parameters (FSDP2's fully_shard) planned from the same "
+                         "module" % (name, info["plan_version"], held["tp_split"], info["tp"]))
+    numel = int(held["element_end"]) - int(held["element_begin"])
+    shape = tuple(int(d) for d in held["shape"])
+    whole = numel == int(held["numel"])
+    if whole and tuple(param.shape) != shape:
+        raise ValueError("parameter %r has shape %s; the plan's tensor is %s" % (name, tuple(param.shape), shape))
+    if not whole and (param.numel() != numel or tuple(param.shape[1:]) != shape[1:]):
+        raise ValueError("parameter %r has shape %s; rank %d holds experts [%d, %d) of the plan's %s (expert "
+                         "parallel: the module holds this rank's slice)" %
+                         (name, tuple(param.shape), info["rank"], int(held["element_begin"]) // _rest(shape),
+                          int(held["element_end"]) // _rest(shape), shape))
 
 
 def _rest(shape):

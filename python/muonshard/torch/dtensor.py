@@ -1,0 +1,146 @@
+"""DTensor and FSDP2 parameters: how their mesh and placements map onto a plan.
+
+NOTE [Sharded parameters]
+A module wrapped with `fully_shard` (FSDP2), or whose parameters are
+DTensors, holds on each rank only a shard of every parameter, and after
+backward each rank's `.grad` is its shard of the gradient already averaged
+over the mesh (FSDP2's reduce-scatter). From the optimizer's side that is
+exactly the layout of tensor parallelism (NOTE [Tensor-parallel Muon] in
+worker/optimizer/sharded_optimizer.h): rank t of the S ranks holds block t
+of each split tensor. So a 1-D mesh of S ranks is planned as tp = S with
+one model replica, each parameter's split taken from its placement:
+
+  Shard(0) of a 1-D tensor, or of a 2-D [out, in] matrix   TP_COLUMN
+  Shard(1) of a 2-D [out, in] matrix                      TP_ROW
+  Replicate()                                             TP_REPLICATED
+
+and the step does what the plan says: AdamW updates each rank's shard
+where it is (a group of one rank: no communication beyond FSDP2's own);
+each Muon matrix is gathered to the one rank the planner chose for it
+(balanced by Newton-Schulz FLOPs), orthogonalised there and the shards of
+the result scattered back (2 collectives per bucket, never an all-gather of
+everything), and each rank applies its shard of the update to its shard of
+the parameter. The optimizer state of a split tensor lives with its shard,
+so the coordinator's memory table is the FSDP job's.
+
+What cannot be planned is refused with ValueError naming the parameter: a
+placement other than those (Partial, a strided shard, Shard of another
+dimension), a dimension the mesh does not divide (FSDP2 pads its last
+shard; the plan's shards are even), a 3-D tensor sharded by FSDP (expert
+stacks: not yet), DTensors on different meshes or beside plain tensors, a
+mesh of more than one dimension (FSDP x TP, HSDP: not yet), or a
+parameter whose mesh or split disagrees with the plan.
+"""
+
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
+
+
+def is_dtensor(tensor):
+    return isinstance(tensor, DTensor)
+
+
+def local_tensor(param):
+    """The rank's own part of a parameter: a DTensor's local shard (a view:
+    writing it writes the parameter), else the tensor itself."""
+    return param.to_local() if isinstance(param, DTensor) else param
+
+
+def local_grad(param):
+    """The rank's part of `param`'s gradient laid out as the parameter is (a
+    DTensor gradient of another placement is redistributed first: a Partial
+    one is reduced), or None."""
+    grad = param.grad
+    if grad is None or not isinstance(grad, DTensor):
+        return grad
+    if tuple(grad.placements) != tuple(param.placements):
+        grad = grad.redistribute(device_mesh=param.device_mesh, placements=param.placements)
+    return grad.to_local()
+
+
+def mesh_of(named):
+    """The DeviceMesh every parameter of `named` ((name, parameter) pairs) is
+    on, None when none is a DTensor. ValueError naming a parameter that is
+    not a DTensor beside ones that are, or is on another mesh, or a mesh of
+    more than one dimension."""
+    mesh = None
+    first = None
+    plain = None
+    for name, param in named:
+        if not isinstance(param, DTensor):
+            plain = plain or name
+            continue
+        if mesh is None:
+            mesh, first = param.device_mesh, name
+        elif param.device_mesh != mesh:
+            raise ValueError("parameter %r is on DeviceMesh %s but %r is on %s: every DTensor parameter must be on "
+                             "one mesh" % (name, param.device_mesh, first, mesh))
+    if mesh is None:
+        return None
+    if plain is not None:
+        raise ValueError("parameter %r is a plain tensor but %r is a DTensor: shard every parameter (fully_shard the "
+                         "root module too) or none" % (plain, first))
+    if mesh.ndim != 1:
+        raise ValueError("parameter %r is on a %d-D DeviceMesh %s: muonshard plans DTensor parameters on a 1-D mesh "
+                         "(FSDP2's shard group) only; HSDP and FSDP x TP meshes are not supported yet" %
+                         (first, mesh.ndim, tuple(mesh.shape)))
+    return mesh
+
+
+def split_of(name, param):
+    """The plan's split of a DTensor parameter ("column", "row" or
+    "replicated"; see NOTE [Sharded parameters]); ValueError naming it for a
+    placement the plan cannot hold or a dimension the mesh does not divide."""
+    (placement,) = param.placements
+    ranks = param.device_mesh.size()
+    if isinstance(placement, Replicate):
+        return "replicated"
+    if type(placement) is not Shard:  # Partial, _StridedShard, ...
+        raise ValueError("parameter %r has placement %s: muonshard takes Shard(0), Shard(1) (2-D) or Replicate()" %
+                         (name, placement))
+    dim, shape = placement.dim, tuple(param.shape)
+    if len(shape) > 2:
+        raise ValueError("parameter %r (shape %s) is sharded along dim %d: a %d-D tensor (an expert stack) cannot be "
+                         "split yet; keep it out of fully_shard (ignored_params) or replicate it" %
+                         (name, shape, dim, len(shape)))
+    if dim not in (0, 1) or dim >= len(shape):
+        raise ValueError("parameter %r (shape %s) has placement Shard(%d): muonshard takes Shard(0), or Shard(1) of "
+                         "a 2-D matrix" % (name, shape, dim))
+    if shape[dim] % ranks:
+        raise ValueError("parameter %r: dim %d (%d) is not divisible by the mesh's %d ranks; FSDP2 pads its last "
+                         "shard, muonshard's plan holds even shards: pad the dimension to a multiple of %d" %
+                         (name, dim, shape[dim], ranks, ranks))
+    return "column" if dim == 0 else "row"
+
+
+def plan_split(name, param):
+    """split_of as the plan's TpSplit name (TP_COLUMN, TP_ROW, TP_REPLICATED)."""
+    return _SPLITS[split_of(name, param)]
+
+
+def check_against_plan(name, param, held, tp):
+    """ValueError naming `param` when its mesh or placement disagrees with the
+    plan part `held` (a dict of RankSession.held()) of a plan with `tp`."""
+    ranks = param.device_mesh.size()
+    if ranks != tp:
+        raise ValueError("parameter %r is sharded over a mesh of %d ranks but the plan's tensor-parallel degree is %d "
+                         "(plan a DTensor model with tp = the mesh size: topology_of(module))" % (name, ranks, tp))
+    split = plan_split(name, param) if ranks > 1 else "TP_REPLICATED"  # one rank holds it whole anyway
+    planned = held["tp_split"] if held["tp_split"] != "TP_SPLIT_UNSPECIFIED" else "TP_REPLICATED"
+    if split != planned:
+        raise ValueError("parameter %r has placement %s (%s) but the plan splits it %s: build the manifest from the "
+                         "sharded module (manifest_from_module)" % (name, param.placements[0], split, planned))
+    local = tuple(param.to_local().shape)
+    if local != tuple(int(d) for d in held["local_shape"]):
+        raise ValueError("parameter %r: this rank's shard is %s but the plan's is %s" %
+                         (name, local, tuple(held["local_shape"])))
+
+
+def check_rank(mesh, rank):
+    """ValueError when plan rank `rank` is not this process's coordinate on `mesh`."""
+    coordinate = mesh.get_local_rank()
+    if coordinate != rank:
+        raise ValueError("this process is rank %d of the plan but coordinate %d of the parameters' DeviceMesh: "
+                         "start the ranks so that both agree (RANK = the mesh's rank)" % (rank, coordinate))
+

@@ -1,0 +1,66 @@
+"""One rank of an FSDP2 run (launched by test_fsdp.py through torch.distributed.run):
+the model of fsdp_model.py wrapped with `fully_shard` on a 1-D CPU DeviceMesh
+over Gloo, trained by ShardedMuonAdamW on its DTensor parameters; rank 0
+writes the whole parameters (and which optimizer stepped each) to OUT."""
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Shard
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fsdp_model  # noqa: E402
+import muonshard  # noqa: E402
+import muonshard.torch as mst  # noqa: E402
+
+
+def shard_placement(param):
+    """down.weight by columns (Shard(1): the plan's TP_ROW), the rest FSDP2's default Shard(0)."""
+    return Shard(1) if param.shape == fsdp_model.DOWN_SHAPE else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--coordinator", required=True)
+    ap.add_argument("--job", required=True)
+    ap.add_argument("--steps", type=int, default=fsdp_model.STEPS)
+    ap.add_argument("--policy", default="balanced")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,))
+    model = fsdp_model.make_model()
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh, shard_placement_fn=shard_placement)
+    fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
+
+    manifest = mst.manifest_from_module(model, a.job)
+    version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **mst.topology_of(model))
+    opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
+                               **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30)
+    for step in range(a.steps):
+        x, y = fsdp_model.batch(step, rank)
+        fsdp_model.loss(model, x, y).backward()
+        opt.step()
+        opt.zero_grad()
+    memory = opt.memory()
+    kinds = {h["name"]: h["optimizer"] for h in opt.held_tensors}
+    whole = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
+    opt.close()
+    if rank == 0:
+        torch.save(whole, os.path.join(a.out, "params.pt"))
+    with open(os.path.join(a.out, "rank-%d.json" % rank), "w") as f:
+        json.dump({"kinds": kinds, "memory": memory, "version": version,
+                   "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]}}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
