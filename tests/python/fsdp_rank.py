@@ -10,6 +10,8 @@ import sys
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard
@@ -25,18 +27,44 @@ def shard_placement(param):
     return Shard(1) if param.shape == fsdp_model.DOWN_SHAPE else None
 
 
+def save(a, model, opt):
+    if a.format == "muonshard":
+        opt.save_checkpoint(a.save_dir)
+        return
+    model_state, optim_state = get_state_dict(model, opt)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=a.save_dir)
+
+
+def load(a, model, opt):
+    """Loads --resume-dir (saved at any world size); returns the steps done."""
+    if a.format == "muonshard":
+        return opt.load_checkpoint(a.resume_dir)
+    model_state, optim_state = get_state_dict(model, opt)
+    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=a.resume_dir)
+    set_state_dict(model, opt, model_state_dict=model_state, optim_state_dict=optim_state)
+    return opt.steps_done
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--coordinator", required=True)
     ap.add_argument("--job", required=True)
     ap.add_argument("--steps", type=int, default=fsdp_model.STEPS)
     ap.add_argument("--policy", default="balanced")
+    ap.add_argument("--bf16", action="store_true", help="bfloat16 parameters (fp32 optimizer state)")
+    ap.add_argument("--save-at", type=int, default=-1, help="saves a checkpoint after this many steps")
+    ap.add_argument("--save-dir")
+    ap.add_argument("--resume-dir", help="loads the checkpoint there before training")
+    ap.add_argument("--format", choices=["dcp", "muonshard"], default="dcp",
+                    help="checkpoints through torch.distributed.checkpoint or the project's own format")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (world,))
     model = fsdp_model.make_model()
+    if a.bf16:
+        model = model.to(torch.bfloat16)
     for block in model.blocks:
         fully_shard(block, mesh=mesh, shard_placement_fn=shard_placement)
     fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
@@ -45,11 +73,14 @@ def main():
     version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **mst.topology_of(model))
     opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
                                **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30)
-    for step in range(a.steps):
+    start = load(a, model, opt) if a.resume_dir else 0
+    for step in range(start, a.steps):
         x, y = fsdp_model.batch(step, rank)
         fsdp_model.loss(model, x, y).backward()
         opt.step()
         opt.zero_grad()
+        if step + 1 == a.save_at:
+            save(a, model, opt)
     memory = opt.memory()
     kinds = {h["name"]: h["optimizer"] for h in opt.held_tensors}
     whole = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}

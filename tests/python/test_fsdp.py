@@ -33,21 +33,22 @@ def torchrun(coordinator, job, world, out, *extra):
     return done.returncode, done.stdout.decode(errors="replace")[-4000:]
 
 
-def reference(world, kinds):
+def reference(worlds, kinds, dtype=torch.float32):
     """The unsharded model stepped by the reference optimizer on the mean of
-    the `world` ranks' gradients, step after step."""
-    model = fsdp_model.make_model()
+    the ranks' gradients, step after step (step i on worlds[i] ranks)."""
+    model = fsdp_model.make_model().to(dtype)
     named = list(model.named_parameters())
     config = ReferenceConfig(lr=fsdp_model.OPTIONS["lr"], weight_decay=fsdp_model.OPTIONS["weight_decay"],
                              eps=fsdp_model.OPTIONS["eps"], adamw_betas=fsdp_model.OPTIONS["betas"])
     ref = ReferenceOptimizer([(n, p.detach()) for n, p in named],
                              {n: "muon" if kinds[n] == "MUON" else "adamw" for n, _ in named}, config)
-    for step in range(fsdp_model.STEPS):
+    for world in worlds:
+        step = ref.step_count
         grads = []
         for rank in range(world):
             model.zero_grad()
             fsdp_model.loss(model, *fsdp_model.batch(step, rank)).backward()
-            grads.append({n: p.grad.detach().clone() for n, p in named})
+            grads.append({n: p.grad.detach().float() for n, p in named})
         ref.step(grads)
         with torch.no_grad():
             for n, p in named:
@@ -56,15 +57,24 @@ def reference(world, kinds):
 
 
 def relative_error(got, want):
+    got, want = got.float(), want.float()
     return float((got - want).norm() / want.norm().clamp_min(1e-30))
+
+
+def results(out, world):
+    """What the run in `out` wrote: the whole parameters, and each rank's record."""
+    ranks = []
+    for r in range(world):
+        with open(os.path.join(out, "rank-%d.json" % r)) as f:
+            ranks.append(json.load(f))
+    return torch.load(os.path.join(out, "params.pt")), ranks
 
 
 @pytest.mark.parametrize("world", [1, 2, 4])
 def test_fsdp2_training_equals_the_unsharded_reference(coordinator, tmp_path, world):
     code, log = torchrun(coordinator, "fsdp-%d" % world, world, str(tmp_path))
     assert code == 0, log
-    got = torch.load(os.path.join(tmp_path, "params.pt"))
-    ranks = [json.load(open(os.path.join(tmp_path, "rank-%d.json" % r))) for r in range(world)]
+    got, ranks = results(str(tmp_path), world)
     kinds = ranks[0]["kinds"]
     assert kinds["blocks.0.up.weight"] == "MUON" and kinds["blocks.1.down.weight"] == "MUON"
     assert kinds["embed.weight"] == "ADAMW" and kinds["blocks.0.up.bias"] == "ADAMW"
@@ -72,7 +82,7 @@ def test_fsdp2_training_equals_the_unsharded_reference(coordinator, tmp_path, wo
         splits = ranks[0]["splits"]
         assert splits["blocks.0.up.weight"] == "TP_COLUMN" and splits["embed.weight"] == "TP_COLUMN"
         assert splits["blocks.0.down.weight"] == "TP_ROW" and splits["blocks.0.norm.bias"] == "TP_COLUMN"
-    want = reference(world, kinds)
+    want = reference([world] * fsdp_model.STEPS, kinds)
     for name, value in want.items():
         assert relative_error(got[name], value) <= 1e-5, name
     # The plan is the FSDP layout: every rank holds 1 / W of every tensor's
@@ -80,6 +90,41 @@ def test_fsdp2_training_equals_the_unsharded_reference(coordinator, tmp_path, wo
     states = [r["memory"]["optimizer_state"] for r in ranks]
     assert max(states) == min(states), states
     assert all(r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"] for r in ranks)
+
+
+@pytest.mark.parametrize("fmt", ["dcp", "muonshard"])
+def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt):
+    """Saved after 3 steps at W = 4 (DCP: get_state_dict + dcp.save; or
+    save_checkpoint), loaded at W = 2 (dcp.load + set_state_dict; or
+    load_checkpoint, which reshards), 3 more steps: the reference that
+    averaged 4 ranks' gradients, then 2 ranks'."""
+    ckpt = str(tmp_path / "ckpt")
+    first, second = str(tmp_path / "w4"), str(tmp_path / "w2")
+    code, log = torchrun(coordinator, "save-" + fmt, 4, first, "--steps", "3", "--save-at", "3", "--save-dir", ckpt,
+                         "--format", fmt)
+    assert code == 0, log
+    code, log = torchrun(coordinator, "load-" + fmt, 2, second, "--resume-dir", ckpt, "--format", fmt)
+    assert code == 0, log
+    got, ranks = results(second, 2)
+    want = reference([4, 4, 4, 2, 2, 2], ranks[0]["kinds"])
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
+
+
+def test_bf16_parameters_keep_fp32_state(coordinator, tmp_path):
+    """bf16 parameters: the optimizer keeps fp32 masters and state; the result
+    is the reference's within bf16's resolution (FSDP2 reduces the bf16
+    gradients in bf16)."""
+    code, log = torchrun(coordinator, "bf16", 2, str(tmp_path), "--bf16")
+    assert code == 0, log
+    got, ranks = results(str(tmp_path), 2)
+    assert all(v.dtype == torch.bfloat16 for v in got.values())
+    want = reference([2] * fsdp_model.STEPS, ranks[0]["kinds"], torch.bfloat16)
+    initial = dict(fsdp_model.make_model().to(torch.bfloat16).named_parameters())
+    for name, value in want.items():
+        moved = relative_error(value, initial[name].detach())
+        assert moved > 0.01, name  # training moved it, by more than the tolerance below
+        assert relative_error(got[name], value) <= 0.01, name
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import torch
 
 from muonshard import _muonshard
 from muonshard._errors import Error, FailedPreconditionError, from_status
-from muonshard.torch import dtensor
+from muonshard.torch import dcp_state, dtensor
 from muonshard.torch.groups import check_group_options, no_decay_names, parse_groups, use_muon_of
 from muonshard.torch.manifest import dtype_name
 
@@ -392,6 +392,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._last_step_end = None
         self.last_step_stats = None
         self.last_recovery = None
+        self._steps = torch.zeros((), dtype=torch.float32)  # steps done (self.state's "step")
         self._session = self._start_session(dict(
             coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
             plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
@@ -425,6 +426,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise
         if self._overlap:
             self._install_hooks(named)
+        # torch's optimizers keep per-parameter state in self.state, and
+        # torch.distributed.checkpoint takes an empty one for "never stepped"
+        # (and steps with lr 0 to create it): every parameter's "step" is here.
+        for param in self._by_name.values():
+            self.state[param] = {"step": self._steps}
 
     # ------------------------------------------------------------------ set-up
 
@@ -542,6 +548,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 part.alias(storage)
             part.write_back(self._session)
         self._lr = float("nan")  # the next step applies param_groups' lr
+        self._steps.fill_(float(self._session.steps_done))
         return 0 if loaded is None else int(loaded["step"])
 
     # ------------------------------------------------------------------ properties
@@ -625,6 +632,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 self.last_step_stats = session.step(grads, loss_value, train_seconds)
             for part in self._parts:
                 part.write_back(session)
+            self._steps.fill_(float(session.steps_done))
         except Exception as e:
             self._step_open = False
             self._handed = set()
@@ -684,9 +692,14 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     # ------------------------------------------------------------------ state
 
     def state_dict(self):
-        """This rank's optimizer state for this plan: fp32 shards keyed
+        """DTensor parameters: the torch optimizers' shape, DTensors of each
+        parameter's placements, which DCP saves and loads at any mesh size
+        (NOTE [DCP state] in muonshard/torch/dcp_state.py). Otherwise this
+        rank's optimizer state for this plan: fp32 shards keyed
         "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
-        state = self._session.state()
+        state = self._live_session().state()
+        if self._mesh is not None:
+            return self._dcp_state_dict(state)
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         for g, names in zip(groups, self._group_names):
             g["params"] = [p.index for p in self._parts if p.name in names]
@@ -698,11 +711,63 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                           "beta2_pow": state["beta2_pow"]},
         }
 
+    def _params_in_order(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def _dcp_state_dict(self, state):
+        params = self._params_in_order()
+        names = {id(p): n for n, p in self._by_name.items()}
+        parts = {part.name: part for part in self._parts}
+        groups = []
+        position = 0
+        for g in self.param_groups:
+            groups.append(dict({k: v for k, v in g.items() if k != "params"},
+                               params=list(range(position, position + len(g["params"])))))
+            position += len(g["params"])
+        return {"state": dcp_state.build(state, params, names, parts), "param_groups": groups}
+
+    def _load_dcp_state_dict(self, state_dict):
+        """load_state_dict of NOTE [DCP state]'s shape."""
+        params = self._params_in_order()
+        names = {id(p): n for n, p in self._by_name.items()}
+        saved_groups = state_dict["param_groups"]
+        self._merge_groups(saved_groups)
+        state = dcp_state.by_name(state_dict["state"], params, names)
+        session = self._live_session()
+        tensors, step, beta1_pow, beta2_pow = dcp_state.session_tensors(
+            state, session.state(), {part.name: part for part in self._parts})
+        session.load_state(tensors, step, beta1_pow, beta2_pow)
+        self._initial = None  # the initial parameters are no longer this run's start
+        self._update_groups(saved_groups)
+        self._after_load()
+
+    def _merge_groups(self, saved_groups):
+        """ValueError unless saved param_groups can load: as many, and no option
+        other than lr differs from this optimizer's."""
+        if len(saved_groups) != len(self.param_groups):
+            raise ValueError("state_dict has %d param group(s), this optimizer %d" %
+                             (len(saved_groups), len(self.param_groups)))
+        merged = [dict(g, **{k: v for k, v in saved.items() if k != "params"})
+                  for g, saved in zip(self.param_groups, saved_groups)]
+        self._check_group_changes(merged)
+
+    def _update_groups(self, saved_groups):
+        for group, saved in zip(self.param_groups, saved_groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+
     def load_state_dict(self, state_dict):
-        """Restores a state_dict() of the same rank and plan (a collective: model
-        copies are rebuilt and synchronised). Another plan or world size:
-        save_checkpoint / load_checkpoint, which reshard. With max_restarts,
-        save a checkpoint into checkpoint_dir afterwards (see load_checkpoint)."""
+        """Restores a state_dict() (a collective: model copies are rebuilt and
+        synchronised). DTensor parameters: NOTE [DCP state]'s shape, from any
+        mesh size once DCP has loaded it (keyed by position, or by name as
+        set_optimizer_state_dict passes it). Otherwise one of the same rank and
+        plan; another plan or world size: save_checkpoint / load_checkpoint,
+        which reshard. With max_restarts, save a checkpoint into
+        checkpoint_dir afterwards (see load_checkpoint)."""
+        if self._mesh is not None:
+            if "muonshard" in state_dict:
+                raise ValueError("a per-rank muonshard state_dict cannot load into an optimizer of DTensor "
+                                 "parameters (NOTE [DCP state]): save it from one, or use load_checkpoint")
+            return self._load_dcp_state_dict(state_dict)
         meta = state_dict.get("muonshard")
         if meta is None:
             raise ValueError("not a ShardedMuonAdamW state_dict (no \"muonshard\" entry)")
@@ -711,18 +776,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                              "save_checkpoint/load_checkpoint to change plans" %
                              (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19]))
         saved_groups = state_dict["param_groups"]
-        if len(saved_groups) != len(self.param_groups):
-            raise ValueError("state_dict has %d param group(s), this optimizer %d" %
-                             (len(saved_groups), len(self.param_groups)))
-        merged = [dict(g, **{k: v for k, v in saved.items() if k != "params"})
-                  for g, saved in zip(self.param_groups, saved_groups)]
-        self._check_group_changes(merged)
+        self._merge_groups(saved_groups)
         tensors = {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in state_dict["state"].items()}
         self._live_session().load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]),
                                         float(meta["beta2_pow"]))
         self._initial = None  # the initial parameters are no longer this run's start
-        for group, saved in zip(self.param_groups, saved_groups):
-            group.update({k: v for k, v in saved.items() if k != "params"})
+        self._update_groups(saved_groups)
         self._after_load()
 
     def save_checkpoint(self, directory=None):
@@ -763,6 +822,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     def _after_load(self):
         self._lr = float("nan")  # the next step re-applies param_groups' lr
+        self._steps.fill_(float(self._session.steps_done))
         for part in self._parts:
             part.write_back(self._session)
 
