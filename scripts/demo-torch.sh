@@ -16,7 +16,10 @@
 #      then resumes from it in a second launch with ONE process (another plan
 #      and world size: reshard on load) and trains to the end;
 #   3. prints the loss curve, each rank's optimizer memory next to what
-#      unsharded torch AdamW / Muon would hold, and the step time by phase.
+#      unsharded torch AdamW / Muon would hold, and the step time by phase;
+#   4. trains the dense model with FSDP2 (--fsdp: fully_shard on a CPU mesh of
+#      2 processes) and muonshard on its DTensor shards (NOTE [Sharded
+#      parameters] in python/muonshard/torch/dtensor.py).
 # Exit 0 only when both runs succeed, the loss on a held-out batch fell in
 # each, and the resumed parameters are bit for bit the saved ones (SHA-256 of
 # every parameter). Every wait is bounded.
@@ -42,14 +45,17 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" MUONSHARD_BIN_DIR="$BUILD/bin" OMP_NUM_THREADS=1
 # train_gpt.py logs from rank 0 (every rank's session notes its join); the
 # launcher's files go to $work.
+run_example() {
+  local nproc=$1 name=$2
+  shift 2
+  timeout 600 "$PY" -m torch.distributed.run --nnodes 1 --nproc_per_node "$nproc" \
+    --master_addr 127.0.0.1 --master_port "$(free_port)" --log_dir "$work/logs-$name" \
+    examples/torch/train_gpt.py --optimizer muonshard --job "demo-torch-$name" "$@" >&2
+}
 launch() {
   local nproc=$1
   shift
-  timeout 600 "$PY" -m torch.distributed.run --nnodes 1 --nproc_per_node "$nproc" \
-    --master_addr 127.0.0.1 --master_port "$(free_port)" --log_dir "$work/logs-$nproc" \
-    examples/torch/train_gpt.py --optimizer muonshard --moe --stacked-experts --job "demo-torch-$nproc" \
-    --schedule-steps "$STEPS" \
-    --checkpoint-dir "$work/ckpt" "$@" >&2
+  run_example "$nproc" "$nproc" --moe --stacked-experts --schedule-steps "$STEPS" --checkpoint-dir "$work/ckpt" "$@"
 }
 
 say "2 processes: train steps 1-$HALF, checkpoint at step $HALF"
@@ -64,4 +70,6 @@ print("parameters when saved   sha256 %s\nparameters when resumed sha256 %s" % (
 if saved != resumed:
     sys.exit("demo-torch: FAILED: the resumed parameters differ from the saved ones")
 PY
+say "2 processes, FSDP2: fully_shard'ed parameters (DTensors), muonshard plans and steps their shards"
+run_example 2 fsdp --fsdp --steps 20 --log-every 5
 say "demo-torch: PASSED (checkpoint in the sharded format: build/bin/muonshardctl ckpt inspect <dir>)"

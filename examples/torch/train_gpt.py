@@ -81,6 +81,7 @@ import time
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
 
 # Running a script puts its own directory on sys.path; this keeps `gpt` and
 # `data` importable when the file is run some other way (runpy, an IDE).
@@ -129,6 +130,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="SwiGLU intermediate size (default: 344 dense, 172 per expert with --moe)")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (default fp32)")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard the parameters with FSDP2 (fully_shard per layer and the root, on a 1-D CPU mesh); "
+                        "muonshard then plans the DTensor shards, muon-local all-gathers every Muon gradient")
     # muonshard.
     p.add_argument("--coordinator", default=os.environ.get("MUONSHARD_COORDINATOR"),
                    metavar="HOST:PORT",
@@ -192,6 +196,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                 "would die with it")
     if args.rejoin_grace is not None and not args.rejoin_grace > 0:
         p.error("--rejoin-grace must be > 0")
+    if args.fsdp and (args.max_restarts or args.stacked_experts or args.ep > 1):
+        p.error("--fsdp runs without --max-restarts, --stacked-experts and --ep (FSDP2 shards every tensor along "
+                "dim 0 under torch.distributed, which a dead rank breaks)")
+    if args.fsdp and args.checkpoint_dir and args.optimizer != "muonshard":
+        p.error("--fsdp checkpoints with --optimizer muonshard only")
     if args.min_workers < 0:
         p.error("--min-workers must be >= 0")
     if args.min_workers and not (args.max_restarts and args.checkpoint_dir):
@@ -202,8 +211,33 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def uses_torch_distributed(args, world: int) -> bool:
     """Whether the ranks form a torch.distributed group (not with --max-restarts:
-    each rank is then its own restartable process)."""
-    return world > 1 and not args.max_restarts
+    each rank is then its own restartable process; always with --fsdp)."""
+    return (world > 1 or args.fsdp) and not args.max_restarts
+
+
+def shard_model(model: torch.nn.Module, world: int) -> None:
+    """FSDP2: every layer and then the root fully_shard'ed on one CPU mesh of
+    the world's ranks; every parameter becomes a DTensor sharded along dim 0."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (world,))
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def local_part(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's shard on this rank (a view), else the tensor."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def shard_of(whole: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """This rank's block of `whole` as DTensor parameter `p` holds it (Shard(d) on a 1-D mesh)."""
+    (placement,) = p.placements
+    if not isinstance(placement, Shard):
+        return whole
+    mesh = p.device_mesh
+    return whole.chunk(mesh.size(), dim=placement.dim)[mesh.get_local_rank()]
 
 
 # --------------------------------------------------------------------------- Muon
@@ -243,6 +277,13 @@ class MuonAdamW(torch.optim.Optimizer):
         m = beta*m + (1-beta)*g;  u = (1-beta)*g + beta*m          (Nesterov)
         p = p*(1 - lr*wd) - lr * 0.2*sqrt(max(1, out/in)) * NewtonSchulz5(u)
     AdamW (torch's, which equals Paddle's) with the same lr and weight decay.
+
+    FSDP2 (DTensor) parameters: what a user writes without a sharded Muon:
+    each Muon gradient is all-gathered on every rank (full_tensor()), every
+    rank keeps the whole momentum and orthogonalises every matrix, then
+    applies its own block; AdamW updates the local shards.
+    `gathered_bytes` counts what the all-gathers moved in the last step
+    (each rank sends and receives (W-1)/W of every Muon matrix, fp32).
     """
 
     def __init__(self, named_params, lr=0.02, betas=(0.9, 0.95), eps=1e-9, weight_decay=0.01,
@@ -254,15 +295,28 @@ class MuonAdamW(torch.optim.Optimizer):
                         muon_momentum=muon_momentum, ns_steps=ns_steps)
         groups = [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)]
         super().__init__([g for g in groups if g["params"]], defaults)
+        self.gathered_bytes = 0
+
+    def _gradient(self, p: torch.Tensor, whole: bool) -> torch.Tensor:
+        """p's gradient in fp32: the local shard, or (`whole`) all-gathered."""
+        if not isinstance(p.grad, DTensor):
+            return p.grad.float()
+        if not whole:
+            return p.grad.to_local().float()
+        world = p.device_mesh.size()
+        self.gathered_bytes += 2 * (world - 1) * p.grad.to_local().numel() * 4  # sent + received, per rank
+        return p.grad.full_tensor().float()
 
     @torch.no_grad()
     def step(self, closure=None):
+        self.gathered_bytes = 0
         for group in self.param_groups:
             lr, wd = group["lr"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
+            for param in group["params"]:
+                if param.grad is None:
                     continue
-                g, state = p.grad.float(), self.state[p]
+                g, state = self._gradient(param, whole=group["use_muon"]), self.state[param]
+                p = local_part(param)
                 p.mul_(1 - lr * wd)  # decoupled weight decay
                 if group["use_muon"]:
                     beta = group["muon_momentum"]
@@ -271,8 +325,11 @@ class MuonAdamW(torch.optim.Optimizer):
                     m = state["momentum"]
                     m.mul_(beta).add_(g, alpha=1 - beta)
                     u = g.mul(1 - beta).add_(m, alpha=beta)
-                    scale = 0.2 * math.sqrt(max(1.0, p.shape[-2] / p.shape[-1]))
-                    p.add_(newton_schulz(u, group["ns_steps"]).to(p.dtype), alpha=-lr * scale)
+                    scale = 0.2 * math.sqrt(max(1.0, param.shape[-2] / param.shape[-1]))
+                    update = newton_schulz(u, group["ns_steps"])
+                    if isinstance(param, DTensor):
+                        update = shard_of(update, param)
+                    p.add_(update.to(p.dtype), alpha=-lr * scale)
                 else:
                     beta1, beta2 = group["betas"]
                     if not state:
@@ -302,19 +359,22 @@ class ReplicatedOptimizer:
     def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, rank: int, world: int):
         self.model, self.opt = model, opt
         self.rank, self.world_size = rank, world
+        self.sharded = any(isinstance(p, DTensor) for p in model.parameters())
         self.steps_done = 0
         self.last_step_stats = {}
 
     def step(self):
         t0 = time.perf_counter()
-        if self.world_size > 1:
+        if self.world_size > 1 and not self.sharded:  # FSDP2 reduce-scattered them already
             allreduce_mean_gradients(list(self.model.parameters()), self.world_size)
         t1 = time.perf_counter()
         self.opt.step()
         t2 = time.perf_counter()
         self.steps_done += 1
-        reduce = {"reduce_seconds": t1 - t0} if self.world_size > 1 else {}
-        self.last_step_stats = {**reduce, "update_seconds": t2 - t1}
+        reduce = {"reduce_seconds": t1 - t0} if self.world_size > 1 and not self.sharded else {}
+        gathered = getattr(self.opt, "gathered_bytes", 0)
+        self.last_step_stats = {**reduce, "update_seconds": t2 - t1, **({"all_gather_bytes": gathered}
+                                                                        if gathered else {})}
 
     def zero_grad(self):
         self.opt.zero_grad(set_to_none=False)
@@ -393,8 +453,9 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
                 address = coord_proc.address
                 log(rank, f"started a local coordinator at {address}")
             manifest = mst.manifest_from_module(model, name=args.job)
-            version = muonshard.Coordinator(address).submit(
-                manifest, world_size=world, ep=args.ep, policy=args.policy)
+            # FSDP2: the mesh decides world_size and tp (NOTE [Sharded parameters]).
+            topology = mst.topology_of(model) or {"world_size": world}
+            version = muonshard.Coordinator(address).submit(manifest, ep=args.ep, policy=args.policy, **topology)
             log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, "
                       f"policy {args.policy}) to {address}")
         except Exception as e:  # tell the other ranks before failing, so they do not hang
@@ -542,6 +603,8 @@ def main(argv=None) -> int:
                     dtype=torch.bfloat16 if args.bf16 else torch.float32)
     model = GPT(cfg, seed=args.seed)  # the same init on every rank
     ref = unsharded_reference_bytes(model)
+    if args.fsdp:
+        shard_model(model, world)
     log(rank, f"model: {count_parameters(model):,} parameters ({ref['muon_params']:,} Muon, "
               f"{ref['adamw_params']:,} AdamW), {cfg}")
     log(rank, f"data: {world} rank(s) x {args.batch_size} sequences x {cfg.seq_len} tokens per "
@@ -575,6 +638,7 @@ def main(argv=None) -> int:
         held_out = [heldout_loss(model, cfg, args.seed)]  # the exit check compares these
         digests = [parameter_digest(model)]
         losses, times = {}, {}  # step -> mean loss over ranks / this rank's step seconds
+        opt_times, comm = {}, {}  # step -> this rank's opt.step() seconds / bytes its collectives moved
         done = start  # steps done
         sched = lr_scheduler(args, opt, done)
         while done < args.steps:
@@ -586,7 +650,10 @@ def main(argv=None) -> int:
                 loss = model.loss(inputs, targets)
                 loss.backward()
                 ensure_gradients(model)
+                t1 = time.perf_counter()
                 opt.step()  # all-reduce + update, or muonshard's reduce / update / broadcast
+                opt_times[step] = time.perf_counter() - t1
+                comm[step] = sum(v for k, v in (opt.last_step_stats or {}).items() if k.endswith("_bytes"))
                 opt.zero_grad()
                 sched.step()
                 times[step] = time.perf_counter() - t0
@@ -617,15 +684,17 @@ def main(argv=None) -> int:
 
         held_out.append(heldout_loss(model, cfg, args.seed))
         digests.append(parameter_digest(model))
-        memories = [opt.memory()]
+        memories, comms = [opt.memory()], [comm]
         if distributed:
-            memories = [None] * world
+            memories, comms = [None] * world, [None] * world
             dist.all_gather_object(memories, opt.memory())
+            dist.all_gather_object(comms, comm)
         restarts = getattr(opt, "restarts", 0)
         opt.close()
         barrier(group)  # nobody leaves while rank 0's coordinator may still be needed
 
-    status = report(args, rank, losses, times, memories, ref, held_out, digests, restarts=restarts)
+    status = report(args, rank, losses, times, memories, ref, held_out, digests, restarts=restarts,
+                    optimizer_times=opt_times, comms=comms)
     if distributed:
         dist.destroy_process_group()
     return status
@@ -651,7 +720,8 @@ def parameter_digest(model: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for name, p in model.named_parameters():
         h.update(name.encode())
-        h.update(p.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        value = p.full_tensor() if isinstance(p, DTensor) else p.detach().clone()  # full_tensor: a collective
+        h.update(value.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -660,10 +730,14 @@ def heldout_loss(model: torch.nn.Module, cfg: GPTConfig, seed: int) -> float:
     low-noise measure of progress, the same on every rank."""
     inputs, targets = data.batch(HELD_OUT_STEP, 0, 1, 128, cfg.seq_len, seed, vocab=cfg.vocab)
     with torch.no_grad():
-        return float(model.loss(inputs, targets))
+        loss = float(model.loss(inputs, targets))
+    if hasattr(model, "reshard"):  # FSDP2 keeps the root's parameters gathered after a forward: shard them again
+        model.reshard()
+    return loss
 
 
-def report(args, rank, losses, times, memories, ref, held_out, digests, restarts=0) -> int:
+def report(args, rank, losses, times, memories, ref, held_out, digests, restarts=0, optimizer_times=None,
+           comms=None) -> int:
     """Rank 0 prints the summary; every rank returns the same exit status."""
     if not losses:
         log(rank, f"nothing to do: already at step {args.steps}")
@@ -701,6 +775,9 @@ def report(args, rank, losses, times, memories, ref, held_out, digests, restarts
         with open(args.summary_json, "w") as f:
             json.dump({"optimizer": args.optimizer, "losses": {str(s): losses[s] for s in steps},
                        "step_seconds": {str(s): times[s] for s in steps},
+                       "optimizer_seconds": {str(s): (optimizer_times or {}).get(s) for s in steps},
+                       # bytes each rank's collectives moved in the optimizer step, by step
+                       "comm_bytes": [{str(s): c.get(s) for s in steps} for c in comms or []],
                        "memory": memories, "unsharded": ref, "held_out": held_out,
                        "parameter_digests": digests, "restarts": restarts}, f, indent=1)
 

@@ -153,6 +153,7 @@ py::dict StatsDict(const worker::StepStats& s) {
   d["grad_reduce_scatter_bytes"] = s.comm.grad_reduce_scatter;
   d["param_broadcast_bytes"] = s.comm.param_broadcast;
   d["param_all_gather_bytes"] = s.comm.param_all_gather;
+  d["tp_bytes"] = s.comm.tp;  // sent + received by the tensor-parallel Muon gathers and scatters
   d["collectives"] = s.comm.collectives;
   return d;
 }

@@ -29,7 +29,7 @@ def shard_placement(param):
 
 def save(a, model, opt):
     if a.format == "muonshard":
-        opt.save_checkpoint(a.save_dir)
+        opt.save_checkpoint(a.save_dir)  # None: checkpoint_dir
         return
     model_state, optim_state = get_state_dict(model, opt)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=a.save_dir)
@@ -57,6 +57,9 @@ def main():
     ap.add_argument("--resume-dir", help="loads the checkpoint there before training")
     ap.add_argument("--format", choices=["dcp", "muonshard"], default="dcp",
                     help="checkpoints through torch.distributed.checkpoint or the project's own format")
+    ap.add_argument("--checkpoint-dir", help="checkpoint_dir with resume: every save goes there, a start resumes")
+    ap.add_argument("--die-at", type=int, default=-1,
+                    help="rank 1 of a run that did not resume exits hard after this many steps")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
@@ -72,8 +75,10 @@ def main():
     manifest = mst.manifest_from_module(model, a.job)
     version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **mst.topology_of(model))
     opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
-                               **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30)
-    start = load(a, model, opt) if a.resume_dir else 0
+                               **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30,
+                               checkpoint_dir=a.checkpoint_dir, resume=bool(a.checkpoint_dir))
+    start = load(a, model, opt) if a.resume_dir else opt.start_step
+    first_attempt = start == 0
     for step in range(start, a.steps):
         x, y = fsdp_model.batch(step, rank)
         fsdp_model.loss(model, x, y).backward()
@@ -81,6 +86,8 @@ def main():
         opt.zero_grad()
         if step + 1 == a.save_at:
             save(a, model, opt)
+        if step + 1 == a.die_at and rank == 1 and first_attempt:
+            os._exit(3)  # killed: the job is started again and every rank resumes
     memory = opt.memory()
     kinds = {h["name"]: h["optimizer"] for h in opt.held_tensors}
     whole = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}

@@ -340,3 +340,29 @@ def test_muonshard_two_processes(tmp_path):
     # The same math as muon-local (unsharded), up to the order of float sums.
     _, _, local = run_script(tmp_path, 2, ["--optimizer", "muon-local"] + flags)
     assert abs(losses[-1] - losses_of(local)[-1]) < 0.1
+
+
+@pytest.mark.skipif(not muonshard_available(), reason="the muonshard Python package is not importable")
+def test_fsdp_muonshard_trains_as_the_all_gather_muon_does(tmp_path):
+    """--fsdp at 2 processes: FSDP2 + muonshard (gather to one rank, scatter
+    back) and FSDP2 + the plain Muon that all-gathers every matrix compute the
+    same update, so the losses agree; muonshard keeps less optimizer state
+    (no whole momentum on every rank), and at W = 2 its gather and scatter
+    move exactly the bytes of the all-gather (2 (W-1)/W of every matrix per
+    rank; W/2 times fewer at larger W: docs/benchmarks.md)."""
+    runs = {}
+    for optimizer in ("muonshard", "muon-local"):
+        work = tmp_path / optimizer
+        work.mkdir()
+        rc, out, summary = run_script(work, 2, ["--fsdp", "--optimizer", optimizer, "--steps", "10"] + TINY_FLAGS,
+                                      timeout=300)
+        assert rc == 0, out
+        runs[optimizer] = summary
+    ours, plain = runs["muonshard"], runs["muon-local"]
+    for a, b in zip(losses_of(ours), losses_of(plain)):
+        assert abs(a - b) <= 1e-4 * abs(b), (losses_of(ours), losses_of(plain))
+    assert losses_of(ours)[-1] < losses_of(ours)[0] - 0.5
+    assert max(m["optimizer_state"] for m in ours["memory"]) < min(m["optimizer_state"] for m in plain["memory"])
+    for step in ours["comm_bytes"][0]:
+        moved = [sum(c[step] for c in run["comm_bytes"]) for run in (ours, plain)]
+        assert moved[0] == moved[1] > 0, (step, moved)

@@ -111,6 +111,25 @@ def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt):
         assert relative_error(got[name], value) <= 1e-5, name
 
 
+def test_after_a_rank_is_killed_the_job_started_again_resumes_from_its_checkpoint(coordinator, tmp_path):
+    """FSDP2 needs torch.distributed, which a dead rank breaks for every rank, so
+    recovery is the job's restart (torch.distributed.run --max-restarts,
+    a Kubernetes Job): rank 1 dies after step 4 and the launch fails; the same
+    command again starts every rank anew, each joins the job as its rank's
+    restart and resumes from the newest checkpoint of checkpoint_dir (saved
+    after step 2), and the run ends as an uninterrupted one does."""
+    ckpt = str(tmp_path / "ckpt")
+    flags = ("--checkpoint-dir", ckpt, "--format", "muonshard", "--save-at", "2", "--die-at", "4")
+    code, log = torchrun(coordinator, "killed", 2, str(tmp_path / "first"), *flags)
+    assert code != 0 and "exitcode  : 3" in log, log
+    code, log = torchrun(coordinator, "killed", 2, str(tmp_path / "again"), *flags)
+    assert code == 0, log
+    got, ranks = results(str(tmp_path / "again"), 2)
+    want = reference([2] * fsdp_model.STEPS, ranks[0]["kinds"])
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
+
+
 def test_bf16_parameters_keep_fp32_state(coordinator, tmp_path):
     """bf16 parameters: the optimizer keeps fp32 masters and state; the result
     is the reference's within bf16's resolution (FSDP2 reduces the bf16
