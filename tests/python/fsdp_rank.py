@@ -60,11 +60,17 @@ def main():
     ap.add_argument("--checkpoint-dir", help="checkpoint_dir with resume: every save goes there, a start resumes")
     ap.add_argument("--die-at", type=int, default=-1,
                     help="rank 1 of a run that did not resume exits hard after this many steps")
+    ap.add_argument("--replicas", type=int, default=1,
+                    help="HSDP: a (replicas, W / replicas) mesh")
+    ap.add_argument("--plan-column", action="store_true", help="plans every split as TP_COLUMN (a wrong plan)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    mesh = init_device_mesh("cpu", (world,))
+    if a.replicas == 1:
+        mesh = init_device_mesh("cpu", (world,))
+    else:
+        mesh = init_device_mesh("cpu", (a.replicas, world // a.replicas), mesh_dim_names=("replicate", "shard"))
     model = fsdp_model.make_model()
     if a.bf16:
         model = model.to(torch.bfloat16)
@@ -73,6 +79,9 @@ def main():
     fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
 
     manifest = mst.manifest_from_module(model, a.job)
+    if a.plan_column:  # a plan that disagrees with the placements: shard_placement's Shard(1) planned as Shard(0)
+        for t in manifest["tensors"]:
+            t["tpSplit"] = "TP_COLUMN" if t.get("tpSplit") == "TP_ROW" else t.get("tpSplit")
     version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **mst.topology_of(model))
     opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
                                **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30,
@@ -89,13 +98,19 @@ def main():
         if step + 1 == a.die_at and rank == 1 and first_attempt:
             os._exit(3)  # killed: the job is started again and every rank resumes
     memory = opt.memory()
+    refused = None
+    if a.replicas > 1:
+        try:
+            opt.state_dict()
+        except ValueError as e:
+            refused = str(e)
     kinds = {h["name"]: h["optimizer"] for h in opt.held_tensors}
     whole = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
     opt.close()
     if rank == 0:
         torch.save(whole, os.path.join(a.out, "params.pt"))
     with open(os.path.join(a.out, "rank-%d.json" % rank), "w") as f:
-        json.dump({"kinds": kinds, "memory": memory, "version": version,
+        json.dump({"kinds": kinds, "memory": memory, "version": version, "state_dict_refused": refused,
                    "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]}}, f)
     dist.destroy_process_group()
 

@@ -92,6 +92,20 @@ def test_fsdp2_training_equals_the_unsharded_reference(coordinator, tmp_path, wo
     assert all(r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"] for r in ranks)
 
 
+def test_hsdp_on_a_2x2_mesh_equals_the_unsharded_reference(coordinator, tmp_path):
+    """HSDP: 2 replicas x 2 shards; the plan (2 replicas of tp 2) shards the
+    optimizer state over all 4 ranks, where HSDP would replicate it over the
+    replicas, and the DCP state_dict, which cannot say so, is refused."""
+    code, log = torchrun(coordinator, "hsdp", 4, str(tmp_path), "--replicas", "2")
+    assert code == 0, log
+    got, ranks = results(str(tmp_path), 4)
+    want = reference([4] * fsdp_model.STEPS, ranks[0]["kinds"])
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
+    assert all(r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"] for r in ranks)
+    assert all("HSDP" in r["state_dict_refused"] and "save_checkpoint" in r["state_dict_refused"] for r in ranks)
+
+
 @pytest.mark.parametrize("fmt", ["dcp", "muonshard"])
 def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt):
     """Saved after 3 steps at W = 4 (DCP: get_state_dict + dcp.save; or
@@ -144,6 +158,12 @@ def test_bf16_parameters_keep_fp32_state(coordinator, tmp_path):
         moved = relative_error(value, initial[name].detach())
         assert moved > 0.01, name  # training moved it, by more than the tolerance below
         assert relative_error(got[name], value) <= 0.01, name
+
+
+def test_a_plan_that_disagrees_with_the_placements_is_refused_naming_the_parameter(coordinator, tmp_path):
+    code, log = torchrun(coordinator, "wrong-plan", 2, str(tmp_path), "--plan-column")
+    assert code != 0
+    assert "parameter 'blocks.0.down.weight' has placement S(1) (TP_ROW) but the plan splits it TP_COLUMN" in log, log
 
 
 @pytest.fixture

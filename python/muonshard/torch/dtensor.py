@@ -14,7 +14,16 @@ one model replica, each parameter's split taken from its placement:
   Shard(1) of a 2-D [out, in] matrix                      TP_ROW
   Replicate()                                             TP_REPLICATED
 
-and the step does what the plan says: AdamW updates each rank's shard
+(HSDP, a 2-D mesh of R replicas x S shards whose parameters are Replicate()
+over the replicas, is planned as R model replicas of tp = S, rank q * S + t
+being replica q's shard t: the sharding groups then span the replicas, so
+the optimizer state is sharded over the replicas too, where HSDP would
+replicate it. Their reduce to each owner averages gradients FSDP2 has
+already all-reduced over the replicas: redundant bytes, the same values. A
+step that skips it is not built yet; FSDP2's set_requires_all_reduce(False)
+is no way around it, as it keeps the gradients out of `.grad` until the
+all-reduce runs.)
+The step does what the plan says: AdamW updates each rank's shard
 where it is (a group of one rank: no communication beyond FSDP2's own);
 each Muon matrix is gathered to the one rank the planner chose for it
 (balanced by Newton-Schulz FLOPs), orthogonalised there and the shards of
@@ -28,8 +37,8 @@ placement other than those (Partial, a strided shard, Shard of another
 dimension), a dimension the mesh does not divide (FSDP2 pads its last
 shard; the plan's shards are even), a 3-D tensor sharded by FSDP (expert
 stacks: not yet), DTensors on different meshes or beside plain tensors, a
-mesh of more than one dimension (FSDP x TP, HSDP: not yet), or a
-parameter whose mesh or split disagrees with the plan.
+2-D mesh whose first dimension shards (FSDP x TP: not yet) or a larger mesh,
+or a parameter whose mesh or split disagrees with the plan.
 """
 
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -81,19 +90,33 @@ def mesh_of(named):
     if plain is not None:
         raise ValueError("parameter %r is a plain tensor but %r is a DTensor: shard every parameter (fully_shard the "
                          "root module too) or none" % (plain, first))
-    if mesh.ndim != 1:
+    if mesh.ndim > 2:
         raise ValueError("parameter %r is on a %d-D DeviceMesh %s: muonshard plans DTensor parameters on a 1-D mesh "
-                         "(FSDP2's shard group) only; HSDP and FSDP x TP meshes are not supported yet" %
-                         (first, mesh.ndim, tuple(mesh.shape)))
+                         "(FSDP2) or a 2-D (replicate, shard) one (HSDP)" % (first, mesh.ndim, tuple(mesh.shape)))
+    if mesh.ndim == 2:
+        for name, param in named:
+            if not isinstance(param.placements[0], Replicate):
+                raise ValueError("parameter %r has placements %s on a 2-D mesh: muonshard takes HSDP's (Replicate(), "
+                                 "shard) only; FSDP x TP meshes are not supported yet" % (name, param.placements))
     return mesh
+
+
+def shard_ranks(mesh):
+    """Ranks of the mesh's sharding dimension (the last): the plan's tp."""
+    return mesh.size(mesh.ndim - 1)
+
+
+def topology(mesh):
+    """The plan topology of a mesh_of() mesh: world size and tp (HSDP's replicas are the rest)."""
+    return {"world_size": mesh.size(), "tp": shard_ranks(mesh)}
 
 
 def split_of(name, param):
     """The plan's split of a DTensor parameter ("column", "row" or
     "replicated"; see NOTE [Sharded parameters]); ValueError naming it for a
     placement the plan cannot hold or a dimension the mesh does not divide."""
-    (placement,) = param.placements
-    ranks = param.device_mesh.size()
+    placement = param.placements[-1]
+    ranks = shard_ranks(param.device_mesh)
     if isinstance(placement, Replicate):
         return "replicated"
     if type(placement) is not Shard:  # Partial, _StridedShard, ...
@@ -122,7 +145,7 @@ def plan_split(name, param):
 def check_against_plan(name, param, held, tp):
     """ValueError naming `param` when its mesh or placement disagrees with the
     plan part `held` (a dict of RankSession.held()) of a plan with `tp`."""
-    ranks = param.device_mesh.size()
+    ranks = shard_ranks(param.device_mesh)
     if ranks != tp:
         raise ValueError("parameter %r is sharded over a mesh of %d ranks but the plan's tensor-parallel degree is %d "
                          "(plan a DTensor model with tp = the mesh size: topology_of(module))" % (name, ranks, tp))
@@ -130,7 +153,7 @@ def check_against_plan(name, param, held, tp):
     planned = held["tp_split"] if held["tp_split"] != "TP_SPLIT_UNSPECIFIED" else "TP_REPLICATED"
     if split != planned:
         raise ValueError("parameter %r has placement %s (%s) but the plan splits it %s: build the manifest from the "
-                         "sharded module (manifest_from_module)" % (name, param.placements[0], split, planned))
+                         "sharded module (manifest_from_module)" % (name, param.placements[-1], split, planned))
     local = tuple(param.to_local().shape)
     if local != tuple(int(d) for d in held["local_shape"]):
         raise ValueError("parameter %r: this rank's shard is %s but the plan's is %s" %
@@ -139,8 +162,10 @@ def check_against_plan(name, param, held, tp):
 
 def check_rank(mesh, rank):
     """ValueError when plan rank `rank` is not this process's coordinate on `mesh`."""
-    coordinate = mesh.get_local_rank()
-    if coordinate != rank:
-        raise ValueError("this process is rank %d of the plan but coordinate %d of the parameters' DeviceMesh: "
-                         "start the ranks so that both agree (RANK = the mesh's rank)" % (rank, coordinate))
+    coordinate = tuple(mesh.get_coordinate())
+    expected = (rank,) if mesh.ndim == 1 else divmod(rank, shard_ranks(mesh))
+    if coordinate != expected:
+        raise ValueError("this process is rank %d of the plan, which is coordinate %s of the parameters' DeviceMesh, "
+                         "but it is at %s: start the ranks so that both agree (RANK = the mesh's rank)" %
+                         (rank, expected, coordinate))
 

@@ -73,7 +73,7 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
             raise ValueError("the parameters are DTensors: their mesh and placements decide tp and the splits; "
                              "leave tp, tp_split and shards unset")
         by_name = dict(named)
-        tp, shards = mesh.size(), False
+        tp, shards = dtensor.shard_ranks(mesh), False
         tp_split = lambda n: dtensor.split_of(n, by_name[n])  # noqa: E731
     tensors = []
     for pname, param in named:
@@ -99,14 +99,15 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
 
 def topology_of(model):
     """The plan's topology for `model` (what ShardedMuonAdamW will find):
-    {"world_size": W, "tp": S} for DTensor parameters on a mesh of S ranks
-    (NOTE [Sharded parameters]), else {} (give world_size yourself). For
+    {"world_size": W, "tp": S} for DTensor parameters on a mesh of S ranks,
+    or of R x S (HSDP: W = R * S; NOTE [Sharded parameters]), else {} (give
+    world_size yourself). For
     `Coordinator.submit(manifest, **topology_of(model))`."""
     groups = parse_groups(model)
     mesh = dtensor.mesh_of([pair for g in groups for pair in g.named])
     if mesh is None:
         return {}
-    return {"world_size": mesh.size(), "tp": mesh.size()}
+    return dtensor.topology(mesh)
 
 
 def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):

@@ -699,6 +699,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
         state = self._live_session().state()
         if self._mesh is not None:
+            self._check_dcp_mesh()
             return self._dcp_state_dict(state)
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         for g, names in zip(groups, self._group_names):
@@ -710,6 +711,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                           "world_size": self.world_size, "step": state["step"], "beta1_pow": state["beta1_pow"],
                           "beta2_pow": state["beta2_pow"]},
         }
+
+    def _check_dcp_mesh(self):
+        if self._mesh.ndim > 1:
+            raise ValueError("HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of the "
+                             "parameters' placements cannot say; use save_checkpoint / load_checkpoint (which "
+                             "reshard to any mesh)")
 
     def _params_in_order(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -767,6 +774,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             if "muonshard" in state_dict:
                 raise ValueError("a per-rank muonshard state_dict cannot load into an optimizer of DTensor "
                                  "parameters (NOTE [DCP state]): save it from one, or use load_checkpoint")
+            self._check_dcp_mesh()
             return self._load_dcp_state_dict(state_dict)
         meta = state_dict.get("muonshard")
         if meta is None:
