@@ -197,3 +197,5 @@ def test_placements_map_onto_the_plan_splits_or_are_refused_naming_the_parameter
         mst.manifest_from_module(named + [("plain", torch.nn.Parameter(torch.ones(4)))], "m")
     with pytest.raises(ValueError, match="leave tp"):
         mst.manifest_from_module(named, "m", tp=2)
+    with pytest.raises(ValueError, match="overlap_backward with DTensor"):
+        mst.ShardedMuonAdamW(named, job="j", overlap_backward=True)

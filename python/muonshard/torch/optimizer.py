@@ -348,6 +348,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise ValueError("max_restarts with a checkpoint_dir needs resume: a recovery restores the newest "
                              "checkpoint there, and a rank's replacement process must start from the same one")
         self._mesh = dtensor.mesh_of(named)  # NOTE [Sharded parameters]; ValueError for mixed ones
+        if self._mesh is not None and overlap_backward:
+            raise ValueError("overlap_backward with DTensor parameters: FSDP2 writes each .grad after its own "
+                             "reduce-scatter, outside autograd's accumulation, so there is no gradient to hand over "
+                             "early (FSDP2 overlaps that reduce-scatter with backward itself)")
         self._by_name = {}
         for name, param in named:
             dtype_name(param.dtype)  # ValueError for unsupported dtypes
