@@ -196,6 +196,15 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     keeps the fused gradient buffers and zeroes them; `set_to_none` applies only
     to gradients outside them).
 
+    DTensor parameters (a module wrapped with FSDP2's `fully_shard`, HSDP, or
+    DTensors on a 1-D mesh; NOTE [Sharded parameters] in
+    muonshard/torch/dtensor.py): plan them with `manifest_from_module` and
+    `topology_of`; each rank hands the step its shards (copied in and out:
+    their memory is FSDP2's), each Muon matrix is gathered to one rank and
+    the update scattered back, AdamW shards update in place, and
+    `state_dict()` has the shape DCP saves and loads at any mesh size
+    (NOTE [DCP state]). `overlap_backward` is refused there.
+
     `params`: a module, (name, parameter) pairs, or param groups of those
     (muonshard/torch/groups.py): a group's `use_muon` (as the plan must run
     it: build the manifest from the same groups) and `weight_decay` 0 are
