@@ -63,6 +63,7 @@ def main():
     ap.add_argument("--replicas", type=int, default=1,
                     help="HSDP: a (replicas, W / replicas) mesh")
     ap.add_argument("--plan-column", action="store_true", help="plans every split as TP_COLUMN (a wrong plan)")
+    ap.add_argument("--experts", action="store_true", help="a 3-D expert stack in every block")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
@@ -71,7 +72,7 @@ def main():
         mesh = init_device_mesh("cpu", (world,))
     else:
         mesh = init_device_mesh("cpu", (a.replicas, world // a.replicas), mesh_dim_names=("replicate", "shard"))
-    model = fsdp_model.make_model()
+    model = fsdp_model.make_model(a.experts)
     if a.bf16:
         model = model.to(torch.bfloat16)
     for block in model.blocks:
@@ -111,6 +112,7 @@ def main():
         torch.save(whole, os.path.join(a.out, "params.pt"))
     with open(os.path.join(a.out, "rank-%d.json" % rank), "w") as f:
         json.dump({"kinds": kinds, "memory": memory, "version": version, "state_dict_refused": refused,
+                   "topology": mst.topology_of(model),
                    "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]}}, f)
     dist.destroy_process_group()
 

@@ -33,10 +33,10 @@ def torchrun(coordinator, job, world, out, *extra):
     return done.returncode, done.stdout.decode(errors="replace")[-4000:]
 
 
-def reference(worlds, kinds, dtype=torch.float32):
+def reference(worlds, kinds, dtype=torch.float32, experts=False):
     """The unsharded model stepped by the reference optimizer on the mean of
     the ranks' gradients, step after step (step i on worlds[i] ranks)."""
-    model = fsdp_model.make_model().to(dtype)
+    model = fsdp_model.make_model(experts).to(dtype)
     named = list(model.named_parameters())
     config = ReferenceConfig(lr=fsdp_model.OPTIONS["lr"], weight_decay=fsdp_model.OPTIONS["weight_decay"],
                              eps=fsdp_model.OPTIONS["eps"], adamw_betas=fsdp_model.OPTIONS["betas"])
@@ -90,6 +90,20 @@ def test_fsdp2_training_equals_the_unsharded_reference(coordinator, tmp_path, wo
     states = [r["memory"]["optimizer_state"] for r in ranks]
     assert max(states) == min(states), states
     assert all(r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"] for r in ranks)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_expert_stacks_sharded_along_their_experts_are_planned_by_ep(coordinator, tmp_path, world):
+    """A 3-D expert stack under FSDP2 holds whole experts on each rank: planned
+    with ep = W, each rank orthogonalises its own experts (no gather)."""
+    code, log = torchrun(coordinator, "experts-%d" % world, world, str(tmp_path), "--experts")
+    assert code == 0, log
+    got, ranks = results(str(tmp_path), world)
+    assert ranks[0]["topology"] == {"world_size": world, "tp": world, "ep": world}
+    assert ranks[0]["kinds"]["blocks.0.experts.weight"] == "MUON"
+    want = reference([world] * fsdp_model.STEPS, ranks[0]["kinds"], experts=True)
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
 
 
 def test_hsdp_on_a_2x2_mesh_equals_the_unsharded_reference(coordinator, tmp_path):
@@ -188,8 +202,9 @@ def test_placements_map_onto_the_plan_splits_or_are_refused_naming_the_parameter
     assert dtensor.split_of("a", dparam(torch.ones(8, 4), mesh, Replicate())) == "replicated"
     with pytest.raises(ValueError, match="'p'.*placement P"):
         dtensor.split_of("p", dparam(torch.ones(8, 4), mesh, Partial()))
-    with pytest.raises(ValueError, match="'stack'.*3-D"):
-        dtensor.split_of("stack", dparam(torch.ones(4, 8, 8), mesh, Shard(0)))
+    assert dtensor.split_of("stack", dparam(torch.ones(4, 8, 8), mesh, Shard(0))) == "experts"
+    with pytest.raises(ValueError, match="'stack'.*dim 1.*3-D"):
+        dtensor.split_of("stack", dparam(torch.ones(4, 8, 8), mesh, Shard(1)))
     named = [("a", dparam(torch.ones(8, 4), mesh, Shard(0)))]
     assert mst.topology_of(named) == {"world_size": 1, "tp": 1}
     assert mst.topology_of([("plain", torch.nn.Parameter(torch.ones(4)))]) == {}

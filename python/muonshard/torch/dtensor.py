@@ -13,6 +13,12 @@ one model replica, each parameter's split taken from its placement:
   Shard(0) of a 1-D tensor, or of a 2-D [out, in] matrix   TP_COLUMN
   Shard(1) of a 2-D [out, in] matrix                      TP_ROW
   Replicate()                                             TP_REPLICATED
+  Shard(0) of a 3-D expert stack [experts, rows, cols]    (not split: ep = S)
+
+A 3-D expert stack sharded along its experts holds whole experts on each
+rank, so it is planned with ep = S: the planner's expert parallelism gives
+ep rank t exactly FSDP2's block t of the experts, and each rank
+orthogonalises its own experts with no gather at all.
 
 (HSDP, a 2-D mesh of R replicas x S shards whose parameters are Replicate()
 over the replicas, is planned as R model replicas of tp = S, rank q * S + t
@@ -35,8 +41,11 @@ so the coordinator's memory table is the FSDP job's.
 What cannot be planned is refused with ValueError naming the parameter: a
 placement other than those (Partial, a strided shard, Shard of another
 dimension), a dimension the mesh does not divide (FSDP2 pads its last
-shard; the plan's shards are even), a 3-D tensor sharded by FSDP (expert
-stacks: not yet), DTensors on different meshes or beside plain tensors, a
+shard; the plan's shards are even), a 3-D tensor sharded along another
+dimension or not planned as an expert stack (the planner's name rule:
+"experts." then a name), per-expert 2-D tensors ("experts.N.") beside such
+stacks (ep would give them whole to one rank), stacks on an HSDP mesh,
+DTensors on different meshes or beside plain tensors, a
 2-D mesh whose first dimension shards (FSDP x TP: not yet) or a larger mesh,
 or a parameter whose mesh or split disagrees with the plan.
 """
@@ -106,9 +115,24 @@ def shard_ranks(mesh):
     return mesh.size(mesh.ndim - 1)
 
 
-def topology(mesh):
-    """The plan topology of a mesh_of() mesh: world size and tp (HSDP's replicas are the rest)."""
-    return {"world_size": mesh.size(), "tp": shard_ranks(mesh)}
+def topology(mesh, named):
+    """The plan topology of DTensor parameters `named` on mesh_of() mesh: world
+    size, tp (HSDP's replicas are the rest) and, with expert stacks sharded
+    along their experts, ep."""
+    out = {"world_size": mesh.size(), "tp": shard_ranks(mesh)}
+    stacks = [name for name, param in named if is_expert_shard(param)]
+    if stacks and shard_ranks(mesh) > 1:
+        if mesh.ndim > 1:
+            raise ValueError("parameter %r: expert stacks sharded along their experts are planned on a 1-D mesh "
+                             "only, not HSDP's" % stacks[0])
+        out["ep"] = shard_ranks(mesh)
+    return out
+
+
+def is_expert_shard(param):
+    """A 3-D DTensor sharded along dim 0: an expert stack's experts split over the mesh."""
+    placement = param.placements[-1]
+    return param.dim() == 3 and type(placement) is Shard and placement.dim == 0
 
 
 def split_of(name, param):
@@ -123,10 +147,14 @@ def split_of(name, param):
         raise ValueError("parameter %r has placement %s: muonshard takes Shard(0), Shard(1) (2-D) or Replicate()" %
                          (name, placement))
     dim, shape = placement.dim, tuple(param.shape)
-    if len(shape) > 2:
-        raise ValueError("parameter %r (shape %s) is sharded along dim %d: a %d-D tensor (an expert stack) cannot be "
-                         "split yet; keep it out of fully_shard (ignored_params) or replicate it" %
-                         (name, shape, dim, len(shape)))
+    if len(shape) > 2 and (len(shape) > 3 or dim != 0):
+        raise ValueError("parameter %r (shape %s) is sharded along dim %d: muonshard splits a 3-D tensor (an expert "
+                         "stack) along its experts (dim 0) only" % (name, shape, dim))
+    if len(shape) == 3:
+        if shape[0] % ranks:
+            raise ValueError("parameter %r: its %d experts are not divisible by the mesh's %d ranks (each rank must "
+                             "hold whole experts)" % (name, shape[0], ranks))
+        return "experts"
     if dim not in (0, 1) or dim >= len(shape):
         raise ValueError("parameter %r (shape %s) has placement Shard(%d): muonshard takes Shard(0), or Shard(1) of "
                          "a 2-D matrix" % (name, shape, dim))
@@ -138,8 +166,9 @@ def split_of(name, param):
 
 
 def plan_split(name, param):
-    """split_of as the plan's TpSplit name (TP_COLUMN, TP_ROW, TP_REPLICATED)."""
-    return _SPLITS[split_of(name, param)]
+    """split_of as the plan's TpSplit name (TP_COLUMN, TP_ROW, TP_REPLICATED; an
+    expert stack is not TP-split), or None for the planner's rule (stacks)."""
+    return _SPLITS.get(split_of(name, param))
 
 
 def check_against_plan(name, param, held, tp):
@@ -149,6 +178,9 @@ def check_against_plan(name, param, held, tp):
     if ranks != tp:
         raise ValueError("parameter %r is sharded over a mesh of %d ranks but the plan's tensor-parallel degree is %d "
                          "(plan a DTensor model with tp = the mesh size: topology_of(module))" % (name, ranks, tp))
+    if ranks > 1 and is_expert_shard(param):
+        _check_experts(name, param, held)
+        return
     split = plan_split(name, param) if ranks > 1 else "TP_REPLICATED"  # one rank holds it whole anyway
     planned = held["tp_split"] if held["tp_split"] != "TP_SPLIT_UNSPECIFIED" else "TP_REPLICATED"
     if split != planned:
@@ -158,6 +190,18 @@ def check_against_plan(name, param, held, tp):
     if local != tuple(int(d) for d in held["local_shape"]):
         raise ValueError("parameter %r: this rank's shard is %s but the plan's is %s" %
                          (name, local, tuple(held["local_shape"])))
+
+
+def _check_experts(name, param, held):
+    """ValueError unless the plan gives this rank FSDP2's block of the stack's experts."""
+    local = param.to_local()
+    begin = param.device_mesh.get_local_rank() * local.numel()
+    if (int(held["element_begin"]), int(held["element_end"])) != (begin, begin + local.numel()):
+        raise ValueError("parameter %r: this rank holds experts [%d, %d) of %d but the plan gives it elements "
+                         "[%d, %d): plan it as an expert stack (named \"...experts.<name>\") with ep = the mesh size "
+                         "(topology_of(module))" %
+                         (name, begin // local[0].numel(), begin // local[0].numel() + local.shape[0], param.shape[0],
+                          int(held["element_begin"]), int(held["element_end"])))
 
 
 def check_rank(mesh, rank):

@@ -74,7 +74,7 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
                              "leave tp, tp_split and shards unset")
         by_name = dict(named)
         tp, shards = dtensor.shard_ranks(mesh), False
-        tp_split = lambda n: dtensor.split_of(n, by_name[n])  # noqa: E731
+        tp_split = lambda n: _placement_split(n, by_name[n])  # noqa: E731
     tensors = []
     for pname, param in named:
         if requires_grad_only and not param.requires_grad:
@@ -97,17 +97,26 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     return manifest
 
 
+def _placement_split(name, param):
+    """tp_split of a DTensor parameter: its placement's, or None (the
+    planner's rule) for an expert stack, which ep splits."""
+    split = dtensor.split_of(name, param)
+    return None if split == "experts" else split
+
+
 def topology_of(model):
     """The plan's topology for `model` (what ShardedMuonAdamW will find):
     {"world_size": W, "tp": S} for DTensor parameters on a mesh of S ranks,
-    or of R x S (HSDP: W = R * S; NOTE [Sharded parameters]), else {} (give
+    or of R x S (HSDP: W = R * S; NOTE [Sharded parameters]), with "ep": S
+    when expert stacks are sharded along their experts, else {} (give
     world_size yourself). For
     `Coordinator.submit(manifest, **topology_of(model))`."""
     groups = parse_groups(model)
-    mesh = dtensor.mesh_of([pair for g in groups for pair in g.named])
+    named = [pair for g in groups for pair in g.named]
+    mesh = dtensor.mesh_of(named)
     if mesh is None:
         return {}
-    return dtensor.topology(mesh)
+    return dtensor.topology(mesh, named)
 
 
 def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):
