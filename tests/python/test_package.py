@@ -295,6 +295,34 @@ def test_pip_installs_the_built_tree_without_network(tmp_path):
     assert out.stdout.strip().startswith(str(target))
 
 
+def test_pip_install_of_the_source_builds_with_cmake_for_this_interpreter(tmp_path):
+    """`pip install ./python` (python/build_backend.py): CMake configures and
+    builds the extension for the installing interpreter in
+    $MUONSHARD_BUILD_DIR, here this test's own build (same interpreter, so
+    nothing is rebuilt), and the wheel it packs installs and imports."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from conftest import PACKAGE_DIR, ROOT
+    build = os.path.dirname(PACKAGE_DIR)
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        cached = re.search(r"^MUONSHARD_PYTHON:FILEPATH=(.*)$", f.read(), re.MULTILINE).group(1)
+    assert os.path.realpath(cached) == os.path.realpath(sys.executable), "the build is for another interpreter"
+    target = tmp_path / "site"
+    env = dict(os.environ, MUONSHARD_BUILD_DIR=build)
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-index",
+                           "--target", str(target), os.path.join(ROOT, "python")], timeout=600,
+                          capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert list(target.glob("muonshard-*.dist-info/RECORD"))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", "import muonshard, muonshard.torch; print(muonshard.__file__)"],
+                         check=True, timeout=120, capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    assert out.stdout.strip().startswith(str(target))
+
+
 def test_gradients_by_address_step_like_arrays(coordinator):
     """The extension's address entry point (a CUDA tensor's data_ptr() with backend
     nccl; host memory here): fp32 and bf16 gradients converted in the backend give
