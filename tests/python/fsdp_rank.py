@@ -64,6 +64,8 @@ def main():
                     help="HSDP: a (replicas, W / replicas) mesh")
     ap.add_argument("--plan-column", action="store_true", help="plans every split as TP_COLUMN (a wrong plan)")
     ap.add_argument("--experts", action="store_true", help="a 3-D expert stack in every block")
+    ap.add_argument("--plain", action="store_true",
+                    help="no FSDP2: plain replicated parameters, muonshard's own data-parallel step")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
@@ -75,15 +77,17 @@ def main():
     model = fsdp_model.make_model(a.experts)
     if a.bf16:
         model = model.to(torch.bfloat16)
-    for block in model.blocks:
-        fully_shard(block, mesh=mesh, shard_placement_fn=shard_placement)
-    fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
+    if not a.plain:
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, shard_placement_fn=shard_placement)
+        fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
 
     manifest = mst.manifest_from_module(model, a.job)
     if a.plan_column:  # a plan that disagrees with the placements: shard_placement's Shard(1) planned as Shard(0)
         for t in manifest["tensors"]:
             t["tpSplit"] = "TP_COLUMN" if t.get("tpSplit") == "TP_ROW" else t.get("tpSplit")
-    version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **mst.topology_of(model))
+    topology = mst.topology_of(model) or {"world_size": world}
+    version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **topology)
     opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
                                **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30,
                                checkpoint_dir=a.checkpoint_dir, resume=bool(a.checkpoint_dir))
@@ -106,7 +110,7 @@ def main():
         except ValueError as e:
             refused = str(e)
     kinds = {h["name"]: h["optimizer"] for h in opt.held_tensors}
-    whole = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
+    whole = {n: (p if a.plain else p.full_tensor()).detach().clone() for n, p in model.named_parameters()}
     opt.close()
     if rank == 0:
         torch.save(whole, os.path.join(a.out, "params.pt"))

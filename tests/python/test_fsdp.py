@@ -120,18 +120,21 @@ def test_hsdp_on_a_2x2_mesh_equals_the_unsharded_reference(coordinator, tmp_path
     assert all("HSDP" in r["state_dict_refused"] and "save_checkpoint" in r["state_dict_refused"] for r in ranks)
 
 
-@pytest.mark.parametrize("fmt", ["dcp", "muonshard"])
-def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt):
+@pytest.mark.parametrize("fmt,layout", [("dcp", "fsdp"), ("muonshard", "fsdp"), ("dcp", "plain")])
+def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt, layout):
     """Saved after 3 steps at W = 4 (DCP: get_state_dict + dcp.save; or
     save_checkpoint), loaded at W = 2 (dcp.load + set_state_dict; or
     load_checkpoint, which reshards), 3 more steps: the reference that
-    averaged 4 ranks' gradients, then 2 ranks'."""
+    averaged 4 ranks' gradients, then 2 ranks'. FSDP2's DTensor parameters,
+    or plain ones (muonshard's own data parallelism: ShardedTensors of the
+    plan's element ranges)."""
     ckpt = str(tmp_path / "ckpt")
     first, second = str(tmp_path / "w4"), str(tmp_path / "w2")
-    code, log = torchrun(coordinator, "save-" + fmt, 4, first, "--steps", "3", "--save-at", "3", "--save-dir", ckpt,
-                         "--format", fmt)
+    extra = ("--format", fmt) + (("--plain",) if layout == "plain" else ())
+    code, log = torchrun(coordinator, "save-%s-%s" % (fmt, layout), 4, first, "--steps", "3", "--save-at", "3",
+                         "--save-dir", ckpt, *extra)
     assert code == 0, log
-    code, log = torchrun(coordinator, "load-" + fmt, 2, second, "--resume-dir", ckpt, "--format", fmt)
+    code, log = torchrun(coordinator, "load-%s-%s" % (fmt, layout), 2, second, "--resume-dir", ckpt, *extra)
     assert code == 0, log
     got, ranks = results(second, 2)
     want = reference([4, 4, 4, 2, 2, 2], ranks[0]["kinds"])

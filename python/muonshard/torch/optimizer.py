@@ -74,7 +74,10 @@ class _Part:
         # part is (NOTE [Sharded parameters]); its memory is FSDP2's, so it is
         # copied in and out, never aliased.
         self.sharded = dtensor.is_dtensor(param)
-        self.numel = int(held["element_end"]) - int(held["element_begin"])
+        self.element_begin = int(held["element_begin"])
+        self.numel = int(held["element_end"]) - self.element_begin
+        self.tensor_numel = int(held["local_numel"])  # the element space of the plan's ranges
+        self.muon = held["optimizer"] == "MUON"
         self.aliased = False  # param.data views the optimizer's fused buffer
         # fp32 view of the part's gradient slot in the fused buffer, and
         # whether it is also the parameter's .grad (fp32 parameters).
@@ -90,6 +93,11 @@ class _Part:
     def values(self):
         """The parameter's current values as float32 numpy (for set_parameter)."""
         return self.local().detach().reshape(-1).to(torch.float32).contiguous().numpy()
+
+    def master_values(self, begin, end):
+        """Elements [begin, end) of the tensor's element space, of an fp32
+        parameter (its own master), as float32 numpy."""
+        return self.values()[begin - self.element_begin:end - self.element_begin]
 
     def alias(self, storage):
         """Makes the parameter a view of the optimizer's model copy, and keeps a view
@@ -501,6 +509,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if self._session is None and world is not None and world != info["world_size"] and not self._elastic:
             raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
                              (world, info["plan_version"], info["world_size"]))
+        self._plan_tp = int(info["tp"])
         if self._mesh is not None:
             dtensor.check_rank(self._mesh, info["rank"])
         parts = []
@@ -705,14 +714,15 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     # ------------------------------------------------------------------ state
 
     def state_dict(self):
-        """DTensor parameters: the torch optimizers' shape, DTensors of each
-        parameter's placements, which DCP saves and loads at any mesh size
-        (NOTE [DCP state] in muonshard/torch/dcp_state.py). Otherwise this
-        rank's optimizer state for this plan: fp32 shards keyed
-        "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
+        """The torch optimizers' shape, which DCP saves and loads at any world
+        or mesh size (NOTE [DCP state] in muonshard/torch/dcp_state.py):
+        DTensors of each DTensor parameter's placements, or ShardedTensors of
+        this rank's ranges over torch.distributed's default group (a
+        collective then). Without an initialised torch.distributed (plain
+        parameters), this rank's optimizer state for this plan: fp32 shards
+        keyed "<tensor>/<kind>/<begin>:<end>", the scalars and param_groups."""
         state = self._live_session().state()
-        if self._mesh is not None:
-            self._check_dcp_mesh()
+        if self._dcp_shape():
             return self._dcp_state_dict(state)
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
         for g, names in zip(groups, self._group_names):
@@ -725,11 +735,26 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                           "beta2_pow": state["beta2_pow"]},
         }
 
-    def _check_dcp_mesh(self):
-        if self._mesh.ndim > 1:
-            raise ValueError("HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of the "
-                             "parameters' placements cannot say; use save_checkpoint / load_checkpoint (which "
-                             "reshard to any mesh)")
+    def _dcp_shape(self):
+        """Whether state_dict() has NOTE [DCP state]'s shape here; ValueError
+        where it cannot say the plan's split."""
+        if self._mesh is not None:
+            if self._mesh.ndim > 1:
+                raise ValueError("HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of "
+                                 "the parameters' placements cannot say; use save_checkpoint / load_checkpoint "
+                                 "(which reshard to any mesh)")
+            return True
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return False
+        if self._plan_tp > 1:
+            raise ValueError("a tensor-parallel plan of plain tensors: the tp ranks' copies of replicated tensors "
+                             "overlap, which DCP cannot save; use save_checkpoint / load_checkpoint")
+        group = (torch.distributed.get_rank(), torch.distributed.get_world_size())
+        if group != (self.rank, self.world_size):
+            raise ValueError("torch.distributed's default group has this process as rank %d of %d but the plan as "
+                             "rank %d of %d: the optimizer state's shards are placed by the plan's ranks" %
+                             (group + (self.rank, self.world_size)))
+        return True
 
     def _params_in_order(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -744,7 +769,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             groups.append(dict({k: v for k, v in g.items() if k != "params"},
                                params=list(range(position, position + len(g["params"])))))
             position += len(g["params"])
-        return {"state": dcp_state.build(state, params, names, parts), "param_groups": groups}
+        return {"state": dcp_state.build(state, params, names, parts, self.rank), "param_groups": groups}
 
     def _load_dcp_state_dict(self, state_dict):
         """load_state_dict of NOTE [DCP state]'s shape."""
@@ -777,17 +802,15 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         """Restores a state_dict() (a collective: model copies are rebuilt and
-        synchronised). DTensor parameters: NOTE [DCP state]'s shape, from any
-        mesh size once DCP has loaded it (keyed by position, or by name as
-        set_optimizer_state_dict passes it). Otherwise one of the same rank and
-        plan; another plan or world size: save_checkpoint / load_checkpoint,
-        which reshard. With max_restarts, save a checkpoint into
+        synchronised): NOTE [DCP state]'s shape, from any world or mesh size
+        once DCP has loaded it (keyed by position, or by name as
+        set_optimizer_state_dict passes it), or the per-rank format of the
+        same rank and plan. With max_restarts, save a checkpoint into
         checkpoint_dir afterwards (see load_checkpoint)."""
-        if self._mesh is not None:
-            if "muonshard" in state_dict:
-                raise ValueError("a per-rank muonshard state_dict cannot load into an optimizer of DTensor "
-                                 "parameters (NOTE [DCP state]): save it from one, or use load_checkpoint")
-            self._check_dcp_mesh()
+        if "muonshard" not in state_dict:
+            if not self._dcp_shape():
+                raise ValueError("a state_dict of torch's shape (NOTE [DCP state]) loads where torch.distributed is "
+                                 "initialised (its default group the plan's ranks) or the parameters are DTensors")
             return self._load_dcp_state_dict(state_dict)
         meta = state_dict.get("muonshard")
         if meta is None:
