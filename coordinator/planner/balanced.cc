@@ -312,6 +312,12 @@ class StageBalancer {
   std::vector<int> pos_;
 };
 
+// The optimizer-state bytes of AdamW unit `u`.
+double AdamwUnitStateBytes(const ResolvedModel& model, int u) {
+  const Unit& unit = model.units[u];
+  return static_cast<double>(unit.numel * AdamwStateBytesPerElem(model.tensors[unit.tensor].dtype));
+}
+
 // The Muon matrices of one stage (one pass when per dtype), as items.
 std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layout, int stage,
                              const std::vector<int>& units, const BalancedOptions& options) {
@@ -325,7 +331,7 @@ std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layou
       it.unit = u;
       it.matrix = m;
       it.flops = NsFlops(t.ns_rows, t.ns_cols, options.ns_steps);
-      it.bytes = static_cast<double>(t.rows * t.cols * kMuonStateBytesPerElem);
+      it.bytes = static_cast<double>(t.rows * t.cols * MuonStateBytesPerElem(t.dtype));
       it.cls = cls;
       if (options.previous_owner != nullptr) {
         auto found = options.previous_owner->find({unit.tensor, m});
@@ -421,7 +427,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
     double adamw_bytes = 0;
     for (int g : stage_groups) {
       units.insert(units.end(), model.muon_units[g].begin(), model.muon_units[g].end());
-      for (int u : model.adamw_units[g]) adamw_bytes += model.units[u].numel * kAdamwStateBytesPerElem;
+      for (int u : model.adamw_units[g]) adamw_bytes += AdamwUnitStateBytes(model, u);
     }
     std::sort(units.begin(), units.end());
     std::vector<std::vector<int>> passes;
@@ -516,7 +522,7 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
     const int rank = layout.GroupRanks(u.group)[s.owner];
     const int count = s.matrix_end - s.matrix_begin;
     const double f = NsFlops(t.ns_rows, t.ns_cols, ns_steps);
-    const int64_t b = t.rows * t.cols * kMuonStateBytesPerElem;
+    const int64_t b = t.rows * t.cols * MuonStateBytesPerElem(t.dtype);
     flops[rank] += count * f;
     bytes[rank] += count * b;
     max_matrix_flops = std::max(max_matrix_flops, f);
@@ -528,7 +534,7 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
     double water = 0;
     for (int g = 0; g < layout.num_groups(); ++g) {
       if (layout.GroupProto(g).stage() != stage) continue;
-      for (int u : model.adamw_units[g]) water += model.units[u].numel * kAdamwStateBytesPerElem;
+      for (int u : model.adamw_units[g]) water += AdamwUnitStateBytes(model, u);
     }
     if (preload != nullptr && stage < static_cast<int>(preload->stage_water_bytes.size())) {
       water += preload->stage_water_bytes[stage];
@@ -554,30 +560,42 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
 
 std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels,
                                     const std::vector<int64_t>& bucket_align,
+                                    const std::vector<int64_t>& bucket_state_bytes,
                                     std::vector<int64_t>& base_bytes) {
   const int n = static_cast<int>(base_bytes.size());
-  int64_t total = 0;
-  for (int64_t x : bucket_numels) total += x;
-  const double level = WaterLevel(base_bytes, static_cast<double>(total) * kAdamwStateBytesPerElem);
-  // Cumulative element quotas, in group-rank order.
+  if (bucket_numels.empty()) return {};
+  // Positions along the concatenated buffers are measured in units of the
+  // first bucket's state bytes per element (a bucket's elements weigh its
+  // bytes over that), so buckets of one dtype cut exactly by elements.
+  const double unit = static_cast<double>(bucket_state_bytes[0]);
+  std::vector<double> weight(bucket_numels.size());
+  int64_t water = 0;
+  double total = 0;
+  for (size_t b = 0; b < bucket_numels.size(); ++b) {
+    weight[b] = static_cast<double>(bucket_state_bytes[b]) / unit;
+    water += bucket_numels[b] * bucket_state_bytes[b];
+    total += static_cast<double>(bucket_numels[b]) * weight[b];
+  }
+  const double level = WaterLevel(base_bytes, static_cast<double>(water));
+  // Cumulative quotas (in units), in group-rank order.
   std::vector<double> cut(n + 1, 0);
   for (int i = 0; i < n; ++i) {
-    cut[i + 1] = cut[i] + std::max(0.0, level - static_cast<double>(base_bytes[i])) / kAdamwStateBytesPerElem;
+    cut[i + 1] = cut[i] + std::max(0.0, level - static_cast<double>(base_bytes[i])) / unit;
   }
   std::vector<ShardOffsets> offsets(bucket_numels.size(), ShardOffsets(n + 1, 0));
-  int64_t start = 0;
+  double start = 0;
   for (size_t b = 0; b < bucket_numels.size(); ++b) {
     const int64_t size = bucket_numels[b], align = bucket_align[b];
+    const double weighted = static_cast<double>(size) * weight[b];
     for (int i = 0; i <= n; ++i) {
-      double local = std::clamp(cut[i] * total / std::max(cut[n], 1.0) - static_cast<double>(start), 0.0,
-                                static_cast<double>(size));
+      const double local = std::clamp(cut[i] * total / std::max(cut[n], 1.0) - start, 0.0, weighted) / weight[b];
       int64_t aligned = static_cast<int64_t>(std::llround(local / static_cast<double>(align))) * align;
       aligned = std::clamp<int64_t>(aligned, i == 0 ? 0 : offsets[b][i - 1], size);
       offsets[b][i] = i == n ? size : aligned;
     }
     offsets[b][0] = 0;
-    for (int i = 0; i < n; ++i) base_bytes[i] += (offsets[b][i + 1] - offsets[b][i]) * kAdamwStateBytesPerElem;
-    start += size;
+    for (int i = 0; i < n; ++i) base_bytes[i] += (offsets[b][i + 1] - offsets[b][i]) * bucket_state_bytes[b];
+    start += weighted;
   }
   return offsets;
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "coordinator/planner/model.h"
+#include "coordinator/planner/plan_stats.h"
 
 namespace muonshard::planner {
 namespace {
@@ -77,12 +78,37 @@ int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   return Fp32Bytes() * (max_update + 2 * max_scratch);
 }
 
+// Per rank: the bytes of its fp32 masters, which only BF16/FP16 parameters
+// have (MasterBytesPerElem): of its owned Muon tensors and of its shards of
+// the AdamW buckets.
+std::vector<int64_t> MasterBytesPerRank(const v1::Plan& plan) {
+  std::vector<int64_t> out(plan.ranks_size(), 0);
+  for (const v1::RankPlan& r : plan.ranks()) {
+    if (r.rank() < 0 || r.rank() >= plan.ranks_size()) continue;
+    for (const v1::OwnedTensor& o : r.owned()) {
+      if (o.tensor() < 0 || o.tensor() >= plan.tensors_size()) continue;
+      out[r.rank()] += o.numel() * MasterBytesPerElem(plan.tensors(o.tensor()).dtype());
+    }
+  }
+  for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
+    const int64_t per_elem = MasterBytesPerElem(b.dtype());
+    if (per_elem == 0 || b.group() < 0 || b.group() >= plan.groups_size()) continue;
+    const v1::CommGroup& g = plan.groups(b.group());
+    for (int i = 0; i < g.ranks_size() && i + 1 < b.shard_offsets_size(); ++i) {
+      const int rank = g.ranks(i);
+      if (rank < 0 || rank >= plan.ranks_size()) continue;
+      out[rank] += (b.shard_offsets(i + 1) - b.shard_offsets(i)) * per_elem;
+    }
+  }
+  return out;
+}
+
 v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const GroupBuffers& held,
-                        int64_t capacity) {
+                        int64_t master_bytes, int64_t capacity) {
   v1::RankMemory m;
   m.set_model_bytes(held.model);
   m.set_grad_bytes(held.grad);
-  m.set_master_bytes(Fp32Bytes() * (r.muon_numel() + r.adamw_shard_numel()));
+  m.set_master_bytes(master_bytes);
   m.set_muon_momentum_bytes(Fp32Bytes() * r.muon_numel());
   m.set_adamw_moment_bytes(2 * Fp32Bytes() * r.adamw_shard_numel());
   m.set_comm_buffer_bytes(TpStagingBytes(plan, r));
@@ -162,10 +188,11 @@ std::vector<v1::RankMemory> ComputeRankMemory(const v1::Plan& plan) {
   }
   const std::vector<int64_t> capacities(plan.topology().device_memory_bytes().begin(),
                                         plan.topology().device_memory_bytes().end());
+  const std::vector<int64_t> masters = MasterBytesPerRank(plan);
   std::vector<v1::RankMemory> out;
   out.reserve(plan.ranks_size());
   for (int i = 0; i < plan.ranks_size(); ++i) {
-    out.push_back(MemoryOf(plan, plan.ranks(i), per_rank[i], CapacityOf(capacities, i)));
+    out.push_back(MemoryOf(plan, plan.ranks(i), per_rank[i], masters[i], CapacityOf(capacities, i)));
   }
   return out;
 }

@@ -38,6 +38,7 @@ std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan) {
     RankTotals& t = totals[r.rank()];
     for (const v1::OwnedTensor& o : r.owned()) {
       t.muon_numel += o.numel();
+      t.muon_state_bytes += o.numel() * MuonStateBytesPerElem(plan.tensors(o.tensor()).dtype());
       t.ns_flops += o.ns_flops();
     }
     for (const v1::TensorSlice& s : r.slices()) t.adamw_numel += s.end() - s.begin();
@@ -63,30 +64,39 @@ void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
       totals[rank].param_broadcast_bytes += group_broadcast[gi];
     }
   }
+  std::vector<int64_t> adamw_state_bytes(totals.size(), 0);
   for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
     const v1::CommGroup& g = plan.groups(b.group());
     for (int i = 0; i < g.ranks_size(); ++i) {
       RankTotals& t = totals[g.ranks(i)];
-      t.adamw_shard_numel += b.shard_offsets(i + 1) - b.shard_offsets(i);
+      const int64_t shard = b.shard_offsets(i + 1) - b.shard_offsets(i);
+      t.adamw_shard_numel += shard;
+      adamw_state_bytes[g.ranks(i)] += shard * AdamwStateBytesPerElem(b.dtype());
       if (g.ranks_size() < 2) continue;
       t.grad_reduce_scatter_bytes += b.numel() * grad_esize;
       t.param_all_gather_bytes += b.numel() * DTypeSize(b.dtype());
     }
   }
-  for (RankTotals& t : totals) {
-    t.optimizer_state_bytes =
-        t.muon_numel * kMuonStateBytesPerElem + t.adamw_shard_numel * kAdamwStateBytesPerElem;
+  for (size_t r = 0; r < totals.size(); ++r) {
+    totals[r].optimizer_state_bytes = totals[r].muon_state_bytes + adamw_state_bytes[r];
   }
 }
 
-v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops) {
+int64_t MatrixStateBytes(const v1::PlannedTensor& t) {
+  const auto& held = HeldShape(t);
+  const int n = held.size();
+  const int64_t matrix = n >= 2 ? held[n - 2] * held[n - 1] : (n == 1 ? held[0] : 0);
+  return matrix * MuonStateBytesPerElem(t.dtype());
+}
+
+v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_state_bytes, double max_matrix_flops) {
   ParamCounts counts;
   for (const v1::PlannedTensor& t : plan.tensors()) counts.Add(t.numel(), t.optimizer() == v1::MUON);
-  return ComputePlanStats(plan, ComputeRankTotals(plan), counts, max_matrix_numel, max_matrix_flops);
+  return ComputePlanStats(plan, ComputeRankTotals(plan), counts, max_matrix_state_bytes, max_matrix_flops);
 }
 
 v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& totals, const ParamCounts& counts,
-                               int64_t max_matrix_numel, double max_matrix_flops) {
+                               int64_t max_matrix_state_bytes, double max_matrix_flops) {
   std::vector<int64_t> bytes;
   std::vector<double> flops;
   for (v1::RankPlan& r : *plan.mutable_ranks()) {
@@ -114,8 +124,7 @@ v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& to
   s.set_max_state_bytes(static_cast<int64_t>(b.max));
   s.set_min_state_bytes(static_cast<int64_t>(b.min));
   s.set_mean_state_bytes(b.mean);
-  s.set_lower_bound_state_bytes(
-      std::max(b.mean, static_cast<double>(max_matrix_numel * kMuonStateBytesPerElem)));
+  s.set_lower_bound_state_bytes(std::max(b.mean, static_cast<double>(max_matrix_state_bytes)));
   s.set_memory_imbalance(b.max > 0 ? (b.max - b.min) / b.max : 0);
   s.set_max_over_mean_state_bytes(Ratio(b.max, b.mean));
   s.set_max_over_lb_state_bytes(Ratio(b.max, s.lower_bound_state_bytes()));
@@ -198,18 +207,17 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
   std::vector<double> adamw(plan.groups_size(), 0);
   for (const v1::PlannedTensor& t : plan.tensors()) {
     const bool split = IsTpSplit(t);
-    const auto& held = HeldShape(t);
     const int n = t.shape_size();
-    const int64_t held_matrix = n >= 2 ? held[n - 2] * held[n - 1] : held[n - 1];
+    const double matrix_bytes = static_cast<double>(MatrixStateBytes(t));
     const double whole_flops = NsFlops(n >= 2 ? t.shape(n - 2) : 1, t.shape(n - 1), plan.policy().ns_steps());
     for (const v1::TensorPart& part : t.parts()) {
       if (t.optimizer() != v1::MUON) {
-        adamw[part.group()] += (part.element_end() - part.element_begin()) * kAdamwStateBytesPerElem;
+        adamw[part.group()] += (part.element_end() - part.element_begin()) * AdamwStateBytesPerElem(t.dtype());
         continue;
       }
       const bool runs_ns = !split || every_tp_rank_runs_ns || plan.groups(part.group()).tp_rank() <= 0;
       for (int m = part.matrix_begin(); m < part.matrix_end(); ++m) {
-        bytes[part.group()].push_back(static_cast<double>(held_matrix * kMuonStateBytesPerElem));
+        bytes[part.group()].push_back(matrix_bytes);
         if (runs_ns) flops[part.group()].push_back(whole_flops);
       }
     }

@@ -8,15 +8,31 @@
 
 namespace muonshard::planner {
 
-// Optimizer-state bytes per element: Muon keeps an fp32 master and momentum,
-// AdamW an fp32 master and two moments.
-constexpr int64_t kMuonStateBytesPerElem = 8;
-constexpr int64_t kAdamwStateBytesPerElem = 12;
+// Optimizer-state bytes per element of a tensor (or bucket: one dtype) of
+// `dtype`, all fp32: Muon keeps a momentum, AdamW two moments, and both an
+// fp32 master only for BF16/FP16 parameters. An FP32 parameter is its own
+// master (as in Paddle's multi-precision): the worker updates its model copy
+// in place. So Muon 4 (FP32) or 8, AdamW 8 (FP32) or 12 bytes.
+constexpr bool KeepsMaster(v1::DType dtype) { return dtype != v1::FP32; }
+constexpr int64_t kMasterBytesPerElem = 4;
+constexpr int64_t MasterBytesPerElem(v1::DType dtype) { return KeepsMaster(dtype) ? kMasterBytesPerElem : 0; }
+constexpr int64_t MuonStateBytesPerElem(v1::DType dtype) { return 4 + MasterBytesPerElem(dtype); }
+constexpr int64_t AdamwStateBytesPerElem(v1::DType dtype) { return 8 + MasterBytesPerElem(dtype); }
+// The optimizer state per element a checkpoint holds (and a reshard through
+// one reads): the above plus, for FP32, the master the optimizer does not
+// keep apart, since the checkpoint stores every tensor's master (an FP32
+// one is the parameter's value, which it holds nowhere else). So Muon 8
+// and AdamW 12 bytes for every dtype.
+constexpr int64_t CheckpointStateBytesPerElem(v1::Optimizer optimizer, v1::DType dtype) {
+  return (optimizer == v1::MUON ? MuonStateBytesPerElem(dtype) : AdamwStateBytesPerElem(dtype)) +
+         kMasterBytesPerElem - MasterBytesPerElem(dtype);
+}
 
 // The per-rank totals a plan implies, derived from its owned tensors, slices
 // and buckets (the RankPlan fields 8-16).
 struct RankTotals {
   int64_t muon_numel = 0;
+  int64_t muon_state_bytes = 0;  // sum of numel * MuonStateBytesPerElem(dtype)
   int64_t adamw_numel = 0;
   int64_t adamw_shard_numel = 0;
   int64_t optimizer_state_bytes = 0;
@@ -28,9 +44,9 @@ struct RankTotals {
 };
 std::vector<RankTotals> ComputeRankTotals(const v1::Plan& plan);
 // The second half of ComputeRankTotals, for a builder that summed
-// muon_numel, ns_flops and adamw_numel over each rank's owned tensors and
-// slices (in their order) as it emitted them: adds what the buckets imply
-// and the state bytes.
+// muon_numel, muon_state_bytes, ns_flops and adamw_numel over each rank's
+// owned tensors and slices (in their order) as it emitted them: adds what the
+// buckets imply and the state bytes.
 void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals);
 
 // The plan-wide parameter counts (PlanStats fields 1-5).
@@ -50,12 +66,16 @@ struct ParamCounts {
 
 // Writes the totals into every RankPlan and returns the plan-level figures.
 // The lower bounds are max(mean, largest indivisible item): one Muon matrix
-// (a single expert of a 3-D stack) of `max_matrix_numel` elements and
-// `max_matrix_flops` Newton-Schulz FLOPs.
-v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_numel, double max_matrix_flops);
+// (a single expert of a 3-D stack) of `max_matrix_state_bytes` optimizer
+// state (see MatrixStateBytes) and `max_matrix_flops` Newton-Schulz FLOPs.
+v1::PlanStats ComputePlanStats(v1::Plan& plan, int64_t max_matrix_state_bytes, double max_matrix_flops);
 // The same from totals and counts already known (see AddBucketTotals).
 v1::PlanStats ComputePlanStats(v1::Plan& plan, const std::vector<RankTotals>& totals, const ParamCounts& counts,
-                               int64_t max_matrix_numel, double max_matrix_flops);
+                               int64_t max_matrix_state_bytes, double max_matrix_flops);
+
+// The optimizer state of one held Muon matrix of `t` (its TP shard when
+// split): rows x cols x MuonStateBytesPerElem(dtype).
+int64_t MatrixStateBytes(const v1::PlannedTensor& t);
 
 // Tighter lower bounds on the busiest rank than PlanStats' max(mean, largest
 // matrix), for judging how far a plan is from the best achievable:

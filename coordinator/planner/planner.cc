@@ -178,7 +178,7 @@ class PlanBuilder {
     muon_shards_ = std::move(shards);
     EmitAdamwBuckets();
     AddBucketTotals(*plan_, totals_);
-    *plan_->mutable_stats() = ComputePlanStats(*plan_, totals_, CountParams(), MaxMatrixNumel(), MaxMatrixFlops());
+    *plan_->mutable_stats() = ComputePlanStats(*plan_, totals_, CountParams(), MaxMatrixStateBytes(), MaxMatrixFlops());
     v1::Plan* result = plan_;
     plan_ = nullptr;
     return result;
@@ -399,6 +399,7 @@ class PlanBuilder {
         o->set_ns_flops(s.ns_flops);
         o->set_bucket(b->id());
         totals.muon_numel += s.numel;
+        totals.muon_state_bytes += s.numel * MuonStateBytesPerElem(s.dtype);
         totals.ns_flops += s.ns_flops;
       }
       b->set_numel(offset);
@@ -470,7 +471,9 @@ class PlanBuilder {
     std::vector<int64_t> base(layout_.world_size(), 0);
     if (preload_ != nullptr) base = preload_->state_bytes;
     for (const v1::RankPlan& r : plan_->ranks()) {
-      for (const v1::OwnedTensor& o : r.owned()) base[r.rank()] += o.numel() * kMuonStateBytesPerElem;
+      for (const v1::OwnedTensor& o : r.owned()) {
+        base[r.rank()] += o.numel() * MuonStateBytesPerElem(plan_->tensors(o.tensor()).dtype());
+      }
     }
     std::vector<int> order;
     for (int g = layout_.pp(); g < layout_.num_groups(); ++g) order.push_back(g);
@@ -478,13 +481,15 @@ class PlanBuilder {
     for (int g : order) {
       if (buckets_of[g].empty()) continue;
       const v1::CommGroup& group = plan_->groups(g);
-      std::vector<int64_t> numels, align, group_base;
+      std::vector<int64_t> numels, align, state, group_base;
       for (int id : buckets_of[g]) {
+        const v1::DType dtype = plan_->adamw_buckets(id).dtype();
         numels.push_back(plan_->adamw_buckets(id).numel());
-        align.push_back(kAlignBytes / DTypeSize(plan_->adamw_buckets(id).dtype()));
+        align.push_back(kAlignBytes / DTypeSize(dtype));
+        state.push_back(AdamwStateBytesPerElem(dtype));
       }
       for (int r : group.ranks()) group_base.push_back(base[r]);
-      std::vector<ShardOffsets> offsets = WaterFill(numels, align, group_base);
+      std::vector<ShardOffsets> offsets = WaterFill(numels, align, state, group_base);
       for (size_t k = 0; k < buckets_of[g].size(); ++k) {
         for (int64_t o : offsets[k]) plan_->mutable_adamw_buckets(buckets_of[g][k])->add_shard_offsets(o);
       }
@@ -529,10 +534,10 @@ class PlanBuilder {
     return c;
   }
 
-  int64_t MaxMatrixNumel() const {
+  int64_t MaxMatrixStateBytes() const {
     int64_t best = 0;
     for (const ResolvedTensor& t : model_.tensors) {
-      if (t.muon) best = std::max(best, t.rows * t.cols);
+      if (t.muon) best = std::max(best, t.rows * t.cols * MuonStateBytesPerElem(t.dtype));
     }
     return best;
   }

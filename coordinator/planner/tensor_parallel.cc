@@ -228,14 +228,13 @@ void ExpandRanks(const TpParts& parts, const RankLayout& layout, v1::Plan* out) 
 }
 
 // The largest Muon matrix: its shard for memory, its whole for FLOPs.
-void LargestMatrix(const v1::Plan& plan, int64_t* numel, double* flops) {
-  *numel = 0;
+void LargestMatrix(const v1::Plan& plan, int64_t* state_bytes, double* flops) {
+  *state_bytes = 0;
   *flops = 0;
   for (const v1::PlannedTensor& t : plan.tensors()) {
     if (t.optimizer() != v1::MUON) continue;
-    const auto& local = HeldShape(t);
     const int n = t.shape_size();
-    *numel = std::max(*numel, local[n - 2] * local[n - 1]);
+    *state_bytes = std::max(*state_bytes, MatrixStateBytes(t));
     *flops = std::max(*flops, NsFlops(t.shape(n - 2), t.shape(n - 1), plan.policy().ns_steps()));
   }
 }
@@ -302,7 +301,10 @@ Preload RankPreload(const v1::Plan& plan, AdamwPreload adamw) {
   Preload preload;
   std::vector<double> adamw_sum(plan.topology().pp(), 0), ranks(plan.topology().pp(), 0);
   for (const v1::RankPlan& r : plan.ranks()) {
-    const int64_t muon = r.muon_numel() * kMuonStateBytesPerElem;
+    int64_t muon = 0;
+    for (const v1::OwnedTensor& o : r.owned()) {
+      muon += o.numel() * MuonStateBytesPerElem(plan.tensors(o.tensor()).dtype());
+    }
     preload.ns_flops.push_back(r.ns_flops());
     preload.state_bytes.push_back(muon);
     adamw_sum[r.stage()] += static_cast<double>(r.optimizer_state_bytes() - muon);
@@ -360,10 +362,10 @@ void ExpandTensorParallel(const TpParts& parts, const v1::ModelManifest& manifes
   ExpandBuckets(dense.adamw_buckets(), experts ? &experts->adamw_buckets() : nullptr, parts, layout,
                 out->mutable_adamw_buckets());
   ExpandRanks(parts, layout, out);
-  int64_t max_numel = 0;
+  int64_t max_state_bytes = 0;
   double max_flops = 0;
-  LargestMatrix(*out, &max_numel, &max_flops);
-  *out->mutable_stats() = ComputePlanStats(*out, max_numel, max_flops);
+  LargestMatrix(*out, &max_state_bytes, &max_flops);
+  *out->mutable_stats() = ComputePlanStats(*out, max_state_bytes, max_flops);
 }
 
 }  // namespace muonshard::planner

@@ -25,8 +25,10 @@ struct TransferSummary {
 };
 
 // Pure: which rank of `from` holds each element of optimizer state that a rank
-// of `to` needs. Muon state counts 8 bytes per element (master + momentum),
-// AdamW 12 (master + moments), by the optimizer of `to`. INVALID_ARGUMENT
+// of `to` needs, as a reshard through a checkpoint moves it: state counts
+// CheckpointStateBytesPerElem (plan_stats.h: Muon 8 bytes per element,
+// AdamW 12, FP32 tensors' masters included, which the checkpoint stores), by
+// the optimizer of `to`. INVALID_ARGUMENT
 // when the plans are of different models (a tensor missing or reshaped).
 absl::StatusOr<TransferSummary> ComputeTransfers(const v1::Plan& from, const v1::Plan& to);
 

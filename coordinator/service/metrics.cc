@@ -5,12 +5,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "coordinator/planner/plan_stats.h"
 
 namespace muonshard::coordinator {
 namespace {
 
-constexpr int64_t kMuonStateBytes = 8;
-constexpr int64_t kAdamwStateBytes = 12;
 constexpr int kNumColours = 3;  // v1::Colour values
 
 prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name,
@@ -72,7 +71,7 @@ std::vector<RankColourLoad> RankColourLoads(const v1::Plan& plan) {
   for (const v1::RankPlan& r : plan.ranks()) {
     for (const v1::OwnedTensor& o : r.owned()) {
       RankColourLoad& l = load.at(r.rank())[plan.tensors(o.tensor()).colour()];
-      l.state_bytes += o.numel() * kMuonStateBytes;
+      l.state_bytes += o.numel() * planner::MuonStateBytesPerElem(plan.tensors(o.tensor()).dtype());
       l.ns_flops += o.ns_flops();
     }
   }
@@ -80,7 +79,7 @@ std::vector<RankColourLoad> RankColourLoads(const v1::Plan& plan) {
     const v1::CommGroup& g = plan.groups(b.group());
     for (int i = 0; i < g.ranks_size(); ++i) {
       load.at(g.ranks(i))[g.colour()].state_bytes +=
-          (b.shard_offsets(i + 1) - b.shard_offsets(i)) * kAdamwStateBytes;
+          (b.shard_offsets(i + 1) - b.shard_offsets(i)) * planner::AdamwStateBytesPerElem(b.dtype());
     }
   }
   std::vector<RankColourLoad> out;

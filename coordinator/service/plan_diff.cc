@@ -4,11 +4,10 @@
 #include <map>
 #include <string>
 
+#include "coordinator/planner/plan_stats.h"
+
 namespace muonshard::coordinator {
 namespace {
-
-constexpr int64_t kMuonStateBytes = 8;    // fp32 master + momentum
-constexpr int64_t kAdamwStateBytes = 12;  // fp32 master + two moments
 
 bool SamePlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& a,
                     const std::vector<v1::Placement>& b) {
@@ -161,7 +160,10 @@ v1::PlanDiff DiffPlans(const v1::Plan& from, const v1::Plan& to, int limit) {
     }
     Count(d.kind(), &diff);
     if (d.kind() == v1::TENSOR_CHANGE_KIND_UNSPECIFIED) continue;
-    const int64_t state_bytes = d.to_optimizer() == v1::MUON ? kMuonStateBytes : kAdamwStateBytes;
+    // Moved as a reshard moves it, through a checkpoint (planner/plan_stats.h,
+    // as planner::ComputeTransfers counts it).
+    const v1::DType dtype = (b.tensor != nullptr ? b.tensor : a.tensor)->dtype();
+    const int64_t state_bytes = planner::CheckpointStateBytesPerElem(d.to_optimizer(), dtype);
     diff.set_moved_state_bytes(diff.moved_state_bytes() + d.moved_elements() * state_bytes);
     if (limit > 0 && diff.tensors_size() >= limit) {
       diff.set_truncated(true);

@@ -534,11 +534,9 @@ def unsharded_reference_bytes(model: torch.nn.Module) -> dict:
     return {"params": n_total, "muon_params": n_muon, "adamw_params": n_total - n_muon,
             "masters": master,
             "adamw": 8 * n_total + master,  # 2 fp32 moments per parameter
-            "muon_adamw": 4 * n_muon + 8 * (n_total - n_muon) + master,
-            # The same state with an fp32 master of every parameter, as muonshard
-            # (Paddle's multi-precision optimizer) keeps it: what one rank would
-            # hold unsharded.
-            "muon_adamw_masters": 8 * n_muon + 12 * (n_total - n_muon)}
+            # What muonshard holds too, sharded: fp32 masters only of 16-bit
+            # parameters, as Paddle's multi-precision optimizer.
+            "muon_adamw": 4 * n_muon + 8 * (n_total - n_muon) + master}
 
 
 def ensure_gradients(model: torch.nn.Module) -> None:
@@ -767,9 +765,8 @@ def report(args, rank, losses, times, memories, ref, held_out, digests, restarts
         largest = max(m["optimizer_state"] for m in memories)
         which = (f"sharded over {len(memories)} rank(s) the largest holds" if not args.max_restarts else
                  "sharded, rank 0 holds")  # independent ranks: rank 0 knows only its own
-        log(rank, f"  muonshard keeps an fp32 master of every parameter too: unsharded that is "
-                  f"{ref['muon_adamw_masters'] / MIB:.3f} MiB; {which} "
-                  f"{largest / MIB:.3f} MiB ({100 * largest / ref['muon_adamw_masters']:.0f}%)")
+        log(rank, f"  muonshard holds that state sharded: {which} {largest / MIB:.3f} MiB "
+                  f"({100 * largest / ref['muon_adamw']:.0f}% of it)")
 
     if rank == 0 and args.summary_json:
         with open(args.summary_json, "w") as f:

@@ -170,6 +170,23 @@ std::map<std::string, std::vector<float>> Masters(Job& job) {
   return out;
 }
 
+// Every rank's optimizer state, by (tensor, kind) over the whole tensor's
+// element space, assembled from the shards the ranks hold (StateShards).
+std::map<std::pair<std::string, int>, std::vector<float>> WholeState(Job& job) {
+  std::map<std::pair<std::string, int>, std::vector<float>> out;
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    auto shards = job.ranks[r]->StateShards();
+    EXPECT_TRUE(shards.ok()) << shards.status();
+    if (!shards.ok()) return out;
+    for (const StateShard& s : *shards) {
+      std::vector<float>& whole = out[{s.spec.name, static_cast<int>(s.spec.kind)}];
+      whole.resize(s.spec.tensor_numel);
+      for (int64_t i = 0; i < s.spec.numel(); ++i) whole[s.spec.WholeIndex(i)] = s.data[i];
+    }
+  }
+  return out;
+}
+
 struct Case {
   std::string name;
   bool moe;
@@ -179,7 +196,14 @@ struct Case {
   // Both jobs on FakeDeviceBackend: the checkpoint shards are host copies
   // of device state (StateShards/RestoreFromState's mirror path).
   bool fake_device = false;
+  // Every tensor FP32: the masters saved and loaded are the model copies
+  // (NOTE [FP32 masters] in sharded_optimizer.h).
+  bool fp32 = false;
 };
+
+v1::ModelManifest MaybeFp32(v1::ModelManifest m, bool fp32) {
+  return fp32 ? worker::testing::WithDType(std::move(m), v1::FP32) : m;
+}
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -187,8 +211,8 @@ class ResumeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
   const Case& c = GetParam();
-  const v1::ModelManifest manifest =
-      c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128);
+  const v1::ModelManifest manifest = MaybeFp32(
+      c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128), c.fp32);
   const int from_ep = c.moe ? 2 : 1;
   constexpr int kSteps = 3;
   // A fresh directory: suites run side by side (ctest -j, several checkouts).
@@ -200,12 +224,27 @@ TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
   SetInitialParameters(*uninterrupted);
   Train(*uninterrupted, 0, kSteps);
   Save(*uninterrupted, dir, kSteps);
+  const auto saved = WholeState(*uninterrupted);
   Train(*uninterrupted, kSteps, 2 * kSteps);
   const auto expected = Masters(*uninterrupted);
 
   auto resumed = StartJob(manifest, c.world, c.ep, c.policy, c.fake_device);
   Resume(*resumed, dir);
   EXPECT_EQ(resumed->ranks[0]->steps_done(), kSteps);
+  // The loaded state is the saved state, bit for bit, on the new layout.
+  const auto loaded = WholeState(*resumed);
+  ASSERT_EQ(loaded.size(), saved.size());
+  for (const auto& [key, want] : saved) EXPECT_TRUE(worker::testing::BitEqual(loaded.at(key), want)) << key.first;
+  if (c.fp32) {
+    // The model copies are the loaded masters.
+    for (auto& opt : resumed->ranks) {
+      for (const worker::HeldTensor& h : opt->held_tensors()) {
+        MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<float> model, opt->ModelCopy(h.tensor));
+        const std::vector<float>& master = loaded.at({h.spec->name(), static_cast<int>(StateKind::kMaster)});
+        for (int64_t i = 0; i < h.numel(); ++i) ASSERT_EQ(model[i], master[WholeElement(h, i)]) << h.spec->name();
+      }
+    }
+  }
   Train(*resumed, kSteps, 2 * kSteps);
   const auto actual = Masters(*resumed);
 
@@ -230,7 +269,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"moe_w4_same_fake_device", true, 4, 2, v1::SEED, true},
                       Case{"dense_w3_balanced_fake_device", false, 3, 1, v1::BALANCED, true},
                       Case{"moe_w4_ep1", true, 4, 1, v1::SEED}, Case{"moe_w8_ep4_balanced", true, 8, 4, v1::BALANCED},
-                      Case{"moe_w2_ep2", true, 2, 2, v1::SEED}),
+                      Case{"moe_w2_ep2", true, 2, 2, v1::SEED},
+                      Case{"dense_fp32_w4_same", false, 4, 1, v1::SEED, false, true},
+                      Case{"dense_fp32_w3", false, 3, 1, v1::SEED, false, true},
+                      Case{"dense_fp32_w8", false, 8, 1, v1::SEED, false, true},
+                      Case{"dense_fp32_w3_balanced_fake_device", false, 3, 1, v1::BALANCED, true, true},
+                      Case{"moe_fp32_w4_same", true, 4, 2, v1::SEED, false, true},
+                      Case{"moe_fp32_w4_ep1_balanced", true, 4, 1, v1::BALANCED, false, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 // --- tensor parallelism: save under one tp, load under another ---
@@ -246,29 +291,13 @@ v1::ModelManifest TpManifest(bool moe, bool split_experts = true) {
   return m;
 }
 
-// Every rank's optimizer state, by (tensor, kind) over the whole tensor's
-// element space, assembled from the shards the ranks hold (StateShards).
-std::map<std::pair<std::string, int>, std::vector<float>> WholeState(Job& job) {
-  std::map<std::pair<std::string, int>, std::vector<float>> out;
-  for (size_t r = 0; r < job.ranks.size(); ++r) {
-    auto shards = job.ranks[r]->StateShards();
-    EXPECT_TRUE(shards.ok()) << shards.status();
-    if (!shards.ok()) return out;
-    for (const StateShard& s : *shards) {
-      std::vector<float>& whole = out[{s.spec.name, static_cast<int>(s.spec.kind)}];
-      whole.resize(s.spec.tensor_numel);
-      for (int64_t i = 0; i < s.spec.numel(); ++i) whole[s.spec.WholeIndex(i)] = s.data[i];
-    }
-  }
-  return out;
-}
-
 struct TpCase {
   std::string name;
   bool moe;
   int from_world, from_tp;
   int to_world, to_tp;
   int from_ep = 1, to_ep = 1;
+  bool fp32 = false;
 };
 
 void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
@@ -280,7 +309,7 @@ class TpResumeTest : public ::testing::TestWithParam<TpCase> {};
 // the uninterrupted run bit for bit.
 TEST_P(TpResumeTest, ContinuesTheUninterruptedRunBitForBit) {
   const TpCase& c = GetParam();
-  const v1::ModelManifest manifest = TpManifest(c.moe, c.from_ep == 1 && c.to_ep == 1);
+  const v1::ModelManifest manifest = MaybeFp32(TpManifest(c.moe, c.from_ep == 1 && c.to_ep == 1), c.fp32);
   constexpr int kSteps = 2;
   const testing::TempDir tmp;
   ASSERT_FALSE(tmp.path().empty());
@@ -319,7 +348,10 @@ INSTANTIATE_TEST_SUITE_P(
                       TpCase{"moe_w4tp1ep4_to_w4tp2ep2", true, 4, 1, 4, 2, 4, 2},
                       TpCase{"moe_w8tp2ep4_to_w4tp2ep2", true, 8, 2, 4, 2, 4, 2},
                       TpCase{"moe_w4tp2ep2_to_w8tp4ep4", true, 4, 2, 8, 4, 2, 4},
-                      TpCase{"moe_w8tp2ep8_to_w4tp2ep1", true, 8, 2, 4, 2, 8, 1}),
+                      TpCase{"moe_w8tp2ep8_to_w4tp2ep1", true, 8, 2, 4, 2, 8, 1},
+                      TpCase{"dense_fp32_w4tp2_to_w4tp1", false, 4, 2, 4, 1, 1, 1, true},
+                      TpCase{"dense_fp32_w4tp1_to_w8tp4", false, 4, 1, 8, 4, 1, 1, true},
+                      TpCase{"moe_fp32_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1, true}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
 
 // The round trip: (W=4, tp=2) -> (W=4, tp=1) -> (W=4, tp=2), each

@@ -22,7 +22,7 @@ using ::testing::ElementsAre;
 TEST(WaterFillTest, LevelsAroundTheBase) {
   // Bases 0, 1200, 2400 bytes; 300 elements of water = 3600 bytes -> level 2400.
   std::vector<int64_t> base = {0, 1200, 2400};
-  auto offsets = WaterFill({300}, {1}, base);
+  auto offsets = WaterFill({300}, {1}, {12}, base);
   EXPECT_THAT(offsets[0], ElementsAre(0, 200, 300, 300));
   EXPECT_THAT(base, ElementsAre(2400, 2400, 2400));
 }
@@ -30,7 +30,7 @@ TEST(WaterFillTest, LevelsAroundTheBase) {
 TEST(WaterFillTest, AlignedCutsAcrossBuckets) {
   std::vector<int64_t> base = {0, 0};
   // Two buckets of 256 and 128 elements, 128-element alignment: 192 each.
-  auto offsets = WaterFill({256, 128}, {128, 128}, base);
+  auto offsets = WaterFill({256, 128}, {128, 128}, {12, 12}, base);
   EXPECT_EQ(offsets[0].front(), 0);
   EXPECT_EQ(offsets[0].back(), 256);
   EXPECT_EQ(offsets[1].back(), 128);
@@ -38,6 +38,26 @@ TEST(WaterFillTest, AlignedCutsAcrossBuckets) {
     for (int64_t x : o) EXPECT_EQ(x % 128, 0);
   }
   EXPECT_EQ(base[0] + base[1], (256 + 128) * 12);
+}
+
+TEST(WaterFillTest, LevelsStateBytesAcrossDtypes) {
+  // A bf16 bucket (12 B per element) and an fp32 one (8 B: no master):
+  // 300 x 12 + 450 x 8 = 7200 bytes over two empty ranks, 3600 each. Rank 0
+  // gets the bf16 bucket, rank 1 the fp32 one.
+  std::vector<int64_t> base = {0, 0};
+  auto offsets = WaterFill({300, 450}, {1, 1}, {12, 8}, base);
+  EXPECT_THAT(offsets[0], ElementsAre(0, 300, 300));
+  EXPECT_THAT(offsets[1], ElementsAre(0, 0, 450));
+  EXPECT_THAT(base, ElementsAre(3600, 3600));
+}
+
+TEST(StateBytesTest, MastersOnlyForSixteenBitParameters) {
+  EXPECT_EQ(MuonStateBytesPerElem(v1::FP32), 4);
+  EXPECT_EQ(MuonStateBytesPerElem(v1::BF16), 8);
+  EXPECT_EQ(MuonStateBytesPerElem(v1::FP16), 8);
+  EXPECT_EQ(AdamwStateBytesPerElem(v1::FP32), 8);
+  EXPECT_EQ(AdamwStateBytesPerElem(v1::BF16), 12);
+  EXPECT_EQ(AdamwStateBytesPerElem(v1::FP16), 12);
 }
 
 TEST(BalancedTest, SplitsExpertStacksIntoContiguousRanges) {
@@ -125,7 +145,7 @@ TEST(BalancedTest, PairResplitCountsThePreload) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(RankLayout layout, RankLayout::Create(MakeRequest(m, 64, 1, 8).topology()));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, ResolveModel(m, layout, DefaultExcludePatterns()));
   const double f = NsFlops(32, 64, 5);
-  const int64_t b = 32 * 64 * kMuonStateBytesPerElem;
+  const int64_t b = 32 * 64 * MuonStateBytesPerElem(v1::BF16);
   Preload preload;
   preload.ns_flops.assign(64, 0);
   preload.state_bytes.assign(64, 0);

@@ -43,22 +43,24 @@ TEST(MemoryTest, HandComputedTermsOfTwoRanks) {
     EXPECT_EQ(r.memory().capacity_bytes(), 0);
     EXPECT_EQ(r.memory().headroom_bytes(), 0);
   }
-  // Rank 0 owns a (4096) and AdamW shards of 128 + 64 elements.
+  // Rank 0 owns a (4096) and AdamW shards of 128 (bf16) + 64 (fp32)
+  // elements; masters only for the bf16 ones (an fp32 parameter is its own).
   const v1::RankMemory& m0 = plan.ranks(0).memory();
-  EXPECT_EQ(m0.master_bytes(), 4 * (4096 + 192));
+  EXPECT_EQ(m0.master_bytes(), 4 * (4096 + 128));
   EXPECT_EQ(m0.muon_momentum_bytes(), 4 * 4096);
   EXPECT_EQ(m0.adamw_moment_bytes(), 8 * 192);
   EXPECT_EQ(m0.ns_workspace_bytes(), 4 * (3 * 4096 + 2 * 64 * 64));
-  EXPECT_EQ(m0.total_bytes(), 13312 + 26112 + 17152 + 16384 + 1536 + 81920);
+  EXPECT_EQ(m0.total_bytes(), 13312 + 26112 + 16896 + 16384 + 1536 + 81920);
   // The optimizer-state terms are RankPlan.optimizer_state_bytes.
   EXPECT_EQ(m0.master_bytes() + m0.muon_momentum_bytes() + m0.adamw_moment_bytes(),
             plan.ranks(0).optimizer_state_bytes());
   const v1::RankMemory& m1 = plan.ranks(1).memory();
   EXPECT_EQ(m1.ns_workspace_bytes(), 4 * (3 * 2048 + 2 * 32 * 32));
-  EXPECT_EQ(m1.total_bytes(), 13312 + 26112 + 8960 + 8192 + 1536 + 32768);
+  EXPECT_EQ(m1.master_bytes(), 4 * (2048 + 128));
+  EXPECT_EQ(m1.total_bytes(), 13312 + 26112 + 8704 + 8192 + 1536 + 32768);
   EXPECT_EQ(plan.stats().max_memory_bytes(), m0.total_bytes());
   EXPECT_EQ(plan.stats().max_memory_rank(), 0);
-  EXPECT_DOUBLE_EQ(plan.stats().mean_memory_bytes(), (156416.0 + 90880.0) / 2);
+  EXPECT_DOUBLE_EQ(plan.stats().mean_memory_bytes(), (156160.0 + 90624.0) / 2);
   EXPECT_EQ(plan.stats().min_headroom_bytes(), 0);
 }
 
@@ -68,14 +70,14 @@ TEST(MemoryTest, CapacityGivesHeadroomAndRefusesWhatDoesNotFit) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
   MUONSHARD_ASSERT_OK(ValidatePlan(plan));
   EXPECT_EQ(plan.ranks(0).memory().capacity_bytes(), 200000);
-  EXPECT_EQ(plan.ranks(0).memory().headroom_bytes(), 200000 - 156416);
-  EXPECT_EQ(plan.ranks(1).memory().headroom_bytes(), 200000 - 90880);
-  EXPECT_EQ(plan.stats().min_headroom_bytes(), 200000 - 156416);
+  EXPECT_EQ(plan.ranks(0).memory().headroom_bytes(), 200000 - 156160);
+  EXPECT_EQ(plan.ranks(1).memory().headroom_bytes(), 200000 - 90624);
+  EXPECT_EQ(plan.stats().min_headroom_bytes(), 200000 - 156160);
 
   request.mutable_topology()->set_device_memory_bytes(0, 150000);
   const absl::Status refused = ComputePlan(request).status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
-                                "topology.device_memory_bytes: rank 0 needs 152.8 KiB, 6.3 KiB over its 146.5 KiB "
+                                "topology.device_memory_bytes: rank 0 needs 152.5 KiB, 6.0 KiB over its 146.5 KiB "
                                 "(largest term: ns_workspace 80.0 KiB); 1 of 2 ranks do not fit"));
   EXPECT_TRUE(IsFitError(refused));
 }

@@ -50,9 +50,12 @@ TEST(PlannerTest, HandComputedTwoRanks) {
   EXPECT_EQ(plan.ranks(1).slices(0).begin(), 64);
   EXPECT_EQ(plan.ranks(1).slices(0).end(), 80);
   EXPECT_EQ(plan.ranks(1).slices(0).padding(), 48);
-  // State: rank 0 = 4096 * 8 + (128 + 64) * 12; rank 1 = 2048 * 8 + (128 + 64) * 12.
-  EXPECT_EQ(plan.ranks(0).optimizer_state_bytes(), 4096 * 8 + 192 * 12);
-  EXPECT_EQ(plan.ranks(1).optimizer_state_bytes(), 2048 * 8 + 192 * 12);
+  // State: bf16 Muon 8 B per element (master + momentum), bf16 AdamW 12 B
+  // (master + two moments), fp32 AdamW 8 B (two moments: an fp32 parameter
+  // is its own master). Rank 0 = 4096 * 8 + 128 * 12 + 64 * 8; rank 1 =
+  // 2048 * 8 + 128 * 12 + 64 * 8.
+  EXPECT_EQ(plan.ranks(0).optimizer_state_bytes(), 4096 * 8 + 128 * 12 + 64 * 8);
+  EXPECT_EQ(plan.ranks(1).optimizer_state_bytes(), 2048 * 8 + 128 * 12 + 64 * 8);
   // NS FLOPs of a 32x64 matrix: 5 * (4 * 32^2 * 64 + 2 * 32^3).
   EXPECT_DOUBLE_EQ(plan.ranks(1).ns_flops(), 5.0 * (4.0 * 32 * 32 * 64 + 2.0 * 32 * 32 * 32));
 }

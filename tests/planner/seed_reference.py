@@ -23,6 +23,10 @@ ESIZE = {"BF16": 2, "FP16": 2, "FP32": 4}
 STR_DTYPE = {"BF16": "paddle.bfloat16", "FP16": "paddle.float16", "FP32": "paddle.float32"}
 DEFAULT_EXCLUDES = ["embed", "lm_head", "bias", r"\.gate\.weight$", "router", "sinks"]
 ALIGNMENT = 256
+# fp32 optimizer state per element: Muon's momentum, AdamW's two moments, and
+# a master copy only for 16-bit parameters (Paddle's multi_precision keeps
+# none for float32 ones: the parameter is its own master).
+MASTER_BYTES = {"BF16": 4, "FP16": 4, "FP32": 0}
 
 
 class Param:
@@ -169,6 +173,7 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
     group_size = buf_mb * 1024 * 1024
     ranks = [{"rank": r, "owned": [], "slices": [], "muon_numel": 0, "adamw_shard_numel": 0,
               "ns_flops": 0.0} for r in range(world)]
+    state_bytes = [0] * world
     muon_buckets, adamw_buckets = [], []
     for key, granks in groups.items():
         n = len(granks)
@@ -197,6 +202,7 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
                         rp = ranks[granks[dst]]
                         rp["owned"].append([p.name, p.elem_begin, p.elem_begin + p.numel])
                         rp["muon_numel"] += p.numel
+                        state_bytes[granks[dst]] += p.numel * (4 + MASTER_BYTES[p.dtype])
                         rp["ns_flops"] += p.matrices * ns_flops(p.shape, steps)
                     muon_buckets.append({"owner": granks[dst], "numel": offset, "entries": entries})
         params = list(adamw.get(key, []))
@@ -219,6 +225,7 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
                 rank_begin, rank_end = r * shard, (r + 1) * shard
                 rp = ranks[granks[r]]
                 rp["adamw_shard_numel"] += shard
+                state_bytes[granks[r]] += shard * (8 + MASTER_BYTES[bucket[0].dtype])
                 for p, idx, padded in layout:  # ShardingGradView
                     param_begin = max(idx, rank_begin)
                     param_end = min(idx + padded, rank_end)
@@ -233,7 +240,7 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
             adamw_buckets.append({"numel": total, "entries": entries,
                                   "shard_offsets": [r * shard for r in range(n + 1)]})
     for rp in ranks:
-        rp["optimizer_state_bytes"] = rp["muon_numel"] * 8 + rp["adamw_shard_numel"] * 12
+        rp["optimizer_state_bytes"] = state_bytes[rp["rank"]]
     return {"ranks": ranks, "muon_buckets": muon_buckets, "adamw_buckets": adamw_buckets}
 
 

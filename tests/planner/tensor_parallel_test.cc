@@ -336,12 +336,14 @@ TEST(TensorParallelPlanTest, SeedExpertsWithTpMatchThePlanWithoutTp) {
 TEST(TensorParallelPlanTest, RankPreloadCountsDenseAdamwAsStageMeanOrWater) {
   v1::Plan plan;
   plan.mutable_topology()->set_pp(2);
+  plan.add_tensors()->set_dtype(v1::BF16);  // Muon state 8 B per element
   const int64_t muon[] = {10, 0, 4, 2}, state[] = {80 + 12, 12 * 3, 32 + 0, 16 + 24};
   for (int r = 0; r < 4; ++r) {
     v1::RankPlan* rp = plan.add_ranks();
     rp->set_rank(r);
     rp->set_stage(r / 2);
     rp->set_muon_numel(muon[r]);
+    if (muon[r] > 0) rp->add_owned()->set_numel(muon[r]);  // of tensor 0
     rp->set_optimizer_state_bytes(state[r]);
     rp->set_ns_flops(r);
   }
@@ -352,6 +354,13 @@ TEST(TensorParallelPlanTest, RankPreloadCountsDenseAdamwAsStageMeanOrWater) {
   const Preload water = RankPreload(plan, AdamwPreload::kWater);
   EXPECT_THAT(water.state_bytes, ElementsAre(80, 0, 32, 16));
   EXPECT_THAT(water.stage_water_bytes, ElementsAre(48, 24));
+  // FP32 Muon tensors keep no master (4 B per element); the AdamW rest is as
+  // it was.
+  plan.mutable_tensors(0)->set_dtype(v1::FP32);
+  for (int r = 0; r < 4; ++r) plan.mutable_ranks(r)->set_optimizer_state_bytes(state[r] - 4 * muon[r]);
+  const Preload fp32 = RankPreload(plan, AdamwPreload::kWater);
+  EXPECT_THAT(fp32.state_bytes, ElementsAre(40, 0, 16, 8));
+  EXPECT_THAT(fp32.stage_water_bytes, ElementsAre(48, 24));
 }
 
 // Per Muon tensor name: the sorted global ranks that own any of it.

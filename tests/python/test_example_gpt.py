@@ -329,10 +329,11 @@ def test_muonshard_two_processes(tmp_path):
     assert rc == 0, out
     losses = losses_of(shard)
     assert losses[-1] < losses[0] - 1.0, losses
-    # Each rank holds part of the state (masters, momentum, moments): together
-    # at least all of it (alignment padding on top), the largest well under it.
+    # Each rank holds part of the state (momentum, moments; fp32 parameters are
+    # their own masters): together at least all of it (alignment padding on
+    # top), the largest well under it.
     assert len(shard["memory"]) == 2
-    whole = shard["unsharded"]["muon_adamw_masters"]
+    whole = shard["unsharded"]["muon_adamw"]
     assert sum(m["optimizer_state"] for m in shard["memory"]) >= whole
     for m in shard["memory"]:
         assert 0 < m["optimizer_state"] < 0.75 * whole

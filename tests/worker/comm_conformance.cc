@@ -383,6 +383,36 @@ TEST_P(CommunicatorConformanceTest, AllGather_EqualCounts_ConcatenatesInRankOrde
   CheckAllGather(inputs, std::move(results));
 }
 
+// In place: each rank's input is its own segment of the output buffer,
+// which holds garbage elsewhere (the sharded optimizer's fp32 AdamW shards).
+TEST_P(CommunicatorConformanceTest, AllGather_InPlace_ConcatenatesInRankOrder) {
+  std::vector<std::vector<int64_t>> patterns = UnevenCountPatterns(size());
+  patterns.emplace_back(size(), 3);
+  for (const std::vector<int64_t>& counts : patterns) {
+    std::vector<std::string> segments;
+    std::string want;
+    std::vector<int64_t> at;  // byte offset of each rank's segment
+    for (int r = 0; r < size(); ++r) {
+      segments.push_back(EncodeBits16(RawBits(r, counts[r])));
+      at.push_back(static_cast<int64_t>(want.size()));
+      want += segments.back();
+    }
+    std::vector<std::string> buffers;
+    for (int r = 0; r < size(); ++r) {
+      std::string buffer(want.size(), '\xAB');
+      buffer.replace(at[r], segments[r].size(), segments[r]);
+      buffers.push_back(buffer);
+    }
+    for (CommDType dtype : {CommDType::kBFloat16, CommDType::kFloat16}) {
+      auto results = RunInPlace(buffers, [&](Communicator& c, int rank, void* buf, void*) {
+        return c.AllGather(static_cast<char*>(buf) + at[rank], buf, counts, dtype);
+      });
+      AssertAllOk(results);
+      for (int r = 0; r < size(); ++r) EXPECT_EQ(results[r]->in, want) << "rank " << r;
+    }
+  }
+}
+
 TEST_P(CommunicatorConformanceTest, AllGather_UnevenAndZeroCountsRawBits_ConcatenatesBitExact) {
   for (const std::vector<int64_t>& counts : UnevenCountPatterns(size())) {
     std::vector<std::string> inputs;
@@ -596,6 +626,7 @@ TEST_P(CommunicatorConformanceTest, InvalidArguments_Rejected_CommunicatorStaysU
         std::vector<int64_t> negative(size(), 1);
         negative[0] = -1;
         const std::vector<int64_t> ones(size(), 1);
+        const std::vector<int64_t> twos(size(), 2);
         const absl::Status checks[] = {
             c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, -1),
             c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, size()),
@@ -607,7 +638,8 @@ TEST_P(CommunicatorConformanceTest, InvalidArguments_Rejected_CommunicatorStaysU
                             ReduceOp::kSum),
             c.ReduceScatter(one, out, negative, CommDType::kFloat32,
                             ReduceOp::kSum),
-            c.AllGather(out, out, ones, CommDType::kFloat32),  // overlap
+            // Overlapping, but not this rank's segment (in place is allowed).
+            c.AllGather(out + 2 * rank + 1, out, twos, CommDType::kFloat32),
             c.Gather(one, out, 4, CommDType::kFloat32, -1),
             c.Gather(one, out, -1, CommDType::kFloat32, 0),
             c.Scatter(out, one, 4, CommDType::kFloat32, size()),

@@ -167,6 +167,11 @@ std::string PolicyName(PolicyKind policy) {
   return "Unknown";
 }
 
+v1::ModelManifest WithDType(v1::ModelManifest manifest, v1::DType dtype) {
+  for (v1::TensorSpec& t : *manifest.mutable_tensors()) t.set_dtype(dtype);
+  return manifest;
+}
+
 v1::ModelManifest StackManifest() {
   muonshard::testing::ManifestBuilder b("stacks");
   b.Add("model.embed_tokens.weight", {96, 64}, v1::FP32)

@@ -36,6 +36,9 @@ std::string PolicyName(PolicyKind policy);
 // and AdamW tensors of all three dtypes.
 v1::ModelManifest StackManifest();
 
+// `manifest` with every tensor in `dtype` (NOTE [FP32 masters] tests).
+v1::ModelManifest WithDType(v1::ModelManifest manifest, v1::DType dtype);
+
 // The plan of `manifest` on `world` ranks with expert parallelism `ep`.
 absl::StatusOr<v1::Plan> BuildPlan(const v1::ModelManifest& manifest, int world, int ep, PolicyKind policy,
                                    int comm_buffer_mb = 0);

@@ -5,6 +5,7 @@
 // with the same data (NOTE [Workloads on TP shards] in workload_driver.h).
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -157,13 +158,16 @@ struct TpCase {
   // Tiny pieces (NOTE [Step pieces]): many TP buckets, reduced in another
   // order on each rank.
   int64_t piece_bytes = 0;
+  // Every tensor FP32: no master of its own (NOTE [FP32 masters]).
+  bool fp32 = false;
 };
 
 class TensorParallelEquivalenceTest : public ::testing::TestWithParam<TpCase> {
  protected:
   void Run(double rtol) {
     const TpCase& c = GetParam();
-    const v1::ModelManifest whole = c.moe ? MoeModel() : DenseModel();
+    v1::ModelManifest whole = c.moe ? MoeModel() : DenseModel();
+    if (c.fp32) whole = WithDType(std::move(whole), v1::FP32);
     const v1::ModelManifest marked = Marked(whole, c.tp, c.ep);
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(marked, c.world, c.tp, c.ep, c.policy, c.mode));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(marked, c.world, c.tp, c.ep));
@@ -241,6 +245,17 @@ std::vector<TpCase> Cases() {
        2, 512},
       {"Moe_Tp2Dp2_Gloo_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 1,
        512},
+      // All FP32: every master a view of the model copy.
+      {"Dense_Tp2Dp2_Fp32", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
+       0, true},
+      {"Dense_Tp2Dp3_Fp32_Seed", false, 6, 2, v1::SEED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
+       0, true},
+      {"Dense_Tp2Dp2_Fp32_FakeDevice", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess,
+       KernelKind::kFakeDevice, 1, 0, true},
+      {"Moe_Tp2Dp2_Fp32_Gloo", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 1, 0,
+       true},
+      {"Moe_Tp2Ep2_W4_Fp32_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess,
+       KernelKind::kCpu, 2, 512, true},
   };
 }
 

@@ -120,14 +120,14 @@ void AddSlices(v1::Plan& plan, const v1::AdamwBucket& b) {
   }
 }
 
-void MaxMatrix(const v1::Plan& plan, int64_t* numel, double* flops) {
-  *numel = 0;
+void MaxMatrix(const v1::Plan& plan, int64_t* state_bytes, double* flops) {
+  *state_bytes = 0;
   *flops = 0;
   for (const v1::PlannedTensor& t : plan.tensors()) {
     if (t.optimizer() != v1::MUON) continue;
     const int64_t rows = t.shape(t.shape_size() - 2);
     const int64_t cols = t.shape(t.shape_size() - 1);
-    *numel = std::max(*numel, rows * cols);
+    *state_bytes = std::max(*state_bytes, planner::MatrixStateBytes(t));
     *flops = std::max(*flops, planner::NsFlops(rows, cols, plan.policy().ns_steps()));
   }
 }
@@ -143,10 +143,10 @@ absl::StatusOr<v1::Plan> MakeUnevenPlan(const v1::Plan& input) {
     UnevenShards(b, plan.groups(b.group()).ranks_size());
     AddSlices(plan, b);
   }
-  int64_t max_numel = 0;
+  int64_t max_state_bytes = 0;
   double max_flops = 0;
-  MaxMatrix(plan, &max_numel, &max_flops);
-  *plan.mutable_stats() = planner::ComputePlanStats(plan, max_numel, max_flops);
+  MaxMatrix(plan, &max_state_bytes, &max_flops);
+  *plan.mutable_stats() = planner::ComputePlanStats(plan, max_state_bytes, max_flops);
   planner::AddMemory(plan);  // the shards moved: so did the memory
   MUONSHARD_RETURN_IF_ERROR(planner::ValidatePlan(plan));
   return plan;

@@ -28,7 +28,7 @@
 //
 // Memory: pointers are host memory for InProcess/Gloo and device memory of
 // the communicator's GPU for NCCL. Buffers must not overlap unless stated
-// (Reduce, Broadcast and AllReduce are in place).
+// (Reduce, Broadcast and AllReduce are in place; AllGather may be).
 //
 // Completion: CPU implementations complete each op before returning. GPU
 // implementations enqueue on their CUDA stream and return; the buffers may be
@@ -120,7 +120,9 @@ class Communicator {
 
   // Rank i contributes counts[i] elements from `in`; `out` receives all
   // contributions concatenated in rank order (sum(counts) elements) on every
-  // rank. counts may differ and may be 0. Any dtype. No overlap.
+  // rank. counts may differ and may be 0. Any dtype. No overlap, except in
+  // place: `in` may be exactly this rank's segment of `out` (at element
+  // counts[0] + ... + counts[rank - 1]), which is then left as it is.
   virtual absl::Status AllGather(const void* in, void* out,
                                  absl::Span<const int64_t> counts,
                                  CommDType dtype) = 0;

@@ -233,12 +233,14 @@ absl::Status GlooCommunicator::AllGather(const void* in, void* out,
   MUONSHARD_ASSIGN_OR_RETURN(
       const int64_t out_bytes,
       internal::CheckBuffer(out, total, dtype, "AllGather output"));
-  MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  // In place when `in` is this rank's segment of `out`.
+  const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
+  MUONSHARD_ASSIGN_OR_RETURN(
+      const bool in_place,
+      internal::CheckAllGatherBuffers(in, in_bytes, out, out_bytes, internal::Offsets(counts)[rank()] * esize));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
-  const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
-  if (in_bytes > 0) {
+  if (in_bytes > 0 && !in_place) {
     std::memcpy(static_cast<char*>(out) + internal::Offsets(counts)[rank()] * esize, in,
                 static_cast<size_t>(in_bytes));
   }

@@ -266,8 +266,12 @@ absl::Status InProcessCommunicator::AllGather(const void* in, void* out,
   MUONSHARD_ASSIGN_OR_RETURN(
       const int64_t out_bytes,
       internal::CheckBuffer(out, total, dtype, "AllGather output"));
+  // In place (`in` is this rank's segment of `out`) needs nothing more: the
+  // input is copied before the output is written.
+  const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
   MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+      internal::CheckAllGatherBuffers(in, in_bytes, out, out_bytes, internal::Offsets(counts)[rank_] * esize)
+          .status());
   MUONSHARD_ASSIGN_OR_RETURN(
       const internal::Payloads all,
       Exchange(absl::StrCat("AllGather(counts=[", absl::StrJoin(counts, ","),

@@ -272,8 +272,13 @@ absl::Status NcclCommunicator::AllGather(const void* in, void* out,
   MUONSHARD_ASSIGN_OR_RETURN(
       const int64_t out_bytes,
       internal::CheckBuffer(out, total, dtype, "AllGather output"));
+  // In place (`in` is this rank's segment of `out`) is NCCL's own in-place
+  // case: ncclAllGather's sendbuff at recvbuff + rank * count, and
+  // ncclBroadcast's sendbuff == recvbuff on the root.
+  const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
   MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+      internal::CheckAllGatherBuffers(in, in_bytes, out, out_bytes, internal::Offsets(counts)[rank_] * esize)
+          .status());
   MUONSHARD_RETURN_IF_ERROR(Enter());
   if (total == 0) return absl::OkStatus();
   if (!internal::AllEqual(counts)) {

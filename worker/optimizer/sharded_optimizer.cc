@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/model.h"
+#include "coordinator/planner/plan_stats.h"
 #include "worker/optimizer/internal/bucket_split.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 
@@ -107,6 +108,11 @@ absl::StatusOr<BackendBuffer> ShardedOptimizer::NewBuffer(v1::DType dtype, int64
   return BackendBuffer::Create(*backend_, dtype, numel);
 }
 
+absl::StatusOr<BackendBuffer> ShardedOptimizer::NewMaster(BackendBuffer& params, int64_t offset, int64_t numel) {
+  if (planner::KeepsMaster(params.dtype())) return NewBuffer(v1::FP32, numel);
+  return BackendBuffer::View(params, offset, numel);
+}
+
 absl::Status ShardedOptimizer::Allocate() {
   int64_t widest_grad = 0;  // the most gradient elements one kernel call reads
   for (const v1::MuonBucket& b : view_.muon_buckets()) {
@@ -119,8 +125,9 @@ absl::Status ShardedOptimizer::Allocate() {
   segments_of_part_.resize(layout_.parts.size());
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     const internal::MuonShardLayout& o = layout_.owned[i];
+    const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
     MuonShardState s;
-    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewBuffer(v1::FP32, o.shape.elements()));
+    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewMaster(muon_[o.bucket].params, e.offset(), o.shape.elements()));
     MUONSHARD_ASSIGN_OR_RETURN(s.momentum, NewBuffer(v1::FP32, o.shape.elements()));
     widest_grad = std::max(widest_grad, o.shape.elements());
     s.with_decay = WithDecay(config_, Spec(layout_.parts[o.part]).name());
@@ -136,8 +143,11 @@ absl::Status ShardedOptimizer::Allocate() {
     MUONSHARD_ASSIGN_OR_RETURN(s.params, NewBuffer(bucket.dtype(), bucket.numel()));
     MUONSHARD_ASSIGN_OR_RETURN(s.grads, NewBuffer(grad_dtype_, bucket.numel()));
     MUONSHARD_ASSIGN_OR_RETURN(s.shard_grads, NewBuffer(grad_dtype_, shared ? shard : 0));
-    MUONSHARD_ASSIGN_OR_RETURN(s.staging, NewBuffer(bucket.dtype(), shared ? shard : 0));
-    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewBuffer(v1::FP32, shard));
+    MUONSHARD_ASSIGN_OR_RETURN(s.master, NewMaster(s.params, al.shard_begin, shard));
+    // An fp32 shard is updated in place (its master is the model copy), and
+    // the all-gather sends it from there.
+    const bool staged = shared && s.master.owns_memory();
+    MUONSHARD_ASSIGN_OR_RETURN(s.staging, NewBuffer(bucket.dtype(), staged ? shard : 0));
     MUONSHARD_ASSIGN_OR_RETURN(s.moment1, NewBuffer(v1::FP32, shard));
     MUONSHARD_ASSIGN_OR_RETURN(s.moment2, NewBuffer(v1::FP32, shard));
     widest_grad = std::max(widest_grad, shard);
@@ -211,13 +221,16 @@ absl::Status ShardedOptimizer::WriteParameter(const PartLayout& part, absl::Span
     MUONSHARD_RETURN_IF_ERROR(
         Params(ref).Write(e.offset(), rounded.subspan(e.element_begin() - part.element_begin, e.numel())));
   }
+  // fp32 masters are views of the model copy just written: nothing more.
   const int part_index = static_cast<int>(&part - layout_.parts.data());
   for (int i : shards_of_part_[part_index]) {
+    if (!shards_[i].master.owns_memory()) continue;
     const v1::BucketEntry& e = view_.muon_buckets(layout_.owned[i].bucket).entries(layout_.owned[i].entry);
     MUONSHARD_RETURN_IF_ERROR(
         shards_[i].master.Write(0, rounded.subspan(e.element_begin() - part.element_begin, e.numel())));
   }
   for (const auto& [b, k] : segments_of_part_[part_index]) {
+    if (!adamw_[b].master.owns_memory()) continue;
     const internal::AdamwSegment& seg = layout_.adamw_buckets[b].segments[k];
     const v1::BucketEntry& e = view_.adamw_buckets(b).entries(seg.entry);
     // The segment's buffer range, clipped to the entry's real elements (the
@@ -343,10 +356,19 @@ absl::StatusOr<std::map<int, std::vector<float>>> ShardedOptimizer::GatherMaster
   return out;
 }
 
+namespace {
+
+// The bytes `buffer` allocated (none for a view).
+int64_t AllocatedBytes(const BackendBuffer& buffer) { return buffer.owns_memory() ? buffer.bytes() : 0; }
+
+}  // namespace
+
 int64_t ShardedOptimizer::optimizer_state_bytes() const {
   int64_t bytes = 0;
-  for (const MuonShardState& s : shards_) bytes += s.master.bytes() + s.momentum.bytes();
-  for (const AdamwBucketState& s : adamw_) bytes += s.master.bytes() + s.moment1.bytes() + s.moment2.bytes();
+  for (const MuonShardState& s : shards_) bytes += AllocatedBytes(s.master) + s.momentum.bytes();
+  for (const AdamwBucketState& s : adamw_) {
+    bytes += AllocatedBytes(s.master) + s.moment1.bytes() + s.moment2.bytes();
+  }
   return bytes;
 }
 

@@ -19,6 +19,8 @@
 //   * Optimizer state, only for what the rank owns: fp32 master + momentum of
 //     each owned Muon shard; fp32 master + two moments of its shard of every
 //     AdamW bucket (padding included), i.e. RankPlan.optimizer_state_bytes.
+//     Only BF16/FP16 parameters have masters of their own: an FP32
+//     parameter's is its model copy (NOTE [FP32 masters]).
 //
 // One Step():
 //   1. Reduce. Each local gradient is packed into its bucket entries; every
@@ -32,7 +34,8 @@
 //      own) with KernelBackend::MuonUpdate.
 //   3. AdamW on the rank's shard of each AdamW bucket with
 //      KernelBackend::AdamW.
-//   4. Sync. Masters are cast into the model copy; each Muon bucket's
+//   4. Sync. Masters are cast into the model copy (fp32 ones are the model
+//      copy already: NOTE [FP32 masters]); each Muon bucket's
 //      parameters are broadcast from its owner and each AdamW bucket's
 //      parameters all-gathered. A bucket holds one dtype, so each broadcast
 //      moves exactly one dtype: the fix of Paddle #79286, where the seed packs
@@ -335,8 +338,19 @@ class ShardedOptimizer {
     internal::BackendBuffer params;  // bucket dtype: the model copy
     internal::BackendBuffer grads;   // gradient dtype
   };
+  // NOTE [FP32 masters]: a BF16/FP16 parameter's master is an fp32 buffer
+  // of its own; an FP32 parameter's master is a view (BackendBuffer::View)
+  // of its model copy in the bucket's parameter buffer, at the owned range
+  // (as Paddle's multi-precision keeps masters only for 16-bit parameters).
+  // The update then writes the model copy in place, every master -> model
+  // copy conversion between the same elements is skipped
+  // (BackendBuffer::ConvertFrom), and an AdamW bucket's all-gather sends the
+  // fp32 shard from its place in the bucket (in place). Checkpoints still
+  // hold a master shard for every tensor: loading an fp32 one writes the
+  // model copy. Values are the same either way: an fp32 model copy always
+  // equalled its master.
   struct MuonShardState {
-    internal::BackendBuffer master;  // fp32
+    internal::BackendBuffer master;  // fp32 (NOTE [FP32 masters])
     internal::BackendBuffer momentum;
     bool with_decay = true;
   };
@@ -344,8 +358,10 @@ class ShardedOptimizer {
     internal::BackendBuffer params;       // bucket dtype: the model copy
     internal::BackendBuffer grads;        // gradient dtype, whole bucket
     internal::BackendBuffer shard_grads;  // gradient dtype, this shard (groups > 1)
-    internal::BackendBuffer staging;      // bucket dtype, this shard (groups > 1)
-    internal::BackendBuffer master;       // fp32, this shard
+    // Bucket dtype, this shard (groups > 1, BF16/FP16): the all-gather's
+    // input. An fp32 shard is sent from its place in `params`.
+    internal::BackendBuffer staging;
+    internal::BackendBuffer master;  // fp32, this shard (NOTE [FP32 masters])
     internal::BackendBuffer moment1;
     internal::BackendBuffer moment2;
     std::vector<bool> segment_decay;  // per layout segment
@@ -376,6 +392,13 @@ class ShardedOptimizer {
   internal::BackendBuffer& Params(const internal::EntryRef& ref);
   const internal::BackendBuffer& Params(const internal::EntryRef& ref) const;
   absl::StatusOr<internal::BackendBuffer> NewBuffer(v1::DType dtype, int64_t numel);
+  // The fp32 master of `numel` elements of `params` from `offset`: a buffer
+  // of its own, or for fp32 `params` a view of them (NOTE [FP32 masters]).
+  absl::StatusOr<internal::BackendBuffer> NewMaster(internal::BackendBuffer& params, int64_t offset, int64_t numel);
+  // Where an AdamW bucket's update writes its model values: the staging
+  // buffer (from 0), or `params` from the shard's begin (a group of one, or
+  // an fp32 shard updated in place). `*offset` is that start.
+  internal::BackendBuffer& AdamwModel(int bucket, int64_t* offset);
 
   // OK when no step is open, FAILED_PRECONDITION otherwise.
   absl::Status CheckNoOpenStep() const;

@@ -265,7 +265,8 @@ absl::StatusOr<kernels::MuonTensors> ShardedOptimizer::MuonTensorsOf(int shard) 
   return t;
 }
 
-// Other model dtypes are cast from the updated master.
+// Other model dtypes are cast from the updated master; an fp32 master is
+// the model copy already (NOTE [FP32 masters]: ConvertFrom copies nothing).
 absl::Status ShardedOptimizer::CastMuonShard(int shard) {
   const internal::MuonShardLayout& o = layout_.owned[shard];
   BackendBuffer& params = muon_[o.bucket].params;
@@ -296,11 +297,10 @@ absl::Status ShardedOptimizer::UpdateAdamwBucket(int bucket) {
   const internal::AdamwBucketLayout& al = layout_.adamw_buckets[bucket];
   AdamwBucketState& s = adamw_[bucket];
   const int64_t shard = al.shard_end - al.shard_begin;
-  // A group of one has no reduce-scatter/all-gather: its shard is the
-  // whole bucket and the model is written in place.
   const bool shared = groups_[al.group].comm != nullptr;
   MUONSHARD_ASSIGN_OR_RETURN(const float* grad, GradFloats(shared ? s.shard_grads : s.grads, 0, shard));
-  BackendBuffer& model = shared ? s.staging : s.params;
+  int64_t base = 0;
+  BackendBuffer& model = AdamwModel(bucket, &base);
   const bool bf16 = model.dtype() == v1::BF16;
   for (size_t k = 0; k < al.segments.size(); ++k) {
     const int64_t at = al.segments[k].shard_offset;
@@ -310,11 +310,26 @@ absl::Status ShardedOptimizer::UpdateAdamwBucket(int bucket) {
     t.master = s.master.floats() + at;
     t.moment1 = s.moment1.floats() + at;
     t.moment2 = s.moment2.floats() + at;
-    t.model = bf16 ? model.words() + at : nullptr;
+    t.model = bf16 ? model.words() + base + at : nullptr;
     MUONSHARD_RETURN_IF_ERROR(backend_->AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
-    if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(at, s.master, at, n));
+    // FP16 is cast; an fp32 master is the model copy (nothing to copy).
+    if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(base + at, s.master, at, n));
   }
   return absl::OkStatus();
+}
+
+BackendBuffer& ShardedOptimizer::AdamwModel(int bucket, int64_t* offset) {
+  const internal::AdamwBucketLayout& al = layout_.adamw_buckets[bucket];
+  AdamwBucketState& s = adamw_[bucket];
+  // A group of one has no reduce-scatter/all-gather: its shard is the
+  // whole bucket and the model is written in place, as is an fp32 shard's
+  // (its master is its place in the bucket).
+  if (groups_[al.group].comm == nullptr || !s.master.owns_memory()) {
+    *offset = al.shard_begin;
+    return s.params;
+  }
+  *offset = 0;
+  return s.staging;
 }
 
 // NOTE [Beta powers]: once per step, after every shard used them.
@@ -340,8 +355,13 @@ absl::Status ShardedOptimizer::SyncBucket(Communicator& comm, const BucketKey& k
     BackendBuffer& params = muon_[b].params;
     return comm.Broadcast(params.data(), params.numel(), params.comm_dtype(), layout_.muon_buckets[b].owner_group_rank);
   }
+  // The shard's model values: in staging, or already in place in the
+  // bucket (an fp32 shard), which the communicators take as an in-place
+  // all-gather.
+  int64_t at = 0;
+  const BackendBuffer& shard = AdamwModel(b, &at);
   BackendBuffer& params = adamw_[b].params;
-  return comm.AllGather(adamw_[b].staging.data(), params.data(), layout_.adamw_buckets[b].counts, params.comm_dtype());
+  return comm.AllGather(shard.At(at), params.data(), layout_.adamw_buckets[b].counts, params.comm_dtype());
 }
 
 absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShards() {
@@ -423,18 +443,19 @@ absl::Status ShardedOptimizer::RebuildModelCopies() {
   for (auto& [buffer, values] : mirrors_) {
     MUONSHARD_RETURN_IF_ERROR(buffer->Write(0, values));
   }
-  // Owners write their masters into the model copy, exactly as a step does.
+  // Owners write their masters into the model copy, exactly as a step does
+  // (fp32 masters are the model copy: NOTE [FP32 masters]).
   for (size_t i = 0; i < layout_.owned.size(); ++i) {
     const internal::MuonShardLayout& o = layout_.owned[i];
     const v1::BucketEntry& e = view_.muon_buckets(o.bucket).entries(o.entry);
     MUONSHARD_RETURN_IF_ERROR(muon_[o.bucket].params.ConvertFrom(e.offset(), shards_[i].master, 0, e.numel()));
   }
   for (int b = 0; b < view_.adamw_buckets_size(); ++b) {
-    const internal::AdamwBucketLayout& al = layout_.adamw_buckets[b];
+    int64_t base = 0;
+    BackendBuffer& model = AdamwModel(b, &base);
     AdamwBucketState& s = adamw_[b];
-    BackendBuffer& model = groups_[al.group].comm != nullptr ? s.staging : s.params;
-    for (const internal::AdamwSegment& seg : al.segments) {
-      MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(seg.shard_offset, s.master, seg.shard_offset, seg.numel));
+    for (const internal::AdamwSegment& seg : layout_.adamw_buckets[b].segments) {
+      MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(base + seg.shard_offset, s.master, seg.shard_offset, seg.numel));
     }
   }
   return absl::OkStatus();

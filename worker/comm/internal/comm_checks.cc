@@ -84,6 +84,13 @@ absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b,
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> CheckAllGatherBuffers(const void* in, int64_t in_bytes, const void* out, int64_t out_bytes,
+                                           int64_t own_offset) {
+  if (in_bytes > 0 && in == static_cast<const char*>(out) + own_offset) return true;
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOverlap(in, in_bytes, out, out_bytes));
+  return false;
+}
+
 std::vector<int64_t> Offsets(absl::Span<const int64_t> counts) {
   std::vector<int64_t> offsets(counts.size() + 1, 0);
   for (size_t i = 0; i < counts.size(); ++i) {

@@ -45,6 +45,13 @@ absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts,
 absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b,
                             int64_t b_bytes);
 
+// AllGather's buffers (`in` of in_bytes, `out` of out_bytes; this rank's
+// segment of `out` starts at byte own_offset): OK when they do not overlap,
+// or in place, when `in` is exactly that segment. Returns whether it is in
+// place; INVALID_ARGUMENT for any other overlap.
+absl::StatusOr<bool> CheckAllGatherBuffers(const void* in, int64_t in_bytes, const void* out, int64_t out_bytes,
+                                           int64_t own_offset);
+
 // offsets[i] = counts[0] + ... + counts[i - 1]; size counts.size() + 1.
 std::vector<int64_t> Offsets(absl::Span<const int64_t> counts);
 

@@ -49,6 +49,24 @@ absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& back
   return b;
 }
 
+absl::StatusOr<BackendBuffer> BackendBuffer::View(BackendBuffer& base, int64_t offset, int64_t numel) {
+  if (offset < 0 || numel < 0 || offset + numel > base.numel_) {
+    return absl::InvalidArgumentError(absl::StrCat("view [", offset, ", ", offset + numel, ") outside a buffer of ",
+                                                   base.numel_, " elements"));
+  }
+  BackendBuffer b;
+  b.backend_ = base.backend_;
+  b.dtype_ = base.dtype_;
+  b.numel_ = numel;
+  b.owns_ = false;
+  b.memory_ = kernels::BackendMemory(base.numel_ == 0 ? nullptr : base.At(offset), &FreeNothing);
+  return b;
+}
+
+bool BackendBuffer::SameElements(int64_t offset, const BackendBuffer& other, int64_t other_offset) const {
+  return dtype_ == other.dtype_ && memory_ != nullptr && At(offset) == other.At(other_offset);
+}
+
 int64_t BackendBuffer::bytes() const { return numel_ * planner::DTypeSize(dtype_); }
 
 CommDType BackendBuffer::comm_dtype() const { return ToCommDType(dtype_); }
@@ -86,7 +104,7 @@ absl::Status BackendBuffer::Zero(int64_t offset, int64_t n) {
 }
 
 absl::Status BackendBuffer::ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n) {
-  if (n == 0) return absl::OkStatus();
+  if (n == 0 || SameElements(offset, src, src_offset)) return absl::OkStatus();
   return backend_->Convert(src.At(src_offset), ToElementType(src.dtype_), At(offset), ToElementType(dtype_), n);
 }
 

@@ -2,7 +2,8 @@
 #define MUONSHARD_WORKER_OPTIMIZER_INTERNAL_BACKEND_BUFFER_H_
 
 // BackendBuffer: a zero-filled array of one plan dtype in a KernelBackend's
-// memory space (host memory for the CPU backend, device memory for CUDA).
+// memory space (host memory for the CPU backend, device memory for CUDA), or
+// a non-owning view of a range of another (View).
 // The sharded optimizer keeps every bucket and all optimizer state in these,
 // so the same code runs the step on either backend: host values enter and
 // leave only through Write/Read (converted on the host, then copied), and
@@ -39,6 +40,19 @@ class BackendBuffer {
   // backend's allocation errors (RESOURCE_EXHAUSTED, INTERNAL).
   static absl::StatusOr<BackendBuffer> Create(kernels::KernelBackend& backend, v1::DType dtype, int64_t numel);
 
+  // A non-owning view of elements [offset, offset + numel) of `base`: the
+  // same dtype and backend, the same memory (writes through either are
+  // seen by both). `base` must outlive the view and keep its memory (moving
+  // a buffer keeps it). INVALID_ARGUMENT for a range outside `base`.
+  static absl::StatusOr<BackendBuffer> View(BackendBuffer& base, int64_t offset, int64_t numel);
+
+  // False for a View: its bytes belong to another buffer.
+  bool owns_memory() const { return owns_; }
+  // Whether element `offset` of this buffer is element `other_offset` of
+  // `other` (same dtype, same address): a conversion between the ranges
+  // starting there would copy nothing.
+  bool SameElements(int64_t offset, const BackendBuffer& other, int64_t other_offset) const;
+
   v1::DType dtype() const { return dtype_; }
   int64_t numel() const { return numel_; }
   int64_t bytes() const;
@@ -61,7 +75,9 @@ class BackendBuffer {
   // Zeroes [offset, offset + n).
   absl::Status Zero(int64_t offset, int64_t n);
   // Elements [offset, offset + n) = dtype(src[src_offset, src_offset + n)),
-  // in the backend. REQUIRES: src in the same backend, not overlapping.
+  // in the backend; nothing to do when they are the same elements
+  // (SameElements). REQUIRES: src in the same backend, not otherwise
+  // overlapping.
   absl::Status ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n);
   // The address of element `offset` (in the backend's memory space).
   void* At(int64_t offset) const;
@@ -70,6 +86,7 @@ class BackendBuffer {
   kernels::KernelBackend* backend_ = nullptr;
   v1::DType dtype_ = v1::FP32;
   int64_t numel_ = 0;
+  bool owns_ = true;
   kernels::BackendMemory memory_;
 };
 

@@ -7,17 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "coordinator/planner/model.h"
+#include "coordinator/planner/plan_stats.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
 
 namespace muonshard::worker::internal {
 namespace {
-
-// Optimizer-state bytes per element, as the planner counts them
-// (coordinator/planner/plan_stats.h): Muon an fp32 master and momentum,
-// AdamW an fp32 master and two moments.
-constexpr int64_t kMuonStateBytesPerElem = 8;
-constexpr int64_t kAdamwStateBytesPerElem = 12;
 
 absl::Status Invalid(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("rank view: ", what));
@@ -261,6 +256,7 @@ class LayoutBuilder {
       }
       if (end > bucket.numel()) return Invalid(absl::StrCat(what, ": entries run past the buffer"));
       layout_.adamw_shard_numel += al.shard_end - al.shard_begin;
+      state_bytes_ += (al.shard_end - al.shard_begin) * planner::AdamwStateBytesPerElem(bucket.dtype());
       layout_.adamw_buckets.push_back(std::move(al));
       layout_.groups[group].adamw_buckets.push_back(b);
     }
@@ -325,6 +321,7 @@ class LayoutBuilder {
       MUONSHARD_ASSIGN_OR_RETURN(shard.tp, TpLayoutOf(o, t, shard.shape, what));
       layout_.owned.push_back(shard);
       layout_.muon_state_numel += e.numel();
+      state_bytes_ += e.numel() * planner::MuonStateBytesPerElem(t.dtype());
     }
     for (int b = 0; b < view_.muon_buckets_size(); ++b) {
       if (!layout_.muon_buckets[b].owned) continue;
@@ -403,11 +400,10 @@ class LayoutBuilder {
       return Invalid(absl::StrCat("rank ", r.rank(), ": adamw_shard_numel is ", r.adamw_shard_numel(),
                                   " but its bucket shards hold ", layout_.adamw_shard_numel));
     }
-    const int64_t bytes = layout_.muon_state_numel * kMuonStateBytesPerElem +
-                          layout_.adamw_shard_numel * kAdamwStateBytesPerElem;
-    if (bytes != r.optimizer_state_bytes()) {
+    // As the planner counts them (plan_stats.h): masters only for BF16/FP16.
+    if (state_bytes_ != r.optimizer_state_bytes()) {
       return Invalid(absl::StrCat("rank ", r.rank(), ": optimizer_state_bytes is ", r.optimizer_state_bytes(),
-                                  " but the layout needs ", bytes));
+                                  " but the layout needs ", state_bytes_));
     }
     return absl::OkStatus();
   }
@@ -416,6 +412,7 @@ class LayoutBuilder {
   ViewLayout layout_;
   absl::flat_hash_map<int, int> group_of_id_;        // plan group id -> layout_.groups position
   absl::flat_hash_map<int, int> muon_bucket_of_id_;  // bucket id -> view position
+  int64_t state_bytes_ = 0;                           // the optimizer state the layout needs
 };
 
 }  // namespace
