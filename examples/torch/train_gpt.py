@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import json
 import math
@@ -694,6 +695,12 @@ def main(argv=None) -> int:
     status = report(args, rank, losses, times, memories, ref, held_out, digests, restarts=restarts,
                     optimizer_times=opt_times, comms=comms)
     if distributed:
+        # Nothing may hold on to the process group when it goes: FSDP2's state
+        # keeps its collectives' work, which torch would destroy at interpreter
+        # exit, without the group, and abort ("terminate called without an
+        # active exception").
+        del model, opt, sched
+        gc.collect()
         dist.destroy_process_group()
     return status
 

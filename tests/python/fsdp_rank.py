@@ -4,6 +4,7 @@ over Gloo, trained by ShardedMuonAdamW on its DTensor parameters; rank 0
 writes the whole parameters (and which optimizer stepped each) to OUT."""
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -118,6 +119,10 @@ def main():
         json.dump({"kinds": kinds, "memory": memory, "version": version, "state_dict_refused": refused,
                    "topology": mst.topology_of(model),
                    "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]}}, f)
+    # Nothing may hold on to the group when it goes (FSDP2's state keeps its
+    # collectives' work: destroyed at interpreter exit, torch aborts).
+    del model, opt
+    gc.collect()
     dist.destroy_process_group()
 
 
