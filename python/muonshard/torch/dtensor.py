@@ -80,8 +80,8 @@ def local_grad(param):
 def mesh_of(named):
     """The DeviceMesh every parameter of `named` ((name, parameter) pairs) is
     on, None when none is a DTensor. ValueError naming a parameter that is
-    not a DTensor beside ones that are, or is on another mesh, or a mesh of
-    more than one dimension."""
+    not a DTensor beside ones that are, or is on another mesh, or on a mesh
+    other than a 1-D one or HSDP's 2-D (replicate, shard) one."""
     mesh = None
     first = None
     plain = None
@@ -195,7 +195,8 @@ def check_against_plan(name, param, held, tp):
 def _check_experts(name, param, held):
     """ValueError unless the plan gives this rank FSDP2's block of the stack's experts."""
     local = param.to_local()
-    begin = param.device_mesh.get_local_rank() * local.numel()
+    mesh = param.device_mesh
+    begin = mesh.get_local_rank(mesh.ndim - 1) * local.numel()
     if (int(held["element_begin"]), int(held["element_end"])) != (begin, begin + local.numel()):
         raise ValueError("parameter %r: this rank holds experts [%d, %d) of %d but the plan gives it elements "
                          "[%d, %d): plan it as an expert stack (named \"...experts.<name>\") with ep = the mesh size "
