@@ -19,13 +19,12 @@ constexpr int64_t MasterBytesPerElem(v1::DType dtype) { return KeepsMaster(dtype
 constexpr int64_t MuonStateBytesPerElem(v1::DType dtype) { return 4 + MasterBytesPerElem(dtype); }
 constexpr int64_t AdamwStateBytesPerElem(v1::DType dtype) { return 8 + MasterBytesPerElem(dtype); }
 // The optimizer state per element a checkpoint holds (and a reshard through
-// one reads): the above plus, for FP32, the master the optimizer does not
-// keep apart, since the checkpoint stores every tensor's master (an FP32
-// one is the parameter's value, which it holds nowhere else). So Muon 8
-// and AdamW 12 bytes for every dtype.
-constexpr int64_t CheckpointStateBytesPerElem(v1::Optimizer optimizer, v1::DType dtype) {
-  return (optimizer == v1::MUON ? MuonStateBytesPerElem(dtype) : AdamwStateBytesPerElem(dtype)) +
-         kMasterBytesPerElem - MasterBytesPerElem(dtype);
+// one reads): a master for every dtype, since the checkpoint stores every
+// tensor's master (an FP32 one is the parameter's value, which the optimizer
+// holds nowhere else). So Muon 8 and AdamW 12 bytes, whatever the dtype: the
+// state of a 16-bit tensor.
+constexpr int64_t CheckpointStateBytesPerElem(v1::Optimizer optimizer) {
+  return optimizer == v1::MUON ? MuonStateBytesPerElem(v1::BF16) : AdamwStateBytesPerElem(v1::BF16);
 }
 
 // The per-rank totals a plan implies, derived from its owned tensors, slices

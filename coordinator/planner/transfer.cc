@@ -49,7 +49,7 @@ absl::StatusOr<TransferSummary> ComputeTransfers(const v1::Plan& from, const v1:
           absl::StrCat("tensor \"", t.name(), "\": ", found == old_index.end() ? "not in the old plan"
                                                                                : "has another size in the old plan"));
     }
-    const int64_t per_elem = CheckpointStateBytesPerElem(t.optimizer(), t.dtype());
+    const int64_t per_elem = CheckpointStateBytesPerElem(t.optimizer());
     const std::vector<Piece>& olds = old_pieces[found->second];
     size_t k = 0;
     for (const Piece& n : new_pieces[i]) {

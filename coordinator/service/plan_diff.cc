@@ -162,8 +162,7 @@ v1::PlanDiff DiffPlans(const v1::Plan& from, const v1::Plan& to, int limit) {
     if (d.kind() == v1::TENSOR_CHANGE_KIND_UNSPECIFIED) continue;
     // Moved as a reshard moves it, through a checkpoint (planner/plan_stats.h,
     // as planner::ComputeTransfers counts it).
-    const v1::DType dtype = (b.tensor != nullptr ? b.tensor : a.tensor)->dtype();
-    const int64_t state_bytes = planner::CheckpointStateBytesPerElem(d.to_optimizer(), dtype);
+    const int64_t state_bytes = planner::CheckpointStateBytesPerElem(d.to_optimizer());
     diff.set_moved_state_bytes(diff.moved_state_bytes() + d.moved_elements() * state_bytes);
     if (limit > 0 && diff.tensors_size() >= limit) {
       diff.set_truncated(true);

@@ -52,7 +52,8 @@ or a parameter whose mesh or split disagrees with the plan.
 
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
+# The plan's TpSplit of each split name (manifest_from_module's tp_split too).
+TP_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
 
 
 def is_dtensor(tensor):
@@ -168,7 +169,7 @@ def split_of(name, param):
 def plan_split(name, param):
     """split_of as the plan's TpSplit name (TP_COLUMN, TP_ROW, TP_REPLICATED; an
     expert stack is not TP-split), or None for the planner's rule (stacks)."""
-    return _SPLITS.get(split_of(name, param))
+    return TP_SPLITS.get(split_of(name, param))
 
 
 def check_against_plan(name, param, held, tp):

@@ -27,7 +27,6 @@ def _matches(patterns, name):
     return any(re.search(p, name, re.IGNORECASE) for p in patterns)
 
 
-_TP_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
 
 
 def manifest_from_module(model, name, expert_of=None, muon_exclude=None, requires_grad_only=True, tp=1,
@@ -125,9 +124,9 @@ def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):
             split = tp_split(spec["name"])
             if split is None:
                 continue
-            if split not in _TP_SPLITS:
+            if split not in dtensor.TP_SPLITS:
                 raise ValueError("tensor %r: tp_split %r is not column, row or replicated" % (spec["name"], split))
-            spec["tpSplit"] = _TP_SPLITS[split]
+            spec["tpSplit"] = dtensor.TP_SPLITS[split]
     try:
         marked = json.loads(_muonshard.mark_tensor_parallel(json.dumps(manifest), tp, tp_experts, shards))
     except Exception as e:  # the C++ status (INVALID_ARGUMENT naming the tensor)

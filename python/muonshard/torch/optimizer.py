@@ -756,13 +756,16 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                              (group + (self.rank, self.world_size)))
         return True
 
-    def _params_in_order(self):
-        return [p for g in self.param_groups for p in g["params"]]
+    def _dcp_maps(self):
+        """What NOTE [DCP state]'s conversions take: the parameters in
+        param_groups order (their positions), {id(param): name} and
+        {name: _Part}."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        names = {id(p): n for n, p in self._by_name.items()}
+        return params, names, {part.name: part for part in self._parts}
 
     def _dcp_state_dict(self, state):
-        params = self._params_in_order()
-        names = {id(p): n for n, p in self._by_name.items()}
-        parts = {part.name: part for part in self._parts}
+        params, names, parts = self._dcp_maps()
         groups = []
         position = 0
         for g in self.param_groups:
@@ -773,14 +776,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     def _load_dcp_state_dict(self, state_dict):
         """load_state_dict of NOTE [DCP state]'s shape."""
-        params = self._params_in_order()
-        names = {id(p): n for n, p in self._by_name.items()}
+        params, names, parts = self._dcp_maps()
         saved_groups = state_dict["param_groups"]
         self._merge_groups(saved_groups)
         state = dcp_state.by_name(state_dict["state"], params, names)
         session = self._live_session()
-        tensors, step, beta1_pow, beta2_pow = dcp_state.session_tensors(
-            state, session.state(), {part.name: part for part in self._parts})
+        tensors, step, beta1_pow, beta2_pow = dcp_state.session_tensors(state, session.state(), parts)
         session.load_state(tensors, step, beta1_pow, beta2_pow)
         self._initial = None  # the initial parameters are no longer this run's start
         self._update_groups(saved_groups)
