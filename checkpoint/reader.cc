@@ -13,7 +13,7 @@
 #include "common/env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 
 namespace muonshard::checkpoint {
 namespace {

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/index.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 
 namespace muonshard::checkpoint {
 namespace {

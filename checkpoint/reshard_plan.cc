@@ -7,7 +7,7 @@
 #include "checkpoint/reads.h"
 #include "checkpoint/state.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 
 namespace muonshard::checkpoint {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/planner/transfer.h"
+#include "plan/transfer.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"

@@ -4,7 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 
 namespace muonshard::checkpoint {
 namespace {

@@ -16,8 +16,8 @@
 #include "common/env.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/planner.h"
+#include "plan/model.h"
+#include "plan/planner.h"
 
 namespace muonshard::checkpoint {
 namespace {

@@ -22,7 +22,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "common/quote.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 
 namespace muonshard::cli {
 namespace {

@@ -15,9 +15,9 @@
 #include "common/ordered_json.h"
 #include "common/proto_json.h"
 #include "common/version.h"
-#include "coordinator/importer/hf_import.h"
-#include "coordinator/planner/memory.h"
-#include "coordinator/planner/planner.h"
+#include "importer/hf_import.h"
+#include "plan/memory.h"
+#include "plan/planner.h"
 
 namespace muonshard::cli {
 

@@ -10,8 +10,8 @@
 #include "cli/format.h"
 #include "common/ordered_json.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/plan_stats.h"
-#include "coordinator/planner/planner.h"
+#include "plan/plan_stats.h"
+#include "plan/planner.h"
 #include "muonshard/v1/plan.pb.h"
 
 namespace muonshard::cli {

@@ -20,7 +20,7 @@
 #include "cli/plan_table.h"
 #include "common/proto_json.h"
 #include "common/quote.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace muonshard::cli {
 namespace {

@@ -1,5 +1,5 @@
 // `muonshardctl import-hf CONFIG.json`: the manifest of a HuggingFace model,
-// built from its config.json (see coordinator/importer/hf_import.h).
+// built from its config.json (see importer/hf_import.h).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -13,8 +13,8 @@
 #include "cli/import_tp_flags.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
-#include "coordinator/importer/hf_import.h"
-#include "coordinator/importer/manifest_summary.h"
+#include "importer/hf_import.h"
+#include "importer/manifest_summary.h"
 
 namespace muonshard::cli {
 namespace {

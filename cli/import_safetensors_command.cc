@@ -1,6 +1,6 @@
 // `muonshardctl import-safetensors DIR|FILE`: the manifest of the tensors a
 // safetensors checkpoint holds, read from its headers alone (see
-// coordinator/importer/safetensors_files.h).
+// importer/safetensors_files.h).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -10,8 +10,8 @@
 #include "cli/import_tp_flags.h"
 #include "cli/commands.h"
 #include "common/ordered_json.h"
-#include "coordinator/importer/manifest_summary.h"
-#include "coordinator/importer/safetensors_files.h"
+#include "importer/manifest_summary.h"
+#include "importer/safetensors_files.h"
 
 namespace muonshard::cli {
 namespace {

@@ -3,7 +3,7 @@
 
 #include "absl/status/status.h"
 #include "common/flags.h"
-#include "coordinator/importer/tp_split.h"
+#include "importer/tp_split.h"
 #include "muonshard/v1/manifest.pb.h"
 
 namespace muonshard::cli {

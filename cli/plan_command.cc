@@ -6,9 +6,9 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/plan_table.h"
-#include "coordinator/planner/plan_view.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/transfer.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
+#include "plan/transfer.h"
 #include "common/status_macros.h"
 #include <memory>
 

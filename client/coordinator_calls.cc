@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace muonshard::client {
 

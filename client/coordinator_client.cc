@@ -12,7 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/file_util.h"
 #include "common/tls_pem.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"

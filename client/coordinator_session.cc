@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "client/coordinator_calls.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace muonshard::client {
 namespace {

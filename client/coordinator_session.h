@@ -10,7 +10,7 @@
 // Generations: the coordinator answers a heartbeat with ABORTED once the
 // job's generation has moved past the one this worker joined (a member
 // failed, reported an error or left; see NOTE [Membership state machine] in
-// coordinator/service/job_registry.h). The session then stops heartbeating
+// coordinator/job_registry.h). The session then stops heartbeating
 // and health() reports ABORTED with the coordinator's reason; the worker's
 // group is broken. It recovers by Detach()ing this session and joining
 // again with the same incarnation, which moves it into the new generation
@@ -60,7 +60,7 @@ namespace muonshard::client {
 bool IsBrokenGroup(const absl::Status& status);
 
 // Whether a worker that gives up with `error` ends its job (NOTE [Job
-// failure] in coordinator/service/job_registry.h): an error with a reason
+// failure] in coordinator/job_registry.h): an error with a reason
 // that a restarted process would meet again (bad input, mismatched options,
 // a missing file or checkpoint, a refused plan: INVALID_ARGUMENT,
 // NOT_FOUND, FAILED_PRECONDITION, ...). Not a broken group's, not

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace muonshard::client {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/plan_view.h"
+#include "plan/plan_view.h"
 
 namespace muonshard::client {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "common/proto_json.h"
-#include "coordinator/importer/hf_import.h"
-#include "coordinator/importer/manifest_summary.h"
+#include "importer/hf_import.h"
+#include "importer/manifest_summary.h"
 #include "fuzz/fuzz_util.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"

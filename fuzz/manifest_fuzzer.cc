@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/plan_validator.h"
-#include "coordinator/planner/planner.h"
+#include "plan/plan_validator.h"
+#include "plan/planner.h"
 #include "fuzz/fuzz_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "muonshard/v1/manifest.pb.h"

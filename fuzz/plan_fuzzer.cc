@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/plan_validator.h"
-#include "coordinator/planner/plan_view.h"
+#include "plan/plan_validator.h"
+#include "plan/plan_view.h"
 #include "fuzz/fuzz_util.h"
 #include "muonshard/v1/plan.pb.h"
 

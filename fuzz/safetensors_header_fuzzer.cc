@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "common/safetensors_header.h"
-#include "coordinator/importer/manifest_summary.h"
-#include "coordinator/importer/safetensors_import.h"
+#include "importer/manifest_summary.h"
+#include "importer/safetensors_import.h"
 #include "fuzz/fuzz_util.h"
 
 namespace muonshard::fuzz {

@@ -17,7 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/safetensors_header.h"
-#include "coordinator/importer/safetensors_import.h"
+#include "importer/safetensors_import.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

@@ -18,7 +18,7 @@
 #include "kernels/kernel_backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/nccl_communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 #include "worker/internal/nccl_factory.h"
 
 #ifndef MUONSHARD_BUILD_ID

@@ -39,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/state.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/planner/memory.h"
+#include "plan/memory.h"
 
 namespace muonshard::worker {
 namespace {

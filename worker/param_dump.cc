@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 
 namespace muonshard::worker {
 namespace {

@@ -33,7 +33,7 @@
 #include "checkpoint/writer.h"
 #include "common/env.h"
 #include "common/flags.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 
 namespace muonshard::checkpoint {

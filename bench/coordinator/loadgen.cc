@@ -29,7 +29,7 @@
 #include "client/coordinator_client.h"
 #include "common/flags.h"
 #include "common/version.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "grpcpp/generic/generic_stub.h"
 
 namespace muonshard::bench {

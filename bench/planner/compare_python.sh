@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Plan time of the C++ planner vs the same rules in Python
-# (tests/planner/seed_reference.py), measured in the same run on the same
+# (tests/plan/seed_reference.py), measured in the same run on the same
 # Kimi-K2-size manifest (~70k tensors) at 1,024 ranks, ep 64, policy seed.
 # Both run on the same core (taskset, where present): on a shared VM one
 # core can run 1.5x slower than another for minutes, which moves either
@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 py_best=1e9
 cpp_best=1e9
 for _ in 1 2 3; do
-  s=$("${PIN[@]}" python3 tests/planner/seed_reference.py "$tmp/manifest.json" --world-size 1024 --ep 64 --time 2>&1 |
+  s=$("${PIN[@]}" python3 tests/plan/seed_reference.py "$tmp/manifest.json" --world-size 1024 --ep 64 --time 2>&1 |
       sed -n 's/python_plan_seconds=//p')
   py_best=$(python3 -c "print(min($s, $py_best))")
   ms=$("${PIN[@]}" "$BENCH" --benchmark_filter='BM_PlanArena/seed/1024/64$' --benchmark_repetitions=3 \

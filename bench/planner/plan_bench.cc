@@ -8,9 +8,9 @@
 #include "benchmark/benchmark.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/topology.h"
+#include "plan/model.h"
+#include "plan/planner.h"
+#include "plan/topology.h"
 #include "tests/testing/manifest_builder.h"
 
 namespace muonshard {

@@ -30,7 +30,7 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 namespace {

@@ -4,9 +4,9 @@
 #include <string>
 
 #include "common/proto_json.h"
-#include "coordinator/importer/hf_import.h"
-#include "coordinator/importer/safetensors_files.h"
-#include "coordinator/importer/tp_split.h"
+#include "importer/hf_import.h"
+#include "importer/safetensors_files.h"
+#include "importer/tp_split.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"

@@ -37,7 +37,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "checkpoint/state.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 #include "kernels/newton_schulz.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"

@@ -12,7 +12,7 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"
 

@@ -17,7 +17,7 @@
 #include "checkpoint/reshard_plan.h"
 #include "checkpoint/verify.h"
 #include "checkpoint/writer.h"
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/ckpt_test_util.h"

@@ -6,7 +6,7 @@
 #include <ostream>
 #include <tuple>
 
-#include "coordinator/planner/plan_view.h"
+#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/checkpoint/ckpt_test_util.h"

@@ -14,7 +14,7 @@
 #include "cli/format.h"
 #include "cli/plan_table.h"
 #include "common/ordered_json.h"
-#include "coordinator/service/plan_diff.h"
+#include "coordinator/plan_diff.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

@@ -1,6 +1,6 @@
 // CoordinatorService domain tests: a FakeClock drives heartbeats and wait
 // deadlines (no sleeping), an in-memory store backs the plans.
-#include "coordinator/service/coordinator_service.h"
+#include "coordinator/coordinator_service.h"
 
 #include <memory>
 #include <optional>
@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/plan_view.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/service/store_health.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
+#include "coordinator/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_clock.h"

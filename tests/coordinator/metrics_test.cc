@@ -1,4 +1,4 @@
-#include "coordinator/service/metrics.h"
+#include "coordinator/metrics.h"
 
 #include <set>
 #include <string>
@@ -7,9 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "coordinator/planner/memory.h"
-#include "coordinator/planner/planner.h"
-#include "client/grpc_status.h"
+#include "plan/memory.h"
+#include "plan/planner.h"
+#include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"

@@ -1,6 +1,6 @@
-#include "coordinator/service/plan_diff.h"
+#include "coordinator/plan_diff.h"
 
-#include "coordinator/planner/planner.h"
+#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"

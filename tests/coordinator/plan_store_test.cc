@@ -1,7 +1,7 @@
 // PlanStore conformance: one suite, run against the in-memory store and the
 // SQLite store; then what only a durable store can do (reopen, locking,
 // corruption).
-#include "coordinator/service/plan_store.h"
+#include "coordinator/plan_store.h"
 
 #include <sqlite3.h>
 
@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/service/sqlite_plan_store.h"
-#include "coordinator/service/store_health.h"
+#include "plan/planner.h"
+#include "coordinator/sqlite_plan_store.h"
+#include "coordinator/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"

@@ -109,7 +109,7 @@ def main():
         for n in names:
             used.setdefault(n, []).append(where)
     # The plan panels show the plan each job runs (NOTE [Plan gauges per job]
-    # in coordinator/service/metrics.h), not the newest stored one.
+    # in coordinator/metrics.h), not the newest stored one.
     for must in ("muonshard_job_plan_optimizer_state_bytes", "muonshard_worker_optimizer_state_bytes",
                  "muonshard_job_plan_ns_flops", "muonshard_job_plan_rank_memory_bytes",
                  "muonshard_job_plan_memory_imbalance_ratio",

@@ -7,7 +7,7 @@ Starts the real muonshard-coordinator and one real muonshard-worker on
 is stopped), scrapes both endpoints over HTTP after 2 steps, while the job
 runs its plan, and compares. Also checks that each binary exports every
 family its header declares, that the coordinator's plan gauges of the job
-(NOTE [Plan gauges per job] in coordinator/service/metrics.h) carry the job
+(NOTE [Plan gauges per job] in coordinator/metrics.h) carry the job
 and the version it runs, and that they are gone once its worker has left."""
 
 import json

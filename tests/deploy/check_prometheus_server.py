@@ -9,7 +9,7 @@ evaluates there.
 The job: the bundled tiny-llama model on 2 ranks with the seed policy (its
 optimizer state is uneven: (max - min) / max = 0.88), Gloo steps until the
 check stops it (after at least 3): the coordinator exports the plan of a job
-while it runs (NOTE [Plan gauges per job] in coordinator/service/metrics.h)."""
+while it runs (NOTE [Plan gauges per job] in coordinator/metrics.h)."""
 
 import json
 import math

@@ -253,7 +253,7 @@ def exported_names_from_headers():
     families |= set(header_exported_names(
         os.path.join(REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"))
     series = set(families)
-    for path in ("coordinator/service/metrics.h", "worker/metrics.h"):
+    for path in ("coordinator/metrics.h", "worker/metrics.h"):
         with open(os.path.join(REPO, path)) as f:
             for name in re.findall(r'"([a-z_:0-9]+)",\s*//\s*histogram', f.read()):
                 series |= {name + "_bucket", name + "_sum", name + "_count"}

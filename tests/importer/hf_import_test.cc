@@ -1,4 +1,4 @@
-#include "coordinator/importer/hf_import.h"
+#include "importer/hf_import.h"
 
 #include <cctype>
 #include <ostream>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/proto_json.h"
-#include "coordinator/importer/manifest_summary.h"
+#include "importer/manifest_summary.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
-#include "coordinator/importer/hf_import.h"
+#include "importer/hf_import.h"
 #include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

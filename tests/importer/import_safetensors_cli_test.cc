@@ -10,7 +10,7 @@
 #include "common/file_util.h"
 #include "common/proto_json.h"
 #include "common/safetensors_header.h"
-#include "coordinator/importer/safetensors_files.h"
+#include "importer/safetensors_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

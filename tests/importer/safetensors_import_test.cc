@@ -3,7 +3,7 @@
 // order, experts, dtypes, every malformed input named clearly, and data that
 // is never read. Also the shared pieces it stands on: the ordered JSON parser
 // and the safetensors header parser (common/), under random damage.
-#include "coordinator/importer/safetensors_import.h"
+#include "importer/safetensors_import.h"
 
 #include <sys/stat.h>
 
@@ -21,8 +21,8 @@
 #include "common/file_util.h"
 #include "common/ordered_json.h"
 #include "common/safetensors_header.h"
-#include "coordinator/importer/safetensors_files.h"
-#include "coordinator/planner/planner.h"
+#include "importer/safetensors_files.h"
+#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"

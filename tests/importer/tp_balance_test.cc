@@ -4,10 +4,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/importer/hf_import.h"
-#include "coordinator/importer/tp_split.h"
-#include "coordinator/planner/plan_validator.h"
-#include "coordinator/planner/planner.h"
+#include "importer/hf_import.h"
+#include "importer/tp_split.h"
+#include "plan/plan_validator.h"
+#include "plan/planner.h"
 #include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"

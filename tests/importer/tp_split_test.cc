@@ -1,8 +1,8 @@
-#include "coordinator/importer/tp_split.h"
+#include "importer/tp_split.h"
 
 #include <string>
 
-#include "coordinator/importer/hf_import.h"
+#include "importer/hf_import.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"

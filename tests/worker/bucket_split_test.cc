@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/plan_view.h"
+#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"

@@ -24,7 +24,7 @@
 #include "tests/worker/comm_test_util.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/nccl_status.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::testing {
 namespace {

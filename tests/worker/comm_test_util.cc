@@ -5,7 +5,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/in_process_communicator.h"
 #include "worker/comm/internal/host_float.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::testing {
 

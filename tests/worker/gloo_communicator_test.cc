@@ -15,7 +15,7 @@
 #include "common/tcp_stats.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 namespace {

@@ -8,15 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/plan_view.h"
-#include "coordinator/planner/planner.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 #include "kernels/kernel_backend.h"
 #include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/worker/comm_test_util.h"
 #include "tests/worker/uneven_plan.h"
 #include "worker/comm/gloo_communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 #include "worker/workload/workload_driver.h"
 
 namespace muonshard::worker::testing {

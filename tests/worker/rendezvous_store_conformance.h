@@ -19,7 +19,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::testing {
 

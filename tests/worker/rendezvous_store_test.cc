@@ -2,7 +2,7 @@
 // and prefixed stores, plus what is specific to prefixing and the gloo
 // adapter.
 
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 #include <memory>
 #include <string>

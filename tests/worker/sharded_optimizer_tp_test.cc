@@ -9,11 +9,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/importer/tp_split.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/plan_view.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/tensor_parallel.h"
+#include "importer/tp_split.h"
+#include "plan/model.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
+#include "plan/tensor_parallel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"

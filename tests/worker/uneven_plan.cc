@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "common/status_macros.h"
-#include "coordinator/planner/bucketing.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/memory.h"
-#include "coordinator/planner/plan_stats.h"
-#include "coordinator/planner/plan_validator.h"
+#include "plan/bucketing.h"
+#include "plan/model.h"
+#include "plan/memory.h"
+#include "plan/plan_stats.h"
+#include "plan/plan_validator.h"
 
 namespace muonshard::worker::testing {
 namespace {

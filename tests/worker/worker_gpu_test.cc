@@ -15,7 +15,7 @@
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/comm/nccl_communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 #include "worker/internal/nccl_factory.h"
 
 namespace muonshard::worker {

@@ -54,7 +54,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/worker/worker_test_util.h"

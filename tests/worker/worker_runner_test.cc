@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "checkpoint/writer.h"
-#include "coordinator/planner/plan_view.h"
+#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"

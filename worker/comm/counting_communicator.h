@@ -7,7 +7,7 @@
 // grad_reduce_bytes, grad_reduce_scatter_bytes, param_broadcast_bytes,
 // param_all_gather_bytes).
 //
-// Definitions (the plan's, see coordinator/planner/plan_stats.cc): the bytes
+// Definitions (the plan's, see plan/plan_stats.cc): the bytes
 // a rank hands to a collective —
 //   Reduce, Broadcast, AllReduce:  count * element size (the buffer);
 //   ReduceScatter:                 sum(counts) * element size (the input);

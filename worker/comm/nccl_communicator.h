@@ -55,7 +55,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/comm/internal/comm_checks.h"
 #include "worker/comm/nccl_comm.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "kernels/kernel_backend.h"
 #include "worker/comm/communicator.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::internal {
 

@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "kernels/kernel_backend.h"
-#include "worker/comm/rendezvous_store.h"
+#include "common/rendezvous_store.h"
 #include "worker/metrics.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/step_stats.h"

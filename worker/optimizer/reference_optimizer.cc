@@ -6,8 +6,8 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/plan_validator.h"
+#include "plan/model.h"
+#include "plan/plan_validator.h"
 
 namespace muonshard::worker {
 

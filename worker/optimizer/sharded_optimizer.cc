@@ -9,8 +9,8 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/plan_stats.h"
+#include "plan/model.h"
+#include "plan/plan_stats.h"
 #include "worker/optimizer/internal/bucket_split.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 

@@ -932,7 +932,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         learn why; an error that is not a broken group's ends the job). Returns
         the error to end with if this rank gives up: the job's failure when
         another rank's error ended it first (NOTE [Job failure] in
-        coordinator/service/job_registry.h), else `error`. A failed report is
+        coordinator/job_registry.h), else `error`. A failed report is
         logged by the session, not raised."""
         if self._session is None:
             return error

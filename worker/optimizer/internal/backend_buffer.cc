@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 
 namespace muonshard::worker::internal {

@@ -7,7 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 
 namespace muonshard::worker::internal {
 namespace {

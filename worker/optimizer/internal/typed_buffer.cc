@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/half_float.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 
 namespace muonshard::worker::internal {
 

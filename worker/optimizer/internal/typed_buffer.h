@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 #include "kernels/bf16.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "worker/comm/communicator.h"

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/planner/model.h"
-#include "coordinator/planner/plan_stats.h"
+#include "plan/model.h"
+#include "plan/plan_stats.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "coordinator/planner/model.h"
+#include "plan/model.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 #include "muonshard/v1/plan.pb.h"

@@ -1,0 +1,252 @@
+#include "plan/memory.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "plan/model.h"
+#include "plan/plan_stats.h"
+
+namespace muonshard::planner {
+namespace {
+
+// Optimizer state, staging and NS workspace are fp32 (the one dtype-size table: DTypeSize).
+int64_t Fp32Bytes() { return DTypeSize(v1::FP32); }
+constexpr char kFitField[] = "topology.device_memory_bytes: ";
+
+// Model-copy and gradient bytes every rank of a group holds: the group's
+// buckets, padding included.
+struct GroupBuffers {
+  int64_t model = 0;
+  int64_t grad = 0;
+};
+
+std::vector<GroupBuffers> BuffersPerGroup(const v1::Plan& plan) {
+  const int grad_size = DTypeSize(plan.policy().grad_dtype());
+  std::vector<GroupBuffers> out(plan.groups_size());
+  for (const v1::MuonBucket& b : plan.muon_buckets()) {
+    out[b.group()].model += b.numel() * DTypeSize(b.dtype());
+    out[b.group()].grad += b.numel() * grad_size;
+  }
+  for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
+    out[b.group()].model += b.numel() * DTypeSize(b.dtype());
+    out[b.group()].grad += b.numel() * grad_size;
+  }
+  return out;
+}
+
+// The rank orthogonalises this owned matrix itself (all of it).
+bool RunsNs(const v1::OwnedTensor& o, int tp_rank) {
+  return o.tp_op() == v1::TP_OP_NONE || o.ns_tp_rank() < 0 || o.ns_tp_rank() == tp_rank;
+}
+
+int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r) {
+  int64_t largest = 0;
+  for (const v1::OwnedTensor& o : r.owned()) {
+    if (!RunsNs(o, r.tp_rank())) continue;
+    const v1::PlannedTensor& t = plan.tensors(o.tensor());
+    const int n = t.shape_size();
+    if (n < 2) continue;
+    largest = std::max(largest, NsWorkspaceBytes(t.shape(n - 2), t.shape(n - 1)));
+  }
+  return largest;
+}
+
+// With tp > 1 (ShardedOptimizer::AllocateTpScratch): per Muon bucket, the
+// fp32 updates of the rank's TP-split shards, and for each batch it
+// orthogonalises (one per NS tp rank) tp x the batch's shards twice, for the
+// gathered inputs and the whole matrices. The buffers are sized by the
+// largest bucket.
+int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
+  const int64_t tp = std::max(1, plan.topology().tp());
+  std::map<int, int64_t> update;                    // bucket -> shard elements
+  std::map<std::pair<int, int>, int64_t> batches;   // (bucket, ns tp rank) -> elements
+  for (const v1::OwnedTensor& o : r.owned()) {
+    if (o.tp_op() == v1::TP_OP_NONE) continue;
+    update[o.bucket()] += o.numel();
+    if (RunsNs(o, r.tp_rank())) batches[{o.bucket(), o.ns_tp_rank()}] += o.numel();
+  }
+  int64_t max_update = 0;
+  for (const auto& [bucket, numel] : update) max_update = std::max(max_update, numel);
+  std::map<int, int64_t> scratch;
+  for (const auto& [key, numel] : batches) scratch[key.first] += tp * numel;
+  int64_t max_scratch = 0;
+  for (const auto& [bucket, numel] : scratch) max_scratch = std::max(max_scratch, numel);
+  return Fp32Bytes() * (max_update + 2 * max_scratch);
+}
+
+// Per rank: the bytes of its fp32 masters, which only BF16/FP16 parameters
+// have (MasterBytesPerElem): of its owned Muon tensors and of its shards of
+// the AdamW buckets.
+std::vector<int64_t> MasterBytesPerRank(const v1::Plan& plan) {
+  std::vector<int64_t> out(plan.ranks_size(), 0);
+  for (const v1::RankPlan& r : plan.ranks()) {
+    if (r.rank() < 0 || r.rank() >= plan.ranks_size()) continue;
+    for (const v1::OwnedTensor& o : r.owned()) {
+      if (o.tensor() < 0 || o.tensor() >= plan.tensors_size()) continue;
+      out[r.rank()] += o.numel() * MasterBytesPerElem(plan.tensors(o.tensor()).dtype());
+    }
+  }
+  for (const v1::AdamwBucket& b : plan.adamw_buckets()) {
+    const int64_t per_elem = MasterBytesPerElem(b.dtype());
+    if (per_elem == 0 || b.group() < 0 || b.group() >= plan.groups_size()) continue;
+    const v1::CommGroup& g = plan.groups(b.group());
+    for (int i = 0; i < g.ranks_size() && i + 1 < b.shard_offsets_size(); ++i) {
+      const int rank = g.ranks(i);
+      if (rank < 0 || rank >= plan.ranks_size()) continue;
+      out[rank] += (b.shard_offsets(i + 1) - b.shard_offsets(i)) * per_elem;
+    }
+  }
+  return out;
+}
+
+v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const GroupBuffers& held,
+                        int64_t master_bytes, int64_t capacity) {
+  v1::RankMemory m;
+  m.set_model_bytes(held.model);
+  m.set_grad_bytes(held.grad);
+  m.set_master_bytes(master_bytes);
+  m.set_muon_momentum_bytes(Fp32Bytes() * r.muon_numel());
+  m.set_adamw_moment_bytes(2 * Fp32Bytes() * r.adamw_shard_numel());
+  m.set_comm_buffer_bytes(TpStagingBytes(plan, r));
+  m.set_ns_workspace_bytes(LargestNsWorkspace(plan, r));
+  int64_t total = 0;
+  for (const MemoryTerm& term : MemoryTerms()) total += (m.*term.get)();
+  m.set_total_bytes(total);
+  if (capacity > 0) {
+    m.set_capacity_bytes(capacity);
+    m.set_headroom_bytes(capacity - total);
+  }
+  return m;
+}
+
+const char* LargestTerm(const v1::RankMemory& m, int64_t* bytes) {
+  const MemoryTerm* best = &MemoryTerms()[0];
+  for (const MemoryTerm& term : MemoryTerms()) {
+    if ((m.*term.get)() > (m.*best->get)()) best = &term;
+  }
+  *bytes = (m.*best->get)();
+  return best->name;
+}
+
+}  // namespace
+
+const std::vector<MemoryTerm>& MemoryTerms() {
+  static const auto* terms = new std::vector<MemoryTerm>{
+      {"model", &v1::RankMemory::model_bytes},
+      {"grad", &v1::RankMemory::grad_bytes},
+      {"master", &v1::RankMemory::master_bytes},
+      {"muon_momentum", &v1::RankMemory::muon_momentum_bytes},
+      {"adamw_moment", &v1::RankMemory::adamw_moment_bytes},
+      {"comm_buffer", &v1::RankMemory::comm_buffer_bytes},
+      {"ns_workspace", &v1::RankMemory::ns_workspace_bytes},
+  };
+  return *terms;
+}
+
+int64_t NsWorkspaceBytes(int64_t rows, int64_t cols) {
+  const int64_t small = std::min(rows, cols);
+  return Fp32Bytes() * (3 * rows * cols + 2 * small * small);
+}
+
+absl::StatusOr<std::vector<int64_t>> CanonicalCapacities(const v1::Topology& topology, int world_size) {
+  const auto& given = topology.device_memory_bytes();
+  if (given.size() > 1 && given.size() != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(kFitField, "give one value or world_size = ", world_size,
+                                                   " values, got ", given.size()));
+  }
+  for (int i = 0; i < given.size(); ++i) {
+    if (given[i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kFitField, "value ", i, " must be > 0, got ", given[i]));
+    }
+  }
+  std::vector<int64_t> out(given.begin(), given.end());
+  if (out.size() > 1 && std::all_of(out.begin(), out.end(), [&](int64_t c) { return c == out[0]; })) {
+    out.resize(1);
+  }
+  return out;
+}
+
+int64_t CapacityOf(const std::vector<int64_t>& capacities, int rank) {
+  if (capacities.size() == 1) return capacities[0];
+  return rank >= 0 && rank < static_cast<int>(capacities.size()) ? capacities[rank] : 0;
+}
+
+std::vector<v1::RankMemory> ComputeRankMemory(const v1::Plan& plan) {
+  const std::vector<GroupBuffers> per_group = BuffersPerGroup(plan);
+  std::vector<GroupBuffers> per_rank(plan.ranks_size());
+  for (int g = 0; g < plan.groups_size(); ++g) {
+    for (int rank : plan.groups(g).ranks()) {
+      if (rank < 0 || rank >= plan.ranks_size()) continue;
+      per_rank[rank].model += per_group[g].model;
+      per_rank[rank].grad += per_group[g].grad;
+    }
+  }
+  const std::vector<int64_t> capacities(plan.topology().device_memory_bytes().begin(),
+                                        plan.topology().device_memory_bytes().end());
+  const std::vector<int64_t> masters = MasterBytesPerRank(plan);
+  std::vector<v1::RankMemory> out;
+  out.reserve(plan.ranks_size());
+  for (int i = 0; i < plan.ranks_size(); ++i) {
+    out.push_back(MemoryOf(plan, plan.ranks(i), per_rank[i], masters[i], CapacityOf(capacities, i)));
+  }
+  return out;
+}
+
+void AddMemory(v1::Plan& plan) {
+  std::vector<v1::RankMemory> memory = ComputeRankMemory(plan);
+  v1::PlanStats& s = *plan.mutable_stats();
+  double sum = 0;
+  for (int i = 0; i < plan.ranks_size(); ++i) {
+    const v1::RankMemory& m = memory[i];
+    sum += static_cast<double>(m.total_bytes());
+    if (i == 0 || m.total_bytes() > s.max_memory_bytes()) {
+      s.set_max_memory_bytes(m.total_bytes());
+      s.set_max_memory_rank(i);
+    }
+    if (m.capacity_bytes() > 0 && (i == 0 || m.headroom_bytes() < s.min_headroom_bytes())) {
+      s.set_min_headroom_bytes(m.headroom_bytes());
+    }
+    *plan.mutable_ranks(i)->mutable_memory() = std::move(memory[i]);
+  }
+  s.set_mean_memory_bytes(plan.ranks_size() > 0 ? sum / plan.ranks_size() : 0);
+}
+
+absl::Status CheckFit(const v1::Plan& plan) {
+  const v1::RankPlan* worst = nullptr;
+  int over = 0;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    if (r.memory().capacity_bytes() == 0 || r.memory().headroom_bytes() >= 0) continue;
+    ++over;
+    if (worst == nullptr || r.memory().headroom_bytes() < worst->memory().headroom_bytes()) worst = &r;
+  }
+  if (worst == nullptr) return absl::OkStatus();
+  const v1::RankMemory& m = worst->memory();
+  int64_t term_bytes = 0;
+  const char* term = LargestTerm(m, &term_bytes);
+  return absl::InvalidArgumentError(absl::StrCat(
+      kFitField, "rank ", worst->rank(), " needs ", FormatBytes(m.total_bytes()), ", ",
+      FormatBytes(-m.headroom_bytes()), " over its ", FormatBytes(m.capacity_bytes()), " (largest term: ", term,
+      " ", FormatBytes(term_bytes), "); ", over, " of ", plan.ranks_size(), " ranks do not fit"));
+}
+
+bool IsFitError(const absl::Status& status) {
+  return absl::IsInvalidArgument(status) && absl::StartsWith(status.message(), kFitField) &&
+         absl::StrContains(status.message(), " over its ");
+}
+
+std::string FormatBytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (unit < 5 && bytes >= 1024.0) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
+}  // namespace muonshard::planner

@@ -1,0 +1,150 @@
+#ifndef MUONSHARD_PLAN_MODEL_H_
+#define MUONSHARD_PLAN_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "plan/topology.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "muonshard/v1/plan.pb.h"
+
+namespace re2 {
+class RE2;
+}  // namespace re2
+
+namespace muonshard::planner {
+
+// Bytes per element of a dtype; 0 for an unknown one.
+int DTypeSize(v1::DType dtype);
+// The gradient buffers' dtype of a plan's policy: grad_dtype, FP32 unless set.
+v1::DType GradDType(const v1::PlanPolicy& policy);
+// The name Paddle sorts dtypes by (`str(dtype)` order: bf16 < fp16 < fp32).
+const char* DTypeName(v1::DType dtype);
+
+// The dimension a TP split divides: `split` (TP_COLUMN or TP_ROW) of a
+// tensor of `dims` dimensions and `layout` -- its out dimension for COLUMN,
+// in for ROW, of the last two (OUT_IN: [.., out, in]; IN_OUT: [.., in, out]);
+// a 1-D tensor's only dimension is out. -1 for ROW on a 1-D tensor.
+int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split);
+
+// Where tp rank `t`'s shard of a tensor of `whole_shape` split on `dim`
+// (t-th of tp equal blocks along it) lies in the whole tensor, row-major:
+// `runs` runs of `run` elements; run k starts at k * run in the shard and
+// at offset + k * pitch in the whole tensor. The one definition of a TP
+// shard's place, for the worker's gather/scatter, workloads and checkpoints.
+struct TpShardRuns {
+  int64_t runs = 0;
+  int64_t run = 0;
+  int64_t pitch = 0;
+  int64_t offset = 0;
+  // The whole tensor's flattened index of the shard's element `local`.
+  int64_t WholeIndex(int64_t local) const { return offset + (local / run) * pitch + local % run; }
+};
+// REQUIRES: 0 <= dim < whole_shape.size(), whole_shape[dim] % tp == 0, 0 <= t < tp.
+TpShardRuns TpShardRunsOf(absl::Span<const int64_t> whole_shape, int dim, int tp, int t);
+
+// A planned tensor of a plan with tp > 1 that ranks hold as TP shards
+// (tp_split COLUMN or ROW, local_shape set); the shape and element count a
+// rank holds of it (the shard's, else the tensor's); and where tp rank t's
+// shard of it lies in the whole tensor (REQUIRES: IsTpSplit(tensor)).
+bool IsTpSplit(const v1::PlannedTensor& tensor);
+// A tensor every tp rank of a replica holds a whole copy of (tp > 1): not
+// split, and not an expert under ep > 1 (colour MOE_EXPERT), which one tp
+// rank holds. Its copies are equal: one of them (tp rank 0's) is written.
+bool IsTpReplicated(const v1::PlannedTensor& tensor, int tp);
+const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor);
+int64_t HeldNumel(const v1::PlannedTensor& tensor);
+TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t);
+
+// Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
+// a = min(m, n), b = max(m, n).
+double NsFlops(int64_t rows, int64_t cols, int steps);
+
+// The Muon exclusion patterns (case-insensitive regexes) compiled for speed:
+// a pattern that is a plain literal (optionally anchored by ^ or $, with
+// backslash-escaped punctuation) is matched as a case-insensitive substring,
+// which gives RE2's answer without running a regex per tensor name; the rest
+// go through one RE2 alternation.
+class ExcludeMatcher {
+ public:
+  static absl::StatusOr<ExcludeMatcher> Create(const std::vector<std::string>& patterns);
+  bool Matches(absl::string_view name) const;
+  // True when every pattern is a literal without digits: then a name matches
+  // iff the name with each run of digits replaced by one '0' does (a
+  // digit-free literal can only match inside digit-free stretches), so
+  // callers may memoise by that skeleton ("layers.0.mlp.experts.0...").
+  bool digit_agnostic() const { return regex_ == nullptr && digit_free_; }
+
+ private:
+  struct Literal {
+    std::string lower;
+    bool at_start = false;
+    bool at_end = false;
+  };
+  std::vector<Literal> literals_;
+  // For each byte, the literals whose first character it is (lower case), so
+  // one pass over a name tests every literal at the positions that matter.
+  std::vector<std::vector<int>> by_first_char_;
+  std::shared_ptr<const re2::RE2> regex_;  // Defined in model.cc: no re2 in this header.
+  bool digit_free_ = true;
+};
+
+// A tensor of the manifest after validation and classification.
+struct ResolvedTensor {
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+  int64_t numel = 0;
+  int esize = 0;
+  bool muon = false;
+  v1::Layout layout = v1::OUT_IN;
+  int stage = 0;
+  int expert = -1;     // per-expert tensor index, -1 otherwise
+  bool stack = false;  // fused expert stack: dim 0 indexes experts
+  // Tensor parallelism (tp > 1 only): the dimension split over the tp
+  // ranks, -1 when replicated.
+  int tp_dim = -1;
+  // Muon view: `matrices` matrices of rows x cols (the last two dims).
+  int matrices = 1;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  // The matrix Newton-Schulz sees: rows x cols, except for a TP shard
+  // (tensor_parallel.h), whose whole matrix is gathered first.
+  int64_t ns_rows = 0;
+  int64_t ns_cols = 0;
+};
+
+// The part of a tensor that lives in one comm group; the unit everything is
+// partitioned and bucketed by. Whole tensors are one unit.
+struct Unit {
+  int tensor = 0;
+  int group = 0;
+  int64_t elem_begin = 0;
+  int64_t numel = 0;
+  int matrix_begin = 0;
+  int matrix_end = 1;
+};
+
+struct ResolvedModel {
+  std::vector<ResolvedTensor> tensors;
+  std::vector<Unit> units;  // tensor-major, in manifest order
+  // Per group id: unit indices in manifest order.
+  std::vector<std::vector<int>> muon_units;
+  std::vector<std::vector<int>> adamw_units;
+};
+
+// Validates the manifest against the topology and the classification
+// patterns, and splits it into units. INVALID_ARGUMENT names the tensor.
+absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
+                                           const RankLayout& layout,
+                                           const std::vector<std::string>& exclude_patterns);
+
+// The default Muon exclusion patterns (case-insensitive regexes).
+const std::vector<std::string>& DefaultExcludePatterns();
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_PLAN_MODEL_H_
