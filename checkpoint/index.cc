@@ -67,8 +67,8 @@ absl::Status ValidatePieces(const v1::CheckpointIndex& index, const v1::Checkpoi
     at = p.end();
   }
   if (shard != tp - 1 || at != shard_numel) {
-    return Damaged(absl::StrCat(what, ": elements [", at, ", ", shard_numel, ") of tp rank ", shard,
-                                " (of ", tp, ") are in no piece"));
+    return Damaged(absl::StrCat(what, ": elements [", at, ", ", shard_numel, ") of tp rank ", shard, " (of ", tp,
+                                ") are in no piece"));
   }
   return absl::OkStatus();
 }
@@ -82,8 +82,8 @@ absl::Status ValidateTensor(const v1::CheckpointIndex& index, const v1::Checkpoi
   if (t.optimizer() != v1::MUON && t.optimizer() != v1::ADAMW) {
     return Damaged(absl::StrCat("tensor \"", t.name(), "\": optimizer is neither MUON nor ADAMW"));
   }
-  if (t.tp() < 0 || (t.tp() > 1 && (t.tp_dim() < 0 || t.tp_dim() >= t.shape_size() ||
-                                    t.shape(t.tp_dim()) % t.tp() != 0))) {
+  if (t.tp() < 0 ||
+      (t.tp() > 1 && (t.tp_dim() < 0 || t.tp_dim() >= t.shape_size() || t.shape(t.tp_dim()) % t.tp() != 0))) {
     return Damaged(absl::StrCat("tensor \"", t.name(), "\": tp ", t.tp(), " does not split dimension ", t.tp_dim()));
   }
   const std::vector<StateKind> kinds = KindsOf(t.optimizer());

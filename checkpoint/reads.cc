@@ -86,9 +86,8 @@ absl::Status CollectReads(const ShardSpec& wanted, const v1::CheckpointTensor& t
     return reads.Add(saved_tp > 1 ? wanted.tp_rank : 0, wanted.begin, wanted.end, 0);
   }
   if (saved_tp == 1) {
-    return ForEachWholeRange(wanted, [&](int64_t whole, int64_t n, int64_t dest) {
-      return reads.Add(0, whole, whole + n, dest);
-    });
+    return ForEachWholeRange(
+        wanted, [&](int64_t whole, int64_t n, int64_t dest) { return reads.Add(0, whole, whole + n, dest); });
   }
   const std::vector<int64_t> shape(t.shape().begin(), t.shape().end());
   const planner::TpShardRuns saved = planner::TpShardRunsOf(shape, t.tp_dim(), saved_tp, 0);
@@ -143,8 +142,8 @@ absl::StatusOr<std::vector<Read>> ComputeReads(const IndexLookup& lookup, const 
   }
   const int64_t held = t.numel() / std::max(1, wanted.tp);
   if (wanted.end > held) {
-    return NotInCheckpoint(wanted, absl::StrCat("the checkpoint's tensor has ", held, " elements",
-                                                wanted.tp > 1 ? " per tp shard" : ""));
+    return NotInCheckpoint(
+        wanted, absl::StrCat("the checkpoint's tensor has ", held, " elements", wanted.tp > 1 ? " per tp shard" : ""));
   }
   ReadCollector reads(wanted, t, tensor, state);
   MUONSHARD_RETURN_IF_ERROR(CollectReads(wanted, t, reads));

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "plan/transfer.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/transfer.h"
 
 namespace muonshard::checkpoint {
 

@@ -71,7 +71,8 @@ absl::StatusOr<std::vector<Entry>> LayOut(absl::Span<const StateShard> shards, K
                                                      spec.begin, ", ", spec.end, ") holds ", s.data.size(),
                                                      " elements"));
     }
-    Entry e{&s, PieceKey(style, spec.name, spec.dtype, spec.kind, spec.begin, spec.end, spec.tp > 1 ? spec.tp_rank : -1),
+    Entry e{&s,
+            PieceKey(style, spec.name, spec.dtype, spec.kind, spec.begin, spec.end, spec.tp > 1 ? spec.tp_rank : -1),
             s.data.data(), spec.numel() * 4};
     if (!keys.insert(e.key).second) {
       return absl::InvalidArgumentError(absl::StrCat("two shards have the key \"", e.key, "\""));
@@ -245,8 +246,8 @@ absl::Status SortAndCheckCoverage(v1::CheckpointTensor* t) {
       }
       if (p.begin() != at) {
         if (p.begin() > at) return missing(p.begin());
-        return absl::FailedPreconditionError(absl::StrCat(what, ": elements [", p.begin(), ", ", at,
-                                                          ") were saved twice"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": elements [", p.begin(), ", ", at, ") were saved twice"));
       }
       at = p.end();
     }

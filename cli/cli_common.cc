@@ -45,8 +45,7 @@ int ExitCodeForRpc(const absl::Status& status, RpcLimits limits) {
 }
 
 int ReportError(const absl::Status& status) {
-  std::cerr << "error: " << status.message() << " ["
-            << absl::StatusCodeToString(status.code()) << "]\n";
+  std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code()) << "]\n";
   return ExitCodeFor(status);
 }
 
@@ -68,8 +67,7 @@ int UsageError(const FlagSet& flags, absl::string_view message) {
   return kExitUsage;
 }
 
-int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
-                     std::vector<std::string>* positional) {
+int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args, std::vector<std::string>* positional) {
   if (flag_set_observer != nullptr) {
     (*flag_set_observer)(flags);
     return kExitOk;
@@ -94,8 +92,7 @@ absl::Status ReadMessageFile(const std::string& path, google::protobuf::Message*
   if (!content.ok()) return absl::InvalidArgumentError(content.status().message());
   if (absl::EndsWith(path, ".pb")) {
     if (!message->ParseFromString(*content)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a valid binary ", message->GetTypeName()));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a valid binary ", message->GetTypeName()));
     }
     return absl::OkStatus();
   }
@@ -106,15 +103,14 @@ absl::Status ReadMessageFile(const std::string& path, google::protobuf::Message*
       !importer::LooksLikeHfConfig(*content, &model_type)) {
     return status;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      path, " looks like a HuggingFace config.json (model_type ", QuoteForMessage(model_type),
-      "), not a manifest: run `muonshardctl import-hf ", path, "` first"));
+  return absl::InvalidArgumentError(absl::StrCat(path, " looks like a HuggingFace config.json (model_type ",
+                                                 QuoteForMessage(model_type),
+                                                 "), not a manifest: run `muonshardctl import-hf ", path, "` first"));
 }
 
 absl::Status CheckOutputFormat(const std::string& format) {
   if (format == "table" || format == "json") return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("flag --output: \"", format, "\" is not one of table, json"));
+  return absl::InvalidArgumentError(absl::StrCat("flag --output: \"", format, "\" is not one of table, json"));
 }
 
 int PrintJson(const google::protobuf::Message& message) {
@@ -138,8 +134,7 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
   flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");
   flags.Bool("per-dtype", &per_dtype, "partition Muon tensors of each dtype separately (Paddle #79740)");
-  flags.StringList("muon-exclude", &exclude,
-                   "regex of tensors that use AdamW; repeatable; replaces the defaults");
+  flags.StringList("muon-exclude", &exclude, "regex of tensors that use AdamW; repeatable; replaces the defaults");
   flags.String("device-memory", &device_memory,
                "device memory per rank, e.g. 80GiB, or one per rank (80GiB,80GiB,40GiB,...): states each rank's "
                "headroom and refuses a plan that does not fit (default: not checked)");
@@ -198,7 +193,8 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
   if (!device_memory.empty()) {
     absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizeList(device_memory);
-    if (!sizes.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --device-memory: ", sizes.status().message()));
+    if (!sizes.ok())
+      return absl::InvalidArgumentError(absl::StrCat("flag --device-memory: ", sizes.status().message()));
     request.mutable_topology()->mutable_device_memory_bytes()->Add(sizes->begin(), sizes->end());
   }
   return request;

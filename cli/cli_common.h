@@ -52,8 +52,7 @@ int ExitCodeForRpc(const absl::Status& status, RpcLimits limits);
 // the command has no flag of that name) and bad flags (the message and a
 // line naming `COMMAND --help` on stderr, exit 2); prints the warnings of
 // deprecated flags. Returns -1 to continue.
-int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args,
-                     std::vector<std::string>* positional);
+int ParseFlagsOrExit(FlagSet& flags, const std::vector<std::string>& args, std::vector<std::string>* positional);
 
 // Prints "error: <message>" and the line naming `COMMAND --help`; returns 2.
 int UsageError(const FlagSet& flags, absl::string_view message);

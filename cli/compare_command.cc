@@ -10,9 +10,9 @@
 #include "cli/format.h"
 #include "common/ordered_json.h"
 #include "common/proto_json.h"
+#include "muonshard/v1/plan.pb.h"
 #include "plan/plan_stats.h"
 #include "plan/planner.h"
-#include "muonshard/v1/plan.pb.h"
 
 namespace muonshard::cli {
 namespace {

@@ -15,12 +15,12 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/format.h"
+#include "cli/plan_table.h"
 #include "client/coordinator_calls.h"
 #include "client/coordinator_client.h"
-#include "cli/plan_table.h"
+#include "common/grpc_status.h"
 #include "common/proto_json.h"
 #include "common/quote.h"
-#include "common/grpc_status.h"
 
 namespace muonshard::cli {
 namespace {
@@ -29,8 +29,7 @@ using client::ConnectionOptions;
 using client::CoordinatorClient;
 
 int ReportRpcError(const absl::Status& status, RpcLimits limits = RpcLimits::kServerCapacity) {
-  std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code())
-            << "]\n";
+  std::cerr << "error: " << status.message() << " [" << absl::StatusCodeToString(status.code()) << "]\n";
   return ExitCodeForRpc(status, limits);
 }
 
@@ -41,9 +40,8 @@ constexpr size_t kMaxJobBytes = 256;
 // in its reply (past gRPC's metadata limit) or a watch would echo it.
 absl::Status CheckJobFlag(const std::string& job) {
   if (job.size() <= kMaxJobBytes) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("flag --job: ", QuoteBounded(job),
-                                                 " is longer than the coordinator's limit of ",
-                                                 kMaxJobBytes, " bytes"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "flag --job: ", QuoteBounded(job), " is longer than the coordinator's limit of ", kMaxJobBytes, " bytes"));
 }
 
 // Flags every coordinator command shares, and the parsed client.
@@ -58,12 +56,12 @@ struct Common {
   }
 
   // -1 to continue, or the exit code.
-  int Parse(FlagSet& flags, const std::vector<std::string>& args,
-            std::vector<std::string>* positional, size_t max_positional) {
+  int Parse(FlagSet& flags, const std::vector<std::string>& args, std::vector<std::string>* positional,
+            size_t max_positional) {
     if (int rc = ParseFlagsOrExit(flags, args, positional); rc >= 0) return rc;
     if (positional->size() > max_positional) {
-      return ReportError(absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", (*positional)[max_positional], "\"")));
+      return ReportError(
+          absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", (*positional)[max_positional], "\"")));
     }
     if (absl::Status s = CheckOutputFormat(output); !s.ok()) return ReportError(s);
     absl::StatusOr<std::unique_ptr<CoordinatorClient>> c = CoordinatorClient::Connect(connection);
@@ -84,8 +82,8 @@ std::string ShortHash(const std::string& hash) {
 }
 
 void PrintInfoLine(const v1::PlanVersionInfo& info, std::ostream& out) {
-  out << absl::StrFormat("version %d  created %s  model %s  world %s  tensors %s  hash %s\n",
-                         info.version(), FormatTime(info.create_time_micros()), info.model(),
+  out << absl::StrFormat("version %d  created %s  model %s  world %s  tensors %s  hash %s\n", info.version(),
+                         FormatTime(info.create_time_micros()), info.model(),
                          WithThousands(info.topology().world_size()), WithThousands(info.tensors()),
                          info.content_hash());
 }
@@ -96,13 +94,11 @@ void PrintInfoLine(const v1::PlanVersionInfo& info, std::ostream& out) {
 // says "none" rather than print an empty table).
 void PrintRankView(const v1::RankView& view, std::ostream& out) {
   const v1::RankPlan& r = view.rank();
-  out << absl::StrFormat(
-      "rank %d  stage %d  ep %d  sharding rank %d  moe sharding rank %d  groups %d\n", r.rank(),
-      r.stage(), r.ep_rank(), r.sharding_rank(), r.moe_sharding_rank(), view.groups_size());
-  out << absl::StrFormat(
-      "optimizer state %s MiB  ns %s GFLOP  muon elems %s  adamw elems %s (shard %s)\n",
-      Mib(r.optimizer_state_bytes()), Gflop(r.ns_flops(), 2), WithThousands(r.muon_numel()),
-      WithThousands(r.adamw_numel()), WithThousands(r.adamw_shard_numel()));
+  out << absl::StrFormat("rank %d  stage %d  ep %d  sharding rank %d  moe sharding rank %d  groups %d\n", r.rank(),
+                         r.stage(), r.ep_rank(), r.sharding_rank(), r.moe_sharding_rank(), view.groups_size());
+  out << absl::StrFormat("optimizer state %s MiB  ns %s GFLOP  muon elems %s  adamw elems %s (shard %s)\n",
+                         Mib(r.optimizer_state_bytes()), Gflop(r.ns_flops(), 2), WithThousands(r.muon_numel()),
+                         WithThousands(r.adamw_numel()), WithThousands(r.adamw_shard_numel()));
   if (r.has_memory()) out << "memory (MiB)  " << MemoryTerms(r.memory()) << "\n";
   out << absl::StrFormat("bytes/step  reduce %s  reduce-scatter %s  broadcast %s  all-gather %s\n",
                          WithThousands(r.grad_reduce_bytes()), WithThousands(r.grad_reduce_scatter_bytes()),
@@ -110,8 +106,8 @@ void PrintRankView(const v1::RankView& view, std::ostream& out) {
   if (r.owned_size() == 0) {
     out << "\nowned (muon): none\n";
   } else {
-    out << absl::StrFormat("\nowned (muon): %s\n%-60s %10s %14s %12s %7s\n", WithThousands(r.owned_size()),
-                           "tensor", "matrices", "elements", "ns_GFLOP", "bucket");
+    out << absl::StrFormat("\nowned (muon): %s\n%-60s %10s %14s %12s %7s\n", WithThousands(r.owned_size()), "tensor",
+                           "matrices", "elements", "ns_GFLOP", "bucket");
   }
   for (const v1::OwnedTensor& o : r.owned()) {
     out << absl::StrFormat("%-60s %4d..%-5d %14s %12s %7d\n", o.name(), o.matrix_begin(), o.matrix_end(),
@@ -120,12 +116,12 @@ void PrintRankView(const v1::RankView& view, std::ostream& out) {
   if (r.slices_size() == 0) {
     out << "\nslices (adamw): none\n";
   } else {
-    out << absl::StrFormat("\nslices (adamw): %s\n%-60s %14s %14s %8s %7s\n", WithThousands(r.slices_size()),
-                           "tensor", "begin", "end", "padding", "bucket");
+    out << absl::StrFormat("\nslices (adamw): %s\n%-60s %14s %14s %8s %7s\n", WithThousands(r.slices_size()), "tensor",
+                           "begin", "end", "padding", "bucket");
   }
   for (const v1::TensorSlice& s : r.slices()) {
-    out << absl::StrFormat("%-60s %14s %14s %8s %7d\n", s.name(), WithThousands(s.begin()),
-                           WithThousands(s.end()), WithThousands(s.padding()), s.bucket());
+    out << absl::StrFormat("%-60s %14s %14s %8s %7d\n", s.name(), WithThousands(s.begin()), WithThousands(s.end()),
+                           WithThousands(s.padding()), s.bucket());
   }
 }
 
@@ -148,8 +144,8 @@ int RunGet(const std::vector<std::string>& args) {
   if (version < 0) return ReportError(absl::InvalidArgumentError("flag --version must be >= 0"));
   if (absl::Status s = CheckRankOrder(rows, c.output); !s.ok()) return ReportError(s);
   if (flags.WasSet("rank") && rows.given()) {
-    return ReportError(absl::InvalidArgumentError(absl::StrCat(
-        "get --rank prints one rank; ", !rows.sort.empty() ? "--sort" : "--top", " is not used")));
+    return ReportError(absl::InvalidArgumentError(
+        absl::StrCat("get --rank prints one rank; ", !rows.sort.empty() ? "--sort" : "--top", " is not used")));
   }
   v1::GetPlanRequest request;
   request.set_version(version);
@@ -191,9 +187,8 @@ int RunSubmit(const std::vector<std::string>& args) {
   }
   const v1::SubmitPlanResponse& response = *submitted;
   if (c.json()) return PrintJson(response);
-  std::cout << absl::StrFormat(
-      "version %d %s\n", response.version(),
-      response.created() ? "created" : "(identical request already stored)");
+  std::cout << absl::StrFormat("version %d %s\n", response.version(),
+                               response.created() ? "created" : "(identical request already stored)");
   PrintInfoLine(response.info(), std::cout);
   return kExitOk;
 }
@@ -208,8 +203,8 @@ void PrintVersionList(const v1::ListPlansResponse& all, std::ostream& out) {
   }
   out << absl::StrFormat("%s, latest v%d\n\n", Count(all.versions_size(), "plan version", "plan versions"),
                          all.latest_version());
-  out << absl::StrFormat("%8s  %-20s  %-20s %6s %3s %3s %-9s %8s %9s  %s\n", "version", "created", "model",
-                         "world", "pp", "ep", "policy", "tensors", "max/mean", "hash");
+  out << absl::StrFormat("%8s  %-20s  %-20s %6s %3s %3s %-9s %8s %9s  %s\n", "version", "created", "model", "world",
+                         "pp", "ep", "policy", "tensors", "max/mean", "hash");
   for (const v1::PlanVersionInfo& v : all.versions()) {
     out << absl::StrFormat("%8d  %-20s  %-20s %6s %3d %3d %-9s %8s %9.3f  %s\n", v.version(),
                            FormatTime(v.create_time_micros()), v.model(), WithThousands(v.topology().world_size()),
@@ -222,8 +217,7 @@ void PrintVersionList(const v1::ListPlansResponse& all, std::ostream& out) {
 }  // namespace
 
 int RunList(const std::vector<std::string>& args) {
-  FlagSet flags(
-      "usage: muonshardctl list [--output table|json] [--coordinator HOST:PORT] [--tls-ca F]");
+  FlagSet flags("usage: muonshardctl list [--output table|json] [--coordinator HOST:PORT] [--tls-ca F]");
   Common c;
   c.Register(flags);
   std::vector<std::string> positional;
@@ -233,8 +227,7 @@ int RunList(const std::vector<std::string>& args) {
   for (int page = 0; page < 100000; ++page) {  // bounded: 10k versions per page
     v1::ListPlansResponse response;
     auto ctx = c.client->NewContext();
-    absl::Status s =
-        client::FromGrpcStatus(c.client->stub().ListPlans(ctx.get(), request, &response));
+    absl::Status s = client::FromGrpcStatus(c.client->stub().ListPlans(ctx.get(), request, &response));
     if (!s.ok()) return ReportRpcError(s);
     all.set_latest_version(response.latest_version());
     for (v1::PlanVersionInfo& v : *response.mutable_versions()) *all.add_versions() = std::move(v);
@@ -251,16 +244,14 @@ namespace {
 std::string EventLine(const v1::WatchEvent& e) {
   if (e.has_plan()) {
     const v1::PlanVersionInfo& p = e.plan();
-    return absl::StrFormat("plan version=%d model=%s world=%d tensors=%d hash=%s", p.version(),
-                           p.model(), p.topology().world_size(), p.tensors(), p.content_hash());
+    return absl::StrFormat("plan version=%d model=%s world=%d tensors=%d hash=%s", p.version(), p.model(),
+                           p.topology().world_size(), p.tensors(), p.content_hash());
   }
   const v1::JobEvent& j = e.job();
-  std::string line =
-      absl::StrFormat("job %s revision=%d %s generation=%d plan=%d", j.job(), j.revision(),
-                      v1::JobEventType_Name(j.type()), j.generation(), j.plan_version());
+  std::string line = absl::StrFormat("job %s revision=%d %s generation=%d plan=%d", j.job(), j.revision(),
+                                     v1::JobEventType_Name(j.type()), j.generation(), j.plan_version());
   if (j.has_worker()) {
-    absl::StrAppend(&line, " rank=", j.worker().rank(), " host=", j.worker().host(),
-                    " device=", j.worker().device());
+    absl::StrAppend(&line, " rank=", j.worker().rank(), " host=", j.worker().host(), " device=", j.worker().device());
   }
   if (j.type() == v1::JOB_EVENT_SNAPSHOT) absl::StrAppend(&line, " workers=", j.workers_size());
   if (!j.reason().empty()) absl::StrAppend(&line, " reason=\"", j.reason(), "\"");
@@ -281,8 +272,7 @@ int RunWatch(const std::vector<std::string>& args) {
   int64_t from_job_revision = 0;
   int64_t count = 0;
   v1::WatchRequest request;
-  flags.Int("from-version", &from_version,
-            "stream versions after this one (default: from the latest)");
+  flags.Int("from-version", &from_version, "stream versions after this one (default: from the latest)");
   flags.String("job", request.mutable_job(), "also stream this job's membership events");
   flags.Int("from-job-revision", &from_job_revision, "resume the job's events after this revision");
   flags.Int("count", &count, "exit after this many events (0 = never)");
@@ -292,8 +282,7 @@ int RunWatch(const std::vector<std::string>& args) {
   if (flags.WasSet("from-version")) request.set_from_version(from_version);
   request.set_from_job_revision(from_job_revision);
   auto ctx = c.client->NewContext(/*streaming=*/true);
-  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader =
-      c.client->stub().Watch(ctx.get(), request);
+  std::unique_ptr<grpc::ClientReader<v1::WatchEvent>> reader = c.client->stub().Watch(ctx.get(), request);
   v1::WatchEvent event;
   int64_t seen = 0;
   while ((count == 0 || seen < count) && reader->Read(&event)) {
@@ -339,8 +328,7 @@ int RunDiff(const std::vector<std::string>& args) {
   request.set_limit(limit);
   v1::DiffPlansResponse response;
   auto ctx = c.client->NewContext();
-  absl::Status s =
-      client::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
+  absl::Status s = client::FromGrpcStatus(c.client->stub().DiffPlans(ctx.get(), request, &response));
   if (!s.ok()) return ReportRpcError(s);
   if (c.json()) return PrintJson(response.diff());
   PrintPlanDiff(response.diff(), limit, std::cout);
@@ -363,8 +351,8 @@ std::vector<Column> WorkerColumns(const v1::JobStatus& job, int64_t now) {
       {"host", -24, [w](int i) { return w(i).host(); }},
       {"device", -10, [w](int i) { return w(i).device(); }},
       {"incarnation", 20, [w](int i) { return absl::StrCat(w(i).incarnation()); }},
-      {"generation", 10, [w](int i) { return absl::StrCat(w(i).generation()); }, "generation",
-       SortOrder::kAscending, [w](int i) { return w(i).generation(); }},
+      {"generation", 10, [w](int i) { return absl::StrCat(w(i).generation()); }, "generation", SortOrder::kAscending,
+       [w](int i) { return w(i).generation(); }},
       {"heartbeat_s", 12, [age_s](int i) { return FixedWithThousands(age_s(i), 1); }, "heartbeat",
        SortOrder::kLargestFirst, age_s},
   };
@@ -373,8 +361,8 @@ std::vector<Column> WorkerColumns(const v1::JobStatus& job, int64_t now) {
 // The job's line (and why it failed or moved, its elasticity, a failed resize), then
 // its workers in `rows` order.
 void PrintJob(const v1::JobStatus& job, int64_t now, const RowOrder& rows, std::ostream& out) {
-  out << absl::StrFormat("job %s  generation %d  plan v%d  world %s  revision %d\n", job.job(),
-                         job.generation(), job.plan_version(), WithThousands(job.world_size()), job.revision());
+  out << absl::StrFormat("job %s  generation %d  plan v%d  world %s  revision %d\n", job.job(), job.generation(),
+                         job.plan_version(), WithThousands(job.world_size()), job.revision());
   // Why the job is at this generation (a failure, a report, a resize), and
   // its elasticity: what an operator looks for first.
   if (job.has_failure()) {  // NOTE [Job failure]: the reason every rank ended with

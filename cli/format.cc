@@ -74,13 +74,9 @@ std::string FixedWithThousands(double value, int decimals) {
                       text.substr(integer_end));
 }
 
-std::string Mib(double bytes, int decimals) {
-  return FixedWithThousands(bytes / (1024.0 * 1024.0), decimals);
-}
+std::string Mib(double bytes, int decimals) { return FixedWithThousands(bytes / (1024.0 * 1024.0), decimals); }
 
-std::string Gib(double bytes, int decimals) {
-  return FixedWithThousands(bytes / (1024.0 * 1024.0 * 1024.0), decimals);
-}
+std::string Gib(double bytes, int decimals) { return FixedWithThousands(bytes / (1024.0 * 1024.0 * 1024.0), decimals); }
 
 std::string Gflop(double flops, int decimals) { return FixedWithThousands(flops / 1e9, decimals); }
 
@@ -90,21 +86,20 @@ std::string Count(int64_t n, const char* singular, const char* plural) {
 
 void RowOrder::Register(FlagSet& flags, const std::vector<Column>& columns) {
   const Column* by_default = SortColumn(columns, RowOrder());
-  flags.String("sort", &sort, absl::StrCat("order the rows by one of: ", SortKeys(columns),
-                                           " (sizes largest first; default ",
-                                           by_default != nullptr ? by_default->key : "none", ")"));
+  flags.String("sort", &sort,
+               absl::StrCat("order the rows by one of: ", SortKeys(columns), " (sizes largest first; default ",
+                            by_default != nullptr ? by_default->key : "none", ")"));
   flags.Int("top", &top, "print only the first N rows in --sort order (0 = all)");
 }
 
 absl::Status RowOrder::Check(const std::vector<Column>& columns, const std::string& output) const {
   if (!sort.empty() && FindKey(columns, sort) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --sort: \"", sort, "\" is not one of ", SortKeys(columns)));
+    return absl::InvalidArgumentError(absl::StrCat("flag --sort: \"", sort, "\" is not one of ", SortKeys(columns)));
   }
   if (top < 0) return absl::InvalidArgumentError(absl::StrCat("flag --top: must be >= 0, got ", top));
   if (output == "json" && given()) {
-    return absl::InvalidArgumentError(absl::StrCat("--output json prints every row; ",
-                                                   !sort.empty() ? "--sort" : "--top", " is for the table"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--output json prints every row; ", !sort.empty() ? "--sort" : "--top", " is for the table"));
   }
   return absl::OkStatus();
 }
@@ -117,8 +112,8 @@ std::string SortKeys(const std::vector<Column>& columns) {
   return absl::StrJoin(keys, ", ");
 }
 
-void PrintTable(const std::vector<Column>& columns, int rows, const RowOrder& order,
-                const char* noun, std::ostream& out) {
+void PrintTable(const std::vector<Column>& columns, int rows, const RowOrder& order, const char* noun,
+                std::ostream& out) {
   std::vector<int> index(std::max(rows, 0));
   std::iota(index.begin(), index.end(), 0);
   const Column* by = SortColumn(columns, order);
@@ -136,9 +131,11 @@ void PrintTable(const std::vector<Column>& columns, int rows, const RowOrder& or
                            WithThousands(rows), noun, by->key,
                            by->order == SortOrder::kLargestFirst ? " (largest first)" : "");
   }
-  PrintRow(columns, [](const Column& c) { return c.header; }, out);
+  PrintRow(
+      columns, [](const Column& c) { return c.header; }, out);
   for (int row : index) {
-    PrintRow(columns, [row](const Column& c) { return c.cell(row); }, out);
+    PrintRow(
+        columns, [row](const Column& c) { return c.cell(row); }, out);
   }
 }
 

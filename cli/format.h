@@ -71,8 +71,8 @@ std::string SortKeys(const std::vector<Column>& columns);
 // The header and `rows` rows, ordered by `order` (which Check accepted).
 // When ordered by a non-default key or cut by --top, a line first says so:
 // "10 of 1,024 ranks, by flops (largest first)". `noun` names the rows.
-void PrintTable(const std::vector<Column>& columns, int rows, const RowOrder& order,
-                const char* noun, std::ostream& out);
+void PrintTable(const std::vector<Column>& columns, int rows, const RowOrder& order, const char* noun,
+                std::ostream& out);
 
 }  // namespace muonshard::cli
 

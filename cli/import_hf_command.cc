@@ -10,8 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "cli/cli_common.h"
-#include "cli/import_tp_flags.h"
 #include "cli/commands.h"
+#include "cli/import_tp_flags.h"
 #include "common/file_util.h"
 #include "importer/hf_import.h"
 #include "importer/manifest_summary.h"
@@ -71,10 +71,10 @@ absl::StatusOr<v1::ModelManifest> Import(const std::string& path, importer::Impo
 }  // namespace
 
 int RunImportHf(const std::vector<std::string>& args) {
-  FlagSet flags(
-      absl::StrCat("usage: muonshardctl import-hf CONFIG.json [--mtp] [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
-                   "  prints the model's manifest (JSON) on stdout; model types: ",
-                   absl::StrJoin(importer::SupportedModelTypes(), ", ")));
+  FlagSet flags(absl::StrCat(
+      "usage: muonshardctl import-hf CONFIG.json [--mtp] [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
+      "  prints the model's manifest (JSON) on stdout; model types: ",
+      absl::StrJoin(importer::SupportedModelTypes(), ", ")));
   importer::ImportOptions options;
   std::string output = "json";
   flags.Bool("mtp", &options.mtp, "add the next-n prediction (MTP) layers (DeepSeek-V3, Kimi-K2)");
@@ -97,8 +97,8 @@ int RunImportHf(const std::vector<std::string>& args) {
     return kExitOk;
   }
   importer::ManifestSummary s = importer::Summarize(*manifest);
-  std::cerr << "import-hf: " << manifest->model() << ": " << Grouped(s.tensors) << " tensors, "
-            << Grouped(s.parameters) << " parameters\n";
+  std::cerr << "import-hf: " << manifest->model() << ": " << Grouped(s.tensors) << " tensors, " << Grouped(s.parameters)
+            << " parameters\n";
   return PrintJson(*manifest);
 }
 

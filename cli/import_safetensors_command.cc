@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/cli_common.h"
-#include "cli/import_tp_flags.h"
 #include "cli/commands.h"
+#include "cli/import_tp_flags.h"
 #include "common/ordered_json.h"
 #include "importer/manifest_summary.h"
 #include "importer/safetensors_files.h"

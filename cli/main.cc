@@ -42,8 +42,7 @@ constexpr const char* kShells[] = {"bash", nullptr};
 constexpr Command kCommands[] = {
     {"plan", "compute a partition plan locally and print it", RunPlan, nullptr},
     {"import-hf", "build a manifest from a HuggingFace config.json", RunImportHf, nullptr},
-    {"import-safetensors", "build a manifest from a safetensors checkpoint's headers", RunImportSafetensors,
-     nullptr},
+    {"import-safetensors", "build a manifest from a safetensors checkpoint's headers", RunImportSafetensors, nullptr},
     {"compare", "seed vs balanced plans of a manifest, side by side", RunCompare, nullptr},
     {"submit", "submit a plan request to the coordinator", RunSubmit, nullptr},
     {"get", "print a stored plan, or one rank's view", RunGet, nullptr},
@@ -150,8 +149,8 @@ Invocation SplitInvocation(const std::vector<std::string>& args) {
   if (!args.empty() && args[0].size() > 1 && args[0][0] == '-') value_flags = ValueFlagNames();
   for (; i < args.size() && args[i].size() > 1 && args[i][0] == '-' && args[i] != "--"; ++i) {
     inv.leading.push_back(args[i]);
-    const bool bare = args[i].find('=') == std::string::npos && args[i] != "-h" && args[i] != "--help" &&
-                      args[i] != "--version";
+    const bool bare =
+        args[i].find('=') == std::string::npos && args[i] != "-h" && args[i] != "--help" && args[i] != "--version";
     if (bare && i + 1 < args.size() && TakesValue(args[i], args[i + 1], value_flags)) {
       inv.leading.push_back(args[++i]);
     }

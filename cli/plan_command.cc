@@ -1,16 +1,16 @@
 // `muonshardctl plan`: computes a plan locally and prints it.
 #include <cstdio>
 #include <iostream>
+#include <memory>
 
 #include "absl/strings/str_format.h"
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/plan_table.h"
+#include "common/status_macros.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
 #include "plan/transfer.h"
-#include "common/status_macros.h"
-#include <memory>
 
 namespace muonshard::cli {
 

@@ -16,15 +16,18 @@ using RowValue = std::function<double(int row)>;
 
 // An identifier column (rank, stage): the value as an integer, ascending.
 Column IdColumn(const char* header, int width, const char* key, RowValue value) {
-  return Column{header, width, [value](int row) { return absl::StrCat(static_cast<int64_t>(value(row))); },
-                key, SortOrder::kAscending, value};
+  return Column{header,
+                width,
+                [value](int row) { return absl::StrCat(static_cast<int64_t>(value(row))); },
+                key,
+                SortOrder::kAscending,
+                value};
 }
 
 // A size column (bytes, FLOPs, counts): `format`ted, largest first.
-Column SizeColumn(const char* header, int width, const char* key, RowValue value,
-                  std::string (*format)(double)) {
-  return Column{header, width, [value, format](int row) { return format(value(row)); }, key,
-                SortOrder::kLargestFirst, value};
+Column SizeColumn(const char* header, int width, const char* key, RowValue value, std::string (*format)(double)) {
+  return Column{header, width, [value, format](int row) { return format(value(row)); }, key, SortOrder::kLargestFirst,
+                value};
 }
 
 std::string MibText(double bytes) { return Mib(bytes); }
@@ -66,14 +69,13 @@ void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
     total += r.tp_recv_bytes();
     busiest = std::max(busiest, r.tp_send_bytes() + r.tp_recv_bytes());
   }
-  out << absl::StrFormat(
-      "tensor parallel  tp %d  %s  TP bytes per step %s MiB (busiest rank sends+receives %s MiB)\n",
-      plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), Mib(total), Mib(busiest));
+  out << absl::StrFormat("tensor parallel  tp %d  %s  TP bytes per step %s MiB (busiest rank sends+receives %s MiB)\n",
+                         plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), Mib(total), Mib(busiest));
 }
 
 int64_t ChangedTensors(const v1::PlanDiff& d) {
-  return int64_t{d.owner_changed()} + d.slice_changed() + d.optimizer_changed() + d.shape_changed() +
-         d.added() + d.removed();
+  return int64_t{d.owner_changed()} + d.slice_changed() + d.optimizer_changed() + d.shape_changed() + d.added() +
+         d.removed();
 }
 
 }  // namespace
@@ -84,15 +86,22 @@ std::vector<Column> RankColumns(const v1::Plan& plan) {
       IdColumn("rank", 6, "rank", [r](int i) { return r(i).rank(); }),
       IdColumn("stage", 5, "stage", [r](int i) { return r(i).stage(); }),
       IdColumn("ep", 4, "ep", [r](int i) { return r(i).ep_rank(); }),
-      SizeColumn("state_MiB", 14, "state", [r](int i) { return r(i).optimizer_state_bytes(); }, MibText),
-      SizeColumn("ns_GFLOP", 14, "flops", [r](int i) { return r(i).ns_flops(); }, GflopText),
-      SizeColumn("owned", 7, "owned", [r](int i) { return r(i).owned_size(); }, CountText),
-      SizeColumn("muon_elems", 16, "muon", [r](int i) { return r(i).muon_numel(); }, CountText),
-      SizeColumn("slice_elems", 16, "slice", [r](int i) { return r(i).adamw_numel(); }, CountText),
-      SizeColumn("memory_MiB", 14, "memory", [r](int i) { return r(i).memory().total_bytes(); }, MibText),
-      Column{"headroom_MiB", 14, [r](int i) { return HeadroomText(r(i).memory()); }, "headroom",
-             SortOrder::kAscending, [r](int i) { return static_cast<double>(r(i).memory().headroom_bytes()); }},
-      SizeColumn("buddy_MiB", 10, "buddy", [&plan](int i) { return BuddyBytes(plan, i); }, MibText),
+      SizeColumn(
+          "state_MiB", 14, "state", [r](int i) { return r(i).optimizer_state_bytes(); }, MibText),
+      SizeColumn(
+          "ns_GFLOP", 14, "flops", [r](int i) { return r(i).ns_flops(); }, GflopText),
+      SizeColumn(
+          "owned", 7, "owned", [r](int i) { return r(i).owned_size(); }, CountText),
+      SizeColumn(
+          "muon_elems", 16, "muon", [r](int i) { return r(i).muon_numel(); }, CountText),
+      SizeColumn(
+          "slice_elems", 16, "slice", [r](int i) { return r(i).adamw_numel(); }, CountText),
+      SizeColumn(
+          "memory_MiB", 14, "memory", [r](int i) { return r(i).memory().total_bytes(); }, MibText),
+      Column{"headroom_MiB", 14, [r](int i) { return HeadroomText(r(i).memory()); }, "headroom", SortOrder::kAscending,
+             [r](int i) { return static_cast<double>(r(i).memory().headroom_bytes()); }},
+      SizeColumn(
+          "buddy_MiB", 10, "buddy", [&plan](int i) { return BuddyBytes(plan, i); }, MibText),
   };
 }
 
@@ -106,27 +115,24 @@ absl::Status CheckRankOrder(const RowOrder& order, const std::string& output) {
 
 void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
   const v1::PlanStats& s = plan.stats();
-  out << absl::StrFormat("model %s  world %s  pp %d  ep %d%s  policy %s  buffer %s MiB\n",
-                         plan.model(), WithThousands(plan.topology().world_size()), plan.topology().pp(),
-                         plan.topology().ep(),
+  out << absl::StrFormat("model %s  world %s  pp %d  ep %d%s  policy %s  buffer %s MiB\n", plan.model(),
+                         WithThousands(plan.topology().world_size()), plan.topology().pp(), plan.topology().ep(),
                          plan.topology().tp() > 1 ? absl::StrFormat("  tp %d", plan.topology().tp()) : "",
-                         v1::Policy_Name(plan.policy().policy()),
-                         WithThousands(plan.policy().comm_buffer_mb()));
+                         v1::Policy_Name(plan.policy().policy()), WithThousands(plan.policy().comm_buffer_mb()));
   out << absl::StrFormat("hash %s\n", plan.content_hash());
-  out << absl::StrFormat("params %s (muon %s in %s tensors, adamw %s in %s tensors)\n",
-                         WithThousands(s.total_params()), WithThousands(s.muon_params()),
-                         WithThousands(s.muon_tensors()), WithThousands(s.adamw_params()),
-                         WithThousands(s.adamw_tensors()));
+  out << absl::StrFormat("params %s (muon %s in %s tensors, adamw %s in %s tensors)\n", WithThousands(s.total_params()),
+                         WithThousands(s.muon_params()), WithThousands(s.muon_tensors()),
+                         WithThousands(s.adamw_params()), WithThousands(s.adamw_tensors()));
   out << absl::StrFormat(
       "optimizer state  max %s MiB  min %s MiB  mean %s MiB  (max-min)/max %.4f  "
       "max/mean %.3f  max/LB %.3f\n",
-      Mib(s.max_state_bytes()), Mib(s.min_state_bytes()), Mib(s.mean_state_bytes()),
-      s.memory_imbalance(), s.max_over_mean_state_bytes(), s.max_over_lb_state_bytes());
+      Mib(s.max_state_bytes()), Mib(s.min_state_bytes()), Mib(s.mean_state_bytes()), s.memory_imbalance(),
+      s.max_over_mean_state_bytes(), s.max_over_lb_state_bytes());
   out << absl::StrFormat(
       "newton-schulz    max %s GFLOP  min %s GFLOP  mean %s GFLOP  (max-min)/max %.4f  "
       "max/mean %.3f  max/LB %.3f\n",
-      Gflop(s.max_ns_flops()), Gflop(s.min_ns_flops()), Gflop(s.mean_ns_flops()),
-      s.flops_imbalance(), s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
+      Gflop(s.max_ns_flops()), Gflop(s.min_ns_flops()), Gflop(s.mean_ns_flops()), s.flops_imbalance(),
+      s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
   PrintMemorySummary(plan, out);
   if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
 }
@@ -138,8 +144,8 @@ std::string MemoryTerms(const v1::RankMemory& m) {
       Mib(m.model_bytes()), Mib(m.grad_bytes()), Mib(m.master_bytes()), Mib(m.muon_momentum_bytes()),
       Mib(m.adamw_moment_bytes()), Mib(m.comm_buffer_bytes()), Mib(m.ns_workspace_bytes()), Mib(m.total_bytes()));
   if (m.capacity_bytes() > 0) {
-    absl::StrAppend(&text, absl::StrFormat("  capacity %s  headroom %s MiB", Mib(m.capacity_bytes()),
-                                           Mib(m.headroom_bytes())));
+    absl::StrAppend(
+        &text, absl::StrFormat("  capacity %s  headroom %s MiB", Mib(m.capacity_bytes()), Mib(m.headroom_bytes())));
   }
   return text;
 }
@@ -173,11 +179,10 @@ void PrintPlanDiff(const v1::PlanDiff& d, int limit, std::ostream& out) {
       "v%d (world %s) -> v%d (world %s): %s unchanged, %s owner changed, %s slice changed, "
       "%s optimizer changed, %s shape changed, %s added, %s removed; %s MiB of optimizer "
       "state moves\n",
-      d.from_version(), WithThousands(d.from_world_size()), d.to_version(),
-      WithThousands(d.to_world_size()), WithThousands(d.unchanged_tensors()),
-      WithThousands(d.owner_changed()), WithThousands(d.slice_changed()),
-      WithThousands(d.optimizer_changed()), WithThousands(d.shape_changed()),
-      WithThousands(d.added()), WithThousands(d.removed()), Mib(d.moved_state_bytes()));
+      d.from_version(), WithThousands(d.from_world_size()), d.to_version(), WithThousands(d.to_world_size()),
+      WithThousands(d.unchanged_tensors()), WithThousands(d.owner_changed()), WithThousands(d.slice_changed()),
+      WithThousands(d.optimizer_changed()), WithThousands(d.shape_changed()), WithThousands(d.added()),
+      WithThousands(d.removed()), Mib(d.moved_state_bytes()));
   const int64_t changed = ChangedTensors(d);
   if (changed == 0) {
     out << "no tensor changes\n";

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/file_util.h"
-#include "common/tls_pem.h"
 #include "common/grpc_status.h"
+#include "common/tls_pem.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -24,8 +24,7 @@ namespace {
 absl::StatusOr<std::string> ReadInput(const std::string& path, absl::string_view flag) {
   absl::StatusOr<std::string> content = ReadFile(path);
   if (!content.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --", flag, ": ", content.status().message()));
+    return absl::InvalidArgumentError(absl::StrCat("flag --", flag, ": ", content.status().message()));
   }
   return content;
 }
@@ -56,8 +55,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Conn
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = ReadInput(o.tls_key, "tls-key");
     if (!key.ok()) return key.status();
-    if (absl::Status s = CheckPemKeyPair(*cert, FlagAndFile("tls-cert", o.tls_cert), *key,
-                                         FlagAndFile("tls-key", o.tls_key));
+    if (absl::Status s =
+            CheckPemKeyPair(*cert, FlagAndFile("tls-cert", o.tls_cert), *key, FlagAndFile("tls-key", o.tls_key));
         !s.ok()) {
       return s;
     }
@@ -110,9 +109,9 @@ class NameTargetInterceptor : public grpc::experimental::Interceptor {
     if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
       grpc::Status* status = methods->GetRecvStatus();
       if (status->error_code() == grpc::StatusCode::UNAVAILABLE) {
-        *status = grpc::Status(status->error_code(),
-                               absl::StrCat("coordinator ", target_, ": ", status->error_message()),
-                               status->error_details());
+        *status =
+            grpc::Status(status->error_code(), absl::StrCat("coordinator ", target_, ": ", status->error_message()),
+                         status->error_details());
       }
     }
     methods->Proceed();
@@ -137,8 +136,8 @@ class NameTargetInterceptorFactory : public grpc::experimental::ClientIntercepto
 }  // namespace
 
 void ApplyEnvironment(ConnectionOptions* options) {
-  std::string* const fields[] = {&options->coordinator, &options->token_file, &options->tls_ca,
-                                 &options->tls_cert, &options->tls_key};
+  std::string* const fields[] = {&options->coordinator, &options->token_file, &options->tls_ca, &options->tls_cert,
+                                 &options->tls_key};
   static_assert(std::size(fields) == std::size(kEnvironmentFlags));
   for (size_t i = 0; i < std::size(fields); ++i) {
     const char* value = std::getenv(kEnvironmentFlags[i].variable);
@@ -166,15 +165,14 @@ void ConnectionOptions::Register(FlagSet& flags) {
   flags.Double("timeout", &timeout_s, "seconds before a call fails with DEADLINE_EXCEEDED");
 }
 
-CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                                     std::string authorization, absl::Duration timeout)
+CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string authorization,
+                                     absl::Duration timeout)
     : channel_(std::move(channel)),
       stub_(v1::Coordinator::NewStub(channel_)),
       authorization_(std::move(authorization)),
       timeout_(timeout) {}
 
-absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const ConnectionOptions& options) {
+absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(const ConnectionOptions& options) {
   if (options.coordinator.empty()) return absl::InvalidArgumentError("flag --coordinator is empty");
   if (!(options.timeout_s > 0)) return absl::InvalidArgumentError("flag --timeout must be > 0");
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials = Credentials(options);
@@ -201,10 +199,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   const std::string target = WithDefaultPort(options.coordinator);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<NameTargetInterceptorFactory>(target));
-  auto channel = grpc::experimental::CreateCustomChannelWithInterceptors(target, *credentials, args,
-                                                                         std::move(interceptors));
-  return std::unique_ptr<CoordinatorClient>(new CoordinatorClient(
-      std::move(channel), std::move(authorization), absl::Seconds(options.timeout_s)));
+  auto channel =
+      grpc::experimental::CreateCustomChannelWithInterceptors(target, *credentials, args, std::move(interceptors));
+  return std::unique_ptr<CoordinatorClient>(
+      new CoordinatorClient(std::move(channel), std::move(authorization), absl::Seconds(options.timeout_s)));
 }
 
 std::unique_ptr<grpc::ClientContext> CoordinatorClient::NewContext(bool streaming) const {
@@ -222,8 +220,8 @@ absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& se
   grpc::ByteBuffer response;
   grpc::Status status;
   absl::Notification done;
-  generic.UnaryCall(ctx.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) {
+  generic.UnaryCall(ctx.get(), "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
                       status = std::move(s);
                       done.Notify();
                     });
@@ -231,8 +229,7 @@ absl::StatusOr<std::string> CoordinatorClient::CheckHealth(const std::string& se
   if (!status.ok()) return FromGrpcStatus(status);
   grpc::Slice flat;
   if (!response.DumpToSingleSlice(&flat).ok()) return absl::InternalError("unreadable response");
-  absl::StatusOr<int> code =
-      DecodeHealthStatus(std::string(reinterpret_cast<const char*>(flat.begin()), flat.size()));
+  absl::StatusOr<int> code = DecodeHealthStatus(std::string(reinterpret_cast<const char*>(flat.begin()), flat.size()));
   if (!code.ok()) return code.status();
   static constexpr const char* kNames[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
   return *code >= 0 && *code < 4 ? std::string(kNames[*code]) : absl::StrCat("STATUS_", *code);

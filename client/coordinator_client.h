@@ -45,9 +45,8 @@ struct EnvironmentFlag {
   const char* flag;  // without "--"
 };
 inline constexpr EnvironmentFlag kEnvironmentFlags[] = {
-    {"MUONSHARD_COORDINATOR", "coordinator"}, {"MUONSHARD_TOKEN_FILE", "token-file"},
-    {"MUONSHARD_TLS_CA", "tls-ca"},           {"MUONSHARD_TLS_CERT", "tls-cert"},
-    {"MUONSHARD_TLS_KEY", "tls-key"},
+    {"MUONSHARD_COORDINATOR", "coordinator"}, {"MUONSHARD_TOKEN_FILE", "token-file"}, {"MUONSHARD_TLS_CA", "tls-ca"},
+    {"MUONSHARD_TLS_CERT", "tls-cert"},       {"MUONSHARD_TLS_KEY", "tls-key"},
 };
 
 // Sets `options` from the environment (kEnvironmentFlags) where a variable
@@ -65,8 +64,7 @@ class CoordinatorClient {
   // read or the options are inconsistent. Does not connect yet. UNAVAILABLE
   // errors of its calls name the address ("coordinator localhost:50051:
   // failed to connect ..."): gRPC's own text names the resolved one.
-  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(
-      const ConnectionOptions& options);
+  static absl::StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ConnectionOptions& options);
 
   v1::Coordinator::Stub& stub() { return *stub_; }
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
@@ -79,8 +77,7 @@ class CoordinatorClient {
   absl::StatusOr<std::string> CheckHealth(const std::string& service);
 
  private:
-  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string authorization,
-                    absl::Duration timeout);
+  CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string authorization, absl::Duration timeout);
 
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;

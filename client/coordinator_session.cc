@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
 #include "client/coordinator_calls.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace muonshard::client {
 namespace {
@@ -210,8 +210,8 @@ absl::StatusOr<CoordinatorSession::Reported> CoordinatorSession::ReportError(con
   if (!s.ok()) return Annotate(s, absl::StrCat("reporting rank ", joined_.rank, "'s error to the coordinator"));
   Reported reported{response.generation(), response.generation_reason(), absl::OkStatus()};
   if (response.has_failure()) {  // the coordinator keeps an error code (NOTE [Job failure])
-    reported.failure = absl::Status(static_cast<absl::StatusCode>(response.failure().code()),
-                                    response.failure().reason());
+    reported.failure =
+        absl::Status(static_cast<absl::StatusCode>(response.failure().code()), response.failure().reason());
   }
   return reported;
 }
@@ -231,9 +231,9 @@ bool CoordinatorSession::Record(const absl::Status& status) {
     case absl::StatusCode::kDeadlineExceeded:
       return true;  // transient: try again next period
     case absl::StatusCode::kAborted:
-      health_ = absl::AbortedError(absl::StrCat("job \"", joined_.job, "\" moved past generation ", joined_.generation,
-                                                " (a member failed, reported an error or left; the coordinator said: ",
-                                                status.message(), ")"));
+      health_ = absl::AbortedError(
+          absl::StrCat("job \"", joined_.job, "\" moved past generation ", joined_.generation,
+                       " (a member failed, reported an error or left; the coordinator said: ", status.message(), ")"));
       return false;
     default:
       health_ = Annotate(status, absl::StrCat("heartbeat of rank ", joined_.rank, " in job \"", joined_.job, "\""));

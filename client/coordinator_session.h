@@ -169,7 +169,7 @@ class CoordinatorSession {
   void StopHeartbeats();
 
   CoordinatorClient* const client_;  // not owned
-  Clock* const clock_;                    // not owned
+  Clock* const clock_;               // not owned
   const JoinedJob joined_;
   const std::string host_;
   const std::string device_;

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "client/coordinator_calls.h"
+#include "common/status_macros.h"
 
 namespace muonshard::client {
 namespace {
@@ -15,8 +15,8 @@ std::string VersionName(int64_t version) {
   return version == 0 ? std::string("the latest plan version") : absl::StrCat("plan version ", version);
 }
 
-absl::StatusOr<v1::GetPlanResponse> FetchVersion(CoordinatorClient& client, int64_t version,
-                                                 std::optional<int> rank, absl::Duration retry_for) {
+absl::StatusOr<v1::GetPlanResponse> FetchVersion(CoordinatorClient& client, int64_t version, std::optional<int> rank,
+                                                 absl::Duration retry_for) {
   v1::GetPlanRequest request;
   request.set_version(version);
   if (rank.has_value()) request.set_rank(*rank);

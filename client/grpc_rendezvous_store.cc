@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace muonshard::client {
 namespace {

@@ -19,12 +19,24 @@ struct Unit {
 constexpr double kKi = 1024.0;
 constexpr double kK = 1000.0;
 constexpr Unit kUnits[] = {
-    {"", 1},          {"b", 1},
-    {"k", kKi},       {"ki", kKi},       {"kib", kKi},       {"kb", kK},
-    {"m", kKi * kKi}, {"mi", kKi * kKi}, {"mib", kKi * kKi}, {"mb", kK * kK},
-    {"g", kKi * kKi * kKi}, {"gi", kKi * kKi * kKi}, {"gib", kKi * kKi * kKi}, {"gb", kK * kK * kK},
-    {"t", kKi * kKi * kKi * kKi}, {"ti", kKi * kKi * kKi * kKi}, {"tib", kKi * kKi * kKi * kKi},
-    {"tb", kK * kK * kK * kK},
+    {"", 1},
+    {"b", 1},
+    {"k", kKi},
+    {"ki", kKi},
+    {"kib", kKi},
+    {"kb", kK},
+    {"m", kKi* kKi},
+    {"mi", kKi* kKi},
+    {"mib", kKi* kKi},
+    {"mb", kK* kK},
+    {"g", kKi* kKi* kKi},
+    {"gi", kKi* kKi* kKi},
+    {"gib", kKi* kKi* kKi},
+    {"gb", kK* kK* kK},
+    {"t", kKi* kKi* kKi* kKi},
+    {"ti", kKi* kKi* kKi* kKi},
+    {"tib", kKi* kKi* kKi* kKi},
+    {"tb", kK* kK* kK* kK},
 };
 
 absl::Status Bad(absl::string_view text, absl::string_view why) {

@@ -18,9 +18,7 @@ namespace {
 // Flag names a message may print as they are; anything else is quoted.
 constexpr size_t kMaxPlainName = 64;
 
-std::string Normalize(absl::string_view name) {
-  return absl::StrReplaceAll(name, {{"_", "-"}});
-}
+std::string Normalize(absl::string_view name) { return absl::StrReplaceAll(name, {{"_", "-"}}); }
 
 bool IsPlainName(absl::string_view name) {
   if (name.empty() || name.size() > kMaxPlainName) return false;
@@ -56,8 +54,7 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 // A negative number ("-1", "-0.5") is an argument, not a flag.
 bool IsNegativeNumber(absl::string_view arg) {
-  return arg.size() >= 2 && arg[0] == '-' &&
-         (absl::ascii_isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.');
+  return arg.size() >= 2 && arg[0] == '-' && (absl::ascii_isdigit(static_cast<unsigned char>(arg[1])) || arg[1] == '.');
 }
 
 }  // namespace
@@ -85,8 +82,8 @@ std::string ClosestMatch(absl::string_view typed, const std::vector<std::string>
   return best;
 }
 
-void FlagSet::Add(absl::string_view name, absl::string_view help, std::string default_text,
-                  bool is_bool, std::function<absl::Status(absl::string_view)> assign) {
+void FlagSet::Add(absl::string_view name, absl::string_view help, std::string default_text, bool is_bool,
+                  std::function<absl::Status(absl::string_view)> assign) {
   Flag f;
   f.name = Normalize(name);
   f.help = std::string(help);
@@ -147,8 +144,7 @@ void FlagSet::Bool(absl::string_view name, bool* target, absl::string_view help)
   });
 }
 
-void FlagSet::StringList(absl::string_view name, std::vector<std::string>* target,
-                         absl::string_view help) {
+void FlagSet::StringList(absl::string_view name, std::vector<std::string>* target, absl::string_view help) {
   Add(name, help, absl::StrJoin(*target, ","), false, [target](absl::string_view v) {
     target->emplace_back(v);
     return absl::OkStatus();
@@ -186,9 +182,7 @@ FlagSet::Flag* FlagSet::Find(absl::string_view name) {
   return nullptr;
 }
 
-const FlagSet::Flag* FlagSet::Find(absl::string_view name) const {
-  return const_cast<FlagSet*>(this)->Find(name);
-}
+const FlagSet::Flag* FlagSet::Find(absl::string_view name) const { return const_cast<FlagSet*>(this)->Find(name); }
 
 bool FlagSet::WasSet(absl::string_view name) const {
   const Flag* f = Find(name);
@@ -235,8 +229,7 @@ absl::Status FlagSet::CheckRequired() const {
       missing.size() == 1 ? "missing required flag " : "missing required flags ", absl::StrJoin(missing, ", ")));
 }
 
-absl::StatusOr<std::vector<std::string>> FlagSet::Parse(
-    const std::vector<std::string>& args) {
+absl::StatusOr<std::vector<std::string>> FlagSet::Parse(const std::vector<std::string>& args) {
   std::vector<std::string> positional;
   warnings_.clear();
   for (size_t i = 0; i < args.size(); ++i) {
@@ -317,8 +310,7 @@ std::string FlagSet::CommandName() const {
   std::vector<absl::string_view> words;
   for (absl::string_view word : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
     const bool lower_word =
-        absl::ascii_islower(static_cast<unsigned char>(word[0])) &&
-        std::all_of(word.begin(), word.end(), [](char c) {
+        absl::ascii_islower(static_cast<unsigned char>(word[0])) && std::all_of(word.begin(), word.end(), [](char c) {
           return absl::ascii_islower(static_cast<unsigned char>(c)) ||
                  absl::ascii_isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '_';
         });

@@ -33,8 +33,7 @@ class FlagSet {
   void Double(absl::string_view name, double* target, absl::string_view help);
   void Bool(absl::string_view name, bool* target, absl::string_view help);
   // Repeatable flag: every occurrence is appended.
-  void StringList(absl::string_view name, std::vector<std::string>* target,
-                  absl::string_view help);
+  void StringList(absl::string_view name, std::vector<std::string>* target, absl::string_view help);
 
   // Marks the registered flag `name` required: Parse fails with "missing
   // required flag --name" when it is absent (unless --help was given), and
@@ -95,8 +94,8 @@ class FlagSet {
     int alias_of = -1;        // index into flags_ of the flag this one sets
     std::function<absl::Status(absl::string_view)> assign;
   };
-  void Add(absl::string_view name, absl::string_view help, std::string default_text,
-           bool is_bool, std::function<absl::Status(absl::string_view)> assign);
+  void Add(absl::string_view name, absl::string_view help, std::string default_text, bool is_bool,
+           std::function<absl::Status(absl::string_view)> assign);
   Flag* Find(absl::string_view name);
   const Flag* Find(absl::string_view name) const;
   // The flag an argument names, its alias resolved; warns for deprecated

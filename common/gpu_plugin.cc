@@ -63,10 +63,10 @@ absl::StatusOr<void*> LoadGpuPlugin(const std::vector<std::string>& paths) {
     }
     return handle;
   }
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the GPU plugin ", kGpuPluginFile,
-      " could not be loaded (it is built only when CUDA is found; set MUONSHARD_GPU_PLUGIN to its path): ",
-      absl::StrJoin(errors, "; ")));
+  return absl::FailedPreconditionError(
+      absl::StrCat("the GPU plugin ", kGpuPluginFile,
+                   " could not be loaded (it is built only when CUDA is found; set MUONSHARD_GPU_PLUGIN to its path): ",
+                   absl::StrJoin(errors, "; ")));
 }
 
 }  // namespace internal

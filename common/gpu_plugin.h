@@ -43,7 +43,7 @@ absl::StatusOr<Result> CallGpuPlugin(const char* symbol, Args... args) {
   absl::StatusOr<void*> address = GpuPluginSymbol(symbol);
   if (!address.ok()) return address.status();
   absl::StatusOr<Result> result = absl::InternalError(absl::StrCat("GPU plugin: ", symbol, " did not answer"));
-  reinterpret_cast<void (*)(Args..., absl::StatusOr<Result>*)>(*address)(args..., &result);
+  reinterpret_cast<void (*)(Args..., absl::StatusOr<Result>*)> (*address)(args..., &result);
   return result;
 }
 

@@ -31,9 +31,7 @@ uint32_t ShiftRoundEven(uint32_t mantissa, int shift) {
 
 }  // namespace
 
-float BFloat16ToFloat(uint16_t bits) {
-  return BitsFloat(static_cast<uint32_t>(bits) << 16);
-}
+float BFloat16ToFloat(uint16_t bits) { return BitsFloat(static_cast<uint32_t>(bits) << 16); }
 
 uint16_t FloatToBFloat16(float value) {
   const uint32_t bits = FloatBits(value);

@@ -33,8 +33,8 @@ bool CanStartThreadWithStack(size_t stack_bytes) {
   pthread_attr_t attr;
   if (pthread_attr_init(&attr) != 0) return false;
   pthread_t thread;
-  const bool ok = pthread_attr_setstacksize(&attr, stack_bytes) == 0 &&
-                  pthread_create(&thread, &attr, &NoOp, nullptr) == 0;
+  const bool ok =
+      pthread_attr_setstacksize(&attr, stack_bytes) == 0 && pthread_create(&thread, &attr, &NoOp, nullptr) == 0;
   pthread_attr_destroy(&attr);
   if (ok) pthread_join(thread, nullptr);
   return ok;

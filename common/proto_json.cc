@@ -8,35 +8,30 @@
 
 namespace muonshard {
 
-absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
-                                   bool pretty) {
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty) {
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   // Scripts read fields like ranks[].rank: print zeros and empty lists too
   // instead of proto3's default of omitting them. A manifest prints what it
   // sets (the header says why).
-  options.always_print_primitive_fields =
-      message.GetDescriptor() != v1::ModelManifest::descriptor();
+  options.always_print_primitive_fields = message.GetDescriptor() != v1::ModelManifest::descriptor();
   options.add_whitespace = pretty;
   std::string out;
   auto status = google::protobuf::util::MessageToJsonString(message, &out, options);
   if (!status.ok()) {
-    return absl::InternalError(
-        absl::StrCat("encoding ", message.GetTypeName(), " as JSON: ", status.ToString()));
+    return absl::InternalError(absl::StrCat("encoding ", message.GetTypeName(), " as JSON: ", status.ToString()));
   }
   return out;
 }
 
-absl::Status FromJson(absl::string_view json, google::protobuf::Message* message,
-                      absl::string_view what) {
+absl::Status FromJson(absl::string_view json, google::protobuf::Message* message, absl::string_view what) {
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), message, options);
+  auto status = google::protobuf::util::JsonStringToMessage(google::protobuf::StringPiece(json.data(), json.size()),
+                                                            message, options);
   if (!status.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": not a valid ", message->GetTypeName(), " JSON: ",
-                     std::string(status.message())));
+        absl::StrCat(what, ": not a valid ", message->GetTypeName(), " JSON: ", std::string(status.message())));
   }
   return absl::OkStatus();
 }

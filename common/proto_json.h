@@ -22,13 +22,11 @@ namespace muonshard {
 //    the same value (15 significant digits when they do, else 17).
 //  - Enums are their names in the .proto ("BALANCED", "OWNER_CHANGED").
 // Pretty output indents one space per level and ends in a newline.
-absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message,
-                                   bool pretty = true);
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message, bool pretty = true);
 
 // Parses proto3 JSON (either field-name spelling); unknown fields are errors.
 // `what` names the input in error messages.
-absl::Status FromJson(absl::string_view json, google::protobuf::Message* message,
-                      absl::string_view what);
+absl::Status FromJson(absl::string_view json, google::protobuf::Message* message, absl::string_view what);
 
 // Deterministic binary serialization (stable across runs of one build).
 std::string SerializeDeterministic(const google::protobuf::Message& message);

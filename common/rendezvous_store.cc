@@ -14,16 +14,14 @@ absl::Status CheckKey(const std::string& key) {
 
 }  // namespace
 
-absl::Status InMemoryRendezvousStore::Set(const std::string& key,
-                                          const std::string& value) {
+absl::Status InMemoryRendezvousStore::Set(const std::string& key, const std::string& value) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   values_[key] = value;  // waiters re-check their condition on unlock
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> InMemoryRendezvousStore::Get(
-    const std::string& key) {
+absl::StatusOr<std::string> InMemoryRendezvousStore::Get(const std::string& key) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   auto it = values_.find(key);
@@ -33,25 +31,21 @@ absl::StatusOr<std::string> InMemoryRendezvousStore::Get(
   return it->second;
 }
 
-absl::StatusOr<std::string> InMemoryRendezvousStore::Wait(
-    const std::string& key, absl::Duration timeout) {
+absl::StatusOr<std::string> InMemoryRendezvousStore::Wait(const std::string& key, absl::Duration timeout) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return values_.contains(key);
-  };
+  auto present = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return values_.contains(key); };
   // AwaitWithTimeout re-evaluates the condition whenever the mutex is
   // released by a writer, so Set() needs no explicit signal.
   if (!mu_.AwaitWithTimeout(absl::Condition(&present), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "rendezvous key \"", key, "\" not set within ",
-        absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("rendezvous key \"", key, "\" not set within ", absl::FormatDuration(timeout)));
   }
   return values_.at(key);
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousStore::WaitAll(
-    const std::vector<std::string>& keys, absl::Duration timeout) {
+absl::StatusOr<std::vector<std::string>> RendezvousStore::WaitAll(const std::vector<std::string>& keys,
+                                                                  absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   std::vector<std::string> values;
   values.reserve(keys.size());
@@ -63,26 +57,23 @@ absl::StatusOr<std::vector<std::string>> RendezvousStore::WaitAll(
   return values;
 }
 
-absl::Status PrefixedRendezvousStore::Set(const std::string& key,
-                                          const std::string& value) {
+absl::Status PrefixedRendezvousStore::Set(const std::string& key, const std::string& value) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   return base_->Set(prefix_ + key, value);
 }
 
-absl::StatusOr<std::string> PrefixedRendezvousStore::Get(
-    const std::string& key) {
+absl::StatusOr<std::string> PrefixedRendezvousStore::Get(const std::string& key) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   return base_->Get(prefix_ + key);
 }
 
-absl::StatusOr<std::string> PrefixedRendezvousStore::Wait(
-    const std::string& key, absl::Duration timeout) {
+absl::StatusOr<std::string> PrefixedRendezvousStore::Wait(const std::string& key, absl::Duration timeout) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   return base_->Wait(prefix_ + key, timeout);
 }
 
-absl::StatusOr<std::vector<std::string>> PrefixedRendezvousStore::WaitAll(
-    const std::vector<std::string>& keys, absl::Duration timeout) {
+absl::StatusOr<std::vector<std::string>> PrefixedRendezvousStore::WaitAll(const std::vector<std::string>& keys,
+                                                                          absl::Duration timeout) {
   std::vector<std::string> prefixed;
   prefixed.reserve(keys.size());
   for (const std::string& key : keys) {

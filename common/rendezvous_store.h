@@ -48,15 +48,14 @@ class RendezvousStore {
   // zero or negative timeout only checks. Callers pass finite timeouts.
   // Possible errors: DEADLINE_EXCEEDED (not set in time), INVALID_ARGUMENT
   // (empty key), UNAVAILABLE.
-  virtual absl::StatusOr<std::string> Wait(const std::string& key,
-                                           absl::Duration timeout) = 0;
+  virtual absl::StatusOr<std::string> Wait(const std::string& key, absl::Duration timeout) = 0;
   // The values under every key of `keys` (in that order), waiting up to
   // `timeout` in all until every one is set: a barrier's one round trip
   // instead of one wait per key. The default waits for the keys in turn
   // under one deadline; a remote store overrides it with one request.
   // Possible errors: Wait()'s (DEADLINE_EXCEEDED names a missing key).
-  virtual absl::StatusOr<std::vector<std::string>> WaitAll(
-      const std::vector<std::string>& keys, absl::Duration timeout);
+  virtual absl::StatusOr<std::vector<std::string>> WaitAll(const std::vector<std::string>& keys,
+                                                           absl::Duration timeout);
 };
 
 // A thread-safe map in memory. Waiters block on a condition, no polling.
@@ -68,8 +67,7 @@ class InMemoryRendezvousStore : public RendezvousStore {
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key) override;
-  absl::StatusOr<std::string> Wait(const std::string& key,
-                                   absl::Duration timeout) override;
+  absl::StatusOr<std::string> Wait(const std::string& key, absl::Duration timeout) override;
 
  private:
   absl::Mutex mu_;
@@ -81,15 +79,13 @@ class InMemoryRendezvousStore : public RendezvousStore {
 // in a separator so "a/" and "a/b" cannot collide. *base must outlive this.
 class PrefixedRendezvousStore : public RendezvousStore {
  public:
-  PrefixedRendezvousStore(RendezvousStore* base, std::string prefix)
-      : base_(base), prefix_(std::move(prefix)) {}
+  PrefixedRendezvousStore(RendezvousStore* base, std::string prefix) : base_(base), prefix_(std::move(prefix)) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override;
   absl::StatusOr<std::string> Get(const std::string& key) override;
-  absl::StatusOr<std::string> Wait(const std::string& key,
-                                   absl::Duration timeout) override;
-  absl::StatusOr<std::vector<std::string>> WaitAll(
-      const std::vector<std::string>& keys, absl::Duration timeout) override;
+  absl::StatusOr<std::string> Wait(const std::string& key, absl::Duration timeout) override;
+  absl::StatusOr<std::vector<std::string>> WaitAll(const std::vector<std::string>& keys,
+                                                   absl::Duration timeout) override;
 
   const std::string& prefix() const { return prefix_; }
 

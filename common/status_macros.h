@@ -9,9 +9,9 @@
 
 // Early-return helpers for absl::Status / absl::StatusOr (abseil has none in
 // the Debian 12 release).
-#define MUONSHARD_RETURN_IF_ERROR(expr)                  \
-  do {                                                   \
-    ::absl::Status _muonshard_status = (expr);           \
+#define MUONSHARD_RETURN_IF_ERROR(expr)                    \
+  do {                                                     \
+    ::absl::Status _muonshard_status = (expr);             \
     if (!_muonshard_status.ok()) return _muonshard_status; \
   } while (0)
 
@@ -19,8 +19,7 @@
 #define MUONSHARD_CONCAT_(a, b) MUONSHARD_CONCAT_INNER_(a, b)
 
 #define MUONSHARD_ASSIGN_OR_RETURN(lhs, rexpr) \
-  MUONSHARD_ASSIGN_OR_RETURN_IMPL_(            \
-      MUONSHARD_CONCAT_(_muonshard_statusor_, __LINE__), lhs, rexpr)
+  MUONSHARD_ASSIGN_OR_RETURN_IMPL_(MUONSHARD_CONCAT_(_muonshard_statusor_, __LINE__), lhs, rexpr)
 
 #define MUONSHARD_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                     \

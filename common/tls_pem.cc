@@ -26,9 +26,7 @@ using Bio = std::unique_ptr<BIO, BioFree>;
 using Cert = std::unique_ptr<X509, X509Free>;
 using Key = std::unique_ptr<EVP_PKEY, KeyFree>;
 
-Bio MemoryBio(absl::string_view pem) {
-  return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-}
+Bio MemoryBio(absl::string_view pem) { return Bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()))); }
 
 // The reason of OpenSSL's last error, and the queue emptied: it is
 // thread-local and would otherwise leak into gRPC's own TLS error reports.
@@ -68,13 +66,12 @@ absl::Status CheckPemCertificates(absl::string_view pem, absl::string_view what)
   // The loop ends at the end of the data (PEM_R_NO_START_LINE) or at a block
   // that is not a certificate; only the first is fine, and only after one.
   const unsigned long code = ERR_peek_last_error();
-  const bool clean_end =
-      ERR_GET_LIB(code) == ERR_LIB_PEM && ERR_GET_REASON(code) == PEM_R_NO_START_LINE;
+  const bool clean_end = ERR_GET_LIB(code) == ERR_LIB_PEM && ERR_GET_REASON(code) == PEM_R_NO_START_LINE;
   const std::string reason = TakeOpenSslError();
   if (count == 0) return Invalid(what, absl::StrCat("not a PEM certificate (", reason, ")"));
   if (!clean_end) {
-    return Invalid(what, absl::StrCat("PEM block after certificate ", count,
-                                      " is not a valid certificate (", reason, ")"));
+    return Invalid(what,
+                   absl::StrCat("PEM block after certificate ", count, " is not a valid certificate (", reason, ")"));
   }
   return absl::OkStatus();
 }
@@ -84,8 +81,8 @@ absl::Status CheckPemPrivateKey(absl::string_view pem, absl::string_view what) {
   return Invalid(what, absl::StrCat("not an unencrypted PEM private key (", TakeOpenSslError(), ")"));
 }
 
-absl::Status CheckPemKeyPair(absl::string_view cert_pem, absl::string_view cert_what,
-                             absl::string_view key_pem, absl::string_view key_what) {
+absl::Status CheckPemKeyPair(absl::string_view cert_pem, absl::string_view cert_what, absl::string_view key_pem,
+                             absl::string_view key_what) {
   if (absl::Status s = CheckPemCertificates(cert_pem, cert_what); !s.ok()) return s;
   if (absl::Status s = CheckPemPrivateKey(key_pem, key_what); !s.ok()) return s;
   Cert cert = FirstCertificate(cert_pem);
@@ -93,9 +90,8 @@ absl::Status CheckPemKeyPair(absl::string_view cert_pem, absl::string_view cert_
   const bool match = cert && key && X509_check_private_key(cert.get(), key.get()) == 1;
   ERR_clear_error();
   if (match) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      key_what, " does not match the certificate in ", cert_what,
-      " (the key must be the one the certificate was issued for)"));
+  return absl::InvalidArgumentError(absl::StrCat(key_what, " does not match the certificate in ", cert_what,
+                                                 " (the key must be the one the certificate was issued for)"));
 }
 
 }  // namespace muonshard

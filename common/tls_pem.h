@@ -20,8 +20,8 @@ absl::Status CheckPemCertificates(absl::string_view pem, absl::string_view what)
 absl::Status CheckPemPrivateKey(absl::string_view pem, absl::string_view what);
 
 // Both parse, and the key is the one of the first (leaf) certificate.
-absl::Status CheckPemKeyPair(absl::string_view cert_pem, absl::string_view cert_what,
-                             absl::string_view key_pem, absl::string_view key_what);
+absl::Status CheckPemKeyPair(absl::string_view cert_pem, absl::string_view cert_what, absl::string_view key_pem,
+                             absl::string_view key_what);
 
 }  // namespace muonshard
 

@@ -35,16 +35,15 @@ std::string EncodeBlob(const google::protobuf::Message& message) {
   out.resize(kHeaderBytes + bound);
   // Level 1: plans are written once per version but big ones would otherwise
   // spend seconds here; the ratio difference to level 6 is small for them.
-  int rc = compress2(reinterpret_cast<Bytef*>(&out[kHeaderBytes]), &bound,
-                     reinterpret_cast<const Bytef*>(raw.data()), raw.size(), 1);
+  int rc = compress2(reinterpret_cast<Bytef*>(&out[kHeaderBytes]), &bound, reinterpret_cast<const Bytef*>(raw.data()),
+                     raw.size(), 1);
   // compress2 only fails on a too-small buffer or bad level, both excluded.
   if (rc != Z_OK) return std::string();
   out.resize(kHeaderBytes + bound);
   return out;
 }
 
-absl::Status DecodeBlob(absl::string_view blob, google::protobuf::Message* message,
-                        absl::string_view what) {
+absl::Status DecodeBlob(absl::string_view blob, google::protobuf::Message* message, absl::string_view what) {
   if (blob.size() < kHeaderBytes || blob.substr(0, kMagic.size()) != kMagic) {
     return absl::DataLossError(absl::StrCat(what, ": not a muonshard blob"));
   }
@@ -55,8 +54,8 @@ absl::Status DecodeBlob(absl::string_view blob, google::protobuf::Message* messa
   std::string raw(raw_size, '\0');
   uLongf len = raw_size;
   blob.remove_prefix(kHeaderBytes);
-  int rc = uncompress(reinterpret_cast<Bytef*>(raw.data()), &len,
-                      reinterpret_cast<const Bytef*>(blob.data()), blob.size());
+  int rc =
+      uncompress(reinterpret_cast<Bytef*>(raw.data()), &len, reinterpret_cast<const Bytef*>(blob.data()), blob.size());
   if (rc != Z_OK || len != raw_size) {
     return absl::DataLossError(absl::StrCat(what, ": zlib error ", rc));
   }

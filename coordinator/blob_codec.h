@@ -21,8 +21,7 @@ std::string EncodeBlob(const google::protobuf::Message& message);
 
 // Parses a blob into `message`. DATA_LOSS when it is truncated, corrupt or
 // not a serialization of the message type; `what` names it in the error.
-absl::Status DecodeBlob(absl::string_view blob, google::protobuf::Message* message,
-                        absl::string_view what);
+absl::Status DecodeBlob(absl::string_view blob, google::protobuf::Message* message, absl::string_view what);
 
 }  // namespace muonshard::coordinator
 

@@ -51,14 +51,13 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
     return grpc::InsecureServerCredentials();
   }
   // gRPC would only fail AddListeningPort ("cannot listen"); say what is wrong.
-  MUONSHARD_RETURN_IF_ERROR(
-      CheckPemKeyPair(o.tls_cert, "the TLS certificate", o.tls_key, "the TLS key"));
+  MUONSHARD_RETURN_IF_ERROR(CheckPemKeyPair(o.tls_cert, "the TLS certificate", o.tls_key, "the TLS key"));
   if (!o.tls_client_ca.empty()) {
     MUONSHARD_RETURN_IF_ERROR(CheckPemCertificates(o.tls_client_ca, "the TLS client CA"));
   }
-  grpc::SslServerCredentialsOptions ssl(
-      o.tls_client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                              : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  grpc::SslServerCredentialsOptions ssl(o.tls_client_ca.empty()
+                                            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                                            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   ssl.pem_root_certs = o.tls_client_ca;
   ssl.pem_key_cert_pairs.push_back({o.tls_key, o.tls_cert});
   return grpc::SslServerCredentials(ssl);
@@ -126,28 +125,24 @@ CoordinatorServer::CoordinatorServer(std::unique_ptr<Parts> parts) : parts_(std:
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
 
-absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const ServerOptions& options) {
   if (options.data_dir.empty()) return absl::InvalidArgumentError("a data dir is required");
   if (options.store_probe_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("the store probe interval must be > 0");
   }
-  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                             Credentials(options));
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials, Credentials(options));
   auto parts = std::make_unique<Parts>();
   MUONSHARD_ASSIGN_OR_RETURN(parts->sqlite, SqlitePlanStore::Open(options.data_dir));
   parts->store = std::make_unique<HealthTrackingPlanStore>(parts->sqlite.get(), &parts->observers);
-  MUONSHARD_ASSIGN_OR_RETURN(parts->service,
-                             CoordinatorService::Create(parts->store.get(), RealClock(),
-                                                        options.coordinator, &parts->observers));
+  MUONSHARD_ASSIGN_OR_RETURN(parts->service, CoordinatorService::Create(parts->store.get(), RealClock(),
+                                                                        options.coordinator, &parts->observers));
   parts->work = std::make_unique<WorkQueue>(options.work_threads, kMaxQueuedSlowRpcs);
-  parts->grpc_service = std::make_unique<GrpcCoordinatorService>(
-      parts->service.get(), &parts->metrics, parts->work.get(), options.auth_token);
+  parts->grpc_service = std::make_unique<GrpcCoordinatorService>(parts->service.get(), &parts->metrics,
+                                                                 parts->work.get(), options.auth_token);
   int metrics_port = -1;
   if (options.metrics_port >= 0) {
-    MUONSHARD_ASSIGN_OR_RETURN(parts->exposer,
-                               MetricsHttpServer::Start(options.metrics_host, options.metrics_port,
-                                                        parts->metrics.registry(), /*num_threads=*/2));
+    MUONSHARD_ASSIGN_OR_RETURN(parts->exposer, MetricsHttpServer::Start(options.metrics_host, options.metrics_port,
+                                                                        parts->metrics.registry(), /*num_threads=*/2));
     metrics_port = parts->exposer->port();
   }
 
@@ -157,18 +152,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   int port = 0;
   builder.AddListeningPort(options.listen, credentials, &port);
   builder.RegisterService(parts->grpc_service.get());
-  builder.SetMaxReceiveMessageSize(static_cast<int>(
-      std::min<int64_t>(options.max_message_bytes, std::numeric_limits<int>::max())));
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(std::min<int64_t>(options.max_message_bytes, std::numeric_limits<int>::max())));
   AddKeepalive(builder);
   parts->server = builder.BuildAndStart();
   if (parts->server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   }
   parts->serving.Attach(parts->server->GetHealthCheckService());
-  parts->maintenance = std::make_unique<MaintenanceThread>(
-      parts->service.get(), kWaitTick, HeartbeatTick(options.coordinator.heartbeat_timeout));
-  parts->store_probe =
-      std::make_unique<StoreProbeThread>(parts->store.get(), options.store_probe_interval);
+  parts->maintenance = std::make_unique<MaintenanceThread>(parts->service.get(), kWaitTick,
+                                                           HeartbeatTick(options.coordinator.heartbeat_timeout));
+  parts->store_probe = std::make_unique<StoreProbeThread>(parts->store.get(), options.store_probe_interval);
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(std::move(parts)));
   server->port_ = port;

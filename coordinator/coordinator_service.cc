@@ -48,20 +48,17 @@ absl::StatusOr<std::optional<v1::WatchEvent>> Watcher::Next() {
   return std::nullopt;
 }
 
-CoordinatorService::CoordinatorService(PlanStore* store, Clock* clock,
-                                       const CoordinatorOptions& options,
+CoordinatorService::CoordinatorService(PlanStore* store, Clock* clock, const CoordinatorOptions& options,
                                        CoordinatorObserver* observer)
     : options_(options),
       observer_(observer),
       catalog_(store, clock, options, observer),
-      jobs_(store, &catalog_, clock, options, observer,
-            [this](const std::string& job) { Wake(job); }) {}
+      jobs_(store, &catalog_, clock, options, observer, [this](const std::string& job) { Wake(job); }) {}
 
-absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(
-    PlanStore* store, Clock* clock, const CoordinatorOptions& options,
-    CoordinatorObserver* observer) {
-  std::unique_ptr<CoordinatorService> service(
-      new CoordinatorService(store, clock, options, observer));
+absl::StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Create(PlanStore* store, Clock* clock,
+                                                                               const CoordinatorOptions& options,
+                                                                               CoordinatorObserver* observer) {
+  std::unique_ptr<CoordinatorService> service(new CoordinatorService(store, clock, options, observer));
   MUONSHARD_RETURN_IF_ERROR(Annotate(service->catalog_.Load(), "loading plan versions"));
   return service;
 }
@@ -73,16 +70,14 @@ absl::Status CoordinatorService::CheckServing() const {
 
 // ---------------------------------------------------------------- plans
 
-absl::StatusOr<v1::SubmitPlanResponse> CoordinatorService::SubmitPlan(
-    const v1::SubmitPlanRequest& request) {
+absl::StatusOr<v1::SubmitPlanResponse> CoordinatorService::SubmitPlan(const v1::SubmitPlanRequest& request) {
   MUONSHARD_RETURN_IF_ERROR(CheckServing());
   MUONSHARD_ASSIGN_OR_RETURN(v1::SubmitPlanResponse response, catalog_.Submit(request.request()));
   if (response.created()) Wake("");
   return response;
 }
 
-absl::StatusOr<SerializedPieces> CoordinatorService::GetPlanBytes(
-    const v1::GetPlanRequest& request) {
+absl::StatusOr<SerializedPieces> CoordinatorService::GetPlanBytes(const v1::GetPlanRequest& request) {
   std::optional<int> rank;
   if (request.has_rank()) rank = request.rank();
   return catalog_.GetResponse(request.version(), rank, request.with_request());
@@ -97,13 +92,11 @@ absl::StatusOr<v1::GetPlanResponse> CoordinatorService::GetPlan(const v1::GetPla
   return response;
 }
 
-absl::StatusOr<v1::ListPlansResponse> CoordinatorService::ListPlans(
-    const v1::ListPlansRequest& request) const {
+absl::StatusOr<v1::ListPlansResponse> CoordinatorService::ListPlans(const v1::ListPlansRequest& request) const {
   if (request.after_version() < 0 || request.page_size() < 0) {
     return absl::InvalidArgumentError("after_version and page_size must not be negative");
   }
-  const int page =
-      request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
+  const int page = request.page_size() == 0 ? kDefaultPageSize : std::min(request.page_size(), kMaxPageSize);
   std::vector<v1::PlanVersionInfo> versions = catalog_.After(request.after_version(), page + 1);
   v1::ListPlansResponse response;
   response.set_latest_version(catalog_.latest_version());
@@ -115,16 +108,14 @@ absl::StatusOr<v1::ListPlansResponse> CoordinatorService::ListPlans(
   return response;
 }
 
-absl::StatusOr<v1::DiffPlansResponse> CoordinatorService::DiffPlans(
-    const v1::DiffPlansRequest& request) {
+absl::StatusOr<v1::DiffPlansResponse> CoordinatorService::DiffPlans(const v1::DiffPlansRequest& request) {
   if (request.from_version() <= 0) {
     return absl::InvalidArgumentError("from_version is required (a version >= 1)");
   }
   if (request.limit() < 0) return absl::InvalidArgumentError("limit must not be negative");
   v1::DiffPlansResponse response;
-  MUONSHARD_ASSIGN_OR_RETURN(
-      *response.mutable_diff(),
-      catalog_.Diff(request.from_version(), request.to_version(), request.limit()));
+  MUONSHARD_ASSIGN_OR_RETURN(*response.mutable_diff(),
+                             catalog_.Diff(request.from_version(), request.to_version(), request.limit()));
   return response;
 }
 
@@ -154,8 +145,7 @@ absl::StatusOr<std::unique_ptr<Watcher>> CoordinatorService::Watch(const v1::Wat
   {
     absl::MutexLock lock(&watch_mu_);
     if (static_cast<int64_t>(watchers_.size()) >= options_.max_watchers) {
-      return absl::ResourceExhaustedError(absl::StrCat(watchers_.size(),
-                                                       " watch streams are open; the limit is ",
+      return absl::ResourceExhaustedError(absl::StrCat(watchers_.size(), " watch streams are open; the limit is ",
                                                        options_.max_watchers, " (--max-watchers)"));
     }
     id = next_watcher_id_++;
@@ -206,26 +196,22 @@ absl::StatusOr<v1::JoinJobResponse> CoordinatorService::JoinJob(const v1::JoinJo
   return jobs_.Join(request);
 }
 
-absl::StatusOr<v1::HeartbeatResponse> CoordinatorService::Heartbeat(
-    const v1::HeartbeatRequest& request) {
+absl::StatusOr<v1::HeartbeatResponse> CoordinatorService::Heartbeat(const v1::HeartbeatRequest& request) {
   MUONSHARD_RETURN_IF_ERROR(CheckServing());
   return jobs_.Heartbeat(request);
 }
 
-absl::StatusOr<v1::LeaveJobResponse> CoordinatorService::LeaveJob(
-    const v1::LeaveJobRequest& request) {
+absl::StatusOr<v1::LeaveJobResponse> CoordinatorService::LeaveJob(const v1::LeaveJobRequest& request) {
   MUONSHARD_RETURN_IF_ERROR(CheckServing());
   return jobs_.Leave(request);
 }
 
-absl::StatusOr<v1::ReportErrorResponse> CoordinatorService::ReportError(
-    const v1::ReportErrorRequest& request) {
+absl::StatusOr<v1::ReportErrorResponse> CoordinatorService::ReportError(const v1::ReportErrorRequest& request) {
   MUONSHARD_RETURN_IF_ERROR(CheckServing());
   return jobs_.ReportError(request);
 }
 
-absl::StatusOr<v1::ListWorkersResponse> CoordinatorService::ListWorkers(
-    const v1::ListWorkersRequest& request) const {
+absl::StatusOr<v1::ListWorkersResponse> CoordinatorService::ListWorkers(const v1::ListWorkersRequest& request) const {
   return jobs_.ListWorkers(request.job());
 }
 
@@ -234,13 +220,12 @@ absl::Status CoordinatorService::SetKey(const v1::SetKeyRequest& request) {
   return jobs_.SetKey(request);
 }
 
-absl::StatusOr<v1::GetKeyResponse> CoordinatorService::GetKey(
-    const v1::GetKeyRequest& request) const {
+absl::StatusOr<v1::GetKeyResponse> CoordinatorService::GetKey(const v1::GetKeyRequest& request) const {
   return jobs_.GetKey(request);
 }
 
-absl::StatusOr<JobRegistry::WaitStarted> CoordinatorService::WaitKeys(
-    const v1::WaitKeysRequest& request, WaitCallback callback) {
+absl::StatusOr<JobRegistry::WaitStarted> CoordinatorService::WaitKeys(const v1::WaitKeysRequest& request,
+                                                                      WaitCallback callback) {
   MUONSHARD_RETURN_IF_ERROR(CheckServing());
   return jobs_.WaitKeys(request, std::move(callback));
 }

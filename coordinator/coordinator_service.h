@@ -56,11 +56,7 @@ class Watcher {
   struct Slot;
   Watcher(CoordinatorService* service, uint64_t id, std::string job, int64_t plan_cursor,
           std::optional<int64_t> job_cursor)
-      : service_(service),
-        id_(id),
-        job_(std::move(job)),
-        plan_cursor_(plan_cursor),
-        job_cursor_(job_cursor) {}
+      : service_(service), id_(id), job_(std::move(job)), plan_cursor_(plan_cursor), job_cursor_(job_cursor) {}
 
   CoordinatorService* const service_;
   const uint64_t id_;
@@ -72,9 +68,9 @@ class Watcher {
 class CoordinatorService {
  public:
   // Loads the store's index. Possible errors: the store's.
-  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(
-      PlanStore* store, Clock* clock, const CoordinatorOptions& options,
-      CoordinatorObserver* observer);
+  static absl::StatusOr<std::unique_ptr<CoordinatorService>> Create(PlanStore* store, Clock* clock,
+                                                                    const CoordinatorOptions& options,
+                                                                    CoordinatorObserver* observer);
 
   // Plans; see PlanCatalog for the possible errors.
   absl::StatusOr<v1::SubmitPlanResponse> SubmitPlan(const v1::SubmitPlanRequest& request);
@@ -89,8 +85,7 @@ class CoordinatorService {
   // service's locks) whenever Next() may have more. Possible errors:
   // INVALID_ARGUMENT (negative cursor), OUT_OF_RANGE (from_version newer than
   // the latest version), RESOURCE_EXHAUSTED (--max-watchers), UNAVAILABLE.
-  absl::StatusOr<std::unique_ptr<Watcher>> Watch(const v1::WatchRequest& request,
-                                                 std::function<void()> wake);
+  absl::StatusOr<std::unique_ptr<Watcher>> Watch(const v1::WatchRequest& request, std::function<void()> wake);
 
   // Membership and rendezvous; see JobRegistry for the possible errors.
   absl::StatusOr<v1::JoinJobResponse> JoinJob(const v1::JoinJobRequest& request);
@@ -100,8 +95,7 @@ class CoordinatorService {
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers(const v1::ListWorkersRequest& request) const;
   absl::Status SetKey(const v1::SetKeyRequest& request);
   absl::StatusOr<v1::GetKeyResponse> GetKey(const v1::GetKeyRequest& request) const;
-  absl::StatusOr<JobRegistry::WaitStarted> WaitKeys(const v1::WaitKeysRequest& request,
-                                                    WaitCallback callback);
+  absl::StatusOr<JobRegistry::WaitStarted> WaitKeys(const v1::WaitKeysRequest& request, WaitCallback callback);
   bool CancelWait(uint64_t id) { return jobs_.CancelWait(id); }
 
   // Periodic work, driven by the clock.
@@ -117,8 +111,7 @@ class CoordinatorService {
 
  private:
   friend class Watcher;
-  CoordinatorService(PlanStore* store, Clock* clock, const CoordinatorOptions& options,
-                     CoordinatorObserver* observer);
+  CoordinatorService(PlanStore* store, Clock* clock, const CoordinatorOptions& options, CoordinatorObserver* observer);
 
   absl::Status CheckServing() const;
   // Calls the wake of every watcher (job empty) or of `job`'s watchers.
@@ -132,8 +125,7 @@ class CoordinatorService {
   std::atomic<bool> shut_down_{false};
 
   absl::Mutex watch_mu_;
-  absl::flat_hash_map<uint64_t, std::shared_ptr<Watcher::Slot>> watchers_
-      ABSL_GUARDED_BY(watch_mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Watcher::Slot>> watchers_ ABSL_GUARDED_BY(watch_mu_);
   uint64_t next_watcher_id_ ABSL_GUARDED_BY(watch_mu_) = 1;
 };
 

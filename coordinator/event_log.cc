@@ -12,8 +12,8 @@ namespace muonshard::coordinator {
 namespace {
 
 std::string Worker(const v1::WorkerStatus& w) {
-  return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(),
-                      ", incarnation ", w.incarnation(), ")");
+  return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(), ", incarnation ",
+                      w.incarnation(), ")");
 }
 
 // `text` with control characters escaped: a reported error (a stack trace)
@@ -39,20 +39,19 @@ std::string OneLine(absl::string_view text) {
 }  // namespace
 
 void LogLine(absl::string_view line) {
-  std::string out = absl::StrCat(
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ", line, "\n");
+  std::string out =
+      absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ", line, "\n");
   // One write(2) per line keeps lines from different threads whole.
   ssize_t unused = write(STDERR_FILENO, out.data(), out.size());
   (void)unused;
 }
 
 void EventLog::OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) {
-  LogLine(absl::StrFormat(
-      "plan v%d created: model=%s world=%d tensors=%d hash=%s compute=%s stored=%d bytes "
-      "state max/mean=%.3f",
-      info.version(), info.model(), info.topology().world_size(), info.tensors(),
-      info.content_hash(), absl::FormatDuration(compute), info.stored_bytes(),
-      info.stats().max_over_mean_state_bytes()));
+  LogLine(
+      absl::StrFormat("plan v%d created: model=%s world=%d tensors=%d hash=%s compute=%s stored=%d bytes "
+                      "state max/mean=%.3f",
+                      info.version(), info.model(), info.topology().world_size(), info.tensors(), info.content_hash(),
+                      absl::FormatDuration(compute), info.stored_bytes(), info.stats().max_over_mean_state_bytes()));
 }
 
 void EventLog::OnJobEvent(const v1::JobEvent& e, const WorkerCounts& counts) {
@@ -78,9 +77,8 @@ void EventLog::OnJobEvent(const v1::JobEvent& e, const WorkerCounts& counts) {
       what = v1::JobEventType_Name(e.type());
       break;
   }
-  LogLine(OneLine(absl::StrCat("job \"", e.job(), "\": ", what, " [plan v", e.plan_version(), ", ",
-                               counts.joined, "/", e.world_size(), " joined, generation ",
-                               e.generation(), "]")));
+  LogLine(OneLine(absl::StrCat("job \"", e.job(), "\": ", what, " [plan v", e.plan_version(), ", ", counts.joined, "/",
+                               e.world_size(), " joined, generation ", e.generation(), "]")));
 }
 
 void EventLog::OnStoreHealth(bool healthy, const absl::Status& cause) {

@@ -58,8 +58,7 @@ grpc::ByteBuffer SharedBuffer(const SerializedPieces& pieces) {
 // pumps the next. Finish waits for an outstanding write to complete.
 class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchEvent> {
  public:
-  WatchReactor(CoordinatorService* service, CoordinatorMetrics* metrics,
-               GrpcCoordinatorService* owner)
+  WatchReactor(CoordinatorService* service, CoordinatorMetrics* metrics, GrpcCoordinatorService* owner)
       : service_(service), metrics_(metrics), owner_(owner) {
     owner_->CallStarted();
   }
@@ -150,15 +149,15 @@ class WatchReactor final : public grpc::ServerWriteReactor<v1::WatchEvent> {
 // the wait was still pending; the domain guarantees exactly one of them.
 class WaitKeysReactor final : public grpc::ServerUnaryReactor {
  public:
-  WaitKeysReactor(CoordinatorService* service, CoordinatorMetrics* metrics,
-                  GrpcCoordinatorService* owner, v1::WaitKeysResponse* response)
+  WaitKeysReactor(CoordinatorService* service, CoordinatorMetrics* metrics, GrpcCoordinatorService* owner,
+                  v1::WaitKeysResponse* response)
       : service_(service), metrics_(metrics), owner_(owner), response_(response) {
     owner_->CallStarted();
   }
 
   void Start(const v1::WaitKeysRequest& request) {
-    absl::StatusOr<JobRegistry::WaitStarted> started = service_->WaitKeys(
-        request, [this](absl::StatusOr<std::vector<std::string>> r) { Complete(std::move(r)); });
+    absl::StatusOr<JobRegistry::WaitStarted> started =
+        service_->WaitKeys(request, [this](absl::StatusOr<std::vector<std::string>> r) { Complete(std::move(r)); });
     if (!started.ok()) return Complete(started.status());
     if (started->values.has_value()) return Complete(*std::move(started->values));
     absl::MutexLock lock(&mu_);
@@ -199,9 +198,8 @@ class WaitKeysReactor final : public grpc::ServerUnaryReactor {
 
 }  // namespace
 
-GrpcCoordinatorService::GrpcCoordinatorService(CoordinatorService* service,
-                                               CoordinatorMetrics* metrics, WorkQueue* work,
-                                               std::string auth_token)
+GrpcCoordinatorService::GrpcCoordinatorService(CoordinatorService* service, CoordinatorMetrics* metrics,
+                                               WorkQueue* work, std::string auth_token)
     : service_(service),
       metrics_(metrics),
       work_(work),
@@ -230,8 +228,7 @@ absl::Status GrpcCoordinatorService::Authenticate(const grpc::CallbackServerCont
   if (it == metadata.end()) {
     return absl::UnauthenticatedError("this RPC needs \"authorization: Bearer <token>\" metadata");
   }
-  if (!SameSecret(absl::string_view(it->second.data(), it->second.size()),
-                  expected_authorization_)) {
+  if (!SameSecret(absl::string_view(it->second.data(), it->second.size()), expected_authorization_)) {
     return absl::UnauthenticatedError("bearer token rejected");
   }
   return absl::OkStatus();
@@ -257,8 +254,8 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::Offload(grpc::CallbackServerCo
   });
   if (!scheduled) {
     CallDone();
-    absl::Status s = absl::ResourceExhaustedError(
-        absl::StrCat(RpcName(rpc), ": too many requests are queued; retry later"));
+    absl::Status s =
+        absl::ResourceExhaustedError(absl::StrCat(RpcName(rpc), ": too many requests are queued; retry later"));
     metrics_->RecordRpc(rpc, s.code());
     reactor->Finish(client::ToGrpcStatus(s));
   }
@@ -269,14 +266,12 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::SubmitPlan(grpc::CallbackServe
                                                              const v1::SubmitPlanRequest* request,
                                                              v1::SubmitPlanResponse* response) {
   if (absl::Status s = Authenticate(ctx); !s.ok()) return Done(ctx, Rpc::kSubmitPlan, s);
-  return Offload(ctx, Rpc::kSubmitPlan, [this, request, response] {
-    return Assign(service_->SubmitPlan(*request), response);
-  });
+  return Offload(ctx, Rpc::kSubmitPlan,
+                 [this, request, response] { return Assign(service_->SubmitPlan(*request), response); });
 }
 
 grpc::ServerUnaryReactor* GrpcCoordinatorService::GetPlan(grpc::CallbackServerContext* ctx,
-                                                          const grpc::ByteBuffer* request,
-                                                          grpc::ByteBuffer* response) {
+                                                          const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
   v1::GetPlanRequest parsed;
   absl::Status s = ParseRequest(*request, &parsed);
   if (s.ok()) {
@@ -296,13 +291,12 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::ListPlans(grpc::CallbackServer
 grpc::ServerUnaryReactor* GrpcCoordinatorService::DiffPlans(grpc::CallbackServerContext* ctx,
                                                             const v1::DiffPlansRequest* request,
                                                             v1::DiffPlansResponse* response) {
-  return Offload(ctx, Rpc::kDiffPlans, [this, request, response] {
-    return Assign(service_->DiffPlans(*request), response);
-  });
+  return Offload(ctx, Rpc::kDiffPlans,
+                 [this, request, response] { return Assign(service_->DiffPlans(*request), response); });
 }
 
-grpc::ServerWriteReactor<v1::WatchEvent>* GrpcCoordinatorService::Watch(
-    grpc::CallbackServerContext* ctx, const v1::WatchRequest* request) {
+grpc::ServerWriteReactor<v1::WatchEvent>* GrpcCoordinatorService::Watch(grpc::CallbackServerContext* ctx,
+                                                                        const v1::WatchRequest* request) {
   auto* reactor = new WatchReactor(service_, metrics_, this);  // deletes itself in OnDone
   reactor->Start(*request);
   return reactor;
@@ -362,8 +356,7 @@ grpc::ServerUnaryReactor* GrpcCoordinatorService::WaitKeys(grpc::CallbackServerC
                                                            const v1::WaitKeysRequest* request,
                                                            v1::WaitKeysResponse* response) {
   if (absl::Status s = Authenticate(ctx); !s.ok()) return Done(ctx, Rpc::kWaitKeys, s);
-  auto* reactor =
-      new WaitKeysReactor(service_, metrics_, this, response);  // deletes itself in OnDone
+  auto* reactor = new WaitKeysReactor(service_, metrics_, this, response);  // deletes itself in OnDone
   reactor->Start(*request);
   return reactor;
 }

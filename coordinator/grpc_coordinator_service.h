@@ -35,43 +35,31 @@ class GrpcCoordinatorService final
   GrpcCoordinatorService(CoordinatorService* service, CoordinatorMetrics* metrics, WorkQueue* work,
                          std::string auth_token);
 
-  grpc::ServerUnaryReactor* SubmitPlan(grpc::CallbackServerContext* ctx,
-                                       const v1::SubmitPlanRequest* request,
+  grpc::ServerUnaryReactor* SubmitPlan(grpc::CallbackServerContext* ctx, const v1::SubmitPlanRequest* request,
                                        v1::SubmitPlanResponse* response) override;
-  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx,
-                                    const grpc::ByteBuffer* request,
+  grpc::ServerUnaryReactor* GetPlan(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
                                     grpc::ByteBuffer* response) override;
-  grpc::ServerUnaryReactor* ListPlans(grpc::CallbackServerContext* ctx,
-                                      const v1::ListPlansRequest* request,
+  grpc::ServerUnaryReactor* ListPlans(grpc::CallbackServerContext* ctx, const v1::ListPlansRequest* request,
                                       v1::ListPlansResponse* response) override;
-  grpc::ServerUnaryReactor* DiffPlans(grpc::CallbackServerContext* ctx,
-                                      const v1::DiffPlansRequest* request,
+  grpc::ServerUnaryReactor* DiffPlans(grpc::CallbackServerContext* ctx, const v1::DiffPlansRequest* request,
                                       v1::DiffPlansResponse* response) override;
   grpc::ServerWriteReactor<v1::WatchEvent>* Watch(grpc::CallbackServerContext* ctx,
                                                   const v1::WatchRequest* request) override;
-  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx,
-                                    const v1::JoinJobRequest* request,
+  grpc::ServerUnaryReactor* JoinJob(grpc::CallbackServerContext* ctx, const v1::JoinJobRequest* request,
                                     v1::JoinJobResponse* response) override;
-  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx,
-                                      const v1::HeartbeatRequest* request,
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* ctx, const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* LeaveJob(grpc::CallbackServerContext* ctx,
-                                     const v1::LeaveJobRequest* request,
+  grpc::ServerUnaryReactor* LeaveJob(grpc::CallbackServerContext* ctx, const v1::LeaveJobRequest* request,
                                      v1::LeaveJobResponse* response) override;
-  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx,
-                                        const v1::ReportErrorRequest* request,
+  grpc::ServerUnaryReactor* ReportError(grpc::CallbackServerContext* ctx, const v1::ReportErrorRequest* request,
                                         v1::ReportErrorResponse* response) override;
-  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
-                                        const v1::ListWorkersRequest* request,
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest* request,
                                         v1::ListWorkersResponse* response) override;
-  grpc::ServerUnaryReactor* SetKey(grpc::CallbackServerContext* ctx,
-                                   const v1::SetKeyRequest* request,
+  grpc::ServerUnaryReactor* SetKey(grpc::CallbackServerContext* ctx, const v1::SetKeyRequest* request,
                                    v1::SetKeyResponse* response) override;
-  grpc::ServerUnaryReactor* GetKey(grpc::CallbackServerContext* ctx,
-                                   const v1::GetKeyRequest* request,
+  grpc::ServerUnaryReactor* GetKey(grpc::CallbackServerContext* ctx, const v1::GetKeyRequest* request,
                                    v1::GetKeyResponse* response) override;
-  grpc::ServerUnaryReactor* WaitKeys(grpc::CallbackServerContext* ctx,
-                                     const v1::WaitKeysRequest* request,
+  grpc::ServerUnaryReactor* WaitKeys(grpc::CallbackServerContext* ctx, const v1::WaitKeysRequest* request,
                                      v1::WaitKeysResponse* response) override;
 
   // Waits until no watch stream, rendezvous wait or offloaded call is in
@@ -89,11 +77,9 @@ class GrpcCoordinatorService final
   // UNAUTHENTICATED unless the call carries "authorization: Bearer <token>".
   absl::Status Authenticate(const grpc::CallbackServerContext* ctx) const;
   // Finishes a default reactor with `status`, counting it.
-  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, Rpc rpc,
-                                 const absl::Status& status);
+  grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* ctx, Rpc rpc, const absl::Status& status);
   // Runs `body` on the work queue and finishes with its status.
-  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, Rpc rpc,
-                                    std::function<absl::Status()> body);
+  grpc::ServerUnaryReactor* Offload(grpc::CallbackServerContext* ctx, Rpc rpc, std::function<absl::Status()> body);
 
   CoordinatorService* const service_;
   CoordinatorMetrics* const metrics_;

@@ -79,8 +79,7 @@ class InMemoryPlanStore final : public PlanStore {
     if (it == versions_.end()) {
       return absl::NotFoundError(absl::StrCat("plan version ", version, " does not exist"));
     }
-    return DecodeBlob(want_plan ? it->second.plan : it->second.request, out,
-                      absl::StrCat("plan version ", version));
+    return DecodeBlob(want_plan ? it->second.plan : it->second.request, out, absl::StrCat("plan version ", version));
   }
 
   absl::Mutex mu_;

@@ -27,8 +27,7 @@ constexpr char kAdoptedReason[] = "adopted after a coordinator restart";
 using Identity = std::pair<std::string, std::string>;  // (host, device)
 
 std::string Describe(const v1::WorkerStatus& w) {
-  return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(),
-                      ")");
+  return absl::StrCat("rank ", w.rank(), " (", w.host(), w.device().empty() ? "" : "/", w.device(), ")");
 }
 
 // The first kMaxReportBytes of `message`, cut before a UTF-8 continuation
@@ -62,8 +61,7 @@ absl::Status CheckRank(const std::string& job, int rank, int world_size) {
 absl::Status CheckName(absl::string_view what, const std::string& value) {
   if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
   if (value.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is ", value.size(), " bytes; the limit is ", kMaxNameBytes));
+    return absl::InvalidArgumentError(absl::StrCat(what, " is ", value.size(), " bytes; the limit is ", kMaxNameBytes));
   }
   return absl::OkStatus();
 }
@@ -75,12 +73,10 @@ absl::Status CheckJoinRequest(const v1::JoinJobRequest& request) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank(), " is negative"));
   }
   if (request.plan_version() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("plan version ", request.plan_version(), " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("plan version ", request.plan_version(), " is negative"));
   }
   if (request.adopt_generation() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("adopt_generation ", request.adopt_generation(), " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("adopt_generation ", request.adopt_generation(), " is negative"));
   }
   if (request.adopt_generation() == 0) return absl::OkStatus();
   // An adopter says exactly what it runs: the coordinator has nothing to pick.
@@ -88,8 +84,7 @@ absl::Status CheckJoinRequest(const v1::JoinJobRequest& request) {
     return absl::InvalidArgumentError("adopt_generation needs rank (the rank the worker runs)");
   }
   if (request.plan_version() == 0) {
-    return absl::InvalidArgumentError(
-        "adopt_generation needs plan_version (the version the worker runs)");
+    return absl::InvalidArgumentError("adopt_generation needs plan_version (the version the worker runs)");
   }
   return absl::OkStatus();
 }
@@ -137,7 +132,7 @@ struct JobRegistry::Job {
   // NOTE [Elastic jobs] (coordinator.proto): 0 = not elastic.
   int min_workers = 0;
   absl::Duration rejoin_grace;
-  int max_world_size = 0;  // the world of the plan the job started with
+  int max_world_size = 0;           // the world of the plan the job started with
   int64_t origin_plan_version = 0;  // that plan's version
   // Ranks per block of the plan's layout (RankLayout::ms_block, pp * max(ep,
   // tp)): whose pipeline stages, expert and tensor-parallel groups break when
@@ -146,15 +141,14 @@ struct JobRegistry::Job {
   // Newcomers to a full job with block > 1, waiting to grow it by a block:
   // when each last asked.
   absl::flat_hash_map<Identity, absl::Time> waiting;
-  absl::Time moved_at;     // when `generation` began
+  absl::Time moved_at;  // when `generation` began
   std::string resize_error;
   int64_t resize_failed_at = 0;  // the generation a resize could not be planned for
   int64_t announced_plan = 0;    // the version the observer was told it runs (0: none)
 };
 
-JobRegistry::JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock,
-                         const CoordinatorOptions& options, CoordinatorObserver* observer,
-                         ChangeHook on_change)
+JobRegistry::JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock, const CoordinatorOptions& options,
+                         CoordinatorObserver* observer, ChangeHook on_change)
     : store_(store),
       catalog_(catalog),
       clock_(clock),
@@ -188,8 +182,8 @@ absl::Status JobRegistry::CheckRoomForJob() const {
       absl::StrCat("this coordinator already tracks ", jobs_.size(), " jobs (--max-jobs)"));
 }
 
-JobRegistry::Job* JobRegistry::AddJob(const std::string& name, int64_t generation,
-                                      int64_t base_revision, std::string reason) {
+JobRegistry::Job* JobRegistry::AddJob(const std::string& name, int64_t generation, int64_t base_revision,
+                                      std::string reason) {
   auto job = std::make_unique<Job>();
   job->name = name;
   job->generation = generation;
@@ -210,8 +204,8 @@ absl::StatusOr<JobRegistry::Job*> JobRegistry::CreateJob(const std::string& name
   MUONSHARD_RETURN_IF_ERROR(store_->SaveGeneration(name, last + 1));
   return AddJob(name, last + 1, (last + 1) * kRevisionBase,
                 last == 0 ? "new job"
-                          : absl::StrCat("first join since the coordinator started (generation ",
-                                         last, " was the last one persisted)"));
+                          : absl::StrCat("first join since the coordinator started (generation ", last,
+                                         " was the last one persisted)"));
 }
 
 void JobRegistry::ApplyPlan(Job& job, const v1::PlanVersionInfo& info) {
@@ -238,10 +232,9 @@ absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request
     // restarted with its first command line after a resize.
     const bool origin = job->min_workers > 0 && request.plan_version() == job->origin_plan_version;
     if (request.plan_version() != 0 && request.plan_version() != job->plan_version && !origin) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("job \"", job->name, "\" runs plan version ", job->plan_version,
-                       "; this worker asked for version ", request.plan_version(),
-                       " (workers of one job must run the same version)"));
+      return absl::FailedPreconditionError(absl::StrCat("job \"", job->name, "\" runs plan version ", job->plan_version,
+                                                        "; this worker asked for version ", request.plan_version(),
+                                                        " (workers of one job must run the same version)"));
     }
     return absl::OkStatus();
   }
@@ -252,8 +245,8 @@ absl::Status JobRegistry::AdmitPlan(Job*& job, const v1::JoinJobRequest& request
   ApplyPlan(*job, info);
   job->failure.reset();  // a new run of the job
   job->min_workers = request.min_workers();
-  job->rejoin_grace = request.rejoin_grace_ms() > 0 ? absl::Milliseconds(request.rejoin_grace_ms())
-                                                    : 10 * options_.heartbeat_timeout;
+  job->rejoin_grace =
+      request.rejoin_grace_ms() > 0 ? absl::Milliseconds(request.rejoin_grace_ms()) : 10 * options_.heartbeat_timeout;
   job->max_world_size = info.topology().world_size();
   job->origin_plan_version = info.version();
   job->moved_at = clock_->Now();
@@ -285,8 +278,8 @@ void JobRegistry::SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState s
   }
 }
 
-void JobRegistry::Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker,
-                       const std::string& reason, Effects& effects) {
+void JobRegistry::Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker, const std::string& reason,
+                       Effects& effects) {
   v1::JobEvent& e = job.history.emplace_back();
   e.set_job(job.name);
   e.set_revision(++job.revision);
@@ -333,17 +326,16 @@ void JobRegistry::BumpGeneration(Job& job, const std::string& reason, Effects& e
   // Everyone joins the new generation afresh: nobody is left to adopt.
   job.adopting_until.reset();
   // A failed job's waits end with its failure (NOTE [Job failure]).
-  job.kv->AbortAll(job.failure.has_value() ? FailureStatus(*job.failure)
-                                           : absl::AbortedError(absl::StrCat("job \"", job.name,
-                                                                             "\" moved to generation ",
-                                                                             job.generation, ": ", reason)),
+  job.kv->AbortAll(job.failure.has_value()
+                       ? FailureStatus(*job.failure)
+                       : absl::AbortedError(
+                             absl::StrCat("job \"", job.name, "\" moved to generation ", job.generation, ": ", reason)),
                    &effects.completions);
   job.kv = std::make_unique<RendezvousKv>(&options_);
   Emit(job, v1::JOB_EVENT_GENERATION_CHANGED, nullptr, why, effects);
 }
 
-void JobRegistry::FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why,
-                             Effects& effects) {
+void JobRegistry::FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects) {
   SetState(job, worker, v1::WORKER_STATE_FAILED);
   Emit(job, v1::JOB_EVENT_WORKER_FAILED, &worker, why, effects);
   if (worker.generation() == job.generation) {
@@ -351,8 +343,7 @@ void JobRegistry::FailWorker(Job& job, v1::WorkerStatus& worker, const std::stri
   }
 }
 
-absl::StatusOr<std::optional<int>> JobRegistry::Rejoin(Job& job, const v1::JoinJobRequest& request,
-                                                       Effects& effects) {
+absl::StatusOr<std::optional<int>> JobRegistry::Rejoin(Job& job, const v1::JoinJobRequest& request, Effects& effects) {
   auto it = job.by_identity.find(Identity(request.host(), request.device()));
   if (it == job.by_identity.end()) return std::nullopt;
   v1::WorkerStatus& w = *job.slots[it->second];
@@ -362,9 +353,8 @@ absl::StatusOr<std::optional<int>> JobRegistry::Rejoin(Job& job, const v1::JoinJ
     return std::nullopt;
   }
   if (request.has_rank() && request.rank() != w.rank()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(request.host(), "/", request.device(), " already joined job \"", job.name,
-                     "\" as rank ", w.rank(), ", not ", request.rank()));
+    return absl::FailedPreconditionError(absl::StrCat(request.host(), "/", request.device(), " already joined job \"",
+                                                      job.name, "\" as rank ", w.rank(), ", not ", request.rank()));
   }
   w.set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
   if (w.generation() != job.generation) {
@@ -380,8 +370,8 @@ absl::StatusOr<int> JobRegistry::PickRank(const Job& job, const v1::JoinJobReque
     const int r = request.rank();
     MUONSHARD_RETURN_IF_ERROR(CheckRank(job.name, r, job.world_size));
     if (!(job.free.count(r) > 0)) {
-      return absl::AlreadyExistsError(absl::StrCat("rank ", r, " of job \"", job.name,
-                                                   "\" is held by ", Describe(*job.slots[r])));
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", r, " of job \"", job.name, "\" is held by ", Describe(*job.slots[r])));
     }
     return r;
   }
@@ -395,8 +385,8 @@ absl::StatusOr<int> JobRegistry::PickRank(const Job& job, const v1::JoinJobReque
   return *job.free.begin();
 }
 
-void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request,
-                         const std::string& reason, Effects& effects) {
+void JobRegistry::Assign(Job& job, int rank, const v1::JoinJobRequest& request, const std::string& reason,
+                         Effects& effects) {
   std::optional<v1::WorkerStatus>& slot = job.slots[rank];
   if (slot.has_value()) {
     SetState(job, *slot, v1::WORKER_STATE_UNSPECIFIED);  // uncount the previous holder
@@ -434,8 +424,7 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Join(const v1::JoinJobRequest& 
   std::optional<Resize> grow;
   {
     absl::MutexLock lock(&mu_);
-    response = request.adopt_generation() > 0 ? Adopt(request, effects)
-                                              : JoinLocked(request, effects, &grow);
+    response = request.adopt_generation() > 0 ? Adopt(request, effects) : JoinLocked(request, effects, &grow);
   }
   if (grow.has_value()) response = Grow(*grow, request, effects);
   // Even a failed join may have failed a restarted worker's old entry.
@@ -443,8 +432,7 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Join(const v1::JoinJobRequest& 
   return response;
 }
 
-absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobRequest& request,
-                                                            Effects& effects,
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobRequest& request, Effects& effects,
                                                             std::optional<Resize>* grow) {
   auto it = jobs_.find(request.job());
   Job* job = it == jobs_.end() ? nullptr : it->second.get();
@@ -476,8 +464,7 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::JoinLocked(const v1::JoinJobReq
 // load can take most of one timeout: two leave room.
 absl::Duration JobRegistry::AdoptionGrace() const { return 2 * options_.heartbeat_timeout; }
 
-absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest& request,
-                                                       Effects& effects) {
+absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest& request, Effects& effects) {
   auto it = jobs_.find(request.job());
   Job* job = it == jobs_.end() ? nullptr : it->second.get();
   if (job == nullptr) {
@@ -486,12 +473,11 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Adopt(const v1::JoinJobRequest&
     // A failure whose code reads as "membership unknown" (NOT_FOUND,
     // FAILED_PRECONDITION) sends a heartbeat here: it gets the failure too.
     return FailureStatus(*job->failure);
-  } else if (job->generation != request.adopt_generation() ||
-             job->plan_version != request.plan_version()) {
-    return absl::AbortedError(absl::StrCat(
-        "job \"", job->name, "\" is at generation ", job->generation, " (plan version ",
-        job->plan_version, "); cannot adopt generation ", request.adopt_generation(),
-        " (plan version ", request.plan_version(), "): join again"));
+  } else if (job->generation != request.adopt_generation() || job->plan_version != request.plan_version()) {
+    return absl::AbortedError(absl::StrCat("job \"", job->name, "\" is at generation ", job->generation,
+                                           " (plan version ", job->plan_version, "); cannot adopt generation ",
+                                           request.adopt_generation(), " (plan version ", request.plan_version(),
+                                           "): join again"));
   }
   MUONSHARD_RETURN_IF_ERROR(AdoptRank(*job, request, effects));
   return JoinResponse(*job, request.rank());
@@ -504,17 +490,15 @@ absl::StatusOr<JobRegistry::Job*> JobRegistry::AdoptJob(const v1::JoinJobRequest
   MUONSHARD_RETURN_IF_ERROR(CheckRoomForJob());
   MUONSHARD_ASSIGN_OR_RETURN(int64_t last, store_->LoadGeneration(request.job()));
   if (last != request.adopt_generation()) {
-    return absl::AbortedError(
-        absl::StrCat("job \"", request.job(), "\"'s last persisted generation is ", last,
-                     "; cannot adopt generation ", request.adopt_generation(), ": join again"));
+    return absl::AbortedError(absl::StrCat("job \"", request.job(), "\"'s last persisted generation is ", last,
+                                           "; cannot adopt generation ", request.adopt_generation(), ": join again"));
   }
   MUONSHARD_ASSIGN_OR_RETURN(v1::PlanVersionInfo info, catalog_->Info(request.plan_version()));
   MUONSHARD_RETURN_IF_ERROR(CheckRank(request.job(), request.rank(), info.topology().world_size()));
   // The previous process may have started from this very generation, so its
   // revisions may lie above last x kRevisionBase: the clock separates them.
   const absl::Time now = clock_->Now();
-  Job* job = AddJob(request.job(), last, std::max(last * kRevisionBase, absl::ToUnixMicros(now)),
-                    kAdoptedReason);
+  Job* job = AddJob(request.job(), last, std::max(last * kRevisionBase, absl::ToUnixMicros(now)), kAdoptedReason);
   ApplyPlan(*job, info);
   job->adopting_until = now + AdoptionGrace();
   return job;
@@ -532,19 +516,16 @@ absl::Status JobRegistry::AdoptRank(Job& job, const v1::JoinJobRequest& request,
           absl::StrCat("rank ", rank, " of job \"", job.name, "\" is held by ", Describe(*slot)));
     }
     if (!MemberOf(*slot, job.generation)) {
-      return absl::AbortedError(absl::StrCat(Describe(*slot), " of job \"", job.name,
-                                             "\" joined generation ", slot->generation(), ", not ",
-                                             job.generation, ": join again"));
+      return absl::AbortedError(absl::StrCat(Describe(*slot), " of job \"", job.name, "\" joined generation ",
+                                             slot->generation(), ", not ", job.generation, ": join again"));
     }
     slot->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
     return absl::OkStatus();
   }
   auto it = job.by_identity.find(Identity(request.host(), request.device()));
-  if (it != job.by_identity.end() && it->second != rank &&
-      job.slots[it->second]->state() == v1::WORKER_STATE_JOINED) {
-    return absl::FailedPreconditionError(absl::StrCat(request.host(), "/", request.device(),
-                                                      " already joined job \"", job.name,
-                                                      "\" as rank ", it->second, ", not ", rank));
+  if (it != job.by_identity.end() && it->second != rank && job.slots[it->second]->state() == v1::WORKER_STATE_JOINED) {
+    return absl::FailedPreconditionError(absl::StrCat(request.host(), "/", request.device(), " already joined job \"",
+                                                      job.name, "\" as rank ", it->second, ", not ", rank));
   }
   Assign(job, rank, request, kAdoptedReason, effects);
   return absl::OkStatus();
@@ -562,27 +543,23 @@ bool JobRegistry::EndAdoption(Job& job, absl::Time now, Effects& effects) {
     }
   }
   if (missing.empty()) return false;
-  BumpGeneration(
-      job,
-      absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
-                   " did not re-register within ", absl::FormatDuration(AdoptionGrace()),
-                   " of the coordinator's restart"),
-      effects);
+  BumpGeneration(job,
+                 absl::StrCat(missing.size() == 1 ? "rank " : "ranks ", absl::StrJoin(missing, ", "),
+                              " did not re-register within ", absl::FormatDuration(AdoptionGrace()),
+                              " of the coordinator's restart"),
+                 effects);
   return true;
 }
 
-absl::StatusOr<v1::WorkerStatus*> JobRegistry::FindWorker(Job& job, int rank,
-                                                          uint64_t incarnation) const {
+absl::StatusOr<v1::WorkerStatus*> JobRegistry::FindWorker(Job& job, int rank, uint64_t incarnation) const {
   MUONSHARD_RETURN_IF_ERROR(CheckRank(job.name, rank, job.world_size));
   std::optional<v1::WorkerStatus>& slot = job.slots[rank];
   if (!slot.has_value()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank ", rank, " of job \"", job.name, "\" has not joined"));
+    return absl::FailedPreconditionError(absl::StrCat("rank ", rank, " of job \"", job.name, "\" has not joined"));
   }
   if (slot->incarnation() != incarnation) {
-    return absl::AbortedError(absl::StrCat("rank ", rank, " of job \"", job.name,
-                                           "\" is held by incarnation ", slot->incarnation(),
-                                           ", not ", incarnation));
+    return absl::AbortedError(absl::StrCat("rank ", rank, " of job \"", job.name, "\" is held by incarnation ",
+                                           slot->incarnation(), ", not ", incarnation));
   }
   return &*slot;
 }
@@ -590,12 +567,10 @@ absl::StatusOr<v1::WorkerStatus*> JobRegistry::FindWorker(Job& job, int rank,
 absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
   MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
-  MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
-                             FindWorker(*job, request.rank(), request.incarnation()));
+  MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w, FindWorker(*job, request.rank(), request.incarnation()));
   if (w->state() != v1::WORKER_STATE_JOINED) {
-    return absl::AbortedError(
-        absl::StrCat(Describe(*w), " of job \"", job->name, "\" was marked ",
-                     w->state() == v1::WORKER_STATE_FAILED ? "failed" : "left", "; join again"));
+    return absl::AbortedError(absl::StrCat(Describe(*w), " of job \"", job->name, "\" was marked ",
+                                           w->state() == v1::WORKER_STATE_FAILED ? "failed" : "left", "; join again"));
   }
   // Alive, even when about to be told its generation is stale.
   w->set_last_heartbeat_micros(absl::ToUnixMicros(clock_->Now()));
@@ -604,10 +579,9 @@ absl::StatusOr<v1::HeartbeatResponse> JobRegistry::Heartbeat(const v1::Heartbeat
     // The reason (bounded: a reported message is cut to kMaxReportBytes)
     // tells the survivors why they restart.
     const std::string& why = job->generation_reason;
-    return absl::AbortedError(
-        absl::StrCat("generation ", request.generation(), " of job \"", job->name,
-                     "\" is stale; the job is at generation ", job->generation,
-                     why.empty() ? "" : absl::StrCat(" (", why, ")"), ": join again"));
+    return absl::AbortedError(absl::StrCat("generation ", request.generation(), " of job \"", job->name,
+                                           "\" is stale; the job is at generation ", job->generation,
+                                           why.empty() ? "" : absl::StrCat(" (", why, ")"), ": join again"));
   }
   v1::HeartbeatResponse r;
   r.set_generation(job->generation);
@@ -621,8 +595,7 @@ absl::StatusOr<v1::LeaveJobResponse> JobRegistry::Leave(const v1::LeaveJobReques
   {
     absl::MutexLock lock(&mu_);
     MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
-    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
-                               FindWorker(*job, request.rank(), request.incarnation()));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w, FindWorker(*job, request.rank(), request.incarnation()));
     if (w->state() != v1::WORKER_STATE_LEFT) {
       const bool was_member = MemberOf(*w, job->generation);
       SetState(*job, *w, v1::WORKER_STATE_LEFT);
@@ -635,26 +608,22 @@ absl::StatusOr<v1::LeaveJobResponse> JobRegistry::Leave(const v1::LeaveJobReques
   return r;
 }
 
-absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(
-    const v1::ReportErrorRequest& request) {
+absl::StatusOr<v1::ReportErrorResponse> JobRegistry::ReportError(const v1::ReportErrorRequest& request) {
   const std::string message = BoundMessage(request.message());
   Effects effects;
   v1::ReportErrorResponse r;
   {
     absl::MutexLock lock(&mu_);
     MUONSHARD_ASSIGN_OR_RETURN(Job * job, FindJob(request.job()));
-    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w,
-                               FindWorker(*job, request.rank(), request.incarnation()));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::WorkerStatus * w, FindWorker(*job, request.rank(), request.incarnation()));
     Emit(*job, v1::JOB_EVENT_ERROR_REPORTED, w, message, effects);
     if (request.ends_job() && !job->failure.has_value() && w->state() == v1::WORKER_STATE_JOINED) {
       Fail(*job, *w, request, message, effects);
     } else if (request.generation() == job->generation && MemberOf(*w, job->generation)) {
       // Only a member's report for the running generation breaks the group;
       // an older one arrives after the group has already moved on.
-      BumpGeneration(
-          *job,
-          absl::StrCat(Describe(*w), " reported: ", message.empty() ? "(no message)" : message),
-          effects);
+      BumpGeneration(*job, absl::StrCat(Describe(*w), " reported: ", message.empty() ? "(no message)" : message),
+                     effects);
     }
     r.set_generation(job->generation);
     r.set_generation_reason(job->generation_reason);
@@ -686,8 +655,8 @@ bool JobRegistry::ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) {
     const absl::Duration silent = now - absl::FromUnixMicros(slot->last_heartbeat_micros());
     if (silent <= options_.heartbeat_timeout) continue;
     SetState(job, *slot, v1::WORKER_STATE_FAILED);
-    Emit(job, v1::JOB_EVENT_WORKER_FAILED, &*slot,
-         absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)), effects);
+    Emit(job, v1::JOB_EVENT_WORKER_FAILED, &*slot, absl::StrCat("no heartbeat for ", absl::FormatDuration(silent)),
+         effects);
     if (slot->generation() == job.generation) lost.push_back(Describe(*slot));
   }
   if (lost.empty()) return EndAdoption(job, now, effects);
@@ -739,18 +708,18 @@ std::optional<JobRegistry::Resize> JobRegistry::ShrinkCandidate(const Job& job, 
   r.generation = job.generation;
   r.from_version = job.plan_version;
   r.world_size = n;
-  r.reason = absl::StrCat("shrunk from ", job.world_size, " to ", n, " ranks: ", gone,
-                          " rank(s) did not re-join generation ", job.generation, " within ",
-                          absl::FormatDuration(job.rejoin_grace));
+  r.reason =
+      absl::StrCat("shrunk from ", job.world_size, " to ", n, " ranks: ", gone, " rank(s) did not re-join generation ",
+                   job.generation, " within ", absl::FormatDuration(job.rejoin_grace));
   if (job.world_size - n > gone) {
-    absl::StrAppend(&r.reason, " (whole blocks of ", job.block, " ranks, pp x max(ep, tp), leave: ",
-                    job.world_size - n - gone, " present rank(s) with them)");
+    absl::StrAppend(&r.reason, " (whole blocks of ", job.block,
+                    " ranks, pp x max(ep, tp), leave: ", job.world_size - n - gone, " present rank(s) with them)");
   }
   return r;
 }
 
 absl::StatusOr<std::optional<JobRegistry::Resize>> JobRegistry::GrowCandidate(Job& job,
-                                                                             const v1::JoinJobRequest& request) {
+                                                                              const v1::JoinJobRequest& request) {
   if (job.min_workers <= 0 || job.world_size >= job.max_world_size) return std::nullopt;
   std::string joined = absl::StrCat(request.host(), "/", request.device());
   if (job.block > 1) {
@@ -760,10 +729,10 @@ absl::StatusOr<std::optional<JobRegistry::Resize>> JobRegistry::GrowCandidate(Jo
     absl::erase_if(job.waiting, [&](const auto& w) { return now - w.second > 3 * options_.heartbeat_timeout; });
     job.waiting[Identity(request.host(), request.device())] = now;
     if (static_cast<int>(job.waiting.size()) < job.block) {
-      return absl::UnavailableError(absl::StrCat(
-          "job \"", job.name, "\" is full at ", job.world_size, " of ", job.max_world_size,
-          " ranks and grows back by whole blocks of ", job.block, " ranks (pp x max(ep, tp)): ", job.waiting.size(),
-          " of ", job.block, " newcomers are waiting"));
+      return absl::UnavailableError(absl::StrCat("job \"", job.name, "\" is full at ", job.world_size, " of ",
+                                                 job.max_world_size, " ranks and grows back by whole blocks of ",
+                                                 job.block, " ranks (pp x max(ep, tp)): ", job.waiting.size(), " of ",
+                                                 job.block, " newcomers are waiting"));
     }
     joined = absl::StrCat(job.waiting.size(), " newcomers joined");
     job.waiting.clear();
@@ -824,8 +793,7 @@ absl::StatusOr<v1::JoinJobResponse> JobRegistry::Grow(const Resize& resize, cons
   return JoinResponse(*job, rank);
 }
 
-void JobRegistry::ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info,
-                              Effects& effects) {
+void JobRegistry::ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info, Effects& effects) {
   std::vector<std::optional<v1::WorkerStatus>> slots(resize.world_size);
   job.by_identity.clear();
   for (size_t i = 0; i < resize.keep.size(); ++i) {
@@ -925,17 +893,15 @@ absl::StatusOr<JobRegistry::WaitStarted> JobRegistry::WaitKeys(const v1::WaitKey
                                                                WaitCallback callback) {
   if (request.keys().empty()) return absl::InvalidArgumentError("no keys to wait for");
   if (request.keys_size() > options_.max_keys_per_wait) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "waiting for ", request.keys_size(), " keys; the limit is ", options_.max_keys_per_wait));
+    return absl::InvalidArgumentError(
+        absl::StrCat("waiting for ", request.keys_size(), " keys; the limit is ", options_.max_keys_per_wait));
   }
   for (const std::string& key : request.keys()) MUONSHARD_RETURN_IF_ERROR(CheckKey(key, options_));
   if (request.timeout_ms() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("timeout_ms ", request.timeout_ms(), " is negative"));
+    return absl::InvalidArgumentError(absl::StrCat("timeout_ms ", request.timeout_ms(), " is negative"));
   }
   const absl::Duration timeout = std::min(
-      request.timeout_ms() == 0 ? options_.default_wait : absl::Milliseconds(request.timeout_ms()),
-      options_.max_wait);
+      request.timeout_ms() == 0 ? options_.default_wait : absl::Milliseconds(request.timeout_ms()), options_.max_wait);
   std::vector<std::string> keys(request.keys().begin(), request.keys().end());
 
   absl::MutexLock lock(&mu_);
@@ -947,8 +913,7 @@ absl::StatusOr<JobRegistry::WaitStarted> JobRegistry::WaitKeys(const v1::WaitKey
   size_t waiters = 0;
   for (const auto& [name, j] : jobs_) waiters += j->kv->num_waiters();
   if (static_cast<int64_t>(waiters) >= options_.max_waiters) {
-    return absl::ResourceExhaustedError(absl::StrCat(waiters,
-                                                     " rendezvous waits are pending; the limit is ",
+    return absl::ResourceExhaustedError(absl::StrCat(waiters, " rendezvous waits are pending; the limit is ",
                                                      options_.max_waiters, " (--max-waiters)"));
   }
   started.id = next_wait_id_++;
@@ -980,8 +945,7 @@ void JobRegistry::Shutdown() {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
     for (auto& [name, job] : jobs_) {
-      job->kv->AbortAll(absl::UnavailableError("coordinator is shutting down"),
-                        &effects.completions);
+      job->kv->AbortAll(absl::UnavailableError("coordinator is shutting down"), &effects.completions);
     }
   }
   Flush(effects);
@@ -1004,8 +968,7 @@ v1::JobEvent JobRegistry::Snapshot(const std::string& name, const Job* job) cons
   return e;
 }
 
-std::optional<v1::JobEvent> JobRegistry::NextEvent(const std::string& job,
-                                                   std::optional<int64_t> cursor) const {
+std::optional<v1::JobEvent> JobRegistry::NextEvent(const std::string& job, std::optional<int64_t> cursor) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job);
   const Job* j = it == jobs_.end() ? nullptr : it->second.get();

@@ -96,9 +96,8 @@ class JobRegistry {
   using ChangeHook = std::function<void(const std::string& job)>;
 
   // Every pointer must outlive the registry.
-  JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock,
-              const CoordinatorOptions& options, CoordinatorObserver* observer,
-              ChangeHook on_change);
+  JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock, const CoordinatorOptions& options,
+              CoordinatorObserver* observer, ChangeHook on_change);
   ~JobRegistry();
 
   // Possible errors: INVALID_ARGUMENT (empty job or host, rank outside the
@@ -160,8 +159,7 @@ class JobRegistry {
   // The next event after `cursor` for a watcher of `job`: nullopt cursor (or
   // one this process cannot replay from) gives a JOB_EVENT_SNAPSHOT; nullopt
   // result = caught up.
-  std::optional<v1::JobEvent> NextEvent(const std::string& job,
-                                        std::optional<int64_t> cursor) const;
+  std::optional<v1::JobEvent> NextEvent(const std::string& job, std::optional<int64_t> cursor) const;
 
   // Fails every wait with UNAVAILABLE; later waits fail the same way.
   void Shutdown();
@@ -179,8 +177,8 @@ class JobRegistry {
     std::string job;
     int64_t generation = 0;  // applied only while the job is still at it
     int64_t from_version = 0;
-    std::vector<int> keep;   // old ranks kept; new rank = index
-    int world_size = 0;      // keep.size(), plus a grow's newcomers (a block)
+    std::vector<int> keep;  // old ranks kept; new rank = index
+    int world_size = 0;     // keep.size(), plus a grow's newcomers (a block)
     std::string reason;
   };
 
@@ -195,60 +193,50 @@ class JobRegistry {
   // moved meanwhile; the job's renumbered slots on success.
   absl::StatusOr<v1::PlanVersionInfo> PlanResize(const Resize& resize);
   void Shrink(const Resize& resize);
-  absl::StatusOr<v1::JoinJobResponse> Grow(const Resize& resize, const v1::JoinJobRequest& request,
-                                           Effects& effects);
+  absl::StatusOr<v1::JoinJobResponse> Grow(const Resize& resize, const v1::JoinJobRequest& request, Effects& effects);
   void ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Recount(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> FindJob(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRoomForJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Job* AddJob(const std::string& name, int64_t generation, int64_t base_revision,
-              std::string reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* AddJob(const std::string& name, int64_t generation, int64_t base_revision, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Job*> CreateJob(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `grow`: set when the job is full and elastic below its starting world
   // (Join then grows it outside the lock).
-  absl::StatusOr<v1::JoinJobResponse> JoinLocked(const v1::JoinJobRequest& request,
-                                                 Effects& effects, std::optional<Resize>* grow)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<v1::JoinJobResponse> JoinLocked(const v1::JoinJobRequest& request, Effects& effects,
+                                                 std::optional<Resize>* grow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::JoinJobResponse> Adopt(const v1::JoinJobRequest& request, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration AdoptionGrace() const;
-  absl::StatusOr<Job*> AdoptJob(const v1::JoinJobRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Job*> AdoptJob(const v1::JoinJobRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptRank(Job& job, const v1::JoinJobRequest& request, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool EndAdoption(Job& job, absl::Time now, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyPlan(Job& job, const v1::PlanVersionInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdmitPlan(Job*& job, const v1::JoinJobRequest& request)
+  absl::Status AdmitPlan(Job*& job, const v1::JoinJobRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<int>> Rejoin(Job& job, const v1::JoinJobRequest& request, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<int>> Rejoin(Job& job, const v1::JoinJobRequest& request,
-                                            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, const std::string& reason,
-              Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JoinJobResponse JoinResponse(const Job& job, int rank) const
+  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, const std::string& reason, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JoinJobResponse JoinResponse(const Job& job, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int> PickRank(const Job& job, const v1::JoinJobRequest& request) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckGeneration(const Job& job, int64_t generation) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckGeneration(const Job& job, int64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::WorkerStatus*> FindWorker(Job& job, int rank, uint64_t incarnation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState state)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ExpireJobWorkers(Job& job, absl::Time now, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker,
-            const std::string& reason, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker, const std::string& reason,
+            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AnnouncePlan(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BumpGeneration(Job& job, const std::string& reason, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BumpGeneration(Job& job, const std::string& reason, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(Job& job, const v1::WorkerStatus& worker, const v1::ReportErrorRequest& request,
-            const std::string& message, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Fail(Job& job, const v1::WorkerStatus& worker, const v1::ReportErrorRequest& request, const std::string& message,
+            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobStatus StatusOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JobEvent Snapshot(const std::string& name, const Job* job) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobEvent Snapshot(const std::string& name, const Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   PlanStore* const store_;
   PlanCatalog* const catalog_;  // elastic resizes add plan versions

@@ -54,8 +54,7 @@ class LruCache {
   };
   using Iterator = typename std::list<Entry>::iterator;
 
-  void Erase(typename absl::flat_hash_map<Key, Iterator>::iterator it)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void Erase(typename absl::flat_hash_map<Key, Iterator>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     used_bytes_ -= it->second->bytes;
     lru_.erase(it->second);
     index_.erase(it);

@@ -39,16 +39,13 @@ struct Flags {
     f.Required("data-dir");
     f.Int("metrics-port", &server.metrics_port, "Prometheus /metrics port (0 picks one, -1 off)");
     f.String("metrics-host", &server.metrics_host, "address the metrics endpoint binds");
-    f.Double("heartbeat-timeout", &heartbeat_timeout_s,
-             "seconds without a heartbeat before a worker is marked failed");
+    f.Double("heartbeat-timeout", &heartbeat_timeout_s, "seconds without a heartbeat before a worker is marked failed");
     f.String("tls-cert", &tls_cert_file, "server certificate (PEM); enables TLS with --tls-key");
     f.String("tls-key", &tls_key_file, "server private key (PEM)");
-    f.String("tls-client-ca", &tls_client_ca_file,
-             "CA (PEM) that client certificates must chain to: enables mTLS");
+    f.String("tls-client-ca", &tls_client_ca_file, "CA (PEM) that client certificates must chain to: enables mTLS");
     f.String("auth-token-file", &auth_token_file,
              "file holding the bearer token required on mutating RPCs and rendezvous reads");
-    f.String("port-file", &port_file,
-             "write {\"grpc_port\": P, \"metrics_port\": M} here once serving");
+    f.String("port-file", &port_file, "write {\"grpc_port\": P, \"metrics_port\": M} here once serving");
     f.Double("drain-timeout", &drain_timeout_s, "seconds SIGTERM waits for streams to drain");
     f.Double("store-probe-interval", &store_probe_interval_s,
              "seconds between tiny writes that check the store still commits (health "
@@ -88,16 +85,15 @@ absl::Status CheckTls(const Flags& f) {
     return absl::InvalidArgumentError("flags --tls-cert and --tls-key go together");
   }
   if (!f.tls_cert_file.empty()) {
-    absl::Status s = CheckPemKeyPair(f.server.tls_cert, FlagAndFile("tls-cert", f.tls_cert_file),
-                                     f.server.tls_key, FlagAndFile("tls-key", f.tls_key_file));
+    absl::Status s = CheckPemKeyPair(f.server.tls_cert, FlagAndFile("tls-cert", f.tls_cert_file), f.server.tls_key,
+                                     FlagAndFile("tls-key", f.tls_key_file));
     if (!s.ok()) return s;
   }
   if (f.tls_client_ca_file.empty()) return absl::OkStatus();
   if (f.tls_cert_file.empty()) {
     return absl::InvalidArgumentError("flag --tls-client-ca needs --tls-cert and --tls-key");
   }
-  return CheckPemCertificates(f.server.tls_client_ca,
-                              FlagAndFile("tls-client-ca", f.tls_client_ca_file));
+  return CheckPemCertificates(f.server.tls_client_ca, FlagAndFile("tls-client-ca", f.tls_client_ca_file));
 }
 
 // Files and derived values; INVALID_ARGUMENT (exit 2) on bad input.
@@ -112,10 +108,9 @@ absl::Status Finalize(Flags& f) {
   }
   f.server.store_probe_interval = absl::Seconds(f.store_probe_interval_s);
   f.server.coordinator.cache_bytes = f.cache_bytes;
-  for (auto [flag, path, out] :
-       {std::tuple{"tls-cert", &f.tls_cert_file, &f.server.tls_cert},
-        std::tuple{"tls-key", &f.tls_key_file, &f.server.tls_key},
-        std::tuple{"tls-client-ca", &f.tls_client_ca_file, &f.server.tls_client_ca}}) {
+  for (auto [flag, path, out] : {std::tuple{"tls-cert", &f.tls_cert_file, &f.server.tls_cert},
+                                 std::tuple{"tls-key", &f.tls_key_file, &f.server.tls_key},
+                                 std::tuple{"tls-client-ca", &f.tls_client_ca_file, &f.server.tls_client_ca}}) {
     if (absl::Status s = ReadPem(flag, *path, out); !s.ok()) return s;
   }
   if (absl::Status s = CheckTls(f); !s.ok()) return s;
@@ -171,18 +166,17 @@ int Run(int argc, char** argv) {
     return server.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   const std::string host = f.server.listen.substr(0, f.server.listen.rfind(':'));
-  LogLine(absl::StrCat(
-      "serving on ", host, ":", (*server)->port(),
-      " tls=", f.server.tls_cert.empty() ? "off" : (f.server.tls_client_ca.empty() ? "on" : "mtls"),
-      " auth=", f.server.auth_token.empty() ? "off" : "token", " metrics=",
-      (*server)->metrics_port() < 0
-          ? std::string("off")
-          : absl::StrCat(f.server.metrics_host, ":", (*server)->metrics_port()),
-      " data-dir=", f.server.data_dir, " latest-version=", (*server)->latest_version()));
+  LogLine(absl::StrCat("serving on ", host, ":", (*server)->port(),
+                       " tls=", f.server.tls_cert.empty() ? "off" : (f.server.tls_client_ca.empty() ? "on" : "mtls"),
+                       " auth=", f.server.auth_token.empty() ? "off" : "token", " metrics=",
+                       (*server)->metrics_port() < 0
+                           ? std::string("off")
+                           : absl::StrCat(f.server.metrics_host, ":", (*server)->metrics_port()),
+                       " data-dir=", f.server.data_dir, " latest-version=", (*server)->latest_version()));
   if (!f.port_file.empty()) {
     absl::Status w = WriteFileAtomic(
-        f.port_file, absl::StrCat("{\"grpc_port\": ", (*server)->port(),
-                                  ", \"metrics_port\": ", (*server)->metrics_port(), "}\n"));
+        f.port_file,
+        absl::StrCat("{\"grpc_port\": ", (*server)->port(), ", \"metrics_port\": ", (*server)->metrics_port(), "}\n"));
     if (!w.ok()) LogLine(absl::StrCat("cannot write --port-file: ", w.ToString()));
   }
 

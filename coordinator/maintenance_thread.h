@@ -33,8 +33,7 @@ class PeriodicThread {
 class MaintenanceThread {
  public:
   // *service must outlive this object.
-  MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick,
-                    absl::Duration heartbeat_tick);
+  MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick, absl::Duration heartbeat_tick);
 
  private:
   void Tick();

@@ -12,13 +12,11 @@ namespace {
 
 constexpr int kNumColours = 3;  // v1::Colour values
 
-prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name,
-                              const std::string& help) {
+prometheus::Gauge& PlainGauge(prometheus::Registry& r, const std::string& name, const std::string& help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
 }
 
-prometheus::Family<prometheus::Gauge>& BuildGaugeFamily(prometheus::Registry& r,
-                                                        const std::string& name,
+prometheus::Family<prometheus::Gauge>& BuildGaugeFamily(prometheus::Registry& r, const std::string& name,
                                                         const std::string& help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r);
 }
@@ -55,9 +53,9 @@ std::string EventTypeLabel(v1::JobEventType t) {
 }  // namespace
 
 const char* RpcName(Rpc rpc) {
-  static constexpr const char* kNames[kNumRpcs] = {
-      "SubmitPlan", "GetPlan",     "ListPlans",   "DiffPlans", "Watch",  "JoinJob", "Heartbeat",
-      "LeaveJob",   "ReportError", "ListWorkers", "SetKey",    "GetKey", "WaitKeys"};
+  static constexpr const char* kNames[kNumRpcs] = {"SubmitPlan", "GetPlan",   "ListPlans", "DiffPlans",   "Watch",
+                                                   "JoinJob",    "Heartbeat", "LeaveJob",  "ReportError", "ListWorkers",
+                                                   "SetKey",     "GetKey",    "WaitKeys"};
   return kNames[static_cast<int>(rpc)];
 }
 
@@ -106,8 +104,7 @@ std::array<std::pair<const char*, int64_t>, kNumMemoryTerms> MemoryTerms(const v
            {"total", m.total_bytes()}}};
 }
 
-void CoordinatorMetrics::SeriesSet::Add(GaugeFamily& family, const prometheus::Labels& labels,
-                                        double value) {
+void CoordinatorMetrics::SeriesSet::Add(GaugeFamily& family, const prometheus::Labels& labels, double value) {
   prometheus::Gauge& g = family.Add(labels);
   g.Set(value);
   series_.emplace_back(&family, &g);
@@ -119,11 +116,9 @@ void CoordinatorMetrics::SeriesSet::RemoveAll() {
 }
 
 void CoordinatorMetrics::AddRankSeries(const RankFamilies& families, const prometheus::Labels& base,
-                                       const v1::Plan& plan,
-                                       const std::vector<RankColourLoad>& loads, SeriesSet& out) {
+                                       const v1::Plan& plan, const std::vector<RankColourLoad>& loads, SeriesSet& out) {
   for (const RankColourLoad& l : loads) {
-    const prometheus::Labels labels =
-        With(With(base, "rank", absl::StrCat(l.rank)), "colour", ColourLabel(l.colour));
+    const prometheus::Labels labels = With(With(base, "rank", absl::StrCat(l.rank)), "colour", ColourLabel(l.colour));
     out.Add(*families.state_bytes, labels, static_cast<double>(l.state_bytes));
     out.Add(*families.ns_flops, labels, l.ns_flops);
   }
@@ -145,43 +140,36 @@ CoordinatorMetrics::CoordinatorMetrics()
                             .Help("Plan versions created by this coordinator process")
                             .Register(*registry_)
                             .Add({})),
-      latest_version_(PlainGauge(*registry_, "muonshard_plan_latest_version",
-                                 "Newest stored plan version (0: none)")),
+      latest_version_(PlainGauge(*registry_, "muonshard_plan_latest_version", "Newest stored plan version (0: none)")),
       compute_seconds_(
           prometheus::BuildHistogram()
               .Name("muonshard_plan_compute_seconds")
               .Help("Planner time per new plan version")
               .Register(*registry_)
-              .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5,
-                                                               1, 5, 10, 30, 60})),
-      latest_families_{
-          &BuildGaugeFamily(*registry_, "muonshard_plan_optimizer_state_bytes",
-                            "Optimizer-state bytes per rank and colour in the latest plan"),
-          &BuildGaugeFamily(*registry_, "muonshard_plan_ns_flops",
-                            "Newton-Schulz FLOPs per step per rank and colour in the latest plan"),
-          &BuildGaugeFamily(
-              *registry_, "muonshard_plan_rank_memory_bytes",
-              "Training memory per rank by term (RankPlan.memory) in the latest plan"),
-          &BuildGaugeFamily(*registry_, "muonshard_plan_rank_memory_headroom_bytes",
-                            "Device capacity minus training memory per rank in the latest plan "
-                            "(ranks with a capacity only; negative: does not fit)")},
+              .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60})),
+      latest_families_{&BuildGaugeFamily(*registry_, "muonshard_plan_optimizer_state_bytes",
+                                         "Optimizer-state bytes per rank and colour in the latest plan"),
+                       &BuildGaugeFamily(*registry_, "muonshard_plan_ns_flops",
+                                         "Newton-Schulz FLOPs per step per rank and colour in the latest plan"),
+                       &BuildGaugeFamily(*registry_, "muonshard_plan_rank_memory_bytes",
+                                         "Training memory per rank by term (RankPlan.memory) in the latest plan"),
+                       &BuildGaugeFamily(*registry_, "muonshard_plan_rank_memory_headroom_bytes",
+                                         "Device capacity minus training memory per rank in the latest plan "
+                                         "(ranks with a capacity only; negative: does not fit)")},
       imbalance_{},
       job_info_(BuildGaugeFamily(*registry_, "muonshard_job_plan_info",
                                  "1 per running job: the plan version it runs, with its content "
                                  "hash, model and world size")),
-      job_families_{
-          &BuildGaugeFamily(*registry_, "muonshard_job_plan_optimizer_state_bytes",
-                            "Optimizer-state bytes per rank and colour in the plan each job runs"),
-          &BuildGaugeFamily(
-              *registry_, "muonshard_job_plan_ns_flops",
-              "Newton-Schulz FLOPs per step per rank and colour in the plan each job runs"),
-          &BuildGaugeFamily(
-              *registry_, "muonshard_job_plan_rank_memory_bytes",
-              "Training memory per rank by term (RankPlan.memory) in the plan each job "
-              "runs"),
-          &BuildGaugeFamily(*registry_, "muonshard_job_plan_rank_memory_headroom_bytes",
-                            "Device capacity minus training memory per rank in the plan each job "
-                            "runs (ranks with a capacity only; negative: does not fit)")},
+      job_families_{&BuildGaugeFamily(*registry_, "muonshard_job_plan_optimizer_state_bytes",
+                                      "Optimizer-state bytes per rank and colour in the plan each job runs"),
+                    &BuildGaugeFamily(*registry_, "muonshard_job_plan_ns_flops",
+                                      "Newton-Schulz FLOPs per step per rank and colour in the plan each job runs"),
+                    &BuildGaugeFamily(*registry_, "muonshard_job_plan_rank_memory_bytes",
+                                      "Training memory per rank by term (RankPlan.memory) in the plan each job "
+                                      "runs"),
+                    &BuildGaugeFamily(*registry_, "muonshard_job_plan_rank_memory_headroom_bytes",
+                                      "Device capacity minus training memory per rank in the plan each job "
+                                      "runs (ranks with a capacity only; negative: does not fit)")},
       job_ratios_{},
       workers_(prometheus::BuildGauge()
                    .Name("muonshard_workers")
@@ -211,8 +199,8 @@ CoordinatorMetrics::CoordinatorMetrics()
                                 .Add({})) {
   for (size_t i = 0; i < kRatios.size(); ++i) {
     const auto& [suffix, help] = kRatios[i];
-    imbalance_[i] = &PlainGauge(*registry_, absl::StrCat("muonshard_plan_", suffix),
-                                absl::StrCat(help, ", latest plan"));
+    imbalance_[i] =
+        &PlainGauge(*registry_, absl::StrCat("muonshard_plan_", suffix), absl::StrCat(help, ", latest plan"));
     job_ratios_[i] = &BuildGaugeFamily(*registry_, absl::StrCat("muonshard_job_plan_", suffix),
                                        absl::StrCat(help, ", plan each job runs"));
   }
@@ -222,8 +210,7 @@ CoordinatorMetrics::CoordinatorMetrics()
   }
   // Counters start at 0 so rate() sees the first call (Prometheus practice).
   for (int m = 0; m < kNumRpcs; ++m) {
-    rpc_counters_[m][0].store(
-        &rpcs_.Add({{"method", RpcName(static_cast<Rpc>(m))}, {"code", "OK"}}));
+    rpc_counters_[m][0].store(&rpcs_.Add({{"method", RpcName(static_cast<Rpc>(m))}, {"code", "OK"}}));
   }
 }
 
@@ -257,10 +244,8 @@ void CoordinatorMetrics::OnLatestPlan(const v1::PlanVersionInfo& info, const v1:
   AddRankSeries(latest_families_, {}, plan, loads, latest_series_);
 }
 
-void CoordinatorMetrics::OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
-                                   const v1::Plan* plan) {
-  const std::vector<RankColourLoad> loads =
-      plan == nullptr ? std::vector<RankColourLoad>() : RankColourLoads(*plan);
+void CoordinatorMetrics::OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info, const v1::Plan* plan) {
+  const std::vector<RankColourLoad> loads = plan == nullptr ? std::vector<RankColourLoad>() : RankColourLoads(*plan);
   const prometheus::Labels base = {{"job", job}, {"plan_version", absl::StrCat(info.version())}};
   prometheus::Labels info_labels = base;
   info_labels["content_hash"] = info.content_hash();
@@ -293,32 +278,24 @@ void CoordinatorMetrics::OnJobEvent(const v1::JobEvent& event, const WorkerCount
   if (prometheus::Counter* c = JobEventCounter(event.job(), event.type())) c->Increment();
 }
 
-prometheus::Counter* CoordinatorMetrics::JobEventCounter(const std::string& job,
-                                                         v1::JobEventType type) {
+prometheus::Counter* CoordinatorMetrics::JobEventCounter(const std::string& job, v1::JobEventType type) {
   auto [it, first] = job_events_by_job_.try_emplace(job);
   if (first) {
     // Every type starts at 0 with the job's first event, so rate() sees the
     // job's first failure or reported error. Snapshots are not events.
     for (int t = v1::JOB_EVENT_WORKER_JOINED; t < v1::JobEventType_ARRAYSIZE; ++t) {
       if (!v1::JobEventType_IsValid(t)) continue;
-      it->second[t] = &job_events_.Add(
-          {{"job", job}, {"type", EventTypeLabel(static_cast<v1::JobEventType>(t))}});
+      it->second[t] = &job_events_.Add({{"job", job}, {"type", EventTypeLabel(static_cast<v1::JobEventType>(t))}});
     }
   }
   const int t = static_cast<int>(type);
   return t >= 0 && t < v1::JobEventType_ARRAYSIZE ? it->second[t] : nullptr;
 }
 
-void CoordinatorMetrics::OnWatchers(int64_t count) {
-  watch_streams_.Set(static_cast<double>(count));
-}
+void CoordinatorMetrics::OnWatchers(int64_t count) { watch_streams_.Set(static_cast<double>(count)); }
 
-void CoordinatorMetrics::OnStoreWriteFailed(const absl::Status& error) {
-  store_write_failures_.Increment();
-}
+void CoordinatorMetrics::OnStoreWriteFailed(const absl::Status& error) { store_write_failures_.Increment(); }
 
-void CoordinatorMetrics::OnStoreHealth(bool healthy, const absl::Status& cause) {
-  store_healthy_.Set(healthy ? 1 : 0);
-}
+void CoordinatorMetrics::OnStoreHealth(bool healthy, const absl::Status& cause) { store_healthy_.Set(healthy ? 1 : 0); }
 
 }  // namespace muonshard::coordinator

@@ -75,13 +75,13 @@ inline constexpr const char* kExportedMetrics[] = {
     "muonshard_job_plan_flops_max_over_lower_bound_ratio",   // gauge
     "muonshard_job_plan_rank_memory_bytes",                  // gauge {.., rank, term}
     "muonshard_job_plan_rank_memory_headroom_bytes",         // gauge {.., rank}
-    "muonshard_workers",                                 // gauge {job, state}
-    "muonshard_job_generation",                          // gauge {job}
-    "muonshard_coordinator_job_events_total",            // counter {job, type}
-    "muonshard_watch_streams",                           // gauge
-    "muonshard_rpcs_total",                              // counter {method, code}
-    "muonshard_coordinator_store_healthy",               // gauge, 1 or 0
-    "muonshard_coordinator_store_write_failures_total",  // counter
+    "muonshard_workers",                                     // gauge {job, state}
+    "muonshard_job_generation",                              // gauge {job}
+    "muonshard_coordinator_job_events_total",                // counter {job, type}
+    "muonshard_watch_streams",                               // gauge
+    "muonshard_rpcs_total",                                  // counter {method, code}
+    "muonshard_coordinator_store_healthy",                   // gauge, 1 or 0
+    "muonshard_coordinator_store_write_failures_total",      // counter
 };
 
 // The RPCs counted by muonshard_rpcs_total, in proto order.
@@ -132,8 +132,7 @@ class CoordinatorMetrics final : public CoordinatorObserver {
   void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) override;
   void OnLatestPlan(const v1::PlanVersionInfo& info, const v1::Plan& plan) override;
   void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override;
-  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
-                 const v1::Plan* plan) override;
+  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info, const v1::Plan* plan) override;
   void OnJobPlanEnded(const std::string& job) override;
   void OnWatchers(int64_t count) override;
   void OnStoreWriteFailed(const absl::Status& error) override;
@@ -163,9 +162,8 @@ class CoordinatorMetrics final : public CoordinatorObserver {
 
   // `plan`'s per-rank series (`loads` = RankColourLoads(plan)) labelled
   // `base` plus rank (and colour or term), into `out`.
-  static void AddRankSeries(const RankFamilies& families, const prometheus::Labels& base,
-                            const v1::Plan& plan, const std::vector<RankColourLoad>& loads,
-                            SeriesSet& out);
+  static void AddRankSeries(const RankFamilies& families, const prometheus::Labels& base, const v1::Plan& plan,
+                            const std::vector<RankColourLoad>& loads, SeriesSet& out);
 
   // The series of `job`'s events of `type` (nullptr: not counted).
   prometheus::Counter* JobEventCounter(const std::string& job, v1::JobEventType type)

@@ -41,8 +41,7 @@ class CoordinatorObserver {
   // `job` runs `info`'s version from now on: its first worker joined, or it
   // moved to another version (an elastic resize, or a first join after all
   // its workers had gone). `plan` is null when it could not be read (store).
-  virtual void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
-                         const v1::Plan* plan) {}
+  virtual void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info, const v1::Plan* plan) {}
   // `job` runs no plan any more: its last joined worker left or failed.
   virtual void OnJobPlanEnded(const std::string& job) {}
   // Number of open watch streams.
@@ -57,8 +56,7 @@ class CoordinatorObserver {
 // Forwards to several observers in order.
 class ObserverList final : public CoordinatorObserver {
  public:
-  explicit ObserverList(std::vector<CoordinatorObserver*> observers)
-      : observers_(std::move(observers)) {}
+  explicit ObserverList(std::vector<CoordinatorObserver*> observers) : observers_(std::move(observers)) {}
   void OnPlanCreated(const v1::PlanVersionInfo& info, absl::Duration compute) override {
     for (CoordinatorObserver* o : observers_) o->OnPlanCreated(info, compute);
   }
@@ -68,8 +66,7 @@ class ObserverList final : public CoordinatorObserver {
   void OnJobEvent(const v1::JobEvent& event, const WorkerCounts& counts) override {
     for (CoordinatorObserver* o : observers_) o->OnJobEvent(event, counts);
   }
-  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info,
-                 const v1::Plan* plan) override {
+  void OnJobPlan(const std::string& job, const v1::PlanVersionInfo& info, const v1::Plan* plan) override {
     for (CoordinatorObserver* o : observers_) o->OnJobPlan(job, info, plan);
   }
   void OnJobPlanEnded(const std::string& job) override {

@@ -2,12 +2,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "plan/plan_view.h"
-#include "plan/planner.h"
 #include "coordinator/plan_diff.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -16,13 +16,10 @@ using google::protobuf::internal::WireFormatLite;
 
 // Decoded protobuf messages take roughly twice their wire size in memory;
 // the views' shared bodies about as much again.
-int64_t MemoryEstimate(const v1::Plan& plan) {
-  return 3 * static_cast<int64_t>(plan.ByteSizeLong());
-}
+int64_t MemoryEstimate(const v1::Plan& plan) { return 3 * static_cast<int64_t>(plan.ByteSizeLong()); }
 
 // Appends `message` as length-delimited field `field` of the enclosing message.
-void WriteField(int field, const google::protobuf::MessageLite& message,
-                google::protobuf::io::CodedOutputStream* out) {
+void WriteField(int field, const google::protobuf::MessageLite& message, google::protobuf::io::CodedOutputStream* out) {
   const size_t size = message.ByteSizeLong();  // also caches the sizes
   WireFormatLite::WriteTag(field, WireFormatLite::WIRETYPE_LENGTH_DELIMITED, out);
   out->WriteVarint32(static_cast<uint32_t>(size));
@@ -94,18 +91,16 @@ absl::Status PlanCatalog::Load() {
 
 absl::Status PlanCatalog::CheckLimits(const v1::PlanRequest& request) const {
   if (request.manifest().tensors_size() > options_.max_tensors) {
-    return absl::ResourceExhaustedError(absl::StrCat("manifest has ",
-                                                     request.manifest().tensors_size(),
+    return absl::ResourceExhaustedError(absl::StrCat("manifest has ", request.manifest().tensors_size(),
                                                      " tensors; this coordinator accepts "
                                                      "at most ",
                                                      options_.max_tensors, " (--max-tensors)"));
   }
   if (request.topology().world_size() > options_.max_world_size) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("topology.world_size ", request.topology().world_size(),
-                     " exceeds this coordinator's "
-                     "limit of ",
-                     options_.max_world_size, " (--max-world-size)"));
+    return absl::ResourceExhaustedError(absl::StrCat("topology.world_size ", request.topology().world_size(),
+                                                     " exceeds this coordinator's "
+                                                     "limit of ",
+                                                     options_.max_world_size, " (--max-world-size)"));
   }
   return absl::OkStatus();
 }
@@ -128,8 +123,7 @@ absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Submit(const v1::PlanRequest
   return Store(canonical, hash, std::move(plan), clock_->Now() - start);
 }
 
-absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Resize(int64_t from_version,
-                                                           const std::vector<int>& new_rank_of,
+absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Resize(int64_t from_version, const std::vector<int>& new_rank_of,
                                                            int world_size) {
   MUONSHARD_ASSIGN_OR_RETURN(const int64_t version, Resolve(from_version));
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const v1::Plan> from, GetPlan(version));
@@ -155,8 +149,7 @@ absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Resize(int64_t from_version,
   return Store(canonical, hash, std::move(plan), clock_->Now() - start);
 }
 
-absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Store(const v1::PlanRequest& canonical,
-                                                          const std::string& hash,
+absl::StatusOr<v1::SubmitPlanResponse> PlanCatalog::Store(const v1::PlanRequest& canonical, const std::string& hash,
                                                           std::shared_ptr<const v1::Plan> plan,
                                                           absl::Duration compute) {
   absl::MutexLock submit_lock(&submit_mu_);
@@ -186,8 +179,8 @@ absl::StatusOr<int64_t> PlanCatalog::Resolve(int64_t version) const {
   }
   if (version == 0) return index_.rbegin()->first;
   if (index_.count(version) == 0) {
-    return absl::NotFoundError(absl::StrCat("plan version ", version, " does not exist (latest is ",
-                                            index_.rbegin()->first, ")"));
+    return absl::NotFoundError(
+        absl::StrCat("plan version ", version, " does not exist (latest is ", index_.rbegin()->first, ")"));
   }
   return version;
 }
@@ -206,8 +199,7 @@ int64_t PlanCatalog::latest_version() const {
 std::vector<v1::PlanVersionInfo> PlanCatalog::After(int64_t after, int limit) const {
   std::vector<v1::PlanVersionInfo> out;
   absl::MutexLock lock(&mu_);
-  for (auto it = index_.upper_bound(after);
-       it != index_.end() && static_cast<int>(out.size()) < limit; ++it) {
+  for (auto it = index_.upper_bound(after); it != index_.end() && static_cast<int>(out.size()) < limit; ++it) {
     out.push_back(it->second);
   }
   return out;
@@ -241,8 +233,7 @@ absl::StatusOr<std::shared_ptr<const v1::Plan>> PlanCatalog::GetPlan(int64_t ver
   return std::shared_ptr<const v1::Plan>(views, &views->plan());
 }
 
-absl::StatusOr<SerializedPieces> PlanCatalog::GetResponse(int64_t version,
-                                                          std::optional<int> rank, bool with_request) {
+absl::StatusOr<SerializedPieces> PlanCatalog::GetResponse(int64_t version, std::optional<int> rank, bool with_request) {
   MUONSHARD_ASSIGN_OR_RETURN(int64_t v, Resolve(version));
   if (rank.has_value()) {
     MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const RankViews> views, Load(v));
@@ -268,8 +259,7 @@ absl::StatusOr<SerializedPieces> PlanCatalog::GetResponse(int64_t version,
   return SerializedPieces{bytes};
 }
 
-absl::StatusOr<v1::PlanDiff> PlanCatalog::Diff(int64_t from_version, int64_t to_version,
-                                               int limit) {
+absl::StatusOr<v1::PlanDiff> PlanCatalog::Diff(int64_t from_version, int64_t to_version, int limit) {
   MUONSHARD_ASSIGN_OR_RETURN(int64_t from_v, Resolve(from_version));
   MUONSHARD_ASSIGN_OR_RETURN(int64_t to_v, Resolve(to_version));
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<const v1::Plan> from, GetPlan(from_v));

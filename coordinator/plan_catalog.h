@@ -35,8 +35,7 @@ namespace muonshard::coordinator {
 class PlanCatalog {
  public:
   // *store, *clock and *observer must outlive the catalog.
-  PlanCatalog(PlanStore* store, Clock* clock, const CoordinatorOptions& options,
-              CoordinatorObserver* observer);
+  PlanCatalog(PlanStore* store, Clock* clock, const CoordinatorOptions& options, CoordinatorObserver* observer);
 
   // Reads the index from the store and announces the latest plan to the
   // observer. Call once, before anything else.
@@ -64,8 +63,7 @@ class PlanCatalog {
   // outside the plan's world), DATA_LOSS / UNAVAILABLE (store).
   // `with_request` appends the canonical request (GetPlanResponse.request) to
   // a whole-plan response.
-  absl::StatusOr<SerializedPieces> GetResponse(int64_t version, std::optional<int> rank,
-                                               bool with_request = false);
+  absl::StatusOr<SerializedPieces> GetResponse(int64_t version, std::optional<int> rank, bool with_request = false);
 
   // The decoded plan of a version (0 = latest); errors as GetResponseBytes.
   absl::StatusOr<std::shared_ptr<const v1::Plan>> GetPlan(int64_t version);
@@ -88,10 +86,8 @@ class PlanCatalog {
   // The cached plan of a resolved version, read from the store on a miss.
   absl::StatusOr<std::shared_ptr<const RankViews>> Load(int64_t version);
   void Cache(int64_t version, std::shared_ptr<const v1::Plan> plan);
-  absl::StatusOr<v1::SubmitPlanResponse> Store(const v1::PlanRequest& canonical,
-                                               const std::string& hash,
-                                               std::shared_ptr<const v1::Plan> plan,
-                                               absl::Duration compute);
+  absl::StatusOr<v1::SubmitPlanResponse> Store(const v1::PlanRequest& canonical, const std::string& hash,
+                                               std::shared_ptr<const v1::Plan> plan, absl::Duration compute);
   std::optional<v1::SubmitPlanResponse> Existing(const std::string& hash) const;
 
   PlanStore* const store_;

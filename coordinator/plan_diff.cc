@@ -9,8 +9,7 @@
 namespace muonshard::coordinator {
 namespace {
 
-bool SamePlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& a,
-                    const std::vector<v1::Placement>& b) {
+bool SamePlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& a, const std::vector<v1::Placement>& b) {
   if (a.size() != static_cast<int>(b.size())) return false;
   for (size_t i = 0; i < b.size(); ++i) {
     const v1::Placement& x = a[static_cast<int>(i)];
@@ -23,8 +22,7 @@ bool SamePlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& a,
 
 // Elements held by one rank before and by another after: a sweep over two
 // sorted, non-overlapping range lists.
-int64_t MovedElements(const std::vector<v1::Placement>& from,
-                      const std::vector<v1::Placement>& to) {
+int64_t MovedElements(const std::vector<v1::Placement>& from, const std::vector<v1::Placement>& to) {
   int64_t moved = 0;
   size_t i = 0;
   size_t j = 0;

@@ -2,10 +2,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "plan/plan_view.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "plan/plan_view.h"
 
 namespace muonshard::coordinator {
 namespace {
@@ -48,8 +48,7 @@ std::string Concatenate(const SerializedPieces& pieces) {
 
 RankViews::RankViews(std::shared_ptr<const v1::Plan> plan, const v1::PlanVersionInfo& info)
     : plan_(std::move(plan)),
-      info_field_(
-          std::make_shared<const std::string>(Field(v1::GetPlanResponse::kInfoFieldNumber, info))) {
+      info_field_(std::make_shared<const std::string>(Field(v1::GetPlanResponse::kInfoFieldNumber, info))) {
   // Signature of a rank: the ids of the groups it is in, ascending.
   std::vector<std::vector<int>> groups_of(plan_->ranks_size());
   for (const v1::CommGroup& g : plan_->groups()) {
@@ -72,8 +71,7 @@ std::shared_ptr<const std::string> RankViews::Body(int signature) const {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<const std::string>& body = bodies_[signature];
   if (body == nullptr) {
-    absl::StatusOr<v1::RankView> view =
-        planner::ExtractRankView(*plan_, representative_[signature]);
+    absl::StatusOr<v1::RankView> view = planner::ExtractRankView(*plan_, representative_[signature]);
     // The representative is in range by construction, so this cannot fail.
     if (view.ok()) view->clear_rank();
     body = std::make_shared<const std::string>(view.ok() ? view->SerializeAsString() : "");
@@ -87,8 +85,7 @@ absl::StatusOr<SerializedPieces> RankViews::Response(int rank) const {
         absl::StrCat("rank ", rank, " is outside the plan's world of ", plan_->ranks_size()));
   }
   std::shared_ptr<const std::string> body = Body(signature_of_rank_[rank]);
-  auto rank_field = std::make_shared<const std::string>(
-      Field(v1::RankView::kRankFieldNumber, WithNames(*plan_, rank)));
+  auto rank_field = std::make_shared<const std::string>(Field(v1::RankView::kRankFieldNumber, WithNames(*plan_, rank)));
   auto header = std::make_shared<const std::string>(
       FieldHeader(v1::GetPlanResponse::kRankViewFieldNumber, body->size() + rank_field->size()));
   return SerializedPieces{info_field_, std::move(header), std::move(body), std::move(rank_field)};

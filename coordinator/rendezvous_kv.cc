@@ -12,8 +12,8 @@ namespace muonshard::coordinator {
 absl::Status CheckKey(const std::string& key, const CoordinatorOptions& options) {
   if (key.empty()) return absl::InvalidArgumentError("key is empty");
   if (static_cast<int64_t>(key.size()) > options.max_key_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("key is ", key.size(), " bytes; the limit is ",
-                                                   options.max_key_bytes, " (--max-key-bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key is ", key.size(), " bytes; the limit is ", options.max_key_bytes, " (--max-key-bytes)"));
   }
   return absl::OkStatus();
 }
@@ -22,16 +22,15 @@ absl::Status RendezvousKv::Set(const std::string& key, std::string value, bool c
                                std::vector<WaitCompletion>* done) {
   MUONSHARD_RETURN_IF_ERROR(CheckKey(key, *options_));
   if (static_cast<int64_t>(value.size()) > options_->max_value_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value of key \"", key, "\" is ", value.size(), " bytes; the limit is ",
-                     options_->max_value_bytes, " (--max-value-bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("value of key \"", key, "\" is ", value.size(),
+                                                   " bytes; the limit is ", options_->max_value_bytes,
+                                                   " (--max-value-bytes)"));
   }
   auto it = values_.find(key);
   if (it != values_.end() && create_only) {
     return absl::AlreadyExistsError(absl::StrCat("key \"", key, "\" is already set"));
   }
-  const int64_t old_bytes =
-      it == values_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
+  const int64_t old_bytes = it == values_.end() ? 0 : static_cast<int64_t>(key.size() + it->second.size());
   const int64_t new_bytes = static_cast<int64_t>(key.size() + value.size());
   if (bytes_ - old_bytes + new_bytes > options_->max_kv_bytes_per_job) {
     return absl::ResourceExhaustedError(
@@ -68,16 +67,14 @@ std::vector<std::string> RendezvousKv::ValuesOf(const std::vector<std::string>& 
   return out;
 }
 
-std::optional<std::vector<std::string>> RendezvousKv::GetAll(
-    const std::vector<std::string>& keys) const {
+std::optional<std::vector<std::string>> RendezvousKv::GetAll(const std::vector<std::string>& keys) const {
   for (const std::string& k : keys) {
     if (!values_.contains(k)) return std::nullopt;
   }
   return ValuesOf(keys);
 }
 
-void RendezvousKv::AddWaiter(uint64_t id, std::vector<std::string> keys, absl::Time deadline,
-                             WaitCallback callback) {
+void RendezvousKv::AddWaiter(uint64_t id, std::vector<std::string> keys, absl::Time deadline, WaitCallback callback) {
   Waiter w;
   absl::flat_hash_set<std::string> missing;
   for (const std::string& k : keys) {
@@ -98,8 +95,7 @@ RendezvousKv::Waiter RendezvousKv::Remove(uint64_t id) {
   for (const std::string& k : w.keys) {
     auto list = waiting_on_.find(k);
     if (list == waiting_on_.end()) continue;
-    list->second.erase(std::remove(list->second.begin(), list->second.end(), id),
-                       list->second.end());
+    list->second.erase(std::remove(list->second.begin(), list->second.end(), id), list->second.end());
     if (list->second.empty()) waiting_on_.erase(list);
   }
   return w;
@@ -119,9 +115,9 @@ void RendezvousKv::ExpireBefore(absl::Time now, std::vector<WaitCompletion>* don
       if (!values_.contains(k)) missing.push_back(k);
     }
     done->push_back(WaitCompletion{
-        std::move(w.callback), absl::DeadlineExceededError(absl::StrCat(
-                                   "timed out waiting for ", missing.size(), " key(s), first \"",
-                                   missing.empty() ? "" : missing.front(), "\""))});
+        std::move(w.callback),
+        absl::DeadlineExceededError(absl::StrCat("timed out waiting for ", missing.size(), " key(s), first \"",
+                                                 missing.empty() ? "" : missing.front(), "\""))});
   }
 }
 

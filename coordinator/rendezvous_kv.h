@@ -45,8 +45,7 @@ class RendezvousKv {
   // Possible errors: INVALID_ARGUMENT (key or value size limits),
   // ALREADY_EXISTS (create_only and set), RESOURCE_EXHAUSTED (the job's byte
   // total). Completed waits are appended to *done.
-  absl::Status Set(const std::string& key, std::string value, bool create_only,
-                   std::vector<WaitCompletion>* done);
+  absl::Status Set(const std::string& key, std::string value, bool create_only, std::vector<WaitCompletion>* done);
 
   // NOT_FOUND when the key is not set.
   absl::StatusOr<std::string> Get(const std::string& key) const;
@@ -55,8 +54,7 @@ class RendezvousKv {
   std::optional<std::vector<std::string>> GetAll(const std::vector<std::string>& keys) const;
 
   // Registers wait `id` for `keys` (some of them unset). REQUIRES: id unused.
-  void AddWaiter(uint64_t id, std::vector<std::string> keys, absl::Time deadline,
-                 WaitCallback callback);
+  void AddWaiter(uint64_t id, std::vector<std::string> keys, absl::Time deadline, WaitCallback callback);
 
   // Removes wait `id`; false when it is not registered (already completed).
   bool Cancel(uint64_t id);

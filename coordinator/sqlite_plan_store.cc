@@ -64,9 +64,7 @@ class Statement {
     if (rc != SQLITE_OK) return SqliteError(db, rc, "prepare");
     return Statement(db, stmt);
   }
-  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) {
-    other.stmt_ = nullptr;
-  }
+  Statement(Statement&& other) noexcept : db_(other.db_), stmt_(other.stmt_) { other.stmt_ = nullptr; }
   Statement& operator=(Statement&&) = delete;
   ~Statement() { sqlite3_finalize(stmt_); }
 
@@ -160,8 +158,7 @@ absl::StatusOr<std::unique_ptr<SqlitePlanStore>> SqlitePlanStore::Open(const std
   const std::string path = dir + "/coordinator.db";
   sqlite3* db = nullptr;
   int rc =
-      sqlite3_open_v2(path.c_str(), &db,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     absl::Status s = SqliteError(db, rc, absl::StrCat("open ", path));
     sqlite3_close(db);
@@ -190,17 +187,16 @@ absl::Status SqlitePlanStore::InitSchema() {
   MUONSHARD_ASSIGN_OR_RETURN(bool row, version.Step());
   const int64_t found = row ? version.Int(0) : 0;
   if (found > kSchemaVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "schema version ", found, " is newer than this coordinator's (", kSchemaVersion, ")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("schema version ", found, " is newer than this coordinator's (", kSchemaVersion, ")"));
   }
   MUONSHARD_RETURN_IF_ERROR(Exec(db_, kSchema));
   return Exec(db_, "PRAGMA user_version=1");
 }
 
-absl::StatusOr<std::optional<v1::PlanVersionInfo>> SqlitePlanStore::FindByHash(
-    const std::string& hash) {
-  MUONSHARD_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(db_, "SELECT version, info FROM plans WHERE content_hash=?"));
+absl::StatusOr<std::optional<v1::PlanVersionInfo>> SqlitePlanStore::FindByHash(const std::string& hash) {
+  MUONSHARD_ASSIGN_OR_RETURN(Statement q,
+                             Statement::Prepare(db_, "SELECT version, info FROM plans WHERE content_hash=?"));
   q.Bind(1, hash);
   MUONSHARD_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row) return std::nullopt;
@@ -212,8 +208,7 @@ absl::StatusOr<std::optional<v1::PlanVersionInfo>> SqlitePlanStore::FindByHash(
   return info;
 }
 
-absl::StatusOr<PlanStore::PutResult> SqlitePlanStore::Put(v1::PlanVersionInfo info,
-                                                          const v1::PlanRequest& canonical,
+absl::StatusOr<PlanStore::PutResult> SqlitePlanStore::Put(v1::PlanVersionInfo info, const v1::PlanRequest& canonical,
                                                           const v1::Plan& plan) {
   if (info.content_hash().empty()) return absl::InvalidArgumentError("empty content hash");
   // Compress outside the lock: it is the slow part for big plans.
@@ -226,17 +221,15 @@ absl::StatusOr<PlanStore::PutResult> SqlitePlanStore::Put(v1::PlanVersionInfo in
   absl::MutexLock lock(&mu_);
   Transaction txn(db_);
   MUONSHARD_RETURN_IF_ERROR(txn.Begin());
-  MUONSHARD_ASSIGN_OR_RETURN(std::optional<v1::PlanVersionInfo> existing,
-                             FindByHash(info.content_hash()));
+  MUONSHARD_ASSIGN_OR_RETURN(std::optional<v1::PlanVersionInfo> existing, FindByHash(info.content_hash()));
   if (existing) {
     MUONSHARD_RETURN_IF_ERROR(txn.Commit());
     return PutResult{*std::move(existing), false};
   }
   MUONSHARD_ASSIGN_OR_RETURN(
-      Statement insert,
-      Statement::Prepare(db_,
-                         "INSERT INTO plans (content_hash, create_time_micros, info, request, plan)"
-                         " VALUES (?, ?, ?, ?, ?)"));
+      Statement insert, Statement::Prepare(db_,
+                                           "INSERT INTO plans (content_hash, create_time_micros, info, request, plan)"
+                                           " VALUES (?, ?, ?, ?, ?)"));
   insert.Bind(1, info.content_hash());
   insert.Bind(2, info.create_time_micros());
   insert.BindBlob(3, info_bytes);
@@ -248,15 +241,12 @@ absl::StatusOr<PlanStore::PutResult> SqlitePlanStore::Put(v1::PlanVersionInfo in
   return PutResult{std::move(info), true};
 }
 
-absl::Status SqlitePlanStore::ReadBlob(int64_t version, const char* column,
-                                       google::protobuf::Message* out) {
+absl::Status SqlitePlanStore::ReadBlob(int64_t version, const char* column, google::protobuf::Message* out) {
   std::string blob;
   {
     absl::MutexLock lock(&mu_);
     MUONSHARD_ASSIGN_OR_RETURN(
-        Statement q,
-        Statement::Prepare(db_,
-                           absl::StrCat("SELECT ", column, " FROM plans WHERE version=?").c_str()));
+        Statement q, Statement::Prepare(db_, absl::StrCat("SELECT ", column, " FROM plans WHERE version=?").c_str()));
     q.Bind(1, version);
     MUONSHARD_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) return absl::NotFoundError(absl::StrCat("plan version ", version, " does not exist"));
@@ -280,8 +270,7 @@ absl::StatusOr<v1::PlanRequest> SqlitePlanStore::GetRequest(int64_t version) {
 
 absl::StatusOr<std::vector<v1::PlanVersionInfo>> SqlitePlanStore::ListVersions() {
   absl::MutexLock lock(&mu_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(db_, "SELECT version, info FROM plans ORDER BY version"));
+  MUONSHARD_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(db_, "SELECT version, info FROM plans ORDER BY version"));
   std::vector<v1::PlanVersionInfo> out;
   while (true) {
     MUONSHARD_ASSIGN_OR_RETURN(bool row, q.Step());
@@ -298,8 +287,8 @@ absl::StatusOr<std::vector<v1::PlanVersionInfo>> SqlitePlanStore::ListVersions()
 
 absl::StatusOr<int64_t> SqlitePlanStore::LoadGeneration(const std::string& job) {
   absl::MutexLock lock(&mu_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(db_, "SELECT generation FROM job_generations WHERE job=?"));
+  MUONSHARD_ASSIGN_OR_RETURN(Statement q,
+                             Statement::Prepare(db_, "SELECT generation FROM job_generations WHERE job=?"));
   q.Bind(1, job);
   MUONSHARD_ASSIGN_OR_RETURN(bool row, q.Step());
   return row ? q.Int(0) : 0;
@@ -307,11 +296,10 @@ absl::StatusOr<int64_t> SqlitePlanStore::LoadGeneration(const std::string& job) 
 
 absl::Status SqlitePlanStore::SaveGeneration(const std::string& job, int64_t generation) {
   absl::MutexLock lock(&mu_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      Statement q,
-      Statement::Prepare(db_,
-                         "INSERT INTO job_generations (job, generation) VALUES (?, ?) "
-                         "ON CONFLICT(job) DO UPDATE SET generation=excluded.generation"));
+  MUONSHARD_ASSIGN_OR_RETURN(Statement q,
+                             Statement::Prepare(db_,
+                                                "INSERT INTO job_generations (job, generation) VALUES (?, ?) "
+                                                "ON CONFLICT(job) DO UPDATE SET generation=excluded.generation"));
   q.Bind(1, job);
   q.Bind(2, generation);
   return q.Step().status();
@@ -321,10 +309,9 @@ absl::Status SqlitePlanStore::ProbeWrite() {
   // A counter, not a constant: every probe then changes a page, so the
   // commit appends to the WAL and fsyncs like a real write.
   absl::MutexLock lock(&mu_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      Statement q, Statement::Prepare(db_,
-                                      "INSERT INTO write_probe (id, writes) VALUES (1, 1) "
-                                      "ON CONFLICT(id) DO UPDATE SET writes=writes+1"));
+  MUONSHARD_ASSIGN_OR_RETURN(Statement q, Statement::Prepare(db_,
+                                                             "INSERT INTO write_probe (id, writes) VALUES (1, 1) "
+                                                             "ON CONFLICT(id) DO UPDATE SET writes=writes+1"));
   return q.Step().status();
 }
 

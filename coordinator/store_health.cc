@@ -7,9 +7,7 @@ namespace {
 
 // INVALID_ARGUMENT is the caller's mistake (an empty content hash); every
 // other error means the store did not commit.
-bool IsStorageFailure(const absl::Status& s) {
-  return !s.ok() && s.code() != absl::StatusCode::kInvalidArgument;
-}
+bool IsStorageFailure(const absl::Status& s) { return !s.ok() && s.code() != absl::StatusCode::kInvalidArgument; }
 
 }  // namespace
 

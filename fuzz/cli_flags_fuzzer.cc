@@ -85,9 +85,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto positional = flags.Parse(args);
   if (!positional.ok()) return 0;
   FUZZ_CHECK(positional->size() <= args.size(), "more positional arguments than arguments");
-  for (const char* name : {"manifest", "world-size", "pp", "ep", "policy", "comm-buffer-mb", "ns-steps",
-                           "per-dtype", "exclude", "output", "coordinator", "version", "rank", "timeout",
-                           "dry-run", "muon-exclude"}) {
+  for (const char* name :
+       {"manifest", "world-size", "pp", "ep", "policy", "comm-buffer-mb", "ns-steps", "per-dtype", "exclude", "output",
+        "coordinator", "version", "rank", "timeout", "dry-run", "muon-exclude"}) {
     (void)flags.WasSet(name);
   }
   (void)flags.Usage();

@@ -25,13 +25,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "plan/plan_validator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/observer.h"
 #include "coordinator/options.h"
 #include "coordinator/plan_store.h"
 #include "fuzz/fuzz_util.h"
 #include "muonshard/v1/coordinator.pb.h"
+#include "plan/plan_validator.h"
 
 namespace muonshard::fuzz {
 namespace {
@@ -193,8 +193,8 @@ void Run(ByteReader& in) {
       case kWaitKeys: {
         v1::WaitKeysRequest r;
         if (!Decode(in, &r)) break;
-        auto started = service->WaitKeys(
-            r, [&completed_waits](absl::StatusOr<std::vector<std::string>>) { ++completed_waits; });
+        auto started =
+            service->WaitKeys(r, [&completed_waits](absl::StatusOr<std::vector<std::string>>) { ++completed_waits; });
         if (started.ok() && !started->values.has_value()) waits.push_back(started->id);
         break;
       }

@@ -19,13 +19,13 @@
 
 #include "absl/strings/string_view.h"
 
-#define FUZZ_CHECK(cond, ...)                                               \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s: %s\n", __FILE__, \
-                   __LINE__, #cond, std::string(__VA_ARGS__).c_str());      \
-      std::abort();                                                         \
-    }                                                                       \
+#define FUZZ_CHECK(cond, ...)                                                               \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: FUZZ_CHECK failed: %s: %s\n", __FILE__, __LINE__, #cond, \
+                   std::string(__VA_ARGS__).c_str());                                       \
+      std::abort();                                                                         \
+    }                                                                                       \
   } while (0)
 
 namespace muonshard::fuzz {
@@ -38,8 +38,7 @@ void SilenceProtobufLogs();
 // yields zeros and empty strings, so any input is a valid script.
 class ByteReader {
  public:
-  ByteReader(const uint8_t* data, size_t size)
-      : data_(reinterpret_cast<const char*>(data)), size_(size) {}
+  ByteReader(const uint8_t* data, size_t size) : data_(reinterpret_cast<const char*>(data)), size_(size) {}
 
   bool empty() const { return pos_ >= size_; }
   size_t remaining() const { return size_ - pos_; }

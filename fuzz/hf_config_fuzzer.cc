@@ -6,16 +6,16 @@
 // manifests of up to 4096 tensors). Configs asking for more than 2^14
 // layer x expert blocks are skipped (see Huge below).
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 
 #include "common/proto_json.h"
-#include "importer/hf_import.h"
-#include "importer/manifest_summary.h"
 #include "fuzz/fuzz_util.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "importer/hf_import.h"
+#include "importer/manifest_summary.h"
 
 namespace {
 // Printing a manifest of a huge model (a config may ask for thousands of
@@ -32,8 +32,7 @@ constexpr double kMaxBlocks = 1 << 14;
 
 bool Huge(absl::string_view config) {
   google::protobuf::Struct root;
-  if (!google::protobuf::util::JsonStringToMessage(google::protobuf::StringPiece(config.data(), config.size()),
-                                                   &root)
+  if (!google::protobuf::util::JsonStringToMessage(google::protobuf::StringPiece(config.data(), config.size()), &root)
            .ok()) {
     return false;
   }

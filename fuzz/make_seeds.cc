@@ -28,10 +28,10 @@
 #include "common/safetensors_header.h"
 #include "importer/hf_import.h"
 #include "importer/safetensors_import.h"
-#include "plan/plan_validator.h"
-#include "plan/planner.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/coordinator.pb.h"
+#include "plan/plan_validator.h"
+#include "plan/planner.h"
 
 namespace muonshard::fuzz {
 namespace {
@@ -151,7 +151,8 @@ std::vector<v1::PlanRequest> PlanRequests(const v1::ModelManifest& llama, const 
 
 void Plans(const std::vector<v1::PlanRequest>& requests) {
   const char* names[] = {"micro-llama-seed-4.pb", "micro-moe-balanced-8-ep2.pb", "micro-moe-pp2-ep2-options.pb"};
-  for (size_t i = 0; i < requests.size(); ++i) Write("plan_fuzzer", names[i], SerializeDeterministic(Plan(requests[i])));
+  for (size_t i = 0; i < requests.size(); ++i)
+    Write("plan_fuzzer", names[i], SerializeDeterministic(Plan(requests[i])));
 }
 
 // HF configs, the big ones cut to a few layers and experts so that an
@@ -161,8 +162,8 @@ void HfConfigs() {
     Write("hf_config_fuzzer", std::filesystem::path(path).filename().string(), Read(path));
   }
   const std::map<std::string, int64_t> caps = {
-      {"num_hidden_layers", 4}, {"n_routed_experts", 8}, {"num_experts", 8}, {"num_local_experts", 8},
-      {"moe_num_experts", 8},   {"num_experts_per_tok", 2}, {"moe_k", 2},  {"first_k_dense_replace", 1},
+      {"num_hidden_layers", 4},  {"n_routed_experts", 8},    {"num_experts", 8}, {"num_local_experts", 8},
+      {"moe_num_experts", 8},    {"num_experts_per_tok", 2}, {"moe_k", 2},       {"first_k_dense_replace", 1},
       {"moe_layer_end_index", 3}};
   std::vector<std::filesystem::path> paths;
   for (const auto& entry : std::filesystem::directory_iterator("tests/importer/configs")) {
@@ -342,8 +343,24 @@ class Script {
 
 // The op numbers of coordinator_requests_fuzzer.cc.
 enum : uint8_t {
-  kSubmitPlan, kGetPlan, kListPlans, kDiffPlans, kJoinJob, kHeartbeat, kLeaveJob, kReportError, kListWorkers,
-  kSetKey, kGetKey, kWaitKeys, kCancelWait, kWatch, kNext, kDropWatcher, kAdvanceClock, kShutdown,
+  kSubmitPlan,
+  kGetPlan,
+  kListPlans,
+  kDiffPlans,
+  kJoinJob,
+  kHeartbeat,
+  kLeaveJob,
+  kReportError,
+  kListWorkers,
+  kSetKey,
+  kGetKey,
+  kWaitKeys,
+  kCancelWait,
+  kWatch,
+  kNext,
+  kDropWatcher,
+  kAdvanceClock,
+  kShutdown,
 };
 
 void CoordinatorSeeds(const v1::ModelManifest& llama) {

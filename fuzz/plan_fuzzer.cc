@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "plan/plan_validator.h"
-#include "plan/plan_view.h"
 #include "fuzz/fuzz_util.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/plan_validator.h"
+#include "plan/plan_view.h"
 
 namespace {
 // Views of at most this many ranks are extracted (each is a copy).

@@ -22,12 +22,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "plan/plan_validator.h"
-#include "plan/plan_view.h"
-#include "plan/planner.h"
 #include "fuzz/fuzz_util.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/plan_validator.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 
 namespace muonshard::fuzz {
 namespace {

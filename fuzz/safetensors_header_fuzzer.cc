@@ -16,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/safetensors.h"
 #include "common/safetensors_header.h"
+#include "fuzz/fuzz_util.h"
 #include "importer/manifest_summary.h"
 #include "importer/safetensors_import.h"
-#include "fuzz/fuzz_util.h"
 
 namespace muonshard::fuzz {
 namespace {
@@ -38,8 +38,7 @@ void CheckHeader(const SafetensorsHeader& h) {
   FUZZ_CHECK(n.ok(), n.status().ToString());
   auto again = ParseSafetensorsHeader(absl::string_view(encoded).substr(8));
   FUZZ_CHECK(again.ok(), absl::StrCat("re-encoded header does not parse: ", again.status().ToString()));
-  FUZZ_CHECK(again->entries.size() == h.entries.size() && again->metadata == h.metadata,
-             "re-encoded header differs");
+  FUZZ_CHECK(again->entries.size() == h.entries.size() && again->metadata == h.metadata, "re-encoded header differs");
   for (size_t i = 0; i < h.entries.size(); ++i) {
     FUZZ_CHECK(SameEntry(again->entries[i], h.entries[i]), absl::StrCat("re-encoded entry ", i, " differs"));
   }

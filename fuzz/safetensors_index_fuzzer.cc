@@ -17,8 +17,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/safetensors_header.h"
-#include "importer/safetensors_import.h"
 #include "fuzz/fuzz_util.h"
+#include "importer/safetensors_import.h"
 
 namespace {
 // Indexes naming more tensors are parsed but not imported (headers are

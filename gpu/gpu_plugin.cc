@@ -14,11 +14,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/rendezvous_store.h"
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/nccl_communicator.h"
-#include "common/rendezvous_store.h"
 #include "worker/internal/nccl_factory.h"
 
 #ifndef MUONSHARD_BUILD_ID
@@ -69,8 +69,7 @@ __attribute__((visibility("default"))) void muonshard_gpu_visible_devices(absl::
 // shared stream costs no overlap the step could use.
 __attribute__((visibility("default"))) void muonshard_gpu_create_nccl_communicator(
     const muonshard::worker::internal::NcclGroupOptions* options, muonshard::kernels::KernelBackend* backend,
-    muonshard::worker::RendezvousStore* store,
-    absl::StatusOr<std::unique_ptr<muonshard::worker::Communicator>>* out) {
+    muonshard::worker::RendezvousStore* store, absl::StatusOr<std::unique_ptr<muonshard::worker::Communicator>>* out) {
   muonshard::worker::NcclOptions o;
   o.rank = options->rank;
   o.size = options->size;

@@ -25,22 +25,28 @@ struct Family {
 // model_type (its config names DeepseekV3ForCausalLM); gemma3 is the
 // multimodal Gemma 3, of which only the language model is imported.
 constexpr Family kFamilies[] = {
-    {"deepseek_v3", internal::BuildDeepseekV3, true}, {"ernie4_5_moe", internal::BuildErnie45Moe, false},
-    {"gemma2", internal::BuildGemma2, false},         {"gemma3", internal::BuildGemma3, false},
-    {"gemma3_text", internal::BuildGemma3Text, false}, {"gpt_oss", internal::BuildGptOss, false},
-    {"kimi_k2", internal::BuildDeepseekV3, true},     {"llama", internal::BuildLlama, false},
-    {"mistral", internal::BuildMistral, false},       {"mixtral", internal::BuildMixtral, false},
-    {"olmoe", internal::BuildOlmoe, false},           {"qwen2", internal::BuildQwen2, false},
-    {"qwen2_moe", internal::BuildQwen2Moe, false},    {"qwen3_moe", internal::BuildQwen3Moe, false},
+    {"deepseek_v3", internal::BuildDeepseekV3, true},
+    {"ernie4_5_moe", internal::BuildErnie45Moe, false},
+    {"gemma2", internal::BuildGemma2, false},
+    {"gemma3", internal::BuildGemma3, false},
+    {"gemma3_text", internal::BuildGemma3Text, false},
+    {"gpt_oss", internal::BuildGptOss, false},
+    {"kimi_k2", internal::BuildDeepseekV3, true},
+    {"llama", internal::BuildLlama, false},
+    {"mistral", internal::BuildMistral, false},
+    {"mixtral", internal::BuildMixtral, false},
+    {"olmoe", internal::BuildOlmoe, false},
+    {"qwen2", internal::BuildQwen2, false},
+    {"qwen2_moe", internal::BuildQwen2Moe, false},
+    {"qwen3_moe", internal::BuildQwen3Moe, false},
 };
 
 absl::StatusOr<const Family*> FindFamily(const std::string& model_type) {
   for (const Family& family : kFamilies) {
     if (model_type == family.model_type) return &family;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("config.json: unknown model_type \"", model_type,
-                   "\" (supported: ", absl::StrJoin(SupportedModelTypes(), ", "), ")"));
+  return absl::InvalidArgumentError(absl::StrCat("config.json: unknown model_type \"", model_type,
+                                                 "\" (supported: ", absl::StrJoin(SupportedModelTypes(), ", "), ")"));
 }
 
 // transformers writes `torch_dtype` (v4) or `dtype` (v5).
@@ -81,8 +87,7 @@ bool LooksLikeHfConfig(absl::string_view json, std::string* model_type) {
   return true;
 }
 
-absl::StatusOr<v1::ModelManifest> ImportHfConfig(absl::string_view config_json,
-                                                 const ImportOptions& options) {
+absl::StatusOr<v1::ModelManifest> ImportHfConfig(absl::string_view config_json, const ImportOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(HfConfig config, HfConfig::Parse(config_json));
   MUONSHARD_ASSIGN_OR_RETURN(std::string model_type, config.String("model_type"));
   MUONSHARD_ASSIGN_OR_RETURN(const Family* family, FindFamily(model_type));

@@ -12,9 +12,9 @@
 namespace muonshard::importer {
 namespace {
 
-constexpr absl::string_view kColumnModules[] = {"q_proj",  "k_proj",    "v_proj",       "qkv_proj", "q_b_proj",
-                                                "kv_b_proj", "gate_proj", "up_proj",    "gate_up_proj", "w1",
-                                                "w3",      "embed_tokens", "lm_head"};
+constexpr absl::string_view kColumnModules[] = {"q_proj",    "k_proj",       "v_proj",  "qkv_proj",     "q_b_proj",
+                                                "kv_b_proj", "gate_proj",    "up_proj", "gate_up_proj", "w1",
+                                                "w3",        "embed_tokens", "lm_head"};
 constexpr absl::string_view kRowModules[] = {"o_proj", "down_proj", "w2"};
 
 bool In(absl::string_view module, absl::Span<const absl::string_view> modules) {
@@ -67,9 +67,9 @@ absl::Status MarkTensorParallel(const TpSplitOptions& options, v1::ModelManifest
         return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name(), "\": a 1-D tensor has no row split"));
       }
       if (!options.shard_shapes && t.shape(dim) % options.tp != 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor \"", t.name(), "\": ", split == v1::TP_COLUMN ? "column" : "row", "-parallel dimension ", dim,
-            " (", t.shape(dim), ") is not divisible by tp ", options.tp));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor \"", t.name(), "\": ", split == v1::TP_COLUMN ? "column" : "row",
+                         "-parallel dimension ", dim, " (", t.shape(dim), ") is not divisible by tp ", options.tp));
       }
     }
     splits.push_back(split);

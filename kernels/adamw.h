@@ -57,8 +57,7 @@ struct AdamWTensors {
 // Validates everything but the tensors' memory space (n >= 0, non-null
 // pointers when n > 0, beta powers in [0, 1), finite hyper-parameters).
 // Possible errors: INVALID_ARGUMENT.
-absl::Status ValidateAdamWArgs(const AdamWTensors& tensors, int64_t n,
-                               const AdamWBetaPows& pows,
+absl::Status ValidateAdamWArgs(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                                const AdamWOptions& options);
 
 // Advances the beta powers if options.advance_beta_pows.
@@ -66,8 +65,7 @@ void AdvanceBetaPows(const AdamWBetaPows& pows, const AdamWOptions& options);
 
 // CPU implementation: host pointers; blocks until done.
 // Possible errors: INVALID_ARGUMENT.
-absl::Status AdamWCpu(const AdamWTensors& tensors, int64_t n,
-                      const AdamWBetaPows& pows, const AdamWOptions& options);
+absl::Status AdamWCpu(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows, const AdamWOptions& options);
 
 }  // namespace muonshard::kernels
 

@@ -62,14 +62,10 @@ MUONSHARD_HOST_DEVICE inline Bf16Bits FloatToBf16(float f) {
 }
 
 // bf16 -> float (exact).
-MUONSHARD_HOST_DEVICE inline float Bf16ToFloat(Bf16Bits b) {
-  return BitsToFloat(static_cast<uint32_t>(b) << 16);
-}
+MUONSHARD_HOST_DEVICE inline float Bf16ToFloat(Bf16Bits b) { return BitsToFloat(static_cast<uint32_t>(b) << 16); }
 
 // Rounds a float to the nearest bf16-representable float.
-MUONSHARD_HOST_DEVICE inline float RoundToBf16(float f) {
-  return Bf16ToFloat(FloatToBf16(f));
-}
+MUONSHARD_HOST_DEVICE inline float RoundToBf16(float f) { return Bf16ToFloat(FloatToBf16(f)); }
 
 // Host array conversions. REQUIRES: `in` and `out` hold `n` elements and do
 // not overlap.

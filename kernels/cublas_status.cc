@@ -13,8 +13,7 @@ namespace muonshard::kernels {
 absl::Status CublasToStatus(cublasStatus_t status, absl::string_view what) {
   if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   const std::string message =
-      absl::StrCat(what, ": ", cublasGetStatusName(status), ": ",
-                   cublasGetStatusString(status));
+      absl::StrCat(what, ": ", cublasGetStatusName(status), ": ", cublasGetStatusString(status));
   switch (status) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(message);

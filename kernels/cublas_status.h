@@ -20,7 +20,6 @@ absl::Status CublasToStatus(cublasStatus_t status, absl::string_view what);
 }  // namespace muonshard::kernels
 
 #define MUONSHARD_CUBLAS_RETURN_IF_ERROR(expr, what) \
-  MUONSHARD_RETURN_IF_ERROR(                         \
-      ::muonshard::kernels::CublasToStatus((expr), (what)))
+  MUONSHARD_RETURN_IF_ERROR(::muonshard::kernels::CublasToStatus((expr), (what)))
 
 #endif  // MUONSHARD_KERNELS_CUBLAS_STATUS_H_

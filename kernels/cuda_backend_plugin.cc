@@ -11,10 +11,8 @@
 
 namespace muonshard::kernels::internal {
 
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
-    int device_ordinal) {
-  return CallGpuPlugin<std::unique_ptr<KernelBackend>>(
-      "muonshard_gpu_create_kernel_backend", device_ordinal);
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(int device_ordinal) {
+  return CallGpuPlugin<std::unique_ptr<KernelBackend>>("muonshard_gpu_create_kernel_backend", device_ordinal);
 }
 
 }  // namespace muonshard::kernels::internal

@@ -9,8 +9,7 @@
 
 namespace muonshard::kernels::internal {
 
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
-    int /*device_ordinal*/) {
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(int /*device_ordinal*/) {
   return absl::FailedPreconditionError(
       "the CUDA kernel backend is not available: muonshard was built without "
       "CUDA (configure with -DMUONSHARD_CUDA=ON on a machine with the CUDA "

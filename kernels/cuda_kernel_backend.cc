@@ -24,8 +24,8 @@
 #include "kernels/internal/cublaslt_gemm.h"
 #include "kernels/internal/cuda_device.h"
 #include "kernels/internal/cuda_elementwise.h"
-#include "kernels/internal/memory_args.h"
 #include "kernels/internal/cuda_newton_schulz.h"
+#include "kernels/internal/memory_args.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 
@@ -37,109 +37,86 @@ using NamedPointer = std::pair<const void*, const char*>;
 // INVALID_ARGUMENT unless every non-null pointer is device or managed memory
 // of `device`: a host pointer would fault inside a kernel and poison the
 // context, so it is refused before anything is enqueued.
-absl::Status CheckDevicePointers(int device,
-                                 std::initializer_list<NamedPointer> pointers) {
+absl::Status CheckDevicePointers(int device, std::initializer_list<NamedPointer> pointers) {
   for (const auto& [pointer, name] : pointers) {
     if (pointer == nullptr) continue;
     cudaPointerAttributes attributes{};
     const cudaError_t error = cudaPointerGetAttributes(&attributes, pointer);
     if (error != cudaSuccess) {
       (void)cudaGetLastError();
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " is not a CUDA pointer: ", cudaGetErrorString(error)));
+      return absl::InvalidArgumentError(absl::StrCat(name, " is not a CUDA pointer: ", cudaGetErrorString(error)));
     }
-    const bool usable =
-        attributes.type == cudaMemoryTypeManaged ||
-        (attributes.type == cudaMemoryTypeDevice && attributes.device == device);
+    const bool usable = attributes.type == cudaMemoryTypeManaged ||
+                        (attributes.type == cudaMemoryTypeDevice && attributes.device == device);
     if (!usable) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " must be device memory of CUDA device ", device,
-          " (got memory type ", static_cast<int>(attributes.type), " on device ",
-          attributes.device, ")"));
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be device memory of CUDA device ", device,
+                                                     " (got memory type ", static_cast<int>(attributes.type),
+                                                     " on device ", attributes.device, ")"));
     }
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<internal::NsBuffers> ReserveNsBuffers(
-    internal::DeviceBuffer& workspace, const MatrixBatchShape& shape, bool bf16,
-    bool with_update, cudaStream_t stream) {
-  MUONSHARD_RETURN_IF_ERROR(workspace.Reserve(
-      internal::NsWorkspaceBytes(shape, bf16, with_update), stream));
+absl::StatusOr<internal::NsBuffers> ReserveNsBuffers(internal::DeviceBuffer& workspace, const MatrixBatchShape& shape,
+                                                     bool bf16, bool with_update, cudaStream_t stream) {
+  MUONSHARD_RETURN_IF_ERROR(workspace.Reserve(internal::NsWorkspaceBytes(shape, bf16, with_update), stream));
   return internal::CarveNsBuffers(workspace.data(), shape, bf16, with_update);
 }
 
-absl::Status ZeroSums(const internal::NsBuffers& buffers, int64_t batch,
-                      cudaStream_t stream) {
-  return CudaToStatus(
-      cudaMemsetAsync(buffers.sums, 0, sizeof(double) * batch, stream),
-      "clearing the norm accumulators");
+absl::Status ZeroSums(const internal::NsBuffers& buffers, int64_t batch, cudaStream_t stream) {
+  return CudaToStatus(cudaMemsetAsync(buffers.sums, 0, sizeof(double) * batch, stream),
+                      "clearing the norm accumulators");
 }
 
 // LaunchConvert takes the element types as ints.
-static_assert(static_cast<int>(ElementType::kFloat32) == 0 &&
-                  static_cast<int>(ElementType::kBFloat16) == 1 &&
+static_assert(static_cast<int>(ElementType::kFloat32) == 0 && static_cast<int>(ElementType::kBFloat16) == 1 &&
                   static_cast<int>(ElementType::kFloat16) == 2,
               "LaunchConvert's type codes");
 
 void FreeDeviceMemory(void* pointer) { (void)cudaFree(pointer); }
 
 absl::Status CheckMuonPointers(int device, const MuonTensors& tensors) {
-  return CheckDevicePointers(device, {{tensors.grad, "grad"},
-                                      {tensors.momentum, "momentum"},
-                                      {tensors.master, "master"},
-                                      {tensors.model, "model"}});
+  return CheckDevicePointers(
+      device,
+      {{tensors.grad, "grad"}, {tensors.momentum, "momentum"}, {tensors.master, "master"}, {tensors.model, "model"}});
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CudaKernelBackend>> CudaKernelBackend::Create(
-    int device_ordinal) {
+absl::StatusOr<std::unique_ptr<CudaKernelBackend>> CudaKernelBackend::Create(int device_ordinal) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat(
-        "no CUDA device: ",
-        error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0"));
+    return absl::UnavailableError(
+        absl::StrCat("no CUDA device: ", error != cudaSuccess ? cudaGetErrorString(error) : "device count is 0"));
   }
   if (device_ordinal < 0 || device_ordinal >= count) {
-    return absl::UnavailableError(absl::StrCat(
-        "no CUDA device ", device_ordinal, " (", count, " present)"));
+    return absl::UnavailableError(absl::StrCat("no CUDA device ", device_ordinal, " (", count, " present)"));
   }
   internal::ScopedCudaDevice scope(device_ordinal);
   int pools = 0;
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported,
-                             device_ordinal),
-      "querying stream-ordered allocation support");
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device_ordinal),
+                                 "querying stream-ordered allocation support");
   if (pools == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "CUDA device ", device_ordinal, " lacks stream-ordered allocation"));
+    return absl::UnavailableError(absl::StrCat("CUDA device ", device_ordinal, " lacks stream-ordered allocation"));
   }
   int major = 0;
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
-                             device_ordinal),
-      "querying the compute capability");
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<internal::CublasLtGemm> gemm,
-                             internal::CublasLtGemm::Create());
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_ordinal),
+                                 "querying the compute capability");
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<internal::CublasLtGemm> gemm, internal::CublasLtGemm::Create());
   cudaStream_t stream = nullptr;
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-      "creating the kernel stream");
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                 "creating the kernel stream");
   return std::unique_ptr<CudaKernelBackend>(
-      new CudaKernelBackend(device_ordinal, /*bf16_by_default=*/major >= 8,
-                            stream, std::move(gemm)));
+      new CudaKernelBackend(device_ordinal, /*bf16_by_default=*/major >= 8, stream, std::move(gemm)));
 }
 
-bool CudaKernelBackend::UsesSymmetricMatmul(const MatrixBatchShape& shape,
-                                            SymmetricMatmul mode) {
+bool CudaKernelBackend::UsesSymmetricMatmul(const MatrixBatchShape& shape, SymmetricMatmul mode) {
   return internal::UseSymmetricPanels(shape, mode);
 }
 
-CudaKernelBackend::CudaKernelBackend(int device, bool bf16_by_default,
-                                     cudaStream_t stream,
+CudaKernelBackend::CudaKernelBackend(int device, bool bf16_by_default, cudaStream_t stream,
                                      std::unique_ptr<internal::CublasLtGemm> gemm)
     : device_(device),
       bf16_by_default_(bf16_by_default),
@@ -158,8 +135,7 @@ CudaKernelBackend::~CudaKernelBackend() {
   (void)cudaStreamDestroy(stream_);
 }
 
-absl::Status CudaKernelBackend::NewtonSchulz(const float* in, float* out,
-                                             const MatrixBatchShape& shape,
+absl::Status CudaKernelBackend::NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                                              const NewtonSchulzOptions& options) {
   if (in == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("NewtonSchulz: null input or output");
@@ -167,58 +143,43 @@ absl::Status CudaKernelBackend::NewtonSchulz(const float* in, float* out,
   MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shape));
   MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
                              internal::MakeCudaNsConfig(options, shape, bf16_by_default_));
-  MUONSHARD_RETURN_IF_ERROR(
-      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
   internal::ScopedCudaDevice scope(device_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      internal::NsBuffers buffers,
-      ReserveNsBuffers(*workspace_, shape, config.bf16, false, stream_));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::NsBuffers buffers,
+                             ReserveNsBuffers(*workspace_, shape, config.bf16, false, stream_));
   MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, shape.batch, stream_));
   MUONSHARD_CUDA_RETURN_IF_ERROR(
-      internal::LaunchSumSquares(in, shape.batch, shape.matrix_elements(),
-                                 buffers.sums, stream_),
-      "summing squares");
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const void* result, internal::OrthogonalizeOnDevice(
-                              in, buffers, shape, config, *gemm_, stream_));
+      internal::LaunchSumSquares(in, shape.batch, shape.matrix_elements(), buffers.sums, stream_), "summing squares");
+  MUONSHARD_ASSIGN_OR_RETURN(const void* result,
+                             internal::OrthogonalizeOnDevice(in, buffers, shape, config, *gemm_, stream_));
   const int64_t per_matrix = shape.matrix_elements();
   if (config.bf16) {
-    return CudaToStatus(
-        internal::LaunchWiden(static_cast<const Bf16Bits*>(result), shape.batch,
-                              per_matrix, buffers.x_stride, out, stream_),
-        "widening the NS output");
+    return CudaToStatus(internal::LaunchWiden(static_cast<const Bf16Bits*>(result), shape.batch, per_matrix,
+                                              buffers.x_stride, out, stream_),
+                        "widening the NS output");
   }
-  return CudaToStatus(
-      cudaMemcpy2DAsync(out, sizeof(float) * per_matrix, result,
-                        sizeof(float) * buffers.x_stride,
-                        sizeof(float) * per_matrix, shape.batch,
-                        cudaMemcpyDeviceToDevice, stream_),
-      "copying the NS output");
+  return CudaToStatus(cudaMemcpy2DAsync(out, sizeof(float) * per_matrix, result, sizeof(float) * buffers.x_stride,
+                                        sizeof(float) * per_matrix, shape.batch, cudaMemcpyDeviceToDevice, stream_),
+                      "copying the NS output");
 }
 
-absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors,
-                                           const MatrixBatchShape& shape,
-                                           WeightLayout layout,
-                                           const MuonOptions& options) {
+absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape,
+                                           WeightLayout layout, const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
   MUONSHARD_RETURN_IF_ERROR(CheckMuonPointers(device_, tensors));
-  return EnqueueMuonUpdate(absl::MakeConstSpan(&tensors, 1), shape, layout,
-                           options);
+  return EnqueueMuonUpdate(absl::MakeConstSpan(&tensors, 1), shape, layout, options);
 }
 
-absl::Status CudaKernelBackend::MuonUpdateBatch(
-    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
-    WeightLayout layout, const MuonOptions& options) {
+absl::Status CudaKernelBackend::MuonUpdateBatch(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+                                                WeightLayout layout, const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
   if (items.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Muon batch: ", items.size(), " items is above 2^31-1"));
+    return absl::InvalidArgumentError(absl::StrCat("Muon batch: ", items.size(), " items is above 2^31-1"));
   }
   for (size_t i = 0; i < items.size(); ++i) {
     const absl::Status status = CheckMuonPointers(device_, items[i]);
     if (!status.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Muon batch: item ", i, ": ", status.message()));
+      return absl::InvalidArgumentError(absl::StrCat("Muon batch: item ", i, ": ", status.message()));
     }
   }
   if (items.empty()) return absl::OkStatus();
@@ -231,73 +192,54 @@ absl::Status CudaKernelBackend::MuonUpdateBatch(
 // iteration runs once over all of them, and each item's apply kernel reads
 // its own slice of the result. 2 small launches per item besides the
 // iteration, against a whole iteration per item for MuonUpdate calls.
-absl::Status CudaKernelBackend::EnqueueMuonUpdate(
-    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
-    WeightLayout layout, const MuonOptions& options) {
-  const MatrixBatchShape all{static_cast<int64_t>(items.size()) * shape.batch,
-                             shape.rows, shape.cols};
+absl::Status CudaKernelBackend::EnqueueMuonUpdate(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+                                                  WeightLayout layout, const MuonOptions& options) {
+  const MatrixBatchShape all{static_cast<int64_t>(items.size()) * shape.batch, shape.rows, shape.cols};
   MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(all));
   MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
-                             internal::MakeCudaNsConfig(options.ns, all,
-                                                         bf16_by_default_));
+                             internal::MakeCudaNsConfig(options.ns, all, bf16_by_default_));
   internal::ScopedCudaDevice scope(device_);
-  MUONSHARD_ASSIGN_OR_RETURN(
-      internal::NsBuffers buffers,
-      ReserveNsBuffers(*workspace_, all, config.bf16, true, stream_));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::NsBuffers buffers,
+                             ReserveNsBuffers(*workspace_, all, config.bf16, true, stream_));
   MUONSHARD_RETURN_IF_ERROR(ZeroSums(buffers, all.batch, stream_));
   const int64_t per_matrix = shape.matrix_elements();
   for (size_t i = 0; i < items.size(); ++i) {
     const int64_t first = static_cast<int64_t>(i) * shape.batch;
     MUONSHARD_CUDA_RETURN_IF_ERROR(
-        internal::LaunchMomentum(items[i].grad, items[i].momentum,
-                                 buffers.update + first * per_matrix,
-                                 shape.batch, per_matrix, options.beta,
-                                 options.nesterov, buffers.sums + first,
-                                 stream_),
+        internal::LaunchMomentum(items[i].grad, items[i].momentum, buffers.update + first * per_matrix, shape.batch,
+                                 per_matrix, options.beta, options.nesterov, buffers.sums + first, stream_),
         "Muon momentum");
   }
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const void* ortho,
-      internal::OrthogonalizeOnDevice(buffers.update, buffers, all, config,
-                                      *gemm_, stream_));
-  const MuonApplyScalars apply =
-      MuonApplyScalarsFor(shape.rows, shape.cols, layout, options);
+  MUONSHARD_ASSIGN_OR_RETURN(const void* ortho,
+                             internal::OrthogonalizeOnDevice(buffers.update, buffers, all, config, *gemm_, stream_));
+  const MuonApplyScalars apply = MuonApplyScalarsFor(shape.rows, shape.cols, layout, options);
   for (size_t i = 0; i < items.size(); ++i) {
-    const int64_t offset =
-        static_cast<int64_t>(i) * shape.batch * buffers.x_stride;
-    const cudaError_t error =
-        config.bf16
-            ? internal::LaunchMuonApply(
-                  static_cast<const Bf16Bits*>(ortho) + offset, shape.batch,
-                  per_matrix, buffers.x_stride, apply.decay, apply.step, items[i].master,
-                  items[i].model, stream_)
-            : internal::LaunchMuonApply(
-                  static_cast<const float*>(ortho) + offset, shape.batch,
-                  per_matrix, buffers.x_stride, apply.decay, apply.step, items[i].master,
-                  items[i].model, stream_);
+    const int64_t offset = static_cast<int64_t>(i) * shape.batch * buffers.x_stride;
+    const cudaError_t error = config.bf16
+                                  ? internal::LaunchMuonApply(static_cast<const Bf16Bits*>(ortho) + offset, shape.batch,
+                                                              per_matrix, buffers.x_stride, apply.decay, apply.step,
+                                                              items[i].master, items[i].model, stream_)
+                                  : internal::LaunchMuonApply(static_cast<const float*>(ortho) + offset, shape.batch,
+                                                              per_matrix, buffers.x_stride, apply.decay, apply.step,
+                                                              items[i].master, items[i].model, stream_);
     MUONSHARD_RETURN_IF_ERROR(CudaToStatus(error, "applying the Muon update"));
   }
   return absl::OkStatus();
 }
 
-absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,
-                                      const AdamWBetaPows& pows,
+absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                                       const AdamWOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateAdamWArgs(tensors, n, pows, options));
   if (n > 0) {
-    MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-        device_, {{tensors.grad, "grad"},
-                  {tensors.master, "master"},
-                  {tensors.moment1, "moment1"},
-                  {tensors.moment2, "moment2"},
-                  {tensors.model, "model"}}));
+    MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{tensors.grad, "grad"},
+                                                            {tensors.master, "master"},
+                                                            {tensors.moment1, "moment1"},
+                                                            {tensors.moment2, "moment2"},
+                                                            {tensors.model, "model"}}));
     internal::ScopedCudaDevice scope(device_);
     MUONSHARD_CUDA_RETURN_IF_ERROR(
-        internal::LaunchAdamW(
-            tensors.grad, tensors.master, tensors.moment1, tensors.moment2,
-            tensors.model, n,
-            internal::MakeAdamWScalars(options, *pows.beta1_pow, *pows.beta2_pow),
-            stream_),
+        internal::LaunchAdamW(tensors.grad, tensors.master, tensors.moment1, tensors.moment2, tensors.model, n,
+                              internal::MakeAdamWScalars(options, *pows.beta1_pow, *pows.beta2_pow), stream_),
         "AdamW");
   }
   // The kernel received the powers by value, so they can advance now.
@@ -305,58 +247,44 @@ absl::Status CudaKernelBackend::AdamW(const AdamWTensors& tensors, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status CudaKernelBackend::MuonMomentum(const float* grad,
-                                             float* momentum, float* update,
-                                             int64_t n,
+absl::Status CudaKernelBackend::MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
                                              const MuonOptions& options) {
-  MUONSHARD_RETURN_IF_ERROR(
-      ValidateMuonMomentumArgs(grad, momentum, update, n, options));
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonMomentumArgs(grad, momentum, update, n, options));
   if (n == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-      device_, {{grad, "grad"}, {momentum, "momentum"}, {update, "update"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{grad, "grad"}, {momentum, "momentum"}, {update, "update"}}));
   internal::ScopedCudaDevice scope(device_);
   // No sums: the NS input is normalised where NewtonSchulz runs.
   return CudaToStatus(
-      internal::LaunchMomentum(grad, momentum, update, 1, n, options.beta,
-                               options.nesterov, nullptr, stream_),
+      internal::LaunchMomentum(grad, momentum, update, 1, n, options.beta, options.nesterov, nullptr, stream_),
       "Muon momentum");
 }
 
-absl::Status CudaKernelBackend::MuonApply(const float* ortho, float* master,
-                                          Bf16Bits* model, int64_t n,
+absl::Status CudaKernelBackend::MuonApply(const float* ortho, float* master, Bf16Bits* model, int64_t n,
                                           const MuonApplyScalars& scalars) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonApplyArgs(ortho, master, n));
   if (n == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-      device_, {{ortho, "ortho"}, {master, "master"}, {model, "model"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{ortho, "ortho"}, {master, "master"}, {model, "model"}}));
   internal::ScopedCudaDevice scope(device_);
-  return CudaToStatus(
-      internal::LaunchMuonApply(ortho, 1, n, n, scalars.decay, scalars.step,
-                                master, model, stream_),
-      "applying the Muon update");
+  return CudaToStatus(internal::LaunchMuonApply(ortho, 1, n, n, scalars.decay, scalars.step, master, model, stream_),
+                      "applying the Muon update");
 }
 
-absl::Status CudaKernelBackend::CastToBf16(const float* in, Bf16Bits* out,
-                                           int64_t n) {
+absl::Status CudaKernelBackend::CastToBf16(const float* in, Bf16Bits* out, int64_t n) {
   MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("CastToBf16", n, in, out));
   if (n == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(
-      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
   internal::ScopedCudaDevice scope(device_);
-  return CudaToStatus(internal::LaunchCastToBf16(in, out, n, stream_),
-                      "casting to bf16");
+  return CudaToStatus(internal::LaunchCastToBf16(in, out, n, stream_), "casting to bf16");
 }
 
 absl::Status CudaKernelBackend::Synchronize() {
   internal::ScopedCudaDevice scope(device_);
-  return CudaToStatus(cudaStreamSynchronize(stream_),
-                      "waiting for the kernel stream");
+  return CudaToStatus(cudaStreamSynchronize(stream_), "waiting for the kernel stream");
 }
 
 absl::StatusOr<BackendMemory> CudaKernelBackend::Allocate(int64_t bytes) {
   if (bytes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Allocate: negative size ", bytes));
+    return absl::InvalidArgumentError(absl::StrCat("Allocate: negative size ", bytes));
   }
   BackendMemory memory(nullptr, &FreeDeviceMemory);
   if (bytes == 0) return memory;
@@ -365,38 +293,31 @@ absl::StatusOr<BackendMemory> CudaKernelBackend::Allocate(int64_t bytes) {
   const cudaError_t error = cudaMalloc(&pointer, static_cast<size_t>(bytes));
   if (error == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "Allocate: out of memory on CUDA device ", device_, " for ", bytes,
-        " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Allocate: out of memory on CUDA device ", device_, " for ", bytes, " bytes"));
   }
   MUONSHARD_CUDA_RETURN_IF_ERROR(error, "allocating device memory");
   memory.reset(pointer);
   // Plain (not stream-ordered) memset: the memory is zero for every stream,
   // NCCL's included, once Allocate returns.
-  MUONSHARD_CUDA_RETURN_IF_ERROR(
-      cudaMemset(pointer, 0, static_cast<size_t>(bytes)),
-      "zeroing device memory");
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaMemset(pointer, 0, static_cast<size_t>(bytes)), "zeroing device memory");
   return memory;
 }
 
-absl::Status CudaKernelBackend::EnqueueCopy(const char* op, const void* src,
-                                            void* dst, int64_t bytes,
+absl::Status CudaKernelBackend::EnqueueCopy(const char* op, const void* src, void* dst, int64_t bytes,
                                             cudaMemcpyKind kind) {
   MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs(op, bytes, src, dst));
   if (bytes == 0) return absl::OkStatus();
   const bool to_device = kind == cudaMemcpyHostToDevice;
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-      device_, {to_device ? NamedPointer{dst, "destination"} : NamedPointer{src, "source"}}));
+  MUONSHARD_RETURN_IF_ERROR(
+      CheckDevicePointers(device_, {to_device ? NamedPointer{dst, "destination"} : NamedPointer{src, "source"}}));
   internal::ScopedCudaDevice scope(device_);
-  return CudaToStatus(
-      cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
-      to_device ? "copying to the device" : "copying to the host");
+  return CudaToStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
+                      to_device ? "copying to the device" : "copying to the host");
 }
 
-absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
-                                             int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(
-      EnqueueCopy("CopyFromHost", host, dst, bytes, cudaMemcpyHostToDevice));
+absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst, int64_t bytes) {
+  MUONSHARD_RETURN_IF_ERROR(EnqueueCopy("CopyFromHost", host, dst, bytes, cudaMemcpyHostToDevice));
   if (bytes == 0) return absl::OkStatus();
   // From pageable memory the copy has left `host` once the call returns;
   // from pinned memory it has not, so wait for it.
@@ -406,17 +327,13 @@ absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst,
     return absl::OkStatus();
   }
   if (attributes.type != cudaMemoryTypeHost) return absl::OkStatus();
-  return CudaToStatus(cudaStreamSynchronize(stream_),
-                      "waiting for a copy from pinned memory");
+  return CudaToStatus(cudaStreamSynchronize(stream_), "waiting for a copy from pinned memory");
 }
 
-absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host,
-                                           int64_t bytes) {
-  MUONSHARD_RETURN_IF_ERROR(
-      EnqueueCopy("CopyToHost", src, host, bytes, cudaMemcpyDeviceToHost));
+absl::Status CudaKernelBackend::CopyToHost(const void* src, void* host, int64_t bytes) {
+  MUONSHARD_RETURN_IF_ERROR(EnqueueCopy("CopyToHost", src, host, bytes, cudaMemcpyDeviceToHost));
   if (bytes == 0) return absl::OkStatus();
-  return CudaToStatus(cudaStreamSynchronize(stream_),
-                      "waiting for a copy to the host");
+  return CudaToStatus(cudaStreamSynchronize(stream_), "waiting for a copy to the host");
 }
 
 absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
@@ -424,46 +341,34 @@ absl::Status CudaKernelBackend::SetZero(void* dst, int64_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{dst, "destination"}}));
   internal::ScopedCudaDevice scope(device_);
-  return CudaToStatus(
-      cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_),
-      "zeroing device memory");
+  return CudaToStatus(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), stream_), "zeroing device memory");
 }
 
-absl::Status CudaKernelBackend::Copy2D(const void* src, int64_t src_pitch,
-                                       void* dst, int64_t dst_pitch,
+absl::Status CudaKernelBackend::Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch,
                                        int64_t row_bytes, int64_t rows) {
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(
-      src, src_pitch, dst, dst_pitch, row_bytes, rows));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(src, src_pitch, dst, dst_pitch, row_bytes, rows));
   if (row_bytes == 0 || rows == 0) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(
-      device_, {{src, "source"}, {dst, "destination"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{src, "source"}, {dst, "destination"}}));
   internal::ScopedCudaDevice scope(device_);
   return CudaToStatus(
-      cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src,
-                        static_cast<size_t>(src_pitch),
-                        static_cast<size_t>(row_bytes),
-                        static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
-                        stream_),
+      cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+                        static_cast<size_t>(row_bytes), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream_),
       "copying runs on the device");
 }
 
-absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type,
-                                        void* out, ElementType out_type,
+absl::Status CudaKernelBackend::Convert(const void* in, ElementType in_type, void* out, ElementType out_type,
                                         int64_t n) {
   MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("Convert", n, in, out));
   if (n == 0 || (in == out && in_type == out_type)) return absl::OkStatus();
-  MUONSHARD_RETURN_IF_ERROR(
-      CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
   internal::ScopedCudaDevice scope(device_);
   if (in_type == out_type) {
     return CudaToStatus(
-        cudaMemcpyAsync(out, in, static_cast<size_t>(n * ElementBytes(in_type)),
-                        cudaMemcpyDeviceToDevice, stream_),
+        cudaMemcpyAsync(out, in, static_cast<size_t>(n * ElementBytes(in_type)), cudaMemcpyDeviceToDevice, stream_),
         "copying on the device");
   }
   return CudaToStatus(
-      internal::LaunchConvert(in, static_cast<int>(in_type), out,
-                              static_cast<int>(out_type), n, stream_),
+      internal::LaunchConvert(in, static_cast<int>(in_type), out, static_cast<int>(out_type), n, stream_),
       "converting element types");
 }
 

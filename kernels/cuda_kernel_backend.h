@@ -36,16 +36,14 @@ class CudaKernelBackend final : public KernelBackend {
   // Possible errors: UNAVAILABLE (no CUDA device or driver, no device
   // `device_ordinal`, or a device without stream-ordered allocation),
   // RESOURCE_EXHAUSTED, INTERNAL.
-  static absl::StatusOr<std::unique_ptr<CudaKernelBackend>> Create(
-      int device_ordinal);
+  static absl::StatusOr<std::unique_ptr<CudaKernelBackend>> Create(int device_ordinal);
   ~CudaKernelBackend() override;
   CudaKernelBackend(const CudaKernelBackend&) = delete;
   CudaKernelBackend& operator=(const CudaKernelBackend&) = delete;
 
   // Whether NewtonSchulz/MuonUpdate use the symmetric (panel) GEMMs for
   // `shape` under `mode` (kAuto: from a short side of 4096 up).
-  static bool UsesSymmetricMatmul(const MatrixBatchShape& shape,
-                                  SymmetricMatmul mode);
+  static bool UsesSymmetricMatmul(const MatrixBatchShape& shape, SymmetricMatmul mode);
 
   DeviceKind device_kind() const override { return DeviceKind::kCuda; }
   int device_ordinal() const { return device_; }
@@ -53,41 +51,33 @@ class CudaKernelBackend final : public KernelBackend {
   // their own work against it with events (e.g. NCCL before MuonUpdate).
   cudaStream_t stream() const { return stream_; }
 
-  absl::Status NewtonSchulz(const float* in, float* out,
-                            const MatrixBatchShape& shape,
+  absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                             const NewtonSchulzOptions& options) override;
-  absl::Status MuonUpdate(const MuonTensors& tensors,
-                          const MatrixBatchShape& shape, WeightLayout layout,
+  absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override;
   // Validates every item (and its pointers' memory space) before enqueuing
   // anything; see KernelBackend::MuonUpdateBatch and EnqueueMuonUpdate. The
   // work buffer grows to the whole batch: per element 4 bytes of update plus
   // two iterates (2 bytes each in bf16, 4 in fp32), plus two m x m products
   // per matrix; about 1 GB in bf16 for 64 matrices of 768 x 2048.
-  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
-                               const MatrixBatchShape& shape,
-                               WeightLayout layout,
+  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape, WeightLayout layout,
                                const MuonOptions& options) override;
-  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
-                            int64_t n, const MuonOptions& options) override;
-  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
-                         int64_t n, const MuonApplyScalars& scalars) override;
-  absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
-                     const AdamWBetaPows& pows,
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                            const MuonOptions& options) override;
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model, int64_t n,
+                         const MuonApplyScalars& scalars) override;
+  absl::Status AdamW(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                      const AdamWOptions& options) override;
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
 
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override;
-  absl::Status CopyFromHost(const void* host, void* dst,
-                            int64_t bytes) override;
+  absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;
   absl::Status SetZero(void* dst, int64_t bytes) override;
-  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
-                      int64_t dst_pitch, int64_t row_bytes,
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                       int64_t rows) override;
-  absl::Status Convert(const void* in, ElementType in_type, void* out,
-                       ElementType out_type, int64_t n) override;
+  absl::Status Convert(const void* in, ElementType in_type, void* out, ElementType out_type, int64_t n) override;
 
  private:
   CudaKernelBackend(int device, bool bf16_by_default, cudaStream_t stream,
@@ -99,12 +89,9 @@ class CudaKernelBackend final : public KernelBackend {
   // Newton–Schulz run strided-batched over all items' matrices, apply per
   // item. Possible errors: INVALID_ARGUMENT (more than 2^31-1 matrices in
   // all), RESOURCE_EXHAUSTED, INTERNAL.
-  absl::Status EnqueueMuonUpdate(absl::Span<const MuonTensors> items,
-                                 const MatrixBatchShape& shape,
-                                 WeightLayout layout,
-                                 const MuonOptions& options);
-  absl::Status EnqueueCopy(const char* op, const void* src, void* dst,
-                           int64_t bytes, cudaMemcpyKind kind);
+  absl::Status EnqueueMuonUpdate(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+                                 WeightLayout layout, const MuonOptions& options);
+  absl::Status EnqueueCopy(const char* op, const void* src, void* dst, int64_t bytes, cudaMemcpyKind kind);
 
   const int device_;
   const bool bf16_by_default_;

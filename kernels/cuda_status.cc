@@ -11,8 +11,7 @@ namespace muonshard::kernels {
 absl::Status CudaToStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();
-  const std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error),
-                                           ": ", cudaGetErrorString(error));
+  const std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error));
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);

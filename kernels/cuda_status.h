@@ -20,7 +20,7 @@ absl::Status CudaToStatus(cudaError_t error, absl::string_view what);
 
 }  // namespace muonshard::kernels
 
-#define MUONSHARD_CUDA_RETURN_IF_ERROR(expr, what)                     \
+#define MUONSHARD_CUDA_RETURN_IF_ERROR(expr, what) \
   MUONSHARD_RETURN_IF_ERROR(::muonshard::kernels::CudaToStatus((expr), (what)))
 
 #endif  // MUONSHARD_KERNELS_CUDA_STATUS_H_

@@ -57,48 +57,41 @@ class CpuKernelBackend final : public KernelBackend {
  public:
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
 
-  absl::Status NewtonSchulz(const float* in, float* out,
-                            const MatrixBatchShape& shape,
+  absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                             const NewtonSchulzOptions& options) override {
     return NewtonSchulzCpu(in, out, shape, options);
   }
 
-  absl::Status MuonUpdate(const MuonTensors& tensors,
-                          const MatrixBatchShape& shape, WeightLayout layout,
+  absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override {
     return MuonUpdateCpu(tensors, shape, layout, options);
   }
 
-  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
-                               const MatrixBatchShape& shape,
-                               WeightLayout layout,
+  absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape, WeightLayout layout,
                                const MuonOptions& options) override {
     return MuonUpdateBatchCpu(items, shape, layout, options);
   }
 
-  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
-                            int64_t n, const MuonOptions& options) override {
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                            const MuonOptions& options) override {
     return MuonMomentumCpu(grad, momentum, update, n, options);
   }
 
-  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
-                         int64_t n, const MuonApplyScalars& scalars) override {
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model, int64_t n,
+                         const MuonApplyScalars& scalars) override {
     return MuonApplyCpu(ortho, master, model, n, scalars);
   }
 
-  absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
-                     const AdamWBetaPows& pows,
+  absl::Status AdamW(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                      const AdamWOptions& options) override {
     return AdamWCpu(tensors, n, pows, options);
   }
 
-  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
-                      int64_t dst_pitch, int64_t row_bytes,
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                       int64_t rows) override {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(src, src_pitch, dst, dst_pitch, row_bytes, rows));
     for (int64_t k = 0; k < rows; ++k) {
-      std::memcpy(static_cast<char*>(dst) + k * dst_pitch,
-                  static_cast<const char*>(src) + k * src_pitch,
+      std::memcpy(static_cast<char*>(dst) + k * dst_pitch, static_cast<const char*>(src) + k * src_pitch,
                   static_cast<size_t>(row_bytes));
     }
     return absl::OkStatus();
@@ -114,26 +107,22 @@ class CpuKernelBackend final : public KernelBackend {
 
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override {
     if (bytes < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Allocate: negative size ", bytes));
+      return absl::InvalidArgumentError(absl::StrCat("Allocate: negative size ", bytes));
     }
     BackendMemory memory(nullptr, &std::free);
     if (bytes == 0) return memory;
     memory.reset(std::calloc(static_cast<size_t>(bytes), 1));
     if (memory == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("Allocate: out of host memory for ", bytes, " bytes"));
+      return absl::ResourceExhaustedError(absl::StrCat("Allocate: out of host memory for ", bytes, " bytes"));
     }
     return memory;
   }
 
-  absl::Status CopyFromHost(const void* host, void* dst,
-                            int64_t bytes) override {
+  absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
     return Copy("CopyFromHost", host, dst, bytes);
   }
 
-  absl::Status CopyToHost(const void* src, void* host,
-                          int64_t bytes) override {
+  absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override {
     return Copy("CopyToHost", src, host, bytes);
   }
 
@@ -143,17 +132,14 @@ class CpuKernelBackend final : public KernelBackend {
     return absl::OkStatus();
   }
 
-  absl::Status Convert(const void* in, ElementType in_type, void* out,
-                       ElementType out_type, int64_t n) override {
+  absl::Status Convert(const void* in, ElementType in_type, void* out, ElementType out_type, int64_t n) override {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("Convert", n, in, out));
     if (in_type == out_type) {
       if (in != out) std::memmove(out, in, n * ElementBytes(in_type));
       return absl::OkStatus();
     }
-    if (in_type == ElementType::kFloat32 &&
-        out_type == ElementType::kBFloat16) {
-      FloatToBf16(static_cast<const float*>(in), static_cast<Bf16Bits*>(out),
-                  n);
+    if (in_type == ElementType::kFloat32 && out_type == ElementType::kBFloat16) {
+      FloatToBf16(static_cast<const float*>(in), static_cast<Bf16Bits*>(out), n);
       return absl::OkStatus();
     }
     for (int64_t i = 0; i < n; ++i) {
@@ -163,8 +149,7 @@ class CpuKernelBackend final : public KernelBackend {
   }
 
  private:
-  static absl::Status Copy(const char* what, const void* from, void* to,
-                           int64_t bytes) {
+  static absl::Status Copy(const char* what, const void* from, void* to, int64_t bytes) {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs(what, bytes, from, to));
     if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
@@ -173,9 +158,8 @@ class CpuKernelBackend final : public KernelBackend {
 
 }  // namespace
 
-absl::Status KernelBackend::MuonUpdateBatch(
-    absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
-    WeightLayout layout, const MuonOptions& options) {
+absl::Status KernelBackend::MuonUpdateBatch(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+                                            WeightLayout layout, const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonBatchArgs(items, shape, options));
   for (const MuonTensors& item : items) {
     MUONSHARD_RETURN_IF_ERROR(MuonUpdate(item, shape, layout, options));
@@ -193,34 +177,26 @@ const char* DeviceKindName(DeviceKind kind) {
   return "unknown";
 }
 
-int ElementBytes(ElementType type) {
-  return type == ElementType::kFloat32 ? 4 : 2;
-}
+int ElementBytes(ElementType type) { return type == ElementType::kFloat32 ? 4 : 2; }
 
-std::unique_ptr<KernelBackend> CreateCpuKernelBackend() {
-  return std::make_unique<CpuKernelBackend>();
-}
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend() { return std::make_unique<CpuKernelBackend>(); }
 
-std::unique_ptr<KernelBackend> CreateCpuKernelBackend(
-    const CpuBackendOptions& options) {
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend(const CpuBackendOptions& options) {
   if (options.threads > 0) {
     openblas_set_num_threads(options.threads);
-    internal::CpuThreadBudget().store(options.threads,
-                                      std::memory_order_relaxed);
+    internal::CpuThreadBudget().store(options.threads, std::memory_order_relaxed);
   }
   return CreateCpuKernelBackend();
 }
 
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
-    DeviceKind kind, int device_ordinal) {
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(DeviceKind kind, int device_ordinal) {
   switch (kind) {
     case DeviceKind::kCpu:
       return CreateCpuKernelBackend();
     case DeviceKind::kCuda:
       return internal::CreateCudaKernelBackend(device_ordinal);
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown device kind ", static_cast<int>(kind)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown device kind ", static_cast<int>(kind)));
 }
 
 }  // namespace muonshard::kernels

@@ -66,15 +66,12 @@ class KernelBackend {
   // Orthogonalises each matrix of `in` into `out` (shape.elements() floats
   // each; `out` may equal `in`). See newton_schulz.h for the math.
   // Possible errors: INVALID_ARGUMENT, INTERNAL (device/library failure).
-  virtual absl::Status NewtonSchulz(const float* in, float* out,
-                                    const MatrixBatchShape& shape,
+  virtual absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                                     const NewtonSchulzOptions& options) = 0;
 
   // One Muon step on a parameter (see muon_update.h).
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status MuonUpdate(const MuonTensors& tensors,
-                                  const MatrixBatchShape& shape,
-                                  WeightLayout layout,
+  virtual absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                                   const MuonOptions& options) = 0;
 
   // One Muon step on each of `items`, for a rank that owns many parameters
@@ -111,34 +108,28 @@ class KernelBackend {
   // for any backend, batched for none; a backend whose MuonUpdate checks
   // more than ValidateMuonArgs (memory space) should override it so that
   // those checks also precede any work.
-  virtual absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items,
-                                       const MatrixBatchShape& shape,
-                                       WeightLayout layout,
-                                       const MuonOptions& options);
+  virtual absl::Status MuonUpdateBatch(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
+                                       WeightLayout layout, const MuonOptions& options);
 
   // The Muon step in pieces, for a matrix orthogonalised elsewhere (NOTE
   // [Muon in pieces] in muon_update.h): the momentum of `n` elements and
   // the NS input `update`; then, given the orthogonalised `ortho`, the
   // master (and the optional bf16 `model`) of `n` elements.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status MuonMomentum(const float* grad, float* momentum,
-                                    float* update, int64_t n,
+  virtual absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
                                     const MuonOptions& options) = 0;
-  virtual absl::Status MuonApply(const float* ortho, float* master,
-                                 Bf16Bits* model, int64_t n,
+  virtual absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model, int64_t n,
                                  const MuonApplyScalars& scalars) = 0;
 
   // One AdamW step on a slice of `n` elements (see adamw.h). `pows` are host
   // pointers for every backend.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
-                             const AdamWBetaPows& pows,
+  virtual absl::Status AdamW(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                              const AdamWOptions& options) = 0;
 
   // out[i] = bf16(in[i]), round-to-nearest-even (the bf16 model copy).
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status CastToBf16(const float* in, Bf16Bits* out,
-                                  int64_t n) = 0;
+  virtual absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) = 0;
 
   // Waits for all work issued so far; returns the first device error.
   // Possible errors: INTERNAL.
@@ -155,15 +146,13 @@ class KernelBackend {
 
   // dst[0, bytes) = host[0, bytes); `host` may be reused on return.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status CopyFromHost(const void* host, void* dst,
-                                    int64_t bytes) = 0;
+  virtual absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) = 0;
 
   // host[0, bytes) = src[0, bytes) after all work issued so far; returns when
   // `host` holds the values.
   // Possible errors: INVALID_ARGUMENT, INTERNAL (including an earlier
   // device error).
-  virtual absl::Status CopyToHost(const void* src, void* host,
-                                  int64_t bytes) = 0;
+  virtual absl::Status CopyToHost(const void* src, void* host, int64_t bytes) = 0;
 
   // dst[0, bytes) = 0.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
@@ -174,16 +163,14 @@ class KernelBackend {
   // tensor-parallel shard into its place in the whole matrix. Runs must
   // not overlap.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
-                              int64_t dst_pitch, int64_t row_bytes,
+  virtual absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                               int64_t rows) = 0;
 
   // out[i] = out_type(in[i]) for i < n, through fp32, rounding to nearest
   // even (as kernels/bf16.h and common/half_float.h); a plain copy when the
   // types are equal. `in` and `out` must not overlap unless equal.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
-  virtual absl::Status Convert(const void* in, ElementType in_type, void* out,
-                               ElementType out_type, int64_t n) = 0;
+  virtual absl::Status Convert(const void* in, ElementType in_type, void* out, ElementType out_type, int64_t n) = 0;
 };
 
 // The CPU backend (OpenBLAS); always available.
@@ -202,15 +189,13 @@ struct CpuBackendOptions {
 // the budget is too: it applies to every CPU backend of the process from
 // this call on (the last call wins). Call it before the kernels run, not
 // concurrently with them.
-std::unique_ptr<KernelBackend> CreateCpuKernelBackend(
-    const CpuBackendOptions& options);
+std::unique_ptr<KernelBackend> CreateCpuKernelBackend(const CpuBackendOptions& options);
 
 // A backend for `kind`. For kCuda, `device_ordinal` selects the GPU.
 // Possible errors: FAILED_PRECONDITION (kCuda in a build without CUDA),
 // UNAVAILABLE (no CUDA device, or no device `device_ordinal`),
 // INVALID_ARGUMENT (unknown kind), INTERNAL (CUDA/cuBLAS set-up failed).
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(
-    DeviceKind kind, int device_ordinal = 0);
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateKernelBackend(DeviceKind kind, int device_ordinal = 0);
 
 }  // namespace muonshard::kernels
 

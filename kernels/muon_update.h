@@ -59,14 +59,13 @@ struct MuonOptions {
 // The buffers must not overlap.
 struct MuonTensors {
   const float* grad = nullptr;
-  float* momentum = nullptr;   // In/out.
-  float* master = nullptr;     // In/out, the fp32 master weight.
-  Bf16Bits* model = nullptr;   // Optional out: bf16(master).
+  float* momentum = nullptr;  // In/out.
+  float* master = nullptr;    // In/out, the fp32 master weight.
+  Bf16Bits* model = nullptr;  // Optional out: bf16(master).
 };
 
 // The per-matrix update scale s·extra_scale for `layout`.
-double MuonUpdateScale(int64_t rows, int64_t cols, WeightLayout layout,
-                       MuonScaleVersion version, float extra_scale);
+double MuonUpdateScale(int64_t rows, int64_t cols, WeightLayout layout, MuonScaleVersion version, float extra_scale);
 
 // The apply step of one rows x cols matrix, p = p·decay - step·O:
 // decay = 1 - lr·wd with decay (else 1), step = lr·MuonUpdateScale.
@@ -74,9 +73,7 @@ struct MuonApplyScalars {
   float decay = 1.0f;
   float step = 0.0f;
 };
-MuonApplyScalars MuonApplyScalarsFor(int64_t rows, int64_t cols,
-                                     WeightLayout layout,
-                                     const MuonOptions& options);
+MuonApplyScalars MuonApplyScalarsFor(int64_t rows, int64_t cols, WeightLayout layout, const MuonOptions& options);
 
 // NOTE [Muon in pieces]
 // A matrix whose Newton-Schulz runs elsewhere (a tensor-parallel shard: NS
@@ -89,22 +86,17 @@ MuonApplyScalars MuonApplyScalarsFor(int64_t rows, int64_t cols,
 //                 MuonApplyScalarsFor(whole rows, whole cols, ...).
 // CPU implementations (host pointers; block until done). INVALID_ARGUMENT
 // for n < 0, a null pointer with n > 0 (model may be null) or bad options.
-absl::Status MuonMomentumCpu(const float* grad, float* momentum, float* update,
-                             int64_t n, const MuonOptions& options);
-absl::Status MuonApplyCpu(const float* ortho, float* master, Bf16Bits* model,
-                          int64_t n, const MuonApplyScalars& scalars);
+absl::Status MuonMomentumCpu(const float* grad, float* momentum, float* update, int64_t n, const MuonOptions& options);
+absl::Status MuonApplyCpu(const float* ortho, float* master, Bf16Bits* model, int64_t n,
+                          const MuonApplyScalars& scalars);
 // The checks both implementations share.
-absl::Status ValidateMuonMomentumArgs(const float* grad, const float* momentum,
-                                      const float* update, int64_t n,
+absl::Status ValidateMuonMomentumArgs(const float* grad, const float* momentum, const float* update, int64_t n,
                                       const MuonOptions& options);
-absl::Status ValidateMuonApplyArgs(const float* ortho, const float* master,
-                                   int64_t n);
+absl::Status ValidateMuonApplyArgs(const float* ortho, const float* master, int64_t n);
 
 // Validates everything but the pointers' memory space.
 // Possible errors: INVALID_ARGUMENT.
-absl::Status ValidateMuonArgs(const MuonTensors& tensors,
-                              const MatrixBatchShape& shape,
-                              const MuonOptions& options);
+absl::Status ValidateMuonArgs(const MuonTensors& tensors, const MatrixBatchShape& shape, const MuonOptions& options);
 
 // Validates the arguments of a batched update (KernelBackend::
 // MuonUpdateBatch) but the pointers' memory space: the shape and options
@@ -114,16 +106,14 @@ absl::Status ValidateMuonArgs(const MuonTensors& tensors,
 // item index ("item 3: ..."). An empty `items` passes when the shape and
 // options do.
 // Possible errors: INVALID_ARGUMENT.
-absl::Status ValidateMuonBatchArgs(absl::Span<const MuonTensors> items,
-                                   const MatrixBatchShape& shape,
+absl::Status ValidateMuonBatchArgs(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape,
                                    const MuonOptions& options);
 
 // CPU implementation: host pointers; blocks until done. The matrices are
 // spread over threads as NewtonSchulzCpu's, each with its momentum, decay
 // and apply passes.
 // Possible errors: INVALID_ARGUMENT.
-absl::Status MuonUpdateCpu(const MuonTensors& tensors,
-                           const MatrixBatchShape& shape, WeightLayout layout,
+absl::Status MuonUpdateCpu(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                            const MuonOptions& options);
 
 // CPU implementation of KernelBackend::MuonUpdateBatch: host pointers;
@@ -132,9 +122,7 @@ absl::Status MuonUpdateCpu(const MuonTensors& tensors,
 // bit-identical to MuonUpdateCpu(items[i], shape, layout, options). Nothing
 // is written when validation fails.
 // Possible errors: INVALID_ARGUMENT.
-absl::Status MuonUpdateBatchCpu(absl::Span<const MuonTensors> items,
-                                const MatrixBatchShape& shape,
-                                WeightLayout layout,
+absl::Status MuonUpdateBatchCpu(absl::Span<const MuonTensors> items, const MatrixBatchShape& shape, WeightLayout layout,
                                 const MuonOptions& options);
 
 }  // namespace muonshard::kernels

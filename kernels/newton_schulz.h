@@ -81,7 +81,7 @@ enum class MatmulPrecision {
 // Whether the symmetric products X·Xᵀ and A·A compute one triangle only
 // (SYRK on the CPU, panel GEMMs on CUDA) and mirror it.
 enum class SymmetricMatmul {
-  kAuto,    // Use it where it is faster: always on the CPU, large m on CUDA.
+  kAuto,  // Use it where it is faster: always on the CPU, large m on CUDA.
   kAlways,
   kNever,
 };
@@ -103,8 +103,7 @@ const std::vector<NsCoefficients>& BuiltinNsCoefficients(NsCoefficientSet set);
 // The schedule `options` selects, after validating the options (steps >= 0,
 // eps > 0 and finite, finite coefficients, a non-empty custom list exactly
 // when the set is kCustom). Possible errors: INVALID_ARGUMENT.
-absl::StatusOr<std::vector<NsCoefficients>> ResolveNsCoefficients(
-    const NewtonSchulzOptions& options);
+absl::StatusOr<std::vector<NsCoefficients>> ResolveNsCoefficients(const NewtonSchulzOptions& options);
 
 // FLOPs of one Newton–Schulz call, counted as full (non-symmetric) matmuls:
 // batch · steps · (4m²n + 2m³), m = min(rows, cols), n = max(rows, cols).
@@ -118,8 +117,7 @@ double NewtonSchulzFlops(const MatrixBatchShape& shape, int steps);
 // even for a batch of one, so a matrix's result never depends on the batch
 // it came in.
 // Possible errors: INVALID_ARGUMENT (null pointer, bad shape or options).
-absl::Status NewtonSchulzCpu(const float* in, float* out,
-                             const MatrixBatchShape& shape,
+absl::Status NewtonSchulzCpu(const float* in, float* out, const MatrixBatchShape& shape,
                              const NewtonSchulzOptions& options);
 
 }  // namespace muonshard::kernels

@@ -8,9 +8,10 @@
 // reading that triangle; A's lower triangle is mirrored once per step because
 // ssyrk reads its input as a general matrix.
 
+#include <cblas.h>
+
 #include <algorithm>
 #include <atomic>
-#include <cblas.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -96,16 +97,15 @@ CpuNsScratch& KeptScratch() {
 }
 
 void ReleaseIfLarge(CpuNsScratch& scratch) {
-  const size_t floats = scratch.input.capacity() + scratch.gram.capacity() +
-                        scratch.poly.capacity() + scratch.next.capacity();
+  const size_t floats =
+      scratch.input.capacity() + scratch.gram.capacity() + scratch.poly.capacity() + scratch.next.capacity();
   if (sizeof(float) * floats > kMaxKeptScratchBytes) scratch = CpuNsScratch();
 }
 
 void NormalizeFrobenius(float* x, int64_t n, float eps) {
   double sum_squares = 0;
   for (int64_t i = 0; i < n; ++i) sum_squares += double{x[i]} * x[i];
-  const float scale = static_cast<float>(
-      1.0 / std::max(std::sqrt(sum_squares), static_cast<double>(eps)));
+  const float scale = static_cast<float>(1.0 / std::max(std::sqrt(sum_squares), static_cast<double>(eps)));
   for (int64_t i = 0; i < n; ++i) x[i] *= scale;
 }
 
@@ -145,44 +145,38 @@ IterShape MakeIterShape(int64_t rows, int64_t cols) {
 // gram = X·Xᵀ (upper triangle only when symmetric).
 void Gram(const float* g, const IterShape& s, bool symmetric, float* gram) {
   if (symmetric) {
-    cblas_ssyrk(CblasRowMajor, CblasUpper, s.tall ? CblasTrans : CblasNoTrans,
-                s.m, s.n, 1.0f, g, s.cols, 0.0f, gram, s.m);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, s.tall ? CblasTrans : CblasNoTrans, s.m, s.n, 1.0f, g, s.cols, 0.0f, gram,
+                s.m);
   } else if (s.tall) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.m, s.m, s.n, 1.0f, g,
-                s.cols, g, s.cols, 0.0f, gram, s.m);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, s.m, s.m, s.n, 1.0f, g, s.cols, g, s.cols, 0.0f, gram, s.m);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.m, s.n, 1.0f, g,
-                s.cols, g, s.cols, 0.0f, gram, s.m);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.m, s.m, s.n, 1.0f, g, s.cols, g, s.cols, 0.0f, gram, s.m);
   }
 }
 
 // poly = b·gram + c·gram·gram. REQUIRES: gram is full (both triangles).
-void Polynomial(const float* gram, int m, const NsCoefficients& k,
-                bool symmetric, float* poly) {
+void Polynomial(const float* gram, int m, const NsCoefficients& k, bool symmetric, float* poly) {
   std::memcpy(poly, gram, sizeof(float) * m * m);
   if (symmetric) {
     // gram is symmetric, so gram·gram = gram·gramᵀ.
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, m, m, k.c, gram, m,
-                k.b, poly, m);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, m, m, k.c, gram, m, k.b, poly, m);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, k.c, gram,
-                m, gram, m, k.b, poly, m);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, k.c, gram, m, gram, m, k.b, poly, m);
   }
 }
 
 // next = a·X + poly·X, written in G's layout (for tall G: a·G + G·polyᵀ).
-void Update(const float* g, const float* poly, const IterShape& s, float a,
-            bool symmetric, float* next) {
+void Update(const float* g, const float* poly, const IterShape& s, float a, bool symmetric, float* next) {
   std::memcpy(next, g, sizeof(float) * s.rows * s.cols);
   if (symmetric) {
-    cblas_ssymm(CblasRowMajor, s.tall ? CblasRight : CblasLeft, CblasUpper,
-                s.rows, s.cols, 1.0f, poly, s.m, g, s.cols, a, next, s.cols);
+    cblas_ssymm(CblasRowMajor, s.tall ? CblasRight : CblasLeft, CblasUpper, s.rows, s.cols, 1.0f, poly, s.m, g, s.cols,
+                a, next, s.cols);
   } else if (s.tall) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.rows, s.cols, s.cols,
-                1.0f, g, s.cols, poly, s.m, a, next, s.cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.rows, s.cols, s.cols, 1.0f, g, s.cols, poly, s.m, a, next,
+                s.cols);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, s.cols,
-                s.rows, 1.0f, poly, s.m, g, s.cols, a, next, s.cols);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.rows, s.cols, s.rows, 1.0f, poly, s.m, g, s.cols, a, next,
+                s.cols);
   }
 }
 
@@ -192,8 +186,7 @@ void MaybeRoundToBf16(bool bf16, float* data, int64_t n) {
 
 }  // namespace
 
-void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols,
-                            const CpuNsConfig& cfg, CpuNsScratch& scratch) {
+void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols, const CpuNsConfig& cfg, CpuNsScratch& scratch) {
   const IterShape s = MakeIterShape(rows, cols);
   const int64_t elements = rows * cols;
   const int64_t gram_elements = int64_t{s.m} * s.m;
@@ -206,8 +199,7 @@ void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols,
   float* current = g;
   float* next = scratch.next.data();
   for (int step = 0; step < cfg.steps; ++step) {
-    const NsCoefficients& k =
-        cfg.coefficients[step % cfg.coefficients.size()];
+    const NsCoefficients& k = cfg.coefficients[step % cfg.coefficients.size()];
     Gram(current, s, cfg.symmetric, scratch.gram.data());
     if (cfg.symmetric) MirrorUpperToLower(scratch.gram.data(), s.m);
     MaybeRoundToBf16(cfg.bf16, scratch.gram.data(), gram_elements);
@@ -222,8 +214,7 @@ void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols,
 
 absl::StatusOr<CpuNsConfig> MakeCpuNsConfig(const NewtonSchulzOptions& options) {
   CpuNsConfig config;
-  MUONSHARD_ASSIGN_OR_RETURN(config.coefficients,
-                             ResolveNsCoefficients(options));
+  MUONSHARD_ASSIGN_OR_RETURN(config.coefficients, ResolveNsCoefficients(options));
   config.steps = options.steps;
   config.eps = options.eps;
   // Paddle computes in fp32 off CUDA; bf16 here emulates the GPU's rounding.
@@ -233,15 +224,13 @@ absl::StatusOr<CpuNsConfig> MakeCpuNsConfig(const NewtonSchulzOptions& options) 
   return config;
 }
 
-bool RunsMatricesPerThread(int64_t rows, int64_t cols,
-                           const CpuNsConfig& config) {
+bool RunsMatricesPerThread(int64_t rows, int64_t cols, const CpuNsConfig& config) {
   const double m = static_cast<double>(std::min(rows, cols));
   const double work = m * m * static_cast<double>(std::max(rows, cols));
   return config.symmetric && work <= kPerThreadMatrixMaxWork;
 }
 
-void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols,
-                      const CpuNsConfig& config,
+void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols, const CpuNsConfig& config,
                       absl::FunctionRef<void(int64_t, CpuNsScratch&)> fn) {
   if (!RunsMatricesPerThread(rows, cols, config)) {
     CpuNsScratch scratch;
@@ -256,38 +245,31 @@ void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols,
   // the OS parks (a busy, shared machine) does not hold back a fixed share.
   std::atomic<int64_t> next{0};
   const int64_t threads = std::min<int64_t>(DefaultCpuThreads(), count);
-  ParallelForRange(threads, static_cast<int>(threads),
-                   [&](int64_t, int64_t) {
-                     CpuNsScratch& scratch = KeptScratch();
-                     for (int64_t i = next.fetch_add(1); i < count;
-                          i = next.fetch_add(1)) {
-                       fn(i, scratch);
-                     }
-                     ReleaseIfLarge(scratch);
-                   });
+  ParallelForRange(threads, static_cast<int>(threads), [&](int64_t, int64_t) {
+    CpuNsScratch& scratch = KeptScratch();
+    for (int64_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
+      fn(i, scratch);
+    }
+    ReleaseIfLarge(scratch);
+  });
 }
 
-void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape,
-                           const CpuNsConfig& config) {
+void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape, const CpuNsConfig& config) {
   const int64_t per_matrix = shape.matrix_elements();
-  ForEachMatrixCpu(shape.batch, shape.rows, shape.cols, config,
-                   [&](int64_t i, CpuNsScratch& scratch) {
-                     OrthogonalizeMatrixCpu(data + i * per_matrix, shape.rows,
-                                            shape.cols, config, scratch);
-                   });
+  ForEachMatrixCpu(shape.batch, shape.rows, shape.cols, config, [&](int64_t i, CpuNsScratch& scratch) {
+    OrthogonalizeMatrixCpu(data + i * per_matrix, shape.rows, shape.cols, config, scratch);
+  });
 }
 
 }  // namespace internal
 
-absl::Status NewtonSchulzCpu(const float* in, float* out,
-                             const MatrixBatchShape& shape,
+absl::Status NewtonSchulzCpu(const float* in, float* out, const MatrixBatchShape& shape,
                              const NewtonSchulzOptions& options) {
   if (in == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("NewtonSchulzCpu: null input or output");
   }
   MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shape));
-  MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config,
-                             internal::MakeCpuNsConfig(options));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config, internal::MakeCpuNsConfig(options));
   if (out != in) {
     std::memcpy(out, in, sizeof(float) * shape.elements());
   }

@@ -17,10 +17,10 @@ struct Item {
   int matrix = 0;
   double flops = 0;
   double bytes = 0;
-  double cost = 0;   // normalised size, the greedy's order
-  int cls = 0;       // 0: any rank of the stage; e + 1: moe_sharding group e
-  int home = 0;      // the class the greedy places it in (see SpreadDense)
-  int previous = -1; // stage-local index of its previous owner, or -1
+  double cost = 0;    // normalised size, the greedy's order
+  int cls = 0;        // 0: any rank of the stage; e + 1: moe_sharding group e
+  int home = 0;       // the class the greedy places it in (see SpreadDense)
+  int previous = -1;  // stage-local index of its previous owner, or -1
 };
 
 // Places the items of one stage on its n ranks (stage-local index
@@ -30,10 +30,17 @@ class StageBalancer {
   // `flops` and `bytes`: what each rank already holds (the preload).
   StageBalancer(int n, int ep, double flops_mean, double bytes_mean, std::vector<double> flops,
                 std::vector<double> bytes)
-      : n_(n), ep_(ep), inv_f_(flops_mean > 0 ? 1 / flops_mean : 0),
-        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0), base_flops_(flops), base_bytes_(bytes), flops_(std::move(flops)),
-        bytes_(std::move(bytes)), items_on_(n),
-        version_(n, 0), heaps_(ep > 1 ? ep + 1 : 1) {
+      : n_(n),
+        ep_(ep),
+        inv_f_(flops_mean > 0 ? 1 / flops_mean : 0),
+        inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0),
+        base_flops_(flops),
+        base_bytes_(bytes),
+        flops_(std::move(flops)),
+        bytes_(std::move(bytes)),
+        items_on_(n),
+        version_(n, 0),
+        heaps_(ep > 1 ? ep + 1 : 1) {
     for (int i = 0; i < n; ++i) Push(i);
   }
 
@@ -44,8 +51,7 @@ class StageBalancer {
     pos_.assign(items.size(), 0);
     std::vector<int> order(items.size());
     for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int>(k);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int a, int b) { return items[a].cost > items[b].cost; });
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return items[a].cost > items[b].cost; });
     SpreadDense(order);
     for (int k : order) Add(k, Choose(items[k]));
     Refine();
@@ -139,9 +145,8 @@ class StageBalancer {
       if (cls == 0 || i % ep_ == cls - 1) ranks.push_back(i);
     }
     count = std::min<int>(count, static_cast<int>(ranks.size()));
-    std::partial_sort(ranks.begin(), ranks.begin() + count, ranks.end(), [&](int a, int b) {
-      return std::make_pair(LoadOf(a), a) < std::make_pair(LoadOf(b), b);
-    });
+    std::partial_sort(ranks.begin(), ranks.begin() + count, ranks.end(),
+                      [&](int a, int b) { return std::make_pair(LoadOf(a), a) < std::make_pair(LoadOf(b), b); });
     ranks.resize(count);
     return ranks;
   }
@@ -506,8 +511,8 @@ double WaterLevel(const std::vector<int64_t>& base, double water) {
   return n > 0 ? static_cast<double>(sorted.back()) : 0;
 }
 
-double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
-                           const std::vector<MuonShard>& shards, int ns_steps, const Preload* preload) {
+double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout, const std::vector<MuonShard>& shards,
+                           int ns_steps, const Preload* preload) {
   const int w = layout.world_size();
   std::vector<double> flops(w, 0);
   std::vector<int64_t> bytes(w, 0);
@@ -558,10 +563,8 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
   return worst;
 }
 
-std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels,
-                                    const std::vector<int64_t>& bucket_align,
-                                    const std::vector<int64_t>& bucket_state_bytes,
-                                    std::vector<int64_t>& base_bytes) {
+std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels, const std::vector<int64_t>& bucket_align,
+                                    const std::vector<int64_t>& bucket_state_bytes, std::vector<int64_t>& base_bytes) {
   const int n = static_cast<int>(base_bytes.size());
   if (bucket_numels.empty()) return {};
   // Positions along the concatenated buffers are measured in units of the

@@ -78,10 +78,8 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
 // concatenated buffers into contiguous per-rank ranges of those bytes, at
 // aligned positions. Returns each bucket's shard offsets (group size + 1);
 // adds what it assigns to `base_bytes`.
-std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels,
-                                    const std::vector<int64_t>& bucket_align,
-                                    const std::vector<int64_t>& bucket_state_bytes,
-                                    std::vector<int64_t>& base_bytes);
+std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels, const std::vector<int64_t>& bucket_align,
+                                    const std::vector<int64_t>& bucket_state_bytes, std::vector<int64_t>& base_bytes);
 
 // The water level L with sum_i max(0, L - base_i) = water.
 double WaterLevel(const std::vector<int64_t>& base, double water);
@@ -91,8 +89,8 @@ double WaterLevel(const std::vector<int64_t>& base, double water);
 // stage (estimated as one pool) and LB = max(stage mean, largest matrix).
 // Lets the planner keep whichever of two assignments is better. `preload`
 // (may be null) counts on every rank as in BalancedOptions.
-double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
-                           const std::vector<MuonShard>& shards, int ns_steps, const Preload* preload = nullptr);
+double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout, const std::vector<MuonShard>& shards,
+                           int ns_steps, const Preload* preload = nullptr);
 
 }  // namespace muonshard::planner
 

@@ -9,8 +9,7 @@
 namespace muonshard::planner {
 
 std::vector<std::vector<int>> AssignGroupBySize(const std::vector<v1::DType>& dtypes,
-                                                const std::vector<int64_t>& numels,
-                                                int64_t limit_bytes) {
+                                                const std::vector<int64_t>& numels, int64_t limit_bytes) {
   struct Open {
     std::vector<int> items;
     int64_t bytes = 0;
@@ -44,8 +43,6 @@ int64_t ReduceScatterPaddedNumel(int64_t numel, int esize, int nranks) {
   return (numel + align - 1) / align * align;
 }
 
-bool DTypeNameLess(v1::DType a, v1::DType b) {
-  return std::strcmp(DTypeName(a), DTypeName(b)) < 0;
-}
+bool DTypeNameLess(v1::DType a, v1::DType b) { return std::strcmp(DTypeName(a), DTypeName(b)) < 0; }
 
 }  // namespace muonshard::planner

@@ -16,8 +16,7 @@ constexpr int64_t kAlignBytes = 256;
 // reach `limit_bytes` (the item that crosses the limit is included). Buckets
 // are returned ordered by their first item; each lists input positions.
 std::vector<std::vector<int>> AssignGroupBySize(const std::vector<v1::DType>& dtypes,
-                                                const std::vector<int64_t>& numels,
-                                                int64_t limit_bytes);
+                                                const std::vector<int64_t>& numels, int64_t limit_bytes);
 
 // REDUCE buffers (`flatten_dense_tensors`): each tensor padded to a 256-byte
 // boundary only.

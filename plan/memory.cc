@@ -62,8 +62,8 @@ int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r) {
 // largest bucket.
 int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   const int64_t tp = std::max(1, plan.topology().tp());
-  std::map<int, int64_t> update;                    // bucket -> shard elements
-  std::map<std::pair<int, int>, int64_t> batches;   // (bucket, ns tp rank) -> elements
+  std::map<int, int64_t> update;                   // bucket -> shard elements
+  std::map<std::pair<int, int>, int64_t> batches;  // (bucket, ns tp rank) -> elements
   for (const v1::OwnedTensor& o : r.owned()) {
     if (o.tp_op() == v1::TP_OP_NONE) continue;
     update[o.bucket()] += o.numel();
@@ -103,8 +103,8 @@ std::vector<int64_t> MasterBytesPerRank(const v1::Plan& plan) {
   return out;
 }
 
-v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const GroupBuffers& held,
-                        int64_t master_bytes, int64_t capacity) {
+v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const GroupBuffers& held, int64_t master_bytes,
+                        int64_t capacity) {
   v1::RankMemory m;
   m.set_model_bytes(held.model);
   m.set_grad_bytes(held.grad);
@@ -155,13 +155,12 @@ int64_t NsWorkspaceBytes(int64_t rows, int64_t cols) {
 absl::StatusOr<std::vector<int64_t>> CanonicalCapacities(const v1::Topology& topology, int world_size) {
   const auto& given = topology.device_memory_bytes();
   if (given.size() > 1 && given.size() != world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(kFitField, "give one value or world_size = ", world_size,
-                                                   " values, got ", given.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(kFitField, "give one value or world_size = ", world_size, " values, got ", given.size()));
   }
   for (int i = 0; i < given.size(); ++i) {
     if (given[i] <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kFitField, "value ", i, " must be > 0, got ", given[i]));
+      return absl::InvalidArgumentError(absl::StrCat(kFitField, "value ", i, " must be > 0, got ", given[i]));
     }
   }
   std::vector<int64_t> out(given.begin(), given.end());
@@ -230,8 +229,8 @@ absl::Status CheckFit(const v1::Plan& plan) {
   const char* term = LargestTerm(m, &term_bytes);
   return absl::InvalidArgumentError(absl::StrCat(
       kFitField, "rank ", worst->rank(), " needs ", FormatBytes(m.total_bytes()), ", ",
-      FormatBytes(-m.headroom_bytes()), " over its ", FormatBytes(m.capacity_bytes()), " (largest term: ", term,
-      " ", FormatBytes(term_bytes), "); ", over, " of ", plan.ranks_size(), " ranks do not fit"));
+      FormatBytes(-m.headroom_bytes()), " over its ", FormatBytes(m.capacity_bytes()), " (largest term: ", term, " ",
+      FormatBytes(term_bytes), "); ", over, " of ", plan.ranks_size(), " ranks do not fit"));
 }
 
 bool IsFitError(const absl::Status& status) {

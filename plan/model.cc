@@ -11,8 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "re2/re2.h"
@@ -110,8 +110,7 @@ int RunAfter(absl::string_view skeleton, absl::string_view token) {
   while ((pos = skeleton.find(token, pos)) != absl::string_view::npos) {
     const bool boundary = pos == 0 || skeleton[pos - 1] == '.';
     const size_t i = pos + token.size();
-    if (boundary && i < skeleton.size() && skeleton[i] == '0' &&
-        (i + 1 == skeleton.size() || skeleton[i + 1] == '.')) {
+    if (boundary && i < skeleton.size() && skeleton[i] == '0' && (i + 1 == skeleton.size() || skeleton[i + 1] == '.')) {
       return static_cast<int>(std::count(skeleton.begin(), skeleton.begin() + i, '0'));
     }
     pos += token.size();
@@ -168,9 +167,9 @@ class NameScanner {
 
   // The digits seen under one skeleton.
   struct Digits {
-    bool ordered = true;               // every name's run values above the last's
-    std::array<int, kMaxRuns> last{};  // run values of the last name, while ordered
-    std::vector<uint64_t> keys;        // packed digits, while ordered
+    bool ordered = true;                // every name's run values above the last's
+    std::array<int, kMaxRuns> last{};   // run values of the last name, while ordered
+    std::vector<uint64_t> keys;         // packed digits, while ordered
     absl::flat_hash_set<uint64_t> set;  // packed digits, once not
   };
 
@@ -179,8 +178,8 @@ class NameScanner {
   // packed digits are only kept, to fill the set should the order break.
   bool SeenDigits(Digits& d) {
     if (d.ordered) {
-      if (d.keys.empty() || std::lexicographical_compare(d.last.begin(), d.last.begin() + runs_,
-                                                          run_value_.begin(), run_value_.begin() + runs_)) {
+      if (d.keys.empty() || std::lexicographical_compare(d.last.begin(), d.last.begin() + runs_, run_value_.begin(),
+                                                         run_value_.begin() + runs_)) {
         std::copy(run_value_.begin(), run_value_.begin() + runs_, d.last.begin());
         d.keys.push_back(nibbles_);
         return false;
@@ -305,8 +304,8 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   if (t.name().empty()) return TensorError(t, index, "name is empty");
   if (t.shape_size() == 0) return TensorError(t, index, "shape is empty");
   if (t.shape_size() > kMaxDims) {
-    return TensorError(t, index, absl::StrCat("shape has ", t.shape_size(), " dimensions, at most ", kMaxDims,
-                                              " are supported"));
+    return TensorError(t, index,
+                       absl::StrCat("shape has ", t.shape_size(), " dimensions, at most ", kMaxDims, " are supported"));
   }
   int64_t numel = 1;
   for (int d = 0; d < t.shape_size(); ++d) {
@@ -321,8 +320,8 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   if (t.dtype() == v1::DTYPE_UNSPECIFIED) return TensorError(t, index, "dtype is missing");
   out->esize = DTypeSize(t.dtype());
   if (out->esize == 0) {
-    return TensorError(t, index, absl::StrCat("unknown dtype ", static_cast<int>(t.dtype()),
-                                              " (expected BF16, FP16 or FP32)"));
+    return TensorError(t, index,
+                       absl::StrCat("unknown dtype ", static_cast<int>(t.dtype()), " (expected BF16, FP16 or FP32)"));
   }
   if (!v1::Optimizer_IsValid(t.optimizer())) {
     return TensorError(t, index, absl::StrCat("unknown optimizer ", static_cast<int>(t.optimizer())));
@@ -334,8 +333,8 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
     return TensorError(t, index, absl::StrCat("unknown layout ", static_cast<int>(t.layout())));
   }
   if (t.optimizer() == v1::MUON && t.shape_size() != 2 && t.shape_size() != 3) {
-    return TensorError(t, index, absl::StrCat("optimizer MUON needs a 2-D or 3-D tensor, shape has ",
-                                              t.shape_size(), " dimensions"));
+    return TensorError(
+        t, index, absl::StrCat("optimizer MUON needs a 2-D or 3-D tensor, shape has ", t.shape_size(), " dimensions"));
   }
   if (t.has_expert() && t.expert() < 0) {
     return TensorError(t, index, absl::StrCat("expert must be >= 0, got ", t.expert()));
@@ -367,8 +366,8 @@ struct Placement {
 // Explicit stage and expert of tensor i, checked; records the first error
 // of each kind rather than returning, so that shape and name errors of
 // later tensors still come first.
-void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout,
-                 const NameScanner::Facts& facts, ResolvedTensor& r, Placement& p) {
+void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout, const NameScanner::Facts& facts,
+                 ResolvedTensor& r, Placement& p) {
   p.layer[i] = facts.layer;
   p.num_layers = std::max(p.num_layers, facts.layer + 1);
   if (t.has_stage()) {
@@ -380,8 +379,8 @@ void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout,
   }
   if (t.has_expert()) {
     if (facts.expert >= 0 && facts.expert != t.expert() && p.expert_error.ok()) {
-      p.expert_error = TensorError(
-          t, i, absl::StrCat("expert ", t.expert(), " disagrees with the name's experts.", facts.expert));
+      p.expert_error =
+          TensorError(t, i, absl::StrCat("expert ", t.expert(), " disagrees with the name's experts.", facts.expert));
     }
     r.expert = t.expert();
   } else {
@@ -398,14 +397,13 @@ void PlaceTensor(const v1::TensorSpec& t, int i, const RankLayout& layout,
 // fused expert stack [experts, n] holds one vector per expert: AdamW, like a
 // 1-D tensor, and MUON on it is refused (its matrices would be rows of one
 // expert each, split over the ep ranks).
-absl::Status ChooseOptimizer(const v1::TensorSpec& t, int index, bool classify_as_matrix,
-                             ResolvedTensor& r) {
+absl::Status ChooseOptimizer(const v1::TensorSpec& t, int index, bool classify_as_matrix, ResolvedTensor& r) {
   const bool vector_stack = r.stack && t.shape_size() == 2;
   if (vector_stack && t.optimizer() == v1::MUON) {
-    return TensorError(t, index, absl::StrCat("optimizer MUON on a 2-D expert stack (", t.shape(0),
-                                              " experts of ", t.shape(1),
-                                              " elements each): Muon needs a matrix per expert, "
-                                              "i.e. a 3-D stack [experts, rows, cols]"));
+    return TensorError(t, index,
+                       absl::StrCat("optimizer MUON on a 2-D expert stack (", t.shape(0), " experts of ", t.shape(1),
+                                    " elements each): Muon needs a matrix per expert, "
+                                    "i.e. a 3-D stack [experts, rows, cols]"));
   }
   if (t.optimizer() != v1::OPTIMIZER_UNSPECIFIED) {
     r.muon = t.optimizer() == v1::MUON;
@@ -426,16 +424,19 @@ absl::Status ResolveTpSplit(const v1::TensorSpec& t, int index, const RankLayout
   const int n = t.shape_size();
   const char* name = split == v1::TP_COLUMN ? "TP_COLUMN" : "TP_ROW";
   if (split == v1::TP_ROW && n < 2) {
-    return TensorError(t, index, "tp_split TP_ROW needs a tensor of 2 or more dimensions (a 1-D tensor splits along out)");
+    return TensorError(t, index,
+                       "tp_split TP_ROW needs a tensor of 2 or more dimensions (a 1-D tensor splits along out)");
   }
   if (layout.ep() > 1 && (r.expert >= 0 || r.stack)) {
-    return TensorError(t, index, absl::StrCat("tp_split ", name, " on an expert tensor with ep ", layout.ep(),
-                                              ": experts are not split over tensor parallelism, only spread"));
+    return TensorError(t, index,
+                       absl::StrCat("tp_split ", name, " on an expert tensor with ep ", layout.ep(),
+                                    ": experts are not split over tensor parallelism, only spread"));
   }
   const int dim = TpSplitDim(n, r.layout, split);
   if (t.shape(dim) % layout.tp() != 0) {
-    return TensorError(t, index, absl::StrCat("tp_split ", name, ": dimension ", dim, " (", t.shape(dim),
-                                              ") is not divisible by tp ", layout.tp()));
+    return TensorError(t, index,
+                       absl::StrCat("tp_split ", name, ": dimension ", dim, " (", t.shape(dim),
+                                    ") is not divisible by tp ", layout.tp()));
   }
   r.tp_dim = dim;
   return absl::OkStatus();
@@ -464,8 +465,8 @@ void AssignStages(const Placement& p, int pp, std::vector<ResolvedTensor>& tenso
 
 // Splits a tensor into its units: one per ep rank for a fused expert stack
 // under expert parallelism, else one.
-absl::Status AddUnits(const v1::TensorSpec& t, int index, const ResolvedTensor& r,
-                      const RankLayout& layout, int num_experts, ResolvedModel* model) {
+absl::Status AddUnits(const v1::TensorSpec& t, int index, const ResolvedTensor& r, const RankLayout& layout,
+                      int num_experts, ResolvedModel* model) {
   auto add = [&](int group, int64_t begin, int64_t numel, int mb, int me) {
     int u = static_cast<int>(model->units.size());
     model->units.push_back(Unit{index, group, begin, numel, mb, me});
@@ -486,8 +487,8 @@ absl::Status AddUnits(const v1::TensorSpec& t, int index, const ResolvedTensor& 
   }
   int64_t experts = t.shape(0);
   if (experts % layout.ep() != 0) {
-    return TensorError(t, index, absl::StrCat("expert stack of ", experts, " experts is not divisible by ep ",
-                                              layout.ep()));
+    return TensorError(t, index,
+                       absl::StrCat("expert stack of ", experts, " experts is not divisible by ep ", layout.ep()));
   }
   int64_t per_rank = experts / layout.ep();
   int64_t per_expert = r.numel / experts;
@@ -600,9 +601,7 @@ const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTenso
   return IsTpSplit(tensor) ? tensor.local_shape() : tensor.shape();
 }
 
-int64_t HeldNumel(const v1::PlannedTensor& tensor) {
-  return IsTpSplit(tensor) ? tensor.local_numel() : tensor.numel();
-}
+int64_t HeldNumel(const v1::PlannedTensor& tensor) { return IsTpSplit(tensor) ? tensor.local_numel() : tensor.numel(); }
 
 TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t) {
   return TpShardRunsOf(tensor.shape(), TpSplitDim(tensor.shape_size(), tensor.layout(), tensor.tp_split()), tp, t);
@@ -623,13 +622,12 @@ double NsFlops(int64_t rows, int64_t cols, int steps) {
 }
 
 const std::vector<std::string>& DefaultExcludePatterns() {
-  static const auto* const kPatterns = new std::vector<std::string>{
-      "embed", "lm_head", "bias", R"(\.gate\.weight$)", "router", "sinks"};
+  static const auto* const kPatterns =
+      new std::vector<std::string>{"embed", "lm_head", "bias", R"(\.gate\.weight$)", "router", "sinks"};
   return *kPatterns;
 }
 
-absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
-                                           const RankLayout& layout,
+absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest, const RankLayout& layout,
                                            const std::vector<std::string>& exclude_patterns) {
   if (manifest.tensors_size() == 0) {
     return absl::InvalidArgumentError("manifest: has no tensors");
@@ -662,8 +660,8 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
   AssignStages(placement, layout.pp(), model.tensors);
   const int num_experts = placement.num_experts;
   if (layout.ep() > 1 && num_experts > 0 && num_experts % layout.ep() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("manifest: ", num_experts,
-                                                   " experts are not divisible by ep ", layout.ep()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("manifest: ", num_experts, " experts are not divisible by ep ", layout.ep()));
   }
 
   model.muon_units.resize(layout.num_groups());

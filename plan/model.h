@@ -9,9 +9,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "plan/topology.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/topology.h"
 
 namespace re2 {
 class RE2;
@@ -138,8 +138,7 @@ struct ResolvedModel {
 
 // Validates the manifest against the topology and the classification
 // patterns, and splits it into units. INVALID_ARGUMENT names the tensor.
-absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest,
-                                           const RankLayout& layout,
+absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest, const RankLayout& layout,
                                            const std::vector<std::string>& exclude_patterns);
 
 // The default Muon exclusion patterns (case-insensitive regexes).

@@ -10,8 +10,7 @@
 
 namespace muonshard::planner {
 
-std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb,
-                            bool all_ranks) {
+std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb, bool all_ranks) {
   // Stable sort by numel descending: (-numel, index) pairs sorted in place
   // beat an indirect stable sort over the numel array.
   std::vector<std::pair<int64_t, int>> keyed(numels.size());
@@ -42,8 +41,8 @@ std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, 
   return owner;
 }
 
-std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
-                                         int64_t buffer_mb, bool all_ranks, bool per_dtype) {
+std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout, int64_t buffer_mb,
+                                         bool all_ranks, bool per_dtype) {
   std::vector<MuonShard> shards;
   size_t total = 0;
   for (const std::vector<int>& units : model.muon_units) total += units.size();

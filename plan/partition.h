@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "muonshard/v1/manifest.pb.h"
 #include "plan/model.h"
 #include "plan/topology.h"
-#include "muonshard/v1/manifest.pb.h"
 
 namespace muonshard::planner {
 
@@ -26,13 +26,12 @@ using ShardOffsets = std::vector<int64_t>;
 // active = min(max(1, int(sum(numel) * 4 / 2^20 / buffer_mb) + 1), group_size)
 // (`all_ranks`: active = group_size, the older seed). Returns the owner group
 // rank of each input.
-std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb,
-                            bool all_ranks);
+std::vector<int> SeedGreedy(const std::vector<int64_t>& numels, int group_size, int64_t buffer_mb, bool all_ranks);
 
 // The seed policies over every group: per group, Muon units in manifest order
 // (per dtype in `str(dtype)` order with fresh loads when `per_dtype`).
-std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
-                                         int64_t buffer_mb, bool all_ranks, bool per_dtype);
+std::vector<MuonShard> SeedPartitionMuon(const ResolvedModel& model, const RankLayout& layout, int64_t buffer_mb,
+                                         bool all_ranks, bool per_dtype);
 
 // Equal shards: rank i of n owns [i * total / n, (i + 1) * total / n).
 ShardOffsets EvenShards(int64_t total, int n);

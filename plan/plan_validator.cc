@@ -8,8 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/bucketing.h"
-#include "plan/model.h"
 #include "plan/memory.h"
+#include "plan/model.h"
 #include "plan/plan_stats.h"
 
 namespace muonshard::planner {
@@ -102,7 +102,8 @@ class Coverage {
         // Experts are never TP-split: each lives in one moe_sharding group,
         // whichever tp rank's that is (ep rank = d * tp + t).
         std::vector<std::pair<int64_t, int64_t>> all;
-        for (int r = 0; r < tp_; ++r) all.insert(all.end(), intervals_[i * tp_ + r].begin(), intervals_[i * tp_ + r].end());
+        for (int r = 0; r < tp_; ++r)
+          all.insert(all.end(), intervals_[i * tp_ + r].begin(), intervals_[i * tp_ + r].end());
         MUONSHARD_RETURN_IF_ERROR(CheckOne(t, -1, all));
         continue;
       }
@@ -120,8 +121,8 @@ class Coverage {
     int64_t at = 0;
     for (auto [b, e] : v) {
       if (b != at) {
-        return Invalid(absl::StrCat("tensor \"", t.name(), "\": elements [", std::min(b, at), ", ",
-                                    std::max(b, at), ") are ", b > at ? "not owned" : "owned twice", of));
+        return Invalid(absl::StrCat("tensor \"", t.name(), "\": elements [", std::min(b, at), ", ", std::max(b, at),
+                                    ") are ", b > at ? "not owned" : "owned twice", of));
       }
       at = e;
     }
@@ -176,8 +177,8 @@ absl::Status CheckTpOps(const v1::Plan& plan) {
   }
   for (const auto& [key, p] : pairs) {
     if (p.owners != tp) {
-      return Invalid(absl::StrCat("tensor ", key.first, ": ", p.owners, " shard owners of matrix ", key.second,
-                                  ", tp is ", tp));
+      return Invalid(
+          absl::StrCat("tensor ", key.first, ": ", p.owners, " shard owners of matrix ", key.second, ", tp is ", tp));
     }
   }
   return absl::OkStatus();

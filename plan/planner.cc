@@ -2,22 +2,21 @@
 
 #include <openssl/evp.h>
 
-#include "google/protobuf/io/coded_stream.h"
-#include "google/protobuf/io/zero_copy_stream.h"
-#include "google/protobuf/wire_format_lite.h"
-
 #include <algorithm>
-#include <numeric>
 #include <array>
 #include <cmath>
-#include <tuple>
 #include <memory>
+#include <numeric>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "plan/balanced.h"
 #include "plan/bucketing.h"
 #include "plan/memory.h"
@@ -25,8 +24,8 @@
 #include "plan/partition.h"
 #include "plan/plan_stats.h"
 #include "plan/tensor_parallel.h"
-#include "plan/transfer.h"
 #include "plan/topology.h"
+#include "plan/transfer.h"
 
 namespace muonshard::planner {
 namespace {
@@ -49,8 +48,7 @@ absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in, int tp)
   }
   if (p.policy() == v1::POLICY_UNSPECIFIED) p.set_policy(v1::SEED);
   if (p.comm_buffer_mb() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("policy.comm_buffer_mb: must be >= 0, got ", p.comm_buffer_mb()));
+    return absl::InvalidArgumentError(absl::StrCat("policy.comm_buffer_mb: must be >= 0, got ", p.comm_buffer_mb()));
   }
   if (p.comm_buffer_mb() == 0) p.set_comm_buffer_mb(kDefaultBufferMb);
   if (p.ns_steps() < 0) {
@@ -139,10 +137,9 @@ std::string HashRequestParts(const v1::ModelManifest& manifest, const v1::Topolo
 // the resolved model without long parameter lists.
 class PlanBuilder {
  public:
-  PlanBuilder(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy,
-              const RankLayout& layout, ResolvedModel model, const v1::Plan* previous)
-      : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)),
-        previous_(previous) {}
+  PlanBuilder(const v1::ModelManifest& manifest, const v1::PlanPolicy& policy, const RankLayout& layout,
+              ResolvedModel model, const v1::Plan* previous)
+      : manifest_(manifest), policy_(policy), layout_(layout), model_(std::move(model)), previous_(previous) {}
 
   // Load from outside this plan for the balanced policy to level around
   // (balanced.h); null for none. Must outlive Build.
@@ -245,8 +242,8 @@ class PlanBuilder {
     switch (policy_.policy()) {
       case v1::SEED:
       case v1::SEED_ALL:
-        return SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(),
-                                 policy_.policy() == v1::SEED_ALL, policy_.per_dtype());
+        return SeedPartitionMuon(model_, layout_, policy_.comm_buffer_mb(), policy_.policy() == v1::SEED_ALL,
+                                 policy_.per_dtype());
       case v1::BALANCED:
         return PartitionBalanced();
       default:
@@ -574,8 +571,7 @@ namespace {
 // the builder. Empty (a plan with the part's ranks only) without tensors.
 class PartPlanner {
  public:
-  static absl::StatusOr<PartPlanner> Create(TpReplica part, const ResolvedModel& whole,
-                                            const std::vector<int>& tensors,
+  static absl::StatusOr<PartPlanner> Create(TpReplica part, const ResolvedModel& whole, const std::vector<int>& tensors,
                                             const std::vector<std::string>& patterns) {
     MUONSHARD_ASSIGN_OR_RETURN(RankLayout layout, RankLayout::Create(part.topology));
     PartPlanner p(std::move(part), layout);
@@ -754,9 +750,9 @@ v1::Plan ReplicaNumbered(const v1::Plan& previous, int tp) {
 // The dense part without experts of its own (ep 1, or none in the model):
 // the DenseRuns plan TpChoice keeps.
 absl::StatusOr<std::unique_ptr<v1::Plan>> PlanDenseAlone(const v1::PlanPolicy& policy, const std::string& hash,
-                                                         const v1::ModelManifest& manifest,
-                                                         const RankLayout& layout, const TpParts& parts,
-                                                         PartPlanner& dense_planner, const v1::Plan* previous) {
+                                                         const v1::ModelManifest& manifest, const RankLayout& layout,
+                                                         const TpParts& parts, PartPlanner& dense_planner,
+                                                         const v1::Plan* previous) {
   const std::vector<int> runs = DenseRuns(policy, layout);
   std::vector<std::unique_ptr<v1::Plan>> tried;
   TpChoice choice(manifest, layout, previous);
@@ -773,8 +769,8 @@ absl::StatusOr<std::unique_ptr<v1::Plan>> PlanDenseAlone(const v1::PlanPolicy& p
 // (AdamwPreload), and keeps the merged plan TpChoice keeps.
 absl::StatusOr<TpExperts> PlanDenseAndExperts(const v1::PlanPolicy& policy, const std::string& hash,
                                               const v1::ModelManifest& manifest, const RankLayout& layout,
-                                              TpParts parts, PartPlanner& dense_planner,
-                                              PartPlanner& expert_planner, const v1::Plan* previous) {
+                                              TpParts parts, PartPlanner& dense_planner, PartPlanner& expert_planner,
+                                              const v1::Plan* previous) {
   const bool balanced = policy.policy() == v1::BALANCED;
   std::vector<TpExperts> tried;
   TpChoice choice(manifest, layout, previous);
@@ -820,13 +816,12 @@ absl::StatusOr<v1::Plan*> PlanTensorParallel(const v1::ModelManifest& manifest, 
     MUONSHARD_ASSIGN_OR_RETURN(kept.dense,
                                PlanDenseAlone(policy, hash, manifest, layout, parts, dense_planner, previous));
   } else {
-    MUONSHARD_ASSIGN_OR_RETURN(
-        PartPlanner expert_planner,
-        PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole, parts.expert_index,
-                            patterns));
+    MUONSHARD_ASSIGN_OR_RETURN(PartPlanner expert_planner,
+                               PartPlanner::Create(ExpertsOf(manifest, layout, parts.expert_index, whole), whole,
+                                                   parts.expert_index, patterns));
     expert_planner.set_previous(previous);
-    MUONSHARD_ASSIGN_OR_RETURN(kept, PlanDenseAndExperts(policy, hash, manifest, layout, parts, dense_planner,
-                                                         expert_planner, previous));
+    MUONSHARD_ASSIGN_OR_RETURN(
+        kept, PlanDenseAndExperts(policy, hash, manifest, layout, parts, dense_planner, expert_planner, previous));
     parts.experts = kept.experts.get();
   }
   parts.dense = kept.dense.get();
@@ -852,8 +847,7 @@ std::string ContentHash(const v1::PlanRequest& canonical) {
   return HashRequestParts(canonical.manifest(), canonical.topology(), canonical.policy());
 }
 
-absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
-                                      google::protobuf::Arena* arena) {
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::protobuf::Arena* arena) {
   return ComputePlan(request, arena, nullptr);
 }
 
@@ -865,23 +859,21 @@ absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::pr
   MUONSHARD_ASSIGN_OR_RETURN(v1::PlanPolicy policy, CanonicalPolicy(request.policy(), layout.tp()));
   if (previous != nullptr && previous->content_hash() != policy.sticky_to()) {
     return absl::InvalidArgumentError(absl::StrCat("policy.sticky_to: \"", policy.sticky_to(),
-                                                   "\" does not name the previous plan (",
-                                                   previous->content_hash(), ")"));
+                                                   "\" does not name the previous plan (", previous->content_hash(),
+                                                   ")"));
   }
   if (previous == nullptr && !policy.sticky_to().empty()) {
     return absl::InvalidArgumentError("policy.sticky_to: the previous plan was not supplied");
   }
   MUONSHARD_ASSIGN_OR_RETURN(const v1::Topology topology, ResolvedTopology(layout, request.topology()));
-  std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(),
-                                    policy.muon_exclude_patterns().end());
+  std::vector<std::string> patterns(policy.muon_exclude_patterns().begin(), policy.muon_exclude_patterns().end());
   MUONSHARD_ASSIGN_OR_RETURN(ResolvedModel model, ResolveModel(request.manifest(), layout, patterns));
   const std::string hash = HashRequestParts(request.manifest(), topology, policy);
   if (layout.tp() > 1) {
     return Fitted(PlanTensorParallel(request.manifest(), policy, layout, model, patterns, hash, arena, previous),
                   topology);
   }
-  const std::vector<int64_t> capacities(topology.device_memory_bytes().begin(),
-                                        topology.device_memory_bytes().end());
+  const std::vector<int64_t> capacities(topology.device_memory_bytes().begin(), topology.device_memory_bytes().end());
   const Preload deficit = CapacityDeficit(capacities, layout.world_size());
   auto build = [&](ResolvedModel resolved, bool memory_only) {
     PlanBuilder builder(request.manifest(), policy, layout, std::move(resolved), previous);

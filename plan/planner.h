@@ -30,8 +30,7 @@ absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request);
 // The same, built on `arena` (owned by the arena; on the heap and owned by the
 // caller when `arena` is null). A plan of ~100k tensors is ~10^6 small
 // objects: an arena makes building and freeing it several times cheaper.
-absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request,
-                                      google::protobuf::Arena* arena);
+absl::StatusOr<v1::Plan*> ComputePlan(const v1::PlanRequest& request, google::protobuf::Arena* arena);
 
 // Arena blocks sized for plans: small plans stay small, a 70k-tensor plan
 // (~28 MB) takes a handful of blocks.

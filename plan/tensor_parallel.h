@@ -24,11 +24,11 @@
 // load on every rank (balanced policy), and merged in.
 
 #include "absl/status/statusor.h"
+#include "muonshard/v1/manifest.pb.h"
+#include "muonshard/v1/plan.pb.h"
 #include "plan/balanced.h"
 #include "plan/model.h"
 #include "plan/topology.h"
-#include "muonshard/v1/manifest.pb.h"
-#include "muonshard/v1/plan.pb.h"
 
 namespace muonshard::planner {
 

@@ -22,8 +22,7 @@ absl::Status CheckPerStage(int world, int pp, const char* field, int degree) {
 
 absl::StatusOr<RankLayout> RankLayout::Create(const v1::Topology& t) {
   if (t.world_size() < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("topology.world_size: must be >= 1, got ", t.world_size()));
+    return absl::InvalidArgumentError(absl::StrCat("topology.world_size: must be >= 1, got ", t.world_size()));
   }
   absl::StatusOr<int> pp = Degree("pp", t.pp());
   absl::StatusOr<int> ep = Degree("ep", t.ep());
@@ -32,8 +31,8 @@ absl::StatusOr<RankLayout> RankLayout::Create(const v1::Topology& t) {
     if (!degree->ok()) return degree->status();
   }
   if (t.dp() > 1 || t.dp() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "topology.dp: must be 1 (every non-pipeline rank is a sharding rank), got ", t.dp()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology.dp: must be 1 (every non-pipeline rank is a sharding rank), got ", t.dp()));
   }
   if (*ep > 1 && *tp > 1 && *ep % *tp != 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -49,9 +49,7 @@ class RankLayout {
   int EpRankOf(int rank) const { return ep_ > 1 ? rank % ep_ : 0; }
   int TpRankOf(int rank) const { return rank % tp_; }
   int MoeShardingRankOf(int rank) const { return rank / ms_block(); }
-  int ShardingRankOf(int rank) const {
-    return MoeShardingRankOf(rank) * (block() / tp_) + (rank % block()) / tp_;
-  }
+  int ShardingRankOf(int rank) const { return MoeShardingRankOf(rank) * (block() / tp_) + (rank % block()) / tp_; }
 
   // Group ids: DEFAULT groups are 0 .. pp*tp - 1 (p * tp + t); with ep > 1
   // the MOE_EXPERT group of (p, e) follows at pp*tp + p * ep + e; with

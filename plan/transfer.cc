@@ -46,8 +46,8 @@ absl::StatusOr<TransferSummary> ComputeTransfers(const v1::Plan& from, const v1:
     auto found = old_index.find(t.name());
     if (found == old_index.end() || from.tensors(found->second).numel() != t.numel()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor \"", t.name(), "\": ", found == old_index.end() ? "not in the old plan"
-                                                                               : "has another size in the old plan"));
+          absl::StrCat("tensor \"", t.name(),
+                       "\": ", found == old_index.end() ? "not in the old plan" : "has another size in the old plan"));
     }
     const int64_t per_elem = CheckpointStateBytesPerElem(t.optimizer());
     const std::vector<Piece>& olds = old_pieces[found->second];

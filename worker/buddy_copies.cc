@@ -131,8 +131,7 @@ std::optional<BuddyRestorePlan> PlanBuddyRestore(const std::vector<BuddyHoldings
 }
 
 std::string EncodeHoldings(const BuddyHoldings& holdings) {
-  return absl::StrCat(holdings.plan_hash, "|", JoinSteps(holdings.own_steps), "|",
-                      JoinSteps(holdings.left_steps));
+  return absl::StrCat(holdings.plan_hash, "|", JoinSteps(holdings.own_steps), "|", JoinSteps(holdings.left_steps));
 }
 
 absl::StatusOr<BuddyHoldings> DecodeHoldings(const std::string& text) {
@@ -158,11 +157,11 @@ absl::Status BuddyCopies::Refresh(ByteChannel& channel, const std::vector<checkp
   Copy own{step, Encode(shards, scalars, step)};
   uint64_t send_size = own.bytes.size();
   uint64_t recv_size = 0;
-  MUONSHARD_RETURN_IF_ERROR(channel.Exchange(right, &send_size, sizeof(send_size), left, &recv_size,
-                                             sizeof(recv_size)));
+  MUONSHARD_RETURN_IF_ERROR(
+      channel.Exchange(right, &send_size, sizeof(send_size), left, &recv_size, sizeof(recv_size)));
   Copy received{step, std::string(recv_size, '\0')};
-  MUONSHARD_RETURN_IF_ERROR(channel.Exchange(right, own.bytes.data(), own.bytes.size(), left,
-                                             received.bytes.data(), received.bytes.size()));
+  MUONSHARD_RETURN_IF_ERROR(
+      channel.Exchange(right, own.bytes.data(), own.bytes.size(), left, received.bytes.data(), received.bytes.size()));
   MUONSHARD_RETURN_IF_ERROR(ReadHeader(received.bytes).status());
   // Held next to the previous pair until every rank has the new one.
   if (own_.size() == 2) own_.erase(own_.begin());

@@ -38,8 +38,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "checkpoint/state.h"
-#include "worker/comm/gloo_communicator.h"
 #include "common/rendezvous_store.h"
+#include "worker/comm/gloo_communicator.h"
 
 namespace muonshard::worker {
 

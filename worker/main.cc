@@ -16,8 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/flags.h"
-#include "common/status_macros.h"
 #include "common/quote.h"
+#include "common/status_macros.h"
 #include "common/version.h"
 #include "worker/worker_runner.h"
 
@@ -27,12 +27,12 @@ namespace {
 // The coordinator's limit on names (job_registry.cc, kMaxNameBytes).
 constexpr size_t kMaxJobBytes = 256;
 
-
 constexpr char kUsage[] =
     "usage: muonshard-worker --coordinator HOST:PORT --job NAME [--plan-version V|latest]\n"
     "         [--backend gloo|nccl [--cuda-device N]] [--workload regression|synthetic] [--steps N] [--lr X]\n"
     "         [--metrics-port P] [--dump-params FILE] [--rank R] [--linger S]\n"
-    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S] [--min-workers M]] ...\n"
+    "         [--checkpoint-dir D [--checkpoint-every K] [--resume]] [--max-restarts N [--rejoin-grace S] "
+    "[--min-workers M]] ...\n"
     "       muonshard-worker --reference --coordinator HOST:PORT [--plan-version V] --dump-params FILE\n"
     "         [--workload ...] [--steps N] [--lr X]   (the same run unsharded, in one process)";
 
@@ -139,9 +139,8 @@ struct Flags {
     // The coordinator refuses longer names anyway; failing here keeps the
     // name out of every later error line (they quote the job whole).
     if (o.job.size() > kMaxJobBytes) {
-      return absl::InvalidArgumentError(absl::StrCat("flag --job: ", QuoteBounded(o.job),
-                                                     " is longer than the coordinator's limit of ",
-                                                     kMaxJobBytes, " bytes"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "flag --job: ", QuoteBounded(o.job), " is longer than the coordinator's limit of ", kMaxJobBytes, " bytes"));
     }
     if (rank >= 0) o.rank = static_cast<int>(rank);
     o.lr = static_cast<float>(lr);

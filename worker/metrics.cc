@@ -81,8 +81,7 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
                          "Host memory held by buddy copies: this rank's snapshot and its left neighbour's copy",
                          labels_)),
       checkpoint_saved_(Gauge(*registry_, "muonshard_worker_checkpoint_last_success_timestamp_seconds",
-                              "Unix time this rank last completed a checkpoint save; 0 before the first",
-                              labels_)),
+                              "Unix time this rank last completed a checkpoint save; 0 before the first", labels_)),
       checkpoint_failures_(Counter(*registry_, "muonshard_worker_checkpoint_failures_total",
                                    "Checkpoint saves that failed on this rank", labels_)) {
   PhaseHistograms(*registry_, "muonshard_worker_step_seconds",
@@ -110,7 +109,9 @@ WorkerMetrics::WorkerMetrics(const std::string& job, int rank)
 
 void WorkerMetrics::RecordCheckpointPhase(size_t phase, double seconds) { checkpoint_[phase]->Observe(seconds); }
 
-void WorkerMetrics::SetCheckpointSaved(absl::Time at) { checkpoint_saved_.Set(absl::ToDoubleSeconds(at - absl::UnixEpoch())); }
+void WorkerMetrics::SetCheckpointSaved(absl::Time at) {
+  checkpoint_saved_.Set(absl::ToDoubleSeconds(at - absl::UnixEpoch()));
+}
 
 void WorkerMetrics::CountCheckpointFailure() { checkpoint_failures_.Increment(); }
 

@@ -35,25 +35,25 @@ namespace muonshard::worker {
 // Every metric family a worker exports (histograms add _bucket, _sum and
 // _count series).
 inline constexpr const char* kWorkerExportedMetrics[] = {
-    "muonshard_worker_optimizer_state_bytes",        // gauge: allocated by the optimizer
-    "muonshard_worker_plan_optimizer_state_bytes",   // gauge: the plan's figure for the rank
-    "muonshard_worker_plan_memory_imbalance_ratio",  // gauge: the plan's (max-min)/max
-    "muonshard_worker_step_seconds",                 // histogram {phase}
-    "muonshard_worker_train_step_seconds",           // histogram: gradients + optimizer step
-    "muonshard_worker_comm_bytes_total",             // counter {op}
-    "muonshard_worker_ns_flops_total",               // counter: Newton-Schulz FLOPs run
-    "muonshard_worker_loss",                         // gauge: this rank's loss before the last step
-    "muonshard_worker_plan_version",                 // gauge
-    "muonshard_worker_generation",                   // gauge
-    "muonshard_worker_steps_total",                  // counter
-    "muonshard_worker_restarts_total",               // counter: recoveries (NOTE [Recovery])
-    "muonshard_worker_recovery_seconds",             // histogram {phase}
-    "muonshard_worker_buddy_bytes",                  // gauge: NOTE [Buddy copies] memory held
-    "muonshard_worker_checkpoint_seconds",           // histogram {phase}
+    "muonshard_worker_optimizer_state_bytes",                      // gauge: allocated by the optimizer
+    "muonshard_worker_plan_optimizer_state_bytes",                 // gauge: the plan's figure for the rank
+    "muonshard_worker_plan_memory_imbalance_ratio",                // gauge: the plan's (max-min)/max
+    "muonshard_worker_step_seconds",                               // histogram {phase}
+    "muonshard_worker_train_step_seconds",                         // histogram: gradients + optimizer step
+    "muonshard_worker_comm_bytes_total",                           // counter {op}
+    "muonshard_worker_ns_flops_total",                             // counter: Newton-Schulz FLOPs run
+    "muonshard_worker_loss",                                       // gauge: this rank's loss before the last step
+    "muonshard_worker_plan_version",                               // gauge
+    "muonshard_worker_generation",                                 // gauge
+    "muonshard_worker_steps_total",                                // counter
+    "muonshard_worker_restarts_total",                             // counter: recoveries (NOTE [Recovery])
+    "muonshard_worker_recovery_seconds",                           // histogram {phase}
+    "muonshard_worker_buddy_bytes",                                // gauge: NOTE [Buddy copies] memory held
+    "muonshard_worker_checkpoint_seconds",                         // histogram {phase}
     "muonshard_worker_checkpoint_last_success_timestamp_seconds",  // gauge: unix seconds; 0: none yet
-    "muonshard_worker_checkpoint_failures_total",    // counter: failed saves
-    "muonshard_worker_plan_memory_bytes",            // gauge {term}: the plan's RankMemory for the rank
-    "muonshard_worker_plan_memory_headroom_bytes",   // gauge: capacity - total; only with a capacity
+    "muonshard_worker_checkpoint_failures_total",                  // counter: failed saves
+    "muonshard_worker_plan_memory_bytes",                          // gauge {term}: the plan's RankMemory for the rank
+    "muonshard_worker_plan_memory_headroom_bytes",                 // gauge: capacity - total; only with a capacity
 };
 
 // The `phase` label values: the phases in step order, then "step" (the whole
@@ -122,7 +122,7 @@ class WorkerMetrics {
   prometheus::Counter& steps_;
   prometheus::Counter& restarts_;
   prometheus::Gauge& buddy_bytes_;
-  std::array<prometheus::Histogram*, 4> recovery_;  // kRecoveryPhases order
+  std::array<prometheus::Histogram*, 4> recovery_;    // kRecoveryPhases order
   std::array<prometheus::Histogram*, 3> checkpoint_;  // kCheckpointPhases order
   prometheus::Gauge& checkpoint_saved_;
   prometheus::Counter& checkpoint_failures_;

@@ -33,9 +33,7 @@ bool IsWriter(const v1::RankView& view, const HeldTensor& h) {
   return g != nullptr && LowestRank(*g) == view.rank().rank();
 }
 
-bool IsWhole(const HeldTensor& h) {
-  return h.tp <= 1 && h.element_begin == 0 && h.element_end == h.spec->numel();
-}
+bool IsWhole(const HeldTensor& h) { return h.tp <= 1 && h.element_begin == 0 && h.element_end == h.spec->numel(); }
 
 std::vector<int64_t> Shape(const v1::PlannedTensor& t) { return {t.shape().begin(), t.shape().end()}; }
 
@@ -85,10 +83,10 @@ absl::Status Place(const Piece& piece, const ParamTensor& t, const v1::Plan& pla
   }
   const bool shard = piece.tp_rank >= 0;
   const int64_t held = shard ? spec.local_numel() : spec.numel();
-  if ((shard && (!planner::IsTpSplit(spec) || piece.tp_rank >= plan.topology().tp())) || begin < 0 ||
-      end > held || end - begin != static_cast<int64_t>(t.values.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.name(), "\": part ", t.name, " does not fit ",
-                                                   held, " elements"));
+  if ((shard && (!planner::IsTpSplit(spec) || piece.tp_rank >= plan.topology().tp())) || begin < 0 || end > held ||
+      end - begin != static_cast<int64_t>(t.values.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", spec.name(), "\": part ", t.name, " does not fit ", held, " elements"));
   }
   for (int64_t i = begin; i < end; ++i) {
     const int64_t w = WholeIndex(piece, plan, spec, i);

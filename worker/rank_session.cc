@@ -50,7 +50,8 @@ namespace {
 absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
   StepOptions step;
   absl::StatusOr<StepSchedule> schedule = ParseStepSchedule(options.step_schedule);
-  if (!schedule.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --step-schedule: ", schedule.status().message()));
+  if (!schedule.ok())
+    return absl::InvalidArgumentError(absl::StrCat("flag --step-schedule: ", schedule.status().message()));
   absl::StatusOr<StepPhases> phases = ParseStepPhases(options.step_phases);
   if (!phases.ok()) return absl::InvalidArgumentError(absl::StrCat("flag --step-phases: ", phases.status().message()));
   step.schedule = *schedule;
@@ -165,8 +166,8 @@ absl::Status RankSession::Run() {
 // NOTE [Step agreement] (internal/runner_util.h): the barrier carries each
 // rank's step options.
 absl::Status RankSession::WaitForGroup(absl::Duration timeout) {
-  absl::StatusOr<std::vector<std::string>> stated =
-      internal::StoreExchange(*store_, "group", rank(), world_size(), internal::StepAgreement(options_, config_), timeout);
+  absl::StatusOr<std::vector<std::string>> stated = internal::StoreExchange(
+      *store_, "group", rank(), world_size(), internal::StepAgreement(options_, config_), timeout);
   if (!stated.ok()) {
     return Annotate(stated.status(), absl::StrCat("waiting ", absl::FormatDuration(timeout),
                                                   " for every rank of generation ", joined_.generation));
@@ -285,9 +286,9 @@ absl::Status RankSession::Join(uint64_t incarnation, bool recovering) {
   // failure]): the peers end with it.
   if (options_.check_view) MUONSHARD_RETURN_IF_ERROR(options_.check_view(session_->joined(), view_));
   const client::JoinedJob& j = joined_;
-  Log() << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size
-        << ", generation " << j.generation << ", plan version " << j.plan_version << " ("
-        << j.content_hash.substr(0, 19) << "), model " << view_.model() << "\n";
+  Log() << Prefix() << "joined job \"" << j.job << "\" as rank " << j.rank << " of " << j.world_size << ", generation "
+        << j.generation << ", plan version " << j.plan_version << " (" << j.content_hash.substr(0, 19) << "), model "
+        << view_.model() << "\n";
   return absl::OkStatus();
 }
 
@@ -307,8 +308,8 @@ absl::Status RankSession::StartMetrics() {
 absl::Status RankSession::WritePortFile() const {
   const client::JoinedJob& j = joined_;
   if (options_.port_file.empty()) return absl::OkStatus();
-  return WriteFileAtomic(options_.port_file, absl::StrCat("{\"rank\": ", j.rank, ", \"metrics_port\": ",
-                                                          metrics_port(), ", \"generation\": ", j.generation,
+  return WriteFileAtomic(options_.port_file, absl::StrCat("{\"rank\": ", j.rank, ", \"metrics_port\": ", metrics_port(),
+                                                          ", \"generation\": ", j.generation,
                                                           ", \"plan_version\": ", j.plan_version, "}\n"));
 }
 
@@ -398,7 +399,8 @@ absl::StatusOr<std::optional<int64_t>> RankSession::RestoreFromBuddies(int64_t a
                              buddies_.Restore(*buddy_channel_, *plan, shards, view_.content_hash()));
   MUONSHARD_RETURN_IF_ERROR(optimizer_->RestoreFromState(scalars));
   metrics_->SetBuddyBytes(buddies_.held_bytes());
-  const int sent = static_cast<int>(std::count_if(plan->source.begin(), plan->source.end(), [](int s) { return s >= 0; }));
+  const int sent =
+      static_cast<int>(std::count_if(plan->source.begin(), plan->source.end(), [](int s) { return s >= 0; }));
   Log() << Prefix() << "restored step " << plan->step << " from buddy copies (" << sent
         << " rank(s) from their buddy, no disk read)\n";
   return plan->step;
@@ -408,8 +410,7 @@ absl::Status RankSession::CreateCommunicator(const v1::CommGroup& group) {
   auto at = std::find(group.ranks().begin(), group.ranks().end(), rank());
   if (at == group.ranks().end() || group.ranks_size() < 2) return absl::OkStatus();
   const int group_rank = static_cast<int>(at - group.ranks().begin());
-  const std::string prefix =
-      absl::StrCat(joined_.job, "/", joined_.generation, "/g", group.id(), "/");
+  const std::string prefix = absl::StrCat(joined_.job, "/", joined_.generation, "/g", group.id(), "/");
   absl::StatusOr<std::unique_ptr<Communicator>> comm;
   if (nccl()) {
     internal::NcclGroupOptions o;
@@ -467,8 +468,8 @@ std::string RankSession::Describe() const {
     absl::StrAppend(&out, "CUDA device ", cuda_device_, " of ", cuda_devices_, ", Newton-Schulz precision ",
                     internal::NsPrecisionName(config_.ns.precision));
   } else {
-    absl::StrAppend(&out, blas_threads_, " BLAS thread(s), ",
-                    optimizer_->pipelined() ? "pipelined" : "sequential", " step");
+    absl::StrAppend(&out, blas_threads_, " BLAS thread(s), ", optimizer_->pipelined() ? "pipelined" : "sequential",
+                    " step");
   }
   if (buddy_channel_ != nullptr) {
     absl::StrAppend(&out, ", buddy copies every ", options_.buddy_every, " steps (about 2 x ",

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
 #include "client/grpc_plan_source.h"
+#include "common/status_macros.h"
 #include "plan/planner.h"
 #include "plan/tensor_parallel.h"
 #include "worker/internal/runner_util.h"
@@ -89,8 +89,7 @@ absl::Status RunReference(const WorkerOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(*workload, *reference));
   MUONSHARD_RETURN_IF_ERROR(Train(options, *workload, *reference));
   ParamsFile params = ReferenceParams(plan.plan, *reference);
-  params.metadata =
-      internal::DumpMetadata(options, "reference", plan.plan.model(), job_plan_hash, plan.version);
+  params.metadata = internal::DumpMetadata(options, "reference", plan.plan.model(), job_plan_hash, plan.version);
   MUONSHARD_RETURN_IF_ERROR(WriteParamsFile(options.dump_params, params));
   Log(options) << "reference: wrote " << params.tensors.size() << " tensors (fp32 masters) to " << options.dump_params
                << "\n";

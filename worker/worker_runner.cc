@@ -234,9 +234,8 @@ class WorkerRun {
                                                     "system rank 0 sees)"));
     }
     const client::JoinedJob& j = session_->joined();
-    merged->metadata =
-        internal::DumpMetadata(options_, "sharded", session_->view().model(), session_->view().content_hash(),
-                               j.plan_version);
+    merged->metadata = internal::DumpMetadata(options_, "sharded", session_->view().model(),
+                                              session_->view().content_hash(), j.plan_version);
     merged->metadata["backend"] = options_.backend;
     MUONSHARD_RETURN_IF_ERROR(WriteParamsFile(options_.dump_params, *merged));
     for (const std::string& p : paths) std::remove(p.c_str());
@@ -262,8 +261,8 @@ class WorkerRun {
   std::unique_ptr<Workload> workload_;
   int restarts_ = 0;
   StepTraceLog traced_{options_.step_trace_dir, options_.step_trace_steps};  // NOTE [Step trace]
-  absl::Time step_started_ = absl::Now();  // of the step being run
-  absl::Time failed_at_ = absl::Now();     // when it failed
+  absl::Time step_started_ = absl::Now();                                    // of the step being run
+  absl::Time failed_at_ = absl::Now();                                       // when it failed
 };
 
 }  // namespace

@@ -28,8 +28,8 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/flags.h"
-#include "common/version.h"
 #include "common/grpc_status.h"
+#include "common/version.h"
 #include "grpcpp/generic/generic_stub.h"
 
 namespace muonshard::bench {
@@ -106,12 +106,10 @@ absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> Connect(const Op
   return clients;
 }
 
-absl::StatusOr<v1::SubmitPlanResponse> Submit(CoordinatorClient& client, const Options& o,
-                                              int round) {
+absl::StatusOr<v1::SubmitPlanResponse> Submit(CoordinatorClient& client, const Options& o, int round) {
   v1::SubmitPlanResponse response;
   auto ctx = client.NewContext();
-  absl::Status s = client::FromGrpcStatus(
-      client.stub().SubmitPlan(ctx.get(), SubmitRequest(o, round), &response));
+  absl::Status s = client::FromGrpcStatus(client.stub().SubmitPlan(ctx.get(), SubmitRequest(o, round), &response));
   if (!s.ok()) return s;
   if (!response.created()) return absl::AlreadyExistsError("the request was already stored");
   return response;
@@ -129,8 +127,8 @@ double Quantile(std::vector<double>& v, double q) {
 // callback until the deadline.
 class QpsSlot {
  public:
-  QpsSlot(CoordinatorClient* client, bool parse, int first_rank, int stride, int ranks,
-          int64_t version, absl::Time deadline, absl::Mutex* mu, int* running)
+  QpsSlot(CoordinatorClient* client, bool parse, int first_rank, int stride, int ranks, int64_t version,
+          absl::Time deadline, absl::Mutex* mu, int* running)
       : client_(client),
         parse_(parse),
         generic_(client->channel()),
@@ -158,9 +156,8 @@ class QpsSlot {
     }
     grpc::Slice slice(request_.SerializeAsString());
     raw_request_ = grpc::ByteBuffer(&slice, 1);
-    generic_.UnaryCall(ctx_.get(), "/muonshard.v1.Coordinator/GetPlan", grpc::StubOptions(),
-                       &raw_request_, &raw_response_,
-                       [this](grpc::Status s) { Done(std::move(s)); });
+    generic_.UnaryCall(ctx_.get(), "/muonshard.v1.Coordinator/GetPlan", grpc::StubOptions(), &raw_request_,
+                       &raw_response_, [this](grpc::Status s) { Done(std::move(s)); });
   }
 
   std::vector<double> latencies_us;
@@ -199,8 +196,7 @@ class QpsSlot {
   absl::Time start_;
 };
 
-absl::Status RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients,
-                    int64_t version) {
+absl::Status RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients, int64_t version) {
   // No warm-up: the server builds a plan's shared view body on the first
   // request for a group set (NOTE [Shared view pieces]), so cold is warm.
   absl::Mutex mu;
@@ -209,17 +205,15 @@ absl::Status RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorCli
   const absl::Time deadline = start + absl::Seconds(o.seconds);
   std::vector<std::unique_ptr<QpsSlot>> slots;
   for (int i = 0; i < o.clients; ++i) {
-    slots.push_back(std::make_unique<QpsSlot>(clients[i % clients.size()].get(), o.parse,
-                                              i % o.ranks, o.clients, o.ranks, version, deadline,
-                                              &mu, &running));
+    slots.push_back(std::make_unique<QpsSlot>(clients[i % clients.size()].get(), o.parse, i % o.ranks, o.clients,
+                                              o.ranks, version, deadline, &mu, &running));
   }
   for (auto& s : slots) s->Issue();
   {
     absl::MutexLock lock(&mu);
     auto done = [&running]() { return running == 0; };
     // Bounded: every call carries the client deadline (--timeout).
-    mu.AwaitWithTimeout(absl::Condition(&done),
-                        absl::Seconds(o.seconds + o.connection.timeout_s + 10));
+    mu.AwaitWithTimeout(absl::Condition(&done), absl::Seconds(o.seconds + o.connection.timeout_s + 10));
   }
   const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
   std::vector<double> lat;
@@ -237,12 +231,10 @@ absl::Status RunQps(const Options& o, std::vector<std::unique_ptr<CoordinatorCli
       "GetPlan rank views (%s): %d in flight over %d connections, %.1f s: %.0f calls, %.0f QPS, "
       "mean view %.1f KiB, latency p50 %.0f us p99 %.0f us max %.0f us, errors %d\n",
       o.parse ? "decoded" : "raw bytes", o.clients, clients.size(), elapsed, n, n / elapsed,
-      n > 0 ? bytes / n / 1024 : 0, Quantile(lat, 0.5), Quantile(lat, 0.99), Quantile(lat, 1.0),
-      errors);
+      n > 0 ? bytes / n / 1024 : 0, Quantile(lat, 0.5), Quantile(lat, 0.99), Quantile(lat, 1.0), errors);
   if (errors == 0) return absl::OkStatus();
-  return absl::Status(first_error.code(),
-                      absl::StrFormat("GetPlan: %d of %.0f calls failed; first error: %s", errors,
-                                      n, first_error.ToString()));
+  return absl::Status(first_error.code(), absl::StrFormat("GetPlan: %d of %.0f calls failed; first error: %s", errors,
+                                                          n, first_error.ToString()));
 }
 
 // ---------------------------------------------------------------- fan-out
@@ -403,18 +395,16 @@ class WatchStream final : public grpc::ClientReadReactor<v1::WatchEvent> {
 
 // Opens the streams and reports how many the server accepted; an error
 // unless all of them are open at `version`.
-absl::Status OpenStreams(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients,
-                         int64_t version, FanoutState& state,
-                         std::vector<std::unique_ptr<WatchStream>>& streams) {
+absl::Status OpenStreams(const Options& o, std::vector<std::unique_ptr<CoordinatorClient>>& clients, int64_t version,
+                         FanoutState& state, std::vector<std::unique_ptr<WatchStream>>& streams) {
   constexpr absl::Duration kOpenBound = absl::Seconds(60);
   const absl::Time open_start = absl::Now();
   for (int i = 0; i < o.watchers; ++i) {
     streams.push_back(std::make_unique<WatchStream>(clients[i % clients.size()].get(), i, &state));
   }
   OpenCount count = state.WaitOpen(version, kOpenBound);
-  std::cout << absl::StrFormat(
-      "%d of %d watch streams over %d connections open and at v%d in %.2f s", count.open,
-      o.watchers, clients.size(), version, absl::ToDoubleSeconds(absl::Now() - open_start));
+  std::cout << absl::StrFormat("%d of %d watch streams over %d connections open and at v%d in %.2f s", count.open,
+                               o.watchers, clients.size(), version, absl::ToDoubleSeconds(absl::Now() - open_start));
   if (count.refused > 0) {
     std::cout << absl::StrFormat("; %d refused: %s", count.refused, count.refusals.Summary());
   }
@@ -430,17 +420,15 @@ absl::Status OpenStreams(const Options& o, std::vector<std::unique_ptr<Coordinat
                           count.refusals.Summary());
   }
   if (count.other > 0) {
-    absl::StrAppend(
-        &why, why.empty() ? "" : "; ",
-        absl::StrFormat("%d of %d watch streams were not open at v%d after %s", count.other,
-                        o.watchers, version, absl::FormatDuration(kOpenBound)));
+    absl::StrAppend(&why, why.empty() ? "" : "; ",
+                    absl::StrFormat("%d of %d watch streams were not open at v%d after %s", count.other, o.watchers,
+                                    version, absl::FormatDuration(kOpenBound)));
   }
   return absl::UnavailableError(absl::StrCat("fan-out not measured: ", why));
 }
 
 absl::Status RunFanout(const Options& o, CoordinatorClient& submitter, int64_t version) {
-  absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> clients =
-      Connect(o, o.watch_channels);
+  absl::StatusOr<std::vector<std::unique_ptr<CoordinatorClient>>> clients = Connect(o, o.watch_channels);
   if (!clients.ok()) return clients.status();
   FanoutState state(o.watchers);
   std::vector<std::unique_ptr<WatchStream>> streams;
@@ -458,10 +446,9 @@ absl::Status RunFanout(const Options& o, CoordinatorClient& submitter, int64_t v
     std::vector<absl::Time> at = state.WaitAll(r->version(), absl::Seconds(60));
     if (at.empty()) {
       const absl::Status ended = state.first_error();
-      status = absl::Status(
-          ended.ok() ? absl::StatusCode::kDeadlineExceeded : ended.code(),
-          absl::StrCat("not every watcher saw v", r->version(),
-                       ended.ok() ? " within 60 s" : absl::StrCat(": ", ended.ToString())));
+      status = absl::Status(ended.ok() ? absl::StatusCode::kDeadlineExceeded : ended.code(),
+                            absl::StrCat("not every watcher saw v", r->version(),
+                                         ended.ok() ? " within 60 s" : absl::StrCat(": ", ended.ToString())));
       break;
     }
     // Watchers may see the version before the submitter sees its reply (the
@@ -472,9 +459,8 @@ absl::Status RunFanout(const Options& o, CoordinatorClient& submitter, int64_t v
     std::cout << absl::StrFormat(
         "fan-out v%d to %d watchers: last watcher %.1f ms after the Submit reply, %.1f ms after "
         "the Submit call (reply after %.1f ms); first-to-last watcher spread %.1f ms\n",
-        r->version(), o.watchers, absl::ToDoubleMilliseconds(last - reply),
-        absl::ToDoubleMilliseconds(last - call), absl::ToDoubleMilliseconds(reply - call),
-        absl::ToDoubleMilliseconds(last - first));
+        r->version(), o.watchers, absl::ToDoubleMilliseconds(last - reply), absl::ToDoubleMilliseconds(last - call),
+        absl::ToDoubleMilliseconds(reply - call), absl::ToDoubleMilliseconds(last - first));
     spread_ms.push_back(absl::ToDoubleMilliseconds(last - first));
     from_call_ms.push_back(absl::ToDoubleMilliseconds(last - call));
   }
@@ -520,8 +506,7 @@ int Run(int argc, char** argv) {
   }
   if (!positional.ok() || !positional->empty() || o.ranks < 1 || o.clients < 1 || o.channels < 1 ||
       o.watch_channels < 1) {
-    std::cerr << "error: " << (positional.ok() ? "bad flag values" : positional.status().message())
-              << "\n\n"
+    std::cerr << "error: " << (positional.ok() ? "bad flag values" : positional.status().message()) << "\n\n"
               << flags.Usage();
     return 2;
   }

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "kernels/newton_schulz.h"
 
 namespace muonshard::kernels {
@@ -59,9 +59,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 
 std::vector<BenchCase> Cases(bool quick) {
   if (quick) {
-    return {{"128x512", {1, 128, 512}, false},
-            {"experts8x64x128", {8, 64, 128}, false},
-            {"256x256", {1, 256, 256}, true}};
+    return {
+        {"128x512", {1, 128, 512}, false}, {"experts8x64x128", {8, 64, 128}, false}, {"256x256", {1, 256, 256}, true}};
   }
   return {{"1024x1024", {1, 1024, 1024}, false},
           {"4096x1024", {1, 4096, 1024}, false},
@@ -76,16 +75,14 @@ std::vector<BenchCase> Cases(bool quick) {
 // warm-up round. The functions run interleaved, round by round, so a burst
 // of load from other processes hits all of them alike and the ratios stay
 // meaningful on a shared machine.
-std::vector<double> BestSeconds(int reps,
-                                const std::vector<std::function<void()>>& fns) {
+std::vector<double> BestSeconds(int reps, const std::vector<std::function<void()>>& fns) {
   for (const auto& fn : fns) fn();
   std::vector<double> best(fns.size(), 1e30);
   for (int r = 0; r < reps; ++r) {
     for (size_t i = 0; i < fns.size(); ++i) {
       const auto start = std::chrono::steady_clock::now();
       fns[i]();
-      const std::chrono::duration<double> elapsed =
-          std::chrono::steady_clock::now() - start;
+      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       best[i] = std::min(best[i], elapsed.count());
     }
   }
@@ -112,9 +109,8 @@ class CaseRunner {
 
   void Sgemm() {
     for (int64_t e = 0; e < shape_.batch; ++e) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, n_, m_, 1.0f,
-                  gemm_a_.data(), m_, gemm_b_.data(), n_, 0.0f, gemm_c_.data(),
-                  n_);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, n_, m_, 1.0f, gemm_a_.data(), m_, gemm_b_.data(), n_,
+                  0.0f, gemm_c_.data(), n_);
     }
   }
   double SgemmFlops() const { return 2.0 * m_ * m_ * n_ * shape_.batch; }
@@ -123,8 +119,7 @@ class CaseRunner {
     NewtonSchulzOptions options;
     options.precision = MatmulPrecision::kFp32;
     options.symmetric = symmetric;
-    const absl::Status status =
-        NewtonSchulzCpu(in_.data(), out_.data(), shape_, options);
+    const absl::Status status = NewtonSchulzCpu(in_.data(), out_.data(), shape_, options);
     if (!status.ok()) {
       std::fprintf(stderr, "NewtonSchulzCpu: %s\n", status.ToString().c_str());
       std::exit(1);
@@ -139,16 +134,16 @@ class CaseRunner {
 };
 
 int Run(const Flags& flags) {
-  std::printf("# muonshard-bench-kernels: CPU NS5 (fp32, simple) vs sgemm, "
-              "OpenBLAS %s, %d threads, best of %d\n",
-              openblas_get_corename(), openblas_get_num_threads(), flags.reps);
+  std::printf(
+      "# muonshard-bench-kernels: CPU NS5 (fp32, simple) vs sgemm, "
+      "OpenBLAS %s, %d threads, best of %d\n",
+      openblas_get_corename(), openblas_get_num_threads(), flags.reps);
   double headline_ns = 0, headline_sgemm = 0;
   for (const BenchCase& c : Cases(flags.quick)) {
     CaseRunner runner(c.shape);
-    const std::vector<double> best = BestSeconds(
-        flags.reps, {[&] { runner.Sgemm(); },
-                     [&] { runner.Ns(SymmetricMatmul::kAlways); },
-                     [&] { runner.Ns(SymmetricMatmul::kNever); }});
+    const std::vector<double> best =
+        BestSeconds(flags.reps, {[&] { runner.Sgemm(); }, [&] { runner.Ns(SymmetricMatmul::kAlways); },
+                                 [&] { runner.Ns(SymmetricMatmul::kNever); }});
     const double sgemm = runner.SgemmFlops() / best[0] / 1e9;
     const double symmetric = runner.NsFlops() / best[1] / 1e9;
     const double plain = runner.NsFlops() / best[2] / 1e9;
@@ -156,10 +151,8 @@ int Run(const Flags& flags) {
         "case=%s batch=%lld rows=%lld cols=%lld sgemm_gflops=%.1f "
         "ns_symmetric_gflops=%.1f ns_plain_gflops=%.1f "
         "ratio_symmetric=%.2f ratio_plain=%.2f\n",
-        c.name.c_str(), static_cast<long long>(c.shape.batch),
-        static_cast<long long>(c.shape.rows),
-        static_cast<long long>(c.shape.cols), sgemm, symmetric, plain,
-        symmetric / sgemm, plain / sgemm);
+        c.name.c_str(), static_cast<long long>(c.shape.batch), static_cast<long long>(c.shape.rows),
+        static_cast<long long>(c.shape.cols), sgemm, symmetric, plain, symmetric / sgemm, plain / sgemm);
     std::fflush(stdout);
     if (c.headline) {
       // The default options (SymmetricMatmul::kAuto) take the symmetric path.
@@ -167,8 +160,8 @@ int Run(const Flags& flags) {
       headline_sgemm = sgemm;
     }
   }
-  std::printf("ns_cpu_gflops=%.1f sgemm_gflops=%.1f ratio=%.3f\n", headline_ns,
-              headline_sgemm, headline_ns / headline_sgemm);
+  std::printf("ns_cpu_gflops=%.1f sgemm_gflops=%.1f ratio=%.3f\n", headline_ns, headline_sgemm,
+              headline_ns / headline_sgemm);
   return 0;
 }
 

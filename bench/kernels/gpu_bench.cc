@@ -136,41 +136,33 @@ void FillInput(float* device, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     host[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
   }
-  Check(cudaMemcpy(device, host.data(), sizeof(float) * n, cudaMemcpyHostToDevice),
-        "cudaMemcpy");
+  Check(cudaMemcpy(device, host.data(), sizeof(float) * n, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
-double GemmTflops(cublasHandle_t handle, cudaStream_t stream,
-                  const MatrixBatchShape& shape, int reps) {
+double GemmTflops(cublasHandle_t handle, cudaStream_t stream, const MatrixBatchShape& shape, int reps) {
   const int m = static_cast<int>(std::min(shape.rows, shape.cols));
   const int n = static_cast<int>(std::max(shape.rows, shape.cols));
   const int batch = static_cast<int>(shape.batch);
-  DeviceMemory a(size_t{2} * m * m * batch), b(size_t{2} * m * n * batch),
-      c(size_t{2} * m * n * batch);
+  DeviceMemory a(size_t{2} * m * m * batch), b(size_t{2} * m * n * batch), c(size_t{2} * m * n * batch);
   Check(cublasSetStream(handle, stream), "cublasSetStream");
   const float alpha = 1.0f, beta = 0.0f;
   const double ms = MeanMs(stream, reps, [&] {
-    Check(cublasGemmStridedBatchedEx(
-              handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, m, &alpha, a.get(),
-              CUDA_R_16BF, m, int64_t{m} * m, b.get(), CUDA_R_16BF, m,
-              int64_t{m} * n, &beta, c.get(), CUDA_R_16BF, m, int64_t{m} * n,
-              batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+    Check(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, m, &alpha, a.get(), CUDA_R_16BF, m,
+                                     int64_t{m} * m, b.get(), CUDA_R_16BF, m, int64_t{m} * n, &beta, c.get(),
+                                     CUDA_R_16BF, m, int64_t{m} * n, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmStridedBatchedEx");
   });
   return 2.0 * m * m * n * batch / (ms * 1e-3) / 1e12;
 }
 
-double NsTflops(CudaKernelBackend& backend, const MatrixBatchShape& shape,
-                SymmetricMatmul symmetric, int reps) {
-  DeviceMemory in(sizeof(float) * shape.elements()),
-      out(sizeof(float) * shape.elements());
+double NsTflops(CudaKernelBackend& backend, const MatrixBatchShape& shape, SymmetricMatmul symmetric, int reps) {
+  DeviceMemory in(sizeof(float) * shape.elements()), out(sizeof(float) * shape.elements());
   FillInput(static_cast<float*>(in.get()), shape.elements());
   NewtonSchulzOptions options;
   options.precision = MatmulPrecision::kBf16;
   options.symmetric = symmetric;
   const double ms = MeanMs(backend.stream(), reps, [&] {
-    Check(backend.NewtonSchulz(static_cast<const float*>(in.get()),
-                               static_cast<float*>(out.get()), shape, options),
+    Check(backend.NewtonSchulz(static_cast<const float*>(in.get()), static_cast<float*>(out.get()), shape, options),
           "NewtonSchulz");
   });
   Check(backend.Synchronize(), "Synchronize");
@@ -178,41 +170,37 @@ double NsTflops(CudaKernelBackend& backend, const MatrixBatchShape& shape,
 }
 
 int Run(const Flags& flags) {
-  absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend =
-      CudaKernelBackend::Create(0);
+  absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend = CudaKernelBackend::Create(0);
   Check(backend.status(), "creating the CUDA backend");
   cudaDeviceProp prop{};
   Check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   cublasHandle_t handle = nullptr;
   Check(cublasCreate(&handle), "cublasCreate");
-  std::printf("# muonshard-bench-kernels-gpu: NS5 bf16 (simple) vs cuBLAS bf16 "
-              "GEMM on %s, mean of %d calls\n", prop.name, flags.reps);
+  std::printf(
+      "# muonshard-bench-kernels-gpu: NS5 bf16 (simple) vs cuBLAS bf16 "
+      "GEMM on %s, mean of %d calls\n",
+      prop.name, flags.reps);
   double last_ns = 0, last_gemm = 0;
   bool last_symmetric = false;
   for (const BenchCase& c : Cases(flags.quick)) {
     const double gemm = GemmTflops(handle, (*backend)->stream(), c.shape, flags.reps);
-    const double plain =
-        NsTflops(**backend, c.shape, SymmetricMatmul::kNever, flags.reps);
-    const double symmetric =
-        NsTflops(**backend, c.shape, SymmetricMatmul::kAlways, flags.reps);
-    const bool auto_symmetric =
-        CudaKernelBackend::UsesSymmetricMatmul(c.shape, SymmetricMatmul::kAuto);
+    const double plain = NsTflops(**backend, c.shape, SymmetricMatmul::kNever, flags.reps);
+    const double symmetric = NsTflops(**backend, c.shape, SymmetricMatmul::kAlways, flags.reps);
+    const bool auto_symmetric = CudaKernelBackend::UsesSymmetricMatmul(c.shape, SymmetricMatmul::kAuto);
     std::printf(
         "case=%s batch=%lld rows=%lld cols=%lld gemm_tflops=%.1f "
         "ns_plain_tflops=%.1f ns_symmetric_tflops=%.1f ratio_plain=%.3f "
         "ratio_symmetric=%.3f auto=%s\n",
-        c.name.c_str(), static_cast<long long>(c.shape.batch),
-        static_cast<long long>(c.shape.rows),
-        static_cast<long long>(c.shape.cols), gemm, plain, symmetric,
-        plain / gemm, symmetric / gemm, auto_symmetric ? "symmetric" : "plain");
+        c.name.c_str(), static_cast<long long>(c.shape.batch), static_cast<long long>(c.shape.rows),
+        static_cast<long long>(c.shape.cols), gemm, plain, symmetric, plain / gemm, symmetric / gemm,
+        auto_symmetric ? "symmetric" : "plain");
     std::fflush(stdout);
     last_ns = auto_symmetric ? symmetric : plain;
     last_gemm = gemm;
     last_symmetric = auto_symmetric;
   }
   cublasDestroy(handle);
-  std::printf("ns_gpu_tflops=%.1f gemm_tflops=%.1f ratio=%.3f auto=%s\n",
-              last_ns, last_gemm, last_ns / last_gemm,
+  std::printf("ns_gpu_tflops=%.1f gemm_tflops=%.1f ratio=%.3f auto=%s\n", last_ns, last_gemm, last_ns / last_gemm,
               last_symmetric ? "symmetric" : "plain");
   return 0;
 }

@@ -86,8 +86,7 @@ struct BenchCase {
 
 std::vector<BenchCase> Cases(const Flags& flags) {
   if (flags.quick) return {{128, 48, false}, {48, 128, true}};
-  std::vector<BenchCase> cases = {
-      {128, 48, false}, {192, 512, false}, {512, 192, false}};
+  std::vector<BenchCase> cases = {{128, 48, false}, {192, 512, false}, {512, 192, false}};
   if (flags.full) cases.push_back({768, 2048, false});
   cases.push_back({48, 128, true});
   return cases;
@@ -145,10 +144,8 @@ Sample Time(const std::function<void()>& fn, int times) {
   const double cpu_start = ProcessCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < times; ++i) fn();
-  const std::chrono::duration<double> elapsed =
-      std::chrono::steady_clock::now() - start;
-  return {elapsed.count() / times,
-          (ProcessCpuSeconds() - cpu_start) / times};
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  return {elapsed.count() / times, (ProcessCpuSeconds() - cpu_start) / times};
 }
 
 double Median(std::vector<double> v) {
@@ -169,31 +166,24 @@ struct Result {
 
 Result RunCase(KernelBackend& backend, const BenchCase& c, const Flags& flags) {
   const MatrixBatchShape shape{1, c.rows, c.cols};
-  const std::vector<std::unique_ptr<Expert>> experts =
-      MakeExperts(flags.matrices, shape.elements());
+  const std::vector<std::unique_ptr<Expert>> experts = MakeExperts(flags.matrices, shape.elements());
   std::vector<MuonTensors> items;
   for (const auto& e : experts) {
-    items.push_back({e->grad.data(), e->momentum.data(), e->master.data(),
-                     e->model.data()});
+    items.push_back({e->grad.data(), e->momentum.data(), e->master.data(), e->model.data()});
   }
   const MuonOptions options;
   const std::function<void()> per_matrix = [&] {
     for (const MuonTensors& t : items) {
-      CheckOk(backend.MuonUpdate(t, shape, WeightLayout::kOutIn, options),
-              "MuonUpdate");
+      CheckOk(backend.MuonUpdate(t, shape, WeightLayout::kOutIn, options), "MuonUpdate");
     }
   };
   const std::function<void()> batched = [&] {
-    CheckOk(backend.MuonUpdateBatch(items, shape, WeightLayout::kOutIn,
-                                    options),
-            "MuonUpdateBatch");
+    CheckOk(backend.MuonUpdateBatch(items, shape, WeightLayout::kOutIn, options), "MuonUpdateBatch");
   };
   // Warm-up round, which also sizes the samples.
-  const double warm =
-      std::min(Time(per_matrix, 1).wall, Time(batched, 1).wall);
+  const double warm = std::min(Time(per_matrix, 1).wall, Time(batched, 1).wall);
   const int times = std::max(1, static_cast<int>(std::ceil(0.2 / warm)));
-  std::vector<double> per_matrix_wall, batched_wall, per_matrix_cpu,
-      batched_cpu;
+  std::vector<double> per_matrix_wall, batched_wall, per_matrix_cpu, batched_cpu;
   const auto sample = [&](bool is_batched) {
     const Sample s = Time(is_batched ? batched : per_matrix, times);
     (is_batched ? batched_wall : per_matrix_wall).push_back(s.wall);
@@ -205,8 +195,7 @@ Result RunCase(KernelBackend& backend, const BenchCase& c, const Flags& flags) {
     sample(r % 2 == 1);
     sample(r % 2 == 0);
   }
-  const double flops = NewtonSchulzFlops(
-      {flags.matrices, shape.rows, shape.cols}, options.ns.steps);
+  const double flops = NewtonSchulzFlops({flags.matrices, shape.rows, shape.cols}, options.ns.steps);
   const double per_matrix_s = Median(per_matrix_wall);
   const double batched_s = Median(batched_wall);
   const Result result{flops / per_matrix_s / 1e9, flops / batched_s / 1e9};
@@ -215,12 +204,10 @@ Result RunCase(KernelBackend& backend, const BenchCase& c, const Flags& flags) {
       "per_matrix_gflops=%.1f batched_gflops=%.1f ratio=%.2f "
       "per_matrix_cpu_ms=%.3f batched_cpu_ms=%.3f samples=%d "
       "calls_per_sample=%d load=%.2f\n",
-      static_cast<long long>(shape.rows), static_cast<long long>(shape.cols),
-      flags.matrices, per_matrix_s * 1e3, batched_s * 1e3,
-      result.per_matrix_gflops, result.batched_gflops,
-      result.batched_gflops / result.per_matrix_gflops,
-      Median(per_matrix_cpu) * 1e3, Median(batched_cpu) * 1e3, flags.reps,
-      times, LoadAverage());
+      static_cast<long long>(shape.rows), static_cast<long long>(shape.cols), flags.matrices, per_matrix_s * 1e3,
+      batched_s * 1e3, result.per_matrix_gflops, result.batched_gflops,
+      result.batched_gflops / result.per_matrix_gflops, Median(per_matrix_cpu) * 1e3, Median(batched_cpu) * 1e3,
+      flags.reps, times, LoadAverage());
   std::fflush(stdout);
   return result;
 }
@@ -232,16 +219,15 @@ int Run(Flags flags) {
       "# muonshard-bench-muon-batch: CPU MuonUpdate per matrix vs "
       "MuonUpdateBatch, OpenBLAS %s, %d BLAS threads, %u hardware threads, "
       "median of %d, load average %.2f\n",
-      openblas_get_corename(), openblas_get_num_threads(),
-      std::thread::hardware_concurrency(), flags.reps, LoadAverage());
+      openblas_get_corename(), openblas_get_num_threads(), std::thread::hardware_concurrency(), flags.reps,
+      LoadAverage());
   Result headline{0, 0};
   for (const BenchCase& c : Cases(flags)) {
     const Result r = RunCase(*backend, c, flags);
     if (c.headline) headline = r;
   }
-  std::printf("muon_batch_gflops=%.1f per_matrix_gflops=%.1f ratio=%.3f\n",
-              headline.batched_gflops, headline.per_matrix_gflops,
-              headline.batched_gflops / headline.per_matrix_gflops);
+  std::printf("muon_batch_gflops=%.1f per_matrix_gflops=%.1f ratio=%.3f\n", headline.batched_gflops,
+              headline.per_matrix_gflops, headline.batched_gflops / headline.per_matrix_gflops);
   return 0;
 }
 
@@ -251,9 +237,7 @@ int Run(Flags flags) {
 int main(int argc, char** argv) {
   muonshard::kernels::Flags flags;
   if (!muonshard::kernels::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr,
-                 "usage: %s [--quick] [--full] [--reps=N] [--matrices=N]\n",
-                 argv[0]);
+    std::fprintf(stderr, "usage: %s [--quick] [--full] [--reps=N] [--matrices=N]\n", argv[0]);
     return 2;
   }
   return muonshard::kernels::Run(flags);

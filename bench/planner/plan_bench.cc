@@ -72,19 +72,13 @@ void BM_ContentHash(benchmark::State& state) {
 }
 BENCHMARK(BM_ContentHash)->Unit(benchmark::kMillisecond);
 
-BENCHMARK_CAPTURE(BM_PlanArena, seed, v1::SEED)
-    ->Args({1024, 64})
-    ->Args({256, 8})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_PlanArena, seed, v1::SEED)->Args({1024, 64})->Args({256, 8})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_PlanArena, balanced, v1::BALANCED)
     ->Args({1024, 64})
     ->Args({1024, 8})
     ->Args({256, 8})
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Plan, seed, v1::SEED)
-    ->Args({1024, 64})
-    ->Args({256, 8})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Plan, seed, v1::SEED)->Args({1024, 64})->Args({256, 8})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Plan, seed_all, v1::SEED_ALL)->Args({1024, 64})->Unit(benchmark::kMillisecond);
 
 }  // namespace

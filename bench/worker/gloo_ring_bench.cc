@@ -21,6 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "common/rendezvous_store.h"
 #include "common/tcp_stats.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -30,7 +31,6 @@
 #include "gloo/rendezvous/hash_store.h"
 #include "gloo/transport/tcp/device.h"
 #include "worker/comm/gloo_communicator.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 namespace {
@@ -76,10 +76,14 @@ int Main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     bool ok = true;
-    if (flag == "--ranks") ok = absl::SimpleAtoi(argv[i + 1], &n);
-    else if (flag == "--floats") ok = absl::SimpleAtoi(argv[i + 1], &floats);
-    else if (flag == "--reps") ok = absl::SimpleAtoi(argv[i + 1], &reps);
-    else ok = false;
+    if (flag == "--ranks")
+      ok = absl::SimpleAtoi(argv[i + 1], &n);
+    else if (flag == "--floats")
+      ok = absl::SimpleAtoi(argv[i + 1], &floats);
+    else if (flag == "--reps")
+      ok = absl::SimpleAtoi(argv[i + 1], &reps);
+    else
+      ok = false;
     if (!ok || n < 2 || floats < n || reps < 1) {
       std::fprintf(stderr, "usage: %s [--ranks N>=2] [--floats F>=N] [--reps R>=1]\n", argv[0]);
       return 2;
@@ -127,49 +131,56 @@ int Main(int argc, char** argv) {
     o.setTag(tag);
     gloo::allreduce(o);
   };
-  rows.push_back({"reduce-scatter", Time(n, reps, [&](int r) {
-                    std::vector<float> wide(buf[r]);  // the old path's fp32 copy
-                    gloo::AllreduceOptions o(ctx[r]);
-                    o.setOutput(wide.data(), floats);
-                    o.setReduceFunction(&SumFloats);
-                    o.setTag(tag);
-                    gloo::allreduce(o);
-                  }),
+  rows.push_back({"reduce-scatter",
+                  Time(n, reps,
+                       [&](int r) {
+                         std::vector<float> wide(buf[r]);  // the old path's fp32 copy
+                         gloo::AllreduceOptions o(ctx[r]);
+                         o.setOutput(wide.data(), floats);
+                         o.setReduceFunction(&SumFloats);
+                         o.setTag(tag);
+                         gloo::allreduce(o);
+                       }),
                   Time(n, reps, [&](int r) {
                     (void)comm[r]->ReduceScatter(buf[r].data(), out[r].data(), counts, CommDType::kFloat32,
                                                  ReduceOp::kSum);
                   })});
-  rows.push_back({"all-gather", Time(n, reps, [&](int r) {
-                    gloo::AllgathervOptions o(ctx[r]);
-                    o.setInput(reinterpret_cast<uint8_t*>(buf[r].data()), byte_counts[r]);
-                    o.setOutput(reinterpret_cast<uint8_t*>(out[r].data()), byte_counts);
-                    o.setTag(tag);
-                    gloo::allgatherv(o);
-                  }),
+  rows.push_back({"all-gather",
+                  Time(n, reps,
+                       [&](int r) {
+                         gloo::AllgathervOptions o(ctx[r]);
+                         o.setInput(reinterpret_cast<uint8_t*>(buf[r].data()), byte_counts[r]);
+                         o.setOutput(reinterpret_cast<uint8_t*>(out[r].data()), byte_counts);
+                         o.setTag(tag);
+                         gloo::allgatherv(o);
+                       }),
                   Time(n, reps, [&](int r) {
                     (void)comm[r]->AllGather(buf[r].data(), out[r].data(), counts, CommDType::kFloat32);
                   })});
-  rows.push_back({"reduce", Time(n, reps, [&](int r) {
-                    gloo::ReduceOptions o(ctx[r]);
-                    o.setOutput(buf[r].data(), floats);
-                    o.setRoot(0);
-                    o.setReduceFunction(&SumFloats);
-                    o.setTag(tag);
-                    gloo::reduce(o);
-                  }),
+  rows.push_back({"reduce",
+                  Time(n, reps,
+                       [&](int r) {
+                         gloo::ReduceOptions o(ctx[r]);
+                         o.setOutput(buf[r].data(), floats);
+                         o.setRoot(0);
+                         o.setReduceFunction(&SumFloats);
+                         o.setTag(tag);
+                         gloo::reduce(o);
+                       }),
                   Time(n, reps, [&](int r) {
                     (void)comm[r]->Reduce(buf[r].data(), floats, CommDType::kFloat32, ReduceOp::kSum, 0);
                   })});
-  rows.push_back({"broadcast", Time(n, reps, [&](int r) {
-                    gloo::BroadcastOptions o(ctx[r]);
-                    o.setOutput(reinterpret_cast<uint8_t*>(buf[r].data()), floats * sizeof(float));
-                    o.setRoot(0);
-                    o.setTag(tag);
-                    gloo::broadcast(o);
-                  }),
-                  Time(n, reps, [&](int r) {
-                    (void)comm[r]->Broadcast(buf[r].data(), floats, CommDType::kFloat32, 0);
-                  })});
+  rows.push_back(
+      {"broadcast",
+       Time(n, reps,
+            [&](int r) {
+              gloo::BroadcastOptions o(ctx[r]);
+              o.setOutput(reinterpret_cast<uint8_t*>(buf[r].data()), floats * sizeof(float));
+              o.setRoot(0);
+              o.setTag(tag);
+              gloo::broadcast(o);
+            }),
+       Time(n, reps, [&](int r) { (void)comm[r]->Broadcast(buf[r].data(), floats, CommDType::kFloat32, 0); })});
   rows.push_back({"all-reduce", Time(n, reps, gloo_allreduce), Time(n, reps, [&](int r) {
                     (void)comm[r]->AllReduce(buf[r].data(), floats, CommDType::kFloat32, ReduceOp::kSum);
                   })});

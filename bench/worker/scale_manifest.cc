@@ -9,8 +9,8 @@
 
 #include "common/file_util.h"
 #include "common/flags.h"
-#include "common/version.h"
 #include "common/proto_json.h"
+#include "common/version.h"
 #include "worker/workload/scaled_manifest.h"
 
 namespace muonshard::worker {

@@ -40,15 +40,15 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/flags.h"
+#include "common/rendezvous_store.h"
 #include "common/status_macros.h"
 #include "importer/hf_import.h"
 #include "importer/tp_split.h"
+#include "kernels/kernel_backend.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
-#include "kernels/kernel_backend.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/in_process_communicator.h"
-#include "common/rendezvous_store.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/sharded_optimizer.h"
 #include "worker/workload/scaled_manifest.h"
@@ -114,10 +114,11 @@ absl::StatusOr<v1::Plan> MakePlan(const Flags& flags) {
     MUONSHARD_RETURN_IF_ERROR(importer::MarkTensorParallel({flags.tp, true}, request.mutable_manifest()));
     request.mutable_topology()->set_tp(flags.tp);
     if (flags.tp_muon != "distributed" && flags.tp_muon != "duplicated") {
-      return absl::InvalidArgumentError(absl::StrCat("--tp-muon: \"", flags.tp_muon, "\" is not distributed or duplicated"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tp-muon: \"", flags.tp_muon, "\" is not distributed or duplicated"));
     }
     request.mutable_policy()->set_tp_muon(flags.tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED
-                                                                       : v1::TP_MUON_DISTRIBUTED);
+                                                                        : v1::TP_MUON_DISTRIBUTED);
   }
   return planner::ComputePlan(request);
 }
@@ -164,12 +165,11 @@ absl::Status CheckBytes(const StepCommBytes& got, const v1::RankPlan& plan) {
       got.tp == tp) {
     return absl::OkStatus();
   }
-  return absl::InternalError(absl::StrCat("rank ", plan.rank(), ": measured comm bytes (", got.grad_reduce, ", ",
-                                          got.grad_reduce_scatter, ", ", got.param_broadcast, ", ",
-                                          got.param_all_gather, ", tp ", got.tp, ") differ from the plan's (",
-                                          plan.grad_reduce_bytes(), ", ", plan.grad_reduce_scatter_bytes(), ", ",
-                                          plan.param_broadcast_bytes(), ", ", plan.param_all_gather_bytes(), ", tp ",
-                                          tp, ")"));
+  return absl::InternalError(
+      absl::StrCat("rank ", plan.rank(), ": measured comm bytes (", got.grad_reduce, ", ", got.grad_reduce_scatter,
+                   ", ", got.param_broadcast, ", ", got.param_all_gather, ", tp ", got.tp, ") differ from the plan's (",
+                   plan.grad_reduce_bytes(), ", ", plan.grad_reduce_scatter_bytes(), ", ", plan.param_broadcast_bytes(),
+                   ", ", plan.param_all_gather_bytes(), ", tp ", tp, ")"));
 }
 
 // The rank's DEFAULT (sharding) group communicator: null for a world of one.
@@ -197,12 +197,11 @@ absl::StatusOr<std::vector<StepStats>> RunRank(const v1::Plan& plan, int rank,
   Communicator* sharding = ShardingComm(plan, rank, comms);
   std::vector<StepStats> timed;
   for (int step = 0; step < flags.warmup + flags.steps; ++step) {
-    MUONSHARD_ASSIGN_OR_RETURN(
-        LocalGradients local,
-        ComputeLocalGradients(workload, optimizer->held_tensors(), DataRank(*optimizer), step,
-                              [&](const HeldTensor& h, absl::Span<float> out) {
-                                return optimizer->ReadModelCopy(h.tensor, out);
-                              }));
+    MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                               ComputeLocalGradients(workload, optimizer->held_tensors(), DataRank(*optimizer), step,
+                                                     [&](const HeldTensor& h, absl::Span<float> out) {
+                                                       return optimizer->ReadModelCopy(h.tensor, out);
+                                                     }));
     if (sharding != nullptr) MUONSHARD_RETURN_IF_ERROR(sharding->Barrier());
     MUONSHARD_ASSIGN_OR_RETURN(StepStats stats, optimizer->Step(local.grads));
     MUONSHARD_RETURN_IF_ERROR(CheckBytes(stats.comm, plan.ranks(rank)));
@@ -242,9 +241,9 @@ absl::StatusOr<std::vector<std::vector<StepStats>>> RunBackend(const v1::Plan& p
 }
 
 struct Summary {
-  double step = 0;  // slowest rank, mean over steps
+  double step = 0;                                   // slowest rank, mean over steps
   double reduce = 0, muon = 0, adamw = 0, sync = 0;  // mean over ranks and steps
-  double max_muon = 0;  // slowest rank's Muon phase, mean over steps
+  double max_muon = 0;                               // slowest rank's Muon phase, mean over steps
 };
 
 Summary Summarize(const std::vector<std::vector<StepStats>>& stats) {
@@ -275,8 +274,8 @@ void PrintHeader(const v1::Plan& plan, const Flags& flags) {
   for (const v1::RankPlan& r : plan.ranks()) {
     max_state = std::max(max_state, r.optimizer_state_bytes());
     max_flops = std::max(max_flops, r.ns_flops());
-    max_bytes = std::max(max_bytes, r.grad_reduce_bytes() + r.grad_reduce_scatter_bytes() +
-                                        r.param_broadcast_bytes() + r.param_all_gather_bytes());
+    max_bytes = std::max(max_bytes, r.grad_reduce_bytes() + r.grad_reduce_scatter_bytes() + r.param_broadcast_bytes() +
+                                        r.param_all_gather_bytes());
   }
   std::printf("model %s: %d tensors, %.2fM params (%.2fM Muon in %d tensors); world %d, ep %d, tp %d%s, policy %s\n",
               plan.model().c_str(), plan.tensors_size(), plan.stats().total_params() / 1e6,

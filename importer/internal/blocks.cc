@@ -73,14 +73,12 @@ void AddFinalNormAndHead(const DecoderDims& dims, TensorList* out) {
   if (!dims.tie_embeddings) out->AddLinear("lm_head", dims.vocab, dims.hidden, dims.head_bias);
 }
 
-void AddDecoder(const DecoderDims& dims, const LayerPartFn& attention, const LayerPartFn& mlp,
-                TensorList* out) {
+void AddDecoder(const DecoderDims& dims, const LayerPartFn& attention, const LayerPartFn& mlp, TensorList* out) {
   AddEmbeddingAndLayers(dims, attention, mlp, out);
   AddFinalNormAndHead(dims, out);
 }
 
-absl::StatusOr<GqaSpec> ReadGqaSpec(const HfConfig& config, int64_t hidden,
-                                    std::optional<int64_t> head_dim_default) {
+absl::StatusOr<GqaSpec> ReadGqaSpec(const HfConfig& config, int64_t hidden, std::optional<int64_t> head_dim_default) {
   GqaSpec spec;
   spec.hidden = hidden;
   MUONSHARD_ASSIGN_OR_RETURN(spec.heads, config.Int("num_attention_heads", kCountRange));

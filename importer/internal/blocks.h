@@ -73,8 +73,7 @@ void AddEmbeddingAndLayers(const DecoderDims& dims, const LayerPartFn& attention
 // model.norm and, unless tied, lm_head.
 void AddFinalNormAndHead(const DecoderDims& dims, TensorList* out);
 // The whole decoder: AddEmbeddingAndLayers, then AddFinalNormAndHead.
-void AddDecoder(const DecoderDims& dims, const LayerPartFn& attention, const LayerPartFn& mlp,
-                TensorList* out);
+void AddDecoder(const DecoderDims& dims, const LayerPartFn& attention, const LayerPartFn& mlp, TensorList* out);
 
 // input_layernorm and post_attention_layernorm of one layer.
 void AddLayerNorms(const std::string& prefix, int64_t hidden, TensorList* out);

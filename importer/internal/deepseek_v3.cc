@@ -84,9 +84,7 @@ absl::Status BuildDeepseekV3(const HfConfig& config, bool mtp, TensorList* out) 
     MUONSHARD_ASSIGN_OR_RETURN(mtp_layers, config.IntOr("num_nextn_predict_layers", 0, kOptionalCountRange));
   }
 
-  auto attention = [&](int64_t, const std::string& prefix, TensorList* list) {
-    AddMlaAttention(prefix, mla, list);
-  };
+  auto attention = [&](int64_t, const std::string& prefix, TensorList* list) { AddMlaAttention(prefix, mla, list); };
   auto mlp = [&](int64_t layer, const std::string& prefix, TensorList* list) {
     if (moe.IsMoe(layer)) {
       AddMoeBlock(prefix, moe, list);

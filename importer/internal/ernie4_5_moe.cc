@@ -26,8 +26,7 @@ absl::StatusOr<ErnieMoeSpec> ReadErnieMoeSpec(const HfConfig& config, const Deco
   ErnieMoeSpec spec;
   MUONSHARD_ASSIGN_OR_RETURN(spec.experts, config.Int("moe_num_experts", kCountRange));
   MUONSHARD_RETURN_IF_ERROR(CheckExpertBudget(dims.layers, spec.experts));
-  MUONSHARD_ASSIGN_OR_RETURN(spec.shared_experts,
-                             config.IntOr("moe_num_shared_experts", 0, kOptionalCountRange));
+  MUONSHARD_ASSIGN_OR_RETURN(spec.shared_experts, config.IntOr("moe_num_shared_experts", 0, kOptionalCountRange));
   MUONSHARD_ASSIGN_OR_RETURN(spec.start, config.IntOr("moe_layer_start_index", 1, kOptionalCountRange));
   // -1 (the default) means the last layer, as Ernie4_5_MoeConfig resolves it.
   MUONSHARD_ASSIGN_OR_RETURN(spec.end, config.IntOr("moe_layer_end_index", -1, {-1, kMaxCount}));

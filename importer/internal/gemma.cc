@@ -27,8 +27,8 @@ struct GemmaDefaults {
 constexpr GemmaDefaults kGemma2Defaults{256000};
 constexpr GemmaDefaults kGemma3Defaults{262208};
 
-constexpr const char* kGemmaLayerNorms[] = {"input_layernorm", "post_attention_layernorm",
-                                            "pre_feedforward_layernorm", "post_feedforward_layernorm"};
+constexpr const char* kGemmaLayerNorms[] = {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                                            "post_feedforward_layernorm"};
 
 struct GemmaSpec {
   DecoderDims dims;
@@ -40,8 +40,7 @@ absl::StatusOr<GqaSpec> ReadGemmaAttention(const HfConfig& config, int64_t hidde
   GqaSpec spec;
   spec.hidden = hidden;
   MUONSHARD_ASSIGN_OR_RETURN(spec.heads, config.IntOr("num_attention_heads", defaults.heads, kCountRange));
-  MUONSHARD_ASSIGN_OR_RETURN(spec.kv_heads,
-                             config.IntOr("num_key_value_heads", defaults.kv_heads, kCountRange));
+  MUONSHARD_ASSIGN_OR_RETURN(spec.kv_heads, config.IntOr("num_key_value_heads", defaults.kv_heads, kCountRange));
   MUONSHARD_ASSIGN_OR_RETURN(spec.head_dim, config.IntOr("head_dim", defaults.head_dim, kDimRange));
   MUONSHARD_ASSIGN_OR_RETURN(bool bias, config.BoolOr("attention_bias", false));
   spec.qkv_bias = spec.o_bias = bias;

@@ -9,8 +9,7 @@
 namespace muonshard::importer::internal {
 namespace {
 
-void AddMoeBlock(const std::string& prefix, int64_t experts, int64_t hidden, int64_t intermediate,
-                 TensorList* out) {
+void AddMoeBlock(const std::string& prefix, int64_t experts, int64_t hidden, int64_t intermediate, TensorList* out) {
   const std::string p = prefix + "mlp.";
   out->AddLinear(p + "router", experts, hidden, /*bias=*/true);
   out->Add(p + "experts.gate_up_proj", {experts, hidden, 2 * intermediate})->set_layout(v1::IN_OUT);

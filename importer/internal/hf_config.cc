@@ -45,11 +45,10 @@ absl::Status MissingField(absl::string_view key) {
 
 absl::StatusOr<HfConfig> HfConfig::Parse(absl::string_view json) {
   google::protobuf::Struct root;
-  auto status = google::protobuf::util::JsonStringToMessage(
-      google::protobuf::StringPiece(json.data(), json.size()), &root);
+  auto status =
+      google::protobuf::util::JsonStringToMessage(google::protobuf::StringPiece(json.data(), json.size()), &root);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config.json: not a JSON object: ", std::string(status.message())));
+    return absl::InvalidArgumentError(absl::StrCat("config.json: not a JSON object: ", std::string(status.message())));
   }
   return HfConfig(std::move(root), "");
 }
@@ -72,8 +71,7 @@ absl::StatusOr<int64_t> HfConfig::ToInt(absl::string_view path, const Value& val
   }
   double v = value.number_value();
   if (v < static_cast<double>(range.min) || v > static_cast<double>(range.max)) {
-    return FieldError(path,
-                      absl::StrCat("must be in [", range.min, ", ", range.max, "], got ", Describe(value)));
+    return FieldError(path, absl::StrCat("must be in [", range.min, ", ", range.max, "], got ", Describe(value)));
   }
   return static_cast<int64_t>(v);
 }

@@ -59,8 +59,7 @@ class HfConfig {
   const google::protobuf::Value* Find(absl::string_view key) const;
   // `key` as error messages name it: with the path of the enclosing objects.
   std::string Path(absl::string_view key) const;
-  static absl::StatusOr<int64_t> ToInt(absl::string_view path, const google::protobuf::Value& value,
-                                       IntRange range);
+  static absl::StatusOr<int64_t> ToInt(absl::string_view path, const google::protobuf::Value& value, IntRange range);
 
   google::protobuf::Struct root_;
   std::string path_prefix_;  // "" at the top, "text_config." inside it

@@ -16,8 +16,7 @@ absl::Status BuildLlama(const HfConfig& config, bool /*mtp*/, TensorList* out) {
 
   AddDecoder(
       dims, GqaAttentionPart(attention),
-      [&](int64_t, const std::string& prefix, TensorList* list) { AddMlp(prefix + "mlp.", mlp, {}, list); },
-      out);
+      [&](int64_t, const std::string& prefix, TensorList* list) { AddMlp(prefix + "mlp.", mlp, {}, list); }, out);
   return absl::OkStatus();
 }
 

@@ -28,13 +28,12 @@ struct QwenMoeSpec {
   MlpSpec shared;  // Qwen2-MoE's shared_expert; intermediate 0: none
 
   bool IsSparse(int64_t layer) const {
-    return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end() &&
-           experts > 0 && (layer + 1) % sparse_step == 0;
+    return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) == mlp_only_layers.end() && experts > 0 &&
+           (layer + 1) % sparse_step == 0;
   }
 };
 
-absl::StatusOr<QwenMoeSpec> ReadQwenMoeSpec(const HfConfig& config, const DecoderDims& dims,
-                                            bool shared_expert) {
+absl::StatusOr<QwenMoeSpec> ReadQwenMoeSpec(const HfConfig& config, const DecoderDims& dims, bool shared_expert) {
   QwenMoeSpec spec;
   MUONSHARD_ASSIGN_OR_RETURN(spec.experts, config.Int("num_experts", kOptionalCountRange));
   MUONSHARD_RETURN_IF_ERROR(CheckExpertBudget(dims.layers, spec.experts));
@@ -44,8 +43,7 @@ absl::StatusOr<QwenMoeSpec> ReadQwenMoeSpec(const HfConfig& config, const Decode
   if (spec.experts > 0) {
     MUONSHARD_ASSIGN_OR_RETURN(spec.expert.intermediate, config.Int("moe_intermediate_size", kDimRange));
     if (shared_expert) {
-      MUONSHARD_ASSIGN_OR_RETURN(spec.shared.intermediate,
-                                 config.Int("shared_expert_intermediate_size", kDimRange));
+      MUONSHARD_ASSIGN_OR_RETURN(spec.shared.intermediate, config.Int("shared_expert_intermediate_size", kDimRange));
     }
   }
   for (int64_t layer = 0; layer < dims.layers; ++layer) {

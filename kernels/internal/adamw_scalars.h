@@ -7,8 +7,7 @@
 namespace muonshard::kernels::internal {
 
 // The per-call AdamW scalars for the current beta powers.
-AdamWScalars MakeAdamWScalars(const AdamWOptions& options, float beta1_pow,
-                              float beta2_pow);
+AdamWScalars MakeAdamWScalars(const AdamWOptions& options, float beta1_pow, float beta2_pow);
 
 }  // namespace muonshard::kernels::internal
 

@@ -38,8 +38,7 @@ struct CpuNsScratch {
 
 // Orthogonalises the row-major rows x cols matrix `g` in place with the
 // calling thread's BLAS. REQUIRES: ValidateMatrixBatchShape({1, rows, cols}).
-void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols,
-                            const CpuNsConfig& config, CpuNsScratch& scratch);
+void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols, const CpuNsConfig& config, CpuNsScratch& scratch);
 
 // Whether ForEachMatrixCpu runs rows x cols matrices one per thread (small
 // matrices on the symmetric path) rather than one after another on
@@ -57,14 +56,12 @@ bool RunsMatricesPerThread(int64_t rows, int64_t cols, const CpuNsConfig& config
 // BLAS call uses OpenBLAS's threads. `fn` must be safe to call concurrently
 // for different i and must not call ForEachMatrixCpu (on the per-thread
 // path, each thread's scratch is kept between calls, up to 16 MiB).
-void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols,
-                      const CpuNsConfig& config,
+void ForEachMatrixCpu(int64_t count, int64_t rows, int64_t cols, const CpuNsConfig& config,
                       absl::FunctionRef<void(int64_t, CpuNsScratch&)> fn);
 
 // Orthogonalises every matrix of `data` (shape.elements() floats, row-major)
 // in place. REQUIRES: ValidateMatrixBatchShape(shape).ok().
-void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape,
-                           const CpuNsConfig& config);
+void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape, const CpuNsConfig& config);
 
 }  // namespace muonshard::kernels::internal
 

@@ -32,10 +32,8 @@ uint32_t PointerAlignment(const void* p) {
 }
 
 template <typename T>
-cublasStatus_t SetLayout(cublasLtMatrixLayout_t layout,
-                         cublasLtMatrixLayoutAttribute_t attribute, T value) {
-  return cublasLtMatrixLayoutSetAttribute(layout, attribute, &value,
-                                          sizeof(value));
+cublasStatus_t SetLayout(cublasLtMatrixLayout_t layout, cublasLtMatrixLayoutAttribute_t attribute, T value) {
+  return cublasLtMatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value));
 }
 
 }  // namespace
@@ -62,36 +60,27 @@ struct CublasLtGemm::Plan {
 
 namespace {
 
-absl::Status CreateLayout(cudaDataType_t type, int64_t rows, int64_t cols,
-                          int64_t ld, int32_t batch, int64_t stride,
+absl::Status CreateLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t stride,
                           cublasLtMatrixLayout_t* layout) {
   MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(layout, type, static_cast<uint64_t>(rows),
-                                 static_cast<uint64_t>(cols), ld),
+      cublasLtMatrixLayoutCreate(layout, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld),
       "cublasLtMatrixLayoutCreate");
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      SetLayout(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch),
-      "setting the batch count");
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      SetLayout(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride),
-      "setting the batch stride");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(SetLayout(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, batch),
+                                   "setting the batch count");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(SetLayout(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, stride),
+                                   "setting the batch stride");
   return absl::OkStatus();
 }
 
 absl::Status CreateOp(bool trans_a, bool trans_b, cublasLtMatmulDesc_t* op) {
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-      "cublasLtMatmulDescCreate");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                                   "cublasLtMatmulDescCreate");
   const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
-                                     sizeof(ta)),
-      "setting TRANSA");
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
-                                     sizeof(tb)),
-      "setting TRANSB");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
+                                   "setting TRANSA");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(*op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
+                                   "setting TRANSB");
   return absl::OkStatus();
 }
 
@@ -105,18 +94,12 @@ class Preference {
   Preference(const Preference&) = delete;
   Preference& operator=(const Preference&) = delete;
 
-  absl::Status Init(uint64_t workspace_bytes, uint32_t align_a,
-                    uint32_t align_b, uint32_t align_c, uint32_t align_d) {
-    MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_),
-                                     "cublasLtMatmulPreferenceCreate");
-    MUONSHARD_RETURN_IF_ERROR(
-        Set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes));
-    MUONSHARD_RETURN_IF_ERROR(
-        Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a));
-    MUONSHARD_RETURN_IF_ERROR(
-        Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b));
-    MUONSHARD_RETURN_IF_ERROR(
-        Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c));
+  absl::Status Init(uint64_t workspace_bytes, uint32_t align_a, uint32_t align_b, uint32_t align_c, uint32_t align_d) {
+    MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&pref_), "cublasLtMatmulPreferenceCreate");
+    MUONSHARD_RETURN_IF_ERROR(Set(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes));
+    MUONSHARD_RETURN_IF_ERROR(Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align_a));
+    MUONSHARD_RETURN_IF_ERROR(Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align_b));
+    MUONSHARD_RETURN_IF_ERROR(Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align_c));
     return Set(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align_d);
   }
   cublasLtMatmulPreference_t get() const { return pref_; }
@@ -124,8 +107,7 @@ class Preference {
  private:
   template <typename T>
   absl::Status Set(cublasLtMatmulPreferenceAttributes_t attribute, T value) {
-    return CublasToStatus(cublasLtMatmulPreferenceSetAttribute(
-                              pref_, attribute, &value, sizeof(value)),
+    return CublasToStatus(cublasLtMatmulPreferenceSetAttribute(pref_, attribute, &value, sizeof(value)),
                           "setting a matmul preference");
   }
 
@@ -134,29 +116,24 @@ class Preference {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(
-    bool force_fallback) {
+absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(bool force_fallback) {
   cublasLtHandle_t handle = nullptr;
   MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&handle), "cublasLtCreate");
   cublasHandle_t fallback = nullptr;
   absl::Status status = CublasToStatus(cublasCreate(&fallback), "cublasCreate");
   void* workspace = nullptr;
   if (status.ok()) {
-    status = CudaToStatus(cudaMalloc(&workspace, kWorkspaceBytes),
-                          "allocating the cuBLASLt workspace");
+    status = CudaToStatus(cudaMalloc(&workspace, kWorkspaceBytes), "allocating the cuBLASLt workspace");
   }
   if (!status.ok()) {
     if (fallback != nullptr) cublasDestroy(fallback);
     cublasLtDestroy(handle);
     return status;
   }
-  return std::unique_ptr<CublasLtGemm>(
-      new CublasLtGemm(handle, fallback, workspace, kWorkspaceBytes,
-                       force_fallback));
+  return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(handle, fallback, workspace, kWorkspaceBytes, force_fallback));
 }
 
-CublasLtGemm::CublasLtGemm(cublasLtHandle_t handle, cublasHandle_t fallback,
-                           void* workspace, size_t workspace_bytes,
+CublasLtGemm::CublasLtGemm(cublasLtHandle_t handle, cublasHandle_t fallback, void* workspace, size_t workspace_bytes,
                            bool force_fallback)
     : handle_(handle),
       fallback_(fallback),
@@ -172,8 +149,7 @@ CublasLtGemm::~CublasLtGemm() {
   cublasLtDestroy(handle_);
 }
 
-absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(
-    const GemmSpec& spec, const PlanKey& key) {
+absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(const GemmSpec& spec, const PlanKey& key) {
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   auto plan = std::make_unique<Plan>();
@@ -186,25 +162,19 @@ absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(
   const cudaDataType_t type = spec.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   MUONSHARD_RETURN_IF_ERROR(CreateOp(spec.trans_a, spec.trans_b, &plan->op));
   // Stored (pre-op) shapes: op(A) is m x k, op(B) is k x n.
-  MUONSHARD_RETURN_IF_ERROR(CreateLayout(
-      type, spec.trans_a ? spec.k : spec.m, spec.trans_a ? spec.m : spec.k,
-      spec.lda, spec.batch, spec.stride_a, &plan->a));
-  MUONSHARD_RETURN_IF_ERROR(CreateLayout(
-      type, spec.trans_b ? spec.n : spec.k, spec.trans_b ? spec.k : spec.n,
-      spec.ldb, spec.batch, spec.stride_b, &plan->b));
-  MUONSHARD_RETURN_IF_ERROR(CreateLayout(type, spec.m, spec.n, spec.ldd,
-                                         spec.batch, spec.stride_d, &plan->cd));
+  MUONSHARD_RETURN_IF_ERROR(CreateLayout(type, spec.trans_a ? spec.k : spec.m, spec.trans_a ? spec.m : spec.k, spec.lda,
+                                         spec.batch, spec.stride_a, &plan->a));
+  MUONSHARD_RETURN_IF_ERROR(CreateLayout(type, spec.trans_b ? spec.n : spec.k, spec.trans_b ? spec.k : spec.n, spec.ldb,
+                                         spec.batch, spec.stride_b, &plan->b));
+  MUONSHARD_RETURN_IF_ERROR(CreateLayout(type, spec.m, spec.n, spec.ldd, spec.batch, spec.stride_d, &plan->cd));
   Preference pref;
-  MUONSHARD_RETURN_IF_ERROR(pref.Init(workspace_bytes_, std::get<13>(key),
-                                      std::get<14>(key), std::get<15>(key),
-                                      std::get<16>(key)));
+  MUONSHARD_RETURN_IF_ERROR(
+      pref.Init(workspace_bytes_, std::get<13>(key), std::get<14>(key), std::get<15>(key), std::get<16>(key)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan->op, plan->a, plan->b, plan->cd, plan->cd, pref.get(), 1,
-      &result, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->cd, plan->cd,
+                                                               pref.get(), 1, &result, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
     plan->use_lt = false;
   } else {
     MUONSHARD_CUBLAS_RETURN_IF_ERROR(status, "cublasLtMatmulAlgoGetHeuristic");
@@ -215,51 +185,39 @@ absl::StatusOr<const CublasLtGemm::Plan*> CublasLtGemm::GetPlan(
   return raw;
 }
 
-absl::Status CublasLtGemm::Run(const GemmSpec& spec, float alpha, const void* a,
-                               const void* b, float beta, const void* c,
-                               void* d, cudaStream_t stream) {
+absl::Status CublasLtGemm::Run(const GemmSpec& spec, float alpha, const void* a, const void* b, float beta,
+                               const void* c, void* d, cudaStream_t stream) {
   if (c == nullptr || beta == 0.0f) c = d;
   const PlanKey key = std::tuple_cat(
-      spec.Key(), std::make_tuple(PointerAlignment(a), PointerAlignment(b),
-                                  PointerAlignment(c), PointerAlignment(d)));
+      spec.Key(), std::make_tuple(PointerAlignment(a), PointerAlignment(b), PointerAlignment(c), PointerAlignment(d)));
   MUONSHARD_ASSIGN_OR_RETURN(const Plan* plan, GetPlan(spec, key));
   if (!plan->use_lt) return RunFallback(spec, alpha, a, b, beta, c, d, stream);
-  return CublasToStatus(
-      cublasLtMatmul(handle_, plan->op, &alpha, a, plan->a, b, plan->b, &beta,
-                     c, plan->cd, d, plan->cd, &plan->algo, workspace_,
-                     workspace_bytes_, stream),
-      "cublasLtMatmul");
+  return CublasToStatus(cublasLtMatmul(handle_, plan->op, &alpha, a, plan->a, b, plan->b, &beta, c, plan->cd, d,
+                                       plan->cd, &plan->algo, workspace_, workspace_bytes_, stream),
+                        "cublasLtMatmul");
 }
 
-absl::Status CublasLtGemm::RunFallback(const GemmSpec& spec, float alpha,
-                                       const void* a, const void* b, float beta,
-                                       const void* c, void* d,
-                                       cudaStream_t stream) {
+absl::Status CublasLtGemm::RunFallback(const GemmSpec& spec, float alpha, const void* a, const void* b, float beta,
+                                       const void* c, void* d, cudaStream_t stream) {
   const size_t es = spec.bf16 ? 2 : 4;
   if (beta != 0.0f && c != d) {
     // cuBLAS reads C from D: copy each matrix of C over.
     for (int32_t i = 0; i < spec.batch; ++i) {
       const size_t offset = es * static_cast<size_t>(spec.stride_d) * i;
       MUONSHARD_CUDA_RETURN_IF_ERROR(
-          cudaMemcpy2DAsync(static_cast<char*>(d) + offset, es * spec.ldd,
-                            static_cast<const char*>(c) + offset, es * spec.ldd,
-                            es * spec.m, spec.n, cudaMemcpyDeviceToDevice,
-                            stream),
+          cudaMemcpy2DAsync(static_cast<char*>(d) + offset, es * spec.ldd, static_cast<const char*>(c) + offset,
+                            es * spec.ldd, es * spec.m, spec.n, cudaMemcpyDeviceToDevice, stream),
           "copying C for the cuBLAS fallback");
     }
   }
-  MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasSetStream(fallback_, stream),
-                                   "cublasSetStream");
+  MUONSHARD_CUBLAS_RETURN_IF_ERROR(cublasSetStream(fallback_, stream), "cublasSetStream");
   const cudaDataType_t type = spec.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   return CublasToStatus(
       cublasGemmStridedBatchedEx(
-          fallback_, spec.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-          spec.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(spec.m),
-          static_cast<int>(spec.n), static_cast<int>(spec.k), &alpha, a, type,
-          static_cast<int>(spec.lda), spec.stride_a, b, type,
-          static_cast<int>(spec.ldb), spec.stride_b, &beta, d, type,
-          static_cast<int>(spec.ldd), spec.stride_d, spec.batch,
-          CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          fallback_, spec.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, spec.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+          static_cast<int>(spec.m), static_cast<int>(spec.n), static_cast<int>(spec.k), &alpha, a, type,
+          static_cast<int>(spec.lda), spec.stride_a, b, type, static_cast<int>(spec.ldb), spec.stride_b, &beta, d, type,
+          static_cast<int>(spec.ldd), spec.stride_d, spec.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmStridedBatchedEx");
 }
 

@@ -38,8 +38,7 @@ struct GemmSpec {
   int64_t stride_a = 0, stride_b = 0, stride_d = 0;
 
   auto Key() const {
-    return std::make_tuple(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd,
-                           batch, stride_a, stride_b, stride_d);
+    return std::make_tuple(bf16, trans_a, trans_b, m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d);
   }
 };
 
@@ -49,31 +48,26 @@ class CublasLtGemm {
  public:
   // `force_fallback` routes every GEMM through the cuBLAS fallback (tests).
   // Possible errors: RESOURCE_EXHAUSTED, UNAVAILABLE, INTERNAL.
-  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(
-      bool force_fallback = false);
+  static absl::StatusOr<std::unique_ptr<CublasLtGemm>> Create(bool force_fallback = false);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
   // Enqueues the GEMM on `stream`. `c` may equal `d`; when beta == 0 it is
   // not read. Possible errors: INTERNAL (no algorithm, launch failure).
-  absl::Status Run(const GemmSpec& spec, float alpha, const void* a,
-                   const void* b, float beta, const void* c, void* d,
+  absl::Status Run(const GemmSpec& spec, float alpha, const void* a, const void* b, float beta, const void* c, void* d,
                    cudaStream_t stream);
 
  private:
   struct Plan;
   // Spec key + the alignments (bytes) of a, b, c and d.
-  using PlanKey = decltype(std::tuple_cat(GemmSpec().Key(),
-                                          std::make_tuple(0u, 0u, 0u, 0u)));
+  using PlanKey = decltype(std::tuple_cat(GemmSpec().Key(), std::make_tuple(0u, 0u, 0u, 0u)));
 
-  CublasLtGemm(cublasLtHandle_t handle, cublasHandle_t fallback,
-               void* workspace, size_t workspace_bytes, bool force_fallback);
-  absl::StatusOr<const Plan*> GetPlan(const GemmSpec& spec,
-                                      const PlanKey& key);
-  absl::Status RunFallback(const GemmSpec& spec, float alpha, const void* a,
-                           const void* b, float beta, const void* c, void* d,
-                           cudaStream_t stream);
+  CublasLtGemm(cublasLtHandle_t handle, cublasHandle_t fallback, void* workspace, size_t workspace_bytes,
+               bool force_fallback);
+  absl::StatusOr<const Plan*> GetPlan(const GemmSpec& spec, const PlanKey& key);
+  absl::Status RunFallback(const GemmSpec& spec, float alpha, const void* a, const void* b, float beta, const void* c,
+                           void* d, cudaStream_t stream);
 
   cublasLtHandle_t handle_;
   cublasHandle_t fallback_;

@@ -13,8 +13,7 @@
 
 namespace muonshard::kernels::internal {
 
-absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(
-    int device_ordinal);
+absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCudaKernelBackend(int device_ordinal);
 
 }  // namespace muonshard::kernels::internal
 

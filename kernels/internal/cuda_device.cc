@@ -31,8 +31,7 @@ absl::Status DeviceBuffer::Reserve(size_t bytes, cudaStream_t stream) {
   // Round up so small growth steps do not reallocate every call.
   const size_t rounded = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);
   void* data = nullptr;
-  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&data, rounded, stream),
-                                 "allocating the kernel workspace");
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&data, rounded, stream), "allocating the kernel workspace");
   data_ = data;
   size_ = rounded;
   return absl::OkStatus();

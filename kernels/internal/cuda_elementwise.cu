@@ -31,23 +31,19 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 dim3 BatchedGrid(int64_t batch, int64_t per_matrix) {
   const int64_t y = std::min(batch, kMaxGridY);
   const int64_t x_cap = std::max<int64_t>(1, kTargetBlocks / y);
-  const int64_t x = std::clamp<int64_t>(CeilDiv(per_matrix, kThreads * 4), 1,
-                                        x_cap);
+  const int64_t x = std::clamp<int64_t>(CeilDiv(per_matrix, kThreads * 4), 1, x_cap);
   return dim3(static_cast<unsigned>(x), static_cast<unsigned>(y));
 }
 
 dim3 FlatGrid(int64_t n) {
-  return dim3(static_cast<unsigned>(
-      std::clamp<int64_t>(CeilDiv(n, kThreads), 1, kTargetBlocks)));
+  return dim3(static_cast<unsigned>(std::clamp<int64_t>(CeilDiv(n, kThreads), 1, kTargetBlocks)));
 }
 
 __device__ __forceinline__ int64_t GlobalThread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
-__device__ __forceinline__ int64_t GridThreads() {
-  return static_cast<int64_t>(gridDim.x) * blockDim.x;
-}
+__device__ __forceinline__ int64_t GridThreads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // Sum of `v` over the block, valid in thread 0. Ends with a barrier so the
 // shared scratch can be reused by the next call.
@@ -70,8 +66,7 @@ __device__ double BlockSum(double v) {
   return v;
 }
 
-__global__ void SumSquaresKernel(const float* x, int64_t batch,
-                                 int64_t per_matrix, double* sums) {
+__global__ void SumSquaresKernel(const float* x, int64_t batch, int64_t per_matrix, double* sums) {
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     const float* m = x + b * per_matrix;
     double sum = 0;
@@ -83,10 +78,8 @@ __global__ void SumSquaresKernel(const float* x, int64_t batch,
   }
 }
 
-__global__ void MomentumKernel(const float* grad, float* momentum,
-                               float* update, int64_t batch,
-                               int64_t per_matrix, float beta, bool nesterov,
-                               double* sums) {
+__global__ void MomentumKernel(const float* grad, float* momentum, float* update, int64_t batch, int64_t per_matrix,
+                               float beta, bool nesterov, double* sums) {
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     const int64_t base = b * per_matrix;
     double sum = 0;
@@ -103,22 +96,16 @@ __global__ void MomentumKernel(const float* grad, float* momentum,
 }
 
 __device__ __forceinline__ void Store(float v, float* out) { *out = v; }
-__device__ __forceinline__ void Store(float v, Bf16Bits* out) {
-  *out = FloatToBf16(v);
-}
+__device__ __forceinline__ void Store(float v, Bf16Bits* out) { *out = FloatToBf16(v); }
 __device__ __forceinline__ float Load(const float* in) { return *in; }
-__device__ __forceinline__ float Load(const Bf16Bits* in) {
-  return Bf16ToFloat(*in);
-}
+__device__ __forceinline__ float Load(const Bf16Bits* in) { return Bf16ToFloat(*in); }
 
 template <typename T>
-__global__ void NormalizeKernel(const float* in, int64_t batch,
-                                int64_t per_matrix, const double* sums,
-                                float eps, int64_t stride, T* x) {
+__global__ void NormalizeKernel(const float* in, int64_t batch, int64_t per_matrix, const double* sums, float eps,
+                                int64_t stride, T* x) {
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     // Same expression as the CPU: multiply by the fp32 reciprocal.
-    const float scale = static_cast<float>(
-        1.0 / fmax(sqrt(sums[b]), static_cast<double>(eps)));
+    const float scale = static_cast<float>(1.0 / fmax(sqrt(sums[b]), static_cast<double>(eps)));
     const float* src = in + b * per_matrix;
     T* dst = x + b * stride;
     for (int64_t i = GlobalThread(); i < per_matrix; i += GridThreads()) {
@@ -161,8 +148,7 @@ __global__ void MirrorKernel(T* a, int64_t m, int64_t batch, int64_t stride) {
   }
 }
 
-__global__ void WidenKernel(const Bf16Bits* x, int64_t batch,
-                            int64_t per_matrix, int64_t stride, float* out) {
+__global__ void WidenKernel(const Bf16Bits* x, int64_t batch, int64_t per_matrix, int64_t stride, float* out) {
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     for (int64_t i = GlobalThread(); i < per_matrix; i += GridThreads()) {
       out[b * per_matrix + i] = Bf16ToFloat(x[b * stride + i]);
@@ -171,24 +157,20 @@ __global__ void WidenKernel(const Bf16Bits* x, int64_t batch,
 }
 
 template <typename T>
-__global__ void MuonApplyKernel(const T* ortho, int64_t batch,
-                                int64_t per_matrix, int64_t stride,
-                                float decay, float step, float* master,
-                                Bf16Bits* model) {
+__global__ void MuonApplyKernel(const T* ortho, int64_t batch, int64_t per_matrix, int64_t stride, float decay,
+                                float step, float* master, Bf16Bits* model) {
   for (int64_t b = blockIdx.y; b < batch; b += gridDim.y) {
     for (int64_t i = GlobalThread(); i < per_matrix; i += GridThreads()) {
       const int64_t k = b * per_matrix + i;
-      const float p =
-          MuonApplyElement(master[k], Load(&ortho[b * stride + i]), decay, step);
+      const float p = MuonApplyElement(master[k], Load(&ortho[b * stride + i]), decay, step);
       master[k] = p;
       if (model != nullptr) model[k] = FloatToBf16(p);
     }
   }
 }
 
-__global__ void AdamWKernel(const float* grad, float* master, float* moment1,
-                            float* moment2, Bf16Bits* model, int64_t n,
-                            AdamWScalars scalars) {
+__global__ void AdamWKernel(const float* grad, float* master, float* moment1, float* moment2, Bf16Bits* model,
+                            int64_t n, AdamWScalars scalars) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     float p = master[i];
     float m1 = moment1[i];
@@ -211,8 +193,7 @@ __global__ void CastToBf16Kernel(const float* in, Bf16Bits* out, int64_t n) {
 constexpr int kConvertFloat32 = 0;
 constexpr int kConvertBFloat16 = 1;
 
-__device__ __forceinline__ float LoadAsFloat(const void* p, int type,
-                                             int64_t i) {
+__device__ __forceinline__ float LoadAsFloat(const void* p, int type, int64_t i) {
   if (type == kConvertFloat32) return static_cast<const float*>(p)[i];
   if (type == kConvertBFloat16) {
     return Bf16ToFloat(static_cast<const Bf16Bits*>(p)[i]);
@@ -220,8 +201,7 @@ __device__ __forceinline__ float LoadAsFloat(const void* p, int type,
   return __half2float(static_cast<const __half*>(p)[i]);
 }
 
-__device__ __forceinline__ void StoreFromFloat(void* p, int type, int64_t i,
-                                               float v) {
+__device__ __forceinline__ void StoreFromFloat(void* p, int type, int64_t i, float v) {
   if (type == kConvertFloat32) {
     static_cast<float*>(p)[i] = v;
   } else if (type == kConvertBFloat16) {
@@ -233,125 +213,100 @@ __device__ __forceinline__ void StoreFromFloat(void* p, int type, int64_t i,
 
 // The type branches are uniform across the grid, so they cost nothing next
 // to the memory traffic.
-__global__ void ConvertKernel(const void* in, int in_type, void* out,
-                              int out_type, int64_t n) {
+__global__ void ConvertKernel(const void* in, int in_type, void* out, int out_type, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     StoreFromFloat(out, out_type, i, LoadAsFloat(in, in_type, i));
   }
 }
 
 template <typename T>
-cudaError_t LaunchNormalizeT(const float* in, int64_t batch,
-                             int64_t per_matrix, const double* sums, float eps,
+cudaError_t LaunchNormalizeT(const float* in, int64_t batch, int64_t per_matrix, const double* sums, float eps,
                              int64_t stride, T* x, cudaStream_t stream) {
-  NormalizeKernel<T><<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(
-      in, batch, per_matrix, sums, eps, stride, x);
+  NormalizeKernel<T>
+      <<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(in, batch, per_matrix, sums, eps, stride, x);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchMirrorT(T* a, int64_t m, int64_t batch, int64_t stride,
-                          cudaStream_t stream) {
+cudaError_t LaunchMirrorT(T* a, int64_t m, int64_t batch, int64_t stride, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>(CeilDiv(m, kTile));
   const dim3 grid(tiles, tiles, static_cast<unsigned>(std::min(batch, kMaxGridY)));
-  MirrorKernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, m, batch,
-                                                               stride);
+  MirrorKernel<T><<<grid, dim3(kTile, kTileRows), 0, stream>>>(a, m, batch, stride);
   return cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t LaunchMuonApplyT(const T* ortho, int64_t batch, int64_t per_matrix,
-                             int64_t stride, float decay, float step,
-                             float* master, Bf16Bits* model,
-                             cudaStream_t stream) {
-  MuonApplyKernel<T><<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(
-      ortho, batch, per_matrix, stride, decay, step, master, model);
+cudaError_t LaunchMuonApplyT(const T* ortho, int64_t batch, int64_t per_matrix, int64_t stride, float decay, float step,
+                             float* master, Bf16Bits* model, cudaStream_t stream) {
+  MuonApplyKernel<T><<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(ortho, batch, per_matrix, stride, decay,
+                                                                              step, master, model);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchSumSquares(const float* x, int64_t batch, int64_t per_matrix,
-                             double* sums, cudaStream_t stream) {
-  SumSquaresKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(
-      x, batch, per_matrix, sums);
+cudaError_t LaunchSumSquares(const float* x, int64_t batch, int64_t per_matrix, double* sums, cudaStream_t stream) {
+  SumSquaresKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(x, batch, per_matrix, sums);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMomentum(const float* grad, float* momentum, float* update,
-                           int64_t batch, int64_t per_matrix, float beta,
-                           bool nesterov, double* sums, cudaStream_t stream) {
-  MomentumKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(
-      grad, momentum, update, batch, per_matrix, beta, nesterov, sums);
+cudaError_t LaunchMomentum(const float* grad, float* momentum, float* update, int64_t batch, int64_t per_matrix,
+                           float beta, bool nesterov, double* sums, cudaStream_t stream) {
+  MomentumKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(grad, momentum, update, batch, per_matrix,
+                                                                          beta, nesterov, sums);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchNormalize(const float* in, int64_t batch, int64_t per_matrix,
-                            const double* sums, float eps, int64_t stride,
-                            Bf16Bits* x, cudaStream_t stream) {
+cudaError_t LaunchNormalize(const float* in, int64_t batch, int64_t per_matrix, const double* sums, float eps,
+                            int64_t stride, Bf16Bits* x, cudaStream_t stream) {
   return LaunchNormalizeT(in, batch, per_matrix, sums, eps, stride, x, stream);
 }
 
-cudaError_t LaunchNormalize(const float* in, int64_t batch, int64_t per_matrix,
-                            const double* sums, float eps, int64_t stride,
-                            float* x, cudaStream_t stream) {
+cudaError_t LaunchNormalize(const float* in, int64_t batch, int64_t per_matrix, const double* sums, float eps,
+                            int64_t stride, float* x, cudaStream_t stream) {
   return LaunchNormalizeT(in, batch, per_matrix, sums, eps, stride, x, stream);
 }
 
-cudaError_t LaunchMirrorUpperToLower(Bf16Bits* a, int64_t m, int64_t batch,
-                                     int64_t stride, cudaStream_t stream) {
+cudaError_t LaunchMirrorUpperToLower(Bf16Bits* a, int64_t m, int64_t batch, int64_t stride, cudaStream_t stream) {
   return LaunchMirrorT(a, m, batch, stride, stream);
 }
 
-cudaError_t LaunchMirrorUpperToLower(float* a, int64_t m, int64_t batch,
-                                     int64_t stride, cudaStream_t stream) {
+cudaError_t LaunchMirrorUpperToLower(float* a, int64_t m, int64_t batch, int64_t stride, cudaStream_t stream) {
   return LaunchMirrorT(a, m, batch, stride, stream);
 }
 
-cudaError_t LaunchWiden(const Bf16Bits* x, int64_t batch, int64_t per_matrix,
-                        int64_t stride, float* out, cudaStream_t stream) {
-  WidenKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(
-      x, batch, per_matrix, stride, out);
+cudaError_t LaunchWiden(const Bf16Bits* x, int64_t batch, int64_t per_matrix, int64_t stride, float* out,
+                        cudaStream_t stream) {
+  WidenKernel<<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(x, batch, per_matrix, stride, out);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchMuonApply(const Bf16Bits* ortho, int64_t batch,
-                            int64_t per_matrix, int64_t stride, float decay,
-                            float step, float* master, Bf16Bits* model,
-                            cudaStream_t stream) {
-  return LaunchMuonApplyT(ortho, batch, per_matrix, stride, decay, step, master,
-                          model, stream);
+cudaError_t LaunchMuonApply(const Bf16Bits* ortho, int64_t batch, int64_t per_matrix, int64_t stride, float decay,
+                            float step, float* master, Bf16Bits* model, cudaStream_t stream) {
+  return LaunchMuonApplyT(ortho, batch, per_matrix, stride, decay, step, master, model, stream);
 }
 
-cudaError_t LaunchMuonApply(const float* ortho, int64_t batch,
-                            int64_t per_matrix, int64_t stride, float decay,
-                            float step, float* master, Bf16Bits* model,
-                            cudaStream_t stream) {
-  return LaunchMuonApplyT(ortho, batch, per_matrix, stride, decay, step, master,
-                          model, stream);
+cudaError_t LaunchMuonApply(const float* ortho, int64_t batch, int64_t per_matrix, int64_t stride, float decay,
+                            float step, float* master, Bf16Bits* model, cudaStream_t stream) {
+  return LaunchMuonApplyT(ortho, batch, per_matrix, stride, decay, step, master, model, stream);
 }
 
-cudaError_t LaunchAdamW(const float* grad, float* master, float* moment1,
-                        float* moment2, Bf16Bits* model, int64_t n,
+cudaError_t LaunchAdamW(const float* grad, float* master, float* moment1, float* moment2, Bf16Bits* model, int64_t n,
                         const AdamWScalars& scalars, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  AdamWKernel<<<FlatGrid(n), kThreads, 0, stream>>>(grad, master, moment1,
-                                                    moment2, model, n, scalars);
+  AdamWKernel<<<FlatGrid(n), kThreads, 0, stream>>>(grad, master, moment1, moment2, model, n, scalars);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n,
-                             cudaStream_t stream) {
+cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   CastToBf16Kernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, out, n);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type,
-                          int64_t n, cudaStream_t stream) {
+cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  ConvertKernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, in_type, out,
-                                                      out_type, n);
+  ConvertKernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, in_type, out, out_type, n);
   return cudaGetLastError();
 }
 

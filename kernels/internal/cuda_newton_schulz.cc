@@ -48,8 +48,7 @@ struct Strides {
 
 Strides StridesFor(const MatrixBatchShape& shape) {
   const int64_t m = std::min(shape.rows, shape.cols);
-  return {RoundUp(shape.rows * shape.cols, kAlignElements),
-          RoundUp(m * m, kAlignElements)};
+  return {RoundUp(shape.rows * shape.cols, kAlignElements), RoundUp(m * m, kAlignElements)};
 }
 
 const char* Offset(const void* base, int64_t elements, int64_t element_bytes) {
@@ -89,9 +88,8 @@ absl::Status Gram(const StepContext& ctx, const void* x) {
     spec.stride_d = ctx.buf.gram_stride;
     // Rows p0.. of X: columns of S when wide, rows of S when tall.
     const void* rows = Offset(x, g.tall ? p0 : p0 * g.cols, ctx.es());
-    MUONSHARD_RETURN_IF_ERROR(ctx.gemm.Run(
-        spec, 1.0f, rows, rows, 0.0f, nullptr,
-        Offset(ctx.buf.gram, p0 + p0 * g.m, ctx.es()), ctx.stream));
+    MUONSHARD_RETURN_IF_ERROR(
+        ctx.gemm.Run(spec, 1.0f, rows, rows, 0.0f, nullptr, Offset(ctx.buf.gram, p0 + p0 * g.m, ctx.es()), ctx.stream));
   }
   return absl::OkStatus();
 }
@@ -110,11 +108,9 @@ absl::Status Polynomial(const StepContext& ctx, const NsCoefficients& k) {
     spec.batch = ctx.g.batch;
     spec.stride_a = spec.stride_b = spec.stride_d = ctx.buf.gram_stride;
     const int64_t corner = p0 + p0 * m;
-    MUONSHARD_RETURN_IF_ERROR(ctx.gemm.Run(
-        spec, k.c, Offset(ctx.buf.gram, p0, ctx.es()),
-        Offset(ctx.buf.gram, p0 * m, ctx.es()), k.b,
-        Offset(ctx.buf.gram, corner, ctx.es()),
-        Offset(ctx.buf.poly, corner, ctx.es()), ctx.stream));
+    MUONSHARD_RETURN_IF_ERROR(
+        ctx.gemm.Run(spec, k.c, Offset(ctx.buf.gram, p0, ctx.es()), Offset(ctx.buf.gram, p0 * m, ctx.es()), k.b,
+                     Offset(ctx.buf.gram, corner, ctx.es()), Offset(ctx.buf.poly, corner, ctx.es()), ctx.stream));
   }
   return absl::OkStatus();
 }
@@ -150,17 +146,14 @@ absl::Status Update(const StepContext& ctx, float a, const void* x, void* next) 
 }
 
 absl::Status Mirror(const StepContext& ctx, void* matrices) {
-  const cudaError_t error =
-      ctx.config.bf16
-          ? LaunchMirrorUpperToLower(static_cast<Bf16Bits*>(matrices), ctx.g.m,
-                                     ctx.g.batch, ctx.buf.gram_stride, ctx.stream)
-          : LaunchMirrorUpperToLower(static_cast<float*>(matrices), ctx.g.m,
-                                     ctx.g.batch, ctx.buf.gram_stride, ctx.stream);
+  const cudaError_t error = ctx.config.bf16 ? LaunchMirrorUpperToLower(static_cast<Bf16Bits*>(matrices), ctx.g.m,
+                                                                       ctx.g.batch, ctx.buf.gram_stride, ctx.stream)
+                                            : LaunchMirrorUpperToLower(static_cast<float*>(matrices), ctx.g.m,
+                                                                       ctx.g.batch, ctx.buf.gram_stride, ctx.stream);
   return CudaToStatus(error, "mirroring a symmetric product");
 }
 
-absl::Status Step(const StepContext& ctx, const NsCoefficients& k,
-                  const void* x, void* next) {
+absl::Status Step(const StepContext& ctx, const NsCoefficients& k, const void* x, void* next) {
   MUONSHARD_RETURN_IF_ERROR(Gram(ctx, x));
   if (ctx.config.symmetric()) MUONSHARD_RETURN_IF_ERROR(Mirror(ctx, ctx.buf.gram));
   MUONSHARD_RETURN_IF_ERROR(Polynomial(ctx, k));
@@ -172,8 +165,7 @@ absl::Status Step(const StepContext& ctx, const NsCoefficients& k,
 
 bool UseSymmetricPanels(const MatrixBatchShape& shape, SymmetricMatmul mode) {
   return mode == SymmetricMatmul::kAlways ||
-         (mode == SymmetricMatmul::kAuto &&
-          std::min(shape.rows, shape.cols) >= kAutoSymmetricMinDim);
+         (mode == SymmetricMatmul::kAuto && std::min(shape.rows, shape.cols) >= kAutoSymmetricMinDim);
 }
 
 std::vector<int64_t> PanelBounds(int64_t m, int count) {
@@ -186,8 +178,7 @@ std::vector<int64_t> PanelBounds(int64_t m, int count) {
   return bounds;
 }
 
-absl::StatusOr<CudaNsConfig> MakeCudaNsConfig(const NewtonSchulzOptions& options,
-                                              const MatrixBatchShape& shape,
+absl::StatusOr<CudaNsConfig> MakeCudaNsConfig(const NewtonSchulzOptions& options, const MatrixBatchShape& shape,
                                               bool bf16_by_default) {
   CudaNsConfig config;
   MUONSHARD_ASSIGN_OR_RETURN(config.coefficients, ResolveNsCoefficients(options));
@@ -197,15 +188,12 @@ absl::StatusOr<CudaNsConfig> MakeCudaNsConfig(const NewtonSchulzOptions& options
                 (options.precision == MatmulPrecision::kDefault && bf16_by_default);
   const int64_t m = std::min(shape.rows, shape.cols);
   const int count =
-      UseSymmetricPanels(shape, options.symmetric)
-          ? static_cast<int>(std::clamp<int64_t>(m / kPanelHeight, 2, 8))
-          : 1;
+      UseSymmetricPanels(shape, options.symmetric) ? static_cast<int>(std::clamp<int64_t>(m / kPanelHeight, 2, 8)) : 1;
   config.panels = PanelBounds(m, count);
   return config;
 }
 
-size_t NsWorkspaceBytes(const MatrixBatchShape& shape, bool bf16,
-                        bool with_update) {
+size_t NsWorkspaceBytes(const MatrixBatchShape& shape, bool bf16, bool with_update) {
   const Strides strides = StridesFor(shape);
   const size_t es = bf16 ? 2 : 4;
   size_t bytes = RoundUpBytes(sizeof(double) * shape.batch);
@@ -215,8 +203,7 @@ size_t NsWorkspaceBytes(const MatrixBatchShape& shape, bool bf16,
   return bytes;
 }
 
-NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape,
-                         bool bf16, bool with_update) {
+NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape, bool bf16, bool with_update) {
   const Strides strides = StridesFor(shape);
   const size_t es = bf16 ? 2 : 4;
   char* p = static_cast<char*>(workspace);
@@ -239,25 +226,21 @@ NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape,
   return b;
 }
 
-absl::StatusOr<const void*> OrthogonalizeOnDevice(
-    const float* source, const NsBuffers& buffers, const MatrixBatchShape& shape,
-    const CudaNsConfig& config, CublasLtGemm& gemm, cudaStream_t stream) {
+absl::StatusOr<const void*> OrthogonalizeOnDevice(const float* source, const NsBuffers& buffers,
+                                                  const MatrixBatchShape& shape, const CudaNsConfig& config,
+                                                  CublasLtGemm& gemm, cudaStream_t stream) {
   const cudaError_t normalized =
-      config.bf16
-          ? LaunchNormalize(source, shape.batch, shape.matrix_elements(),
-                            buffers.sums, config.eps, buffers.x_stride,
-                            static_cast<Bf16Bits*>(buffers.x), stream)
-          : LaunchNormalize(source, shape.batch, shape.matrix_elements(),
-                            buffers.sums, config.eps, buffers.x_stride,
-                            static_cast<float*>(buffers.x), stream);
+      config.bf16 ? LaunchNormalize(source, shape.batch, shape.matrix_elements(), buffers.sums, config.eps,
+                                    buffers.x_stride, static_cast<Bf16Bits*>(buffers.x), stream)
+                  : LaunchNormalize(source, shape.batch, shape.matrix_elements(), buffers.sums, config.eps,
+                                    buffers.x_stride, static_cast<float*>(buffers.x), stream);
   MUONSHARD_CUDA_RETURN_IF_ERROR(normalized, "normalising the NS input");
   const Geometry geometry(shape);
   const StepContext ctx{geometry, buffers, config, gemm, stream};
   void* current = buffers.x;
   void* next = buffers.y;
   for (int step = 0; step < config.steps; ++step) {
-    const NsCoefficients& k =
-        config.coefficients[step % config.coefficients.size()];
+    const NsCoefficients& k = config.coefficients[step % config.coefficients.size()];
     MUONSHARD_RETURN_IF_ERROR(Step(ctx, k, current, next));
     std::swap(current, next);
   }

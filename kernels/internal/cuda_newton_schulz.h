@@ -52,8 +52,7 @@ struct CudaNsConfig {
 
 // `bf16_by_default` is what MatmulPrecision::kDefault means on this device.
 // Possible errors: INVALID_ARGUMENT (see ResolveNsCoefficients).
-absl::StatusOr<CudaNsConfig> MakeCudaNsConfig(const NewtonSchulzOptions& options,
-                                              const MatrixBatchShape& shape,
+absl::StatusOr<CudaNsConfig> MakeCudaNsConfig(const NewtonSchulzOptions& options, const MatrixBatchShape& shape,
                                               bool bf16_by_default);
 
 // Whether `mode` selects symmetric panel GEMMs for `shape`.
@@ -65,30 +64,28 @@ std::vector<int64_t> PanelBounds(int64_t m, int count);
 
 // Device work buffers of one call, carved out of one workspace allocation.
 struct NsBuffers {
-  double* sums = nullptr;    // Per-matrix Σx², batch entries.
-  float* update = nullptr;   // Muon's momentum output (batch x per_matrix).
-  void* x = nullptr;         // Iterate, batch x x_stride elements.
-  void* y = nullptr;         // Next iterate, same size.
-  void* gram = nullptr;      // A, batch x gram_stride elements.
-  void* poly = nullptr;      // B, same size.
-  int64_t x_stride = 0;      // Elements between matrices in x and y.
-  int64_t gram_stride = 0;   // Elements between matrices in gram and poly.
+  double* sums = nullptr;   // Per-matrix Σx², batch entries.
+  float* update = nullptr;  // Muon's momentum output (batch x per_matrix).
+  void* x = nullptr;        // Iterate, batch x x_stride elements.
+  void* y = nullptr;        // Next iterate, same size.
+  void* gram = nullptr;     // A, batch x gram_stride elements.
+  void* poly = nullptr;     // B, same size.
+  int64_t x_stride = 0;     // Elements between matrices in x and y.
+  int64_t gram_stride = 0;  // Elements between matrices in gram and poly.
 };
 
 // Bytes of workspace CarveNsBuffers needs.
-size_t NsWorkspaceBytes(const MatrixBatchShape& shape, bool bf16,
-                        bool with_update);
-NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape,
-                         bool bf16, bool with_update);
+size_t NsWorkspaceBytes(const MatrixBatchShape& shape, bool bf16, bool with_update);
+NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape, bool bf16, bool with_update);
 
 // Normalises `source` (batch x per_matrix fp32, whose per-matrix Σx² is in
 // buffers.sums) into buffers.x and runs the iterations. Returns the buffer
 // holding the result (buffers.x or buffers.y, with x_stride), in bf16 or
 // fp32 per config.bf16. Enqueues only; never waits for the device.
 // Possible errors: INTERNAL.
-absl::StatusOr<const void*> OrthogonalizeOnDevice(
-    const float* source, const NsBuffers& buffers, const MatrixBatchShape& shape,
-    const CudaNsConfig& config, CublasLtGemm& gemm, cudaStream_t stream);
+absl::StatusOr<const void*> OrthogonalizeOnDevice(const float* source, const NsBuffers& buffers,
+                                                  const MatrixBatchShape& shape, const CudaNsConfig& config,
+                                                  CublasLtGemm& gemm, cudaStream_t stream);
 
 }  // namespace muonshard::kernels::internal
 

@@ -15,8 +15,8 @@ absl::Status CheckMemoryArgs(const char* what, int64_t n, const void* a, const v
 
 // KernelBackend::Copy2D's arguments: INVALID_ARGUMENT for negative sizes,
 // a pitch below row_bytes, or a null pointer when anything is copied.
-absl::Status CheckCopy2DArgs(const void* src, int64_t src_pitch, const void* dst, int64_t dst_pitch,
-                             int64_t row_bytes, int64_t rows);
+absl::Status CheckCopy2DArgs(const void* src, int64_t src_pitch, const void* dst, int64_t dst_pitch, int64_t row_bytes,
+                             int64_t rows);
 
 }  // namespace muonshard::kernels::internal
 

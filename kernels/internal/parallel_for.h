@@ -40,9 +40,7 @@ void ParallelForRange(int64_t n, int threads, const Fn& fn) {
   std::vector<std::thread> workers;
   workers.reserve(static_cast<size_t>(chunks - 1));
   for (int64_t c = 1; c < chunks; ++c) {
-    workers.emplace_back([&fn, n, chunks, c] {
-      fn(n * c / chunks, n * (c + 1) / chunks);
-    });
+    workers.emplace_back([&fn, n, chunks, c] { fn(n * c / chunks, n * (c + 1) / chunks); });
   }
   fn(int64_t{0}, n / chunks);
   for (std::thread& w : workers) w.join();

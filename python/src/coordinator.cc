@@ -96,8 +96,8 @@ class PyCoordinatorClient {
 
 void BindCoordinator(py::module_& m) {
   py::class_<PyCoordinatorClient>(m, "CoordinatorClient")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&,
-                    const std::string&, double>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::string&, const std::string&,
+                    double>(),
            py::arg("address") = "", py::arg("token_file") = "", py::arg("tls_ca") = "", py::arg("tls_cert") = "",
            py::arg("tls_key") = "", py::arg("timeout_s") = 30.0)
       .def_property_readonly("address", &PyCoordinatorClient::address)

@@ -22,6 +22,8 @@
 // failed recover() there is no optimizer: everything that needs it raises
 // FAILED_PRECONDITION (a muonshard error) until a recover() succeeds.
 
+#include "worker/rank_session.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -37,15 +39,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "checkpoint/state.h"
-#include "plan/model.h"
 #include "kernels/newton_schulz.h"
+#include "plan/model.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/step_trace.h"
-#include "worker/rank_session.h"
 
 namespace muonshard::python {
 namespace {
@@ -93,8 +94,8 @@ absl::StatusOr<kernels::NsCoefficientSet> CoefficientSet(const std::string& name
   if (name == "polar_express") return kernels::NsCoefficientSet::kPolarExpress;
   if (name == "aol") return kernels::NsCoefficientSet::kAol;
   if (name == "deepseekv4") return kernels::NsCoefficientSet::kDeepseekV4;
-  return absl::InvalidArgumentError(absl::StrCat("ns_coefficients \"", name,
-                                                 "\" is not simple, quintic, polar_express, aol or deepseekv4"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("ns_coefficients \"", name, "\" is not simple, quintic, polar_express, aol or deepseekv4"));
 }
 
 absl::StatusOr<kernels::MatmulPrecision> Precision(const std::string& name) {
@@ -133,7 +134,7 @@ py::list HeldParts(const v1::RankView& view) {
       d["tp_split"] = v1::TpSplit_Name(t.tensor().tp_split());
       const bool split = t.tensor().local_shape_size() > 0;
       d["local_shape"] = split ? py::tuple(py::cast(std::vector<int64_t>(t.tensor().local_shape().begin(),
-                                                                          t.tensor().local_shape().end())))
+                                                                         t.tensor().local_shape().end())))
                                : d["shape"];
       d["local_numel"] = split ? t.tensor().local_numel() : t.tensor().numel();
       out.append(std::move(d));
@@ -260,7 +261,9 @@ class PyRankSession {
     ThrowIfError(optimizer().ReadModelCopy(tensor, absl::MakeSpan(a.mutable_data(), a.size())));
   }
 
-  void SyncModelCopies() { Blocking([&](worker::RankSession& rs) { return rs.optimizer().SyncModelCopies(); }); }
+  void SyncModelCopies() {
+    Blocking([&](worker::RankSession& rs) { return rs.optimizer().SyncModelCopies(); });
+  }
 
   // One step with `grads` ({plan tensor index: float32 array of the part});
   // `loss` and `train_seconds` (the training step around it) go to /metrics.
@@ -279,7 +282,9 @@ class PyRankSession {
   // worker/optimizer/sharded_optimizer.h): backward hooks hand each gradient
   // over as it is produced, so its bucket's reduce overlaps the rest of
   // backward. grad_ready copies `grad` before it returns.
-  void BeginStep() { Blocking([&](worker::RankSession& rs) { return rs.optimizer().BeginStep(); }); }
+  void BeginStep() {
+    Blocking([&](worker::RankSession& rs) { return rs.optimizer().BeginStep(); });
+  }
 
   void GradReady(int tensor, py::handle grad) {
     FloatArray values = CheckedFloats(grad, absl::StrCat("gradient of plan tensor ", tensor));
@@ -350,8 +355,8 @@ class PyRankSession {
       std::copy(a.data(), a.data() + a.size(), s.data.begin());
     }
     if (static_cast<size_t>(py::len(tensors)) != shards.size()) {
-      RaiseStatus(absl::InvalidArgumentError(absl::StrCat("state holds ", py::len(tensors), " tensors; rank ",
-                                                          rank(), " of this plan has ", shards.size())));
+      RaiseStatus(absl::InvalidArgumentError(absl::StrCat("state holds ", py::len(tensors), " tensors; rank ", rank(),
+                                                          " of this plan has ", shards.size())));
     }
     checkpoint::Scalars scalars{step, beta1_pow, beta2_pow};
     Blocking([&](worker::RankSession& rs) { return rs.optimizer().RestoreFromState(scalars); });
@@ -396,8 +401,7 @@ class PyRankSession {
   // raised). `code` is a status code name ("ABORTED"). Returns (code,
   // message) of the job's failure when another rank's error ended it first
   // (NOTE [Job failure]: the error to end with), else None.
-  std::optional<std::pair<std::string, std::string>> ReportError(const std::string& code,
-                                                                 const std::string& message) {
+  std::optional<std::pair<std::string, std::string>> ReportError(const std::string& code, const std::string& message) {
     const absl::Status error(ValueOrThrow(StatusCodeNamed(code)), message);
     if (error.ok()) RaiseStatus(absl::InvalidArgumentError("report_error needs an error code, not OK"));
     worker::RankSession& rs = session();
@@ -438,9 +442,13 @@ class PyRankSession {
     session().metrics().RecordRecovery(std::array<double, 4>{detect, abort, rendezvous, restore});
   }
 
-  void Barrier(const std::string& name) { Blocking([&](worker::RankSession& rs) { return rs.Barrier(name); }); }
+  void Barrier(const std::string& name) {
+    Blocking([&](worker::RankSession& rs) { return rs.Barrier(name); });
+  }
 
-  void Finish() { Blocking([&](worker::RankSession& rs) { return rs.Finish(); }); }
+  void Finish() {
+    Blocking([&](worker::RankSession& rs) { return rs.Finish(); });
+  }
 
   // NOTE [Step trace]: the kept steps to <step_trace_dir>/step-trace-rank<R>.json;
   // the path, or None without a step_trace_dir.
@@ -541,7 +549,8 @@ class PyRankSession {
     str("tls_ca", &o.connection.tls_ca);
     o.connection.timeout_s = Seconds(kw, "rpc_timeout", 30);
     str("job", &o.job);
-    if (kw.contains("plan_version") && !kw["plan_version"].is_none()) o.plan_version = kw["plan_version"].cast<int64_t>();
+    if (kw.contains("plan_version") && !kw["plan_version"].is_none())
+      o.plan_version = kw["plan_version"].cast<int64_t>();
     if (kw.contains("rank") && !kw["rank"].is_none()) o.rank = kw["rank"].cast<int>();
     str("backend", &o.backend);
     integer("cuda_device", &o.cuda_device);
@@ -600,7 +609,7 @@ class PyRankSession {
   }
 
   std::unique_ptr<worker::RankSession> session_;
-  bool group_ = true;  // false from a recover() until one succeeds
+  bool group_ = true;                  // false from a recover() until one succeeds
   worker::StepTraceLog trace_{"", 1};  // NOTE [Step trace]
 };
 

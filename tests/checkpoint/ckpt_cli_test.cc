@@ -12,11 +12,11 @@
 #include "checkpoint/writer.h"
 #include "common/proto_json.h"
 #include "common/status_macros.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "importer/tp_split.h"
 #include "plan/planner.h"
 #include "plan/transfer.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "tests/checkpoint/ckpt_test_util.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -125,8 +125,7 @@ TEST_F(CkptCliTest, BadInput_ExitsTwo) {
   EXPECT_EQ(Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2")).exit_code, 2) << "no --out";
   EXPECT_EQ(Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 3 --dry-run")).exit_code, 2)
       << "world 3 with the checkpoint's ep 2";
-  EXPECT_EQ(Ctl(absl::StrCat("reshard ", dir_.Sub("missing"), " --world-size 2 --dry-run")).exit_code,
-            2);
+  EXPECT_EQ(Ctl(absl::StrCat("reshard ", dir_.Sub("missing"), " --world-size 2 --dry-run")).exit_code, 2);
   EXPECT_EQ(Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --out ", ckpt_)).exit_code, 2);
 }
 
@@ -137,7 +136,8 @@ TEST_F(CkptCliTest, ReshardOldSpellings_WorkWithADeprecationWarning) {
   RunResult now = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --dry-run --output json"));
   ASSERT_EQ(now.exit_code, 0) << now.err;
   EXPECT_THAT(now.err, Not(HasSubstr("deprecated")));
-  RunResult old = Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --ep 1 --dry-run --output json"));
+  RunResult old =
+      Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --ep 1 --dry-run --output json"));
   ASSERT_EQ(old.exit_code, 0) << old.err;
   EXPECT_EQ(old.out, now.out);
   EXPECT_THAT(old.err, HasSubstr("warning: flag --checkpoint is deprecated: pass the checkpoint directory as the "
@@ -148,7 +148,8 @@ TEST_F(CkptCliTest, ReshardOldSpellings_WorkWithADeprecationWarning) {
   EXPECT_THAT(both.err, HasSubstr("reshard takes one checkpoint DIR"));
   RunResult none = Ctl("reshard --world-size 2 --dry-run");
   EXPECT_EQ(none.exit_code, 2);
-  EXPECT_THAT(none.err, HasSubstr("error: reshard needs the checkpoint DIR to read\nrun 'muonshardctl reshard --help'"));
+  EXPECT_THAT(none.err,
+              HasSubstr("error: reshard needs the checkpoint DIR to read\nrun 'muonshardctl reshard --help'"));
   RunResult help = Ctl("reshard --help");
   ASSERT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("usage: muonshardctl reshard DIR --world-size M"));
@@ -204,8 +205,7 @@ TEST_F(CkptCliTest, ReshardDryRunTable_GridAndTotals) {
 
 TEST_F(CkptCliTest, ReshardWrite_ThenInspectAndLoadUnderTheNewPlan) {
   const std::string out = dir_.Sub("w2");
-  RunResult r =
-      Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --out ", out, " --key-style paddle"));
+  RunResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --out ", out, " --key-style paddle"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("written      ", out, "/step-30")));
   EXPECT_THAT(r.err, HasSubstr("rank 2/2 written"));
@@ -242,16 +242,15 @@ TEST_F(CkptCliTest, ReshardAcrossTp_EveryRankOfTheNewPlanLoadsTheSavedState) {
   auto state = testing::SyntheticState(from.plan);
   ASSERT_TRUE(state.ok());
   const std::string saved = dir_.Sub("tp2");
-  MUONSHARD_ASSERT_OK(SaveCheckpoint(saved, 7, from.plan, from.request, testing::ShardLists(*state),
-                                     testing::SyntheticScalars(7)));
+  MUONSHARD_ASSERT_OK(
+      SaveCheckpoint(saved, 7, from.plan, from.request, testing::ShardLists(*state), testing::SyntheticScalars(7)));
   RunResult inspect = Ctl(absl::StrCat("ckpt inspect ", saved));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_EQ(Ctl(absl::StrCat("reshard ", saved, " --world-size 4 --tp 1 --dry-run")).exit_code, 0);
   for (const auto& [world, tp] : {std::pair<int, int>{4, 1}, std::pair<int, int>{8, 4}}) {
     SCOPED_TRACE(absl::StrCat("world ", world, " tp ", tp));
     const std::string out = dir_.Sub(absl::StrCat("w", world, "tp", tp));
-    RunResult r = Ctl(absl::StrCat("reshard ", saved, " --world-size ", world, " --tp ", tp,
-                                   " --out ", out));
+    RunResult r = Ctl(absl::StrCat("reshard ", saved, " --world-size ", world, " --tp ", tp, " --out ", out));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, plan_for(world, tp));

@@ -12,8 +12,8 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
-#include "plan/planner.h"
 #include "gtest/gtest.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 
 namespace muonshard::checkpoint::testing {

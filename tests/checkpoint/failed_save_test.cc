@@ -17,9 +17,9 @@
 #include "checkpoint/reshard_plan.h"
 #include "checkpoint/verify.h"
 #include "checkpoint/writer.h"
-#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/planner.h"
 #include "tests/checkpoint/ckpt_test_util.h"
 #include "tests/testing/status_matchers.h"
 

@@ -201,7 +201,8 @@ TEST(ValidateIndexTest, TpDamage_IsDataLossNamingTheShard) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("of tp rank 0 (of 2) are in no piece")));
   v1::CheckpointIndex bad_rank = TpIndex();
   bad_rank.mutable_tensors(0)->mutable_states(1)->mutable_pieces(1)->set_tp_rank(0);
-  EXPECT_THAT(ValidateIndex(bad_rank), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not continue the tiling")));
+  EXPECT_THAT(ValidateIndex(bad_rank),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("does not continue the tiling")));
   v1::CheckpointIndex indivisible = TpIndex();
   indivisible.mutable_tensors(0)->set_tp_dim(1);
   EXPECT_THAT(ValidateIndex(indivisible),

@@ -17,16 +17,16 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
+#include "gtest/gtest.h"
 #include "importer/tp_split.h"
+#include "kernels/kernel_backend.h"
 #include "plan/model.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
-#include "gtest/gtest.h"
-#include "kernels/kernel_backend.h"
-#include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
+#include "tests/worker/fake_device_backend.h"
 #include "tests/worker/optimizer_test_util.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/sharded_optimizer.h"
@@ -76,8 +76,8 @@ std::unique_ptr<Job> StartJob(const v1::ModelManifest& manifest, int world, int 
     auto view = planner::ExtractRankView(job->plan, r);
     EXPECT_TRUE(view.ok()) << view.status();
     job->backends.push_back(MakeBackend(fake_device));
-    auto opt = ShardedOptimizer::Create(*view, job->comms.by_rank[r], job->backends.back().get(),
-                                        worker::OptimizerConfig());
+    auto opt =
+        ShardedOptimizer::Create(*view, job->comms.by_rank[r], job->backends.back().get(), worker::OptimizerConfig());
     EXPECT_TRUE(opt.ok()) << opt.status();
     job->ranks.push_back(*std::move(opt));
   }
@@ -211,8 +211,8 @@ class ResumeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ResumeTest, ContinuesTheUninterruptedRun) {
   const Case& c = GetParam();
-  const v1::ModelManifest manifest = MaybeFp32(
-      c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128), c.fp32);
+  const v1::ModelManifest manifest =
+      MaybeFp32(c.moe ? testing::MoeManifest(2, 64, 48, 8, 96) : testing::DenseManifest(2, 64, 96, 128), c.fp32);
   const int from_ep = c.moe ? 2 : 1;
   constexpr int kSteps = 3;
   // A fresh directory: suites run side by side (ctest -j, several checkouts).
@@ -333,26 +333,25 @@ TEST_P(TpResumeTest, ContinuesTheUninterruptedRunBitForBit) {
   for (const auto& [name, want] : expected) EXPECT_TRUE(worker::testing::BitEqual(actual.at(name), want)) << name;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, TpResumeTest,
-    ::testing::Values(TpCase{"dense_w4tp2_to_w4tp1", false, 4, 2, 4, 1},
-                      TpCase{"dense_w4tp1_to_w4tp2", false, 4, 1, 4, 2},
-                      TpCase{"dense_w4tp2_same", false, 4, 2, 4, 2},
-                      TpCase{"dense_w4tp2_to_w8tp4", false, 4, 2, 8, 4},
-                      TpCase{"dense_w8tp4_to_w2tp2", false, 8, 4, 2, 2},
-                      TpCase{"moe_w4tp2_to_w4tp1", true, 4, 2, 4, 1},
-                      TpCase{"moe_w4tp1_to_w4tp2", true, 4, 1, 4, 2},
-                      // (W, tp, ep) -> (W', tp', ep'): experts whole, spread
-                      // over the tp ranks (ep rank = d * tp + t).
-                      TpCase{"moe_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1},
-                      TpCase{"moe_w4tp1ep4_to_w4tp2ep2", true, 4, 1, 4, 2, 4, 2},
-                      TpCase{"moe_w8tp2ep4_to_w4tp2ep2", true, 8, 2, 4, 2, 4, 2},
-                      TpCase{"moe_w4tp2ep2_to_w8tp4ep4", true, 4, 2, 8, 4, 2, 4},
-                      TpCase{"moe_w8tp2ep8_to_w4tp2ep1", true, 8, 2, 4, 2, 8, 1},
-                      TpCase{"dense_fp32_w4tp2_to_w4tp1", false, 4, 2, 4, 1, 1, 1, true},
-                      TpCase{"dense_fp32_w4tp1_to_w8tp4", false, 4, 1, 8, 4, 1, 1, true},
-                      TpCase{"moe_fp32_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1, true}),
-    [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layouts, TpResumeTest,
+                         ::testing::Values(TpCase{"dense_w4tp2_to_w4tp1", false, 4, 2, 4, 1},
+                                           TpCase{"dense_w4tp1_to_w4tp2", false, 4, 1, 4, 2},
+                                           TpCase{"dense_w4tp2_same", false, 4, 2, 4, 2},
+                                           TpCase{"dense_w4tp2_to_w8tp4", false, 4, 2, 8, 4},
+                                           TpCase{"dense_w8tp4_to_w2tp2", false, 8, 4, 2, 2},
+                                           TpCase{"moe_w4tp2_to_w4tp1", true, 4, 2, 4, 1},
+                                           TpCase{"moe_w4tp1_to_w4tp2", true, 4, 1, 4, 2},
+                                           // (W, tp, ep) -> (W', tp', ep'): experts whole, spread
+                                           // over the tp ranks (ep rank = d * tp + t).
+                                           TpCase{"moe_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1},
+                                           TpCase{"moe_w4tp1ep4_to_w4tp2ep2", true, 4, 1, 4, 2, 4, 2},
+                                           TpCase{"moe_w8tp2ep4_to_w4tp2ep2", true, 8, 2, 4, 2, 4, 2},
+                                           TpCase{"moe_w4tp2ep2_to_w8tp4ep4", true, 4, 2, 8, 4, 2, 4},
+                                           TpCase{"moe_w8tp2ep8_to_w4tp2ep1", true, 8, 2, 4, 2, 8, 1},
+                                           TpCase{"dense_fp32_w4tp2_to_w4tp1", false, 4, 2, 4, 1, 1, 1, true},
+                                           TpCase{"dense_fp32_w4tp1_to_w8tp4", false, 4, 1, 8, 4, 1, 1, true},
+                                           TpCase{"moe_fp32_w4tp2ep2_to_w4tp1ep1", true, 4, 2, 4, 1, 2, 1, true}),
+                         [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
 
 // The round trip: (W=4, tp=2) -> (W=4, tp=1) -> (W=4, tp=2), each
 // load bit-identical to what was saved, every shard of every state.

@@ -6,9 +6,9 @@
 #include <ostream>
 #include <tuple>
 
-#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_view.h"
 #include "tests/checkpoint/ckpt_test_util.h"
 #include "tests/testing/status_matchers.h"
 

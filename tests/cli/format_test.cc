@@ -1,5 +1,7 @@
 // muonshardctl's table and JSON helpers in-process: thousands separators,
 // --sort / --top, the per-rank and diff tables, exact JSON numbers.
+#include "cli/format.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,7 +13,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "cli/format.h"
 #include "cli/plan_table.h"
 #include "common/ordered_json.h"
 #include "coordinator/plan_diff.h"
@@ -28,9 +29,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::vector<std::string> Lines(const std::string& text) {
-  return absl::StrSplit(text, '\n', absl::SkipEmpty());
-}
+std::vector<std::string> Lines(const std::string& text) { return absl::StrSplit(text, '\n', absl::SkipEmpty()); }
 
 // ---------------------------------------------------------------- numbers
 

@@ -23,8 +23,8 @@ TEST(FlagSetTest, ParsesDashAndUnderscoreSpellings) {
   flags.Int("world-size", &world, "");
   flags.String("manifest", &manifest, "");
   flags.Bool("dry-run", &dry, "");
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(
-      auto pos, flags.Parse({"plan", "--world_size", "8", "--manifest=m.json", "--dry-run", "x"}));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto pos,
+                                 flags.Parse({"plan", "--world_size", "8", "--manifest=m.json", "--dry-run", "x"}));
   EXPECT_EQ(world, 8);
   EXPECT_EQ(manifest, "m.json");
   EXPECT_TRUE(dry);
@@ -40,8 +40,7 @@ TEST(FlagSetTest, RejectsUnknownFlagsAndBadValues) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--wrld-size")));
   EXPECT_THAT(flags.Parse({"--world-size", "eight"}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--world-size")));
-  EXPECT_THAT(flags.Parse({"--world-size"}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a value")));
+  EXPECT_THAT(flags.Parse({"--world-size"}), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a value")));
 }
 
 TEST(FlagSetTest, RepeatableAndDoubleDash) {
@@ -97,8 +96,8 @@ TEST(FlagSetTest, RequiredFlags) {
   flags.Required("world-size");
   FlagSet help = flags;
   FlagSet none = flags;
-  EXPECT_THAT(none.Parse({}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                       "missing required flags --manifest, --world-size"));
+  EXPECT_THAT(none.Parse({}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "missing required flags --manifest, --world-size"));
   EXPECT_THAT(flags.Parse({"--manifest", "m.json"}),
               StatusIs(absl::StatusCode::kInvalidArgument, "missing required flag --world-size"));
   EXPECT_THAT(flags.Parse({"--world-size=0"}), IsOk());
@@ -110,7 +109,7 @@ TEST(FlagSetTest, RequiredFlags) {
   FlagSet stated("usage: x");
   stated.Int("pp", &pp, "pipeline stages (default: the checkpoint's)");
   EXPECT_THAT(stated.Usage(), HasSubstr("(default: the checkpoint's)\n"));  // not also "(default: 0)"
-  EXPECT_THAT(help.Parse({"--help"}), IsOk());  // --help needs none of them
+  EXPECT_THAT(help.Parse({"--help"}), IsOk());                              // --help needs none of them
   EXPECT_TRUE(help.help_requested());
 }
 

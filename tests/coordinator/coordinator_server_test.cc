@@ -17,13 +17,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
-#include "common/proto_json.h"
-#include "plan/plan_view.h"
-#include "plan/planner.h"
 #include "common/grpc_status.h"
+#include "common/proto_json.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
@@ -51,22 +51,18 @@ using ::testing::Not;
 // Upper bound of any single stream read in these tests.
 constexpr absl::Duration kStreamBound = absl::Seconds(30);
 
-v1::PlanRequest Request(int world, int layers = 2) {
-  return MakeRequest(DenseManifest(layers, 256, 512, 1000), world);
-}
+v1::PlanRequest Request(int world, int layers = 2) { return MakeRequest(DenseManifest(layers, 256, 512, 1000), world); }
 
 // The raw ServerReflectionResponse to a list_services request, over the
 // v1alpha reflection stream (a generic call: Debian ships no reflection
 // client library). Step by step on a completion queue, each step bounded by
 // the context's deadline.
-absl::StatusOr<std::string> ListServicesViaReflection(
-    const std::shared_ptr<grpc::Channel>& channel) {
+absl::StatusOr<std::string> ListServicesViaReflection(const std::shared_ptr<grpc::Channel>& channel) {
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
   grpc::CompletionQueue cq;
-  auto call =
-      stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  auto call = stub.PrepareCall(&ctx, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
   auto step = [&cq](int tag) {
     void* got = nullptr;
     bool ok = false;
@@ -94,8 +90,7 @@ absl::StatusOr<std::string> ListServicesViaReflection(
 // One unary call of `method` on a fresh context, as a status.
 template <typename Request, typename Response>
 absl::Status Call(CoordinatorClient& c,
-                  grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
-                                                                const Request&, Response*),
+                  grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                   const Request& request, Response* response) {
   auto ctx = c.NewContext();
   return FromGrpcStatus((c.stub().*method)(ctx.get(), request, response));
@@ -110,9 +105,7 @@ v1::HeartbeatRequest Beat(const v1::JoinJobResponse& joined, uint64_t incarnatio
   return r;
 }
 
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+void WriteText(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // Runs `sql` on the coordinator's database over a second connection, as an
 // operator with the sqlite3 CLI would (WAL lets it write while the
@@ -124,9 +117,9 @@ absl::Status ExecSql(const std::string& db_path, const char* sql) {
     sqlite3_busy_timeout(db, 10000);
     rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
   }
-  absl::Status s = rc == SQLITE_OK ? absl::OkStatus()
-                                   : absl::InternalError(absl::StrCat(
-                                         "sqlite: ", db != nullptr ? sqlite3_errmsg(db) : "open"));
+  absl::Status s = rc == SQLITE_OK
+                       ? absl::OkStatus()
+                       : absl::InternalError(absl::StrCat("sqlite: ", db != nullptr ? sqlite3_errmsg(db) : "open"));
   sqlite3_close(db);
   return s;
 }
@@ -198,8 +191,7 @@ class CoordinatorServerTest : public ::testing::Test {
   absl::StatusOr<v1::ListPlansResponse> List(CoordinatorClient& c) {
     v1::ListPlansResponse response;
     auto ctx = c.NewContext();
-    absl::Status s =
-        FromGrpcStatus(c.stub().ListPlans(ctx.get(), v1::ListPlansRequest(), &response));
+    absl::Status s = FromGrpcStatus(c.stub().ListPlans(ctx.get(), v1::ListPlansRequest(), &response));
     if (!s.ok()) return s;
     return response;
   }
@@ -219,8 +211,8 @@ class CoordinatorServerTest : public ::testing::Test {
 
   // The body of GET /metrics, via curl.
   std::string ScrapeMetrics() {
-    CommandResult r = Shell(absl::StrCat(
-        "curl -sf --max-time 10 http://127.0.0.1:", server_->metrics_port(), "/metrics"));
+    CommandResult r =
+        Shell(absl::StrCat("curl -sf --max-time 10 http://127.0.0.1:", server_->metrics_port(), "/metrics"));
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return r.out;
   }
@@ -236,8 +228,7 @@ TEST_F(CoordinatorServerTest, Health_ServiceAndServer_Serving) {
   auto c = Client();
   EXPECT_EQ(*c->CheckHealth("muonshard.v1.Coordinator"), "SERVING");
   EXPECT_EQ(*c->CheckHealth(""), "SERVING");
-  EXPECT_THAT(c->CheckHealth("no.such.Service").status(),
-              StatusIs(absl::StatusCode::kNotFound, ::testing::_));
+  EXPECT_THAT(c->CheckHealth("no.such.Service").status(), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
 }
 
 // The readiness probe asks for the Coordinator service: while the store
@@ -418,8 +409,7 @@ TEST_F(CoordinatorServerTest, KillDashNine_RunningWorkersAdoptTheirGenerationAnd
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"ReportError\"} 1\n"));
   // One log line per change, even for a multi-line message.
   EXPECT_THAT(server_->Log(), HasSubstr("adopted after a coordinator restart"));
-  EXPECT_THAT(server_->Log(),
-              HasSubstr("reported: CUDA error: an illegal memory access\\nat step 7"));
+  EXPECT_THAT(server_->Log(), HasSubstr("reported: CUDA error: an illegal memory access\\nat step 7"));
 }
 
 // ---------------------------------------------------------------- watch
@@ -538,8 +528,7 @@ TEST_F(CoordinatorServerTest, Sigterm_DrainsWatchStreamsAndExitsCleanly) {
   ASSERT_TRUE(reader->Read(&e));
   server_->Signal(SIGTERM);
   EXPECT_FALSE(reader->Read(&e));
-  EXPECT_THAT(FromGrpcStatus(reader->Finish()),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  EXPECT_THAT(FromGrpcStatus(reader->Finish()), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
   auto code = server_->WaitForExit(absl::Seconds(30));
   ASSERT_THAT(code.status(), IsOk());
   EXPECT_EQ(*code, 0);
@@ -614,22 +603,19 @@ TEST_F(CoordinatorServerTest, Rendezvous_WaitCompletesOnSetAndTimesOut) {
 TEST_F(CoordinatorServerTest, BadInput_MapsToHouseStatusCodes) {
   StartServer({"--max-world-size", "16", "--max-message-bytes", "8000"});
   auto c = Client();
-  EXPECT_THAT(Get(*c, 0).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no plan")));
+  EXPECT_THAT(Get(*c, 0).status(), StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no plan")));
   ASSERT_THAT(Submit(*c, Request(4)).status(), IsOk());
   EXPECT_THAT(Get(*c, 99).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("99")));
-  EXPECT_THAT(Get(*c, 1, 4).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 4")));
+  EXPECT_THAT(Get(*c, 1, 4).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 4")));
   v1::PlanRequest bad = Request(4);
   bad.mutable_manifest()->mutable_tensors(0)->clear_shape();
-  EXPECT_THAT(Submit(*c, bad).status(), StatusIs(absl::StatusCode::kInvalidArgument,
-                                                 HasSubstr(bad.manifest().tensors(0).name())));
+  EXPECT_THAT(Submit(*c, bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(bad.manifest().tensors(0).name())));
   EXPECT_THAT(Submit(*c, Request(32)).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("--max-world-size")));
   v1::PlanRequest big = MakeRequest(DenseManifest(40, 256, 512, 1000), 4);
   ASSERT_GT(big.ByteSizeLong(), 8000u);
-  EXPECT_THAT(Submit(*c, big).status(),
-              StatusIs(absl::StatusCode::kResourceExhausted, ::testing::_));
+  EXPECT_THAT(Submit(*c, big).status(), StatusIs(absl::StatusCode::kResourceExhausted, ::testing::_));
   v1::JoinJobRequest join;
   join.set_job("j");
   join.set_host("h");
@@ -744,15 +730,15 @@ class TlsTest : public CoordinatorServerTest {
     const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     WriteText(d + "/server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
     WriteText(d + "/client.ext", "extendedKeyUsage=clientAuth\n");
-    CommandResult r = Shell(absl::StrCat(
-        "set -e; cd ", d, "; ", "openssl req -x509 ", key,
-        " -keyout ca.key -out ca.crt -days 2 -subj /CN=muonshard-test-ca; ", "openssl req ", key,
-        " -keyout server.key -out server.csr -subj /CN=127.0.0.1; ",
-        "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt "
-        "-days 2 -extfile server.ext; ",
-        "openssl req ", key, " -keyout client.key -out client.csr -subj /CN=worker; ",
-        "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt "
-        "-days 2 -extfile client.ext"));
+    CommandResult r =
+        Shell(absl::StrCat("set -e; cd ", d, "; ", "openssl req -x509 ", key,
+                           " -keyout ca.key -out ca.crt -days 2 -subj /CN=muonshard-test-ca; ", "openssl req ", key,
+                           " -keyout server.key -out server.csr -subj /CN=127.0.0.1; ",
+                           "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt "
+                           "-days 2 -extfile server.ext; ",
+                           "openssl req ", key, " -keyout client.key -out client.csr -subj /CN=worker; ",
+                           "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt "
+                           "-days 2 -extfile client.ext"));
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
 
@@ -778,17 +764,15 @@ TEST_F(TlsTest, ServerTls_TrustedClientWorksPlaintextClientFails) {
 }
 
 TEST_F(TlsTest, MutualTls_ClientWithoutCertificateRejected) {
-  StartServer({"--tls-cert", dir_.Join("server.crt"), "--tls-key", dir_.Join("server.key"),
-               "--tls-client-ca", dir_.Join("ca.crt")});
+  StartServer({"--tls-cert", dir_.Join("server.crt"), "--tls-key", dir_.Join("server.key"), "--tls-client-ca",
+               dir_.Join("ca.crt")});
   auto with_cert = Client(Tls(/*client_cert=*/true));
   ASSERT_THAT(Submit(*with_cert, Request(4)).status(), IsOk());
   auto without_cert = Client(Tls(/*client_cert=*/false));
-  EXPECT_THAT(Get(*without_cert, 1).status(),
-              StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
+  EXPECT_THAT(Get(*without_cert, 1).status(), StatusIs(absl::StatusCode::kUnavailable, ::testing::_));
   // The CLI takes the same files.
-  CommandResult ok =
-      Ctl({"health", "--coordinator", server_->address(), "--tls-ca", dir_.Join("ca.crt"),
-           "--tls-cert", dir_.Join("client.crt"), "--tls-key", dir_.Join("client.key")});
+  CommandResult ok = Ctl({"health", "--coordinator", server_->address(), "--tls-ca", dir_.Join("ca.crt"), "--tls-cert",
+                          dir_.Join("client.crt"), "--tls-key", dir_.Join("client.key")});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("SERVING"));
 }
@@ -803,9 +787,8 @@ TEST_F(TlsTest, MismatchedKeyOrGarbageFile_CoordinatorExitsTwoNamingTheFiles) {
             0);
   WriteText(dir_.Join("garbage.pem"), std::string("\x89PNG\r\n\x1a\n not a certificate", 27));
   auto start = [&](const std::string& cert, const std::string& key) {
-    auto r = RunCommand({BinaryPath("muonshard-coordinator"), "--listen", "127.0.0.1:0",
-                         "--data-dir", data_dir(), "--metrics-port", "-1", "--tls-cert", cert,
-                         "--tls-key", key},
+    auto r = RunCommand({BinaryPath("muonshard-coordinator"), "--listen", "127.0.0.1:0", "--data-dir", data_dir(),
+                         "--metrics-port", "-1", "--tls-cert", cert, "--tls-key", key},
                         dir_.path(), absl::Seconds(30));
     EXPECT_THAT(r.status(), IsOk());
     return r.ok() ? *r : CommandResult();
@@ -839,8 +822,8 @@ TEST_F(TlsTest, GarbageCaFile_ClientsExitTwoNamingIt) {
   EXPECT_EQ(ctl.exit_code, 2) << ctl.err;
   EXPECT_THAT(ctl.err, HasSubstr(absl::StrCat("--tls-ca (", ca, ")")));
   EXPECT_THAT(ctl.err, Not(HasSubstr("empty address list")));
-  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", server_->address(),
-                            "--job", "j", "--tls-ca", ca, "--join-timeout", "5"},
+  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", server_->address(), "--job", "j",
+                            "--tls-ca", ca, "--join-timeout", "5"},
                            dir_.path(), absl::Seconds(30));
   ASSERT_THAT(worker.status(), IsOk());
   EXPECT_EQ(worker->exit_code, 2) << worker->err;
@@ -866,15 +849,13 @@ TEST_F(CoordinatorServerTest, Metrics_ScrapedOverHttp_ReflectPlansJobsAndRpcs) {
   EXPECT_THAT(text, HasSubstr("muonshard_plan_latest_version 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_plan_versions_total 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_plan_compute_seconds_count 1\n"));
-  EXPECT_THAT(text,
-              HasSubstr("muonshard_plan_optimizer_state_bytes{colour=\"default\",rank=\"3\"}"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_optimizer_state_bytes{colour=\"default\",rank=\"3\"}"));
   EXPECT_THAT(text, HasSubstr("muonshard_plan_ns_flops{colour=\"default\",rank=\"0\"}"));
   EXPECT_THAT(text, HasSubstr("muonshard_plan_memory_max_over_mean_ratio"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"OK\",method=\"SubmitPlan\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_rpcs_total{code=\"NOT_FOUND\",method=\"GetPlan\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_workers{job=\"train\",state=\"joined\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr(absl::StrCat("muonshard_job_generation{job=\"train\"} ",
-                                           joined.generation(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("muonshard_job_generation{job=\"train\"} ", joined.generation(), "\n")));
 }
 
 // ---------------------------------------------------------------- load generator
@@ -883,11 +864,30 @@ TEST_F(CoordinatorServerTest, Metrics_ScrapedOverHttp_ReflectPlansJobsAndRpcs) {
 // how many it refused and why, and why it exits 1.
 TEST_F(CoordinatorServerTest, Loadgen_MoreWatchersThanAllowed_ReportsRefusalsAndWhyItFails) {
   StartServer({"--max-watchers", "3"});
-  auto loadgen = RunCommand(
-      {BinaryPath("muonshard-loadgen"), "--coordinator", server_->address(), "--timeout", "30",
-       "--ranks", "4", "--layers", "1", "--hidden", "64", "--ffn", "128", "--vocab", "256",
-       "--seconds", "0", "--watchers", "5", "--watch-channels", "2", "--rounds", "1"},
-      dir_.path(), absl::Seconds(90));
+  auto loadgen = RunCommand({BinaryPath("muonshard-loadgen"),
+                             "--coordinator",
+                             server_->address(),
+                             "--timeout",
+                             "30",
+                             "--ranks",
+                             "4",
+                             "--layers",
+                             "1",
+                             "--hidden",
+                             "64",
+                             "--ffn",
+                             "128",
+                             "--vocab",
+                             "256",
+                             "--seconds",
+                             "0",
+                             "--watchers",
+                             "5",
+                             "--watch-channels",
+                             "2",
+                             "--rounds",
+                             "1"},
+                            dir_.path(), absl::Seconds(90));
   ASSERT_THAT(loadgen.status(), IsOk());
   EXPECT_EQ(loadgen->exit_code, 1) << loadgen->out << loadgen->err;
   EXPECT_THAT(loadgen->out, HasSubstr("3 of 5 watch streams"));
@@ -918,8 +918,7 @@ TEST_F(CoordinatorServerTest, HugeJobName_ErrorLinesStayShort) {
     EXPECT_THAT(r.err, HasSubstr("--job")) << command;
     EXPECT_TRUE(LinesShorterThan(r.err, 300)) << command << ": " << r.err.substr(0, 400);
   }
-  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", addr, "--job", job,
-                            "--join-timeout", "5"},
+  auto worker = RunCommand({BinaryPath("muonshard-worker"), "--coordinator", addr, "--job", job, "--join-timeout", "5"},
                            dir_.path(), absl::Seconds(30));
   ASSERT_THAT(worker.status(), IsOk());
   EXPECT_EQ(worker->exit_code, 2) << worker->err.substr(0, 400);
@@ -935,14 +934,14 @@ TEST_F(CoordinatorServerTest, Cli_SubmitOverServerLimit_ExitsTwo) {
   auto json = ToJson(DenseManifest(2, 256, 512, 1000));
   ASSERT_THAT(json.status(), IsOk());
   WriteText(manifest, *json);
-  CommandResult over = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
-                            "--world-size", "32"});
+  CommandResult over =
+      Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest, "--world-size", "32"});
   EXPECT_EQ(over.exit_code, 2) << over.err;
   EXPECT_THAT(over.err, HasSubstr("--max-world-size"));
   EXPECT_THAT(over.err, HasSubstr("RESOURCE_EXHAUSTED"));
   for (const char* flag : {"--pp", "--ep"}) {
-    CommandResult zero = Ctl({"submit", "--coordinator", server_->address(), "--manifest",
-                              manifest, "--world-size", "4", flag, "0"});
+    CommandResult zero =
+        Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest, "--world-size", "4", flag, "0"});
     EXPECT_EQ(zero.exit_code, 2) << flag << ": " << zero.err;
     EXPECT_THAT(zero.err, HasSubstr(flag));
   }
@@ -959,8 +958,8 @@ TEST_F(CoordinatorServerTest, Cli_SubmitWithDeviceMemory_RefusesWhatDoesNotFitAn
   auto json = ToJson(DenseManifest(2, 256, 512, 1000));
   ASSERT_THAT(json.status(), IsOk());
   WriteText(manifest, *json);
-  CommandResult refused = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
-                               "--world-size", "2", "--device-memory", "2MiB"});
+  CommandResult refused = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest, "--world-size",
+                               "2", "--device-memory", "2MiB"});
   EXPECT_EQ(refused.exit_code, 2) << refused.err;
   EXPECT_THAT(refused.err, HasSubstr("topology.device_memory_bytes: rank "));
   EXPECT_THAT(refused.err, HasSubstr("[INVALID_ARGUMENT]"));
@@ -968,8 +967,8 @@ TEST_F(CoordinatorServerTest, Cli_SubmitWithDeviceMemory_RefusesWhatDoesNotFitAn
   CommandResult list = Ctl({"list", "--coordinator", server_->address(), "--output", "json"});
   EXPECT_THAT(list.out, Not(HasSubstr("\"version\"")));  // nothing was stored
 
-  CommandResult fits = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest,
-                            "--world-size", "2", "--device-memory", "1GiB"});
+  CommandResult fits = Ctl({"submit", "--coordinator", server_->address(), "--manifest", manifest, "--world-size", "2",
+                            "--device-memory", "1GiB"});
   ASSERT_EQ(fits.exit_code, 0) << fits.err;
   CommandResult rank = Ctl({"get", "--coordinator", server_->address(), "--rank", "1"});
   ASSERT_EQ(rank.exit_code, 0) << rank.err;
@@ -1031,8 +1030,7 @@ TEST_F(CoordinatorServerTest, Cli_TablesMatchTheJsonAndSayWhenEmpty) {
     const size_t at = table.out.find(absl::StrCat(" ", t.name(), " "));
     ASSERT_NE(at, std::string::npos) << t.name() << "\n" << table.out;
     const std::string line = table.out.substr(at, table.out.find('\n', at) - at);
-    EXPECT_TRUE(absl::EndsWith(line, absl::StrCat("  ", RankRanges(t.from()), " -> ", RankRanges(t.to()))))
-        << line;
+    EXPECT_TRUE(absl::EndsWith(line, absl::StrCat("  ", RankRanges(t.from()), " -> ", RankRanges(t.to())))) << line;
     owner_moves += t.kind() == v1::OWNER_CHANGED ? 1 : 0;
   }
   EXPECT_GT(owner_moves, 0);
@@ -1066,12 +1064,11 @@ TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {
   EXPECT_EQ(empty.exit_code, 1);
   EXPECT_THAT(empty.err, HasSubstr("FAILED_PRECONDITION"));
 
-  CommandResult submit =
-      Ctl({"submit", "--coordinator", addr, "--manifest", manifest, "--world-size", "4"});
+  CommandResult submit = Ctl({"submit", "--coordinator", addr, "--manifest", manifest, "--world-size", "4"});
   EXPECT_EQ(submit.exit_code, 0) << submit.err;
   EXPECT_THAT(submit.out, HasSubstr("version 1 created"));
-  CommandResult submit2 = Ctl({"submit", "--coordinator", addr, "--manifest", manifest,
-                               "--world-size", "8", "--output", "json"});
+  CommandResult submit2 =
+      Ctl({"submit", "--coordinator", addr, "--manifest", manifest, "--world-size", "8", "--output", "json"});
   EXPECT_EQ(submit2.exit_code, 0) << submit2.err;
   v1::SubmitPlanResponse parsed;
   ASSERT_THAT(FromJson(submit2.out, &parsed, "submit output"), IsOk());
@@ -1091,8 +1088,7 @@ TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {
   CommandResult diff = Ctl({"diff", "1", "2", "--coordinator", addr});
   EXPECT_EQ(diff.exit_code, 0) << diff.err;
   EXPECT_THAT(diff.out, HasSubstr("v1 (world 4) -> v2 (world 8)"));
-  CommandResult watch =
-      Ctl({"watch", "--from-version", "0", "--count", "2", "--coordinator", addr});
+  CommandResult watch = Ctl({"watch", "--from-version", "0", "--count", "2", "--coordinator", addr});
   EXPECT_EQ(watch.exit_code, 0) << watch.err;
   EXPECT_THAT(watch.out, HasSubstr("plan version=2"));
   CommandResult workers = Ctl({"workers", "--coordinator", addr});
@@ -1102,10 +1098,9 @@ TEST_F(CoordinatorServerTest, Cli_CommandsAndExitCodes) {
   EXPECT_EQ(Ctl({"get", "--coordinator", addr, "--version", "99"}).exit_code, 2);
   EXPECT_EQ(Ctl({"get", "--coordinator", addr, "--rank", "9"}).exit_code, 2);
   EXPECT_EQ(Ctl({"diff", "1", "--coordinator", addr}).exit_code, 2);
-  EXPECT_EQ(Ctl({"submit", "--coordinator", addr, "--manifest", dir_.Join("missing.json"),
-                 "--world-size", "4"})
-                .exit_code,
-            2);
+  EXPECT_EQ(
+      Ctl({"submit", "--coordinator", addr, "--manifest", dir_.Join("missing.json"), "--world-size", "4"}).exit_code,
+      2);
   EXPECT_EQ(Ctl({"list", "--coordinator", addr, "--no-such-flag"}).exit_code, 2);
   // RPC failure: exit 1.
   server_->Signal(SIGKILL);

@@ -11,11 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/proto_json.h"
-#include "plan/plan_view.h"
-#include "plan/planner.h"
 #include "coordinator/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -79,8 +79,8 @@ v1::SubmitPlanRequest Submit(int world, int layers = 2) {
   return r;
 }
 
-v1::JoinJobRequest JoinReq(const std::string& host, std::optional<int> rank = std::nullopt,
-                           uint64_t incarnation = 1, const std::string& job = "job") {
+v1::JoinJobRequest JoinReq(const std::string& host, std::optional<int> rank = std::nullopt, uint64_t incarnation = 1,
+                           const std::string& job = "job") {
   v1::JoinJobRequest r;
   r.set_job(job);
   r.set_host(host);
@@ -99,8 +99,8 @@ v1::HeartbeatRequest Beat(int rank, int64_t generation, uint64_t incarnation = 1
   return r;
 }
 
-v1::ReportErrorRequest Report(int rank, int64_t generation, const std::string& message,
-                              uint64_t incarnation = 1, const std::string& job = "job") {
+v1::ReportErrorRequest Report(int rank, int64_t generation, const std::string& message, uint64_t incarnation = 1,
+                              const std::string& job = "job") {
   v1::ReportErrorRequest r;
   r.set_job(job);
   r.set_rank(rank);
@@ -111,8 +111,7 @@ v1::ReportErrorRequest Report(int rank, int64_t generation, const std::string& m
 }
 
 // What a running worker sends after the coordinator restarted (NOTE [Adoption]).
-v1::JoinJobRequest AdoptReq(const std::string& host, const v1::JoinJobResponse& running,
-                            uint64_t incarnation = 1) {
+v1::JoinJobRequest AdoptReq(const std::string& host, const v1::JoinJobResponse& running, uint64_t incarnation = 1) {
   v1::JoinJobRequest r = JoinReq(host, running.rank(), incarnation);
   r.set_plan_version(running.plan_version());
   r.set_adopt_generation(running.generation());
@@ -222,8 +221,7 @@ TEST_F(CoordinatorServiceTest, SubmitPlan_BadManifest_InvalidArgumentNamingTenso
   v1::SubmitPlanRequest r = Submit(4);
   r.mutable_request()->mutable_manifest()->mutable_tensors(1)->set_shape(0, 0);
   EXPECT_THAT(service_->SubmitPlan(r).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr(r.request().manifest().tensors(1).name())));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(r.request().manifest().tensors(1).name())));
 }
 
 TEST_F(CoordinatorServiceTest, SubmitPlan_OverLimits_ResourceExhaustedNamingFlag) {
@@ -295,8 +293,7 @@ TEST_F(CoordinatorServiceTest, GetPlan_Rank_ReturnsThatRanksView) {
 // encoded body per group set, yet parses to exactly ExtractRankView.
 TEST_F(CoordinatorServiceTest, GetPlan_EveryRank_MatchesExtractRankViewAndSharesBody) {
   v1::SubmitPlanRequest moe;
-  *moe.mutable_request() =
-      MakeRequest(::muonshard::testing::MoeManifest(4, 128, 256, 8, 1000), 16, /*pp=*/2, /*ep=*/2);
+  *moe.mutable_request() = MakeRequest(::muonshard::testing::MoeManifest(4, 128, 256, 8, 1000), 16, /*pp=*/2, /*ep=*/2);
   ASSERT_THAT(service_->SubmitPlan(moe).status(), IsOk());
   auto whole = service_->GetPlan(v1::GetPlanRequest());
   ASSERT_THAT(whole.status(), IsOk());
@@ -307,8 +304,7 @@ TEST_F(CoordinatorServiceTest, GetPlan_EveryRank_MatchesExtractRankViewAndShares
     ASSERT_THAT(r.status(), IsOk());
     auto expected = planner::ExtractRankView(whole->plan(), rank);
     ASSERT_THAT(expected.status(), IsOk());
-    EXPECT_EQ(SerializeDeterministic(r->rank_view()), SerializeDeterministic(*expected))
-        << "rank " << rank;
+    EXPECT_EQ(SerializeDeterministic(r->rank_view()), SerializeDeterministic(*expected)) << "rank " << rank;
     EXPECT_EQ(r->info().version(), 1);
   }
 }
@@ -412,8 +408,7 @@ TEST_F(CoordinatorServiceTest, Watch_Shutdown_DrainsThenUnavailable) {
   ASSERT_THAT(first.status(), IsOk());
   ASSERT_TRUE(first->has_value());
   EXPECT_EQ((*first)->plan().version(), 1);
-  EXPECT_THAT((*w)->Next().status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("from_version 1")));
+  EXPECT_THAT((*w)->Next().status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("from_version 1")));
   EXPECT_THAT(service_->SubmitPlan(Submit(3)).status(),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
 }
@@ -437,9 +432,8 @@ TEST_F(CoordinatorServiceTest, Watch_Job_SnapshotThenMembershipEvents) {
   service_->CheckHeartbeats();
   std::vector<v1::WatchEvent> events = Drain(**w);
   EXPECT_THAT(JobTypes(events),
-              ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED,
-                          v1::JOB_EVENT_WORKER_FAILED, v1::JOB_EVENT_WORKER_FAILED,
-                          v1::JOB_EVENT_GENERATION_CHANGED));
+              ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_FAILED,
+                          v1::JOB_EVENT_WORKER_FAILED, v1::JOB_EVENT_GENERATION_CHANGED));
   for (size_t i = 1; i < events.size(); ++i) {
     EXPECT_EQ(events[i].job().revision(), events[i - 1].job().revision() + 1);
   }
@@ -515,8 +509,7 @@ TEST_F(CoordinatorServiceTest, JoinJob_OtherPlanVersionThanJob_FailedPreconditio
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("runs plan version 1")));
   v1::JoinJobRequest missing = JoinReq("x", std::nullopt, 1, "other-job");
   missing.set_plan_version(9);
-  EXPECT_THAT(service_->JoinJob(missing).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("9")));
+  EXPECT_THAT(service_->JoinJob(missing).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("9")));
 }
 
 TEST_F(CoordinatorServiceTest, JoinJob_RequestedRank_TakenOrOutside) {
@@ -526,8 +519,7 @@ TEST_F(CoordinatorServiceTest, JoinJob_RequestedRank_TakenOrOutside) {
               StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr("rank 2")));
   EXPECT_THAT(service_->JoinJob(JoinReq("b", 4)).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("outside")));
-  EXPECT_THAT(service_->JoinJob(JoinReq("")).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
+  EXPECT_THAT(service_->JoinJob(JoinReq("")).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host")));
   EXPECT_EQ(MustJoin(JoinReq("b")).rank(), 0);
 }
 
@@ -606,8 +598,7 @@ TEST_F(CoordinatorServiceTest, Heartbeat_MissedForTimeout_FailedAndGenerationBum
 
 TEST_F(CoordinatorServiceTest, Heartbeat_UnknownJobOrRank_NotFoundOrFailedPrecondition) {
   MustSubmit(4);
-  EXPECT_THAT(service_->Heartbeat(Beat(0, 1)).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("job")));
+  EXPECT_THAT(service_->Heartbeat(Beat(0, 1)).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("job")));
   MustJoin(JoinReq("a"));
   EXPECT_THAT(service_->Heartbeat(Beat(1, 1)).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("not joined")));
@@ -633,8 +624,7 @@ TEST_F(CoordinatorServiceTest, JobPlan_AnnouncedOnFirstJoinOnceAndEndedWhenTheLa
   leave.set_rank(b.rank());
   ASSERT_THAT(service_->LeaveJob(leave).status(), IsOk());
   absl::MutexLock lock(&observer_.mu_);
-  EXPECT_THAT(observer_.job_plans,
-              ElementsAre(absl::StrCat("job:", v), absl::StrCat("other:", v), "job:ended"));
+  EXPECT_THAT(observer_.job_plans, ElementsAre(absl::StrCat("job:", v), absl::StrCat("other:", v), "job:ended"));
 }
 
 TEST_F(CoordinatorServiceTest, LeaveJob_FirstLeaveBumpsGenerationLaterOnesDoNot) {
@@ -674,14 +664,13 @@ TEST_F(CoordinatorServiceTest, ReportError_CurrentGeneration_MovesItOnceAndPeers
   auto r = service_->ReportError(Report(b.rank(), b.generation(), "NCCL error: unhandled"));
   ASSERT_THAT(r.status(), IsOk());
   EXPECT_EQ(r->generation(), b.generation() + 1);
-  EXPECT_THAT(observer_.events,
-              ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED,
-                          v1::JOB_EVENT_ERROR_REPORTED, v1::JOB_EVENT_GENERATION_CHANGED));
+  EXPECT_THAT(observer_.events, ElementsAre(v1::JOB_EVENT_WORKER_JOINED, v1::JOB_EVENT_WORKER_JOINED,
+                                            v1::JOB_EVENT_ERROR_REPORTED, v1::JOB_EVENT_GENERATION_CHANGED));
   // The peer learns at its next heartbeat, with the reporter's words.
-  EXPECT_THAT(service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
-              StatusIs(absl::StatusCode::kAborted,
-                       AllOf(HasSubstr("stale"), HasSubstr("generation 2"),
-                             HasSubstr("rank 1 (b/gpu0) reported: NCCL error: unhandled"))));
+  EXPECT_THAT(
+      service_->Heartbeat(Beat(a.rank(), a.generation())).status(),
+      StatusIs(absl::StatusCode::kAborted, AllOf(HasSubstr("stale"), HasSubstr("generation 2"),
+                                                 HasSubstr("rank 1 (b/gpu0) reported: NCCL error: unhandled"))));
   // The peer's own failure, reported for the generation that already moved,
   // moves nothing more.
   auto peer = service_->ReportError(Report(a.rank(), a.generation(), "collective aborted"));
@@ -720,7 +709,7 @@ TEST_F(CoordinatorServiceTest, ReportError_HugeMessage_CutOnACharacterBoundaryAn
   MustSubmit(2);
   v1::JoinJobResponse a = MustJoin(JoinReq("a"));
   v1::JoinJobResponse b = MustJoin(JoinReq("b"));
-  std::string message = "x";  // then 2-byte characters: byte 1024 is inside one
+  std::string message = "x";                             // then 2-byte characters: byte 1024 is inside one
   for (int i = 0; i < 4000; ++i) message += "\xc3\xa9";  // é
   v1::WatchRequest watch;
   watch.set_job("job");
@@ -730,8 +719,8 @@ TEST_F(CoordinatorServiceTest, ReportError_HugeMessage_CutOnACharacterBoundaryAn
   ASSERT_THAT(w.status(), IsOk());
   ASSERT_THAT(service_->ReportError(Report(b.rank(), b.generation(), message)).status(), IsOk());
   std::vector<v1::WatchEvent> events = Drain(**w);
-  ASSERT_EQ(JobTypes(events), std::vector<v1::JobEventType>({v1::JOB_EVENT_ERROR_REPORTED,
-                                                             v1::JOB_EVENT_GENERATION_CHANGED}));
+  ASSERT_EQ(JobTypes(events),
+            std::vector<v1::JobEventType>({v1::JOB_EVENT_ERROR_REPORTED, v1::JOB_EVENT_GENERATION_CHANGED}));
   const std::string& kept = events[0].job().reason();
   EXPECT_EQ(kept.substr(0, 1023), message.substr(0, 1023));
   EXPECT_THAT(kept.substr(1023), StartsWith("… (truncated from 8001 bytes)"));
@@ -747,9 +736,8 @@ TEST_F(CoordinatorServiceTest, ReportError_HugeMessage_CutOnACharacterBoundaryAn
 TEST_F(CoordinatorServiceTest, ReportError_WrongIncarnationOrUnknownJob_AbortedOrNotFound) {
   MustSubmit(2);
   v1::JoinJobResponse a = MustJoin(JoinReq("a"));
-  EXPECT_THAT(
-      service_->ReportError(Report(a.rank(), a.generation(), "m", /*incarnation=*/7)).status(),
-      StatusIs(absl::StatusCode::kAborted, HasSubstr("incarnation")));
+  EXPECT_THAT(service_->ReportError(Report(a.rank(), a.generation(), "m", /*incarnation=*/7)).status(),
+              StatusIs(absl::StatusCode::kAborted, HasSubstr("incarnation")));
   EXPECT_THAT(service_->ReportError(Report(0, 1, "m", 1, "nope")).status(),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
   EXPECT_THAT(service_->ReportError(Report(5, a.generation(), "m")).status(),
@@ -827,15 +815,14 @@ TEST_F(CoordinatorServiceTest, Adopt_NotTheJobsGeneration_AbortedSoTheWorkerRejo
   v1::JoinJobResponse ahead = a;
   ahead.set_generation(a.generation() + 1);
   EXPECT_THAT(service_->JoinJob(AdoptReq("a", ahead)).status(),
-              StatusIs(absl::StatusCode::kAborted,
-                       AllOf(HasSubstr("last persisted generation is 1"),
-                             HasSubstr("cannot adopt generation 2: join again"))));
+              StatusIs(absl::StatusCode::kAborted, AllOf(HasSubstr("last persisted generation is 1"),
+                                                         HasSubstr("cannot adopt generation 2: join again"))));
   MustJoin(AdoptReq("a", a));
   // Job known: its generation and plan version.
-  EXPECT_THAT(service_->JoinJob(AdoptReq("b", ahead)).status(),
-              StatusIs(absl::StatusCode::kAborted,
-                       HasSubstr("job \"job\" is at generation 1 (plan version 1); cannot adopt "
-                                 "generation 2")));
+  EXPECT_THAT(
+      service_->JoinJob(AdoptReq("b", ahead)).status(),
+      StatusIs(absl::StatusCode::kAborted, HasSubstr("job \"job\" is at generation 1 (plan version 1); cannot adopt "
+                                                     "generation 2")));
   v1::JoinJobResponse other_plan = b;
   other_plan.set_plan_version(2);
   EXPECT_THAT(service_->JoinJob(AdoptReq("b", other_plan)).status(),
@@ -879,8 +866,7 @@ TEST_F(CoordinatorServiceTest, Adopt_RankMissingAfterGrace_GenerationMovesNaming
   service_->CheckHeartbeats();
   const v1::JobStatus job = MustStatus();
   EXPECT_EQ(job.generation(), a.generation() + 1);
-  EXPECT_EQ(job.generation_reason(),
-            "rank 2 did not re-register within 20s of the coordinator's restart");
+  EXPECT_EQ(job.generation_reason(), "rank 2 did not re-register within 20s of the coordinator's restart");
   EXPECT_THAT(service_->Heartbeat(Beat(b.rank(), b.generation())).status(),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 2 did not re-register")));
   // The survivors recover by joining again; the grace does not strike twice.
@@ -966,8 +952,7 @@ TEST_F(CoordinatorServiceTest, Adopt_WatchCursorFromBeforeTheRestart_GetsASnapsh
 TEST_F(CoordinatorServiceTest, ListWorkers_UnknownJob_NotFound) {
   v1::ListWorkersRequest req;
   req.set_job("nope");
-  EXPECT_THAT(service_->ListWorkers(req).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
+  EXPECT_THAT(service_->ListWorkers(req).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("nope")));
 }
 
 // ---------------------------------------------------------------- store health
@@ -1068,8 +1053,7 @@ TEST_F(StoreHealthTest, FailedPut_UnhealthyUntilAProbeCommits) {
   EXPECT_EQ(observer_.write_failures, 2);
   ASSERT_EQ(observer_.changes.size(), 2u);
   EXPECT_FALSE(observer_.changes[0].first);
-  EXPECT_THAT(observer_.changes[0].second,
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk is full")));
+  EXPECT_THAT(observer_.changes[0].second, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("disk is full")));
   EXPECT_TRUE(observer_.changes[1].first);
   EXPECT_THAT(observer_.changes[1].second, IsOk());
 }
@@ -1078,8 +1062,7 @@ TEST_F(StoreHealthTest, FailedGenerationSave_UnhealthyAndARealWriteHealsIt) {
   ASSERT_THAT(service_->SubmitPlan(Submit(2)).status(), IsOk());
   failing_.FailWrites(absl::InternalError("sqlite step: attempt to write a readonly database"));
   // A new job's generation is persisted before anyone sees it: no store, no join.
-  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("readonly")));
+  EXPECT_THAT(service_->JoinJob(JoinReq("a")).status(), StatusIs(absl::StatusCode::kInternal, HasSubstr("readonly")));
   EXPECT_FALSE(store_.healthy());
   failing_.FailWrites(absl::OkStatus());
   ASSERT_THAT(service_->JoinJob(JoinReq("a")).status(), IsOk());
@@ -1133,8 +1116,7 @@ class RendezvousTest : public CoordinatorServiceTest {
     absl::StatusOr<std::vector<std::string>> result;
     uint64_t id = 0;
   };
-  absl::StatusOr<std::optional<std::vector<std::string>>> Wait(std::vector<std::string> keys,
-                                                               int64_t timeout_ms,
+  absl::StatusOr<std::optional<std::vector<std::string>>> Wait(std::vector<std::string> keys, int64_t timeout_ms,
                                                                PendingWait* pending) {
     v1::WaitKeysRequest r;
     r.set_job("job");
@@ -1166,10 +1148,8 @@ TEST_F(RendezvousTest, SetThenGet_ReturnsValue) {
 }
 
 TEST_F(RendezvousTest, OtherGeneration_Aborted) {
-  EXPECT_THAT(Set("k", "v", false, a_.generation() + 1),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
-  EXPECT_THAT(Get("k", a_.generation() - 1).status(),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+  EXPECT_THAT(Set("k", "v", false, a_.generation() + 1), StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
+  EXPECT_THAT(Get("k", a_.generation() - 1).status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
 }
 
 // NOTE [Job failure]: rank 1 gives up with a reason of its own while rank 0
@@ -1185,9 +1165,9 @@ TEST_F(RendezvousTest, ReportThatEndsTheJob_EveryPeerCallReturnsTheFailureWithIt
   auto reported = service_->ReportError(report);
   ASSERT_THAT(reported.status(), IsOk());
   EXPECT_FALSE(reported->has_failure());  // its own: nothing to translate
-  const auto failed = StatusIs(absl::StatusCode::kInvalidArgument,
-                               AllOf(HasSubstr("rank 1 (b/gpu0) failed: INVALID_ARGUMENT: step options differ"),
-                                     HasSubstr("x=1")));
+  const auto failed =
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               AllOf(HasSubstr("rank 1 (b/gpu0) failed: INVALID_ARGUMENT: step options differ"), HasSubstr("x=1")));
   ASSERT_TRUE(pending.done.WaitForNotificationWithTimeout(absl::Seconds(10)));
   EXPECT_THAT(pending.result.status(), failed);
   EXPECT_THAT(Set("k", "v"), failed);
@@ -1296,8 +1276,7 @@ TEST_F(RendezvousTest, WaitKeys_GenerationBump_AbortsWaitAndDropsKeys) {
   ASSERT_TRUE(p.done.HasBeenNotified());
   EXPECT_THAT(p.result.status(), StatusIs(absl::StatusCode::kAborted, HasSubstr("generation")));
   v1::JoinJobResponse again = MustJoin(JoinReq("a"));
-  EXPECT_THAT(Get("old", again.generation()).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("old")));
+  EXPECT_THAT(Get("old", again.generation()).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("old")));
 }
 
 TEST_F(RendezvousTest, WaitKeys_Cancelled_CallbackNeverRuns) {
@@ -1315,19 +1294,15 @@ TEST_F(RendezvousTest, WaitKeys_Shutdown_Unavailable) {
   ASSERT_THAT(Wait({"k"}, 60000, &p).status(), IsOk());
   service_->Shutdown();
   ASSERT_TRUE(p.done.HasBeenNotified());
-  EXPECT_THAT(p.result.status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  EXPECT_THAT(p.result.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
   PendingWait late;
-  EXPECT_THAT(Wait({"k"}, 1000, &late).status(),
-              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
+  EXPECT_THAT(Wait({"k"}, 1000, &late).status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shutting down")));
 }
 
 TEST_F(RendezvousTest, WaitKeys_BadRequests_InvalidArgumentOrResourceExhausted) {
   PendingWait p;
-  EXPECT_THAT(Wait({}, 1000, &p).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no keys")));
-  EXPECT_THAT(Wait({"k"}, -1, &p).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(Wait({}, 1000, &p).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no keys")));
+  EXPECT_THAT(Wait({"k"}, -1, &p).status(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("negative")));
   options_.max_waiters = 1;
   Restart();
   MustSubmit(2);

@@ -7,11 +7,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "plan/memory.h"
-#include "plan/planner.h"
 #include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/memory.h"
+#include "plan/planner.h"
 #include "prometheus/text_serializer.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -59,9 +59,7 @@ v1::Plan WithMemory(v1::Plan plan, int with_capacity = 0) {
   return plan;
 }
 
-v1::Plan DensePlan(int world) {
-  return WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), world)));
-}
+v1::Plan DensePlan(int world) { return WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), world))); }
 
 v1::PlanVersionInfo Info(int64_t version, int world, const std::string& hash = "") {
   v1::PlanVersionInfo info;
@@ -73,8 +71,7 @@ v1::PlanVersionInfo Info(int64_t version, int world, const std::string& hash = "
 }
 
 // The samples of `text` whose name starts with `prefix` and that carry `label`.
-std::vector<std::string> Samples(const std::string& text, const std::string& prefix,
-                                 const std::string& label) {
+std::vector<std::string> Samples(const std::string& text, const std::string& prefix, const std::string& label) {
   std::vector<std::string> out;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (absl::StartsWith(line, prefix) && absl::StrContains(line, label)) {
@@ -85,9 +82,8 @@ std::vector<std::string> Samples(const std::string& text, const std::string& pre
 }
 
 TEST(RankColourLoadsTest, DenseAndMoePlans_ColoursSumToRankStateBytesAndFlops) {
-  for (const v1::Plan& plan :
-       {Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 8)),
-        Compute(MakeRequest(MoeManifest(2, 128, 256, 8, 1000), 8, /*pp=*/1, /*ep=*/4))}) {
+  for (const v1::Plan& plan : {Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 8)),
+                               Compute(MakeRequest(MoeManifest(2, 128, 256, 8, 1000), 8, /*pp=*/1, /*ep=*/4))}) {
     std::vector<int64_t> bytes(plan.ranks_size(), 0);
     std::vector<double> flops(plan.ranks_size(), 0);
     std::set<v1::Colour> colours;
@@ -117,8 +113,7 @@ TEST(CoordinatorMetricsTest, Registry_ExportsExactlyTheDocumentedFamilies) {
   metrics.OnPlanCreated(info, absl::Milliseconds(20));
   metrics.OnLatestPlan(info, WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)),
                                         /*with_capacity=*/1));
-  const v1::Plan job_plan =
-      WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)), /*with_capacity=*/4);
+  const v1::Plan job_plan = WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)), /*with_capacity=*/4);
   metrics.OnJobPlan("train", Info(3, 4), &job_plan);
   v1::JobEvent event;
   event.set_job("train");
@@ -179,23 +174,19 @@ TEST(CoordinatorMetricsTest, OnLatestPlan_SmallerWorld_DropsStaleRankSeries) {
   metrics.OnLatestPlan(info, Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)));
   const std::string text = Scrape(metrics);
   EXPECT_THAT(text, Not(HasSubstr("rank=\"7\"")));
-  EXPECT_THAT(text,
-              HasSubstr("muonshard_plan_optimizer_state_bytes{colour=\"default\",rank=\"3\"}"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_optimizer_state_bytes{colour=\"default\",rank=\"3\"}"));
 }
 
 TEST(CoordinatorMetricsTest, OnLatestPlan_ExportsMemoryTermsAndHeadroomWithACapacity) {
   CoordinatorMetrics metrics;
-  metrics.OnLatestPlan(Info(1, 4),
-                       WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)),
-                                  /*with_capacity=*/2));
+  metrics.OnLatestPlan(Info(1, 4), WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)),
+                                              /*with_capacity=*/2));
   const std::string text = Scrape(metrics);
   EXPECT_THAT(text, HasSubstr("muonshard_plan_rank_memory_bytes{rank=\"2\",term=\"grad\"} 2002\n"));
-  EXPECT_THAT(text,
-              HasSubstr("muonshard_plan_rank_memory_bytes{rank=\"3\",term=\"total\"} 28021\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_plan_rank_memory_bytes{rank=\"3\",term=\"total\"} 28021\n"));
   EXPECT_EQ(Samples(text, "muonshard_plan_rank_memory_bytes{", "").size(), 4u * kNumMemoryTerms);
   EXPECT_THAT(text, HasSubstr("muonshard_plan_rank_memory_headroom_bytes{rank=\"1\"} 71993\n"));
-  EXPECT_THAT(Samples(text, "muonshard_plan_rank_memory_headroom_bytes{", ""),
-              ::testing::SizeIs(2));
+  EXPECT_THAT(Samples(text, "muonshard_plan_rank_memory_headroom_bytes{", ""), ::testing::SizeIs(2));
 }
 
 // The same names as the planner's (and the worker's muonshard_worker_plan_memory_bytes).
@@ -219,30 +210,22 @@ TEST(CoordinatorMetricsTest, OnJobPlan_ExportsTheJobsPlanWithJobAndVersionLabels
   const v1::Plan plan = DensePlan(8);
   metrics.OnJobPlan("train", Info(1, 8), &plan);
   const std::string text = Scrape(metrics);
-  EXPECT_THAT(
-      text,
-      HasSubstr("muonshard_job_plan_info{content_hash=\"hash1\",job=\"train\",model=\"dense\","
-                "plan_version=\"1\",world_size=\"8\"} 1\n"));
-  EXPECT_THAT(
-      text,
-      HasSubstr("muonshard_job_plan_memory_imbalance_ratio{job=\"train\",plan_version=\"1\"} "));
+  EXPECT_THAT(text, HasSubstr("muonshard_job_plan_info{content_hash=\"hash1\",job=\"train\",model=\"dense\","
+                              "plan_version=\"1\",world_size=\"8\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_job_plan_memory_imbalance_ratio{job=\"train\",plan_version=\"1\"} "));
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_flops_max_over_lower_bound_ratio{job=\"train\","
                               "plan_version=\"1\"}"));
-  EXPECT_THAT(text,
-              HasSubstr(absl::StrCat("muonshard_job_plan_optimizer_state_bytes{colour=\"default\","
-                                     "job=\"train\",plan_version=\"1\",rank=\"7\"} ",
-                                     plan.ranks(7).optimizer_state_bytes(), "\n")));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("muonshard_job_plan_optimizer_state_bytes{colour=\"default\","
+                                           "job=\"train\",plan_version=\"1\",rank=\"7\"} ",
+                                           plan.ranks(7).optimizer_state_bytes(), "\n")));
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_ns_flops{colour=\"default\",job=\"train\","
                               "plan_version=\"1\",rank=\"0\"}"));
   // Every term of every rank; no headroom without a capacity.
-  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"train\"").size(),
-            8u * kNumMemoryTerms);
-  EXPECT_THAT(text,
-              HasSubstr("muonshard_job_plan_rank_memory_bytes{job=\"train\",plan_version=\"1\","
-                        "rank=\"5\",term=\"muon_momentum\"} 4005\n"));
-  EXPECT_THAT(text,
-              HasSubstr("muonshard_job_plan_rank_memory_bytes{job=\"train\",plan_version=\"1\","
-                        "rank=\"5\",term=\"total\"} 28035\n"));
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"train\"").size(), 8u * kNumMemoryTerms);
+  EXPECT_THAT(text, HasSubstr("muonshard_job_plan_rank_memory_bytes{job=\"train\",plan_version=\"1\","
+                              "rank=\"5\",term=\"muon_momentum\"} 4005\n"));
+  EXPECT_THAT(text, HasSubstr("muonshard_job_plan_rank_memory_bytes{job=\"train\",plan_version=\"1\","
+                              "rank=\"5\",term=\"total\"} 28035\n"));
   EXPECT_THAT(text, Not(HasSubstr("muonshard_job_plan_rank_memory_headroom_bytes{")));
 }
 
@@ -251,8 +234,7 @@ TEST(CoordinatorMetricsTest, OnJobPlan_Headroom_OnlyForRanksWithACapacity) {
   const v1::Plan plan = WithMemory(Compute(MakeRequest(DenseManifest(2, 256, 512, 1000), 4)), 3);
   metrics.OnJobPlan("train", Info(1, 4), &plan);
   const std::string text = Scrape(metrics);
-  EXPECT_THAT(Samples(text, "muonshard_job_plan_rank_memory_headroom_bytes{", ""),
-              ::testing::SizeIs(3));
+  EXPECT_THAT(Samples(text, "muonshard_job_plan_rank_memory_headroom_bytes{", ""), ::testing::SizeIs(3));
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_rank_memory_headroom_bytes{job=\"train\","
                               "plan_version=\"1\",rank=\"2\"} 71986\n"));
   EXPECT_THAT(text, Not(HasSubstr("muonshard_job_plan_rank_memory_headroom_bytes{job=\"train\","
@@ -273,8 +255,7 @@ TEST(CoordinatorMetricsTest, OnJobPlan_JobMovesToAnotherVersion_OnlyTheNewVersio
                               "model=\"dense\",plan_version=\"2\",world_size=\"4\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_optimizer_state_bytes{colour=\"default\","
                               "job=\"train\",plan_version=\"2\",rank=\"3\"}"));
-  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "plan_version=\"2\"").size(),
-            4u * kNumMemoryTerms);
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "plan_version=\"2\"").size(), 4u * kNumMemoryTerms);
 }
 
 TEST(CoordinatorMetricsTest, OnJobPlan_TwoJobsOnDifferentVersions_EachKeepsItsOwnSeries) {
@@ -286,16 +267,12 @@ TEST(CoordinatorMetricsTest, OnJobPlan_TwoJobsOnDifferentVersions_EachKeepsItsOw
   const std::string text = Scrape(metrics);
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_info{content_hash=\"hash1\",job=\"a\""));
   EXPECT_THAT(text, HasSubstr("muonshard_job_plan_info{content_hash=\"hash2\",job=\"b\""));
-  EXPECT_EQ(
-      Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"a\",plan_version=\"1\"").size(),
-      8u * kNumMemoryTerms);
-  EXPECT_EQ(
-      Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"b\",plan_version=\"2\"").size(),
-      4u * kNumMemoryTerms);
-  EXPECT_THAT(Samples(text, "muonshard_job_plan_", "job=\"a\",plan_version=\"2\""),
-              ::testing::IsEmpty());
-  EXPECT_THAT(Samples(text, "muonshard_job_plan_", "job=\"b\",plan_version=\"1\""),
-              ::testing::IsEmpty());
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"a\",plan_version=\"1\"").size(),
+            8u * kNumMemoryTerms);
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_rank_memory_bytes{", "job=\"b\",plan_version=\"2\"").size(),
+            4u * kNumMemoryTerms);
+  EXPECT_THAT(Samples(text, "muonshard_job_plan_", "job=\"a\",plan_version=\"2\""), ::testing::IsEmpty());
+  EXPECT_THAT(Samples(text, "muonshard_job_plan_", "job=\"b\",plan_version=\"1\""), ::testing::IsEmpty());
 }
 
 TEST(CoordinatorMetricsTest, OnJobPlanEnded_RemovesEverySeriesOfThatJobOnly) {
@@ -307,13 +284,11 @@ TEST(CoordinatorMetricsTest, OnJobPlanEnded_RemovesEverySeriesOfThatJobOnly) {
   metrics.OnJobPlanEnded("never-ran");  // nothing to remove
   std::string text = Scrape(metrics);
   EXPECT_THAT(Samples(text, "muonshard_job_plan_", "job=\"a\""), ::testing::IsEmpty());
-  EXPECT_EQ(Samples(text, "muonshard_job_plan_", "job=\"b\"").size(),
-            1 + 6 + 4 * (2 + kNumMemoryTerms + 1));
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_", "job=\"b\"").size(), 1 + 6 + 4 * (2 + kNumMemoryTerms + 1));
   // The job runs again (its next first joiner): exported afresh.
   metrics.OnJobPlan("a", Info(1, 4), &plan);
   text = Scrape(metrics);
-  EXPECT_EQ(Samples(text, "muonshard_job_plan_", "job=\"a\"").size(),
-            1 + 6 + 4 * (2 + kNumMemoryTerms + 1));
+  EXPECT_EQ(Samples(text, "muonshard_job_plan_", "job=\"a\"").size(), 1 + 6 + 4 * (2 + kNumMemoryTerms + 1));
   metrics.OnJobPlanEnded("a");
   metrics.OnJobPlanEnded("b");
   EXPECT_THAT(Samples(Scrape(metrics), "muonshard_job_plan_", ""), ::testing::IsEmpty());
@@ -324,8 +299,7 @@ TEST(CoordinatorMetricsTest, OnJobPlan_UnreadablePlan_InfoOnlyAndThePreviousVers
   const v1::Plan plan = DensePlan(4);
   metrics.OnJobPlan("train", Info(1, 4), &plan);
   metrics.OnJobPlan("train", Info(2, 4), nullptr);
-  const std::vector<std::string> left =
-      Samples(Scrape(metrics), "muonshard_job_plan_", "job=\"train\"");
+  const std::vector<std::string> left = Samples(Scrape(metrics), "muonshard_job_plan_", "job=\"train\"");
   ASSERT_THAT(left, ::testing::SizeIs(1));
   EXPECT_THAT(left[0], HasSubstr("muonshard_job_plan_info{"));
   EXPECT_THAT(left[0], HasSubstr("plan_version=\"2\""));

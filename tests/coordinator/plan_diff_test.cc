@@ -1,8 +1,8 @@
 #include "coordinator/plan_diff.h"
 
-#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -132,8 +132,7 @@ TEST(PlanDiffTest, DiffPlans_WorldSizeDoubles_StateMovesAndCountersCoverEveryTen
   EXPECT_EQ(diff.to_world_size(), 8);
   EXPECT_GT(diff.owner_changed() + diff.slice_changed(), 0);
   EXPECT_GT(diff.moved_state_bytes(), 0);
-  EXPECT_EQ(diff.unchanged_tensors() + diff.owner_changed() + diff.slice_changed(),
-            from.tensors_size());
+  EXPECT_EQ(diff.unchanged_tensors() + diff.owner_changed() + diff.slice_changed(), from.tensors_size());
   for (const v1::TensorDiff& d : diff.tensors()) {
     int64_t numel = 0;
     for (const v1::PlannedTensor& t : to.tensors()) {
@@ -159,8 +158,8 @@ TEST(PlanDiffTest, DiffPlans_Limit_TruncatesListButNotCounters) {
 // Invariant on planner output (dense and MoE with expert parallelism): the
 // placements of every tensor tile [0, numel) without gaps or overlaps.
 TEST(PlanDiffTest, TensorPlacements_PlannerPlans_TileEveryTensor) {
-  for (const v1::Plan& plan : {Compute(DenseManifest(2, 256, 512, 1000), 8),
-                               Compute(MoeManifest(2, 128, 256, 8, 1000), 8, 4)}) {
+  for (const v1::Plan& plan :
+       {Compute(DenseManifest(2, 256, 512, 1000), 8), Compute(MoeManifest(2, 128, 256, 8, 1000), 8, 4)}) {
     std::vector<std::vector<v1::Placement>> placements = TensorPlacements(plan);
     ASSERT_EQ(static_cast<int>(placements.size()), plan.tensors_size());
     for (int i = 0; i < plan.tensors_size(); ++i) {

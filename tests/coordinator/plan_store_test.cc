@@ -13,11 +13,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
-#include "plan/planner.h"
 #include "coordinator/sqlite_plan_store.h"
 #include "coordinator/store_health.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -41,8 +41,7 @@ struct Stored {
 // A canonical request and its plan; `world` varies the content hash.
 Stored MakeStored(int world, int layers = 2) {
   Stored s;
-  auto canonical =
-      planner::CanonicalizeRequest(MakeRequest(DenseManifest(layers, 256, 512, 1000), world));
+  auto canonical = planner::CanonicalizeRequest(MakeRequest(DenseManifest(layers, 256, 512, 1000), world));
   EXPECT_THAT(canonical.status(), IsOk());
   s.request = *canonical;
   auto plan = planner::ComputePlan(s.request);
@@ -117,10 +116,8 @@ TEST_P(PlanStoreConformanceTest, GetPlanAndRequest_RoundTripByteExact) {
 
 TEST_P(PlanStoreConformanceTest, GetPlan_UnknownVersion_NotFound) {
   MustPut(MakeStored(2));
-  EXPECT_THAT(store_->GetPlan(2).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("version 2")));
-  EXPECT_THAT(store_->GetRequest(0).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("0")));
+  EXPECT_THAT(store_->GetPlan(2).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("version 2")));
+  EXPECT_THAT(store_->GetRequest(0).status(), StatusIs(absl::StatusCode::kNotFound, HasSubstr("0")));
 }
 
 TEST_P(PlanStoreConformanceTest, ListVersions_OldestFirstWithMetadata) {
@@ -183,15 +180,11 @@ std::unique_ptr<PlanStore> OpenSqlite(const std::string& dir) {
   return store.ok() ? std::move(*store) : nullptr;
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, PlanStoreConformanceTest,
-                         ::testing::Values(StoreFactory{"InMemory",
-                                                        [](const std::string&) {
-                                                          return NewInMemoryPlanStore();
-                                                        }},
-                                           StoreFactory{"Sqlite", OpenSqlite}),
-                         [](const ::testing::TestParamInfo<StoreFactory>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Stores, PlanStoreConformanceTest,
+    ::testing::Values(StoreFactory{"InMemory", [](const std::string&) { return NewInMemoryPlanStore(); }},
+                      StoreFactory{"Sqlite", OpenSqlite}),
+    [](const ::testing::TestParamInfo<StoreFactory>& info) { return std::string(info.param.name); });
 
 // ---------------------------------------------------------------- SQLite only
 
@@ -265,8 +258,7 @@ TEST_F(SqlitePlanStoreTest, Open_UsesWalJournalAndAutoincrementVersions) {
   { ASSERT_THAT(SqlitePlanStore::Open(data_dir()).status(), IsOk()); }
   RawDb db(data_dir() + "/coordinator.db");
   EXPECT_EQ(db.Text("PRAGMA journal_mode"), "wal");
-  EXPECT_THAT(db.Text("SELECT sql FROM sqlite_master WHERE name='plans'"),
-              HasSubstr("AUTOINCREMENT"));
+  EXPECT_THAT(db.Text("SELECT sql FROM sqlite_master WHERE name='plans'"), HasSubstr("AUTOINCREMENT"));
 }
 
 TEST_F(SqlitePlanStoreTest, DeletedNewestVersion_IsNeverHandedOutAgain) {
@@ -302,8 +294,8 @@ TEST_F(SqlitePlanStoreTest, WritesRefusedBySqlite_UnhealthyUntilAProbeCommits) {
   RawDb db(data_dir() + "/coordinator.db");
   for (const char* table : {"plans", "job_generations", "write_probe"}) {
     for (const char* op : {"INSERT", "UPDATE"}) {
-      ASSERT_EQ(db.Exec(absl::StrCat("CREATE TRIGGER fail_", op, "_", table, " BEFORE ", op, " ON ",
-                                     table, " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+      ASSERT_EQ(db.Exec(absl::StrCat("CREATE TRIGGER fail_", op, "_", table, " BEFORE ", op, " ON ", table,
+                                     " BEGIN SELECT RAISE(ABORT, 'refused'); END")
                             .c_str()),
                 SQLITE_OK);
     }
@@ -312,8 +304,7 @@ TEST_F(SqlitePlanStoreTest, WritesRefusedBySqlite_UnhealthyUntilAProbeCommits) {
   EXPECT_THAT(store.Put(a.info, a.request, a.plan).status(),
               StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
   EXPECT_FALSE(store.healthy());
-  EXPECT_THAT(store.SaveGeneration("job", 2),
-              StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
+  EXPECT_THAT(store.SaveGeneration("job", 2), StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
   EXPECT_THAT(store.ProbeWrite(), StatusIs(absl::StatusCode::kInternal, HasSubstr("refused")));
   EXPECT_FALSE(store.healthy());
   ASSERT_THAT(store.ListVersions().status(), IsOk());  // reads still work
@@ -341,8 +332,7 @@ TEST_F(SqlitePlanStoreTest, GetPlan_CorruptBlob_DataLoss) {
   }
   auto store = SqlitePlanStore::Open(data_dir());
   ASSERT_THAT(store.status(), IsOk());
-  EXPECT_THAT((*store)->GetPlan(1).status(),
-              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("plan version 1")));
+  EXPECT_THAT((*store)->GetPlan(1).status(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr("plan version 1")));
 }
 
 }  // namespace

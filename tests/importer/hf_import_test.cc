@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/proto_json.h"
-#include "importer/manifest_summary.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/manifest_summary.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
 
@@ -96,13 +96,12 @@ TEST(HfImportFixtureTest, DeepSeekV3_MatchesPublishedCountTotalOrderAndFp32Bias)
 
   EXPECT_THAT(
       NamesWithPrefix(m, "model.layers.0."),
-      ElementsAre(
-          "model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_a_layernorm.weight",
-          "model.layers.0.self_attn.q_b_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
-          "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
-          "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
-          "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
-          "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"));
+      ElementsAre("model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_a_layernorm.weight",
+                  "model.layers.0.self_attn.q_b_proj.weight", "model.layers.0.self_attn.kv_a_proj_with_mqa.weight",
+                  "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.0.self_attn.kv_b_proj.weight",
+                  "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+                  "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+                  "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_b_proj.weight")), ElementsAre(128 * 192, 1536));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight")), ElementsAre(576, 7168));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.kv_b_proj.weight")), ElementsAre(128 * 256, 512));
@@ -161,17 +160,16 @@ INSTANTIATE_TEST_SUITE_P(RealConfigs, HfImportTotalsTest,
 
 TEST(HfImportFamilyTest, GptOss_FusedExpertsAreInOutWithBiasesAndSinks) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("gpt-oss-20b"));
-  EXPECT_THAT(
-      NamesWithPrefix(m, "model.layers.0."),
-      ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
-                  "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
-                  "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
-                  "model.layers.0.self_attn.o_proj.weight", "model.layers.0.self_attn.o_proj.bias",
-                  "model.layers.0.self_attn.sinks", "model.layers.0.mlp.router.weight",
-                  "model.layers.0.mlp.router.bias", "model.layers.0.mlp.experts.gate_up_proj",
-                  "model.layers.0.mlp.experts.gate_up_proj_bias", "model.layers.0.mlp.experts.down_proj",
-                  "model.layers.0.mlp.experts.down_proj_bias", "model.layers.0.input_layernorm.weight",
-                  "model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
+              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+                          "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+                          "model.layers.0.self_attn.o_proj.weight", "model.layers.0.self_attn.o_proj.bias",
+                          "model.layers.0.self_attn.sinks", "model.layers.0.mlp.router.weight",
+                          "model.layers.0.mlp.router.bias", "model.layers.0.mlp.experts.gate_up_proj",
+                          "model.layers.0.mlp.experts.gate_up_proj_bias", "model.layers.0.mlp.experts.down_proj",
+                          "model.layers.0.mlp.experts.down_proj_bias", "model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_proj.weight")), ElementsAre(4096, 2880));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.sinks")), ElementsAre(64));
   v1::TensorSpec gate_up = Tensor(m, "model.layers.0.mlp.experts.gate_up_proj");
@@ -307,8 +305,7 @@ TEST(HfImportNewFamilyTest, Qwen2_7B_MatchesPublishedTotalWithQkvBiases) {
                           "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
                           "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
                           "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
-                          "model.layers.0.input_layernorm.weight",
-                          "model.layers.0.post_attention_layernorm.weight"));
+                          "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.27.self_attn.k_proj.bias")), ElementsAre(512));
   EXPECT_THAT(Shape(Tensor(m, "lm_head.weight")), ElementsAre(152064, 3584));
 }
@@ -321,14 +318,14 @@ TEST(HfImportNewFamilyTest, Gemma2_9B_MatchesPublishedTotalFourNormsTiedFp32) {
   EXPECT_EQ(s.tensors, 464);
   EXPECT_EQ(s.parameters, 9'241'705'984);
   EXPECT_EQ(s.by_dtype[v1::FP32].tensors, 464);  // torch_dtype float32
-  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
-              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-                          "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
-                          "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
-                          "model.layers.0.post_attention_layernorm.weight",
-                          "model.layers.0.pre_feedforward_layernorm.weight",
-                          "model.layers.0.post_feedforward_layernorm.weight"));
+  EXPECT_THAT(
+      NamesWithPrefix(m, "model.layers.0."),
+      ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                  "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                  "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                  "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
+                  "model.layers.0.post_attention_layernorm.weight", "model.layers.0.pre_feedforward_layernorm.weight",
+                  "model.layers.0.post_feedforward_layernorm.weight"));
   // head_dim 256: 16 x 256 = 4096 query rows on a 3584 hidden.
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_proj.weight")), ElementsAre(4096, 3584));
   EXPECT_EQ(IndexOf(m, "lm_head.weight"), -1);  // no tie_word_embeddings: Gemma2Config ties
@@ -342,15 +339,15 @@ TEST(HfImportNewFamilyTest, Gemma3Text_1B_MatchesPublishedTotalQkNormTied) {
   ManifestSummary s = Summarize(m);
   EXPECT_EQ(s.tensors, 340);
   EXPECT_EQ(s.parameters, 999'885'952);
-  EXPECT_THAT(NamesWithPrefix(m, "model.layers.0."),
-              ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
-                          "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
-                          "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
-                          "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
-                          "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
-                          "model.layers.0.post_attention_layernorm.weight",
-                          "model.layers.0.pre_feedforward_layernorm.weight",
-                          "model.layers.0.post_feedforward_layernorm.weight"));
+  EXPECT_THAT(
+      NamesWithPrefix(m, "model.layers.0."),
+      ElementsAre("model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight",
+                  "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.o_proj.weight",
+                  "model.layers.0.self_attn.q_norm.weight", "model.layers.0.self_attn.k_norm.weight",
+                  "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                  "model.layers.0.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight",
+                  "model.layers.0.post_attention_layernorm.weight", "model.layers.0.pre_feedforward_layernorm.weight",
+                  "model.layers.0.post_feedforward_layernorm.weight"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.k_proj.weight")), ElementsAre(256, 1152));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.self_attn.q_norm.weight")), ElementsAre(256));
   EXPECT_EQ(IndexOf(m, "lm_head.weight"), -1);
@@ -375,12 +372,10 @@ TEST(HfImportNewFamilyTest, Gemma3_4B_ImportsTheLanguageModelOfTheNestedTextConf
   ASSERT_EQ(layer.size(), 13u);
   EXPECT_EQ(layer[4], "language_model.model.layers.0.self_attn.q_norm.weight");
   EXPECT_EQ(layer[12], "language_model.model.layers.0.post_feedforward_layernorm.weight");
-  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.q_proj.weight")),
-              ElementsAre(8 * 256, 2560));
-  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.v_proj.weight")),
-              ElementsAre(4 * 256, 2560));
+  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.q_proj.weight")), ElementsAre(8 * 256, 2560));
+  EXPECT_THAT(Shape(Tensor(m, "language_model.model.layers.33.self_attn.v_proj.weight")), ElementsAre(4 * 256, 2560));
   EXPECT_EQ(m.tensors(m.tensors_size() - 1).name(), "language_model.model.norm.weight");  // tied
-  EXPECT_EQ(m.tensors(0).dtype(), v1::BF16);  // the top-level torch_dtype
+  EXPECT_EQ(m.tensors(0).dtype(), v1::BF16);                                              // the top-level torch_dtype
 }
 
 TEST(HfImportNewFamilyTest, Gemma3_TextConfigIsRequiredAndItsFieldsNamedByPath) {
@@ -390,11 +385,10 @@ TEST(HfImportNewFamilyTest, Gemma3_TextConfigIsRequiredAndItsFieldsNamedByPath) 
   google::protobuf::Value text;
   (*text.mutable_struct_value()->mutable_fields())["num_hidden_layers"] = testing::Number(2);
   EXPECT_THAT(ImportHfConfig(testing::SetField(gemma3, "text_config", text), {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("missing field \"text_config.hidden_size\"")));
-  EXPECT_THAT(ImportHfConfig(testing::SetField(gemma3, "text_config", testing::Number(1)), {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("field \"text_config\" must be an object, got 1")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"text_config.hidden_size\"")));
+  EXPECT_THAT(
+      ImportHfConfig(testing::SetField(gemma3, "text_config", testing::Number(1)), {}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field \"text_config\" must be an object, got 1")));
 }
 
 // Published 14,315,784,192: keras-hub's qwen1.5_moe_2.7b_en preset and the
@@ -414,13 +408,12 @@ TEST(HfImportNewFamilyTest, Qwen15MoeA27B_MatchesPublishedTotalWithSharedExpert)
                           "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
                           "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate.weight",
                           "model.layers.0.mlp.experts.0.gate_proj.weight"));
-  EXPECT_THAT(std::vector<std::string>(layer.begin() + 187, layer.end()),
-              ElementsAre("model.layers.0.mlp.experts.59.down_proj.weight",
-                          "model.layers.0.mlp.shared_expert.gate_proj.weight",
-                          "model.layers.0.mlp.shared_expert.up_proj.weight",
-                          "model.layers.0.mlp.shared_expert.down_proj.weight",
-                          "model.layers.0.mlp.shared_expert_gate.weight", "model.layers.0.input_layernorm.weight",
-                          "model.layers.0.post_attention_layernorm.weight"));
+  EXPECT_THAT(
+      std::vector<std::string>(layer.begin() + 187, layer.end()),
+      ElementsAre("model.layers.0.mlp.experts.59.down_proj.weight", "model.layers.0.mlp.shared_expert.gate_proj.weight",
+                  "model.layers.0.mlp.shared_expert.up_proj.weight",
+                  "model.layers.0.mlp.shared_expert.down_proj.weight", "model.layers.0.mlp.shared_expert_gate.weight",
+                  "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight"));
   EXPECT_THAT(Shape(Tensor(m, "model.layers.0.mlp.gate.weight")), ElementsAre(60, 2048));
   v1::TensorSpec expert = Tensor(m, "model.layers.23.mlp.experts.59.down_proj.weight");
   EXPECT_THAT(Shape(expert), ElementsAre(2048, 1408));
@@ -526,10 +519,10 @@ TEST(HfImportOptionTest, Mtp_AddsNextNLayerBeforeFinalNorm) {
   EXPECT_EQ(s.parameters, 684'489'845'504);
   std::vector<std::string> mtp = NamesWithPrefix(m, "model.layers.61.");
   ASSERT_EQ(mtp.size(), 788u);
-  EXPECT_THAT(std::vector<std::string>(mtp.begin(), mtp.begin() + 5),
-              ElementsAre("model.layers.61.embed_tokens.weight", "model.layers.61.enorm.weight",
-                          "model.layers.61.hnorm.weight", "model.layers.61.eh_proj.weight",
-                          "model.layers.61.self_attn.q_a_proj.weight"));
+  EXPECT_THAT(
+      std::vector<std::string>(mtp.begin(), mtp.begin() + 5),
+      ElementsAre("model.layers.61.embed_tokens.weight", "model.layers.61.enorm.weight", "model.layers.61.hnorm.weight",
+                  "model.layers.61.eh_proj.weight", "model.layers.61.self_attn.q_a_proj.weight"));
   EXPECT_EQ(mtp[786], "model.layers.61.shared_head.norm.weight");
   EXPECT_EQ(mtp[787], "model.layers.61.shared_head.head.weight");
   EXPECT_THAT(Shape(Tensor(m, "model.layers.61.eh_proj.weight")), ElementsAre(7168, 14336));
@@ -543,28 +536,24 @@ TEST(HfImportOptionTest, Mtp_AddsNextNLayerBeforeFinalNorm) {
 TEST(HfImportOptionTest, Mtp_KimiHasNoNextNLayers) {
   ImportOptions options;
   options.mtp = true;
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m,
-                                 ImportConfig("Kimi-K2-Instruct", options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest m, ImportConfig("Kimi-K2-Instruct", options));
   EXPECT_EQ(Summarize(m).tensors, 69'975);
 }
 
 TEST(HfImportOptionTest, Mtp_RejectedForFamilyWithoutNextNLayers) {
   ImportOptions options;
   options.mtp = true;
-  EXPECT_THAT(
-      ImportConfig("Llama-3.1-8B", options),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"llama\" has no next-n prediction layers")));
+  EXPECT_THAT(ImportConfig("Llama-3.1-8B", options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"llama\" has no next-n prediction layers")));
 }
 
 TEST(HfImportOptionTest, Dtype_FromTorchDtypeOrDtype) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(
-      v1::ModelManifest fp32,
-      ImportHfConfig(testing::SetField(llama, "torch_dtype", testing::Text("float32")), {}));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest fp32,
+                                 ImportHfConfig(testing::SetField(llama, "torch_dtype", testing::Text("float32")), {}));
   EXPECT_EQ(Summarize(fp32).by_dtype[v1::FP32].tensors, 291);
   // transformers v5 writes "dtype"; absent both, BF16.
-  std::string v5 =
-      testing::SetField(testing::RemoveField(llama, "torch_dtype"), "dtype", testing::Text("float16"));
+  std::string v5 = testing::SetField(testing::RemoveField(llama, "torch_dtype"), "dtype", testing::Text("float16"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest fp16, ImportHfConfig(v5, {}));
   EXPECT_EQ(Summarize(fp16).by_dtype[v1::FP16].tensors, 291);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest bf16,
@@ -622,39 +611,32 @@ TEST(HfImportErrorTest, MissingField_NamesIt) {
                 StatusIs(absl::StatusCode::kInvalidArgument,
                          HasSubstr(std::string("config.json: missing field \"") + field + "\"")));
   }
-  std::string ernie =
-      testing::RemoveField(ernie_config, "moe_num_experts");
+  std::string ernie = testing::RemoveField(ernie_config, "moe_num_experts");
   EXPECT_THAT(ImportHfConfig(ernie, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"moe_num_experts\"")));
-  std::string deepseek =
-      testing::SetField(deepseek_config, "kv_lora_rank", testing::Null());
+  std::string deepseek = testing::SetField(deepseek_config, "kv_lora_rank", testing::Null());
   EXPECT_THAT(ImportHfConfig(deepseek, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("missing field \"kv_lora_rank\"")));
 }
 
 TEST(HfImportErrorTest, BadValues_NameTheField) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, ReadConfig("Llama-3.1-8B"));
-  EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "hidden_size", testing::Text("4k")), {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("field \"hidden_size\" must be an integer, got \"4k\"")));
   EXPECT_THAT(
-      ImportHfConfig(testing::SetField(llama, "num_attention_heads", testing::Number(2.5)), {}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"num_attention_heads\" must be an integer")));
-  EXPECT_THAT(
-      ImportHfConfig(testing::SetField(llama, "num_hidden_layers", testing::Number(0)), {}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"num_hidden_layers\" must be in [1, ")));
+      ImportHfConfig(testing::SetField(llama, "hidden_size", testing::Text("4k")), {}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field \"hidden_size\" must be an integer, got \"4k\"")));
+  EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "num_attention_heads", testing::Number(2.5)), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"num_attention_heads\" must be an integer")));
+  EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "num_hidden_layers", testing::Number(0)), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"num_hidden_layers\" must be in [1, ")));
   EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "num_hidden_layers", testing::Number(1e9)), {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"num_hidden_layers\" must be in")));
   EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "tie_word_embeddings", testing::Text("no")), {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("\"tie_word_embeddings\" must be true or false")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"tie_word_embeddings\" must be true or false")));
+  EXPECT_THAT(ImportHfConfig(testing::SetField(llama, "torch_dtype", testing::Text("float8_e4m3fn")), {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field \"torch_dtype\" is \"float8_e4m3fn\"")));
   EXPECT_THAT(
-      ImportHfConfig(testing::SetField(llama, "torch_dtype", testing::Text("float8_e4m3fn")), {}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("field \"torch_dtype\" is \"float8_e4m3fn\"")));
-  EXPECT_THAT(
-      ImportHfConfig(testing::RemoveField(testing::SetField(llama, "num_attention_heads", testing::Number(3)),
-                                          "head_dim"),
-                     {}),
+      ImportHfConfig(
+          testing::RemoveField(testing::SetField(llama, "num_attention_heads", testing::Number(3)), "head_dim"), {}),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not divisible by num_attention_heads 3")));
 }
 

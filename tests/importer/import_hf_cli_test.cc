@@ -4,13 +4,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_util.h"
 #include "common/proto_json.h"
-#include "importer/hf_import.h"
-#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/hf_import.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
@@ -31,7 +31,8 @@ struct RunResult {
 // ctest may run the cases in parallel.
 std::string TempPath(absl::string_view suffix) {
   const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".", suffix);
+  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".",
+                      suffix);
 }
 
 // `muonshardctl import-hf <args>`; `args` must need no shell quoting beyond
@@ -61,9 +62,7 @@ TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
   EXPECT_EQ(printed.tensors_size(), 291);
   ImportOptions options;
   options.name = "Llama-3.1-8B";
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(
-      v1::ModelManifest expected,
-      ImportHfConfig(llama, options));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::ModelManifest expected, ImportHfConfig(llama, options));
   EXPECT_EQ(SerializeDeterministic(printed), SerializeDeterministic(expected));
   // snake_case proto field names, progress on stderr only.
   EXPECT_THAT(r.out, HasSubstr("\"tensors\""));
@@ -71,8 +70,7 @@ TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
 }
 
 TEST(ImportHfCliTest, NameFlagAndTableOutput) {
-  RunResult r =
-      RunImportHf(Quoted(testing::TestConfigPath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
+  RunResult r = RunImportHf(Quoted(testing::TestConfigPath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("DSV3"));
   EXPECT_THAT(r.out, HasSubstr("46,183"));           // tensors with the MTP layer

@@ -21,10 +21,10 @@
 #include "common/file_util.h"
 #include "common/ordered_json.h"
 #include "common/safetensors_header.h"
-#include "importer/safetensors_files.h"
-#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/safetensors_files.h"
+#include "plan/planner.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 

@@ -4,11 +4,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
 #include "importer/hf_import.h"
 #include "importer/tp_split.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
-#include "gtest/gtest.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
 

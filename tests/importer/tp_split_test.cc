@@ -2,9 +2,9 @@
 
 #include <string>
 
-#include "importer/hf_import.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/hf_import.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
 

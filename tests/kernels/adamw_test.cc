@@ -33,20 +33,15 @@ struct AdamWState {
   float beta2_pow = 0.95f;
 
   explicit AdamWState(std::vector<float> p)
-      : master(std::move(p)),
-        moment1(master.size()),
-        moment2(master.size()),
-        model(master.size()) {}
+      : master(std::move(p)), moment1(master.size()), moment2(master.size()), model(master.size()) {}
   AdamWTensors Tensors(const std::vector<float>& grad) {
-    return {grad.data(), master.data(), moment1.data(), moment2.data(),
-            model.data()};
+    return {grad.data(), master.data(), moment1.data(), moment2.data(), model.data()};
   }
   AdamWBetaPows Pows() { return {&beta1_pow, &beta2_pow}; }
 };
 
 TEST(AdamWCpuTest, MatchesNumpyReferenceForEveryFixture) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases,
-                                 ReadFixtureFile("adamw.txt"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases, ReadFixtureFile("adamw.txt"));
   for (const FixtureCase& c : cases) {
     SCOPED_TRACE(c.name);
     const int64_t n = c.Int("n");
@@ -64,8 +59,7 @@ TEST(AdamWCpuTest, MatchesNumpyReferenceForEveryFixture) {
     options.with_decay = c.Int("with_decay") != 0;
     const std::vector<float> grads = c.Floats("grads");
     for (int64_t step = 0; step < c.Int("steps"); ++step) {
-      const std::vector<float> grad(grads.begin() + step * n,
-                                    grads.begin() + (step + 1) * n);
+      const std::vector<float> grad(grads.begin() + step * n, grads.begin() + (step + 1) * n);
       MUONSHARD_ASSERT_OK(AdamWCpu(s.Tensors(grad), n, s.Pows(), options));
     }
     // A few fp32 ulps of each quantity: master ~0.1, moment1 ~1e-2,

@@ -23,11 +23,11 @@ std::vector<float> Probes() {
                           -0.0f,
                           1.0f,
                           -2.5f,
-                          1.0f + std::ldexp(1.0f, -8),   // bf16 tie -> even (down)
+                          1.0f + std::ldexp(1.0f, -8),      // bf16 tie -> even (down)
                           1.0f + 3 * std::ldexp(1.0f, -8),  // bf16 tie -> even (up)
-                          1.0f + std::ldexp(1.0f, -11),  // fp16 tie -> even
+                          1.0f + std::ldexp(1.0f, -11),     // fp16 tie -> even
                           65519.0f,
-                          65520.0f,  // fp16 overflow -> inf
+                          65520.0f,                   // fp16 overflow -> inf
                           3 * std::ldexp(1.0f, -25),  // fp16 subnormal
                           1e-30f,
                           3.0e38f,
@@ -128,8 +128,7 @@ TEST_P(BackendMemoryConformanceTest, Convert_EveryPairRoundsLikeTheHost) {
       // One element of slack on each side proves the range is respected.
       MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory out, backend_->Allocate((n + 2) * ElementBytes(to)));
       MUONSHARD_ASSERT_OK(backend_->CopyFromHost(source.data(), in.get(), source.size()));
-      MUONSHARD_ASSERT_OK(
-          backend_->Convert(in.get(), from, static_cast<char*>(out.get()) + ElementBytes(to), to, n));
+      MUONSHARD_ASSERT_OK(backend_->Convert(in.get(), from, static_cast<char*>(out.get()) + ElementBytes(to), to, n));
       std::vector<uint8_t> result((n + 2) * ElementBytes(to));
       MUONSHARD_ASSERT_OK(backend_->CopyToHost(out.get(), result.data(), result.size()));
       EXPECT_EQ(HostLoad(result, to, 0), 0.0f) << what;

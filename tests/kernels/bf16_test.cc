@@ -16,8 +16,7 @@ using ::muonshard::kernels::testing::FixtureCase;
 using ::muonshard::kernels::testing::ReadFixtureFile;
 
 TEST(Bf16Test, MatchesNumpyRoundToNearestEven) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases,
-                                 ReadFixtureFile("bf16.txt"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases, ReadFixtureFile("bf16.txt"));
   ASSERT_EQ(cases.size(), 1u);
   const std::vector<double> in = cases[0].Doubles("input_bits");
   const std::vector<double> expected = cases[0].Doubles("expected_bits");
@@ -46,8 +45,7 @@ TEST(Bf16Test, TiesGoToEven) {
   // 1 + 3·2^-8 is half-way between 1 + 2^-7 (odd) and 1 + 2^-6 (even).
   EXPECT_EQ(Bf16ToFloat(FloatToBf16(1.0f + 3 * 0x1p-8f)), 1.0f + 0x1p-6f);
   EXPECT_EQ(FloatToBf16(std::numeric_limits<float>::max()), 0x7f80);  // +inf
-  EXPECT_TRUE(std::isnan(
-      Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::signaling_NaN()))));
+  EXPECT_TRUE(std::isnan(Bf16ToFloat(FloatToBf16(std::numeric_limits<float>::signaling_NaN()))));
 }
 
 TEST(Bf16Test, ArrayHelpersMatchScalarConversions) {

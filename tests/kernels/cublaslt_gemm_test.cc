@@ -38,10 +38,7 @@ class DeviceMatrices {
     }
   }
 
-  void* get() const {
-    return bf16_ ? static_cast<void*>(bf16_->get())
-                 : static_cast<void*>(fp32_->get());
-  }
+  void* get() const { return bf16_ ? static_cast<void*>(bf16_->get()) : static_cast<void*>(fp32_->get()); }
   std::vector<float> ToHost() const {
     if (fp32_) return fp32_->ToHost();
     const std::vector<Bf16Bits> bits = bf16_->ToHost();
@@ -62,10 +59,8 @@ std::vector<float> AsStored(std::vector<float> v, bool bf16) {
 }
 
 // D = alpha·op(A)·op(B) + beta·C, column-major, in double.
-std::vector<float> Reference(const GemmSpec& s, float alpha,
-                             const std::vector<float>& a,
-                             const std::vector<float>& b, float beta,
-                             const std::vector<float>& c) {
+std::vector<float> Reference(const GemmSpec& s, float alpha, const std::vector<float>& a, const std::vector<float>& b,
+                             float beta, const std::vector<float>& c) {
   std::vector<float> d = c;
   for (int32_t e = 0; e < s.batch; ++e) {
     const float* ae = a.data() + e * s.stride_a;
@@ -86,8 +81,7 @@ std::vector<float> Reference(const GemmSpec& s, float alpha,
   return d;
 }
 
-GemmSpec MakeSpec(bool bf16, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, int32_t batch) {
+GemmSpec MakeSpec(bool bf16, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int32_t batch) {
   GemmSpec s;
   s.bf16 = bf16;
   s.trans_a = trans_a;
@@ -121,18 +115,14 @@ TEST_P(CublasLtGemmTest, MatchesHostReferenceWithSeparateCAndD) {
   uint32_t seed = 900;
   for (bool bf16 : {false, true}) {
     for (const GemmSpec& spec :
-         {MakeSpec(bf16, false, false, 37, 29, 41, 3),
-          MakeSpec(bf16, true, false, 33, 33, 50, 2),
-          MakeSpec(bf16, false, true, 20, 20, 64, 1),
-          MakeSpec(bf16, false, true, 1, 1, 7, 4)}) {
-      SCOPED_TRACE(absl::StrCat("bf16=", bf16, " ta=", spec.trans_a,
-                                " tb=", spec.trans_b, " m=", spec.m));
+         {MakeSpec(bf16, false, false, 37, 29, 41, 3), MakeSpec(bf16, true, false, 33, 33, 50, 2),
+          MakeSpec(bf16, false, true, 20, 20, 64, 1), MakeSpec(bf16, false, true, 1, 1, 7, 4)}) {
+      SCOPED_TRACE(absl::StrCat("bf16=", bf16, " ta=", spec.trans_a, " tb=", spec.trans_b, " m=", spec.m));
       const auto a = AsStored(RandomNormal(spec.stride_a * spec.batch, seed++), bf16);
       const auto b = AsStored(RandomNormal(spec.stride_b * spec.batch, seed++), bf16);
       const auto c = AsStored(RandomNormal(spec.stride_d * spec.batch, seed++), bf16);
       DeviceMatrices da(a, bf16), db(b, bf16), dc(c, bf16), dd(c, bf16);
-      MUONSHARD_ASSERT_OK(gemm_->Run(spec, 1.5f, da.get(), db.get(), -0.5f,
-                                     dc.get(), dd.get(), nullptr));
+      MUONSHARD_ASSERT_OK(gemm_->Run(spec, 1.5f, da.get(), db.get(), -0.5f, dc.get(), dd.get(), nullptr));
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const std::vector<float> expected = Reference(spec, 1.5f, a, b, -0.5f, c);
       // bf16 output is rounded to 8 significant bits.
@@ -152,8 +142,7 @@ TEST_P(CublasLtGemmTest, InPlaceAccumulate_AppliedOnce) {
     const auto b = AsStored(RandomNormal(spec.stride_b * spec.batch, 951), bf16);
     const auto c = AsStored(RandomNormal(spec.stride_d * spec.batch, 952), bf16);
     DeviceMatrices da(a, bf16), db(b, bf16), dcd(c, bf16);
-    MUONSHARD_ASSERT_OK(gemm_->Run(spec, 0.25f, da.get(), db.get(), 1.0f,
-                                   dcd.get(), dcd.get(), nullptr));
+    MUONSHARD_ASSERT_OK(gemm_->Run(spec, 0.25f, da.get(), db.get(), 1.0f, dcd.get(), dcd.get(), nullptr));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> expected = Reference(spec, 0.25f, a, b, 1.0f, c);
     EXPECT_LE(RelativeError(dcd.ToHost(), expected), bf16 ? 8e-3 : 1e-5);

@@ -60,9 +60,7 @@ constexpr double kFp32NsTolerance = 1e-4;
 constexpr double kBf16VsEmulationTolerance = 1e-2;
 constexpr double kBf16VsFp32Tolerance = 3e-2;
 
-std::string ShapeName(const MatrixBatchShape& s) {
-  return absl::StrCat(s.batch, "x", s.rows, "x", s.cols);
-}
+std::string ShapeName(const MatrixBatchShape& s) { return absl::StrCat(s.batch, "x", s.rows, "x", s.cols); }
 
 class CudaKernelsTest : public ::testing::Test {
  protected:
@@ -71,29 +69,24 @@ class CudaKernelsTest : public ::testing::Test {
     // The class itself, not CreateKernelBackend(kCuda), which loads the GPU
     // plugin: these tests also run in scripts/gpu/kernels.sh's kernels-only
     // build, which has none (worker_gpu_test covers the plugin path).
-    absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend =
-        CudaKernelBackend::Create(0);
+    absl::StatusOr<std::unique_ptr<CudaKernelBackend>> backend = CudaKernelBackend::Create(0);
     ASSERT_THAT(backend, IsOk());
     cuda_ = *std::move(backend);
     cpu_ = CreateCpuKernelBackend();
   }
 
-  std::vector<float> CudaNs(const std::vector<float>& in,
-                            const MatrixBatchShape& shape,
+  std::vector<float> CudaNs(const std::vector<float>& in, const MatrixBatchShape& shape,
                             const NewtonSchulzOptions& options) {
     DeviceArray<float> d_in(in), d_out(std::vector<float>(in.size()));
-    EXPECT_THAT(cuda_->NewtonSchulz(d_in.get(), d_out.get(), shape, options),
-                IsOk());
+    EXPECT_THAT(cuda_->NewtonSchulz(d_in.get(), d_out.get(), shape, options), IsOk());
     EXPECT_THAT(cuda_->Synchronize(), IsOk());
     return d_out.ToHost();
   }
 
-  std::vector<float> CpuNs(const std::vector<float>& in,
-                           const MatrixBatchShape& shape,
+  std::vector<float> CpuNs(const std::vector<float>& in, const MatrixBatchShape& shape,
                            const NewtonSchulzOptions& options) {
     std::vector<float> out(in.size());
-    EXPECT_THAT(cpu_->NewtonSchulz(in.data(), out.data(), shape, options),
-                IsOk());
+    EXPECT_THAT(cpu_->NewtonSchulz(in.data(), out.data(), shape, options), IsOk());
     return out;
   }
 
@@ -105,14 +98,12 @@ class CudaKernelsTest : public ::testing::Test {
 // expert stacks, and sizes past one 128-row symmetric panel.
 const std::vector<MatrixBatchShape>& NsShapes() {
   static const auto* shapes = new std::vector<MatrixBatchShape>{
-      {1, 1, 1},    {1, 1, 7},     {1, 9, 1},      {1, 5, 12},
-      {1, 13, 6},   {1, 66, 90},   {1, 90, 66},    {3, 64, 96},
-      {2, 257, 300}, {1, 300, 257}, {1, 512, 512}, {4, 384, 1000}};
+      {1, 1, 1},   {1, 1, 7},   {1, 9, 1},     {1, 5, 12},    {1, 13, 6},    {1, 66, 90},
+      {1, 90, 66}, {3, 64, 96}, {2, 257, 300}, {1, 300, 257}, {1, 512, 512}, {4, 384, 1000}};
   return *shapes;
 }
 
-NewtonSchulzOptions NsOptions(MatmulPrecision precision,
-                              SymmetricMatmul symmetric) {
+NewtonSchulzOptions NsOptions(MatmulPrecision precision, SymmetricMatmul symmetric) {
   NewtonSchulzOptions options;
   options.precision = precision;
   options.symmetric = symmetric;
@@ -122,12 +113,10 @@ NewtonSchulzOptions NsOptions(MatmulPrecision precision,
 TEST_F(CudaKernelsTest, NewtonSchulzFp32MatchesCpu) {
   for (const MatrixBatchShape& shape : NsShapes()) {
     const std::vector<float> in = RandomNormal(shape.elements(), 100);
-    const std::vector<float> expected =
-        CpuNs(in, shape, NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto));
+    const std::vector<float> expected = CpuNs(in, shape, NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto));
     for (SymmetricMatmul sym : {SymmetricMatmul::kNever, SymmetricMatmul::kAlways}) {
       SCOPED_TRACE(absl::StrCat(ShapeName(shape), " symmetric=", static_cast<int>(sym)));
-      const std::vector<float> got =
-          CudaNs(in, shape, NsOptions(MatmulPrecision::kFp32, sym));
+      const std::vector<float> got = CudaNs(in, shape, NsOptions(MatmulPrecision::kFp32, sym));
       EXPECT_LE(RelativeError(got, expected), kFp32NsTolerance);
     }
   }
@@ -136,22 +125,18 @@ TEST_F(CudaKernelsTest, NewtonSchulzFp32MatchesCpu) {
 TEST_F(CudaKernelsTest, NewtonSchulzBf16MatchesCpuEmulation) {
   for (const MatrixBatchShape& shape : NsShapes()) {
     const std::vector<float> in = RandomNormal(shape.elements(), 200);
-    const std::vector<float> emulated =
-        CpuNs(in, shape, NsOptions(MatmulPrecision::kBf16, SymmetricMatmul::kAuto));
-    const std::vector<float> fp32 =
-        CpuNs(in, shape, NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto));
+    const std::vector<float> emulated = CpuNs(in, shape, NsOptions(MatmulPrecision::kBf16, SymmetricMatmul::kAuto));
+    const std::vector<float> fp32 = CpuNs(in, shape, NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto));
     for (SymmetricMatmul sym : {SymmetricMatmul::kNever, SymmetricMatmul::kAlways}) {
       SCOPED_TRACE(absl::StrCat(ShapeName(shape), " symmetric=", static_cast<int>(sym)));
-      const std::vector<float> got =
-          CudaNs(in, shape, NsOptions(MatmulPrecision::kBf16, sym));
+      const std::vector<float> got = CudaNs(in, shape, NsOptions(MatmulPrecision::kBf16, sym));
       const double bf16_error = RelativeError(emulated, fp32);
       const double vs_emulation = RelativeError(got, emulated);
       EXPECT_LE(vs_emulation, std::max(kBf16VsEmulationTolerance, 2 * bf16_error));
       EXPECT_LE(RelativeError(got, fp32), kBf16VsFp32Tolerance);
       // The margins, for the GPU scripts' logs.
-      std::cout << ShapeName(shape) << " symmetric=" << static_cast<int>(sym)
-                << ": vs emulation " << vs_emulation << ", emulation vs fp32 "
-                << bf16_error << "\n";
+      std::cout << ShapeName(shape) << " symmetric=" << static_cast<int>(sym) << ": vs emulation " << vs_emulation
+                << ", emulation vs fp32 " << bf16_error << "\n";
       for (float v : got) ASSERT_EQ(v, RoundToBf16(v));
     }
   }
@@ -167,28 +152,23 @@ TEST_F(CudaKernelsTest, NewtonSchulzDefaultPrecisionIsBf16) {
 TEST_F(CudaKernelsTest, NewtonSchulzInPlace) {
   const MatrixBatchShape shape{2, 40, 24};
   const std::vector<float> in = RandomNormal(shape.elements(), 400);
-  const NewtonSchulzOptions options =
-      NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto);
+  const NewtonSchulzOptions options = NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto);
   DeviceArray<float> data(in);
   MUONSHARD_ASSERT_OK(cuda_->NewtonSchulz(data.get(), data.get(), shape, options));
   MUONSHARD_ASSERT_OK(cuda_->Synchronize());
-  EXPECT_LE(RelativeError(data.ToHost(), CpuNs(in, shape, options)),
-            kFp32NsTolerance);
+  EXPECT_LE(RelativeError(data.ToHost(), CpuNs(in, shape, options)), kFp32NsTolerance);
 }
 
 TEST_F(CudaKernelsTest, NewtonSchulzEveryCoefficientSet) {
   const MatrixBatchShape shape{1, 30, 50};
   const std::vector<float> in = RandomNormal(shape.elements(), 500);
-  for (NsCoefficientSet set :
-       {NsCoefficientSet::kQuintic, NsCoefficientSet::kPolarExpress,
-        NsCoefficientSet::kAol, NsCoefficientSet::kDeepseekV4}) {
-    NewtonSchulzOptions options =
-        NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto);
+  for (NsCoefficientSet set : {NsCoefficientSet::kQuintic, NsCoefficientSet::kPolarExpress, NsCoefficientSet::kAol,
+                               NsCoefficientSet::kDeepseekV4}) {
+    NewtonSchulzOptions options = NsOptions(MatmulPrecision::kFp32, SymmetricMatmul::kAuto);
     options.coefficient_set = set;
     options.steps = 8;
     SCOPED_TRACE(static_cast<int>(set));
-    EXPECT_LE(RelativeError(CudaNs(in, shape, options), CpuNs(in, shape, options)),
-              kFp32NsTolerance);
+    EXPECT_LE(RelativeError(CudaNs(in, shape, options), CpuNs(in, shape, options)), kFp32NsTolerance);
   }
 }
 
@@ -207,8 +187,7 @@ TEST_F(CudaKernelsTest, MuonUpdateMatchesCpu) {
       {{8, 128, 64}, WeightLayout::kInOut, MatmulPrecision::kBf16},
   };
   for (const MuonCase& c : cases) {
-    SCOPED_TRACE(absl::StrCat(ShapeName(c.shape), " precision=",
-                              static_cast<int>(c.precision)));
+    SCOPED_TRACE(absl::StrCat(ShapeName(c.shape), " precision=", static_cast<int>(c.precision)));
     const int64_t n = c.shape.elements();
     const std::vector<float> grad = RandomNormal(n, 600, 0.01f);
     const std::vector<float> momentum = RandomNormal(n, 601, 0.01f);
@@ -217,15 +196,13 @@ TEST_F(CudaKernelsTest, MuonUpdateMatchesCpu) {
     options.ns.precision = c.precision;
 
     std::vector<float> cpu_momentum = momentum, cpu_master = master;
-    MUONSHARD_ASSERT_OK(cpu_->MuonUpdate(
-        {grad.data(), cpu_momentum.data(), cpu_master.data()}, c.shape,
-        c.layout, options));
+    MUONSHARD_ASSERT_OK(
+        cpu_->MuonUpdate({grad.data(), cpu_momentum.data(), cpu_master.data()}, c.shape, c.layout, options));
 
     DeviceArray<float> d_grad(grad), d_momentum(momentum), d_master(master);
     DeviceArray<Bf16Bits> d_model{std::vector<Bf16Bits>(n)};
-    MUONSHARD_ASSERT_OK(cuda_->MuonUpdate(
-        {d_grad.get(), d_momentum.get(), d_master.get(), d_model.get()},
-        c.shape, c.layout, options));
+    MUONSHARD_ASSERT_OK(
+        cuda_->MuonUpdate({d_grad.get(), d_momentum.get(), d_master.get(), d_model.get()}, c.shape, c.layout, options));
     MUONSHARD_ASSERT_OK(cuda_->Synchronize());
     const std::vector<float> gpu_master = d_master.ToHost();
     const std::vector<Bf16Bits> gpu_model = d_model.ToHost();
@@ -237,9 +214,8 @@ TEST_F(CudaKernelsTest, MuonUpdateMatchesCpu) {
       gpu_step[i] = master[i] - gpu_master[i];
       cpu_step[i] = master[i] - cpu_master[i];
     }
-    const double tolerance = c.precision == MatmulPrecision::kFp32
-                                 ? 1e-3  // fp32 NS error plus cancellation.
-                                 : kBf16VsEmulationTolerance * 3;
+    const double tolerance = c.precision == MatmulPrecision::kFp32 ? 1e-3  // fp32 NS error plus cancellation.
+                                                                   : kBf16VsEmulationTolerance * 3;
     EXPECT_LE(RelativeError(gpu_step, cpu_step), tolerance);
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(gpu_model[i], FloatToBf16(gpu_master[i])) << "element " << i;
@@ -256,15 +232,12 @@ struct DeviceMuonItem {
   DeviceMuonItem(int64_t n, uint32_t seed)
       : master(RandomNormal(n, seed + 2, 0.05f)),
         grad(std::make_unique<DeviceArray<float>>(RandomNormal(n, seed, 0.01f))),
-        momentum(std::make_unique<DeviceArray<float>>(
-            RandomNormal(n, seed + 1, 0.01f))),
+        momentum(std::make_unique<DeviceArray<float>>(RandomNormal(n, seed + 1, 0.01f))),
         d_master(std::make_unique<DeviceArray<float>>(master)),
-        model(std::make_unique<DeviceArray<Bf16Bits>>(
-            std::vector<Bf16Bits>(n))) {}
+        model(std::make_unique<DeviceArray<Bf16Bits>>(std::vector<Bf16Bits>(n))) {}
 
   MuonTensors Tensors(bool with_model) const {
-    return {grad->get(), momentum->get(), d_master->get(),
-            with_model ? model->get() : nullptr};
+    return {grad->get(), momentum->get(), d_master->get(), with_model ? model->get() : nullptr};
   }
   // p_old - p_new, which carries the NS result.
   std::vector<float> Step() const {
@@ -274,13 +247,10 @@ struct DeviceMuonItem {
   }
 };
 
-std::vector<std::unique_ptr<DeviceMuonItem>> DeviceMuonItems(int count,
-                                                             int64_t n,
-                                                             uint32_t seed) {
+std::vector<std::unique_ptr<DeviceMuonItem>> DeviceMuonItems(int count, int64_t n, uint32_t seed) {
   std::vector<std::unique_ptr<DeviceMuonItem>> items;
   for (int i = 0; i < count; ++i) {
-    items.push_back(std::make_unique<DeviceMuonItem>(
-        n, seed + 3 * static_cast<uint32_t>(i)));
+    items.push_back(std::make_unique<DeviceMuonItem>(n, seed + 3 * static_cast<uint32_t>(i)));
   }
   return items;
 }
@@ -301,8 +271,7 @@ TEST_F(CudaKernelsTest, MuonUpdateBatchMatchesPerItemCalls) {
   };
   constexpr int kItems = 9;
   for (const MuonCase& c : cases) {
-    SCOPED_TRACE(absl::StrCat(ShapeName(c.shape), " precision=",
-                              static_cast<int>(c.precision)));
+    SCOPED_TRACE(absl::StrCat(ShapeName(c.shape), " precision=", static_cast<int>(c.precision)));
     const int64_t n = c.shape.elements();
     MuonOptions options;
     options.ns.precision = c.precision;
@@ -312,21 +281,16 @@ TEST_F(CudaKernelsTest, MuonUpdateBatchMatchesPerItemCalls) {
     for (int i = 0; i < kItems; ++i) {
       // The last item without a model copy.
       items.push_back(batched[i]->Tensors(i != kItems - 1));
-      MUONSHARD_ASSERT_OK(cuda_->MuonUpdate(per_item[i]->Tensors(i != kItems - 1),
-                                            c.shape, c.layout, options));
+      MUONSHARD_ASSERT_OK(cuda_->MuonUpdate(per_item[i]->Tensors(i != kItems - 1), c.shape, c.layout, options));
     }
-    MUONSHARD_ASSERT_OK(
-        cuda_->MuonUpdateBatch(items, c.shape, c.layout, options));
+    MUONSHARD_ASSERT_OK(cuda_->MuonUpdateBatch(items, c.shape, c.layout, options));
     MUONSHARD_ASSERT_OK(cuda_->Synchronize());
-    const double tolerance = c.precision == MatmulPrecision::kFp32
-                                 ? 1e-3
-                                 : kBf16VsEmulationTolerance * 3;
+    const double tolerance = c.precision == MatmulPrecision::kFp32 ? 1e-3 : kBf16VsEmulationTolerance * 3;
     for (int i = 0; i < kItems; ++i) {
       SCOPED_TRACE(absl::StrCat("item ", i));
       // The momentum kernel is the same elementwise code on the same values.
       EXPECT_EQ(batched[i]->momentum->ToHost(), per_item[i]->momentum->ToHost());
-      EXPECT_LE(RelativeError(batched[i]->Step(), per_item[i]->Step()),
-                tolerance);
+      EXPECT_LE(RelativeError(batched[i]->Step(), per_item[i]->Step()), tolerance);
       const std::vector<float> master = batched[i]->d_master->ToHost();
       const std::vector<Bf16Bits> model = batched[i]->model->ToHost();
       for (int64_t k = 0; k < n; ++k) {
@@ -345,28 +309,23 @@ TEST_F(CudaKernelsTest, MuonUpdateBatchRefusesAHostPointerBeforeAnyWork) {
   std::vector<MuonTensors> tensors;
   for (const auto& item : items) tensors.push_back(item->Tensors(true));
   tensors[2].master = host_master.data();
-  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn,
-                                     MuonOptions()),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("item 2: master")));
+  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn, MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 2: master")));
   tensors[2] = items[2]->Tensors(true);
   tensors[3].grad = nullptr;
-  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn,
-                                     MuonOptions()),
+  EXPECT_THAT(cuda_->MuonUpdateBatch(tensors, shape, WeightLayout::kOutIn, MuonOptions()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 3")));
   MUONSHARD_ASSERT_OK(cuda_->Synchronize());
   // Item 0 was not updated.
   EXPECT_EQ(items[0]->d_master->ToHost(), items[0]->master);
-  MUONSHARD_EXPECT_OK(
-      cuda_->MuonUpdateBatch({}, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_EXPECT_OK(cuda_->MuonUpdateBatch({}, shape, WeightLayout::kOutIn, MuonOptions()));
 }
 
 TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
   const int64_t n = 100003;  // Not a multiple of any block size.
   const std::vector<float> master = RandomNormal(n, 700, 0.1f);
   std::vector<float> cpu_master = master, cpu_m1(n), cpu_m2(n);
-  DeviceArray<float> d_master(master), d_m1{std::vector<float>(n)},
-      d_m2{std::vector<float>(n)};
+  DeviceArray<float> d_master(master), d_m1{std::vector<float>(n)}, d_m2{std::vector<float>(n)};
   DeviceArray<Bf16Bits> d_model{std::vector<Bf16Bits>(n)};
   float cpu_b1p = 0.9f, cpu_b2p = 0.95f, gpu_b1p = 0.9f, gpu_b2p = 0.95f;
   AdamWOptions options;
@@ -374,12 +333,10 @@ TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
   for (int step = 0; step < 3; ++step) {
     const std::vector<float> grad = RandomNormal(n, 710 + step, 0.01f);
     DeviceArray<float> d_grad(grad);
-    MUONSHARD_ASSERT_OK(cpu_->AdamW(
-        {grad.data(), cpu_master.data(), cpu_m1.data(), cpu_m2.data()}, n,
-        {&cpu_b1p, &cpu_b2p}, options));
-    MUONSHARD_ASSERT_OK(cuda_->AdamW(
-        {d_grad.get(), d_master.get(), d_m1.get(), d_m2.get(), d_model.get()},
-        n, {&gpu_b1p, &gpu_b2p}, options));
+    MUONSHARD_ASSERT_OK(
+        cpu_->AdamW({grad.data(), cpu_master.data(), cpu_m1.data(), cpu_m2.data()}, n, {&cpu_b1p, &cpu_b2p}, options));
+    MUONSHARD_ASSERT_OK(cuda_->AdamW({d_grad.get(), d_master.get(), d_m1.get(), d_m2.get(), d_model.get()}, n,
+                                     {&gpu_b1p, &gpu_b2p}, options));
     // Advanced on the host at enqueue time, before any synchronisation.
     EXPECT_EQ(gpu_b1p, cpu_b1p);
     EXPECT_EQ(gpu_b2p, cpu_b2p);
@@ -407,8 +364,7 @@ TEST_F(CudaKernelsTest, AdamWMatchesCpu) {
 }
 
 TEST_F(CudaKernelsTest, CastToBf16MatchesCpuBitForBit) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<testing::FixtureCase> cases,
-                                 ReadFixtureFile("bf16.txt"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<testing::FixtureCase> cases, ReadFixtureFile("bf16.txt"));
   std::vector<float> in;
   for (double bits : cases[0].Doubles("input_bits")) {
     in.push_back(BitsToFloat(static_cast<uint32_t>(bits)));
@@ -427,8 +383,7 @@ TEST_F(CudaKernelsTest, CastToBf16MatchesCpuBitForBit) {
 TEST_F(CudaKernelsTest, RejectsHostPointers) {
   std::vector<float> host(16);
   DeviceArray<float> device(host);
-  EXPECT_THAT(cuda_->NewtonSchulz(host.data(), device.get(), {1, 4, 4},
-                                  NewtonSchulzOptions()),
+  EXPECT_THAT(cuda_->NewtonSchulz(host.data(), device.get(), {1, 4, 4}, NewtonSchulzOptions()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("input")));
   std::vector<Bf16Bits> bits(16);
   EXPECT_THAT(cuda_->CastToBf16(device.get(), bits.data(), 16),

@@ -34,8 +34,7 @@ TEST(CudaBackendMemoryTest, HostPointersWhereDeviceMemoryBelongs_AreInvalidArgum
   absl::StatusOr<std::unique_ptr<KernelBackend>> backend = CreateCuda();
   if (!backend.ok()) GTEST_SKIP() << "no CUDA device: " << backend.status();
   std::vector<float> host(16, 1.0f), other(16);
-  EXPECT_THAT((*backend)->CopyFromHost(host.data(), other.data(), 64),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT((*backend)->CopyFromHost(host.data(), other.data(), 64), StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT((*backend)->CopyToHost(host.data(), other.data(), 64), StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT((*backend)->SetZero(host.data(), 64), StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT((*backend)->Convert(host.data(), ElementType::kFloat32, other.data(), ElementType::kBFloat16, 16),

@@ -32,8 +32,7 @@ class DeviceArray {
  public:
   explicit DeviceArray(const std::vector<T>& host) : size_(host.size()) {
     EXPECT_EQ(cudaMalloc(&data_, Bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(data_, host.data(), Bytes(), cudaMemcpyHostToDevice),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(data_, host.data(), Bytes(), cudaMemcpyHostToDevice), cudaSuccess);
   }
   ~DeviceArray() { cudaFree(data_); }
   DeviceArray(const DeviceArray&) = delete;
@@ -42,8 +41,7 @@ class DeviceArray {
   T* get() const { return static_cast<T*>(data_); }
   std::vector<T> ToHost() const {
     std::vector<T> host(size_);
-    EXPECT_EQ(cudaMemcpy(host.data(), data_, Bytes(), cudaMemcpyDeviceToHost),
-              cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(host.data(), data_, Bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
     return host;
   }
 

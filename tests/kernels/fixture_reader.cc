@@ -17,8 +17,7 @@ namespace {
 
 std::string FixturePath(const std::string& file_name) {
   const char* root = std::getenv("MUONSHARD_SOURCE_DIR");
-  return absl::StrCat(root != nullptr ? root : ".", "/tests/kernels/fixtures/",
-                      file_name);
+  return absl::StrCat(root != nullptr ? root : ".", "/tests/kernels/fixtures/", file_name);
 }
 
 absl::Status Malformed(const std::string& path, const std::string& what) {
@@ -26,8 +25,7 @@ absl::Status Malformed(const std::string& path, const std::string& what) {
 }
 
 // Reads `count` numbers of tensor `key` from `in`.
-absl::StatusOr<std::vector<double>> ReadValues(std::istream& in, int64_t count,
-                                               const std::string& path,
+absl::StatusOr<std::vector<double>> ReadValues(std::istream& in, int64_t count, const std::string& path,
                                                const std::string& key) {
   std::vector<double> values(count);
   for (double& v : values) {
@@ -53,8 +51,7 @@ std::string FixtureCase::Str(const std::string& key) const {
 int64_t FixtureCase::Int(const std::string& key) const {
   int64_t value = 0;
   if (!absl::SimpleAtoi(Str(key), &value)) {
-    ADD_FAILURE() << "fixture case " << name << ": attr " << key
-                  << " is not an integer";
+    ADD_FAILURE() << "fixture case " << name << ": attr " << key << " is not an integer";
   }
   return value;
 }
@@ -62,8 +59,7 @@ int64_t FixtureCase::Int(const std::string& key) const {
 double FixtureCase::Double(const std::string& key) const {
   double value = 0;
   if (!absl::SimpleAtod(Str(key), &value)) {
-    ADD_FAILURE() << "fixture case " << name << ": attr " << key
-                  << " is not a number";
+    ADD_FAILURE() << "fixture case " << name << ": attr " << key << " is not a number";
   }
   return value;
 }
@@ -82,8 +78,7 @@ std::vector<float> FixtureCase::Floats(const std::string& key) const {
   return std::vector<float>(d.begin(), d.end());
 }
 
-absl::StatusOr<std::vector<FixtureCase>> ReadFixtureFile(
-    const std::string& file_name) {
+absl::StatusOr<std::vector<FixtureCase>> ReadFixtureFile(const std::string& file_name) {
   const std::string path = FixturePath(file_name);
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
@@ -110,8 +105,7 @@ absl::StatusOr<std::vector<FixtureCase>> ReadFixtureFile(
       if (!(in >> key >> count) || count < 0) {
         return Malformed(path, "bad tensor header");
       }
-      absl::StatusOr<std::vector<double>> values =
-          ReadValues(in, count, path, key);
+      absl::StatusOr<std::vector<double>> values = ReadValues(in, count, path, key);
       if (!values.ok()) return values.status();
       current->tensors[key] = *std::move(values);
     } else if (word == "end") {

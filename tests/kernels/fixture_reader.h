@@ -36,8 +36,7 @@ struct FixtureCase {
 // Reads tests/kernels/fixtures/<file_name> from the source tree
 // ($MUONSHARD_SOURCE_DIR, else the working directory).
 // Possible errors: NOT_FOUND, INVALID_ARGUMENT (malformed file).
-absl::StatusOr<std::vector<FixtureCase>> ReadFixtureFile(
-    const std::string& file_name);
+absl::StatusOr<std::vector<FixtureCase>> ReadFixtureFile(const std::string& file_name);
 
 }  // namespace muonshard::kernels::testing
 

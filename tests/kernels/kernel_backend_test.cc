@@ -26,8 +26,7 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
 TEST(CreateKernelBackendTest, CpuIsAlwaysAvailable) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KernelBackend> backend,
-                                 CreateKernelBackend(DeviceKind::kCpu));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<KernelBackend> backend, CreateKernelBackend(DeviceKind::kCpu));
   EXPECT_EQ(backend->device_kind(), DeviceKind::kCpu);
   EXPECT_STREQ(DeviceKindName(backend->device_kind()), "cpu");
   MUONSHARD_EXPECT_OK(backend->Synchronize());
@@ -36,20 +35,17 @@ TEST(CreateKernelBackendTest, CpuIsAlwaysAvailable) {
 TEST(CreateKernelBackendTest, CudaIsAvailableOrFailsCleanly) {
   // CPU-only build: FAILED_PRECONDITION; CUDA build without a usable device:
   // UNAVAILABLE; with one: a CUDA backend. Never a crash.
-  absl::StatusOr<std::unique_ptr<KernelBackend>> backend =
-      CreateKernelBackend(DeviceKind::kCuda);
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = CreateKernelBackend(DeviceKind::kCuda);
   if (backend.ok()) {
     EXPECT_EQ((*backend)->device_kind(), DeviceKind::kCuda);
   } else {
     EXPECT_THAT(backend,
-                AnyOf(StatusIs(absl::StatusCode::kFailedPrecondition, _),
-                      StatusIs(absl::StatusCode::kUnavailable, _)));
+                AnyOf(StatusIs(absl::StatusCode::kFailedPrecondition, _), StatusIs(absl::StatusCode::kUnavailable, _)));
   }
 }
 
 TEST(CreateKernelBackendTest, RejectsUnknownDeviceKind) {
-  EXPECT_THAT(CreateKernelBackend(static_cast<DeviceKind>(42)),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(CreateKernelBackend(static_cast<DeviceKind>(42)), StatusIs(absl::StatusCode::kInvalidArgument, _));
 }
 
 TEST(CpuKernelBackendTest, ForwardsToTheCpuKernels) {
@@ -58,38 +54,30 @@ TEST(CpuKernelBackendTest, ForwardsToTheCpuKernels) {
   const std::vector<float> grad = RandomNormal(shape.elements(), 70, 0.01f);
 
   std::vector<float> via_backend(shape.elements()), direct(shape.elements());
-  MUONSHARD_ASSERT_OK(backend->NewtonSchulz(grad.data(), via_backend.data(),
-                                            shape, NewtonSchulzOptions()));
-  MUONSHARD_ASSERT_OK(NewtonSchulzCpu(grad.data(), direct.data(), shape,
-                                      NewtonSchulzOptions()));
+  MUONSHARD_ASSERT_OK(backend->NewtonSchulz(grad.data(), via_backend.data(), shape, NewtonSchulzOptions()));
+  MUONSHARD_ASSERT_OK(NewtonSchulzCpu(grad.data(), direct.data(), shape, NewtonSchulzOptions()));
   EXPECT_EQ(via_backend, direct);
 
   std::vector<float> m1(shape.elements()), p1(shape.elements(), 1.0f);
   std::vector<float> m2(shape.elements()), p2(shape.elements(), 1.0f);
-  MUONSHARD_ASSERT_OK(backend->MuonUpdate({grad.data(), m1.data(), p1.data()},
-                                          shape, WeightLayout::kInOut,
-                                          MuonOptions()));
-  MUONSHARD_ASSERT_OK(MuonUpdateCpu({grad.data(), m2.data(), p2.data()}, shape,
-                                    WeightLayout::kInOut, MuonOptions()));
+  MUONSHARD_ASSERT_OK(
+      backend->MuonUpdate({grad.data(), m1.data(), p1.data()}, shape, WeightLayout::kInOut, MuonOptions()));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu({grad.data(), m2.data(), p2.data()}, shape, WeightLayout::kInOut, MuonOptions()));
   EXPECT_EQ(p1, p2);
 
-  std::vector<float> master(shape.elements(), 1.0f), mom1(shape.elements()),
-      mom2(shape.elements());
+  std::vector<float> master(shape.elements(), 1.0f), mom1(shape.elements()), mom2(shape.elements());
   float b1p = 0.9f, b2p = 0.95f;
   AdamWOptions adamw;
   adamw.lr = 1e-3f;
-  MUONSHARD_ASSERT_OK(backend->AdamW(
-      {grad.data(), master.data(), mom1.data(), mom2.data()},
-      shape.elements(), {&b1p, &b2p}, adamw));
+  MUONSHARD_ASSERT_OK(
+      backend->AdamW({grad.data(), master.data(), mom1.data(), mom2.data()}, shape.elements(), {&b1p, &b2p}, adamw));
   EXPECT_FLOAT_EQ(b1p, 0.81f);
   EXPECT_NE(master[0], 1.0f);
 
   std::vector<Bf16Bits> bits(grad.size());
-  MUONSHARD_ASSERT_OK(backend->CastToBf16(grad.data(), bits.data(),
-                                          static_cast<int64_t>(grad.size())));
+  MUONSHARD_ASSERT_OK(backend->CastToBf16(grad.data(), bits.data(), static_cast<int64_t>(grad.size())));
   EXPECT_EQ(bits[3], FloatToBf16(grad[3]));
-  EXPECT_THAT(backend->CastToBf16(nullptr, bits.data(), 3),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(backend->CastToBf16(nullptr, bits.data(), 3), StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT(backend->Synchronize(), IsOk());
 }
 
@@ -98,17 +86,15 @@ struct MuonItem {
   std::vector<float> grad, momentum, master;
   std::vector<Bf16Bits> model;
 
-  MuonTensors Tensors() {
-    return {grad.data(), momentum.data(), master.data(), model.data()};
-  }
+  MuonTensors Tensors() { return {grad.data(), momentum.data(), master.data(), model.data()}; }
 };
 
 std::vector<MuonItem> RandomItems(int count, int64_t n, uint32_t seed) {
   std::vector<MuonItem> items;
   for (int i = 0; i < count; ++i) {
     const uint32_t s = seed + 3 * static_cast<uint32_t>(i);
-    items.push_back({RandomNormal(n, s, 0.01f), RandomNormal(n, s + 1, 0.01f),
-                     RandomNormal(n, s + 2, 0.05f), std::vector<Bf16Bits>(n)});
+    items.push_back({RandomNormal(n, s, 0.01f), RandomNormal(n, s + 1, 0.01f), RandomNormal(n, s + 2, 0.05f),
+                     std::vector<Bf16Bits>(n)});
   }
   return items;
 }
@@ -119,8 +105,7 @@ std::vector<MuonTensors> TensorsOf(std::vector<MuonItem>& items) {
   return tensors;
 }
 
-void ExpectSameItems(const std::vector<MuonItem>& got,
-                     const std::vector<MuonItem>& want) {
+void ExpectSameItems(const std::vector<MuonItem>& got, const std::vector<MuonItem>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     // operator== on floats: no NaNs here, and equal values of a float are
@@ -138,12 +123,9 @@ TEST(CpuKernelBackendTest, MuonUpdateBatchEqualsMuonUpdatePerItem) {
   const MatrixBatchShape shape{1, 48, 128};
   std::vector<MuonItem> batched = RandomItems(64, shape.elements(), 80);
   std::vector<MuonItem> per_item = batched;
-  MUONSHARD_ASSERT_OK(backend->MuonUpdateBatch(TensorsOf(batched), shape,
-                                               WeightLayout::kOutIn,
-                                               MuonOptions()));
+  MUONSHARD_ASSERT_OK(backend->MuonUpdateBatch(TensorsOf(batched), shape, WeightLayout::kOutIn, MuonOptions()));
   for (MuonTensors& t : TensorsOf(per_item)) {
-    MUONSHARD_ASSERT_OK(
-        backend->MuonUpdate(t, shape, WeightLayout::kOutIn, MuonOptions()));
+    MUONSHARD_ASSERT_OK(backend->MuonUpdate(t, shape, WeightLayout::kOutIn, MuonOptions()));
   }
   ExpectSameItems(batched, per_item);
   EXPECT_NE(batched[0].master, RandomItems(1, shape.elements(), 80)[0].master);
@@ -207,55 +189,42 @@ TEST(CpuKernelBackendTest, Copy2DMovesEachRunToItsPitch) {
 class PerItemBackend final : public KernelBackend {
  public:
   DeviceKind device_kind() const override { return DeviceKind::kCpu; }
-  absl::Status NewtonSchulz(const float* in, float* out,
-                            const MatrixBatchShape& shape,
+  absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                             const NewtonSchulzOptions& options) override {
     return cpu_->NewtonSchulz(in, out, shape, options);
   }
-  absl::Status MuonUpdate(const MuonTensors& tensors,
-                          const MatrixBatchShape& shape, WeightLayout layout,
+  absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override {
     ++muon_calls_;
     return cpu_->MuonUpdate(tensors, shape, layout, options);
   }
-  absl::Status AdamW(const AdamWTensors& tensors, int64_t n,
-                     const AdamWBetaPows& pows,
+  absl::Status AdamW(const AdamWTensors& tensors, int64_t n, const AdamWBetaPows& pows,
                      const AdamWOptions& options) override {
     return cpu_->AdamW(tensors, n, pows, options);
   }
-  absl::Status MuonMomentum(const float* grad, float* momentum, float* update,
-                            int64_t n, const MuonOptions& options) override {
+  absl::Status MuonMomentum(const float* grad, float* momentum, float* update, int64_t n,
+                            const MuonOptions& options) override {
     return cpu_->MuonMomentum(grad, momentum, update, n, options);
   }
-  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model,
-                         int64_t n, const MuonApplyScalars& scalars) override {
+  absl::Status MuonApply(const float* ortho, float* master, Bf16Bits* model, int64_t n,
+                         const MuonApplyScalars& scalars) override {
     return cpu_->MuonApply(ortho, master, model, n, scalars);
   }
-  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst,
-                      int64_t dst_pitch, int64_t row_bytes,
+  absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                       int64_t rows) override {
     return cpu_->Copy2D(src, src_pitch, dst, dst_pitch, row_bytes, rows);
   }
-  absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override {
-    return cpu_->CastToBf16(in, out, n);
-  }
+  absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override { return cpu_->CastToBf16(in, out, n); }
   absl::Status Synchronize() override { return cpu_->Synchronize(); }
-  absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override {
-    return cpu_->Allocate(bytes);
-  }
-  absl::Status CopyFromHost(const void* host, void* dst,
-                            int64_t bytes) override {
+  absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override { return cpu_->Allocate(bytes); }
+  absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
     return cpu_->CopyFromHost(host, dst, bytes);
   }
-  absl::Status CopyToHost(const void* src, void* host,
-                          int64_t bytes) override {
+  absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override {
     return cpu_->CopyToHost(src, host, bytes);
   }
-  absl::Status SetZero(void* dst, int64_t bytes) override {
-    return cpu_->SetZero(dst, bytes);
-  }
-  absl::Status Convert(const void* in, ElementType in_type, void* out,
-                       ElementType out_type, int64_t n) override {
+  absl::Status SetZero(void* dst, int64_t bytes) override { return cpu_->SetZero(dst, bytes); }
+  absl::Status Convert(const void* in, ElementType in_type, void* out, ElementType out_type, int64_t n) override {
     return cpu_->Convert(in, in_type, out, out_type, n);
   }
 
@@ -271,25 +240,21 @@ TEST(KernelBackendTest, DefaultMuonUpdateBatchValidatesAllThenUpdatesPerItem) {
   const MatrixBatchShape shape{2, 9, 6};
   std::vector<MuonItem> items = RandomItems(5, shape.elements(), 90);
   std::vector<MuonItem> expected = items;
-  MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(expected), shape,
-                                         WeightLayout::kInOut, MuonOptions()));
+  MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(expected), shape, WeightLayout::kInOut, MuonOptions()));
 
   // A null master in the last item: refused before item 0 is touched.
   const std::vector<MuonItem> before = items;
   std::vector<MuonTensors> bad = TensorsOf(items);
   bad[4].master = nullptr;
-  EXPECT_THAT(backend.MuonUpdateBatch(bad, shape, WeightLayout::kInOut,
-                                      MuonOptions()),
+  EXPECT_THAT(backend.MuonUpdateBatch(bad, shape, WeightLayout::kInOut, MuonOptions()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("item 4")));
   EXPECT_EQ(backend.muon_calls(), 0);
   ExpectSameItems(items, before);
 
-  MUONSHARD_EXPECT_OK(
-      backend.MuonUpdateBatch({}, shape, WeightLayout::kInOut, MuonOptions()));
+  MUONSHARD_EXPECT_OK(backend.MuonUpdateBatch({}, shape, WeightLayout::kInOut, MuonOptions()));
   EXPECT_EQ(backend.muon_calls(), 0);
 
-  MUONSHARD_ASSERT_OK(backend.MuonUpdateBatch(
-      TensorsOf(items), shape, WeightLayout::kInOut, MuonOptions()));
+  MUONSHARD_ASSERT_OK(backend.MuonUpdateBatch(TensorsOf(items), shape, WeightLayout::kInOut, MuonOptions()));
   EXPECT_EQ(backend.muon_calls(), 5);
   ExpectSameItems(items, expected);
 }
@@ -301,11 +266,10 @@ namespace muonshard::kernels::testing {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendMemoryConformanceTest,
-                         ::testing::Values(BackendFactory{
-                             "Cpu",
-                             []() -> absl::StatusOr<std::unique_ptr<KernelBackend>> {
-                               return CreateCpuKernelBackend();
-                             }}),
+                         ::testing::Values(BackendFactory{"Cpu",
+                                                          []() -> absl::StatusOr<std::unique_ptr<KernelBackend>> {
+                                                            return CreateCpuKernelBackend();
+                                                          }}),
                          BackendFactoryName);
 
 }  // namespace

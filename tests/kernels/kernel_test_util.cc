@@ -14,9 +14,7 @@ std::vector<double> SmallGram(const float* q, int64_t rows, int64_t cols) {
   const bool tall = rows > cols;
   const int64_t m = std::min(rows, cols);
   const int64_t n = std::max(rows, cols);
-  auto at = [&](int64_t i, int64_t k) {
-    return static_cast<double>(tall ? q[k * cols + i] : q[i * cols + k]);
-  };
+  auto at = [&](int64_t i, int64_t k) { return static_cast<double>(tall ? q[k * cols + i] : q[i * cols + k]); };
   std::vector<double> gram(m * m);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < m; ++j) {
@@ -41,8 +39,7 @@ std::vector<double> SymmetricEigenvalues(std::vector<double> a, int64_t m) {
         const double apq = a[p * m + q];
         if (std::abs(apq) < 1e-300) continue;
         const double theta = (a[q * m + q] - a[p * m + p]) / (2 * apq);
-        const double t = (theta >= 0 ? 1.0 : -1.0) /
-                         (std::abs(theta) + std::sqrt(theta * theta + 1));
+        const double t = (theta >= 0 ? 1.0 : -1.0) / (std::abs(theta) + std::sqrt(theta * theta + 1));
         const double c = 1 / std::sqrt(t * t + 1);
         const double s = t * c;
         for (int64_t k = 0; k < m; ++k) {  // Rotate columns p and q.

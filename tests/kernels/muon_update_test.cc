@@ -40,14 +40,12 @@ struct MuonState {
   std::vector<float> master;
   std::vector<Bf16Bits> model;
 
-  MuonTensors Tensors() {
-    return {grad.data(), momentum.data(), master.data(), model.data()};
-  }
+  MuonTensors Tensors() { return {grad.data(), momentum.data(), master.data(), model.data()}; }
 };
 
 MuonState RandomState(int64_t n, uint32_t seed) {
-  return {RandomNormal(n, seed, 0.01f), RandomNormal(n, seed + 1, 0.01f),
-          RandomNormal(n, seed + 2, 0.05f), std::vector<Bf16Bits>(n)};
+  return {RandomNormal(n, seed, 0.01f), RandomNormal(n, seed + 1, 0.01f), RandomNormal(n, seed + 2, 0.05f),
+          std::vector<Bf16Bits>(n)};
 }
 
 MuonOptions Fp32Muon() {
@@ -57,8 +55,7 @@ MuonOptions Fp32Muon() {
 }
 
 TEST(MuonUpdateCpuTest, MatchesNumpyReferenceForEveryFixture) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases,
-                                 ReadFixtureFile("muon_update.txt"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases, ReadFixtureFile("muon_update.txt"));
   for (const FixtureCase& c : cases) {
     SCOPED_TRACE(c.name);
     const MatrixBatchShape shape{c.Int("batch"), c.Int("rows"), c.Int("cols")};
@@ -70,11 +67,8 @@ TEST(MuonUpdateCpuTest, MatchesNumpyReferenceForEveryFixture) {
     options.with_decay = c.Int("with_decay") != 0;
     options.scale_version = static_cast<MuonScaleVersion>(c.Int("version"));
     options.extra_scale = static_cast<float>(c.Double("extra_scale"));
-    const WeightLayout layout = c.Str("layout") == "OUT_IN"
-                                    ? WeightLayout::kOutIn
-                                    : WeightLayout::kInOut;
-    MuonState s{c.Floats("grad"), c.Floats("momentum"), c.Floats("master"),
-                std::vector<Bf16Bits>(shape.elements())};
+    const WeightLayout layout = c.Str("layout") == "OUT_IN" ? WeightLayout::kOutIn : WeightLayout::kInOut;
+    MuonState s{c.Floats("grad"), c.Floats("momentum"), c.Floats("master"), std::vector<Bf16Bits>(shape.elements())};
     MUONSHARD_ASSERT_OK(MuonUpdateCpu(s.Tensors(), shape, layout, options));
     EXPECT_LE(MaxAbsDiff(s.momentum, c.Floats("expected_momentum")), 1e-8);
     // |master| ~ 0.1 and the step ~ lr·scale·|O| ~ 1e-3: fp32 rounding.
@@ -83,8 +77,7 @@ TEST(MuonUpdateCpuTest, MatchesNumpyReferenceForEveryFixture) {
     for (size_t i = 0; i < model.size(); ++i) {
       // The reference rounds its float64 master; one bf16 ulp of slack for
       // values that sit on a rounding boundary.
-      EXPECT_LE(std::abs(static_cast<double>(s.model[i]) - model[i]), 1.0)
-          << "element " << i;
+      EXPECT_LE(std::abs(static_cast<double>(s.model[i]) - model[i]), 1.0) << "element " << i;
       EXPECT_EQ(s.model[i], FloatToBf16(s.master[i]));
     }
   }
@@ -94,24 +87,17 @@ TEST(MuonUpdateScaleTest, FollowsLayoutAndVersion) {
   // Llama MLP up-projection, PyTorch layout [out=11008, in=4096].
   const int64_t out = 11008, in = 4096;
   const double ratio = double{out} / in;
-  EXPECT_DOUBLE_EQ(MuonUpdateScale(out, in, WeightLayout::kOutIn,
-                                   MuonScaleVersion::kV1, 0.2f),
+  EXPECT_DOUBLE_EQ(MuonUpdateScale(out, in, WeightLayout::kOutIn, MuonScaleVersion::kV1, 0.2f),
                    std::sqrt(ratio) * 0.2f);
   // The same matrix stored [in, out] (Paddle) has the same din/dout.
-  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kInOut,
-                                   MuonScaleVersion::kV1, 0.2f),
+  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kInOut, MuonScaleVersion::kV1, 0.2f),
                    std::sqrt(ratio) * 0.2f);
   // The down-projection has dout < din: v1 clamps at 1, v2 does not.
-  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kOutIn,
-                                   MuonScaleVersion::kV1, 0.2f),
-                   1.0 * 0.2f);
-  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kOutIn,
-                                   MuonScaleVersion::kV2, 0.2f),
+  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kOutIn, MuonScaleVersion::kV1, 0.2f), 1.0 * 0.2f);
+  EXPECT_DOUBLE_EQ(MuonUpdateScale(in, out, WeightLayout::kOutIn, MuonScaleVersion::kV2, 0.2f),
                    std::sqrt(1 / ratio) * 0.2f);
   // Moonlight: 0.2·sqrt(max(A, B)) = 20.98 for [4096, 11008].
-  EXPECT_NEAR(MuonUpdateScale(in, out, WeightLayout::kInOut,
-                              MuonScaleVersion::kV3, 0.2f),
-              20.98, 0.01);
+  EXPECT_NEAR(MuonUpdateScale(in, out, WeightLayout::kInOut, MuonScaleVersion::kV3, 0.2f), 20.98, 0.01);
 }
 
 TEST(MuonUpdateCpuTest, ZeroGradientOnlyDecaysTheMaster) {
@@ -124,16 +110,14 @@ TEST(MuonUpdateCpuTest, ZeroGradientOnlyDecaysTheMaster) {
   MuonOptions options;
   options.lr = 0.5f;
   options.weight_decay = 0.1f;
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kOutIn, options));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kOutIn, options));
   for (size_t i = 0; i < before.size(); ++i) {
     EXPECT_FLOAT_EQ(s.master[i], before[i] * 0.95f);
     EXPECT_EQ(s.model[i], FloatToBf16(s.master[i]));
   }
   options.with_decay = false;
   const std::vector<float> decayed = s.master;
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kOutIn, options));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kOutIn, options));
   EXPECT_EQ(s.master, decayed);
 }
 
@@ -151,10 +135,8 @@ TEST(MuonUpdateCpuTest, StepHasTheScaledOrthogonalisedMomentum) {
   std::vector<float> ortho(u.size());
   MUONSHARD_ASSERT_OK(NewtonSchulzCpu(u.data(), ortho.data(), shape, options.ns));
   const std::vector<float> before = s.master;
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kInOut, options));
-  const double step = options.lr * MuonUpdateScale(8, 20, WeightLayout::kInOut,
-                                                   MuonScaleVersion::kV1, 0.2f);
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kInOut, options));
+  const double step = options.lr * MuonUpdateScale(8, 20, WeightLayout::kInOut, MuonScaleVersion::kV1, 0.2f);
   std::vector<float> recovered(u.size());
   for (size_t i = 0; i < u.size(); ++i) {
     recovered[i] = static_cast<float>((before[i] - s.master[i]) / step);
@@ -178,12 +160,9 @@ TEST(MuonUpdateCpuTest, ExpertsAreIndependentMatrices) {
                    {all.master.begin() + one.elements(), all.master.end()},
                    std::vector<Bf16Bits>(one.elements())};
   const MuonOptions options = Fp32Muon();
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(all.Tensors(), stack, WeightLayout::kOutIn, options));
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(first.Tensors(), one, WeightLayout::kOutIn, options));
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateCpu(second.Tensors(), one, WeightLayout::kOutIn, options));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(all.Tensors(), stack, WeightLayout::kOutIn, options));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(first.Tensors(), one, WeightLayout::kOutIn, options));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(second.Tensors(), one, WeightLayout::kOutIn, options));
   std::vector<float> joined = first.master;
   joined.insert(joined.end(), second.master.begin(), second.master.end());
   EXPECT_LE(MaxAbsDiff(all.master, joined), 1e-7);
@@ -194,8 +173,7 @@ TEST(MuonUpdateCpuTest, ModelCopyIsOptional) {
   MuonState s = RandomState(shape.elements(), 40);
   MuonTensors tensors = s.Tensors();
   tensors.model = nullptr;
-  MUONSHARD_EXPECT_OK(
-      MuonUpdateCpu(tensors, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_EXPECT_OK(MuonUpdateCpu(tensors, shape, WeightLayout::kOutIn, MuonOptions()));
 }
 
 TEST(MuonUpdateCpuTest, RejectsBadArguments) {
@@ -217,8 +195,7 @@ TEST(MuonUpdateCpuTest, RejectsBadArguments) {
   bad.ns.steps = -2;
   EXPECT_THAT(MuonUpdateCpu(s.Tensors(), shape, WeightLayout::kOutIn, bad),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("steps")));
-  EXPECT_THAT(MuonUpdateCpu(s.Tensors(), {0, 3, 4}, WeightLayout::kOutIn,
-                            MuonOptions()),
+  EXPECT_THAT(MuonUpdateCpu(s.Tensors(), {0, 3, 4}, WeightLayout::kOutIn, MuonOptions()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("< 1")));
 }
 
@@ -235,8 +212,7 @@ std::vector<MuonState> RandomStates(int count, int64_t n, uint32_t seed) {
 }
 
 // Tensors of every state; without a model copy for the items in `no_model`.
-std::vector<MuonTensors> TensorsOf(std::vector<MuonState>& states,
-                                   const std::vector<int>& no_model = {}) {
+std::vector<MuonTensors> TensorsOf(std::vector<MuonState>& states, const std::vector<int>& no_model = {}) {
   std::vector<MuonTensors> items;
   for (MuonState& s : states) items.push_back(s.Tensors());
   for (int i : no_model) items[i].model = nullptr;
@@ -246,12 +222,10 @@ std::vector<MuonTensors> TensorsOf(std::vector<MuonState>& states,
 // memcmp equality of every buffer (bit-identity, NaN-safe).
 template <typename T>
 bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() &&
-         std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0;
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(T) * a.size()) == 0;
 }
 
-void ExpectSameBits(const std::vector<MuonState>& got,
-                    const std::vector<MuonState>& want) {
+void ExpectSameBits(const std::vector<MuonState>& got, const std::vector<MuonState>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("item ", i));
@@ -265,24 +239,20 @@ void ExpectSameBits(const std::vector<MuonState>& got,
 // elementwise formulas and NewtonSchulzCpu on one matrix at a time. Shares
 // no indexing with MuonUpdateCpu, so it checks which matrix of which item
 // went where.
-void MuonByParts(MuonState& s, bool with_model, const MatrixBatchShape& shape,
-                 WeightLayout layout, const MuonOptions& options) {
+void MuonByParts(MuonState& s, bool with_model, const MatrixBatchShape& shape, WeightLayout layout,
+                 const MuonOptions& options) {
   const MatrixBatchShape one{1, shape.rows, shape.cols};
   const int64_t per = shape.matrix_elements();
-  const float decay =
-      options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
+  const float decay = options.with_decay ? 1.0f - options.lr * options.weight_decay : 1.0f;
   const float step = static_cast<float>(
-      options.lr * MuonUpdateScale(shape.rows, shape.cols, layout,
-                                   options.scale_version, options.extra_scale));
+      options.lr * MuonUpdateScale(shape.rows, shape.cols, layout, options.scale_version, options.extra_scale));
   std::vector<float> u(per), o(per);
   for (int64_t b = 0; b < shape.batch; ++b) {
     const int64_t base = b * per;
     for (int64_t i = 0; i < per; ++i) {
-      u[i] = internal::MomentumElement(s.grad[base + i], s.momentum[base + i],
-                                       options.beta, options.nesterov);
+      u[i] = internal::MomentumElement(s.grad[base + i], s.momentum[base + i], options.beta, options.nesterov);
     }
-    ASSERT_THAT(NewtonSchulzCpu(u.data(), o.data(), one, options.ns),
-                IsOk());
+    ASSERT_THAT(NewtonSchulzCpu(u.data(), o.data(), one, options.ns), IsOk());
     for (int64_t i = 0; i < per; ++i) {
       float& p = s.master[base + i];
       p = internal::MuonApplyElement(p, o[i], decay, step);
@@ -311,33 +281,25 @@ class MuonUpdateBatchCpuTest : public ::testing::TestWithParam<BatchCase> {};
 // c.steps steps (the second starts from a non-trivial momentum).
 TEST_P(MuonUpdateBatchCpuTest, MatchesPerItemCallsBitForBit) {
   const BatchCase& c = GetParam();
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(internal::CpuNsConfig config,
-                                 internal::MakeCpuNsConfig(MuonOptions().ns));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(internal::CpuNsConfig config, internal::MakeCpuNsConfig(MuonOptions().ns));
   // The case covers the path it is named for.
-  ASSERT_EQ(internal::RunsMatricesPerThread(c.shape.rows, c.shape.cols, config),
-            c.per_thread);
+  ASSERT_EQ(internal::RunsMatricesPerThread(c.shape.rows, c.shape.cols, config), c.per_thread);
   uint32_t seed = 1000;
   for (bool nesterov : {true, false}) {
-    for (MatmulPrecision precision :
-         {MatmulPrecision::kFp32, MatmulPrecision::kBf16}) {
-      const WeightLayout layout = precision == MatmulPrecision::kFp32
-                                      ? WeightLayout::kOutIn
-                                      : WeightLayout::kInOut;
-      SCOPED_TRACE(absl::StrCat("nesterov=", nesterov,
-                                " precision=", static_cast<int>(precision)));
+    for (MatmulPrecision precision : {MatmulPrecision::kFp32, MatmulPrecision::kBf16}) {
+      const WeightLayout layout = precision == MatmulPrecision::kFp32 ? WeightLayout::kOutIn : WeightLayout::kInOut;
+      SCOPED_TRACE(absl::StrCat("nesterov=", nesterov, " precision=", static_cast<int>(precision)));
       MuonOptions options;
       options.nesterov = nesterov;
       options.ns.precision = precision;
       options.with_decay = nesterov;  // Both decay branches.
-      std::vector<MuonState> batched =
-          RandomStates(c.items, c.shape.elements(), seed += 100);
+      std::vector<MuonState> batched = RandomStates(c.items, c.shape.elements(), seed += 100);
       std::vector<MuonState> reference = batched;
       std::vector<MuonState> by_parts = batched;
       const std::vector<MuonState> initial = batched;
       const std::vector<int> no_model = {c.items - 1};
       for (int step = 0; step < c.steps; ++step) {
-        MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(
-            TensorsOf(batched, no_model), c.shape, layout, options));
+        MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(batched, no_model), c.shape, layout, options));
         for (MuonTensors& t : TensorsOf(reference, no_model)) {
           MUONSHARD_ASSERT_OK(MuonUpdateCpu(t, c.shape, layout, options));
         }
@@ -352,40 +314,33 @@ TEST_P(MuonUpdateBatchCpuTest, MatchesPerItemCallsBitForBit) {
       for (int i = 0; i < c.items; ++i) {
         EXPECT_FALSE(SameBits(batched[i].master, initial[i].master)) << i;
         const bool has_model = i != c.items - 1;
-        EXPECT_EQ(SameBits(batched[i].model, initial[i].model), !has_model)
-            << i;
+        EXPECT_EQ(SameBits(batched[i].model, initial[i].model), !has_model) << i;
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, MuonUpdateBatchCpuTest,
-    ::testing::Values(
-        // Qwen3-30B-A3B experts scaled down by 16: [768, 2048] / 16.
-        BatchCase{"Wide48x128", {1, 48, 128}, 7, true},
-        BatchCase{"Tall128x48", {1, 128, 48}, 7, true},
-        BatchCase{"Square64", {1, 64, 64}, 5, true},
-        BatchCase{"Tiny3x2", {1, 3, 2}, 9, true},
-        BatchCase{"OneByOne", {1, 1, 1}, 3, true},
-        // Items that are 3-D expert stacks.
-        BatchCase{"Stacks4x24x40", {4, 24, 40}, 3, true},
-        BatchCase{"Stacks3x40x24", {3, 40, 24}, 2, true},
-        // m²n = 320²·704 > kPerThreadMatrixMaxWork: threaded BLAS.
-        BatchCase{"ThreadedBlas320x704", {1, 320, 704}, 2, false, 1}),
-    [](const ::testing::TestParamInfo<BatchCase>& info) {
-      return info.param.name;
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, MuonUpdateBatchCpuTest,
+                         ::testing::Values(
+                             // Qwen3-30B-A3B experts scaled down by 16: [768, 2048] / 16.
+                             BatchCase{"Wide48x128", {1, 48, 128}, 7, true},
+                             BatchCase{"Tall128x48", {1, 128, 48}, 7, true},
+                             BatchCase{"Square64", {1, 64, 64}, 5, true}, BatchCase{"Tiny3x2", {1, 3, 2}, 9, true},
+                             BatchCase{"OneByOne", {1, 1, 1}, 3, true},
+                             // Items that are 3-D expert stacks.
+                             BatchCase{"Stacks4x24x40", {4, 24, 40}, 3, true},
+                             BatchCase{"Stacks3x40x24", {3, 40, 24}, 2, true},
+                             // m²n = 320²·704 > kPerThreadMatrixMaxWork: threaded BLAS.
+                             BatchCase{"ThreadedBlas320x704", {1, 320, 704}, 2, false, 1}),
+                         [](const ::testing::TestParamInfo<BatchCase>& info) { return info.param.name; });
 
 TEST(MuonUpdateBatchCpuTest, OneItemEqualsMuonUpdateCpu) {
   const MatrixBatchShape shape{2, 16, 40};
   MuonState batched = RandomState(shape.elements(), 1500);
   MuonState reference = batched;
   const MuonTensors items[] = {batched.Tensors()};
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
-  MUONSHARD_ASSERT_OK(MuonUpdateCpu(reference.Tensors(), shape,
-                                    WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_ASSERT_OK(MuonUpdateCpu(reference.Tensors(), shape, WeightLayout::kOutIn, MuonOptions()));
   ExpectSameBits({batched}, {reference});
 }
 
@@ -399,11 +354,9 @@ TEST(MuonUpdateBatchCpuTest, ItemsMayShareTheirGradient) {
     items[i].grad = items[0].grad;
     reference_items[i].grad = reference_items[0].grad;
   }
-  MUONSHARD_ASSERT_OK(
-      MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
   for (const MuonTensors& t : reference_items) {
-    MUONSHARD_ASSERT_OK(
-        MuonUpdateCpu(t, shape, WeightLayout::kOutIn, MuonOptions()));
+    MUONSHARD_ASSERT_OK(MuonUpdateCpu(t, shape, WeightLayout::kOutIn, MuonOptions()));
   }
   ExpectSameBits(batched, reference);
 }
@@ -416,35 +369,29 @@ TEST(MuonUpdateBatchCpuTest, LeavesOpenBlasThreadsAsTheyWere) {
   std::vector<MuonState> states = RandomStates(8, shape.elements(), 1650);
   for (int threads : {2, before}) {
     openblas_set_num_threads(threads);
-    MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(states), shape,
-                                           WeightLayout::kOutIn, MuonOptions()));
+    MUONSHARD_ASSERT_OK(MuonUpdateBatchCpu(TensorsOf(states), shape, WeightLayout::kOutIn, MuonOptions()));
     EXPECT_EQ(openblas_get_num_threads(), threads);
   }
 }
 
 TEST(MuonUpdateBatchCpuTest, EmptyBatchIsANoOpButStillValidated) {
   const MatrixBatchShape shape{1, 4, 6};
-  MUONSHARD_EXPECT_OK(
-      MuonUpdateBatchCpu({}, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_EXPECT_OK(MuonUpdateBatchCpu({}, shape, WeightLayout::kOutIn, MuonOptions()));
   MuonOptions bad;
   bad.beta = -1.0f;
   EXPECT_THAT(MuonUpdateBatchCpu({}, shape, WeightLayout::kOutIn, bad),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("beta")));
-  EXPECT_THAT(MuonUpdateBatchCpu({}, {1, 0, 6}, WeightLayout::kOutIn,
-                                 MuonOptions()),
+  EXPECT_THAT(MuonUpdateBatchCpu({}, {1, 0, 6}, WeightLayout::kOutIn, MuonOptions()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("< 1")));
 }
 
 // Runs MuonUpdateBatchCpu on `items` over `states` and expects
 // INVALID_ARGUMENT mentioning `message` with every state left as it was.
-void ExpectRejectedUnchanged(const std::vector<MuonTensors>& items,
-                             const MatrixBatchShape& shape,
-                             const std::vector<MuonState>& states,
-                             const std::string& message) {
+void ExpectRejectedUnchanged(const std::vector<MuonTensors>& items, const MatrixBatchShape& shape,
+                             const std::vector<MuonState>& states, const std::string& message) {
   const std::vector<MuonState> before = states;
-  EXPECT_THAT(
-      MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)));
+  EXPECT_THAT(MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(message)));
   ExpectSameBits(states, before);
   for (size_t i = 0; i < states.size(); ++i) {
     EXPECT_TRUE(SameBits(states[i].grad, before[i].grad));
@@ -459,7 +406,8 @@ TEST(MuonUpdateBatchCpuTest, NullPointerNamesTheItemAndChangesNothing) {
     std::vector<MuonTensors> items = TensorsOf(states);
     items[k].master = nullptr;
     ExpectRejectedUnchanged(items, shape, states,
-                            absl::StrCat("item ", k, ": grad, momentum and "
+                            absl::StrCat("item ", k,
+                                         ": grad, momentum and "
                                          "master must not be null"));
     items = TensorsOf(states);
     items[k].grad = nullptr;
@@ -488,8 +436,7 @@ TEST(MuonUpdateBatchCpuTest, WrittenBuffersMustNotOverlap) {
   // Adjacent buffers do not overlap: accepted.
   items[1].momentum = shared.data() + n;
   std::vector<MuonState> copy = states;
-  MUONSHARD_EXPECT_OK(
-      MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
+  MUONSHARD_EXPECT_OK(MuonUpdateBatchCpu(items, shape, WeightLayout::kOutIn, MuonOptions()));
   states = copy;
   // Within one item: the model copy over its own master.
   items = TensorsOf(states);

@@ -38,12 +38,10 @@ NewtonSchulzOptions Fp32Options() {
   return options;
 }
 
-std::vector<float> RunNs(const std::vector<float>& in,
-                         const MatrixBatchShape& shape,
+std::vector<float> RunNs(const std::vector<float>& in, const MatrixBatchShape& shape,
                          const NewtonSchulzOptions& options) {
   std::vector<float> out(in.size());
-  EXPECT_THAT(NewtonSchulzCpu(in.data(), out.data(), shape, options),
-              muonshard::testing::IsOk());
+  EXPECT_THAT(NewtonSchulzCpu(in.data(), out.data(), shape, options), muonshard::testing::IsOk());
   return out;
 }
 
@@ -76,19 +74,16 @@ NewtonSchulzOptions FixtureOptions(const FixtureCase& c) {
 }
 
 TEST(NewtonSchulzCpuTest, MatchesNumpyReferenceForEveryFixture) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases,
-                                 ReadFixtureFile("newton_schulz.txt"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<FixtureCase> cases, ReadFixtureFile("newton_schulz.txt"));
   for (const FixtureCase& c : cases) {
     SCOPED_TRACE(c.name);
     const MatrixBatchShape shape{c.Int("batch"), c.Int("rows"), c.Int("cols")};
     NewtonSchulzOptions options = FixtureOptions(c);
     const std::vector<float> expected = c.Floats("expected");
-    for (SymmetricMatmul sym :
-         {SymmetricMatmul::kAlways, SymmetricMatmul::kNever}) {
+    for (SymmetricMatmul sym : {SymmetricMatmul::kAlways, SymmetricMatmul::kNever}) {
       options.symmetric = sym;
       const std::vector<float> out = RunNs(c.Floats("input"), shape, options);
-      EXPECT_LE(MaxAbsDiff(out, expected), kFp32FixtureTolerance)
-          << "symmetric=" << static_cast<int>(sym);
+      EXPECT_LE(MaxAbsDiff(out, expected), kFp32FixtureTolerance) << "symmetric=" << static_cast<int>(sym);
     }
   }
 }
@@ -99,8 +94,7 @@ TEST(NewtonSchulzCpuTest, WellConditionedInputComesOutNearlyOrthogonal) {
   const std::vector<float> in = RandomNormal(shape.elements(), 1);
   // The simple schedule is tuned for speed, not convergence: singular values
   // end up in a band around 1 (Keller Jordan: roughly U(0.5, 1.5)).
-  std::vector<double> sv = SingularValues(
-      RunNs(in, shape, Fp32Options()).data(), shape.rows, shape.cols);
+  std::vector<double> sv = SingularValues(RunNs(in, shape, Fp32Options()).data(), shape.rows, shape.cols);
   EXPECT_GT(sv.front(), 0.65);
   EXPECT_LT(sv.back(), 1.2);
   // deepseekv4 ends with two classic cubic steps, which converge to 1.
@@ -112,8 +106,7 @@ TEST(NewtonSchulzCpuTest, WellConditionedInputComesOutNearlyOrthogonal) {
 }
 
 TEST(NewtonSchulzCpuTest, IsOddBitForBit) {
-  for (MatmulPrecision precision :
-       {MatmulPrecision::kFp32, MatmulPrecision::kBf16}) {
+  for (MatmulPrecision precision : {MatmulPrecision::kFp32, MatmulPrecision::kBf16}) {
     NewtonSchulzOptions options;
     options.precision = precision;
     const MatrixBatchShape shape{2, 23, 17};
@@ -170,15 +163,13 @@ TEST(NewtonSchulzCpuTest, InPlaceEqualsOutOfPlace) {
   const MatrixBatchShape shape{3, 9, 5};
   std::vector<float> data = RandomNormal(shape.elements(), 6);
   const std::vector<float> out = RunNs(data, shape, Fp32Options());
-  MUONSHARD_ASSERT_OK(
-      NewtonSchulzCpu(data.data(), data.data(), shape, Fp32Options()));
+  MUONSHARD_ASSERT_OK(NewtonSchulzCpu(data.data(), data.data(), shape, Fp32Options()));
   EXPECT_EQ(data, out);
 }
 
 TEST(NewtonSchulzCpuTest, ZeroInputGivesZeroOutput) {
   const MatrixBatchShape shape{2, 4, 3};
-  const std::vector<float> out =
-      RunNs(std::vector<float>(shape.elements(), 0.0f), shape, NewtonSchulzOptions());
+  const std::vector<float> out = RunNs(std::vector<float>(shape.elements(), 0.0f), shape, NewtonSchulzOptions());
   EXPECT_THAT(out, Each(0.0f));
 }
 
@@ -233,9 +224,8 @@ TEST(NewtonSchulzCpuTest, RejectsBadArguments) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("null")));
   EXPECT_THAT(NewtonSchulzCpu(buf.data(), buf.data(), {1, 0, 2}, ok),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("< 1")));
-  EXPECT_THAT(
-      NewtonSchulzCpu(buf.data(), buf.data(), {1, int64_t{1} << 32, 1}, ok),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^31")));
+  EXPECT_THAT(NewtonSchulzCpu(buf.data(), buf.data(), {1, int64_t{1} << 32, 1}, ok),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2^31")));
   NewtonSchulzOptions bad = ok;
   bad.steps = -1;
   EXPECT_THAT(NewtonSchulzCpu(buf.data(), buf.data(), shape, bad),

@@ -1,14 +1,14 @@
 #include "plan/balanced.h"
 
 #include <algorithm>
-
-#include "plan/plan_stats.h"
-#include "plan/plan_validator.h"
-#include "plan/transfer.h"
 #include <memory>
-#include "plan/planner.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_stats.h"
+#include "plan/plan_validator.h"
+#include "plan/planner.h"
+#include "plan/transfer.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -112,10 +112,8 @@ TEST(BalancedTest, ReSplitsPairsWhereNoSingleMoveOrSwapHelps) {
 
 TEST(BalancedTest, UnevenAdamwShardsFillAroundMuon) {
   // A Muon matrix on one of two ranks; the AdamW embedding water-fills the other.
-  v1::ModelManifest m = ManifestBuilder()
-                            .Add("model.embed_tokens.weight", {1024, 64})
-                            .Add("model.layers.0.w.weight", {256, 256})
-                            .Build();
+  v1::ModelManifest m =
+      ManifestBuilder().Add("model.embed_tokens.weight", {1024, 64}).Add("model.layers.0.w.weight", {256, 256}).Build();
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(MakeRequest(m, 2, 1, 1, v1::BALANCED)));
   MUONSHARD_ASSERT_OK(ValidatePlan(plan));
   // Muon 65536 elems = 524288 B; AdamW 65536 elems = 786432 B. Level = 655360 B:
@@ -198,7 +196,7 @@ TEST(StickyTest, KeepsPreviousOwnersAndMovesLessThanFromScratch) {
     v1::PlanRequest request = MakeRequest(m, world, 1, 2, v1::BALANCED);
     MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan scratch, ComputePlan(request));
     request.mutable_policy()->set_sticky_to(previous.content_hash());
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* sticky_ptr, ComputePlan(request, nullptr, &previous));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan * sticky_ptr, ComputePlan(request, nullptr, &previous));
     std::unique_ptr<v1::Plan> sticky(sticky_ptr);
     MUONSHARD_ASSERT_OK(ValidatePlan(*sticky));
     EXPECT_NE(sticky->content_hash(), scratch.content_hash());  // the previous plan is part of the request

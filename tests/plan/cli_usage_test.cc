@@ -52,11 +52,10 @@ class CliUsageTest : public ::testing::Test {
   // Runs `script` in bash with the completion script loaded.
   CommandResult Bash(const std::string& script) {
     const std::string completion = dir_.Join("completion.bash");
-    auto r = testing::RunCommand(
-        {"/bin/bash", "-c",
-         absl::StrCat("'", BinaryPath("muonshardctl"), "' completion bash > '", completion, "' && source '", completion,
-                      "' && ", script)},
-        dir_.path());
+    auto r = testing::RunCommand({"/bin/bash", "-c",
+                                  absl::StrCat("'", BinaryPath("muonshardctl"), "' completion bash > '", completion,
+                                               "' && source '", completion, "' && ", script)},
+                                 dir_.path());
     EXPECT_THAT(r.status(), IsOk());
     return r.ok() ? *r : CommandResult();
   }
@@ -120,8 +119,7 @@ TEST_F(CliUsageTest, Environment_SuppliesConnectionFlags_FlagsWin) {
   CommandResult flag_wins =
       Ctl({"health", "--coordinator", server_->address()}, {absl::StrCat("MUONSHARD_COORDINATOR=", kNoServer)});
   EXPECT_EQ(flag_wins.exit_code, 0) << flag_wins.err;
-  CommandResult env_used =
-      Ctl({"list", "--timeout", "10"}, {absl::StrCat("MUONSHARD_COORDINATOR=", kNoServer)});
+  CommandResult env_used = Ctl({"list", "--timeout", "10"}, {absl::StrCat("MUONSHARD_COORDINATOR=", kNoServer)});
   EXPECT_EQ(env_used.exit_code, 1);
   EXPECT_THAT(env_used.err, HasSubstr(absl::StrCat("coordinator ", kNoServer, ": ")));
   // The token and TLS files, named after their flags.

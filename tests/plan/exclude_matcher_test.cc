@@ -2,8 +2,8 @@
 #include <string>
 #include <vector>
 
-#include "plan/model.h"
 #include "gtest/gtest.h"
+#include "plan/model.h"
 #include "re2/re2.h"
 #include "tests/testing/status_matchers.h"
 
@@ -44,8 +44,8 @@ TEST(ExcludeMatcherTest, AgreesWithRe2OnRandomNames) {
       {"layers\\.[0-9]+\\.mlp", "q.proj", "^x$", "\\d"},
       {"a\\$", "\\.", "b-c", "a/b:c"},
   };
-  const std::vector<std::string> parts = {"model", "layers", "1", "12", "mlp", "gate", "weight", "Q_PROJ",
-                                          "x", "lm_head", "embed", "attn", "b-c", "a$", "a/b:c", "proj"};
+  const std::vector<std::string> parts = {"model", "layers",  "1",     "12",   "mlp", "gate", "weight", "Q_PROJ",
+                                          "x",     "lm_head", "embed", "attn", "b-c", "a$",   "a/b:c",  "proj"};
   std::mt19937 rng(7);
   for (const auto& patterns : pattern_sets) {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ExcludeMatcher m, ExcludeMatcher::Create(patterns));

@@ -5,9 +5,9 @@
 // deterministic.
 #include <tuple>
 
+#include "gtest/gtest.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
-#include "gtest/gtest.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -50,7 +50,7 @@ TEST_P(InvariantsTest, HoldOnGeneratedManifests) {
   const auto [seed, policy] = GetParam();
   const int experts = seed % 3 == 0 ? 0 : (seed % 3 == 1 ? 4 : 8);
   const v1::ModelManifest m = testing::RandomManifest(seed, 20 + seed * 7 % 150, experts);
-  const Topo topos[] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1}, {8, 1, 1}, {4, 2, 1},
+  const Topo topos[] = {{1, 1, 1}, {2, 1, 1}, {3, 1, 1},  {8, 1, 1}, {4, 2, 1},
                         {8, 1, 2}, {8, 1, 4}, {16, 2, 2}, {6, 1, 2}, {12, 3, 1}};
   for (const Topo& t : topos) {
     if (experts == 0 && t.ep > 1) continue;
@@ -58,9 +58,8 @@ TEST_P(InvariantsTest, HoldOnGeneratedManifests) {
       for (bool per_dtype : {false, true}) {
         v1::PlanRequest request = testing::MakeRequest(m, t.world, t.pp, t.ep, policy, buffer_mb);
         request.mutable_policy()->set_per_dtype(per_dtype);
-        SCOPED_TRACE(::testing::Message() << "seed " << seed << " world " << t.world << " pp " << t.pp
-                                          << " ep " << t.ep << " buffer " << buffer_mb << " per_dtype "
-                                          << per_dtype);
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << " world " << t.world << " pp " << t.pp << " ep " << t.ep
+                                          << " buffer " << buffer_mb << " per_dtype " << per_dtype);
         MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
         MUONSHARD_ASSERT_OK(ValidatePlan(plan));
         if (policy != v1::BALANCED) ExpectSeedShardsEqual(plan);
@@ -73,7 +72,8 @@ TEST_P(InvariantsTest, HoldOnGeneratedManifests) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, InvariantsTest,
-                         ::testing::Combine(::testing::Range(1, 31), ::testing::Values(v1::SEED, v1::SEED_ALL, v1::BALANCED)));
+                         ::testing::Combine(::testing::Range(1, 31),
+                                            ::testing::Values(v1::SEED, v1::SEED_ALL, v1::BALANCED)));
 
 TEST(ValidatorTest, CatchesDoubleOwnershipAndGaps) {
   v1::ModelManifest m = testing::DenseManifest(2, 64, 128, 100);

@@ -3,10 +3,10 @@
 // retry of the balanced policy.
 #include "plan/memory.h"
 
-#include "plan/plan_validator.h"
-#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_validator.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -176,8 +176,8 @@ TEST(MemoryTest, TensorParallelStagingAndWorkspaceOnTheNsRank) {
 TEST(MemoryTest, ValidatorRejectsMemoryThePlanDoesNotImply) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TwoRankRequest()));
   plan.mutable_ranks(1)->mutable_memory()->set_grad_bytes(1);
-  EXPECT_THAT(ValidatePlan(plan), StatusIs(absl::StatusCode::kInvalidArgument,
-                                           HasSubstr("rank 1: memory disagrees with its buckets")));
+  EXPECT_THAT(ValidatePlan(plan),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 1: memory disagrees with its buckets")));
   plan.mutable_ranks(1)->clear_memory();  // a plan stored before the field: accepted
   plan.mutable_ranks(0)->clear_memory();
   MUONSHARD_EXPECT_OK(ValidatePlan(plan));

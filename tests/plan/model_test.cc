@@ -2,15 +2,16 @@
 // the "layers.N" / "experts.N" indices, fused-stack detection and Muon
 // exclusion. Checked against RE2 oracles on random names and on the edge
 // cases of the scanner (leading zeros, long digit runs, many runs).
+#include "plan/model.h"
+
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "plan/model.h"
-#include "plan/topology.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/topology.h"
 #include "re2/re2.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -60,9 +61,9 @@ bool ExcludedOracle(const std::string& name) {
 // Names built from the tokens that matter, digits of every length and the
 // exclusion words, so skeletons repeat and digit runs vary.
 std::string RandomName(std::mt19937_64& rng) {
-  static const std::vector<std::string> kParts = {
-      "model", "layers", "experts", "mlp", "gate", "up_proj", "weight", "bias", "Embed", "x1y", "router",
-      "lm_head", "sinks", "layers0", "0experts"};
+  static const std::vector<std::string> kParts = {"model",   "layers",  "experts", "mlp",     "gate",
+                                                  "up_proj", "weight",  "bias",    "Embed",   "x1y",
+                                                  "router",  "lm_head", "sinks",   "layers0", "0experts"};
   std::string name;
   const int parts = 1 + static_cast<int>(rng() % 7);
   for (int p = 0; p < parts; ++p) {
@@ -162,7 +163,8 @@ TEST(ResolveModelTest, NamesWithMoreDigitsThanPackIntoTheKey_StillChecked) {
   EXPECT_THAT(Resolve(ManifestBuilder().Add(many_runs, {4}).Add(many_runs, {4}).Build(), Layout(2)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("duplicate name")));
   // The expert index past eight digit runs is still read.
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model, Resolve(ManifestBuilder().Add(many_runs, {4}).Build(), Layout(2)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(ResolvedModel model,
+                                 Resolve(ManifestBuilder().Add(many_runs, {4}).Build(), Layout(2)));
   EXPECT_EQ(model.tensors[0].expert, 13);
 }
 
@@ -256,7 +258,8 @@ TEST(ResolveModelTest, TpSplitsDivideOutOrInOfTheLayout) {
 }
 
 TEST(ResolveModelTest, ExpertTensorsAreNotTpSplitUnderExpertParallelism) {
-  v1::ModelManifest m = ManifestBuilder().Add("model.layers.0.mlp.experts.0.up_proj.weight", {8, 4})
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("model.layers.0.mlp.experts.0.up_proj.weight", {8, 4})
                             .Add("model.layers.0.mlp.experts.1.up_proj.weight", {8, 4})
                             .Build();
   m.mutable_tensors(1)->set_tp_split(v1::TP_COLUMN);

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
 #include "muonshard/v1/plan.pb.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/temp_dir.h"
@@ -182,14 +182,14 @@ TEST(PlanCliTest, BundledManifestsRegenerateByteForByte) {
 }
 
 TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
-  const std::string dup = WriteManifest(
-      testing::ManifestBuilder().Add("a.weight", {4, 4}).Add("a.weight", {4}).Build(), "dup.json");
+  const std::string dup =
+      WriteManifest(testing::ManifestBuilder().Add("a.weight", {4, 4}).Add("a.weight", {4}).Build(), "dup.json");
   Result r = RunCtl(absl::StrCat("plan --manifest ", dup, " --world-size 2"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("tensor \"a.weight\": duplicate name"));
 
-  const std::string zero = WriteManifest(
-      testing::ManifestBuilder().Add("model.layers.3.mlp.up_proj.weight", {4, 0}).Build(), "zero.json");
+  const std::string zero =
+      WriteManifest(testing::ManifestBuilder().Add("model.layers.3.mlp.up_proj.weight", {4, 0}).Build(), "zero.json");
   r = RunCtl(absl::StrCat("plan --manifest ", zero, " --world-size 2"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("\"model.layers.3.mlp.up_proj.weight\": shape has a 0 dimension"));
@@ -211,7 +211,8 @@ TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent.json"));
 
-  std::ofstream(absl::StrCat(testing::ProcessTempDir(), "/bad.json")) << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
+  std::ofstream(absl::StrCat(testing::ProcessTempDir(), "/bad.json"))
+      << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
   r = RunCtl(absl::StrCat("plan --manifest ", testing::ProcessTempDir(), "/bad.json --world-size 2"));
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("FP8"));
@@ -224,8 +225,7 @@ TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
   for (const char* command : {"plan", "compare"}) {
     for (const char* flag : {"pp", "ep", "tp"}) {
       for (const char* value : {"0", "-2"}) {
-        Result r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ",
-                                       value));
+        Result r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ", value));
         EXPECT_EQ(r.code, 2) << command << " --" << flag << " " << value << ": " << r.out << r.err;
         EXPECT_THAT(r.err, HasSubstr(absl::StrCat("--", flag))) << command;
       }
@@ -245,8 +245,8 @@ TEST(PlanCliTest, TensorParallelPlanTableAndJson) {
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("  tp 2  policy BALANCED"));
   EXPECT_THAT(table.out, HasSubstr("tensor parallel  tp 2  TP_MUON_DISTRIBUTED  TP bytes per step"));
-  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest,
-                                    " --world-size 4 --tp 2 --tp-muon duplicated --output json"));
+  Result json =
+      RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon duplicated --output json"));
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"TENSOR_PARALLEL\""));
   EXPECT_THAT(json.out, HasSubstr("\"TP_OP_ALL_GATHER\""));
@@ -297,20 +297,20 @@ TEST(PlanCliTest, DeviceMemory_HeadroomTableRefusalAndMinWorldSizeHint) {
   EXPECT_THAT(ok.out, HasSubstr("headroom_MiB"));
   EXPECT_THAT(ok.out, HasSubstr("1 of 4 ranks, by headroom"));
 
-  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest,
-                                    " --world-size 4 --ep 2 --device-memory 80GiB --output json"));
+  Result json =
+      RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2 --device-memory 80GiB --output json"));
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"device_memory_bytes\": [\n   \"85899345920\"\n  ]"));
   EXPECT_THAT(json.out, HasSubstr("\"ns_workspace_bytes\": \""));
 
-  Result refused = RunCtl(absl::StrCat("plan --manifest ", manifest,
-                                       " --world-size 2 --ep 2 --policy balanced --device-memory 30MiB"));
+  Result refused = RunCtl(
+      absl::StrCat("plan --manifest ", manifest, " --world-size 2 --ep 2 --policy balanced --device-memory 30MiB"));
   EXPECT_EQ(refused.code, 2);
   EXPECT_THAT(refused.err, HasSubstr("error: topology.device_memory_bytes: rank "));
   EXPECT_THAT(refused.err, HasSubstr("(largest term: grad "));
   EXPECT_THAT(refused.err, HasSubstr("hint: needs at least 4 ranks at pp 1, ep 2, tp 1 (--world-size 4)"));
-  Result fits = RunCtl(absl::StrCat("plan --manifest ", manifest,
-                                    " --world-size 4 --ep 2 --policy balanced --device-memory 30MiB"));
+  Result fits = RunCtl(
+      absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2 --policy balanced --device-memory 30MiB"));
   EXPECT_EQ(fits.code, 0) << fits.err;
 
   Result never = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 1MiB"));

@@ -2,8 +2,8 @@
 
 #include <set>
 
-#include "plan/planner.h"
 #include "gtest/gtest.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -46,4 +46,3 @@ TEST(PlanViewTest, HoldsEverythingTheRankNeedsAndNothingElse) {
 
 }  // namespace
 }  // namespace muonshard::planner
-

@@ -1,9 +1,9 @@
 #include "plan/planner.h"
 
-#include "plan/plan_validator.h"
-#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_validator.h"
+#include "plan/plan_view.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -101,8 +101,7 @@ TEST(PlannerTest, RejectsBadManifests) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tensor \"x\": dtype is missing")));
   EXPECT_THAT(plan_of(ManifestBuilder().Add("x", {4}, static_cast<v1::DType>(9)).Build()),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown dtype")));
-  EXPECT_THAT(plan_of(v1::ModelManifest()),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tensors")));
+  EXPECT_THAT(plan_of(v1::ModelManifest()), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no tensors")));
 }
 
 TEST(PlannerTest, ExpertsMustDivideEp) {

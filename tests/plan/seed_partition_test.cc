@@ -1,7 +1,6 @@
-#include "plan/partition.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/partition.h"
 
 namespace muonshard::planner {
 namespace {
@@ -35,9 +34,7 @@ TEST(SeedGreedyTest, SeedAllUsesEveryRank) {
   EXPECT_THAT(SeedGreedy({3, 2, 1}, 4, 256, false), ElementsAre(0, 0, 0));
 }
 
-TEST(EvenShardsTest, EqualBoundaries) {
-  EXPECT_THAT(EvenShards(1024, 4), ElementsAre(0, 256, 512, 768, 1024));
-}
+TEST(EvenShardsTest, EqualBoundaries) { EXPECT_THAT(EvenShards(1024, 4), ElementsAre(0, 256, 512, 768, 1024)); }
 
 }  // namespace
 }  // namespace muonshard::planner

@@ -10,14 +10,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "plan/balanced.h"
 #include "plan/plan_stats.h"
 #include "plan/plan_validator.h"
 #include "plan/plan_view.h"
-#include "plan/transfer.h"
 #include "plan/planner.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
+#include "plan/transfer.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -403,7 +403,7 @@ TEST(TensorParallelPlanTest, StickyReplanningKeepsOwnersWithTp) {
       request.mutable_topology()->set_world_size(world);
       MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan scratch, ComputePlan(request));
       request.mutable_policy()->set_sticky_to(previous.content_hash());
-      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* sticky_ptr, ComputePlan(request, nullptr, &previous));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan * sticky_ptr, ComputePlan(request, nullptr, &previous));
       std::unique_ptr<v1::Plan> sticky(sticky_ptr);
       MUONSHARD_ASSERT_OK(ValidatePlan(*sticky));
       const int muon = static_cast<int>(MuonOwners(previous).size());
@@ -425,7 +425,7 @@ TEST(TensorParallelPlanTest, StickyReplanningToAnotherModelsPlanWithTp) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan previous, ComputePlan(TpRequest(TpModel(6), 8, 2)));
   v1::PlanRequest request = TpRequest(TpModel(7), 8, 2);
   request.mutable_policy()->set_sticky_to(previous.content_hash());
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan* plan, ComputePlan(request, nullptr, &previous));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan * plan, ComputePlan(request, nullptr, &previous));
   std::unique_ptr<v1::Plan> sticky(plan);
   MUONSHARD_EXPECT_OK(ValidatePlan(*sticky));
   EXPECT_GT(SameOwners(previous, *sticky), 0);
@@ -516,8 +516,7 @@ TEST(TensorParallelPlanTest, TightBoundsCountShardsAndOneNsTaskPerWholeMatrix) {
     MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan tp2, ComputePlan(TpRequest(split_only, world, 2)));
     EXPECT_DOUBLE_EQ(ComputeTightBounds(tp2).ns_flops, ComputeTightBounds(tp1).ns_flops);
     for (v1::TpMuonMode mode : {v1::TP_MUON_DISTRIBUTED, v1::TP_MUON_DUPLICATED}) {
-      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
-                                     ComputePlan(TpRequest(TpModel(4), world, 2, v1::BALANCED, mode)));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(4), world, 2, v1::BALANCED, mode)));
       const TightBounds tight = ComputeTightBounds(plan);
       EXPECT_GE(plan.stats().max_ns_flops(), tight.ns_flops * (1 - 1e-12));
       EXPECT_GE(static_cast<double>(plan.stats().max_state_bytes()), tight.state_bytes * (1 - 1e-12));

@@ -50,26 +50,26 @@ TEST(RankLayoutTest, PipelineAndExperts) {
 }
 
 TEST(RankLayoutTest, RejectsBadTopologies) {
-  EXPECT_THAT(RankLayout::Create(Topo(0, 1, 1)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_size")));
+  EXPECT_THAT(RankLayout::Create(Topo(0, 1, 1)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_size")));
   EXPECT_THAT(RankLayout::Create(Topo(6, 4, 1)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not divisible by pp")));
   EXPECT_THAT(RankLayout::Create(Topo(8, 2, 3)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not divisible by ep")));
   v1::Topology t = Topo(8, 1, 1);
   t.set_tp(-2);
-  EXPECT_THAT(RankLayout::Create(t), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("topology.tp: must be >= 1")));
+  EXPECT_THAT(RankLayout::Create(t),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("topology.tp: must be >= 1")));
   t.set_tp(3);
   EXPECT_THAT(RankLayout::Create(t),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("world_size / pp = 8 is not divisible by tp 3")));
   t = Topo(16, 1, 2);
   t.set_tp(4);  // Paddle needs sharding % moe_sharding == 0, i.e. tp | ep
-  EXPECT_THAT(RankLayout::Create(t), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ep 2 is not a multiple of tp 4")));
+  EXPECT_THAT(RankLayout::Create(t),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ep 2 is not a multiple of tp 4")));
   t = Topo(8, 1, 1);
   t.set_dp(2);
   EXPECT_THAT(RankLayout::Create(t), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dp")));
 }
-
 
 TEST(RankLayoutTest, TensorParallelIsTheFastestAxis) {
   // W = 16, pp = 2, tp = 2, ep = 1: rank = s * 4 + p * 2 + t.

@@ -6,8 +6,8 @@
 
 namespace muonshard::testing {
 
-ManifestBuilder& ManifestBuilder::Add(const std::string& name, std::vector<int64_t> shape,
-                                      v1::DType dtype, std::optional<int> expert) {
+ManifestBuilder& ManifestBuilder::Add(const std::string& name, std::vector<int64_t> shape, v1::DType dtype,
+                                      std::optional<int> expert) {
   v1::TensorSpec* t = manifest_.add_tensors();
   t->set_name(name);
   for (int64_t d : shape) t->add_shape(d);
@@ -16,8 +16,8 @@ ManifestBuilder& ManifestBuilder::Add(const std::string& name, std::vector<int64
   return *this;
 }
 
-ManifestBuilder& ManifestBuilder::AddWithStage(const std::string& name, std::vector<int64_t> shape,
-                                               int stage, v1::DType dtype) {
+ManifestBuilder& ManifestBuilder::AddWithStage(const std::string& name, std::vector<int64_t> shape, int stage,
+                                               v1::DType dtype) {
   Add(name, std::move(shape), dtype);
   manifest_.mutable_tensors(manifest_.tensors_size() - 1)->set_stage(stage);
   return *this;
@@ -42,8 +42,7 @@ v1::ModelManifest DenseManifest(int layers, int64_t hidden, int64_t ffn, int64_t
   return b.Build();
 }
 
-v1::ModelManifest MoeManifest(int layers, int64_t hidden, int64_t expert_ffn, int experts,
-                              int64_t vocab) {
+v1::ModelManifest MoeManifest(int layers, int64_t hidden, int64_t expert_ffn, int experts, int64_t vocab) {
   ManifestBuilder b("moe");
   b.Add("model.embed_tokens.weight", {vocab, hidden});
   for (int l = 0; l < layers; ++l) {
@@ -104,9 +103,7 @@ v1::ModelManifest LargeMoeManifest(int layers, int dense_layers, int experts) {
 
 v1::ModelManifest RandomManifest(uint64_t seed, int tensors, int experts) {
   std::mt19937_64 rng(seed);
-  auto pick = [&](int64_t lo, int64_t hi) {
-    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
-  };
+  auto pick = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   const v1::DType dtypes[] = {v1::BF16, v1::FP16, v1::FP32};
   ManifestBuilder b(absl::StrCat("random-", seed));
   int layers = static_cast<int>(pick(1, 8));
@@ -133,8 +130,8 @@ v1::ModelManifest RandomManifest(uint64_t seed, int tensors, int experts) {
   return b.Build();
 }
 
-v1::PlanRequest MakeRequest(const v1::ModelManifest& manifest, int world_size, int pp, int ep,
-                            v1::Policy policy, int comm_buffer_mb) {
+v1::PlanRequest MakeRequest(const v1::ModelManifest& manifest, int world_size, int pp, int ep, v1::Policy policy,
+                            int comm_buffer_mb) {
   v1::PlanRequest r;
   *r.mutable_manifest() = manifest;
   r.mutable_topology()->set_world_size(world_size);

@@ -36,9 +36,9 @@ MATCHER(IsOk, "") {
 
 #define MUONSHARD_ASSERT_OK(expr) ASSERT_THAT(expr, ::muonshard::testing::IsOk())
 #define MUONSHARD_EXPECT_OK(expr) EXPECT_THAT(expr, ::muonshard::testing::IsOk())
-#define MUONSHARD_ASSERT_OK_AND_ASSIGN(lhs, rexpr)               \
-  auto MUONSHARD_TEST_CONCAT_(_so_, __LINE__) = (rexpr);         \
-  MUONSHARD_ASSERT_OK(MUONSHARD_TEST_CONCAT_(_so_, __LINE__));   \
+#define MUONSHARD_ASSERT_OK_AND_ASSIGN(lhs, rexpr)             \
+  auto MUONSHARD_TEST_CONCAT_(_so_, __LINE__) = (rexpr);       \
+  MUONSHARD_ASSERT_OK(MUONSHARD_TEST_CONCAT_(_so_, __LINE__)); \
   lhs = std::move(MUONSHARD_TEST_CONCAT_(_so_, __LINE__)).value()
 #define MUONSHARD_TEST_CONCAT_INNER_(a, b) a##b
 #define MUONSHARD_TEST_CONCAT_(a, b) MUONSHARD_TEST_CONCAT_INNER_(a, b)

@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/plan_view.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
@@ -23,9 +23,9 @@
 namespace muonshard::worker::testing {
 namespace {
 
+using internal::SplitMuonBuckets;
 using ::muonshard::testing::StatusIs;
 using ::testing::HasSubstr;
-using internal::SplitMuonBuckets;
 
 constexpr int64_t kPieceBytes = 8 << 10;
 
@@ -117,9 +117,9 @@ TEST(SplitMuonBucketsTest, BadViews_AreInvalidArgumentNamingTheItem) {
   v1::OwnedTensor* o = unmatched.mutable_rank()->mutable_owned(0);
   o->set_matrix_begin(o->matrix_begin() + 1000);
   o->set_matrix_end(o->matrix_end() + 1000);
-  EXPECT_THAT(SplitMuonBuckets(unmatched, kPieceBytes),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr(absl::StrCat("owned tensor ", o->tensor(), " \""))));
+  EXPECT_THAT(
+      SplitMuonBuckets(unmatched, kPieceBytes),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(absl::StrCat("owned tensor ", o->tensor(), " \""))));
   v1::RankView disordered = view;
   ASSERT_GT(disordered.muon_buckets(0).entries_size(), 1);
   disordered.mutable_muon_buckets(0)->mutable_entries(1)->set_offset(0);

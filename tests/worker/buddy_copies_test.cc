@@ -75,8 +75,10 @@ TEST(BuddyHoldingsTest, EncodeDecode_RoundTrips) {
 }
 
 TEST(BuddyHoldingsTest, Malformed_InvalidArgument) {
-  EXPECT_THAT(DecodeHoldings("h|5"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("buddy holdings")));
-  EXPECT_THAT(DecodeHoldings("h|x|"), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("buddy holdings")));
+  EXPECT_THAT(DecodeHoldings("h|5"),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("buddy holdings")));
+  EXPECT_THAT(DecodeHoldings("h|x|"),
+              StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("buddy holdings")));
 }
 
 }  // namespace

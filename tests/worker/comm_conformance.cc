@@ -17,22 +17,19 @@ namespace muonshard::worker::testing {
 
 absl::Status HostBuffer::Upload(const std::string& bytes) {
   if (bytes.size() != bytes_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "upload of ", bytes.size(), " bytes into ", bytes_.size()));
+    return absl::InvalidArgumentError(absl::StrCat("upload of ", bytes.size(), " bytes into ", bytes_.size()));
   }
   bytes_ = bytes;
   return absl::OkStatus();
 }
 
-std::vector<CommConformanceParam> ConformanceParams(
-    const CommBackend& backend, const std::vector<int>& sizes) {
+std::vector<CommConformanceParam> ConformanceParams(const CommBackend& backend, const std::vector<int>& sizes) {
   std::vector<CommConformanceParam> params;
   for (int size : sizes) params.push_back({backend, size});
   return params;
 }
 
-std::string CommConformanceParamName(
-    const ::testing::TestParamInfo<CommConformanceParam>& info) {
+std::string CommConformanceParamName(const ::testing::TestParamInfo<CommConformanceParam>& info) {
   return absl::StrCat(info.param.backend.name, "_n", info.param.size);
 }
 
@@ -43,34 +40,29 @@ void PrintTo(const CommConformanceParam& param, std::ostream* os) {
 void CommunicatorConformanceTest::SetUp() {
   const std::string reason = GetParam().backend.unavailable_reason(size());
   if (!reason.empty()) GTEST_SKIP() << reason;
-  absl::StatusOr<CommGroup> group =
-      GetParam().backend.create_group(size(), absl::Seconds(30));
+  absl::StatusOr<CommGroup> group = GetParam().backend.create_group(size(), absl::Seconds(30));
   ASSERT_TRUE(group.ok()) << group.status();
   ASSERT_EQ(group->size(), static_cast<size_t>(size()));
   group_ = std::move(*group);
 }
 
-std::vector<absl::StatusOr<RankBytes>> CommunicatorConformanceTest::Run(
-    const std::vector<std::string>& inputs,
-    const std::vector<int64_t>& out_bytes, const RankOp& op) {
-  return RunRanks<RankBytes>(size(), [&](int rank) {
-    return RunOneRank(rank, inputs[rank], out_bytes[rank], op);
-  });
+std::vector<absl::StatusOr<RankBytes>> CommunicatorConformanceTest::Run(const std::vector<std::string>& inputs,
+                                                                        const std::vector<int64_t>& out_bytes,
+                                                                        const RankOp& op) {
+  return RunRanks<RankBytes>(size(), [&](int rank) { return RunOneRank(rank, inputs[rank], out_bytes[rank], op); });
 }
 
-std::vector<absl::StatusOr<RankBytes>> CommunicatorConformanceTest::RunInPlace(
-    const std::vector<std::string>& inputs, const RankOp& op) {
+std::vector<absl::StatusOr<RankBytes>> CommunicatorConformanceTest::RunInPlace(const std::vector<std::string>& inputs,
+                                                                               const RankOp& op) {
   return Run(inputs, std::vector<int64_t>(size(), 0), op);
 }
 
-absl::StatusOr<RankBytes> CommunicatorConformanceTest::RunOneRank(
-    int rank, const std::string& input, int64_t out_bytes, const RankOp& op) {
+absl::StatusOr<RankBytes> CommunicatorConformanceTest::RunOneRank(int rank, const std::string& input, int64_t out_bytes,
+                                                                  const RankOp& op) {
   const CommBackend& backend = GetParam().backend;
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> in,
-                             backend.allocate(rank, input.size()));
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> in, backend.allocate(rank, input.size()));
   MUONSHARD_RETURN_IF_ERROR(in->Upload(input));
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> out,
-                             backend.allocate(rank, out_bytes));
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> out, backend.allocate(rank, out_bytes));
   MUONSHARD_RETURN_IF_ERROR(out->Upload(std::string(out_bytes, '\xAB')));
   MUONSHARD_RETURN_IF_ERROR(op(comm(rank), rank, in->data(), out->data()));
   MUONSHARD_RETURN_IF_ERROR(comm(rank).Synchronize());
@@ -88,17 +80,14 @@ using ::testing::AnyOf;
 using ::testing::Eq;
 using ::testing::HasSubstr;
 
-constexpr CommDType kAllDTypes[] = {CommDType::kFloat32, CommDType::kBFloat16,
-                                    CommDType::kFloat16};
+constexpr CommDType kAllDTypes[] = {CommDType::kFloat32, CommDType::kBFloat16, CommDType::kFloat16};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
 
 // Small integers (sums of up to 4 ranks stay <= 256), so sums are exact in
 // every dtype and any order. Ranks differ, and the period 31 exceeds every
 // segment offset the tests use, so a result taken from the wrong segment or
 // the wrong rank shows.
-float Value(int rank, int64_t i) {
-  return static_cast<float>((rank + 1) + 2 * (i % 31));
-}
+float Value(int rank, int64_t i) { return static_cast<float>((rank + 1) + 2 * (i % 31)); }
 
 std::vector<float> RankValues(int rank, int64_t count, int64_t offset = 0) {
   std::vector<float> v(count);
@@ -106,8 +95,7 @@ std::vector<float> RankValues(int rank, int64_t count, int64_t offset = 0) {
   return v;
 }
 
-std::vector<float> Expected(int size, int64_t offset, int64_t count,
-                            ReduceOp op) {
+std::vector<float> Expected(int size, int64_t offset, int64_t count, ReduceOp op) {
   std::vector<float> v(count, 0.0f);
   for (int r = 0; r < size; ++r) {
     for (int64_t i = 0; i < count; ++i) v[i] += Value(r, offset + i);
@@ -119,8 +107,7 @@ std::vector<float> Expected(int size, int64_t offset, int64_t count,
 }
 
 // Inputs for every rank: RankValues encoded as `dtype`.
-std::vector<std::string> ReduceInputs(int size, int64_t count,
-                                      CommDType dtype) {
+std::vector<std::string> ReduceInputs(int size, int64_t count, CommDType dtype) {
   std::vector<std::string> inputs;
   for (int r = 0; r < size; ++r) {
     inputs.push_back(EncodeFloats(RankValues(r, count), dtype));
@@ -130,8 +117,7 @@ std::vector<std::string> ReduceInputs(int size, int64_t count,
 
 // Compares decoded `bytes` with `expected` to the dtype's tolerance,
 // reporting only the first mismatch.
-void ExpectFloatsNear(const std::string& bytes, CommDType dtype,
-                      const std::vector<float>& expected,
+void ExpectFloatsNear(const std::string& bytes, CommDType dtype, const std::vector<float>& expected,
                       const std::string& label) {
   const std::vector<float> actual = DecodeFloats(bytes, dtype);
   ASSERT_EQ(actual.size(), expected.size()) << label;
@@ -139,9 +125,8 @@ void ExpectFloatsNear(const std::string& bytes, CommDType dtype,
   for (size_t i = 0; i < actual.size(); ++i) {
     const double bound = tol * std::max(1.0, std::fabs(double{expected[i]}));
     if (std::fabs(double{actual[i]} - expected[i]) > bound) {
-      ADD_FAILURE() << label << ": element " << i << " is " << actual[i]
-                    << ", want " << expected[i] << " (tolerance " << bound
-                    << ")";
+      ADD_FAILURE() << label << ": element " << i << " is " << actual[i] << ", want " << expected[i] << " (tolerance "
+                    << bound << ")";
       return;
     }
   }
@@ -154,10 +139,8 @@ void AssertAllOk(const std::vector<absl::StatusOr<T>>& results) {
   }
 }
 
-std::string Label(absl::string_view what, CommDType dtype, ReduceOp op,
-                  int rank) {
-  return absl::StrCat(what, " ", CommDTypeName(dtype), " ", ReduceOpName(op),
-                      " rank ", rank);
+std::string Label(absl::string_view what, CommDType dtype, ReduceOp op, int rank) {
+  return absl::StrCat(what, " ", CommDTypeName(dtype), " ", ReduceOpName(op), " rank ", rank);
 }
 
 // Uneven per-rank counts, the first 'size' of {3, 5, 0, 1} and of
@@ -180,8 +163,7 @@ int64_t Total(const std::vector<int64_t>& counts) {
 // 16-bit patterns that a float conversion would not preserve (NaN payloads,
 // -0, infinities, subnormals), distinct per rank.
 std::vector<uint16_t> RawBits(int rank, int64_t count) {
-  const uint16_t specials[] = {0x7fc1, 0xffff, 0x8000, 0x7f80,
-                               0xff80, 0x0001, 0x7c01, 0x3c00};
+  const uint16_t specials[] = {0x7fc1, 0xffff, 0x8000, 0x7f80, 0xff80, 0x0001, 0x7c01, 0x3c00};
   std::vector<uint16_t> bits(count);
   for (int64_t i = 0; i < count; ++i) {
     bits[i] = static_cast<uint16_t>(specials[i % 8] ^ (rank << 1));
@@ -202,12 +184,9 @@ TEST_P(CommunicatorConformanceTest, Reduce_EachRootEachOp_RootHoldsResult) {
     for (int root = 0; root < size(); ++root) {
       auto results = RunInPlace(
           ReduceInputs(size(), kCount, CommDType::kFloat32),
-          [&](Communicator& c, int, void* buf, void*) {
-            return c.Reduce(buf, kCount, CommDType::kFloat32, op, root);
-          });
+          [&](Communicator& c, int, void* buf, void*) { return c.Reduce(buf, kCount, CommDType::kFloat32, op, root); });
       AssertAllOk(results);
-      ExpectFloatsNear(results[root]->in, CommDType::kFloat32,
-                       Expected(size(), 0, kCount, op),
+      ExpectFloatsNear(results[root]->in, CommDType::kFloat32, Expected(size(), 0, kCount, op),
                        Label("Reduce", CommDType::kFloat32, op, root));
     }
   }
@@ -218,15 +197,11 @@ TEST_P(CommunicatorConformanceTest, Reduce_16BitDTypes_RootHoldsResult) {
   const int root = size() - 1;
   for (CommDType dtype : {CommDType::kBFloat16, CommDType::kFloat16}) {
     for (ReduceOp op : kAllOps) {
-      auto results = RunInPlace(
-          ReduceInputs(size(), kCount, dtype),
-          [&](Communicator& c, int, void* buf, void*) {
-            return c.Reduce(buf, kCount, dtype, op, root);
-          });
+      auto results = RunInPlace(ReduceInputs(size(), kCount, dtype), [&](Communicator& c, int, void* buf, void*) {
+        return c.Reduce(buf, kCount, dtype, op, root);
+      });
       AssertAllOk(results);
-      ExpectFloatsNear(results[root]->in, dtype,
-                       Expected(size(), 0, kCount, op),
-                       Label("Reduce", dtype, op, root));
+      ExpectFloatsNear(results[root]->in, dtype, Expected(size(), 0, kCount, op), Label("Reduce", dtype, op, root));
     }
   }
 }
@@ -236,12 +211,9 @@ TEST_P(CommunicatorConformanceTest, Broadcast_EachRoot_AllRanksHoldRootData) {
   for (int root = 0; root < size(); ++root) {
     auto results = RunInPlace(
         ReduceInputs(size(), kCount, CommDType::kFloat32),
-        [&](Communicator& c, int, void* buf, void*) {
-          return c.Broadcast(buf, kCount, CommDType::kFloat32, root);
-        });
+        [&](Communicator& c, int, void* buf, void*) { return c.Broadcast(buf, kCount, CommDType::kFloat32, root); });
     AssertAllOk(results);
-    const std::string want =
-        EncodeFloats(RankValues(root, kCount), CommDType::kFloat32);
+    const std::string want = EncodeFloats(RankValues(root, kCount), CommDType::kFloat32);
     for (int r = 0; r < size(); ++r) {
       EXPECT_EQ(results[r]->in, want) << "root " << root << " rank " << r;
     }
@@ -267,16 +239,12 @@ TEST_P(CommunicatorConformanceTest, AllReduce_EachDTypeEachOp_AllRanksHoldResult
   for (int64_t count : {int64_t{1}, int64_t{1000}}) {
     for (CommDType dtype : kAllDTypes) {
       for (ReduceOp op : kAllOps) {
-        auto results = RunInPlace(
-            ReduceInputs(size(), count, dtype),
-            [&](Communicator& c, int, void* buf, void*) {
-              return c.AllReduce(buf, count, dtype, op);
-            });
+        auto results = RunInPlace(ReduceInputs(size(), count, dtype), [&](Communicator& c, int, void* buf, void*) {
+          return c.AllReduce(buf, count, dtype, op);
+        });
         AssertAllOk(results);
         for (int r = 0; r < size(); ++r) {
-          ExpectFloatsNear(results[r]->in, dtype,
-                           Expected(size(), 0, count, op),
-                           Label("AllReduce", dtype, op, r));
+          ExpectFloatsNear(results[r]->in, dtype, Expected(size(), 0, count, op), Label("AllReduce", dtype, op, r));
         }
       }
     }
@@ -286,9 +254,8 @@ TEST_P(CommunicatorConformanceTest, AllReduce_EachDTypeEachOp_AllRanksHoldResult
 TEST_P(CommunicatorConformanceTest, AllReduce_LargeOddCount_AllRanksHoldSum) {
   // Several segments per rank in gloo's ring (1 MiB segments), odd split.
   constexpr int64_t kCount = (1 << 19) + 7;
-  auto results = RunInPlace(
-      ReduceInputs(size(), kCount, CommDType::kFloat32),
-      [&](Communicator& c, int, void* buf, void*) {
+  auto results =
+      RunInPlace(ReduceInputs(size(), kCount, CommDType::kFloat32), [&](Communicator& c, int, void* buf, void*) {
         return c.AllReduce(buf, kCount, CommDType::kFloat32, ReduceOp::kSum);
       });
   AssertAllOk(results);
@@ -300,16 +267,14 @@ TEST_P(CommunicatorConformanceTest, AllReduce_LargeOddCount_AllRanksHoldSum) {
 }
 
 // Runs ReduceScatter with `counts` and checks every rank's segment.
-void CheckReduceScatter(int size, const std::vector<int64_t>& counts, CommDType dtype,
-                        ReduceOp op,
+void CheckReduceScatter(int size, const std::vector<int64_t>& counts, CommDType dtype, ReduceOp op,
                         std::vector<absl::StatusOr<RankBytes>> results) {
   AssertAllOk(results);
   int64_t offset = 0;
   for (int r = 0; r < size; ++r) {
     const int64_t esize = CommDTypeSize(dtype).value();
     ASSERT_EQ(results[r]->out.size(), static_cast<size_t>(counts[r] * esize));
-    ExpectFloatsNear(results[r]->out, dtype,
-                     Expected(size, offset, counts[r], op),
+    ExpectFloatsNear(results[r]->out, dtype, Expected(size, offset, counts[r], op),
                      Label("ReduceScatter", dtype, op, r));
     offset += counts[r];
   }
@@ -320,13 +285,11 @@ TEST_P(CommunicatorConformanceTest, ReduceScatter_EqualCounts_EachRankHoldsItsSe
   const int64_t total = 5 * size();
   for (ReduceOp op : kAllOps) {
     std::vector<int64_t> out_bytes(size(), 5 * 4);
-    auto results = Run(ReduceInputs(size(), total, CommDType::kFloat32),
-                       out_bytes, [&](Communicator& c, int, void* in, void* out) {
-                         return c.ReduceScatter(in, out, counts,
-                                                CommDType::kFloat32, op);
+    auto results = Run(ReduceInputs(size(), total, CommDType::kFloat32), out_bytes,
+                       [&](Communicator& c, int, void* in, void* out) {
+                         return c.ReduceScatter(in, out, counts, CommDType::kFloat32, op);
                        });
-    CheckReduceScatter(size(), counts, CommDType::kFloat32, op,
-                       std::move(results));
+    CheckReduceScatter(size(), counts, CommDType::kFloat32, op, std::move(results));
   }
 }
 
@@ -337,10 +300,9 @@ TEST_P(CommunicatorConformanceTest, ReduceScatter_UnevenAndZeroCounts_EachRankHo
         const int64_t esize = CommDTypeSize(dtype).value();
         std::vector<int64_t> out_bytes;
         for (int64_t c : counts) out_bytes.push_back(c * esize);
-        auto results = Run(ReduceInputs(size(), Total(counts), dtype), out_bytes,
-                           [&](Communicator& c, int, void* in, void* out) {
-                             return c.ReduceScatter(in, out, counts, dtype, op);
-                           });
+        auto results =
+            Run(ReduceInputs(size(), Total(counts), dtype), out_bytes,
+                [&](Communicator& c, int, void* in, void* out) { return c.ReduceScatter(in, out, counts, dtype, op); });
         CheckReduceScatter(size(), counts, dtype, op, std::move(results));
       }
     }
@@ -349,20 +311,16 @@ TEST_P(CommunicatorConformanceTest, ReduceScatter_UnevenAndZeroCounts_EachRankHo
 
 TEST_P(CommunicatorConformanceTest, ReduceScatter_AllCountsZero_Succeeds) {
   const std::vector<int64_t> counts(size(), 0);
-  auto results = Run(std::vector<std::string>(size()),
-                     std::vector<int64_t>(size(), 0),
+  auto results = Run(std::vector<std::string>(size()), std::vector<int64_t>(size(), 0),
                      [&](Communicator& c, int, void* in, void* out) {
-                       return c.ReduceScatter(in, out, counts,
-                                              CommDType::kFloat32,
-                                              ReduceOp::kSum);
+                       return c.ReduceScatter(in, out, counts, CommDType::kFloat32, ReduceOp::kSum);
                      });
   AssertAllOk(results);
 }
 
 // Runs AllGather of `inputs` (rank r contributes inputs[r], counts[r]
 // elements of `dtype`) and checks the concatenation on every rank.
-void CheckAllGather(const std::vector<std::string>& inputs,
-                    std::vector<absl::StatusOr<RankBytes>> results) {
+void CheckAllGather(const std::vector<std::string>& inputs, std::vector<absl::StatusOr<RankBytes>> results) {
   AssertAllOk(results);
   std::string want;
   for (const std::string& in : inputs) want += in;
@@ -374,12 +332,10 @@ void CheckAllGather(const std::vector<std::string>& inputs,
 TEST_P(CommunicatorConformanceTest, AllGather_EqualCounts_ConcatenatesInRankOrder) {
   constexpr int64_t kCount = 6;
   const std::vector<int64_t> counts(size(), kCount);
-  const std::vector<std::string> inputs =
-      ReduceInputs(size(), kCount, CommDType::kFloat32);
-  auto results = Run(inputs, std::vector<int64_t>(size(), kCount * 4 * size()),
-                     [&](Communicator& c, int, void* in, void* out) {
-                       return c.AllGather(in, out, counts, CommDType::kFloat32);
-                     });
+  const std::vector<std::string> inputs = ReduceInputs(size(), kCount, CommDType::kFloat32);
+  auto results =
+      Run(inputs, std::vector<int64_t>(size(), kCount * 4 * size()),
+          [&](Communicator& c, int, void* in, void* out) { return c.AllGather(in, out, counts, CommDType::kFloat32); });
   CheckAllGather(inputs, std::move(results));
 }
 
@@ -420,10 +376,9 @@ TEST_P(CommunicatorConformanceTest, AllGather_UnevenAndZeroCountsRawBits_Concate
       inputs.push_back(EncodeBits16(RawBits(r, counts[r])));
     }
     for (CommDType dtype : {CommDType::kBFloat16, CommDType::kFloat16}) {
-      auto results = Run(inputs, std::vector<int64_t>(size(), Total(counts) * 2),
-                         [&](Communicator& c, int, void* in, void* out) {
-                           return c.AllGather(in, out, counts, dtype);
-                         });
+      auto results =
+          Run(inputs, std::vector<int64_t>(size(), Total(counts) * 2),
+              [&](Communicator& c, int, void* in, void* out) { return c.AllGather(in, out, counts, dtype); });
       CheckAllGather(inputs, std::move(results));
     }
   }
@@ -452,10 +407,10 @@ TEST_P(CommunicatorConformanceTest, Scatter_EachRoot_EachRankReceivesItsSegment)
   for (int root = 0; root < size(); ++root) {
     std::vector<std::string> inputs(size());
     inputs[root] = EncodeFloats(RankValues(root, kCount * size()), CommDType::kFloat32);
-    auto results = Run(inputs, std::vector<int64_t>(size(), kCount * 4),
-                       [&](Communicator& c, int rank, void* in, void* out) {
-                         return c.Scatter(rank == root ? in : nullptr, out, kCount, CommDType::kFloat32, root);
-                       });
+    auto results =
+        Run(inputs, std::vector<int64_t>(size(), kCount * 4), [&](Communicator& c, int rank, void* in, void* out) {
+          return c.Scatter(rank == root ? in : nullptr, out, kCount, CommDType::kFloat32, root);
+        });
     AssertAllOk(results);
     for (int r = 0; r < size(); ++r) {
       EXPECT_EQ(results[r]->out, inputs[root].substr(r * kCount * 4, kCount * 4)) << "root " << root << " rank " << r;
@@ -480,20 +435,16 @@ TEST_P(CommunicatorConformanceTest, GatherThenScatter_SameRoot_RoundTripsEveryRa
 
 TEST_P(CommunicatorConformanceTest, ZeroCountOps_NullBuffers_Succeed) {
   const std::vector<int64_t> zeros(size(), 0);
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(size(), [&](int rank) -> absl::Status {
-        Communicator& c = comm(rank);
-        MUONSHARD_RETURN_IF_ERROR(
-            c.Reduce(nullptr, 0, CommDType::kFloat32, ReduceOp::kAvg, 0));
-        MUONSHARD_RETURN_IF_ERROR(c.Broadcast(nullptr, 0, CommDType::kBFloat16, 0));
-        MUONSHARD_RETURN_IF_ERROR(
-            c.AllReduce(nullptr, 0, CommDType::kFloat16, ReduceOp::kSum));
-        MUONSHARD_RETURN_IF_ERROR(c.AllGather(nullptr, nullptr, zeros,
-                                              CommDType::kFloat32));
-        MUONSHARD_RETURN_IF_ERROR(c.Gather(nullptr, nullptr, 0, CommDType::kFloat32, 0));
-        MUONSHARD_RETURN_IF_ERROR(c.Scatter(nullptr, nullptr, 0, CommDType::kBFloat16, 0));
-        return c.Synchronize();
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(size(), [&](int rank) -> absl::Status {
+    Communicator& c = comm(rank);
+    MUONSHARD_RETURN_IF_ERROR(c.Reduce(nullptr, 0, CommDType::kFloat32, ReduceOp::kAvg, 0));
+    MUONSHARD_RETURN_IF_ERROR(c.Broadcast(nullptr, 0, CommDType::kBFloat16, 0));
+    MUONSHARD_RETURN_IF_ERROR(c.AllReduce(nullptr, 0, CommDType::kFloat16, ReduceOp::kSum));
+    MUONSHARD_RETURN_IF_ERROR(c.AllGather(nullptr, nullptr, zeros, CommDType::kFloat32));
+    MUONSHARD_RETURN_IF_ERROR(c.Gather(nullptr, nullptr, 0, CommDType::kFloat32, 0));
+    MUONSHARD_RETURN_IF_ERROR(c.Scatter(nullptr, nullptr, 0, CommDType::kBFloat16, 0));
+    return c.Synchronize();
+  });
   for (int r = 0; r < size(); ++r) EXPECT_THAT(statuses[r], IsOk()) << r;
 }
 
@@ -501,13 +452,12 @@ TEST_P(CommunicatorConformanceTest, Barrier_AllRanks_NoRankLeavesBeforeAllEntere
   for (int round = 1; round <= 3; ++round) {
     std::atomic<int> entered{0};
     std::vector<int> seen(size(), -1);
-    const std::vector<absl::Status> statuses =
-        RunRanksStatus(size(), [&](int rank) -> absl::Status {
-          entered.fetch_add(1);
-          MUONSHARD_RETURN_IF_ERROR(comm(rank).Barrier());
-          seen[rank] = entered.load();
-          return absl::OkStatus();
-        });
+    const std::vector<absl::Status> statuses = RunRanksStatus(size(), [&](int rank) -> absl::Status {
+      entered.fetch_add(1);
+      MUONSHARD_RETURN_IF_ERROR(comm(rank).Barrier());
+      seen[rank] = entered.load();
+      return absl::OkStatus();
+    });
     for (int r = 0; r < size(); ++r) {
       ASSERT_THAT(statuses[r], IsOk()) << r;
       EXPECT_EQ(seen[r], size()) << "round " << round << " rank " << r;
@@ -521,24 +471,20 @@ TEST_P(CommunicatorConformanceTest, Grouped_ReducesToEveryRoot_EachOwnerHoldsIts
   constexpr int64_t kSeg = 9;
   const int64_t total = kSeg * size();
   for (ReduceOp op : kAllOps) {
-    auto results = RunInPlace(
-        ReduceInputs(size(), total, CommDType::kFloat32),
-        [&](Communicator& c, int, void* buf, void*) -> absl::Status {
-          MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
-          for (int owner = 0; owner < size(); ++owner) {
-            float* seg = static_cast<float*>(buf) + owner * kSeg;
-            MUONSHARD_RETURN_IF_ERROR(
-                c.Reduce(seg, kSeg, CommDType::kFloat32, op, owner));
-          }
-          return c.GroupEnd();
-        });
+    auto results = RunInPlace(ReduceInputs(size(), total, CommDType::kFloat32),
+                              [&](Communicator& c, int, void* buf, void*) -> absl::Status {
+                                MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
+                                for (int owner = 0; owner < size(); ++owner) {
+                                  float* seg = static_cast<float*>(buf) + owner * kSeg;
+                                  MUONSHARD_RETURN_IF_ERROR(c.Reduce(seg, kSeg, CommDType::kFloat32, op, owner));
+                                }
+                                return c.GroupEnd();
+                              });
     AssertAllOk(results);
     for (int r = 0; r < size(); ++r) {
-      const std::vector<float> got =
-          DecodeFloats(results[r]->in, CommDType::kFloat32);
-      const std::string seg = EncodeFloats(
-          std::vector<float>(got.begin() + r * kSeg, got.begin() + (r + 1) * kSeg),
-          CommDType::kFloat32);
+      const std::vector<float> got = DecodeFloats(results[r]->in, CommDType::kFloat32);
+      const std::string seg =
+          EncodeFloats(std::vector<float>(got.begin() + r * kSeg, got.begin() + (r + 1) * kSeg), CommDType::kFloat32);
       ExpectFloatsNear(seg, CommDType::kFloat32, Expected(size(), r * kSeg, kSeg, op),
                        Label("grouped Reduce", CommDType::kFloat32, op, r));
     }
@@ -548,17 +494,15 @@ TEST_P(CommunicatorConformanceTest, Grouped_ReducesToEveryRoot_EachOwnerHoldsIts
 TEST_P(CommunicatorConformanceTest, Grouped_BroadcastsFromEveryRoot_AllRanksHoldAllSegments) {
   constexpr int64_t kSeg = 5;
   const int64_t total = kSeg * size();
-  auto results = RunInPlace(
-      ReduceInputs(size(), total, CommDType::kBFloat16),
-      [&](Communicator& c, int, void* buf, void*) -> absl::Status {
-        MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
-        for (int owner = 0; owner < size(); ++owner) {
-          char* seg = static_cast<char*>(buf) + owner * kSeg * 2;
-          MUONSHARD_RETURN_IF_ERROR(
-              c.Broadcast(seg, kSeg, CommDType::kBFloat16, owner));
-        }
-        return c.GroupEnd();
-      });
+  auto results = RunInPlace(ReduceInputs(size(), total, CommDType::kBFloat16),
+                            [&](Communicator& c, int, void* buf, void*) -> absl::Status {
+                              MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
+                              for (int owner = 0; owner < size(); ++owner) {
+                                char* seg = static_cast<char*>(buf) + owner * kSeg * 2;
+                                MUONSHARD_RETURN_IF_ERROR(c.Broadcast(seg, kSeg, CommDType::kBFloat16, owner));
+                              }
+                              return c.GroupEnd();
+                            });
   AssertAllOk(results);
   std::vector<float> want;
   for (int owner = 0; owner < size(); ++owner) {
@@ -572,98 +516,86 @@ TEST_P(CommunicatorConformanceTest, Grouped_BroadcastsFromEveryRoot_AllRanksHold
 
 TEST_P(CommunicatorConformanceTest, Grouped_Nested_OpsCompleteAfterOuterEnd) {
   constexpr int64_t kCount = 4;
-  auto results = RunInPlace(
-      ReduceInputs(size(), 2 * kCount, CommDType::kFloat32),
-      [&](Communicator& c, int, void* buf, void*) -> absl::Status {
-        float* first = static_cast<float*>(buf);
-        MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
-        MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
-        MUONSHARD_RETURN_IF_ERROR(
-            c.AllReduce(first, kCount, CommDType::kFloat32, ReduceOp::kSum));
-        MUONSHARD_RETURN_IF_ERROR(c.GroupEnd());
-        MUONSHARD_RETURN_IF_ERROR(c.AllReduce(first + kCount, kCount,
-                                              CommDType::kFloat32,
-                                              ReduceOp::kSum));
-        return c.GroupEnd();
-      });
+  auto results =
+      RunInPlace(ReduceInputs(size(), 2 * kCount, CommDType::kFloat32),
+                 [&](Communicator& c, int, void* buf, void*) -> absl::Status {
+                   float* first = static_cast<float*>(buf);
+                   MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
+                   MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
+                   MUONSHARD_RETURN_IF_ERROR(c.AllReduce(first, kCount, CommDType::kFloat32, ReduceOp::kSum));
+                   MUONSHARD_RETURN_IF_ERROR(c.GroupEnd());
+                   MUONSHARD_RETURN_IF_ERROR(c.AllReduce(first + kCount, kCount, CommDType::kFloat32, ReduceOp::kSum));
+                   return c.GroupEnd();
+                 });
   AssertAllOk(results);
   for (int r = 0; r < size(); ++r) {
-    ExpectFloatsNear(results[r]->in, CommDType::kFloat32,
-                     Expected(size(), 0, 2 * kCount, ReduceOp::kSum),
+    ExpectFloatsNear(results[r]->in, CommDType::kFloat32, Expected(size(), 0, 2 * kCount, ReduceOp::kSum),
                      Label("nested group", CommDType::kFloat32, ReduceOp::kSum, r));
   }
 }
 
 TEST_P(CommunicatorConformanceTest, Group_MisuseOfGroups_FailedPrecondition) {
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(size(), [&](int rank) -> absl::Status {
-        Communicator& c = comm(rank);
-        if (!absl::IsFailedPrecondition(c.GroupEnd())) {
-          return absl::InternalError("GroupEnd without GroupStart accepted");
-        }
-        MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
-        if (!absl::IsFailedPrecondition(c.Barrier())) {
-          return absl::InternalError("Barrier inside a group accepted");
-        }
-        if (!absl::IsFailedPrecondition(c.Synchronize())) {
-          return absl::InternalError("Synchronize inside a group accepted");
-        }
-        MUONSHARD_RETURN_IF_ERROR(c.GroupEnd());
-        return c.Barrier();  // still usable
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(size(), [&](int rank) -> absl::Status {
+    Communicator& c = comm(rank);
+    if (!absl::IsFailedPrecondition(c.GroupEnd())) {
+      return absl::InternalError("GroupEnd without GroupStart accepted");
+    }
+    MUONSHARD_RETURN_IF_ERROR(c.GroupStart());
+    if (!absl::IsFailedPrecondition(c.Barrier())) {
+      return absl::InternalError("Barrier inside a group accepted");
+    }
+    if (!absl::IsFailedPrecondition(c.Synchronize())) {
+      return absl::InternalError("Synchronize inside a group accepted");
+    }
+    MUONSHARD_RETURN_IF_ERROR(c.GroupEnd());
+    return c.Barrier();  // still usable
+  });
   for (int r = 0; r < size(); ++r) EXPECT_THAT(statuses[r], IsOk()) << r;
 }
 
 TEST_P(CommunicatorConformanceTest, InvalidArguments_Rejected_CommunicatorStaysUsable) {
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(size(), [&](int rank) -> absl::Status {
-        Communicator& c = comm(rank);
-        // Rejected before any memory is touched, so host arrays do for every
-        // backend.
-        float one[4] = {1, 1, 1, 1};
-        float out[64] = {};
-        const std::vector<int64_t> long_counts(size() + 1, 1);
-        std::vector<int64_t> negative(size(), 1);
-        negative[0] = -1;
-        const std::vector<int64_t> ones(size(), 1);
-        const std::vector<int64_t> twos(size(), 2);
-        const absl::Status checks[] = {
-            c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, -1),
-            c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, size()),
-            c.Broadcast(one, -1, CommDType::kFloat32, 0),
-            c.AllReduce(nullptr, 4, CommDType::kFloat32, ReduceOp::kSum),
-            c.AllReduce(one, 4, static_cast<CommDType>(99), ReduceOp::kSum),
-            c.AllReduce(one, 4, CommDType::kFloat32, static_cast<ReduceOp>(99)),
-            c.ReduceScatter(one, out, long_counts, CommDType::kFloat32,
-                            ReduceOp::kSum),
-            c.ReduceScatter(one, out, negative, CommDType::kFloat32,
-                            ReduceOp::kSum),
-            // Overlapping, but not this rank's segment (in place is allowed).
-            c.AllGather(out + 2 * rank + 1, out, twos, CommDType::kFloat32),
-            c.Gather(one, out, 4, CommDType::kFloat32, -1),
-            c.Gather(one, out, -1, CommDType::kFloat32, 0),
-            c.Scatter(out, one, 4, CommDType::kFloat32, size()),
-            c.Scatter(out, nullptr, 4, CommDType::kFloat32, 0),
-        };
-        for (const absl::Status& s : checks) {
-          if (!absl::IsInvalidArgument(s)) {
-            return absl::InternalError(
-                absl::StrCat("want INVALID_ARGUMENT, got ", s.ToString()));
-          }
-        }
-        MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> buf,
-                                   GetParam().backend.allocate(rank, 4 * 4));
-        MUONSHARD_RETURN_IF_ERROR(
-            buf->Upload(EncodeFloats({1, 2, 3, 4}, CommDType::kFloat32)));
-        MUONSHARD_RETURN_IF_ERROR(c.AllReduce(buf->data(), 4, CommDType::kFloat32,
-                                              ReduceOp::kAvg));
-        MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
-        MUONSHARD_ASSIGN_OR_RETURN(const std::string got, buf->Download());
-        if (got != EncodeFloats({1, 2, 3, 4}, CommDType::kFloat32)) {
-          return absl::InternalError("AllReduce after rejected calls is wrong");
-        }
-        return absl::OkStatus();
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(size(), [&](int rank) -> absl::Status {
+    Communicator& c = comm(rank);
+    // Rejected before any memory is touched, so host arrays do for every
+    // backend.
+    float one[4] = {1, 1, 1, 1};
+    float out[64] = {};
+    const std::vector<int64_t> long_counts(size() + 1, 1);
+    std::vector<int64_t> negative(size(), 1);
+    negative[0] = -1;
+    const std::vector<int64_t> ones(size(), 1);
+    const std::vector<int64_t> twos(size(), 2);
+    const absl::Status checks[] = {
+        c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, -1),
+        c.Reduce(one, 4, CommDType::kFloat32, ReduceOp::kSum, size()),
+        c.Broadcast(one, -1, CommDType::kFloat32, 0),
+        c.AllReduce(nullptr, 4, CommDType::kFloat32, ReduceOp::kSum),
+        c.AllReduce(one, 4, static_cast<CommDType>(99), ReduceOp::kSum),
+        c.AllReduce(one, 4, CommDType::kFloat32, static_cast<ReduceOp>(99)),
+        c.ReduceScatter(one, out, long_counts, CommDType::kFloat32, ReduceOp::kSum),
+        c.ReduceScatter(one, out, negative, CommDType::kFloat32, ReduceOp::kSum),
+        // Overlapping, but not this rank's segment (in place is allowed).
+        c.AllGather(out + 2 * rank + 1, out, twos, CommDType::kFloat32),
+        c.Gather(one, out, 4, CommDType::kFloat32, -1),
+        c.Gather(one, out, -1, CommDType::kFloat32, 0),
+        c.Scatter(out, one, 4, CommDType::kFloat32, size()),
+        c.Scatter(out, nullptr, 4, CommDType::kFloat32, 0),
+    };
+    for (const absl::Status& s : checks) {
+      if (!absl::IsInvalidArgument(s)) {
+        return absl::InternalError(absl::StrCat("want INVALID_ARGUMENT, got ", s.ToString()));
+      }
+    }
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<CommBuffer> buf, GetParam().backend.allocate(rank, 4 * 4));
+    MUONSHARD_RETURN_IF_ERROR(buf->Upload(EncodeFloats({1, 2, 3, 4}, CommDType::kFloat32)));
+    MUONSHARD_RETURN_IF_ERROR(c.AllReduce(buf->data(), 4, CommDType::kFloat32, ReduceOp::kAvg));
+    MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
+    MUONSHARD_ASSIGN_OR_RETURN(const std::string got, buf->Download());
+    if (got != EncodeFloats({1, 2, 3, 4}, CommDType::kFloat32)) {
+      return absl::InternalError("AllReduce after rejected calls is wrong");
+    }
+    return absl::OkStatus();
+  });
   for (int r = 0; r < size(); ++r) EXPECT_THAT(statuses[r], IsOk()) << r;
 }
 
@@ -672,20 +604,18 @@ TEST_P(CommunicatorConformanceTest, MixedSequence_ManyOps_AllResultsCorrect) {
   // between consecutive ops shows up as wrong data.
   constexpr int kRounds = 8;
   constexpr int64_t kCount = 13;
-  auto results = RunInPlace(
-      ReduceInputs(size(), kCount, CommDType::kFloat32),
-      [&](Communicator& c, int rank, void* buf, void*) -> absl::Status {
-        for (int round = 0; round < kRounds; ++round) {
-          const int root = round % size();
-          MUONSHARD_RETURN_IF_ERROR(
-              c.Reduce(buf, kCount, CommDType::kFloat32, ReduceOp::kSum, root));
-          MUONSHARD_RETURN_IF_ERROR(c.Broadcast(buf, kCount, CommDType::kFloat32, root));
-          MUONSHARD_RETURN_IF_ERROR(
-              c.AllReduce(buf, kCount, CommDType::kFloat32, ReduceOp::kAvg));
-          MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
-        }
-        return absl::OkStatus();
-      });
+  auto results =
+      RunInPlace(ReduceInputs(size(), kCount, CommDType::kFloat32),
+                 [&](Communicator& c, int rank, void* buf, void*) -> absl::Status {
+                   for (int round = 0; round < kRounds; ++round) {
+                     const int root = round % size();
+                     MUONSHARD_RETURN_IF_ERROR(c.Reduce(buf, kCount, CommDType::kFloat32, ReduceOp::kSum, root));
+                     MUONSHARD_RETURN_IF_ERROR(c.Broadcast(buf, kCount, CommDType::kFloat32, root));
+                     MUONSHARD_RETURN_IF_ERROR(c.AllReduce(buf, kCount, CommDType::kFloat32, ReduceOp::kAvg));
+                     MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
+                   }
+                   return absl::OkStatus();
+                 });
   AssertAllOk(results);
   // Each round: reduce+broadcast gives every rank the sum, the average of
   // equal values is that sum again; afterwards every round multiplies by n.
@@ -694,8 +624,7 @@ TEST_P(CommunicatorConformanceTest, MixedSequence_ManyOps_AllResultsCorrect) {
     for (float& x : want) x *= static_cast<float>(size());
   }
   for (int r = 0; r < size(); ++r) {
-    ExpectFloatsNear(results[r]->in, CommDType::kFloat32, want,
-                     Label("mixed", CommDType::kFloat32, ReduceOp::kSum, r));
+    ExpectFloatsNear(results[r]->in, CommDType::kFloat32, want, Label("mixed", CommDType::kFloat32, ReduceOp::kSum, r));
   }
 }
 
@@ -703,32 +632,26 @@ TEST_P(CommunicatorConformanceTest, Counting_EveryOpKind_BytesMatchPlanDefinitio
   const std::vector<int64_t> counts = UnevenCountPatterns(size())[0];
   const int64_t total = Total(counts);
   std::vector<CommCounters> snapshots(size());
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(size(), [&](int rank) -> absl::Status {
-        const CommBackend& backend = GetParam().backend;
-        CountingCommunicator c(&comm(rank));
-        MUONSHARD_ASSIGN_OR_RETURN(auto buf, backend.allocate(rank, 64 * 4));
-        MUONSHARD_ASSIGN_OR_RETURN(auto out, backend.allocate(rank, 64 * 4));
-        MUONSHARD_RETURN_IF_ERROR(buf->Upload(std::string(64 * 4, '\0')));
-        char* b = static_cast<char*>(buf->data());
-        char* o = static_cast<char*>(out->data());
-        MUONSHARD_RETURN_IF_ERROR(
-            c.Reduce(b, 10, CommDType::kFloat32, ReduceOp::kAvg, 0));
-        MUONSHARD_RETURN_IF_ERROR(
-            c.Broadcast(b, 6, CommDType::kBFloat16, size() - 1));
-        MUONSHARD_RETURN_IF_ERROR(
-            c.AllReduce(b, 5, CommDType::kFloat16, ReduceOp::kSum));
-        MUONSHARD_RETURN_IF_ERROR(c.ReduceScatter(b, o, counts, CommDType::kFloat32,
-                                                  ReduceOp::kSum));
-        MUONSHARD_RETURN_IF_ERROR(
-            c.AllGather(b, o, counts, CommDType::kBFloat16));
-        MUONSHARD_RETURN_IF_ERROR(c.Barrier());
-        // Rejected calls move nothing and are not counted.
-        (void)c.Reduce(b, 10, CommDType::kFloat32, ReduceOp::kSum, -1);
-        MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
-        snapshots[rank] = c.Snapshot();
-        return absl::OkStatus();
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(size(), [&](int rank) -> absl::Status {
+    const CommBackend& backend = GetParam().backend;
+    CountingCommunicator c(&comm(rank));
+    MUONSHARD_ASSIGN_OR_RETURN(auto buf, backend.allocate(rank, 64 * 4));
+    MUONSHARD_ASSIGN_OR_RETURN(auto out, backend.allocate(rank, 64 * 4));
+    MUONSHARD_RETURN_IF_ERROR(buf->Upload(std::string(64 * 4, '\0')));
+    char* b = static_cast<char*>(buf->data());
+    char* o = static_cast<char*>(out->data());
+    MUONSHARD_RETURN_IF_ERROR(c.Reduce(b, 10, CommDType::kFloat32, ReduceOp::kAvg, 0));
+    MUONSHARD_RETURN_IF_ERROR(c.Broadcast(b, 6, CommDType::kBFloat16, size() - 1));
+    MUONSHARD_RETURN_IF_ERROR(c.AllReduce(b, 5, CommDType::kFloat16, ReduceOp::kSum));
+    MUONSHARD_RETURN_IF_ERROR(c.ReduceScatter(b, o, counts, CommDType::kFloat32, ReduceOp::kSum));
+    MUONSHARD_RETURN_IF_ERROR(c.AllGather(b, o, counts, CommDType::kBFloat16));
+    MUONSHARD_RETURN_IF_ERROR(c.Barrier());
+    // Rejected calls move nothing and are not counted.
+    (void)c.Reduce(b, 10, CommDType::kFloat32, ReduceOp::kSum, -1);
+    MUONSHARD_RETURN_IF_ERROR(c.Synchronize());
+    snapshots[rank] = c.Snapshot();
+    return absl::OkStatus();
+  });
   const int64_t moved = size() > 1 ? 1 : 0;  // single-rank groups move nothing
   for (int r = 0; r < size(); ++r) {
     ASSERT_THAT(statuses[r], IsOk()) << r;
@@ -740,8 +663,7 @@ TEST_P(CommunicatorConformanceTest, Counting_EveryOpKind_BytesMatchPlanDefinitio
     want.all_gather = {1, moved * total * 2};
     want.barriers = 1;
     EXPECT_TRUE(snapshots[r] == want) << "rank " << r;
-    EXPECT_EQ(snapshots[r].total_bytes(),
-              moved * (40 + 12 + 10 + total * 4 + total * 2));
+    EXPECT_EQ(snapshots[r].total_bytes(), moved * (40 + 12 + 10 + total * 4 + total * 2));
   }
 }
 
@@ -749,29 +671,23 @@ TEST_P(CommunicatorConformanceTest, PeerGone_CollectiveOnSurvivors_AbortedOrDead
   if (size() < 2) GTEST_SKIP() << "needs a peer";
   // A separate group with a short timeout, so a backend that only notices a
   // dead peer by timing out still finishes quickly.
-  absl::StatusOr<CommGroup> group =
-      GetParam().backend.create_group(size(), absl::Seconds(5));
+  absl::StatusOr<CommGroup> group = GetParam().backend.create_group(size(), absl::Seconds(5));
   ASSERT_TRUE(group.ok()) << group.status();
-  const std::vector<absl::Status> ready =
-      RunRanksStatus(size(), [&](int rank) { return (*group)[rank]->Barrier(); });
+  const std::vector<absl::Status> ready = RunRanksStatus(size(), [&](int rank) { return (*group)[rank]->Barrier(); });
   for (const absl::Status& s : ready) ASSERT_THAT(s, IsOk());
   (*group)[size() - 1].reset();  // the last rank goes away
   std::vector<absl::Status> first(size() - 1), second(size() - 1);
   RunRanksStatus(size() - 1, [&](int rank) {
     float buf[8] = {};
-    first[rank] = (*group)[rank]->AllReduce(buf, 8, CommDType::kFloat32,
-                                            ReduceOp::kSum);
+    first[rank] = (*group)[rank]->AllReduce(buf, 8, CommDType::kFloat32, ReduceOp::kSum);
     if (first[rank].ok()) return absl::OkStatus();
-    second[rank] = (*group)[rank]->AllReduce(buf, 8, CommDType::kFloat32,
-                                             ReduceOp::kSum);
+    second[rank] = (*group)[rank]->AllReduce(buf, 8, CommDType::kFloat32, ReduceOp::kSum);
     return absl::OkStatus();
   });
   for (int r = 0; r < size() - 1; ++r) {
-    EXPECT_THAT(first[r].code(), AnyOf(Eq(absl::StatusCode::kAborted),
-                                       Eq(absl::StatusCode::kDeadlineExceeded)))
+    EXPECT_THAT(first[r].code(), AnyOf(Eq(absl::StatusCode::kAborted), Eq(absl::StatusCode::kDeadlineExceeded)))
         << "rank " << r << ": " << first[r];
-    EXPECT_THAT(second[r], StatusIs(absl::StatusCode::kAborted, ::testing::_))
-        << "rank " << r;
+    EXPECT_THAT(second[r], StatusIs(absl::StatusCode::kAborted, ::testing::_)) << "rank " << r;
   }
 }
 
@@ -785,8 +701,7 @@ TEST_P(CommunicatorConformanceTest, Abort_FromAnotherThreadWhileAPeerIsFrozen_En
   if (size() < 2) GTEST_SKIP() << "needs a frozen peer";
   absl::StatusOr<CommGroup> group = GetParam().backend.create_group(size(), absl::Seconds(60));
   ASSERT_TRUE(group.ok()) << group.status();
-  const std::vector<absl::Status> ready =
-      RunRanksStatus(size(), [&](int rank) { return (*group)[rank]->Barrier(); });
+  const std::vector<absl::Status> ready = RunRanksStatus(size(), [&](int rank) { return (*group)[rank]->Barrier(); });
   for (const absl::Status& s : ready) ASSERT_THAT(s, IsOk());
   const int waiting = size() - 1;  // the last rank is frozen: it never calls
   std::vector<absl::Status> first(waiting), second(waiting);

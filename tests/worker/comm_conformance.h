@@ -54,18 +54,13 @@ struct CommBackend {
   std::string name;
   // Creates a connected group of `size` communicators, element i of rank i
   // (collective backends create them concurrently, one thread per rank).
-  std::function<absl::StatusOr<CommGroup>(int size, absl::Duration timeout)>
-      create_group;
+  std::function<absl::StatusOr<CommGroup>(int size, absl::Duration timeout)> create_group;
   // Allocates `bytes` in the backend's memory kind for rank `rank` (GPU:
   // on that rank's device).
-  std::function<absl::StatusOr<std::unique_ptr<CommBuffer>>(int rank,
-                                                            int64_t bytes)>
-      allocate;
+  std::function<absl::StatusOr<std::unique_ptr<CommBuffer>>(int rank, int64_t bytes)> allocate;
   // Non-empty when the backend cannot run a group of `size` here (e.g. fewer
   // CUDA devices than ranks): the tests skip with this reason.
-  std::function<std::string(int size)> unavailable_reason = [](int) {
-    return std::string();
-  };
+  std::function<std::string(int size)> unavailable_reason = [](int) { return std::string(); };
 };
 
 struct CommConformanceParam {
@@ -73,10 +68,8 @@ struct CommConformanceParam {
   int size = 1;
 };
 
-std::vector<CommConformanceParam> ConformanceParams(
-    const CommBackend& backend, const std::vector<int>& sizes);
-std::string CommConformanceParamName(
-    const ::testing::TestParamInfo<CommConformanceParam>& info);
+std::vector<CommConformanceParam> ConformanceParams(const CommBackend& backend, const std::vector<int>& sizes);
+std::string CommConformanceParamName(const ::testing::TestParamInfo<CommConformanceParam>& info);
 void PrintTo(const CommConformanceParam& param, std::ostream* os);
 
 // The outcome of one rank's op: its buffers after the op (and
@@ -86,11 +79,9 @@ struct RankBytes {
   std::string out;
 };
 
-class CommunicatorConformanceTest
-    : public ::testing::TestWithParam<CommConformanceParam> {
+class CommunicatorConformanceTest : public ::testing::TestWithParam<CommConformanceParam> {
  protected:
-  using RankOp = std::function<absl::Status(Communicator& comm, int rank,
-                                            void* in, void* out)>;
+  using RankOp = std::function<absl::Status(Communicator& comm, int rank, void* in, void* out)>;
 
   void SetUp() override;
 
@@ -100,16 +91,13 @@ class CommunicatorConformanceTest
 
   // On every rank: uploads inputs[rank] into `in`, fills `out` (out_bytes
   // [rank] bytes) with 0xAB, runs op, Synchronize()s and downloads both.
-  std::vector<absl::StatusOr<RankBytes>> Run(
-      const std::vector<std::string>& inputs,
-      const std::vector<int64_t>& out_bytes, const RankOp& op);
+  std::vector<absl::StatusOr<RankBytes>> Run(const std::vector<std::string>& inputs,
+                                             const std::vector<int64_t>& out_bytes, const RankOp& op);
   // Run() with in-place ops only (no `out`).
-  std::vector<absl::StatusOr<RankBytes>> RunInPlace(
-      const std::vector<std::string>& inputs, const RankOp& op);
+  std::vector<absl::StatusOr<RankBytes>> RunInPlace(const std::vector<std::string>& inputs, const RankOp& op);
 
  private:
-  absl::StatusOr<RankBytes> RunOneRank(int rank, const std::string& input,
-                                       int64_t out_bytes, const RankOp& op);
+  absl::StatusOr<RankBytes> RunOneRank(int rank, const std::string& input, int64_t out_bytes, const RankOp& op);
 
   CommGroup group_;
 };

@@ -25,22 +25,17 @@ CommBackend InProcessBackend() {
 CommBackend GlooBackend() {
   CommBackend backend;
   backend.name = "Gloo";
-  backend.create_group = [](int size, absl::Duration timeout) {
-    return CreateGlooGroup(size, timeout);
-  };
+  backend.create_group = [](int size, absl::Duration timeout) { return CreateGlooGroup(size, timeout); };
   backend.allocate = AllocateHost;
   return backend;
 }
 
 INSTANTIATE_TEST_SUITE_P(InProcess, CommunicatorConformanceTest,
-                         ::testing::ValuesIn(ConformanceParams(
-                             InProcessBackend(), {1, 2, 3, 4})),
+                         ::testing::ValuesIn(ConformanceParams(InProcessBackend(), {1, 2, 3, 4})),
                          CommConformanceParamName);
 
 INSTANTIATE_TEST_SUITE_P(Gloo, CommunicatorConformanceTest,
-                         ::testing::ValuesIn(ConformanceParams(GlooBackend(),
-                                                               {1, 2, 3, 4})),
-                         CommConformanceParamName);
+                         ::testing::ValuesIn(ConformanceParams(GlooBackend(), {1, 2, 3, 4})), CommConformanceParamName);
 
 }  // namespace
 }  // namespace muonshard::worker::testing

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/rendezvous_store.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -24,7 +25,6 @@
 #include "tests/worker/comm_test_util.h"
 #include "worker/comm/nccl_communicator.h"
 #include "worker/comm/nccl_status.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::testing {
 namespace {
@@ -46,13 +46,11 @@ std::string NeedDevices(int size) {
 // stream plumbing.
 class DeviceMemory : public CommBuffer {
  public:
-  static absl::StatusOr<std::unique_ptr<CommBuffer>> Allocate(int device,
-                                                              int64_t bytes) {
+  static absl::StatusOr<std::unique_ptr<CommBuffer>> Allocate(int device, int64_t bytes) {
     auto buffer = std::unique_ptr<DeviceMemory>(new DeviceMemory(device, bytes));
     MUONSHARD_RETURN_IF_ERROR(buffer->UseDevice());
     if (bytes > 0) {
-      MUONSHARD_RETURN_IF_ERROR(
-          CudaToStatus(cudaMalloc(&buffer->ptr_, bytes), "cudaMalloc"));
+      MUONSHARD_RETURN_IF_ERROR(CudaToStatus(cudaMalloc(&buffer->ptr_, bytes), "cudaMalloc"));
     }
     return std::unique_ptr<CommBuffer>(std::move(buffer));
   }
@@ -66,9 +64,8 @@ class DeviceMemory : public CommBuffer {
     }
     if (bytes_ == 0) return absl::OkStatus();
     MUONSHARD_RETURN_IF_ERROR(UseDevice());
-    MUONSHARD_RETURN_IF_ERROR(CudaToStatus(
-        cudaMemcpy(ptr_, bytes.data(), bytes_, cudaMemcpyHostToDevice),
-        "cudaMemcpy H2D"));
+    MUONSHARD_RETURN_IF_ERROR(
+        CudaToStatus(cudaMemcpy(ptr_, bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D"));
     // A pageable H2D cudaMemcpy may return before the DMA lands, and the
     // communicator's non-blocking stream would not wait for it.
     return CudaToStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -77,19 +74,15 @@ class DeviceMemory : public CommBuffer {
     std::string bytes(bytes_, '\0');
     if (bytes_ == 0) return bytes;
     MUONSHARD_RETURN_IF_ERROR(UseDevice());
+    MUONSHARD_RETURN_IF_ERROR(CudaToStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
     MUONSHARD_RETURN_IF_ERROR(
-        CudaToStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize"));
-    MUONSHARD_RETURN_IF_ERROR(CudaToStatus(
-        cudaMemcpy(bytes.data(), ptr_, bytes_, cudaMemcpyDeviceToHost),
-        "cudaMemcpy D2H"));
+        CudaToStatus(cudaMemcpy(bytes.data(), ptr_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H"));
     return bytes;
   }
 
  private:
   DeviceMemory(int device, int64_t bytes) : device_(device), bytes_(bytes) {}
-  absl::Status UseDevice() {
-    return CudaToStatus(cudaSetDevice(device_), "cudaSetDevice");
-  }
+  absl::Status UseDevice() { return CudaToStatus(cudaSetDevice(device_), "cudaSetDevice"); }
   const int device_;
   const int64_t bytes_;
   void* ptr_ = nullptr;
@@ -112,12 +105,11 @@ NcclOptions Options(int rank, int size, const std::string& prefix) {
 absl::StatusOr<CommGroup> CreateNcclGroup(int size, absl::Duration timeout) {
   InMemoryRendezvousStore store;
   const std::string prefix = FreshPrefix();
-  auto comms = RunRanks<std::unique_ptr<Communicator>>(
-      size, [&](int rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+  auto comms =
+      RunRanks<std::unique_ptr<Communicator>>(size, [&](int rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
         NcclOptions options = Options(rank, size, prefix);
         options.timeout = timeout;
-        MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm,
-                                   CreateNcclCommunicator(options, &store));
+        MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<NcclCommunicator> comm, CreateNcclCommunicator(options, &store));
         return std::unique_ptr<Communicator>(std::move(comm));
       });
   CommGroup group;
@@ -138,9 +130,7 @@ CommBackend NcclBackend() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Nccl, CommunicatorConformanceTest,
-                         ::testing::ValuesIn(ConformanceParams(NcclBackend(),
-                                                               {1, 2, 3, 4})),
-                         CommConformanceParamName);
+                         ::testing::ValuesIn(ConformanceParams(NcclBackend(), {1, 2, 3, 4})), CommConformanceParamName);
 
 TEST(NcclUniqueIdTest, EncodeDecode_AllByteValues_RoundTrip) {
   ncclUniqueId id;
@@ -149,14 +139,12 @@ TEST(NcclUniqueIdTest, EncodeDecode_AllByteValues_RoundTrip) {
   }
   const std::string text = EncodeNcclUniqueId(id);
   EXPECT_EQ(text.size(), 2 * sizeof(id.internal));
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const ncclUniqueId back,
-                                 DecodeNcclUniqueId(text));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const ncclUniqueId back, DecodeNcclUniqueId(text));
   EXPECT_EQ(std::memcmp(back.internal, id.internal, sizeof(id.internal)), 0);
 }
 
 TEST(NcclUniqueIdTest, Decode_Malformed_InvalidArgument) {
-  EXPECT_THAT(DecodeNcclUniqueId("abcd"),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("256")));
+  EXPECT_THAT(DecodeNcclUniqueId("abcd"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("256")));
   EXPECT_THAT(DecodeNcclUniqueId(std::string(256, 'g')),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hex")));
 }
@@ -165,29 +153,20 @@ TEST(NcclStatusTest, NcclToStatus_EachResult_MapsCodeAndNamesWhat) {
   MUONSHARD_EXPECT_OK(NcclToStatus(ncclSuccess, nullptr, "x"));
   EXPECT_THAT(NcclToStatus(ncclRemoteError, nullptr, "ncclReduce"),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("ncclReduce")));
-  EXPECT_THAT(NcclToStatus(ncclSystemError, nullptr, "x"),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("NCCL 2.")));
-  EXPECT_THAT(NcclToStatus(ncclInvalidArgument, nullptr, "x"),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
-  EXPECT_THAT(NcclToStatus(ncclInvalidUsage, nullptr, "x"),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
-  EXPECT_THAT(NcclToStatus(ncclInternalError, nullptr, "x"),
-              StatusIs(absl::StatusCode::kInternal, _));
-  EXPECT_THAT(NcclToStatus(ncclUnhandledCudaError, nullptr, "x"),
-              StatusIs(absl::StatusCode::kInternal, _));
+  EXPECT_THAT(NcclToStatus(ncclSystemError, nullptr, "x"), StatusIs(absl::StatusCode::kAborted, HasSubstr("NCCL 2.")));
+  EXPECT_THAT(NcclToStatus(ncclInvalidArgument, nullptr, "x"), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(NcclToStatus(ncclInvalidUsage, nullptr, "x"), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(NcclToStatus(ncclInternalError, nullptr, "x"), StatusIs(absl::StatusCode::kInternal, _));
+  EXPECT_THAT(NcclToStatus(ncclUnhandledCudaError, nullptr, "x"), StatusIs(absl::StatusCode::kInternal, _));
 }
 
 TEST(NcclStatusTest, CudaToStatus_Errors_MapCodes) {
   MUONSHARD_EXPECT_OK(CudaToStatus(cudaSuccess, "x"));
   EXPECT_THAT(CudaToStatus(cudaErrorMemoryAllocation, "cudaMalloc"),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("cudaMalloc")));
-  EXPECT_THAT(CudaToStatus(cudaErrorInvalidValue, "x"),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
-  EXPECT_THAT(CudaToStatus(cudaErrorNoDevice, "x"),
-              StatusIs(absl::StatusCode::kFailedPrecondition, _));
-  EXPECT_THAT(CudaToStatus(cudaErrorLaunchFailure, "x"),
-              StatusIs(absl::StatusCode::kInternal, _));
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("cudaMalloc")));
+  EXPECT_THAT(CudaToStatus(cudaErrorInvalidValue, "x"), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(CudaToStatus(cudaErrorNoDevice, "x"), StatusIs(absl::StatusCode::kFailedPrecondition, _));
+  EXPECT_THAT(CudaToStatus(cudaErrorLaunchFailure, "x"), StatusIs(absl::StatusCode::kInternal, _));
 }
 
 TEST(NcclCommunicatorTest, Create_BadOptions_InvalidArgument) {
@@ -211,8 +190,7 @@ TEST(NcclCommunicatorTest, Create_IdNeverPublished_DeadlineExceeded) {
   options.device = 0;
   options.timeout = absl::Milliseconds(200);
   EXPECT_THAT(CreateNcclCommunicator(options, &store),
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("job/j/gen/9/group/0/nccl/")));
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("job/j/gen/9/group/0/nccl/")));
 }
 
 TEST(NcclCommunicatorTest, Create_PeerNeverJoins_DeadlineExceededAndAborted) {
@@ -236,18 +214,14 @@ TEST(NcclCommunicatorTest, BorrowedStream_OpsEnqueueOnIt) {
     InMemoryRendezvousStore store;
     NcclOptions options = Options(0, 1, FreshPrefix());
     options.stream = stream;
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<NcclCommunicator> comm,
-                                   CreateNcclCommunicator(options, &store));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<NcclCommunicator> comm, CreateNcclCommunicator(options, &store));
     EXPECT_EQ(comm->stream(), stream);
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CommBuffer> buf,
-                                   DeviceMemory::Allocate(0, 4 * sizeof(float)));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<CommBuffer> buf, DeviceMemory::Allocate(0, 4 * sizeof(float)));
     const std::string in = EncodeFloats({1, 2, 3, 4}, CommDType::kFloat32);
     MUONSHARD_ASSERT_OK(buf->Upload(in));
-    MUONSHARD_ASSERT_OK(
-        comm->AllReduce(buf->data(), 4, CommDType::kFloat32, ReduceOp::kSum));
+    MUONSHARD_ASSERT_OK(comm->AllReduce(buf->data(), 4, CommDType::kFloat32, ReduceOp::kSum));
     // Ordering on the caller's stream is enough; no Synchronize().
-    MUONSHARD_ASSERT_OK(
-        CudaToStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+    MUONSHARD_ASSERT_OK(CudaToStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string out, buf->Download());
     EXPECT_EQ(out, in);
   }

@@ -2,15 +2,14 @@
 
 #include <cstring>
 
+#include "common/rendezvous_store.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/in_process_communicator.h"
 #include "worker/comm/internal/host_float.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::testing {
 
-std::vector<absl::Status> RunRanksStatus(
-    int size, const std::function<absl::Status(int)>& fn) {
+std::vector<absl::Status> RunRanksStatus(int size, const std::function<absl::Status(int)>& fn) {
   std::vector<absl::Status> results(size, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   threads.reserve(size);
@@ -21,8 +20,7 @@ std::vector<absl::Status> RunRanksStatus(
   return results;
 }
 
-absl::StatusOr<CommGroup> CreateInProcessGroup(int size,
-                                               absl::Duration timeout) {
+absl::StatusOr<CommGroup> CreateInProcessGroup(int size, absl::Duration timeout) {
   InProcessOptions options;
   options.timeout = timeout;
   absl::StatusOr<std::vector<std::unique_ptr<InProcessCommunicator>>> comms =
@@ -33,8 +31,7 @@ absl::StatusOr<CommGroup> CreateInProcessGroup(int size,
   return group;
 }
 
-absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout,
-                                          const std::string& key_prefix) {
+absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout, const std::string& key_prefix) {
   InMemoryRendezvousStore store;
   std::vector<absl::StatusOr<std::unique_ptr<Communicator>>> comms =
       RunRanks<std::unique_ptr<Communicator>>(size, [&](int rank) {
@@ -56,16 +53,14 @@ absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout,
 std::string EncodeFloats(const std::vector<float>& values, CommDType dtype) {
   const int64_t esize = CommDTypeSize(dtype).value();
   std::string bytes(values.size() * esize, '\0');
-  internal::NarrowFromFloat(values.data(), static_cast<int64_t>(values.size()),
-                            dtype, bytes.data());
+  internal::NarrowFromFloat(values.data(), static_cast<int64_t>(values.size()), dtype, bytes.data());
   return bytes;
 }
 
 std::vector<float> DecodeFloats(const std::string& bytes, CommDType dtype) {
   const int64_t esize = CommDTypeSize(dtype).value();
   std::vector<float> values(bytes.size() / esize);
-  internal::WidenToFloat(bytes.data(), static_cast<int64_t>(values.size()),
-                         dtype, values.data());
+  internal::WidenToFloat(bytes.data(), static_cast<int64_t>(values.size()), dtype, values.data());
   return values;
 }
 

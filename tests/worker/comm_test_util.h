@@ -21,8 +21,7 @@ namespace muonshard::worker::testing {
 // results in rank order. Every wait inside fn must be bounded (the
 // communicators' timeouts are), so this always returns.
 template <typename T>
-std::vector<absl::StatusOr<T>> RunRanks(
-    int size, const std::function<absl::StatusOr<T>(int)>& fn) {
+std::vector<absl::StatusOr<T>> RunRanks(int size, const std::function<absl::StatusOr<T>(int)>& fn) {
   std::vector<absl::StatusOr<T>> results;
   results.reserve(size);
   for (int rank = 0; rank < size; ++rank) {
@@ -38,21 +37,18 @@ std::vector<absl::StatusOr<T>> RunRanks(
 }
 
 // The same for functions returning a plain status.
-std::vector<absl::Status> RunRanksStatus(
-    int size, const std::function<absl::Status(int)>& fn);
+std::vector<absl::Status> RunRanksStatus(int size, const std::function<absl::Status(int)>& fn);
 
 // A connected group of `size` communicators, element i of rank i.
 using CommGroup = std::vector<std::unique_ptr<Communicator>>;
 
 // An in-process group (InProcessCommunicator) with `timeout`.
-absl::StatusOr<CommGroup> CreateInProcessGroup(int size,
-                                               absl::Duration timeout);
+absl::StatusOr<CommGroup> CreateInProcessGroup(int size, absl::Duration timeout);
 // A Gloo group over TCP on 127.0.0.1, one thread per rank creating its
 // communicator concurrently through a fresh InMemoryRendezvousStore under
 // `key_prefix`.
 absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout,
-                                          const std::string& key_prefix =
-                                              "test/gloo/");
+                                          const std::string& key_prefix = "test/gloo/");
 
 // Encodes values of `dtype` (rounded to nearest even for 16-bit types).
 std::string EncodeFloats(const std::vector<float>& values, CommDType dtype);

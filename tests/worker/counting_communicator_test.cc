@@ -20,8 +20,7 @@ using ::muonshard::testing::StatusIs;
 using ::testing::_;
 using testing::RunRanksStatus;
 
-std::vector<std::unique_ptr<InProcessCommunicator>> Group(
-    int size, const InProcessOptions& options = {}) {
+std::vector<std::unique_ptr<InProcessCommunicator>> Group(int size, const InProcessOptions& options = {}) {
   auto group = CreateInProcessCommunicators(size, options);
   EXPECT_TRUE(group.ok()) << group.status();
   return std::move(group).value();
@@ -44,21 +43,20 @@ TEST(CountingCommunicatorTest, Owned_ForwardsRankAndSize) {
 TEST(CountingCommunicatorTest, TakeAndReset_ReturnsStepCountsAndZeroes) {
   auto group = Group(2);
   std::vector<CommCounters> step1(2), step2(2);
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(2, [&](int rank) -> absl::Status {
-        CountingCommunicator c(group[rank].get());
-        float buf[8] = {};
-        for (int step = 0; step < 2; ++step) {
-          absl::Status s = c.Reduce(buf, 8, CommDType::kFloat32, ReduceOp::kAvg, 1);
-          if (!s.ok()) return s;
-          if (step == 1) {
-            s = c.Broadcast(buf, 3, CommDType::kBFloat16, 0);
-            if (!s.ok()) return s;
-          }
-          (step == 0 ? step1 : step2)[rank] = c.TakeAndReset();
-        }
-        return absl::OkStatus();
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    CountingCommunicator c(group[rank].get());
+    float buf[8] = {};
+    for (int step = 0; step < 2; ++step) {
+      absl::Status s = c.Reduce(buf, 8, CommDType::kFloat32, ReduceOp::kAvg, 1);
+      if (!s.ok()) return s;
+      if (step == 1) {
+        s = c.Broadcast(buf, 3, CommDType::kBFloat16, 0);
+        if (!s.ok()) return s;
+      }
+      (step == 0 ? step1 : step2)[rank] = c.TakeAndReset();
+    }
+    return absl::OkStatus();
+  });
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_THAT(statuses[rank], IsOk());
     EXPECT_EQ(step1[rank].reduce.calls, 1);

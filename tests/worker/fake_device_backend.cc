@@ -53,8 +53,8 @@ absl::Status FakeDeviceBackend::Check(const void* p, int64_t bytes, bool device,
   }
   if (device ? inside : !overlaps) return absl::OkStatus();
   ++violations_;
-  return absl::InvalidArgumentError(absl::StrCat(what, device ? " is not inside fake device memory"
-                                                              : " (host side) points into fake device memory"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, device ? " is not inside fake device memory" : " (host side) points into fake device memory"));
 }
 
 absl::Status FakeDeviceBackend::NewtonSchulz(const float* in, float* out, const kernels::MatrixBatchShape& shape,

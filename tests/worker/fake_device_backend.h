@@ -54,6 +54,7 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   // Calls refused for a pointer on the wrong side.
   int violations() const { return violations_; }
+
  private:
   // OK when [p, p + bytes) lies inside one live allocation (`device`) or
   // overlaps none (`!device`).

@@ -14,8 +14,8 @@
 namespace muonshard::worker::testing {
 namespace {
 
-using ::muonshard::testing::StatusIs;
 using ::muonshard::kernels::testing::BackendMemoryConformanceTest;
+using ::muonshard::testing::StatusIs;
 using ::testing::_;
 
 INSTANTIATE_TEST_SUITE_P(FakeDevice, BackendMemoryConformanceTest,

@@ -32,15 +32,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "common/grpc_status.h"
-#include "importer/tp_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/tp_split.h"
 #include "re2/re2.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/manifest_builder.h"
@@ -121,17 +121,41 @@ class FaultToleranceTest : public ::testing::Test {
   // rank nor the plan version (a resize renumbers them and changes the
   // plan): `rank` then only names the process's slot in this test.
   std::vector<std::string> Args(int rank, bool checkpoints) const {
-    std::vector<std::string> args = {
-        BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job", "ft", "--steps",
-        absl::StrCat(kSteps), "--workload", workload_, "--reduce-order", "rank", "--lr", "0.01", "--blas-threads",
-        "1", "--metrics-port", "0", "--port-file", PortFile(rank), "--comm-timeout", "60", "--join-timeout", "60",
-        "--log-every", "1000000", "--linger", "120", "--dump-params", dir_.Join("sharded.safetensors")};
+    std::vector<std::string> args = {BinaryPath("muonshard-worker"),
+                                     "--coordinator",
+                                     coordinator_->address(),
+                                     "--job",
+                                     "ft",
+                                     "--steps",
+                                     absl::StrCat(kSteps),
+                                     "--workload",
+                                     workload_,
+                                     "--reduce-order",
+                                     "rank",
+                                     "--lr",
+                                     "0.01",
+                                     "--blas-threads",
+                                     "1",
+                                     "--metrics-port",
+                                     "0",
+                                     "--port-file",
+                                     PortFile(rank),
+                                     "--comm-timeout",
+                                     "60",
+                                     "--join-timeout",
+                                     "60",
+                                     "--log-every",
+                                     "1000000",
+                                     "--linger",
+                                     "120",
+                                     "--dump-params",
+                                     dir_.Join("sharded.safetensors")};
     if (elastic_) {
-      args.insert(args.end(), {"--max-restarts", "10", "--min-workers", absl::StrCat(min_workers_),
-                               "--rejoin-grace", "3"});
+      args.insert(args.end(),
+                  {"--max-restarts", "10", "--min-workers", absl::StrCat(min_workers_), "--rejoin-grace", "3"});
     } else {
-      args.insert(args.end(), {"--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank),
-                               "--max-restarts", "3", "--rejoin-grace", "60"});
+      args.insert(args.end(), {"--plan-version", absl::StrCat(version_), "--rank", absl::StrCat(rank), "--max-restarts",
+                               "3", "--rejoin-grace", "60"});
     }
     if (buddy_every_ > 0) args.insert(args.end(), {"--buddy-every", absl::StrCat(buddy_every_)});
     if (checkpoints) {
@@ -149,8 +173,9 @@ class FaultToleranceTest : public ::testing::Test {
     const int n = ++launches_[rank];
     std::remove(PortFile(rank).c_str());
     const std::string name = absl::StrCat("w", rank, "-", n);
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess p, ChildProcess::Start(Args(rank, checkpoints), dir_.Join(name + ".out"),
-                                                                       dir_.Join(name + ".err")));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(
+        ChildProcess p,
+        ChildProcess::Start(Args(rank, checkpoints), dir_.Join(name + ".out"), dir_.Join(name + ".err")));
     workers_[rank] = std::make_unique<ChildProcess>(std::move(p));
   }
 
@@ -176,17 +201,16 @@ class FaultToleranceTest : public ::testing::Test {
   // Waits until rank `rank` has completed `steps` optimizer steps since its
   // process started.
   void WaitForSteps(int rank, int steps) {
-    MUONSHARD_ASSERT_OK(PollUntil(
-        [&] { return Sample(rank, "muonshard_worker_steps_total") >= steps || !Alive(rank); }, kBound,
-        absl::StrCat("rank ", rank, " at step ", steps)));
+    MUONSHARD_ASSERT_OK(PollUntil([&] { return Sample(rank, "muonshard_worker_steps_total") >= steps || !Alive(rank); },
+                                  kBound, absl::StrCat("rank ", rank, " at step ", steps)));
     ASSERT_TRUE(Alive(rank)) << Log(rank);
   }
 
   // Waits until rank `rank` has recovered `restarts` times.
   void WaitForRestarts(int rank, int restarts) {
-    MUONSHARD_ASSERT_OK(PollUntil(
-        [&] { return Sample(rank, "muonshard_worker_restarts_total") >= restarts || !Alive(rank); }, kBound,
-        absl::StrCat("rank ", rank, "'s restart ", restarts)));
+    MUONSHARD_ASSERT_OK(
+        PollUntil([&] { return Sample(rank, "muonshard_worker_restarts_total") >= restarts || !Alive(rank); }, kBound,
+                  absl::StrCat("rank ", rank, "'s restart ", restarts)));
     ASSERT_TRUE(Alive(rank)) << Log(rank);
   }
 
@@ -207,7 +231,8 @@ class FaultToleranceTest : public ::testing::Test {
   // the lingering workers (each must exit 0) and compares the result with
   // the unsharded reference run.
   void FinishAndCompare(const std::vector<int>& restarts_by_rank, int max_restarts = 3) {
-    FinishAndCompareTo(restarts_by_rank, [&] { return RunReference(); }, max_restarts);
+    FinishAndCompareTo(
+        restarts_by_rank, [&] { return RunReference(); }, max_restarts);
   }
 
   // The same against the dump `expected` writes (and names).
@@ -266,13 +291,36 @@ class FaultToleranceTest : public ::testing::Test {
       if (until == segments[i].from_step && i + 1 < segments.size()) continue;
       std::vector<ChildProcess> ranks;
       for (int r = 0; r < segments[i].world; ++r) {
-        std::vector<std::string> args = {
-            BinaryPath("muonshard-worker"), "--coordinator", coordinator_->address(), "--job",
-            absl::StrCat("replay-", i), "--plan-version", absl::StrCat(segments[i].version), "--rank",
-            absl::StrCat(r), "--steps", absl::StrCat(until), "--workload", workload_, "--reduce-order", "rank",
-            "--lr", "0.01", "--blas-threads", "1", "--metrics-port", "-1", "--log-every", "1000000",
-            "--checkpoint-dir", dir_.Join("replay-ckpt"), "--checkpoint-every", absl::StrCat(kCheckpointEvery),
-            "--resume", "--dump-params", dump};
+        std::vector<std::string> args = {BinaryPath("muonshard-worker"),
+                                         "--coordinator",
+                                         coordinator_->address(),
+                                         "--job",
+                                         absl::StrCat("replay-", i),
+                                         "--plan-version",
+                                         absl::StrCat(segments[i].version),
+                                         "--rank",
+                                         absl::StrCat(r),
+                                         "--steps",
+                                         absl::StrCat(until),
+                                         "--workload",
+                                         workload_,
+                                         "--reduce-order",
+                                         "rank",
+                                         "--lr",
+                                         "0.01",
+                                         "--blas-threads",
+                                         "1",
+                                         "--metrics-port",
+                                         "-1",
+                                         "--log-every",
+                                         "1000000",
+                                         "--checkpoint-dir",
+                                         dir_.Join("replay-ckpt"),
+                                         "--checkpoint-every",
+                                         absl::StrCat(kCheckpointEvery),
+                                         "--resume",
+                                         "--dump-params",
+                                         dump};
         const std::string name = dir_.Join(absl::StrCat("replay-", i, "-", r));
         absl::StatusOr<ChildProcess> p = ChildProcess::Start(args, name + ".out", name + ".err");
         if (!p.ok()) return p.status();
@@ -297,7 +345,7 @@ class FaultToleranceTest : public ::testing::Test {
   bool elastic_ = false;
   int min_workers_ = kWorld - 1;  // elastic
   std::string workload_ = "regression";
-  int buddy_every_ = 0;           // NOTE [Buddy copies]
+  int buddy_every_ = 0;  // NOTE [Buddy copies]
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
@@ -407,8 +455,8 @@ TEST_F(FaultToleranceTest, DamagedShardOfOneRank_PeersPrintThatRanksOwnError) {
   MUONSHARD_ASSERT_OK(PollUntil([&] { return !ReadFileOrEmpty(dump).empty() || !Alive(0); }, kBound, "the run"));
   for (int r = 0; r < kWorld; ++r) workers_[r]->Kill();
   const int victim = RandomInt(1, kWorld - 1);
-  const std::string shard = dir_.Join(absl::StrCat("ckpt/step-", kSteps, "/rank-0000", victim, "-of-0000", kWorld,
-                                                   ".safetensors"));
+  const std::string shard =
+      dir_.Join(absl::StrCat("ckpt/step-", kSteps, "/rank-0000", victim, "-of-0000", kWorld, ".safetensors"));
   std::string bytes = ReadFileOrEmpty(shard);
   ASSERT_GT(bytes.size(), 64u) << shard;
   bytes[bytes.size() - 8] ^= 0x5a;  // a data byte: the chunk's checksum no longer matches
@@ -466,8 +514,8 @@ std::vector<Segment> SegmentsOf(const std::string& log) {
                           &s.world, &generation, &s.version)) {
       joined[generation] = s;
       if (segments.empty()) segments.push_back(s);
-    } else if (RE2::PartialMatch(line, R"(recovered into generation (\d+) .*continuing from step (\d+))",
-                                 &generation, &s.from_step)) {
+    } else if (RE2::PartialMatch(line, R"(recovered into generation (\d+) .*continuing from step (\d+))", &generation,
+                                 &s.from_step)) {
       Segment next = joined[generation];
       next.from_step = s.from_step;
       segments.push_back(next);
@@ -492,11 +540,9 @@ TEST_F(FaultToleranceTest, ShrinkFourToThreeAndGrowBack_EqualsARunThatSwitchedPl
   ASSERT_NO_FATAL_FAILURE(WaitForSteps(0, step));
   Kill(victim);
   // Shrunk: slot 0's process runs another plan, on 3 ranks.
-  MUONSHARD_ASSERT_OK(PollUntil(
-      [&] {
-        return Sample(0, "muonshard_worker_plan_version") > static_cast<double>(version_) || !Alive(0);
-      },
-      kBound, "the shrink"));
+  MUONSHARD_ASSERT_OK(
+      PollUntil([&] { return Sample(0, "muonshard_worker_plan_version") > static_cast<double>(version_) || !Alive(0); },
+                kBound, "the shrink"));
   ASSERT_TRUE(Alive(0)) << Log(0);
   // What an operator sees: why the job moved, and its elasticity.
   MUONSHARD_ASSERT_OK_AND_ASSIGN(
@@ -571,15 +617,14 @@ TEST_F(FaultToleranceTest, TpTwoShrinksAndGrowsBackByAWholeReplica_EqualsARunTha
   EXPECT_THAT(workers.out, HasSubstr("moved: shrunk from 4 to 2 ranks"));
   EXPECT_THAT(workers.out, HasSubstr("whole blocks of 2 ranks"));
   // The partner waits to re-join; the victim's slot brings the block back.
-  ASSERT_NO_FATAL_FAILURE(WaitForSteps(survivors[0], static_cast<int>(Sample(survivors[0],
-                                                                             "muonshard_worker_steps_total")) + 3));
+  ASSERT_NO_FATAL_FAILURE(
+      WaitForSteps(survivors[0], static_cast<int>(Sample(survivors[0], "muonshard_worker_steps_total")) + 3));
   ASSERT_TRUE(Alive(partner)) << Log(partner);  // retrying its join (UNAVAILABLE: half a block)
   ASSERT_NO_FATAL_FAILURE(Launch(victim));
   std::vector<int> restarts(kWorld, 2);  // the shrink, the grow
   restarts[victim] = 0;
   restarts[partner] = 1;  // its first recovery, into the grown job
-  ASSERT_NO_FATAL_FAILURE(
-      FinishAndCompareTo(restarts, [&] { return Replay(SegmentsOf(Log(survivors[0]))); }));
+  ASSERT_NO_FATAL_FAILURE(FinishAndCompareTo(restarts, [&] { return Replay(SegmentsOf(Log(survivors[0]))); }));
   EXPECT_EQ(SegmentsOf(Log(survivors[0])).size(), 3u) << Log(survivors[0]);
 }
 

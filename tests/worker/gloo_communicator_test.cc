@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
+#include "common/rendezvous_store.h"
 #include "common/status_macros.h"
 #include "common/tcp_stats.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 namespace {
@@ -45,8 +45,7 @@ TEST(GlooCommunicatorTest, Create_BadOptions_InvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prefix")));
   GlooOptions no_address = Options(0, 1, "p/");
   no_address.hostname.clear();
-  EXPECT_THAT(CreateGlooCommunicator(no_address, &store),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(CreateGlooCommunicator(no_address, &store), StatusIs(absl::StatusCode::kInvalidArgument, _));
   GlooOptions no_timeout = Options(0, 1, "p/");
   no_timeout.timeout = absl::ZeroDuration();
   EXPECT_THAT(CreateGlooCommunicator(no_timeout, &store),
@@ -58,8 +57,7 @@ TEST(GlooCommunicatorTest, Create_UnknownInterface_InvalidArgument) {
   GlooOptions options = Options(0, 1, "p/");
   options.interface = "nonexistent-if0";
   EXPECT_THAT(CreateGlooCommunicator(options, &store),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("nonexistent-if0")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nonexistent-if0")));
 }
 
 TEST(GlooCommunicatorTest, Create_PeerNeverArrives_DeadlineExceeded) {
@@ -67,16 +65,14 @@ TEST(GlooCommunicatorTest, Create_PeerNeverArrives_DeadlineExceeded) {
   GlooOptions options = Options(0, 2, "job/j/gen/1/group/0/");
   options.timeout = absl::Milliseconds(200);
   EXPECT_THAT(CreateGlooCommunicator(options, &store),
-              StatusIs(absl::StatusCode::kDeadlineExceeded,
-                       HasSubstr("job/j/gen/1/group/0/")));
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("job/j/gen/1/group/0/")));
 }
 
 TEST(GlooCommunicatorTest, Create_Rendezvous_KeysLiveUnderPrefix) {
   InMemoryRendezvousStore store;
   const std::string prefix = "job/j/gen/7/group/3/gloo/";
-  auto comms = RunRanks<std::unique_ptr<Communicator>>(2, [&](int rank) {
-    return CreateGlooCommunicator(Options(rank, 2, prefix), &store);
-  });
+  auto comms = RunRanks<std::unique_ptr<Communicator>>(
+      2, [&](int rank) { return CreateGlooCommunicator(Options(rank, 2, prefix), &store); });
   for (auto& c : comms) ASSERT_THAT(c.status(), IsOk());
   // gloo publishes each rank's addresses under its rank number.
   MUONSHARD_EXPECT_OK(store.Get(prefix + "0"));
@@ -90,25 +86,23 @@ TEST(GlooCommunicatorTest, TwoColourGroupsInOneProcess_DistinctPrefixes_Independ
   constexpr int kSize = 4;
   InMemoryRendezvousStore store;
   std::vector<float> all_sum(kSize), pair_sum(kSize);
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(kSize, [&](int rank) -> absl::Status {
-        absl::StatusOr<std::unique_ptr<Communicator>> all = CreateGlooCommunicator(
-            Options(rank, kSize, "job/j/gen/1/group/0/"), &store);
-        if (!all.ok()) return all.status();
-        const int pair = rank / 2;
-        absl::StatusOr<std::unique_ptr<Communicator>> moe = CreateGlooCommunicator(
-            Options(rank % 2, 2, "job/j/gen/1/group/" + std::to_string(1 + pair) + "/"),
-            &store);
-        if (!moe.ok()) return moe.status();
-        float a = static_cast<float>(rank + 1);
-        float b = static_cast<float>(10 * (rank + 1));
-        absl::Status s = (*all)->AllReduce(&a, 1, CommDType::kFloat32, ReduceOp::kSum);
-        if (!s.ok()) return s;
-        s = (*moe)->AllReduce(&b, 1, CommDType::kFloat32, ReduceOp::kSum);
-        all_sum[rank] = a;
-        pair_sum[rank] = b;
-        return s;
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(kSize, [&](int rank) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<Communicator>> all =
+        CreateGlooCommunicator(Options(rank, kSize, "job/j/gen/1/group/0/"), &store);
+    if (!all.ok()) return all.status();
+    const int pair = rank / 2;
+    absl::StatusOr<std::unique_ptr<Communicator>> moe =
+        CreateGlooCommunicator(Options(rank % 2, 2, "job/j/gen/1/group/" + std::to_string(1 + pair) + "/"), &store);
+    if (!moe.ok()) return moe.status();
+    float a = static_cast<float>(rank + 1);
+    float b = static_cast<float>(10 * (rank + 1));
+    absl::Status s = (*all)->AllReduce(&a, 1, CommDType::kFloat32, ReduceOp::kSum);
+    if (!s.ok()) return s;
+    s = (*moe)->AllReduce(&b, 1, CommDType::kFloat32, ReduceOp::kSum);
+    all_sum[rank] = a;
+    pair_sum[rank] = b;
+    return s;
+  });
   for (int rank = 0; rank < kSize; ++rank) {
     ASSERT_THAT(statuses[rank], IsOk()) << rank;
     EXPECT_EQ(all_sum[rank], 10.0f) << rank;
@@ -117,15 +111,13 @@ TEST(GlooCommunicatorTest, TwoColourGroupsInOneProcess_DistinctPrefixes_Independ
 }
 
 TEST(GlooCommunicatorTest, Timeout_PeerSilent_DeadlineExceededThenAborted) {
-  absl::StatusOr<testing::CommGroup> group =
-      testing::CreateGlooGroup(2, absl::Milliseconds(300));
+  absl::StatusOr<testing::CommGroup> group = testing::CreateGlooGroup(2, absl::Milliseconds(300));
   ASSERT_TRUE(group.ok()) << group.status();
   float buf[4] = {};
   // Rank 1 never joins the collective.
   EXPECT_THAT((*group)[0]->AllReduce(buf, 4, CommDType::kFloat32, ReduceOp::kSum),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("rank 0/2")));
-  EXPECT_THAT((*group)[0]->Barrier(),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("earlier error")));
+  EXPECT_THAT((*group)[0]->Barrier(), StatusIs(absl::StatusCode::kAborted, HasSubstr("earlier error")));
   EXPECT_THAT((*group)[0]->Synchronize(), StatusIs(absl::StatusCode::kAborted, _));
 }
 
@@ -144,8 +136,8 @@ TEST(GlooCommunicatorTest, ReduceScatterAndAllGather_WireBytesAreTwiceNMinusOneO
   for (int r = 0; r < kRanks; ++r) shard[r].resize(counts[r]);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t before, ProcessTcpBytesReceived());
   for (const absl::Status& s : RunRanksStatus(kRanks, [&](int r) {
-         MUONSHARD_RETURN_IF_ERROR((*group)[r]->ReduceScatter(in[r].data(), shard[r].data(), counts,
-                                                              CommDType::kFloat32, ReduceOp::kSum));
+         MUONSHARD_RETURN_IF_ERROR(
+             (*group)[r]->ReduceScatter(in[r].data(), shard[r].data(), counts, CommDType::kFloat32, ReduceOp::kSum));
          return (*group)[r]->AllGather(shard[r].data(), out[r].data(), counts, CommDType::kFloat32);
        })) {
     ASSERT_THAT(s, IsOk());

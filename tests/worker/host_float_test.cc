@@ -19,8 +19,7 @@ using ToFloat = float (*)(uint16_t);
 using FromFloat = uint16_t (*)(float);
 
 // Positive finite patterns h whose successor h + 1 is also finite.
-void CheckRoundTripAndTies(ToFloat to_float, FromFloat from_float,
-                           uint16_t first_non_finite) {
+void CheckRoundTripAndTies(ToFloat to_float, FromFloat from_float, uint16_t first_non_finite) {
   for (uint32_t bits = 0; bits <= 0xffff; ++bits) {
     const auto h = static_cast<uint16_t>(bits);
     const float f = to_float(h);
@@ -69,8 +68,7 @@ TEST(HostFloatTest, BFloat16_Extremes_RoundCorrectly) {
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);
   EXPECT_EQ(FloatToBFloat16(-std::numeric_limits<float>::infinity()), 0xff80);
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::denorm_min()), 0x0000);
-  EXPECT_TRUE(std::isnan(BFloat16ToFloat(
-      FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(HostFloatTest, WidenAndNarrow_Float32_CopiesBits) {

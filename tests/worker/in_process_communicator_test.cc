@@ -31,12 +31,10 @@ Group MakeGroup(int size, const InProcessOptions& options = {}) {
 }
 
 TEST(InProcessCommunicatorTest, Create_BadOptions_InvalidArgument) {
-  EXPECT_THAT(CreateInProcessCommunicators(0),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(CreateInProcessCommunicators(0), StatusIs(absl::StatusCode::kInvalidArgument, _));
   InProcessOptions zero_timeout;
   zero_timeout.timeout = absl::ZeroDuration();
-  EXPECT_THAT(CreateInProcessCommunicators(2, zero_timeout),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(CreateInProcessCommunicators(2, zero_timeout), StatusIs(absl::StatusCode::kInvalidArgument, _));
   InProcessOptions bad_fault;
   bad_fault.fail_rank = 2;
   bad_fault.fail_call = 0;
@@ -55,8 +53,7 @@ TEST(InProcessCommunicatorTest, FaultInjection_KthCall_FailsThereAndBreaksGroup)
   RunRanksStatus(kSize, [&](int rank) {
     float buf[4] = {1, 2, 3, 4};
     for (int call = 0; call < kCalls; ++call) {
-      statuses[rank].push_back(group[rank]->AllReduce(
-          buf, 4, CommDType::kFloat32, ReduceOp::kSum));
+      statuses[rank].push_back(group[rank]->AllReduce(buf, 4, CommDType::kFloat32, ReduceOp::kSum));
     }
     return absl::OkStatus();
   });
@@ -64,8 +61,7 @@ TEST(InProcessCommunicatorTest, FaultInjection_KthCall_FailsThereAndBreaksGroup)
     EXPECT_THAT(statuses[rank][0], IsOk()) << rank;
     EXPECT_THAT(statuses[rank][1], IsOk()) << rank;
     for (int call = 2; call < kCalls; ++call) {
-      EXPECT_THAT(statuses[rank][call],
-                  StatusIs(absl::StatusCode::kAborted, HasSubstr("injected")))
+      EXPECT_THAT(statuses[rank][call], StatusIs(absl::StatusCode::kAborted, HasSubstr("injected")))
           << "rank " << rank << " call " << call;
     }
   }
@@ -76,17 +72,15 @@ TEST(InProcessCommunicatorTest, FaultInjection_BarrierCountsRejectedCallsDoNot) 
   options.fail_rank = 0;
   options.fail_call = 1;
   Group group = MakeGroup(2, options);
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(2, [&](int rank) -> absl::Status {
-        float buf[2] = {1, 2};
-        // Rejected: not a collective, not counted.
-        (void)group[rank]->Reduce(buf, 2, CommDType::kFloat32, ReduceOp::kSum, 7);
-        absl::Status barrier = group[rank]->Barrier();  // call 0
-        if (!barrier.ok()) return barrier;
-        return group[rank]->Broadcast(buf, 2, CommDType::kFloat32, 0);  // 1
-      });
-  EXPECT_THAT(statuses[0],
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("collective #1")));
+  const std::vector<absl::Status> statuses = RunRanksStatus(2, [&](int rank) -> absl::Status {
+    float buf[2] = {1, 2};
+    // Rejected: not a collective, not counted.
+    (void)group[rank]->Reduce(buf, 2, CommDType::kFloat32, ReduceOp::kSum, 7);
+    absl::Status barrier = group[rank]->Barrier();  // call 0
+    if (!barrier.ok()) return barrier;
+    return group[rank]->Broadcast(buf, 2, CommDType::kFloat32, 0);  // 1
+  });
+  EXPECT_THAT(statuses[0], StatusIs(absl::StatusCode::kAborted, HasSubstr("collective #1")));
   EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kAborted, _));
 }
 
@@ -95,14 +89,12 @@ TEST(InProcessCommunicatorTest, MismatchedCollectives_InternalThenAborted) {
   std::vector<absl::Status> first(2), second(2);
   RunRanksStatus(2, [&](int rank) {
     float buf[5] = {};
-    first[rank] = group[rank]->AllReduce(buf, rank == 0 ? 4 : 5,
-                                         CommDType::kFloat32, ReduceOp::kSum);
+    first[rank] = group[rank]->AllReduce(buf, rank == 0 ? 4 : 5, CommDType::kFloat32, ReduceOp::kSum);
     second[rank] = group[rank]->Barrier();
     return absl::OkStatus();
   });
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_THAT(first[rank], StatusIs(absl::StatusCode::kInternal,
-                                      HasSubstr("differs across ranks")));
+    EXPECT_THAT(first[rank], StatusIs(absl::StatusCode::kInternal, HasSubstr("differs across ranks")));
     EXPECT_THAT(second[rank], StatusIs(absl::StatusCode::kAborted, _));
   }
 }
@@ -111,11 +103,9 @@ TEST(InProcessCommunicatorTest, Timeout_PeerNeverCalls_DeadlineThenPeerAborted) 
   InProcessOptions options;
   options.timeout = absl::Milliseconds(50);
   Group group = MakeGroup(2, options);
-  EXPECT_THAT(group[0]->Barrier(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2")));
+  EXPECT_THAT(group[0]->Barrier(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2")));
   // The late peer learns at once that the group is gone.
-  EXPECT_THAT(group[1]->Barrier(),
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("timed out")));
+  EXPECT_THAT(group[1]->Barrier(), StatusIs(absl::StatusCode::kAborted, HasSubstr("timed out")));
   EXPECT_THAT(group[1]->Synchronize(), StatusIs(absl::StatusCode::kAborted, _));
 }
 
@@ -125,8 +115,7 @@ TEST(InProcessCommunicatorTest, AbortGroup_BlockedPeer_ReturnsAborted) {
   std::thread waiter([&] { blocked = group[0]->Barrier(); });
   group[1]->AbortGroup("test says stop");
   waiter.join();
-  EXPECT_THAT(blocked,
-              StatusIs(absl::StatusCode::kAborted, HasSubstr("test says stop")));
+  EXPECT_THAT(blocked, StatusIs(absl::StatusCode::kAborted, HasSubstr("test says stop")));
 }
 
 TEST(InProcessCommunicatorTest, AllReduce_Float32_SumsInRankOrder) {
@@ -135,14 +124,12 @@ TEST(InProcessCommunicatorTest, AllReduce_Float32_SumsInRankOrder) {
   Group group = MakeGroup(3);
   const float values[3] = {1e8f, 1.0f, -1e8f};
   std::vector<float> results(3, -1);
-  const std::vector<absl::Status> statuses =
-      RunRanksStatus(3, [&](int rank) -> absl::Status {
-        float buf = values[rank];
-        absl::Status s =
-            group[rank]->AllReduce(&buf, 1, CommDType::kFloat32, ReduceOp::kSum);
-        results[rank] = buf;
-        return s;
-      });
+  const std::vector<absl::Status> statuses = RunRanksStatus(3, [&](int rank) -> absl::Status {
+    float buf = values[rank];
+    absl::Status s = group[rank]->AllReduce(&buf, 1, CommDType::kFloat32, ReduceOp::kSum);
+    results[rank] = buf;
+    return s;
+  });
   for (int rank = 0; rank < 3; ++rank) {
     ASSERT_THAT(statuses[rank], IsOk());
     EXPECT_EQ(results[rank], 0.0f) << rank;

@@ -7,16 +7,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/rendezvous_store.h"
 #include "common/status_macros.h"
+#include "kernels/kernel_backend.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
-#include "kernels/kernel_backend.h"
-#include "tests/worker/fake_device_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/worker/comm_test_util.h"
+#include "tests/worker/fake_device_backend.h"
 #include "tests/worker/uneven_plan.h"
 #include "worker/comm/gloo_communicator.h"
-#include "common/rendezvous_store.h"
 #include "worker/workload/workload_driver.h"
 
 namespace muonshard::worker::testing {
@@ -36,9 +36,9 @@ v1::Policy ToPolicy(PolicyKind p) {
 // One rank's communicators for the Gloo run, created in ascending group id
 // (the same order on every rank, so the blocking rendezvous cannot deadlock).
 absl::StatusOr<std::vector<std::unique_ptr<Communicator>>> CreateGlooComms(const v1::Plan& plan, int rank,
-                                                                          RendezvousStore* store,
-                                                                          absl::Duration timeout,
-                                                                          ShardedOptimizer::CommGroups* by_id) {
+                                                                           RendezvousStore* store,
+                                                                           absl::Duration timeout,
+                                                                           ShardedOptimizer::CommGroups* by_id) {
   std::vector<std::unique_ptr<Communicator>> comms;
   for (const v1::CommGroup& g : plan.groups()) {
     auto at = std::find(g.ranks().begin(), g.ranks().end(), rank);
@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> MakeKernelBackend(Kernel
 absl::StatusOr<TrainStepResult> TrainStepOnBackend(const Workload& workload, ShardedOptimizer& optimizer,
                                                    kernels::KernelBackend& backend, int rank, int step) {
   auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
-  MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
-                             ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      LocalGradients local, ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
   std::vector<kernels::BackendMemory> memory;
   BackendGradientMap grads;
   for (const HeldTensor& h : optimizer.held_tensors()) {
@@ -96,8 +96,8 @@ absl::StatusOr<TrainStepResult> TrainStepOnBackend(const Workload& workload, Sha
 absl::StatusOr<TrainStepResult> TrainStepHandOff(const Workload& workload, ShardedOptimizer& optimizer, int rank,
                                                  int step) {
   auto read = [&](const HeldTensor& h, absl::Span<float> out) { return optimizer.ReadModelCopy(h.tensor, out); };
-  MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
-                             ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      LocalGradients local, ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step, read));
   std::vector<int> tensors;
   for (const HeldTensor& h : optimizer.held_tensors()) tensors.push_back(h.tensor);
   std::mt19937 rng(static_cast<uint32_t>(1000 * rank + step));
@@ -225,9 +225,8 @@ absl::StatusOr<std::vector<RankResult>> RunSharded(const v1::Plan& plan, const W
     InProcessOptions o;
     o.timeout = options.timeout;
     MUONSHARD_ASSIGN_OR_RETURN(PlanComms comms, CreateInProcessPlanComms(plan, o));
-    results = RunRanks<RankResult>(world, [&](int rank) {
-      return RunRank(plan, rank, comms.by_rank[rank], workload, options);
-    });
+    results = RunRanks<RankResult>(
+        world, [&](int rank) { return RunRank(plan, rank, comms.by_rank[rank], workload, options); });
   } else {
     InMemoryRendezvousStore store;
     results = RunRanks<RankResult>(world, [&](int rank) -> absl::StatusOr<RankResult> {
@@ -244,8 +243,7 @@ absl::StatusOr<std::vector<RankResult>> RunSharded(const v1::Plan& plan, const W
   return out;
 }
 
-absl::StatusOr<ReferenceRun> RunReference(const v1::Plan& plan, const Workload& workload,
-                                          const RunOptions& options) {
+absl::StatusOr<ReferenceRun> RunReference(const v1::Plan& plan, const Workload& workload, const RunOptions& options) {
   ReferenceRun run;
   run.backend = kernels::CreateCpuKernelBackend();
   MUONSHARD_ASSIGN_OR_RETURN(run.optimizer, ReferenceOptimizer::Create(plan, run.backend.get(), options.config));
@@ -275,8 +273,8 @@ void ExpectBitIdentical(const std::vector<RankResult>& a, const std::vector<Rank
   }
 }
 
-void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks,
-                            const ReferenceRun& reference, double rtol) {
+void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks, const ReferenceRun& reference,
+                            double rtol) {
   ASSERT_EQ(static_cast<int>(ranks.size()), plan.ranks_size());
   for (int r = 0; r < plan.ranks_size(); ++r) {
     const std::vector<HeldTensor>& held = reference.optimizer->HeldTensorsOf(r);
@@ -308,8 +306,7 @@ void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>&
   }
 }
 
-double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>& ranks,
-                            const ReferenceRun& reference) {
+double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>& ranks, const ReferenceRun& reference) {
   double worst = 0;
   for (int r = 0; r < plan.ranks_size(); ++r) {
     for (const HeldTensor& h : reference.optimizer->HeldTensorsOf(r)) {
@@ -340,8 +337,7 @@ double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>&
   return ::testing::AssertionSuccess();
 }
 
-::testing::AssertionResult NearScaled(absl::Span<const float> actual, absl::Span<const float> expected,
-                                      double rtol) {
+::testing::AssertionResult NearScaled(absl::Span<const float> actual, absl::Span<const float> expected, double rtol) {
   if (actual.size() != expected.size()) {
     return ::testing::AssertionFailure() << "sizes " << actual.size() << " vs " << expected.size();
   }
@@ -350,9 +346,9 @@ double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>&
   for (size_t i = 0; i < actual.size(); ++i) {
     const double diff = std::abs(double{actual[i]} - double{expected[i]});
     if (!(diff <= rtol * scale)) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << actual[i] << " vs expected " << expected[i]
-                                           << " (|diff| " << diff << " > " << rtol << " * max |expected| " << scale
-                                           << ")";
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << actual[i] << " vs expected " << expected[i] << " (|diff| " << diff << " > "
+             << rtol << " * max |expected| " << scale << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -371,8 +367,7 @@ double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>&
     const double slack = rtol * scale + Ulp(std::max(std::abs(a), std::abs(e)), dtype);
     if (!(std::abs(a - e) <= slack)) {
       return ::testing::AssertionFailure() << "element " << i << ": " << a << " vs expected " << e << " (|diff| > "
-                                           << rtol << " * " << scale << " + 1 ulp of " << v1::DType_Name(dtype)
-                                           << ")";
+                                           << rtol << " * " << scale << " + 1 ulp of " << v1::DType_Name(dtype) << ")";
     }
   }
   return ::testing::AssertionSuccess();

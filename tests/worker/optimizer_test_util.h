@@ -100,21 +100,19 @@ void ExpectBitIdentical(const std::vector<RankResult>& a, const std::vector<Rank
 // Checks every rank's model copies, gathered masters and losses against the
 // reference: bitwise when rtol == 0, else masters with NearScaled(rtol),
 // model copies with NearModelCopy(rtol) and losses relatively within 1e-4.
-void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks,
-                            const ReferenceRun& reference, double rtol);
+void ExpectMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks, const ReferenceRun& reference,
+                            double rtol);
 
 // The largest NearScaled error (max |a - e| / max |e| per tensor) over every
 // rank's masters, for reporting how close a non-bitwise backend came.
-double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>& ranks,
-                            const ReferenceRun& reference);
+double MaxScaledMasterError(const v1::Plan& plan, const std::vector<RankResult>& ranks, const ReferenceRun& reference);
 
 // Element-wise bitwise equality.
 ::testing::AssertionResult BitEqual(absl::Span<const float> actual, absl::Span<const float> expected);
 // |a - e| <= rtol * max(|e|, max_abs(expected)) + 0, i.e. relative to the
 // tensor's scale, so elements near zero are not held to a relative bound
 // their summation-order error cannot meet.
-::testing::AssertionResult NearScaled(absl::Span<const float> actual, absl::Span<const float> expected,
-                                      double rtol);
+::testing::AssertionResult NearScaled(absl::Span<const float> actual, absl::Span<const float> expected, double rtol);
 // Model copies: NearScaled(rtol) plus one unit in the last place of `dtype`
 // (a master within tolerance may round to the neighbouring 16-bit value).
 ::testing::AssertionResult NearModelCopy(absl::Span<const float> actual, absl::Span<const float> expected,

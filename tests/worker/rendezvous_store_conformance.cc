@@ -12,14 +12,11 @@
 
 namespace muonshard::worker::testing {
 
-std::string RendezvousStoreFactoryName(
-    const ::testing::TestParamInfo<RendezvousStoreFactory>& info) {
+std::string RendezvousStoreFactoryName(const ::testing::TestParamInfo<RendezvousStoreFactory>& info) {
   return info.param.name;
 }
 
-void PrintTo(const RendezvousStoreFactory& factory, std::ostream* os) {
-  *os << factory.name;
-}
+void PrintTo(const RendezvousStoreFactory& factory, std::ostream* os) { *os << factory.name; }
 
 void RendezvousStoreConformanceTest::SetUp() {
   store_ = GetParam().create();
@@ -60,8 +57,7 @@ TEST_P(RendezvousStoreConformanceTest, Set_BinaryValue_RoundTripsExactly) {
   MUONSHARD_ASSERT_OK(store().Set("bin", value));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string got, store().Get("bin"));
   EXPECT_EQ(got, value);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string waited,
-                                 store().Wait("bin", kWaitTimeout));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string waited, store().Wait("bin", kWaitTimeout));
   EXPECT_EQ(waited, value);
 }
 
@@ -79,11 +75,9 @@ TEST_P(RendezvousStoreConformanceTest, Set_Twice_LastWriterWins) {
 }
 
 TEST_P(RendezvousStoreConformanceTest, EmptyKey_EveryMethod_InvalidArgument) {
-  EXPECT_THAT(store().Set("", "v"),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(store().Set("", "v"), StatusIs(absl::StatusCode::kInvalidArgument, _));
   EXPECT_THAT(store().Get(""), StatusIs(absl::StatusCode::kInvalidArgument, _));
-  EXPECT_THAT(store().Wait("", kShortTimeout),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(store().Wait("", kShortTimeout), StatusIs(absl::StatusCode::kInvalidArgument, _));
 }
 
 TEST_P(RendezvousStoreConformanceTest, Keys_SharingPrefixes_AreIndependent) {
@@ -98,19 +92,16 @@ TEST_P(RendezvousStoreConformanceTest, Keys_SharingPrefixes_AreIndependent) {
 
 TEST_P(RendezvousStoreConformanceTest, Wait_AlreadySet_ReturnsValue) {
   MUONSHARD_ASSERT_OK(store().Set("k", "v"));
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string got,
-                                 store().Wait("k", kWaitTimeout));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string got, store().Wait("k", kWaitTimeout));
   EXPECT_EQ(got, "v");
 }
 
 TEST_P(RendezvousStoreConformanceTest, Wait_NeverSet_DeadlineExceeded) {
-  EXPECT_THAT(store().Wait("never", kShortTimeout),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never")));
+  EXPECT_THAT(store().Wait("never", kShortTimeout), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never")));
 }
 
 TEST_P(RendezvousStoreConformanceTest, Wait_ZeroTimeoutAbsent_DeadlineExceeded) {
-  EXPECT_THAT(store().Wait("never", absl::ZeroDuration()),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, _));
+  EXPECT_THAT(store().Wait("never", absl::ZeroDuration()), StatusIs(absl::StatusCode::kDeadlineExceeded, _));
 }
 
 TEST_P(RendezvousStoreConformanceTest, WaitAll_AllSet_ValuesInTheKeysOrder) {
@@ -161,8 +152,7 @@ TEST_P(RendezvousStoreConformanceTest, Wait_SetByAnotherThread_ReturnsValue) {
 
 TEST_P(RendezvousStoreConformanceTest, Wait_ManyWaitersOneSet_AllWake) {
   constexpr int kWaiters = 8;
-  std::vector<absl::StatusOr<std::string>> got(kWaiters,
-                                               absl::UnknownError("not run"));
+  std::vector<absl::StatusOr<std::string>> got(kWaiters, absl::UnknownError("not run"));
   std::vector<std::thread> waiters;
   for (int i = 0; i < kWaiters; ++i) {
     waiters.emplace_back([&, i] { got[i] = store().Wait("go", kWaitTimeout); });
@@ -183,8 +173,7 @@ TEST_P(RendezvousStoreConformanceTest, Set_ConcurrentDistinctKeys_AllVisible) {
   for (int t = 0; t < kThreads; ++t) {
     writers.emplace_back([&, t] {
       for (int k = 0; k < kKeys && statuses[t].ok(); ++k) {
-        statuses[t] = store().Set(absl::StrCat("w", t, "/", k),
-                                  absl::StrCat(t * 1000 + k));
+        statuses[t] = store().Set(absl::StrCat("w", t, "/", k), absl::StrCat(t * 1000 + k));
       }
     });
   }
@@ -192,8 +181,7 @@ TEST_P(RendezvousStoreConformanceTest, Set_ConcurrentDistinctKeys_AllVisible) {
   for (int t = 0; t < kThreads; ++t) {
     ASSERT_THAT(statuses[t], IsOk()) << t;
     for (int k = 0; k < kKeys; ++k) {
-      EXPECT_EQ(store().Get(absl::StrCat("w", t, "/", k)).value_or("?"),
-                absl::StrCat(t * 1000 + k));
+      EXPECT_EQ(store().Get(absl::StrCat("w", t, "/", k)).value_or("?"), absl::StrCat(t * 1000 + k));
     }
   }
 }

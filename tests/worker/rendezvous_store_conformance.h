@@ -18,8 +18,8 @@
 #include <ostream>
 #include <string>
 
-#include "gtest/gtest.h"
 #include "common/rendezvous_store.h"
+#include "gtest/gtest.h"
 
 namespace muonshard::worker::testing {
 
@@ -28,12 +28,10 @@ struct RendezvousStoreFactory {
   std::function<std::unique_ptr<RendezvousStore>()> create;
 };
 
-std::string RendezvousStoreFactoryName(
-    const ::testing::TestParamInfo<RendezvousStoreFactory>& info);
+std::string RendezvousStoreFactoryName(const ::testing::TestParamInfo<RendezvousStoreFactory>& info);
 void PrintTo(const RendezvousStoreFactory& factory, std::ostream* os);
 
-class RendezvousStoreConformanceTest
-    : public ::testing::TestWithParam<RendezvousStoreFactory> {
+class RendezvousStoreConformanceTest : public ::testing::TestWithParam<RendezvousStoreFactory> {
  protected:
   void SetUp() override;
   RendezvousStore& store() { return *store_; }

@@ -26,18 +26,13 @@ using ::testing::HasSubstr;
 class OwningPrefixedStore : public RendezvousStore {
  public:
   OwningPrefixedStore() : view_(&base_, "job/j/gen/1/") {}
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    return view_.Set(key, value);
-  }
-  absl::StatusOr<std::string> Get(const std::string& key) override {
-    return view_.Get(key);
-  }
-  absl::StatusOr<std::string> Wait(const std::string& key,
-                                   absl::Duration timeout) override {
+  absl::Status Set(const std::string& key, const std::string& value) override { return view_.Set(key, value); }
+  absl::StatusOr<std::string> Get(const std::string& key) override { return view_.Get(key); }
+  absl::StatusOr<std::string> Wait(const std::string& key, absl::Duration timeout) override {
     return view_.Wait(key, timeout);
   }
-  absl::StatusOr<std::vector<std::string>> WaitAll(
-      const std::vector<std::string>& keys, absl::Duration timeout) override {
+  absl::StatusOr<std::vector<std::string>> WaitAll(const std::vector<std::string>& keys,
+                                                   absl::Duration timeout) override {
     return view_.WaitAll(keys, timeout);
   }
 
@@ -48,12 +43,8 @@ class OwningPrefixedStore : public RendezvousStore {
 
 INSTANTIATE_TEST_SUITE_P(
     Stores, RendezvousStoreConformanceTest,
-    ::testing::Values(
-        RendezvousStoreFactory{
-            "InMemory",
-            [] { return std::make_unique<InMemoryRendezvousStore>(); }},
-        RendezvousStoreFactory{
-            "Prefixed", [] { return std::make_unique<OwningPrefixedStore>(); }}),
+    ::testing::Values(RendezvousStoreFactory{"InMemory", [] { return std::make_unique<InMemoryRendezvousStore>(); }},
+                      RendezvousStoreFactory{"Prefixed", [] { return std::make_unique<OwningPrefixedStore>(); }}),
     RendezvousStoreFactoryName);
 
 TEST(PrefixedRendezvousStoreTest, Set_WritesUnderPrefixInBase) {
@@ -61,8 +52,7 @@ TEST(PrefixedRendezvousStoreTest, Set_WritesUnderPrefixInBase) {
   PrefixedRendezvousStore view(&base, "job/j/gen/2/");
   MUONSHARD_ASSERT_OK(view.Set("nccl_unique_id", "x"));
   EXPECT_EQ(base.Get("job/j/gen/2/nccl_unique_id").value_or(""), "x");
-  EXPECT_THAT(base.Get("nccl_unique_id"),
-              StatusIs(absl::StatusCode::kNotFound, _));
+  EXPECT_THAT(base.Get("nccl_unique_id"), StatusIs(absl::StatusCode::kNotFound, _));
 }
 
 TEST(PrefixedRendezvousStoreTest, TwoGenerations_SameKey_DoNotSeeEachOther) {
@@ -70,8 +60,7 @@ TEST(PrefixedRendezvousStoreTest, TwoGenerations_SameKey_DoNotSeeEachOther) {
   PrefixedRendezvousStore gen1(&base, "job/j/gen/1/");
   PrefixedRendezvousStore gen2(&base, "job/j/gen/2/");
   MUONSHARD_ASSERT_OK(gen1.Set("id", "old"));
-  EXPECT_THAT(gen2.Wait("id", absl::Milliseconds(20)),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, _));
+  EXPECT_THAT(gen2.Wait("id", absl::Milliseconds(20)), StatusIs(absl::StatusCode::kDeadlineExceeded, _));
   MUONSHARD_ASSERT_OK(gen2.Set("id", "new"));
   EXPECT_EQ(gen1.Get("id").value_or(""), "old");
   EXPECT_EQ(gen2.Get("id").value_or(""), "new");
@@ -91,26 +80,22 @@ TEST(GlooStoreAdapterTest, SetThenGet_RoundTripsBytes) {
 TEST(GlooStoreAdapterTest, WaitForMissingKey_ThrowsIoExceptionAndKeepsStatus) {
   InMemoryRendezvousStore store;
   GlooStoreAdapter adapter(&store, absl::Seconds(30));
-  EXPECT_THROW(adapter.wait({"missing"}, std::chrono::milliseconds(20)),
-               ::gloo::IoException);
-  EXPECT_THAT(adapter.last_error(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("missing")));
+  EXPECT_THROW(adapter.wait({"missing"}, std::chrono::milliseconds(20)), ::gloo::IoException);
+  EXPECT_THAT(adapter.last_error(), StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("missing")));
 }
 
 TEST(GlooStoreAdapterTest, GetMissingKey_WaitsUpToDefaultTimeoutThenThrows) {
   InMemoryRendezvousStore store;
   GlooStoreAdapter adapter(&store, absl::Milliseconds(20));
   EXPECT_THROW(adapter.get("missing"), ::gloo::IoException);
-  EXPECT_THAT(adapter.last_error(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, _));
+  EXPECT_THAT(adapter.last_error(), StatusIs(absl::StatusCode::kDeadlineExceeded, _));
 }
 
 TEST(GlooStoreAdapterTest, SetRejectedByStore_ThrowsWithStoreCode) {
   InMemoryRendezvousStore store;
   GlooStoreAdapter adapter(&store, absl::Seconds(30));
   EXPECT_THROW(adapter.set("", {'x'}), ::gloo::IoException);
-  EXPECT_THAT(adapter.last_error(),
-              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_THAT(adapter.last_error(), StatusIs(absl::StatusCode::kInvalidArgument, _));
 }
 
 }  // namespace

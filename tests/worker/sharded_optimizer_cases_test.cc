@@ -12,12 +12,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "plan/plan_view.h"
-#include "plan/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
 #include "kernels/kernel_backend.h"
+#include "plan/plan_view.h"
+#include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
@@ -177,8 +177,8 @@ TEST_F(ShardedOptimizerCreateTest, Create_CommunicatorOfAnotherRank_IsInvalidArg
 }
 
 TEST_F(ShardedOptimizerCreateTest, Create_MissingCommunicator_IsInvalidArgument) {
-  EXPECT_THAT(Create(view_, {}), StatusIs(absl::StatusCode::kInvalidArgument,
-                                          HasSubstr("no communicator for group 0 of 2 ranks")));
+  EXPECT_THAT(Create(view_, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no communicator for group 0 of 2 ranks")));
 }
 
 TEST_F(ShardedOptimizerCreateTest, Create_CommunicatorForAForeignGroup_IsInvalidArgument) {
@@ -223,8 +223,7 @@ TEST_F(ShardedOptimizerCreateTest, Create_OwnedBucketEntryMissingFromOwned_IsInv
 
 TEST_F(ShardedOptimizerCreateTest, Create_StateBytesDisagreeingWithTheLayout_IsInvalidArgument) {
   view_.mutable_rank()->set_optimizer_state_bytes(view_.rank().optimizer_state_bytes() + 12);
-  EXPECT_THAT(Create(view_), StatusIs(absl::StatusCode::kInvalidArgument,
-                                      HasSubstr("optimizer_state_bytes is")));
+  EXPECT_THAT(Create(view_), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("optimizer_state_bytes is")));
 }
 
 TEST_F(ShardedOptimizerCreateTest, Create_BadConfig_IsInvalidArgument) {
@@ -284,14 +283,16 @@ TEST_F(ShardedOptimizerSingleRankTest, Step_BadGradients_FailWithoutChangingAnyt
 }
 
 TEST_F(ShardedOptimizerSingleRankTest, SetParameter_UnknownTensorOrWrongSize_IsRejected) {
-  EXPECT_THAT(optimizer_->SetParameter(1000, {}), StatusIs(absl::StatusCode::kNotFound, HasSubstr("holds no part of tensor 1000")));
+  EXPECT_THAT(optimizer_->SetParameter(1000, {}),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("holds no part of tensor 1000")));
   EXPECT_THAT(optimizer_->SetParameter(0, std::vector<float>(3)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("got 3 values")));
 }
 
 TEST_F(ShardedOptimizerSingleRankTest, SetLearningRate_RejectsBadValuesAndTakesEffect) {
   EXPECT_THAT(optimizer_->SetLearningRate(-1.0f), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
-  EXPECT_THAT(optimizer_->SetLearningRate(std::nanf("")), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
+  EXPECT_THAT(optimizer_->SetLearningRate(std::nanf("")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lr")));
   SyntheticWorkload workload;
   MUONSHARD_ASSERT_OK(InitializeParameters(workload, *optimizer_));
   const int tensor = optimizer_->held_tensors().front().tensor;
@@ -314,9 +315,8 @@ TEST_F(ShardedOptimizerSingleRankTest, SetParameter_RoundsModelCopyToTheDtype) {
 }
 
 TEST(ShardedOptimizerFaultTest, Step_PeerFails_AbortsEveryRankAndBreaksTheOptimizer) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
-                                 BuildPlan(muonshard::testing::DenseManifest(1, 64, 96, 80), 2, 1,
-                                           PolicyKind::kSeedAll));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      v1::Plan plan, BuildPlan(muonshard::testing::DenseManifest(1, 64, 96, 80), 2, 1, PolicyKind::kSeedAll));
   InProcessOptions fault;
   fault.fail_rank = 1;
   fault.fail_call = 0;  // rank 1's first collective: the first gradient reduce
@@ -328,7 +328,8 @@ TEST(ShardedOptimizerFaultTest, Step_PeerFails_AbortsEveryRankAndBreaksTheOptimi
     MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, comms.by_rank[rank], backend.get(), {}));
     MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
     absl::Status first = TrainStep(workload, *optimizer, 0).status();
-    if (first.code() != absl::StatusCode::kAborted) return absl::InternalError(absl::StrCat("first: ", first.ToString()));
+    if (first.code() != absl::StatusCode::kAborted)
+      return absl::InternalError(absl::StrCat("first: ", first.ToString()));
     absl::Status second = TrainStep(workload, *optimizer, 1).status();
     if (second.code() != absl::StatusCode::kFailedPrecondition || !absl::StrContains(second.message(), "broken")) {
       return absl::InternalError(absl::StrCat("second: ", second.ToString()));
@@ -379,8 +380,8 @@ TEST_P(ShardedOptimizerGlooTest, Step_Gloo_MatchesReferenceWithinTolerance) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(ReferenceRun reference, RunReference(plan, workload, options));
   constexpr double kRtol = 1e-5;  // NOTE [Gloo tolerance]
   ExpectMatchesReference(plan, ranks, reference, kRtol);
-  std::cout << c.name << ": worst normwise master error vs reference "
-            << MaxScaledMasterError(plan, ranks, reference) << "\n";
+  std::cout << c.name << ": worst normwise master error vs reference " << MaxScaledMasterError(plan, ranks, reference)
+            << "\n";
   for (int r = 0; r < c.world; ++r) {
     EXPECT_EQ(ranks[r].steps[0].comm.grad_reduce, plan.ranks(r).grad_reduce_bytes());
     EXPECT_EQ(ranks[r].steps[0].comm.param_all_gather, plan.ranks(r).param_all_gather_bytes());

@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
+#include "plan/plan_view.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
@@ -166,13 +166,12 @@ TEST_P(Fp32MastersTest, Step_Gloo_SchedulesAgreeAndMatchTheReference) {
   ExpectMatchesReference(plan_, sequential, reference, /*rtol=*/1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Plans, Fp32MastersTest,
-                         ::testing::Combine(::testing::Values(Dtypes::kFp32, Dtypes::kBf16, Dtypes::kFp16,
-                                                              Dtypes::kMixed),
-                                            ::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(PolicyKind::kSeed, PolicyKind::kUneven,
-                                                              PolicyKind::kBalanced)),
-                         ParamName);
+INSTANTIATE_TEST_SUITE_P(
+    Plans, Fp32MastersTest,
+    ::testing::Combine(::testing::Values(Dtypes::kFp32, Dtypes::kBf16, Dtypes::kFp16, Dtypes::kMixed),
+                       ::testing::Values(1, 2, 3, 4),
+                       ::testing::Values(PolicyKind::kSeed, PolicyKind::kUneven, PolicyKind::kBalanced)),
+    ParamName);
 
 // An fp32 master is the model copy itself: with the CPU backend the
 // checkpoint's master shards point into the parameter buffers a program

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "common/status_macros.h"
+#include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -35,9 +35,8 @@ class ShardedOptimizerGpuTest : public ::testing::TestWithParam<GpuCase> {
  protected:
   void SetUp() override {
     if (!HaveCudaBackend()) GTEST_SKIP() << "no CUDA device (or no GPU plugin)";
-    const v1::ModelManifest manifest = GetParam().stacks
-                                           ? StackManifest()
-                                           : muonshard::testing::DenseManifest(2, 64, 96, 80);
+    const v1::ModelManifest manifest =
+        GetParam().stacks ? StackManifest() : muonshard::testing::DenseManifest(2, 64, 96, 80);
     MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, BuildPlan(manifest, /*world=*/1, /*ep=*/1, GetParam().policy));
   }
 

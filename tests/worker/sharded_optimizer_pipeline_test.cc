@@ -17,10 +17,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "plan/plan_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
+#include "plan/plan_view.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
@@ -133,10 +133,10 @@ TEST_F(HandOffTest, GradReady_OutsideAStep_TwiceOrBadSize_IsRejectedAndTheStepSt
       if (s.code() == code) return absl::OkStatus();
       return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
     };
-    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, grad),
-                                     absl::StatusCode::kFailedPrecondition, "before BeginStep"));
-    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->FinishStep().status(), absl::StatusCode::kFailedPrecondition,
-                                     "FinishStep before BeginStep"));
+    MUONSHARD_RETURN_IF_ERROR(
+        expect(optimizer->GradReady(held[0].tensor, grad), absl::StatusCode::kFailedPrecondition, "before BeginStep"));
+    MUONSHARD_RETURN_IF_ERROR(
+        expect(optimizer->FinishStep().status(), absl::StatusCode::kFailedPrecondition, "FinishStep before BeginStep"));
     MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
     MUONSHARD_RETURN_IF_ERROR(expect(optimizer->BeginStep(), absl::StatusCode::kFailedPrecondition, "BeginStep twice"));
     MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, absl::MakeSpan(grad).subspan(1)),
@@ -150,8 +150,8 @@ TEST_F(HandOffTest, GradReady_OutsideAStep_TwiceOrBadSize_IsRejectedAndTheStepSt
       std::vector<float> g(h.numel(), 0.25f);
       MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(h.tensor, g));
     }
-    MUONSHARD_RETURN_IF_ERROR(expect(optimizer->GradReady(held[0].tensor, grad), absl::StatusCode::kInvalidArgument,
-                                     "handed twice"));
+    MUONSHARD_RETURN_IF_ERROR(
+        expect(optimizer->GradReady(held[0].tensor, grad), absl::StatusCode::kInvalidArgument, "handed twice"));
     MUONSHARD_ASSIGN_OR_RETURN(StepStats stats, optimizer->FinishStep());
     if (stats.comm.total() == 0) return absl::InternalError("the step communicated nothing");
     if (optimizer->steps_done() != 1) return absl::InternalError("step not counted");
@@ -360,8 +360,8 @@ GateSpec GateFor(const v1::Plan& plan, int group, int rank) {
 // of the same rank: only a schedule that updates early buckets while later
 // ones are still being reduced gets past it.
 absl::Status RunGatedStep(StepSchedule schedule) {
-  MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan,
-                             BuildPlan(muonshard::testing::DenseManifest(4, 64, 96, 80), 2, 1, PolicyKind::kBalanced, 1));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      v1::Plan plan, BuildPlan(muonshard::testing::DenseManifest(4, 64, 96, 80), 2, 1, PolicyKind::kBalanced, 1));
   if (plan.groups_size() != 1) return absl::InternalError("the test needs one group");
   const int group = plan.groups(0).id();
   int gated_ranks = 0;
@@ -464,17 +464,36 @@ TEST(StepPipelineTest, AFailedOp_SkipsTheRest_WakesTheComputeThread_AndCallsOnEr
   std::atomic<int> ran{0};
   internal::StepPipeline pipeline(2, [&](const absl::Status&) { ++errors; });
   pipeline.Begin(2);
-  pipeline.Post(0, internal::StepPipeline::kNoEvent, [] { return absl::AbortedError("peer gone"); }, 0, true);
-  pipeline.Post(0, internal::StepPipeline::kNoEvent, [&] { ++ran; return absl::OkStatus(); }, 1, true);
+  pipeline.Post(
+      0, internal::StepPipeline::kNoEvent, [] { return absl::AbortedError("peer gone"); }, 0, true);
+  pipeline.Post(
+      0, internal::StepPipeline::kNoEvent,
+      [&] {
+        ++ran;
+        return absl::OkStatus();
+      },
+      1, true);
   // Gated on an event nobody sets: cancelled, not stuck.
-  pipeline.Post(1, 1, [&] { ++ran; return absl::OkStatus(); }, internal::StepPipeline::kNoEvent, false);
+  pipeline.Post(
+      1, 1,
+      [&] {
+        ++ran;
+        return absl::OkStatus();
+      },
+      internal::StepPipeline::kNoEvent, false);
   EXPECT_THAT(pipeline.NextReady().status(), StatusIs(absl::StatusCode::kAborted, ::testing::_));
   EXPECT_THAT(pipeline.Finish(), StatusIs(absl::StatusCode::kAborted, HasSubstr("peer gone")));
   EXPECT_EQ(ran.load(), 0);
   EXPECT_EQ(errors.load(), 1);
   // The next step starts clean.
   pipeline.Begin(1);
-  pipeline.Post(1, internal::StepPipeline::kNoEvent, [&] { ++ran; return absl::OkStatus(); }, 0, false);
+  pipeline.Post(
+      1, internal::StepPipeline::kNoEvent,
+      [&] {
+        ++ran;
+        return absl::OkStatus();
+      },
+      0, false);
   EXPECT_THAT(pipeline.Finish(), IsOk());
   EXPECT_EQ(ran.load(), 1);
 }

@@ -72,8 +72,7 @@ v1::ModelManifest MakeManifest(ManifestKind m) {
 }
 
 std::vector<Case> AllCases() {
-  const PolicyKind policies[] = {PolicyKind::kSeed, PolicyKind::kSeedAll, PolicyKind::kUneven,
-                                 PolicyKind::kBalanced};
+  const PolicyKind policies[] = {PolicyKind::kSeed, PolicyKind::kSeedAll, PolicyKind::kUneven, PolicyKind::kBalanced};
   std::vector<Case> cases;
   for (PolicyKind p : policies) {
     for (int w = 1; w <= 4; ++w) {

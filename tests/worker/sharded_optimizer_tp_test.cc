@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "importer/tp_split.h"
+#include "kernels/kernel_backend.h"
 #include "plan/model.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
 #include "plan/tensor_parallel.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
-#include "kernels/kernel_backend.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
@@ -83,7 +83,7 @@ v1::ModelManifest Marked(v1::ModelManifest m, int tp, int ep = 1) {
 }
 
 absl::StatusOr<v1::Plan> TpPlan(const v1::ModelManifest& marked, int world, int tp, int ep, v1::Policy policy,
-                                 v1::TpMuonMode mode) {
+                                v1::TpMuonMode mode) {
   v1::PlanRequest r = muonshard::testing::MakeRequest(marked, world, /*pp=*/1, ep, policy);
   r.mutable_topology()->set_tp(tp);
   r.mutable_policy()->set_tp_muon(mode);
@@ -122,8 +122,8 @@ std::vector<float> Cut(const v1::Plan& plan, int tensor, int rank, absl::Span<co
 
 // Every rank's masters and model copies against the reference's whole
 // tensors cut to the rank's part: bitwise when rtol == 0.
-void ExpectTpMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks,
-                              const ReferenceRun& reference, double rtol) {
+void ExpectTpMatchesReference(const v1::Plan& plan, const std::vector<RankResult>& ranks, const ReferenceRun& reference,
+                              double rtol) {
   ASSERT_EQ(static_cast<int>(ranks.size()), plan.ranks_size());
   for (int r = 0; r < plan.ranks_size(); ++r) {
     ASSERT_FALSE(ranks[r].masters.empty());
@@ -235,27 +235,27 @@ std::vector<TpCase> Cases() {
       {"Moe_Tp2Ep4_W8_Gloo", true, 8, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 4},
       // dp 1: no reduce, so each bucket is ready as soon as it is handed
       // over, in another order on each TP rank.
-      {"Dense_Tp2Dp1_Pieces", false, 2, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
-       1, 512},
-      {"Dense_Tp2Dp2_Pieces", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
-       1, 512},
+      {"Dense_Tp2Dp1_Pieces", false, 2, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
+       512},
+      {"Dense_Tp2Dp2_Pieces", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
+       512},
       {"Dense_Tp4Dp2_Duplicated_Pieces", false, 8, 4, v1::BALANCED, v1::TP_MUON_DUPLICATED, CB::kInProcess,
        KernelKind::kCpu, 1, 512},
-      {"Moe_Tp2Ep2_W4_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
-       2, 512},
+      {"Moe_Tp2Ep2_W4_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 2,
+       512},
       {"Moe_Tp2Dp2_Gloo_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 1,
        512},
       // All FP32: every master a view of the model copy.
-      {"Dense_Tp2Dp2_Fp32", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
-       0, true},
-      {"Dense_Tp2Dp3_Fp32_Seed", false, 6, 2, v1::SEED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1,
-       0, true},
+      {"Dense_Tp2Dp2_Fp32", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1, 0,
+       true},
+      {"Dense_Tp2Dp3_Fp32_Seed", false, 6, 2, v1::SEED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu, 1, 0,
+       true},
       {"Dense_Tp2Dp2_Fp32_FakeDevice", false, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess,
        KernelKind::kFakeDevice, 1, 0, true},
       {"Moe_Tp2Dp2_Fp32_Gloo", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kGloo, KernelKind::kCpu, 1, 0,
        true},
-      {"Moe_Tp2Ep2_W4_Fp32_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess,
-       KernelKind::kCpu, 2, 512, true},
+      {"Moe_Tp2Ep2_W4_Fp32_Pieces", true, 4, 2, v1::BALANCED, v1::TP_MUON_DISTRIBUTED, CB::kInProcess, KernelKind::kCpu,
+       2, 512, true},
   };
 }
 
@@ -290,8 +290,8 @@ TEST(TensorParallelMuonTest, NewtonSchulzOfAShardAloneIsNotTheWholeMatrixsShard)
 class TensorParallelCreateTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_, TpPlan(Marked(DenseModel(), 2), 4, 2, 1, v1::BALANCED,
-                                                 v1::TP_MUON_DISTRIBUTED));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(plan_,
+                                   TpPlan(Marked(DenseModel(), 2), 4, 2, 1, v1::BALANCED, v1::TP_MUON_DISTRIBUTED));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(comms_, CreateInProcessPlanComms(plan_));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(view_, planner::ExtractRankView(plan_, 1));
   }
@@ -348,8 +348,8 @@ TEST_F(TensorParallelCreateTest, Create_TpOpOnTheShardingGroup_IsInvalidArgument
   v1::OwnedTensor* o = FirstTpOwned(view);
   ASSERT_NE(o, nullptr);
   o->set_tp_group(view.muon_buckets(0).group());
-  EXPECT_THAT(Create(view), StatusIs(absl::StatusCode::kInvalidArgument,
-                                     HasSubstr("is not the rank's TENSOR_PARALLEL group of 2")));
+  EXPECT_THAT(Create(view),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not the rank's TENSOR_PARALLEL group of 2")));
 }
 
 TEST_F(TensorParallelCreateTest, Create_NsRankOutsideTheTpGroup_IsInvalidArgument) {

@@ -4,6 +4,8 @@
 // its sync after its update; the sequential one's phases one after the
 // other) and their Chrome trace-event JSON.
 
+#include "worker/optimizer/step_trace.h"
+
 #include <map>
 #include <string>
 #include <tuple>
@@ -16,7 +18,6 @@
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
-#include "worker/optimizer/step_trace.h"
 #include "worker/workload/synthetic_workload.h"
 
 namespace muonshard::worker::testing {

@@ -1,15 +1,16 @@
 // The optimizer's dtype buffers and its IEEE half conversion.
 
+#include "worker/optimizer/internal/typed_buffer.h"
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "common/half_float.h"
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
 #include "tests/testing/status_matchers.h"
-#include "worker/optimizer/internal/typed_buffer.h"
-#include "common/half_float.h"
 
 namespace muonshard::worker::internal {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "common/status_macros.h"
 #include "plan/bucketing.h"
-#include "plan/model.h"
 #include "plan/memory.h"
+#include "plan/model.h"
 #include "plan/plan_stats.h"
 #include "plan/plan_validator.h"
 
@@ -76,9 +76,9 @@ void RebuildOwned(v1::Plan& plan) {
       o->set_matrix_begin(static_cast<int>(e.element_begin() / matrix));
       o->set_matrix_end(static_cast<int>((e.element_begin() + e.numel()) / matrix));
       o->set_numel(e.numel());
-      o->set_ns_flops((o->matrix_end() - o->matrix_begin()) *
-                      planner::NsFlops(t.shape(t.shape_size() - 2), t.shape(t.shape_size() - 1),
-                                       plan.policy().ns_steps()));
+      o->set_ns_flops((o->matrix_end() - o->matrix_begin()) * planner::NsFlops(t.shape(t.shape_size() - 2),
+                                                                               t.shape(t.shape_size() - 1),
+                                                                               plan.policy().ns_steps()));
       o->set_bucket(b.id());
     }
   }

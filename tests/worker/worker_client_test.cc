@@ -19,20 +19,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/coordinator_client.h"
+#include "client/coordinator_session.h"
+#include "client/grpc_plan_source.h"
+#include "client/grpc_rendezvous_store.h"
+#include "client/plan_source.h"
 #include "common/grpc_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/worker/worker_test_util.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/rendezvous_store_conformance.h"
-#include "client/coordinator_session.h"
-#include "client/grpc_plan_source.h"
-#include "client/grpc_rendezvous_store.h"
-#include "client/plan_source.h"
+#include "tests/worker/worker_test_util.h"
 #include "worker/params_file.h"
 #include "worker/worker_runner.h"
 
@@ -417,8 +417,7 @@ TEST(RunWorkerInProcessTest, CheckpointAndResume_ContinuesTheUninterruptedRun) {
   const v1::ModelManifest manifest = ::muonshard::testing::MoeManifest(1, 32, 16, 2, 40);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t v2,
                                  Submit(*c.client, ::muonshard::testing::MakeRequest(manifest, 2, 1, 2)));
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t v1,
-                                 Submit(*c.client, ::muonshard::testing::MakeRequest(manifest, 1)));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t v1, Submit(*c.client, ::muonshard::testing::MakeRequest(manifest, 1)));
   TempDir dir;
   WorkerOptions o;
   o.connection.coordinator = c.process->address();

@@ -9,13 +9,13 @@
 #include <memory>
 #include <vector>
 
+#include "common/rendezvous_store.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "tests/kernels/cuda_test_util.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/comm/nccl_communicator.h"
-#include "common/rendezvous_store.h"
 #include "worker/internal/nccl_factory.h"
 
 namespace muonshard::worker {

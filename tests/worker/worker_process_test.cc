@@ -31,11 +31,11 @@
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
 #include "common/grpc_status.h"
-#include "common/status_macros.h"
 #include "common/ordered_json.h"
-#include "importer/tp_split.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "importer/tp_split.h"
 #include "tests/testing/http_get.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -309,12 +309,11 @@ TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
   std::vector<ChildProcess> workers;
   for (int r = 0; r < c.world; ++r) {
     std::vector<std::string> args = WorkerArgs(c.name, version, c.workload);
-    for (const std::string& a : {std::string("--reduce-order"), c.reduce_order, std::string("--rank"), absl::StrCat(r),
-                                 std::string("--port-file"), dir_.Join(absl::StrCat("w", r, ".port")),
-                                 std::string("--dump-params"), dump, std::string("--linger"), std::string("120"),
-                                 std::string("--step-piece-kib"), absl::StrCat(c.piece_kib),
-                                 std::string("--step-trace-dir"), dir_.Join("trace"), std::string("--step-trace-steps"),
-                                 std::string("2")}) {
+    for (const std::string& a :
+         {std::string("--reduce-order"), c.reduce_order, std::string("--rank"), absl::StrCat(r),
+          std::string("--port-file"), dir_.Join(absl::StrCat("w", r, ".port")), std::string("--dump-params"), dump,
+          std::string("--linger"), std::string("120"), std::string("--step-piece-kib"), absl::StrCat(c.piece_kib),
+          std::string("--step-trace-dir"), dir_.Join("trace"), std::string("--step-trace-steps"), std::string("2")}) {
       args.push_back(a);
     }
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("w", r)));
@@ -388,8 +387,8 @@ TEST_F(WorkerProcessTest, PlanVersionOtherThanTheJobs_WorkerRefusesNamingBothVer
 // so the other says the same whichever is faster: each rank in turn is held
 // at the barrier (NOTE [Test holds]) until its peer has reported and left.
 TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlagWhicheverIsFaster) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2, 1,
-                                                        v1::SEED));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted,
+                                 Submit(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2, 1, v1::SEED));
   for (int held = 0; held < 2; ++held) {
     SCOPED_TRACE(absl::StrCat("rank ", held, " held at the barrier"));
     const std::string job = absl::StrCat("disagree-", held);
@@ -421,9 +420,9 @@ TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlag
     EXPECT_THAT(listed.jobs(0).failure().reason(), HasSubstr("--step-piece-kib"));
     // ... and so does what an operator runs.
     MUONSHARD_ASSERT_OK_AND_ASSIGN(
-        CommandResult workers_table, RunCommand({BinaryPath("muonshardctl"), "workers", "--job", job, "--coordinator",
-                                                 coordinator_->address()},
-                                                dir_.path(), kRunBound));
+        CommandResult workers_table,
+        RunCommand({BinaryPath("muonshardctl"), "workers", "--job", job, "--coordinator", coordinator_->address()},
+                   dir_.path(), kRunBound));
     EXPECT_EQ(workers_table.exit_code, 0) << workers_table.err;
     EXPECT_THAT(workers_table.out, HasSubstr(absl::StrCat("failed (INVALID_ARGUMENT): rank ", 1 - held, " (")));
     EXPECT_THAT(workers_table.out, HasSubstr("step options differ across ranks"));
@@ -445,18 +444,36 @@ TEST_F(WorkerProcessTest, FrozenPeer_SurvivorLeavesItsCollectiveAtTheGenerationM
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<client::CoordinatorClient> client,
                                  client::CoordinatorClient::Connect(o));
   v1::SubmitPlanRequest submit;
-  *submit.mutable_request() = ::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(2, 64, 96, 80),
-                                                                2, 1, 1, v1::SEED);
+  *submit.mutable_request() =
+      ::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2, 1, 1, v1::SEED);
   v1::SubmitPlanResponse submitted;
   auto ctx = client->NewContext();
   MUONSHARD_ASSERT_OK(client::FromGrpcStatus(client->stub().SubmitPlan(ctx.get(), submit, &submitted)));
   std::vector<ChildProcess> workers;
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {BinaryPath("muonshard-worker"), "--coordinator", coordinator.address(),
-                                     "--job", "frozen", "--plan-version", absl::StrCat(submitted.version()),
-                                     "--rank", absl::StrCat(r), "--steps", "1000000", "--workload", "synthetic",
-                                     "--blas-threads", "1", "--metrics-port", "0", "--comm-timeout", "300",
-                                     "--log-every", "1000000", "--port-file", dir_.Join(absl::StrCat("f", r, ".port"))};
+    std::vector<std::string> args = {BinaryPath("muonshard-worker"),
+                                     "--coordinator",
+                                     coordinator.address(),
+                                     "--job",
+                                     "frozen",
+                                     "--plan-version",
+                                     absl::StrCat(submitted.version()),
+                                     "--rank",
+                                     absl::StrCat(r),
+                                     "--steps",
+                                     "1000000",
+                                     "--workload",
+                                     "synthetic",
+                                     "--blas-threads",
+                                     "1",
+                                     "--metrics-port",
+                                     "0",
+                                     "--comm-timeout",
+                                     "300",
+                                     "--log-every",
+                                     "1000000",
+                                     "--port-file",
+                                     dir_.Join(absl::StrCat("f", r, ".port"))};
     MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat("frozen", r)));
     workers.push_back(std::move(w));
   }
@@ -472,8 +489,8 @@ TEST_F(WorkerProcessTest, FrozenPeer_SurvivorLeavesItsCollectiveAtTheGenerationM
   workers[1].Signal(SIGSTOP);
   const absl::Time frozen = absl::Now();
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const int exit_code, workers[0].WaitForExit(kRunBound));
-  std::cerr << "rank 0 exited " << absl::FormatDuration(absl::Now() - frozen) << " after its peer froze: "
-            << workers[0].Err() << "\n";
+  std::cerr << "rank 0 exited " << absl::FormatDuration(absl::Now() - frozen)
+            << " after its peer froze: " << workers[0].Err() << "\n";
   EXPECT_EQ(exit_code, 1);
   EXPECT_THAT(workers[0].Err(), HasSubstr("ABORTED"));
   EXPECT_THAT(workers[0].Err(), HasSubstr("moved past generation"));

@@ -22,10 +22,11 @@
 #include <vector>
 
 #include "checkpoint/writer.h"
-#include "plan/plan_view.h"
+#include "client/plan_source.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
+#include "plan/plan_view.h"
 #include "prometheus/text_serializer.h"
 #include "tests/testing/fake_clock.h"
 #include "tests/testing/http_get.h"
@@ -33,7 +34,6 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 #include "tests/worker/optimizer_test_util.h"
-#include "client/plan_source.h"
 #include "worker/internal/nccl_factory.h"
 #include "worker/internal/runner_util.h"
 #include "worker/metrics.h"
@@ -260,7 +260,7 @@ TEST(WorkerMetricsTest, SetPlan_ExportsTheRanksMemoryByTermAndHeadroomOnlyWithAC
   m.set_total_bytes(280);
   metrics.SetPlan(view, 1, 1);
   std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
-  const std::pair<const char*, double> terms[] = {{"model", 10},        {"grad", 20},         {"master", 30},
+  const std::pair<const char*, double> terms[] = {{"model", 10},         {"grad", 20},         {"master", 30},
                                                   {"muon_momentum", 40}, {"adamw_moment", 50}, {"comm_buffer", 60},
                                                   {"ns_workspace", 70},  {"total", 280}};
   for (const auto& [term, bytes] : terms) {
@@ -323,8 +323,9 @@ TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValue
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("rank 1 runs --step-piece-kib=\"0\" where rank 0 runs --step-piece-kib=256")));
   // An older worker (no statement) at rank 0: compared against rank 1.
-  EXPECT_THAT(internal::CheckStepAgreement({"", a, b}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 runs --step-piece-kib=\"256\" where rank 1")));
+  EXPECT_THAT(
+      internal::CheckStepAgreement({"", a, b}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rank 2 runs --step-piece-kib=\"256\" where rank 1")));
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement({a, a, a, a}));
 }
 
@@ -383,8 +384,8 @@ TEST(TimedCheckpointSaveTest, Success_SetsTheTimestampAndTimesEachPhase) {
                                                      {kCheckpointCommit, Takes(clock, absl::Milliseconds(40))}},
                                                     clock, metrics));
   const std::string text = prometheus::TextSerializer().Serialize(metrics.registry()->Collect());
-  EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_checkpoint_last_success_timestamp_seconds"),
-              1'700'000'000.065, 1e-6);
+  EXPECT_NEAR(*PrometheusSample(text, "muonshard_worker_checkpoint_last_success_timestamp_seconds"), 1'700'000'000.065,
+              1e-6);
   const std::pair<const char*, double> expected[] = {{"write", 0.02}, {"barrier", 0.005}, {"commit", 0.04}};
   for (const auto& [phase, seconds] : expected) {
     EXPECT_EQ(PrometheusSample(text, "muonshard_worker_checkpoint_seconds_count", {{"phase", phase}}), 1) << phase;
@@ -538,7 +539,8 @@ TEST(WorkerOptionsTest, StepPieceKib_ZeroOrMore) {
     MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o)) << kib;
   }
   o.step_piece_kib = -1;
-  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-piece-kib: -1")));
+  EXPECT_THAT(ValidateWorkerOptions(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-piece-kib: -1")));
 }
 
 TEST(WorkerOptionsTest, StepTraceSteps_OneOrMore) {
@@ -547,7 +549,8 @@ TEST(WorkerOptionsTest, StepTraceSteps_OneOrMore) {
   o.step_trace_dir = "/tmp/trace";
   MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o));
   o.step_trace_steps = 0;
-  EXPECT_THAT(ValidateWorkerOptions(o), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-trace-steps: 0")));
+  EXPECT_THAT(ValidateWorkerOptions(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-trace-steps: 0")));
 }
 
 TEST(WorkerOptionsTest, NsPrecision_MapsOntoTheOptimizerConfig) {

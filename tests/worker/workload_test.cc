@@ -77,9 +77,9 @@ TEST(SyntheticWorkloadTest, Gradient_RangeOutsideTheTensor_IsInvalidArgument) {
 
 TEST(RegressionWorkloadTest, Gradient_MatchesCentralDifferences) {
   RegressionWorkload w;
-  for (const v1::PlannedTensor& t : {Tensor("model.layers.0.q_proj.weight", {6, 5}),
-                                     Tensor("model.layers.0.mlp.experts.w", {2, 3, 4}),
-                                     Tensor("model.norm.weight", {7})}) {
+  for (const v1::PlannedTensor& t :
+       {Tensor("model.layers.0.q_proj.weight", {6, 5}), Tensor("model.layers.0.mlp.experts.w", {2, 3, 4}),
+        Tensor("model.norm.weight", {7})}) {
     SCOPED_TRACE(t.name());
     std::vector<float> params = Initial(w, t, 0, t.numel());
     const std::vector<float> grad = Grad(w, t, 0, params, 1, 0);

@@ -12,8 +12,7 @@ absl::StatusOr<int64_t> CommDTypeSize(CommDType dtype) {
     case CommDType::kFloat16:
       return 2;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown CommDType ", static_cast<int>(dtype)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown CommDType ", static_cast<int>(dtype)));
 }
 
 absl::string_view CommDTypeName(CommDType dtype) {

@@ -98,46 +98,38 @@ class Communicator {
   // Reduces `count` elements of `buf` over all ranks into `buf` on `root`, in
   // place. On other ranks `buf` is unspecified afterwards (Gloo uses it as
   // scratch). A count of 0 is a no-op.
-  virtual absl::Status Reduce(void* buf, int64_t count, CommDType dtype,
-                              ReduceOp op, int root) = 0;
+  virtual absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) = 0;
 
   // Copies `count` elements of `buf` on `root` into `buf` on every rank. Any
   // dtype (the bits move unchanged).
-  virtual absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
-                                 int root) = 0;
+  virtual absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) = 0;
 
   // Reduces `count` elements of `buf` over all ranks into `buf` on every rank.
-  virtual absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
-                                 ReduceOp op) = 0;
+  virtual absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) = 0;
 
   // `in` holds sum(counts) elements in rank order on every rank; rank i
   // receives into `out` the counts[i] reduced elements of segment i.
   // counts.size() == size(); counts may differ and may be 0. `in` and `out`
   // must not overlap.
-  virtual absl::Status ReduceScatter(const void* in, void* out,
-                                     absl::Span<const int64_t> counts,
-                                     CommDType dtype, ReduceOp op) = 0;
+  virtual absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
+                                     ReduceOp op) = 0;
 
   // Rank i contributes counts[i] elements from `in`; `out` receives all
   // contributions concatenated in rank order (sum(counts) elements) on every
   // rank. counts may differ and may be 0. Any dtype. No overlap, except in
   // place: `in` may be exactly this rank's segment of `out` (at element
   // counts[0] + ... + counts[rank - 1]), which is then left as it is.
-  virtual absl::Status AllGather(const void* in, void* out,
-                                 absl::Span<const int64_t> counts,
-                                 CommDType dtype) = 0;
+  virtual absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) = 0;
 
   // Every rank's `count` elements of `in` to `root`, where `out` receives
   // them concatenated in rank order (size() * count elements). `out` is
   // ignored (may be null) on the other ranks. Any dtype. No overlap.
-  virtual absl::Status Gather(const void* in, void* out, int64_t count,
-                              CommDType dtype, int root) = 0;
+  virtual absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) = 0;
 
   // The inverse: segment i of the root's `in` (size() * count elements, in
   // rank order) lands in `out` (count elements) on rank i. `in` is ignored
   // (may be null) on the other ranks. Any dtype. No overlap.
-  virtual absl::Status Scatter(const void* in, void* out, int64_t count,
-                               CommDType dtype, int root) = 0;
+  virtual absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) = 0;
 
   // Returns once every rank has entered the barrier (GPU: once this rank's
   // enqueued work and the barrier have completed).

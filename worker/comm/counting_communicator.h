@@ -38,9 +38,7 @@ namespace muonshard::worker {
 struct CommOpCounter {
   int64_t calls = 0;
   int64_t bytes = 0;
-  bool operator==(const CommOpCounter& o) const {
-    return calls == o.calls && bytes == o.bytes;
-  }
+  bool operator==(const CommOpCounter& o) const { return calls == o.calls && bytes == o.bytes; }
 };
 
 struct CommCounters {
@@ -54,14 +52,12 @@ struct CommCounters {
   int64_t barriers = 0;
 
   int64_t total_bytes() const {
-    return reduce.bytes + broadcast.bytes + all_reduce.bytes +
-           reduce_scatter.bytes + all_gather.bytes + gather.bytes +
+    return reduce.bytes + broadcast.bytes + all_reduce.bytes + reduce_scatter.bytes + all_gather.bytes + gather.bytes +
            scatter.bytes;
   }
   bool operator==(const CommCounters& o) const {
-    return reduce == o.reduce && broadcast == o.broadcast &&
-           all_reduce == o.all_reduce && reduce_scatter == o.reduce_scatter &&
-           all_gather == o.all_gather && gather == o.gather &&
+    return reduce == o.reduce && broadcast == o.broadcast && all_reduce == o.all_reduce &&
+           reduce_scatter == o.reduce_scatter && all_gather == o.all_gather && gather == o.gather &&
            scatter == o.scatter && barriers == o.barriers;
   }
 };
@@ -75,18 +71,12 @@ class CountingCommunicator : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
-  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op,
-                      int root) override;
-  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
-                         int root) override;
-  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
-                         ReduceOp op) override;
-  absl::Status ReduceScatter(const void* in, void* out,
-                             absl::Span<const int64_t> counts, CommDType dtype,
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
                              ReduceOp op) override;
-  absl::Status AllGather(const void* in, void* out,
-                         absl::Span<const int64_t> counts,
-                         CommDType dtype) override;
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override;
   absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
@@ -101,8 +91,7 @@ class CountingCommunicator : public Communicator {
 
  private:
   // Adds one call of `elements` elements of `dtype` to `counter` if `s` is OK.
-  absl::Status Count(absl::Status s, CommOpCounter CommCounters::*counter,
-                     int64_t elements, CommDType dtype);
+  absl::Status Count(absl::Status s, CommOpCounter CommCounters::*counter, int64_t elements, CommDType dtype);
 
   std::unique_ptr<Communicator> owned_;
   Communicator* const inner_;

@@ -34,8 +34,7 @@ int64_t MaxCount(absl::Span<const int64_t> counts) {
 
 bool IsTimeoutMessage(absl::string_view message) {
   const std::string lower = absl::AsciiStrToLower(message);
-  return absl::StrContains(lower, "timeout") ||
-         absl::StrContains(lower, "timed out");
+  return absl::StrContains(lower, "timeout") || absl::StrContains(lower, "timed out");
 }
 
 // Translates the exception being handled into a status. Call only from a
@@ -57,25 +56,17 @@ absl::Status CurrentExceptionToStatus(absl::string_view what) {
 
 class GlooCommunicator : public Communicator {
  public:
-  GlooCommunicator(std::shared_ptr<::gloo::Context> context,
-                   absl::Duration timeout)
-      : context_(std::move(context)),
-        peers_(context_, absl::ToChronoMilliseconds(timeout)) {}
+  GlooCommunicator(std::shared_ptr<::gloo::Context> context, absl::Duration timeout)
+      : context_(std::move(context)), peers_(context_, absl::ToChronoMilliseconds(timeout)) {}
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
-  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op,
-                      int root) override;
-  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
-                         int root) override;
-  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
-                         ReduceOp op) override;
-  absl::Status ReduceScatter(const void* in, void* out,
-                             absl::Span<const int64_t> counts, CommDType dtype,
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
                              ReduceOp op) override;
-  absl::Status AllGather(const void* in, void* out,
-                         absl::Span<const int64_t> counts,
-                         CommDType dtype) override;
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override;
   absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
@@ -94,8 +85,7 @@ class GlooCommunicator : public Communicator {
   // kAllRanks, then applies kAvg's division where the result lands.
   absl::Status ReduceFloats(float* data, int64_t count, ReduceOp op, int root);
   // ReduceFloats for any dtype, widening to fp32 and rounding back.
-  absl::Status ReduceAnyDType(void* buf, int64_t count, CommDType dtype,
-                              ReduceOp op, int root);
+  absl::Status ReduceAnyDType(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root);
 
   const std::shared_ptr<::gloo::Context> context_;
   internal::GlooPeers peers_;
@@ -104,8 +94,7 @@ class GlooCommunicator : public Communicator {
   internal::StickyError sticky_;
 };
 
-absl::Status GlooCommunicator::Run(absl::string_view what,
-                                   absl::FunctionRef<absl::Status()> fn) {
+absl::Status GlooCommunicator::Run(absl::string_view what, absl::FunctionRef<absl::Status()> fn) {
   const std::string where = absl::StrCat("gloo ", what, " (rank ", rank(), "/", size(), ")");
   try {
     absl::Status s = fn();
@@ -121,8 +110,7 @@ absl::Status GlooCommunicator::CheckUsable() {
   return aborted.ok() ? aborted : sticky_.Record(aborted);
 }
 
-absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count,
-                                            ReduceOp op, int root) {
+absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count, ReduceOp op, int root) {
   if (count == 0) return absl::OkStatus();
   if (size() > 1) {
     // Ring reduce-scatter of near-equal segments, then the segments to the
@@ -142,9 +130,7 @@ absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count,
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::ReduceAnyDType(void* buf, int64_t count,
-                                              CommDType dtype, ReduceOp op,
-                                              int root) {
+absl::Status GlooCommunicator::ReduceAnyDType(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) {
   if (dtype == CommDType::kFloat32) {
     return ReduceFloats(static_cast<float*>(buf), count, op, root);
   }
@@ -157,52 +143,38 @@ absl::Status GlooCommunicator::ReduceAnyDType(void* buf, int64_t count,
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::Reduce(void* buf, int64_t count,
-                                      CommDType dtype, ReduceOp op, int root) {
-  MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckBuffer(buf, count, dtype, "Reduce").status());
+absl::Status GlooCommunicator::Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) {
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckBuffer(buf, count, dtype, "Reduce").status());
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
   MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   return ReduceAnyDType(buf, count, dtype, op, root);
 }
 
-absl::Status GlooCommunicator::AllReduce(void* buf, int64_t count,
-                                         CommDType dtype, ReduceOp op) {
-  MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckBuffer(buf, count, dtype, "AllReduce").status());
+absl::Status GlooCommunicator::AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) {
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckBuffer(buf, count, dtype, "AllReduce").status());
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   return ReduceAnyDType(buf, count, dtype, op, kAllRanks);
 }
 
-absl::Status GlooCommunicator::Broadcast(void* buf, int64_t count,
-                                         CommDType dtype, int root) {
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const int64_t bytes,
-      internal::CheckBuffer(buf, count, dtype, "Broadcast"));
+absl::Status GlooCommunicator::Broadcast(void* buf, int64_t count, CommDType dtype, int root) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t bytes, internal::CheckBuffer(buf, count, dtype, "Broadcast"));
   MUONSHARD_RETURN_IF_ERROR(internal::CheckRoot(root, size()));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (bytes == 0 || size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
-  return Run("broadcast",
-             [&] { return internal::TreeBroadcast(peers_, tag, buf, static_cast<size_t>(bytes), root); });
+  return Run("broadcast", [&] { return internal::TreeBroadcast(peers_, tag, buf, static_cast<size_t>(bytes), root); });
 }
 
-absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
-                                             absl::Span<const int64_t> counts,
+absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
                                              CommDType dtype, ReduceOp op) {
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
-                             internal::CheckCounts(counts, size()));
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const int64_t in_bytes,
-      internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const int64_t out_bytes,
-      internal::CheckBuffer(out, counts[rank()], dtype, "ReduceScatter output"));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, internal::CheckCounts(counts, size()));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes, internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes,
+                             internal::CheckBuffer(out, counts[rank()], dtype, "ReduceScatter output"));
   MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
-  MUONSHARD_RETURN_IF_ERROR(
-      internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_RETURN_IF_ERROR(internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
   // A ring reduce-scatter of an fp32 copy of the input: (n-1)/n of it on the
@@ -222,17 +194,11 @@ absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllGather(const void* in, void* out,
-                                         absl::Span<const int64_t> counts,
-                                         CommDType dtype) {
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
-                             internal::CheckCounts(counts, size()));
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const int64_t in_bytes,
-      internal::CheckBuffer(in, counts[rank()], dtype, "AllGather input"));
-  MUONSHARD_ASSIGN_OR_RETURN(
-      const int64_t out_bytes,
-      internal::CheckBuffer(out, total, dtype, "AllGather output"));
+absl::Status GlooCommunicator::AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, internal::CheckCounts(counts, size()));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes,
+                             internal::CheckBuffer(in, counts[rank()], dtype, "AllGather input"));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes, internal::CheckBuffer(out, total, dtype, "AllGather output"));
   // In place when `in` is this rank's segment of `out`.
   const int64_t esize = CommDTypeSize(dtype).value_or(0);  // checked above
   MUONSHARD_ASSIGN_OR_RETURN(
@@ -241,8 +207,7 @@ absl::Status GlooCommunicator::AllGather(const void* in, void* out,
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
   if (in_bytes > 0 && !in_place) {
-    std::memcpy(static_cast<char*>(out) + internal::Offsets(counts)[rank()] * esize, in,
-                static_cast<size_t>(in_bytes));
+    std::memcpy(static_cast<char*>(out) + internal::Offsets(counts)[rank()] * esize, in, static_cast<size_t>(in_bytes));
   }
   if (size() == 1) return absl::OkStatus();
   const uint32_t tag = next_tag_++;
@@ -287,12 +252,10 @@ absl::Status GlooCommunicator::Synchronize() {
   return CheckUsable();
 }
 
-absl::Status CheckOptions(const GlooOptions& options,
-                          const RendezvousStore* store) {
+absl::Status CheckOptions(const GlooOptions& options, const RendezvousStore* store) {
   if (store == nullptr) return absl::InvalidArgumentError("null store");
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gloo rank ", options.rank, " of size ", options.size));
+    return absl::InvalidArgumentError(absl::StrCat("gloo rank ", options.rank, " of size ", options.size));
   }
   if (options.key_prefix.empty()) {
     return absl::InvalidArgumentError("gloo key_prefix must name the group");
@@ -306,8 +269,7 @@ absl::Status CheckOptions(const GlooOptions& options,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(
-    const GlooOptions& options) {
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(const GlooOptions& options) {
   ::gloo::transport::tcp::attr attr;
   if (options.interface.empty()) {
     attr.hostname = options.hostname;
@@ -319,9 +281,7 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(
   } catch (const std::exception& e) {
     // A bad address or interface is the usual cause; gloo does not say more.
     return absl::InvalidArgumentError(absl::StrCat(
-        "gloo TCP device on \"",
-        options.interface.empty() ? options.hostname : options.interface,
-        "\": ", e.what()));
+        "gloo TCP device on \"", options.interface.empty() ? options.hostname : options.interface, "\": ", e.what()));
   }
 }
 
@@ -329,19 +289,16 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateTcpDevice(
 absl::StatusOr<std::shared_ptr<::gloo::Context>> ConnectGlooContext(const GlooOptions& options,
                                                                     RendezvousStore* store) {
   MUONSHARD_RETURN_IF_ERROR(CheckOptions(options, store));
-  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::transport::Device> device,
-                             CreateTcpDevice(options));
+  MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::transport::Device> device, CreateTcpDevice(options));
   PrefixedRendezvousStore prefixed(store, options.key_prefix);
   GlooStoreAdapter adapter(&prefixed, options.timeout);
-  auto context = std::make_shared<::gloo::rendezvous::Context>(options.rank,
-                                                               options.size);
+  auto context = std::make_shared<::gloo::rendezvous::Context>(options.rank, options.size);
   context->setTimeout(absl::ToChronoMilliseconds(options.timeout));
   try {
     context->connectFullMesh(adapter, device);
   } catch (...) {
-    const std::string what =
-        absl::StrCat("gloo rendezvous of rank ", options.rank, "/",
-                     options.size, " under \"", options.key_prefix, "\"");
+    const std::string what = absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.size, " under \"",
+                                          options.key_prefix, "\"");
     // Prefer the store's own status over one guessed from the exception.
     absl::Status store_error = adapter.last_error();
     if (!store_error.ok()) return Annotate(store_error, what);
@@ -359,11 +316,8 @@ class GlooByteChannel : public ByteChannel {
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
 
-  absl::Status Exchange(int to, const void* send, size_t send_bytes, int from, void* recv,
-                        size_t recv_bytes) override {
-    return Run("exchange", [&] {
-      return peers_.Exchange(next_tag_++, to, send, send_bytes, from, recv, recv_bytes);
-    });
+  absl::Status Exchange(int to, const void* send, size_t send_bytes, int from, void* recv, size_t recv_bytes) override {
+    return Run("exchange", [&] { return peers_.Exchange(next_tag_++, to, send, send_bytes, from, recv, recv_bytes); });
   }
 
   absl::Status Barrier() override {
@@ -390,15 +344,13 @@ class GlooByteChannel : public ByteChannel {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
-    const GlooOptions& options, RendezvousStore* store) {
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
+                                                                     RendezvousStore* store) {
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::Context> context, ConnectGlooContext(options, store));
-  return std::make_unique<GlooCommunicator>(std::move(context),
-                                            options.timeout);
+  return std::make_unique<GlooCommunicator>(std::move(context), options.timeout);
 }
 
-absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options,
-                                                                   RendezvousStore* store) {
+absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options, RendezvousStore* store) {
   MUONSHARD_ASSIGN_OR_RETURN(std::shared_ptr<::gloo::Context> context, ConnectGlooContext(options, store));
   return std::make_unique<GlooByteChannel>(std::move(context), options.timeout);
 }

@@ -39,8 +39,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "worker/comm/communicator.h"
 #include "common/rendezvous_store.h"
+#include "worker/comm/communicator.h"
 
 namespace muonshard::worker {
 
@@ -67,8 +67,8 @@ struct GlooOptions {
 // Possible errors: INVALID_ARGUMENT (bad options, unusable address),
 // DEADLINE_EXCEEDED (peers did not arrive), ABORTED (connection failure),
 // UNAVAILABLE (store), INTERNAL.
-absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
-    const GlooOptions& options, RendezvousStore* store);
+absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooOptions& options,
+                                                                     RendezvousStore* store);
 
 // Point-to-point bytes between any two ranks of a group (the buddy copies of
 // NOTE [Buddy copies] in worker/buddy_copies.h): not a collective
@@ -91,8 +91,7 @@ class ByteChannel {
 
 // A ByteChannel over a full TCP mesh of options.size ranks, rendezvoused like
 // CreateGlooCommunicator.
-absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options,
-                                                                   RendezvousStore* store);
+absl::StatusOr<std::unique_ptr<ByteChannel>> CreateGlooByteChannel(const GlooOptions& options, RendezvousStore* store);
 
 }  // namespace muonshard::worker
 

@@ -8,12 +8,9 @@
 
 namespace muonshard::worker {
 
-GlooStoreAdapter::GlooStoreAdapter(RendezvousStore* store,
-                                   absl::Duration timeout)
-    : store_(store), timeout_(timeout) {}
+GlooStoreAdapter::GlooStoreAdapter(RendezvousStore* store, absl::Duration timeout) : store_(store), timeout_(timeout) {}
 
-void GlooStoreAdapter::set(const std::string& key,
-                           const std::vector<char>& data) {
+void GlooStoreAdapter::set(const std::string& key, const std::vector<char>& data) {
   absl::Status s = store_->Set(key, std::string(data.begin(), data.end()));
   if (!s.ok()) Throw(Annotate(s, "gloo store set"));
 }
@@ -24,21 +21,15 @@ std::vector<char> GlooStoreAdapter::get(const std::string& key) {
   return std::vector<char>(value->begin(), value->end());
 }
 
-void GlooStoreAdapter::wait(const std::vector<std::string>& keys) {
-  wait(keys, ::gloo::kNoTimeout);
-}
+void GlooStoreAdapter::wait(const std::vector<std::string>& keys) { wait(keys, ::gloo::kNoTimeout); }
 
-void GlooStoreAdapter::wait(const std::vector<std::string>& keys,
-                            const std::chrono::milliseconds& timeout) {
-  const absl::Duration budget = timeout == ::gloo::kNoTimeout
-                                    ? timeout_
-                                    : absl::FromChrono(timeout);
+void GlooStoreAdapter::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  const absl::Duration budget = timeout == ::gloo::kNoTimeout ? timeout_ : absl::FromChrono(timeout);
   // One deadline for all keys: waiting for each key with the full budget
   // would stretch the total wait to keys.size() times the timeout.
   const absl::Time deadline = absl::Now() + budget;
   for (const std::string& key : keys) {
-    absl::StatusOr<std::string> value =
-        store_->Wait(key, deadline - absl::Now());
+    absl::StatusOr<std::string> value = store_->Wait(key, deadline - absl::Now());
     if (!value.ok()) Throw(Annotate(value.status(), "gloo store wait"));
   }
 }

@@ -25,8 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "gloo/rendezvous/store.h"
 #include "common/rendezvous_store.h"
+#include "gloo/rendezvous/store.h"
 
 namespace muonshard::worker {
 
@@ -41,8 +41,7 @@ class GlooStoreAdapter : public ::gloo::rendezvous::Store {
   // c10d's adapter blocks too, so a racing get() never fails spuriously).
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
 
   // The status behind the most recent exception; OK if none was thrown.
   absl::Status last_error() const;

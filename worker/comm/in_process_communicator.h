@@ -60,26 +60,20 @@ class InProcessHub;
 
 class InProcessCommunicator : public Communicator {
  public:
-  InProcessCommunicator(std::shared_ptr<internal::InProcessHub> hub, int rank,
-                        int size, const InProcessOptions& options);
+  InProcessCommunicator(std::shared_ptr<internal::InProcessHub> hub, int rank, int size,
+                        const InProcessOptions& options);
   ~InProcessCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op,
-                      int root) override;
-  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
-                         int root) override;
-  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
-                         ReduceOp op) override;
-  absl::Status ReduceScatter(const void* in, void* out,
-                             absl::Span<const int64_t> counts, CommDType dtype,
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
                              ReduceOp op) override;
   absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
-  absl::Status AllGather(const void* in, void* out,
-                         absl::Span<const int64_t> counts,
-                         CommDType dtype) override;
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override;
   absl::Status Barrier() override;
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
@@ -96,8 +90,7 @@ class InProcessCommunicator : public Communicator {
   absl::Status BeginCollective();
   // Contributes `payload` to the next collective and returns every rank's
   // contribution.
-  absl::StatusOr<std::vector<std::shared_ptr<const std::string>>> Exchange(
-      std::string signature, std::string payload);
+  absl::StatusOr<std::vector<std::shared_ptr<const std::string>>> Exchange(std::string signature, std::string payload);
 
   const std::shared_ptr<internal::InProcessHub> hub_;
   const int rank_;
@@ -111,8 +104,8 @@ class InProcessCommunicator : public Communicator {
 // Creates `size` communicators sharing one hub; element i has rank i.
 // INVALID_ARGUMENT for size < 1, a non-positive timeout, or a fault rank
 // outside the group.
-absl::StatusOr<std::vector<std::unique_ptr<InProcessCommunicator>>>
-CreateInProcessCommunicators(int size, const InProcessOptions& options = {});
+absl::StatusOr<std::vector<std::unique_ptr<InProcessCommunicator>>> CreateInProcessCommunicators(
+    int size, const InProcessOptions& options = {});
 
 }  // namespace muonshard::worker
 

@@ -25,16 +25,14 @@ class PollPause {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(
-    int nranks, const ncclUniqueId& id, int rank, absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int nranks, const ncclUniqueId& id, int rank,
+                                                           absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // NOTE [Bounded NCCL waits]
   ncclComm_t comm = nullptr;
-  const ncclResult_t result =
-      ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
-  const std::string what = absl::StrCat("ncclCommInitRankConfig(rank ", rank,
-                                        " of ", nranks, ")");
+  const ncclResult_t result = ncclCommInitRankConfig(&comm, nranks, id, rank, &config);
+  const std::string what = absl::StrCat("ncclCommInitRankConfig(rank ", rank, " of ", nranks, ")");
   if (comm == nullptr) {
     if (result == ncclSuccess || result == ncclInProgress) {
       return absl::InternalError(absl::StrCat(what, ": returned no communicator"));
@@ -54,8 +52,7 @@ NcclComm::~NcclComm() {
   }
   // Finalize flushes outstanding work; it completes asynchronously on a
   // non-blocking communicator, so wait for it (bounded) before destroying.
-  absl::Status flushed = Complete(ncclCommFinalize(comm_),
-                                  absl::Now() + timeout_, "ncclCommFinalize");
+  absl::Status flushed = Complete(ncclCommFinalize(comm_), absl::Now() + timeout_, "ncclCommFinalize");
   if (!flushed.ok() || comm_ == nullptr) {
     Abort();  // no-op if the timeout already aborted
     return;
@@ -64,8 +61,7 @@ NcclComm::~NcclComm() {
   comm_ = nullptr;
 }
 
-absl::Status NcclComm::Complete(ncclResult_t result, absl::Time deadline,
-                                absl::string_view what) {
+absl::Status NcclComm::Complete(ncclResult_t result, absl::Time deadline, absl::string_view what) {
   if (comm_ == nullptr) {
     return absl::AbortedError(absl::StrCat(what, ": communicator was aborted"));
   }
@@ -87,8 +83,7 @@ absl::Status NcclComm::CheckAsyncError(absl::string_view what) {
   return error;
 }
 
-absl::Status NcclComm::WaitWhileInProgress(absl::Time deadline,
-                                           absl::string_view what) {
+absl::Status NcclComm::WaitWhileInProgress(absl::Time deadline, absl::string_view what) {
   PollPause pause;
   for (;;) {
     ncclResult_t state = ncclSuccess;
@@ -98,8 +93,8 @@ absl::Status NcclComm::WaitWhileInProgress(absl::Time deadline,
     if (state != ncclInProgress) return Fail(NcclToStatus(state, comm_, what));
     if (absl::Now() >= deadline) {
       Abort();
-      return Fail(absl::DeadlineExceededError(absl::StrCat(
-          what, ": still in progress at the deadline; communicator aborted")));
+      return Fail(
+          absl::DeadlineExceededError(absl::StrCat(what, ": still in progress at the deadline; communicator aborted")));
     }
     pause.Wait();
   }
@@ -119,9 +114,8 @@ void NcclComm::Abort() {
 
 absl::StatusOr<std::unique_ptr<CudaStream>> CudaStream::Create() {
   cudaStream_t stream = nullptr;
-  MUONSHARD_RETURN_IF_ERROR(CudaToStatus(
-      cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-      "cudaStreamCreateWithFlags"));
+  MUONSHARD_RETURN_IF_ERROR(
+      CudaToStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"));
   return std::unique_ptr<CudaStream>(new CudaStream(stream, /*owned=*/true));
 }
 
@@ -133,11 +127,9 @@ CudaStream::~CudaStream() {
   if (owned_) (void)cudaStreamDestroy(stream_);
 }
 
-absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(
-    int64_t bytes) {
+absl::StatusOr<std::unique_ptr<DeviceBuffer>> DeviceBuffer::Allocate(int64_t bytes) {
   void* ptr = nullptr;
-  MUONSHARD_RETURN_IF_ERROR(CudaToStatus(
-      cudaMalloc(&ptr, static_cast<size_t>(bytes)), "cudaMalloc"));
+  MUONSHARD_RETURN_IF_ERROR(CudaToStatus(cudaMalloc(&ptr, static_cast<size_t>(bytes)), "cudaMalloc"));
   return std::unique_ptr<DeviceBuffer>(new DeviceBuffer(ptr));
 }
 

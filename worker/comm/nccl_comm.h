@@ -36,8 +36,8 @@ class NcclComm {
   // the flush in the destructor.
   // Possible errors: DEADLINE_EXCEEDED (peers did not join; aborted),
   // INVALID_ARGUMENT (e.g. two ranks on one GPU), ABORTED, INTERNAL.
-  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(
-      int nranks, const ncclUniqueId& id, int rank, absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<NcclComm>> Create(int nranks, const ncclUniqueId& id, int rank,
+                                                          absl::Duration timeout);
 
   // Flushes and destroys (ncclCommFinalize + ncclCommDestroy, bounded by the
   // timeout); aborts instead when the communicator failed or the flush does
@@ -52,8 +52,7 @@ class NcclComm {
   // Finishes an NCCL call on this communicator that returned `result`:
   // waits while it is in progress (NOTE [Bounded NCCL waits]) and maps the
   // outcome. Any failure marks the communicator failed; a timeout aborts it.
-  absl::Status Complete(ncclResult_t result, absl::Time deadline,
-                        absl::string_view what);
+  absl::Status Complete(ncclResult_t result, absl::Time deadline, absl::string_view what);
 
   // The asynchronous error state: OK while healthy or in progress; on an
   // error (e.g. ncclRemoteError from a dead peer) aborts and returns it.
@@ -65,8 +64,7 @@ class NcclComm {
   bool aborted() const { return comm_ == nullptr; }
 
  private:
-  NcclComm(ncclComm_t comm, absl::Duration timeout)
-      : comm_(comm), timeout_(timeout) {}
+  NcclComm(ncclComm_t comm, absl::Duration timeout) : comm_(comm), timeout_(timeout) {}
   absl::Status WaitWhileInProgress(absl::Time deadline, absl::string_view what);
   absl::Status Fail(absl::Status status);
 
@@ -90,8 +88,7 @@ class CudaStream {
   cudaStream_t get() const { return stream_; }
 
  private:
-  CudaStream(cudaStream_t stream, bool owned)
-      : stream_(stream), owned_(owned) {}
+  CudaStream(cudaStream_t stream, bool owned) : stream_(stream), owned_(owned) {}
   const cudaStream_t stream_;
   const bool owned_;
 };

@@ -52,10 +52,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rendezvous_store.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/internal/comm_checks.h"
 #include "worker/comm/nccl_comm.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker {
 
@@ -80,18 +80,12 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op,
-                      int root) override;
-  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype,
-                         int root) override;
-  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype,
-                         ReduceOp op) override;
-  absl::Status ReduceScatter(const void* in, void* out,
-                             absl::Span<const int64_t> counts, CommDType dtype,
+  absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
+  absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
+  absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
                              ReduceOp op) override;
-  absl::Status AllGather(const void* in, void* out,
-                         absl::Span<const int64_t> counts,
-                         CommDType dtype) override;
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts, CommDType dtype) override;
   absl::Status Gather(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Scatter(const void* in, void* out, int64_t count, CommDType dtype, int root) override;
   absl::Status Barrier() override;
@@ -107,13 +101,11 @@ class NcclCommunicator : public Communicator {
   int device() const { return device_; }
 
  private:
-  friend absl::StatusOr<std::unique_ptr<NcclCommunicator>>
-  CreateNcclCommunicator(const NcclOptions& options, RendezvousStore* store);
+  friend absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOptions& options,
+                                                                                  RendezvousStore* store);
 
-  NcclCommunicator(const NcclOptions& options,
-                   std::unique_ptr<CudaStream> stream,
-                   std::unique_ptr<DeviceBuffer> barrier_scratch,
-                   std::unique_ptr<NcclComm> comm);
+  NcclCommunicator(const NcclOptions& options, std::unique_ptr<CudaStream> stream,
+                   std::unique_ptr<DeviceBuffer> barrier_scratch, std::unique_ptr<NcclComm> comm);
 
   // Makes the device current and fails fast on a broken communicator.
   absl::Status Enter();
@@ -122,16 +114,12 @@ class NcclCommunicator : public Communicator {
   // Runs `n` enqueue calls of `call(i)` inside ncclGroupStart/End.
   template <typename Call>
   absl::Status Grouped(int n, Call call, absl::string_view what);
-  absl::Status ReduceScatterUneven(const char* in, void* out,
-                                   absl::Span<const int64_t> counts,
-                                   CommDType dtype, ReduceOp op);
+  absl::Status ReduceScatterUneven(const char* in, void* out, absl::Span<const int64_t> counts, CommDType dtype,
+                                   ReduceOp op);
   // Gather (to_root) or Scatter of checked buffers: `single` is the rank's
   // segment, `all` the root's size() segments.
-  absl::Status Rooted(bool to_root, void* single, char* all, int64_t bytes, int64_t count, CommDType dtype,
-                      int root);
-  absl::Status AllGatherUneven(const void* in, char* out,
-                               absl::Span<const int64_t> counts,
-                               CommDType dtype);
+  absl::Status Rooted(bool to_root, void* single, char* all, int64_t bytes, int64_t count, CommDType dtype, int root);
+  absl::Status AllGatherUneven(const void* in, char* out, absl::Span<const int64_t> counts, CommDType dtype);
 
   const int rank_;
   const int size_;
@@ -157,8 +145,8 @@ class NcclCommunicator : public Communicator {
 // Possible errors: INVALID_ARGUMENT (bad options; ranks sharing a GPU),
 // FAILED_PRECONDITION (no usable CUDA device), DEADLINE_EXCEEDED (id or
 // peers did not arrive), ABORTED, UNAVAILABLE (store), INTERNAL.
-absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(
-    const NcclOptions& options, RendezvousStore* store);
+absl::StatusOr<std::unique_ptr<NcclCommunicator>> CreateNcclCommunicator(const NcclOptions& options,
+                                                                         RendezvousStore* store);
 
 // The store encoding of an ncclUniqueId: lowercase hex of its 128 bytes.
 std::string EncodeNcclUniqueId(const ncclUniqueId& id);

@@ -11,8 +11,7 @@ std::string NcclVersionString() {
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) return "unknown";
   // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
-  return absl::StrCat(version / 10000, ".", (version % 10000) / 100, ".",
-                      version % 100);
+  return absl::StrCat(version / 10000, ".", (version % 10000) / 100, ".", version % 100);
 }
 
 absl::StatusCode CudaErrorCode(cudaError_t error) {
@@ -51,12 +50,9 @@ absl::StatusCode NcclResultCode(ncclResult_t result) {
   }
 }
 
-absl::Status NcclToStatus(ncclResult_t result, ncclComm_t comm,
-                          absl::string_view what) {
+absl::Status NcclToStatus(ncclResult_t result, ncclComm_t comm, absl::string_view what) {
   if (result == ncclSuccess) return absl::OkStatus();
-  std::string message =
-      absl::StrCat(what, ": ", ncclGetErrorString(result), " (NCCL ",
-                   NcclVersionString(), ")");
+  std::string message = absl::StrCat(what, ": ", ncclGetErrorString(result), " (NCCL ", NcclVersionString(), ")");
   if (comm != nullptr) {
     const char* last = ncclGetLastError(comm);
     if (last != nullptr && last[0] != '\0') {
@@ -70,8 +66,7 @@ absl::Status CudaToStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();  // clear a non-sticky error, see the header
   return absl::Status(CudaErrorCode(error),
-                      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ",
-                                   cudaGetErrorString(error)));
+                      absl::StrCat(what, ": ", cudaGetErrorName(error), ": ", cudaGetErrorString(error)));
 }
 
 }  // namespace muonshard::worker

@@ -24,8 +24,7 @@ absl::StatusCode NcclResultCode(ncclResult_t result);
 // OK for ncclSuccess; otherwise a status with NcclResultCode(result) whose
 // message names `what`, ncclGetErrorString(result), the NCCL version and,
 // when `comm` is non-null, ncclGetLastError(comm).
-absl::Status NcclToStatus(ncclResult_t result, ncclComm_t comm,
-                          absl::string_view what);
+absl::Status NcclToStatus(ncclResult_t result, ncclComm_t comm, absl::string_view what);
 
 // OK for cudaSuccess; otherwise a status naming `what` and the CUDA error.
 // Clears CUDA's last-error slot (cudaGetLastError) so a non-sticky error does

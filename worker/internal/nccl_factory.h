@@ -13,9 +13,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/rendezvous_store.h"
 #include "kernels/kernel_backend.h"
 #include "worker/comm/communicator.h"
-#include "common/rendezvous_store.h"
 
 namespace muonshard::worker::internal {
 

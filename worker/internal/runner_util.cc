@@ -171,13 +171,12 @@ std::string NsSchedule(const kernels::NewtonSchulzOptions& ns) {
 }
 
 std::string OptimizerAgreement(const OptimizerConfig& c) {
-  return absl::StrCat("lr=", Exact(c.lr), " weight_decay=", Exact(c.weight_decay), " muon_momentum=",
-                      Exact(c.muon_momentum), " nesterov=", c.nesterov ? "true" : "false", " ns_steps=", c.ns.steps,
-                      " ns_coefficients=", NsSchedule(c.ns), " ns_eps=", Exact(c.ns.eps), " ns_precision=",
-                      NsPrecisionName(c.ns.precision), " muon_scale_version=",
-                      static_cast<int>(c.muon_scale_version), " muon_extra_scale=", Exact(c.muon_extra_scale),
-                      " adamw_betas=", Exact(c.adamw_beta1), ",", Exact(c.adamw_beta2), " adamw_eps=",
-                      Exact(c.adamw_eps));
+  return absl::StrCat(
+      "lr=", Exact(c.lr), " weight_decay=", Exact(c.weight_decay), " muon_momentum=", Exact(c.muon_momentum),
+      " nesterov=", c.nesterov ? "true" : "false", " ns_steps=", c.ns.steps, " ns_coefficients=", NsSchedule(c.ns),
+      " ns_eps=", Exact(c.ns.eps), " ns_precision=", NsPrecisionName(c.ns.precision),
+      " muon_scale_version=", static_cast<int>(c.muon_scale_version), " muon_extra_scale=", Exact(c.muon_extra_scale),
+      " adamw_betas=", Exact(c.adamw_beta1), ",", Exact(c.adamw_beta2), " adamw_eps=", Exact(c.adamw_eps));
 }
 
 using Flags = std::vector<std::pair<std::string, std::string>>;

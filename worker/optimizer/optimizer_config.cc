@@ -19,8 +19,7 @@ absl::Status CheckNonNegative(float value, absl::string_view field) {
 
 absl::Status CheckUnitInterval(float value, absl::string_view field) {
   if (!(value >= 0.0f && value < 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer config: ", field, " must be in [0, 1), got ", value));
+    return absl::InvalidArgumentError(absl::StrCat("optimizer config: ", field, " must be in [0, 1), got ", value));
   }
   return absl::OkStatus();
 }

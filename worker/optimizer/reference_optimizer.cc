@@ -70,8 +70,8 @@ absl::Status ReferenceOptimizer::SetParameter(int tensor, absl::Span<const float
   if (tensor < 0 || tensor >= num_tensors()) return absl::NotFoundError(absl::StrCat("no tensor ", tensor));
   TensorState& s = tensors_[tensor];
   if (static_cast<int64_t>(values.size()) != s.model.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", plan_.tensors(tensor).name(), "\": got ",
-                                                   values.size(), " values for ", s.model.numel()));
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", plan_.tensors(tensor).name(), "\": got ", values.size(),
+                                                   " values for ", s.model.numel()));
   }
   s.model.Write(0, values);
   s.model.Read(0, absl::MakeSpan(s.master));
@@ -91,8 +91,8 @@ absl::Status ReferenceOptimizer::MeanGradient(int tensor, absl::Span<GradientSou
       if (source == nullptr) return absl::InvalidArgumentError(absl::StrCat("no gradients for rank ", g.ranks(i)));
       MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, source->PartGradient(tensor));
       if (static_cast<int64_t>(grad.size()) != n) {
-        return absl::InvalidArgumentError(absl::StrCat("rank ", g.ranks(i), ", tensor \"", t.name(), "\": gradient has ",
-                                                       grad.size(), " values for a part of ", n));
+        return absl::InvalidArgumentError(absl::StrCat("rank ", g.ranks(i), ", tensor \"", t.name(),
+                                                       "\": gradient has ", grad.size(), " values for a part of ", n));
       }
       // As the communicators: each rank's buffer holds grad_dtype values,
       // accumulated in fp32 in group rank order.

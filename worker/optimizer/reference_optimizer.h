@@ -90,13 +90,13 @@ class ReferenceOptimizer {
   absl::Status MeanGradient(int tensor, absl::Span<GradientSource* const> per_rank, std::vector<float>& mean) const;
   absl::Status Update(int tensor, const std::vector<float>& grad);
 
-  v1::Plan plan_;  // tensors and groups only
+  v1::Plan plan_;                          // tensors and groups only
   kernels::KernelBackend* const backend_;  // not owned
   OptimizerConfig config_;
   v1::DType grad_dtype_ = v1::FP32;
   std::vector<TensorState> tensors_;
   std::vector<std::vector<HeldTensor>> held_;  // per rank
-  float beta1_pow_ = 0;  // NOTE [Beta powers] in sharded_optimizer.h
+  float beta1_pow_ = 0;                        // NOTE [Beta powers] in sharded_optimizer.h
   float beta2_pow_ = 0;
   int64_t steps_ = 0;
 };

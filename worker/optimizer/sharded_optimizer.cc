@@ -16,9 +16,9 @@
 
 namespace muonshard::worker {
 
+using internal::BackendBuffer;
 using internal::EntryRef;
 using internal::PartLayout;
-using internal::BackendBuffer;
 
 namespace {
 
@@ -91,8 +91,7 @@ absl::Status ShardedOptimizer::InitComms(const CommGroups& comms) {
     Communicator* comm = it == comms.end() ? nullptr : it->second;
     if (comm == nullptr) {
       if (gl.size == 1) continue;
-      return absl::InvalidArgumentError(
-          absl::StrCat("no communicator for group ", gl.id, " of ", gl.size, " ranks"));
+      return absl::InvalidArgumentError(absl::StrCat("no communicator for group ", gl.id, " of ", gl.size, " ranks"));
     }
     if (comm->size() != gl.size || comm->rank() != gl.group_rank) {
       return absl::InvalidArgumentError(absl::StrCat("communicator for group ", gl.id, " is rank ", comm->rank(),
@@ -203,8 +202,8 @@ absl::Status ShardedOptimizer::SetParameter(int tensor, absl::Span<const float> 
   if (part == nullptr) return absl::NotFoundError(absl::StrCat("rank ", rank(), " holds no part of tensor ", tensor));
   const int64_t numel = part->element_end - part->element_begin;
   if (static_cast<int64_t>(values.size()) != numel) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(*part).name(), "\": got ", values.size(),
-                                                   " values for a part of ", numel));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", Spec(*part).name(), "\": got ", values.size(), " values for a part of ", numel));
   }
   std::vector<float> rounded(values.begin(), values.end());
   for (float& v : rounded) v = internal::RoundToDType(v, Spec(*part).dtype());
@@ -255,8 +254,8 @@ absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::HostPartStorage(
         absl::StrCat("tensor \"", Spec(*part).name(), "\": the optimizer's buffers are in device memory"));
   }
   if (part->entries.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat("tensor \"", Spec(*part).name(), "\": its part spans ",
-                                                      part->entries.size(), " bucket entries"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("tensor \"", Spec(*part).name(), "\": its part spans ", part->entries.size(), " bucket entries"));
   }
   const EntryRef& ref = part->entries[0];
   const int64_t offset = Entry(ref).offset();
@@ -294,8 +293,7 @@ absl::StatusOr<std::vector<float>> ShardedOptimizer::ModelCopy(int tensor) const
   return out;
 }
 
-absl::Status ShardedOptimizer::ForEachCommGroup(
-    absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue) {
+absl::Status ShardedOptimizer::ForEachCommGroup(absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     Communicator* comm = groups_[g].comm.get();
     if (comm == nullptr) continue;

@@ -367,7 +367,6 @@ class ShardedOptimizer {
     std::vector<bool> segment_decay;  // per layout segment
   };
 
-
   // A bucket of either kind: a muon bucket b is key b, an AdamW bucket b is
   // key muon_buckets + b (the pipeline's events are numbered by key).
   struct BucketKey {
@@ -550,10 +549,10 @@ class ShardedOptimizer {
   std::vector<int> lane_of_group_;               // -1: no lane (group of one)
   std::vector<std::vector<BucketKey>> order_;    // per group: hand-off order
   std::vector<std::vector<int>> owned_in_muon_;  // per muon bucket: shards_ positions
-  std::vector<int> tp_order_;  // Muon buckets with TP batches, in update order
+  std::vector<int> tp_order_;                    // Muon buckets with TP batches, in update order
   // The open step (NOTE [Gradient hand-off]).
   bool in_step_ = false;
-  std::vector<bool> handed_;     // per part
+  std::vector<bool> handed_;       // per part
   std::vector<int> entries_left_;  // per bucket key: entries not handed over
   StepCommBytes step_comm_before_;
   std::chrono::steady_clock::time_point step_start_;

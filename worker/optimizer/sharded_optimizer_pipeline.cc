@@ -141,13 +141,15 @@ void ShardedOptimizer::PostLaneOps() {
     const int lane = lane_of_group_[g];
     if (lane < 0) continue;
     for (const BucketKey& key : order_[g]) {
-      pipeline_->Post(lane, GradsIn(Key(key)), [this, key] { return LaneCollective(key, true); },
-                      Reduced(Key(key), keys), Updates(key));
+      pipeline_->Post(
+          lane, GradsIn(Key(key)), [this, key] { return LaneCollective(key, true); }, Reduced(Key(key), keys),
+          Updates(key));
     }
     // Non-owners of a Muon bucket receive its broadcast: nothing to wait for.
     for (const BucketKey& key : order_[g]) {
-      pipeline_->Post(lane, Updates(key) ? Updated(Key(key), keys) : StepPipeline::kNoEvent,
-                      [this, key] { return LaneCollective(key, false); }, StepPipeline::kNoEvent, false);
+      pipeline_->Post(
+          lane, Updates(key) ? Updated(Key(key), keys) : StepPipeline::kNoEvent,
+          [this, key] { return LaneCollective(key, false); }, StepPipeline::kNoEvent, false);
     }
   }
 }
@@ -231,8 +233,9 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishStep() {
   }
   for (size_t p = 0; p < handed_.size(); ++p) {
     if (handed_[p]) continue;
-    absl::Status missing = absl::FailedPreconditionError(absl::StrCat(
-        "rank ", rank(), ": tensor \"", Spec(layout_.parts[p]).name(), "\" was not handed over (GradReady) in this step"));
+    absl::Status missing =
+        absl::FailedPreconditionError(absl::StrCat("rank ", rank(), ": tensor \"", Spec(layout_.parts[p]).name(),
+                                                   "\" was not handed over (GradReady) in this step"));
     // Sequential: nothing was sent yet, the step stays open.
     return pipeline_ == nullptr ? missing : Broken(missing);
   }

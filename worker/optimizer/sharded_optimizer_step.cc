@@ -12,9 +12,9 @@
 namespace muonshard::worker {
 namespace {
 
+using internal::BackendBuffer;
 using internal::EntryRef;
 using internal::PartLayout;
-using internal::BackendBuffer;
 
 class Stopwatch {
  public:
@@ -54,8 +54,8 @@ absl::Status ShardedOptimizer::CheckUsable() const {
   MUONSHARD_RETURN_IF_ERROR(CheckNoOpenStep());
   for (size_t p = 0; p < layout_.parts.size(); ++p) {
     if (!initialised_[p]) {
-      return absl::FailedPreconditionError(absl::StrCat("rank ", rank(), ": tensor \"", held_[p].spec->name(),
-                                                        "\" was never set (SetParameter)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("rank ", rank(), ": tensor \"", held_[p].spec->name(), "\" was never set (SetParameter)"));
     }
   }
   return absl::OkStatus();
@@ -96,9 +96,8 @@ absl::StatusOr<StepStats> ShardedOptimizer::HandOverAll(absl::FunctionRef<absl::
 absl::Status ShardedOptimizer::CheckGradientSize(const PartLayout& part, int64_t numel, bool non_null) const {
   const int64_t want = part.element_end - part.element_begin;
   if (numel == want && (non_null || want == 0)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", numel,
-                                                 " values", non_null ? "" : " at a null address", " for a part of ",
-                                                 want));
+  return absl::InvalidArgumentError(absl::StrCat("tensor \"", Spec(part).name(), "\": gradient has ", numel, " values",
+                                                 non_null ? "" : " at a null address", " for a part of ", want));
 }
 
 absl::Status ShardedOptimizer::PackBackendPart(const PartLayout& part, const BackendGradient& grad) {
@@ -165,8 +164,8 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishSequential() {
 absl::Status ShardedOptimizer::ReduceGradients() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
     for (const BucketKey& key : GroupBuckets(g)) {
-      MUONSHARD_RETURN_IF_ERROR(Traced(StepSpan::Kind::kReduce, key, StepSpan::kCallerThread,
-                                       [&] { return ReduceBucket(comm, key); }));
+      MUONSHARD_RETURN_IF_ERROR(
+          Traced(StepSpan::Kind::kReduce, key, StepSpan::kCallerThread, [&] { return ReduceBucket(comm, key); }));
     }
     return absl::OkStatus();
   });
@@ -342,8 +341,8 @@ void ShardedOptimizer::AdvanceBetaPows() {
 absl::Status ShardedOptimizer::SyncParameters() {
   return ForEachCommGroup([&](int g, Communicator& comm) -> absl::Status {
     for (const BucketKey& key : GroupBuckets(g)) {
-      MUONSHARD_RETURN_IF_ERROR(Traced(StepSpan::Kind::kSync, key, StepSpan::kCallerThread,
-                                       [&] { return SyncBucket(comm, key); }));
+      MUONSHARD_RETURN_IF_ERROR(
+          Traced(StepSpan::Kind::kSync, key, StepSpan::kCallerThread, [&] { return SyncBucket(comm, key); }));
     }
     return absl::OkStatus();
   });
@@ -375,7 +374,8 @@ absl::StatusOr<std::vector<checkpoint::StateShard>> ShardedOptimizer::StateShard
   mirrors_.clear();
   auto add = [&](BackendBuffer& buffer, int64_t at, checkpoint::StateKind kind) -> absl::Status {
     if (k >= specs.size() || specs[k].kind != kind || at + specs[k].numel() > buffer.numel()) {
-      return absl::InternalError(absl::StrCat("rank ", rank(), ": optimizer buffers do not match the view's shard ", k));
+      return absl::InternalError(
+          absl::StrCat("rank ", rank(), ": optimizer buffers do not match the view's shard ", k));
     }
     MUONSHARD_ASSIGN_OR_RETURN(absl::Span<float> host, HostState(buffer));
     shards.push_back({specs[k], host.subspan(at, specs[k].numel())});
@@ -479,8 +479,8 @@ StepCommBytes ShardedOptimizer::CommSnapshot() const {
     bytes.grad_reduce_scatter += c.reduce_scatter.bytes;
     bytes.param_broadcast += c.broadcast.bytes;
     bytes.param_all_gather += c.all_gather.bytes;
-    bytes.collectives += c.reduce.calls + c.reduce_scatter.calls + c.broadcast.calls + c.all_gather.calls +
-                         c.all_reduce.calls;
+    bytes.collectives +=
+        c.reduce.calls + c.reduce_scatter.calls + c.broadcast.calls + c.all_gather.calls + c.all_reduce.calls;
   }
   return bytes;
 }

@@ -135,8 +135,8 @@ absl::Status ShardedOptimizer::ReturnTpResults(const std::vector<TpBatch>& batch
       MUONSHARD_RETURN_IF_ERROR(
           comm.Scatter(RunsNs(batch) ? segments : nullptr, out, batch.numel, CommDType::kFloat32, batch.root));
     } else {
-      MUONSHARD_RETURN_IF_ERROR(tp_update_.ConvertFrom(batch.offset, tp_segments_,
-                                                       batch.scratch + comm.rank() * batch.numel, batch.numel));
+      MUONSHARD_RETURN_IF_ERROR(
+          tp_update_.ConvertFrom(batch.offset, tp_segments_, batch.scratch + comm.rank() * batch.numel, batch.numel));
     }
   }
   return comm.Synchronize();
@@ -168,10 +168,10 @@ absl::Status ShardedOptimizer::CopyTpShards(const TpBatch& batch, bool to_whole)
       for (int64_t t = 0; t < tp; ++t) {
         const planner::TpShardRuns& runs = o.tp.all_runs[t];
         float* shard = tp_segments_.floats() + batch.scratch + t * batch.numel + batch.shard_offsets[k] + j * local;
-        absl::Status s = to_whole ? backend_->Copy2D(shard, runs.run * kFloat, whole + runs.offset,
-                                                     runs.pitch * kFloat, runs.run * kFloat, runs.runs)
-                                  : backend_->Copy2D(whole + runs.offset, runs.pitch * kFloat, shard,
-                                                     runs.run * kFloat, runs.run * kFloat, runs.runs);
+        absl::Status s = to_whole ? backend_->Copy2D(shard, runs.run * kFloat, whole + runs.offset, runs.pitch * kFloat,
+                                                     runs.run * kFloat, runs.runs)
+                                  : backend_->Copy2D(whole + runs.offset, runs.pitch * kFloat, shard, runs.run * kFloat,
+                                                     runs.run * kFloat, runs.runs);
         MUONSHARD_RETURN_IF_ERROR(s);
       }
     }

@@ -22,7 +22,7 @@ struct StepCommBytes {
   // plus receives in the gathers, scatters and all-gathers of the NS
   // inputs and results, the plan's tp_send_bytes + tp_recv_bytes.
   int64_t tp = 0;
-  int64_t collectives = 0;          // calls of any kind
+  int64_t collectives = 0;  // calls of any kind
 
   int64_t total() const { return grad_reduce + grad_reduce_scatter + param_broadcast + param_all_gather + tp; }
   bool operator==(const StepCommBytes& o) const {

@@ -25,8 +25,8 @@ int RowOf(int lane) { return lane == StepSpan::kCallerThread ? kCallerRow : 2 + 
 std::string Micros(double us) { return absl::StrFormat("%.3f", us); }
 
 std::string RowName(int rank, int row, const std::string& name) {
-  return absl::StrCat(R"({"ph":"M","pid":)", rank, R"(,"tid":)", row, R"(,"name":"thread_name","args":{"name":")",
-                      name, R"("}})");
+  return absl::StrCat(R"({"ph":"M","pid":)", rank, R"(,"tid":)", row, R"(,"name":"thread_name","args":{"name":")", name,
+                      R"("}})");
 }
 
 std::string Metadata(int rank, absl::Span<const TracedStep> steps) {

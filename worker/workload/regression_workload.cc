@@ -25,9 +25,8 @@ absl::Status RegressionWorkload::InitialValues(const v1::PlannedTensor& tensor, 
   return absl::OkStatus();
 }
 
-double RegressionWorkload::MatrixGradient(const v1::PlannedTensor& tensor, int64_t matrix, int64_t rows,
-                                          int64_t cols, const float* params, int64_t step, int rank,
-                                          float* grad) const {
+double RegressionWorkload::MatrixGradient(const v1::PlannedTensor& tensor, int64_t matrix, int64_t rows, int64_t cols,
+                                          const float* params, int64_t step, int rank, float* grad) const {
   const uint64_t name = internal::HashName(tensor.name());
   const uint64_t teacher = internal::MakeKey({options_.seed, name, kTeacherStream, static_cast<uint64_t>(matrix)});
   const uint64_t input = internal::MakeKey({options_.seed, name, kInputStream, static_cast<uint64_t>(step),
@@ -90,8 +89,8 @@ absl::StatusOr<double> RegressionWorkload::Gradient(const v1::PlannedTensor& ten
   const int64_t n = static_cast<int64_t>(grad.size());
   MUONSHARD_RETURN_IF_ERROR(CheckPartRange(tensor, element_begin, n));
   if (static_cast<int64_t>(params.size()) != n) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor \"", tensor.name(), "\": ", params.size(),
-                                                   " parameters for ", n, " gradient values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor \"", tensor.name(), "\": ", params.size(), " parameters for ", n, " gradient values"));
   }
   if (options_.batch < 1) return absl::InvalidArgumentError("regression workload: batch must be >= 1");
   const int dims = tensor.shape_size();

@@ -22,8 +22,7 @@ struct ScaleDownOptions {
 };
 
 // INVALID_ARGUMENT for divisor < 1 or max_layers < -1 or 0.
-absl::StatusOr<v1::ModelManifest> ScaleDownManifest(const v1::ModelManifest& manifest,
-                                                    const ScaleDownOptions& options);
+absl::StatusOr<v1::ModelManifest> ScaleDownManifest(const v1::ModelManifest& manifest, const ScaleDownOptions& options);
 
 }  // namespace muonshard::worker
 

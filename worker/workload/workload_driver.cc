@@ -34,9 +34,10 @@ absl::Status HeldInitialValues(const Workload& workload, const HeldTensor& h, ab
 absl::StatusOr<double> TpShardGradient(const Workload& workload, const HeldTensor& h, int rank, int64_t step,
                                        absl::Span<float> grad) {
   if (workload.uses_parameters()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the ", workload.name(), " workload computes gradients from the whole parameters, which a "
-                     "tensor-parallel rank does not hold (tensor \"", h.spec->name(), "\"); use synthetic"));
+    return absl::FailedPreconditionError(absl::StrCat("the ", workload.name(),
+                                                      " workload computes gradients from the whole parameters, which a "
+                                                      "tensor-parallel rank does not hold (tensor \"",
+                                                      h.spec->name(), "\"); use synthetic"));
   }
   // The parameters are not read (above): zeros of the right size.
   const std::vector<float> params(h.spec->numel(), 0.0f);
@@ -68,29 +69,26 @@ absl::Status InitializeParameters(const Workload& workload, ReferenceOptimizer& 
 }
 
 absl::StatusOr<TrainStepResult> TrainStep(const Workload& workload, ShardedOptimizer& optimizer, int64_t step) {
-  MUONSHARD_ASSIGN_OR_RETURN(
-      LocalGradients local,
-      ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step,
-                            [&](const HeldTensor& h, absl::Span<float> out) {
-                              return optimizer.ReadModelCopy(h.tensor, out);
-                            }));
+  MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                             ComputeLocalGradients(workload, optimizer.held_tensors(), DataRank(optimizer), step,
+                                                   [&](const HeldTensor& h, absl::Span<float> out) {
+                                                     return optimizer.ReadModelCopy(h.tensor, out);
+                                                   }));
   TrainStepResult result;
   result.loss = local.loss;
   MUONSHARD_ASSIGN_OR_RETURN(result.stats, optimizer.Step(local.grads));
   return result;
 }
 
-absl::StatusOr<std::vector<double>> TrainStep(const Workload& workload, ReferenceOptimizer& optimizer,
-                                              int64_t step) {
+absl::StatusOr<std::vector<double>> TrainStep(const Workload& workload, ReferenceOptimizer& optimizer, int64_t step) {
   std::vector<LocalGradients> locals;
   std::vector<double> losses;
   for (int r = 0; r < optimizer.world_size(); ++r) {
-    MUONSHARD_ASSIGN_OR_RETURN(
-        LocalGradients local,
-        ComputeLocalGradients(workload, optimizer.HeldTensorsOf(r), r, step,
-                              [&](const HeldTensor& h, absl::Span<float> out) {
-                                return optimizer.ReadModelCopy(h.tensor, h.element_begin, out);
-                              }));
+    MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                               ComputeLocalGradients(workload, optimizer.HeldTensorsOf(r), r, step,
+                                                     [&](const HeldTensor& h, absl::Span<float> out) {
+                                                       return optimizer.ReadModelCopy(h.tensor, h.element_begin, out);
+                                                     }));
     losses.push_back(local.loss);
     locals.push_back(std::move(local));
   }

@@ -66,8 +66,7 @@ absl::StatusOr<TrainStepResult> TrainStep(const Workload& workload, ShardedOptim
 
 // The same step for every rank with the reference; returns the losses by
 // rank.
-absl::StatusOr<std::vector<double>> TrainStep(const Workload& workload, ReferenceOptimizer& optimizer,
-                                              int64_t step);
+absl::StatusOr<std::vector<double>> TrainStep(const Workload& workload, ReferenceOptimizer& optimizer, int64_t step);
 
 // --- implementation ---
 
@@ -88,8 +87,7 @@ absl::StatusOr<LocalGradients> ComputeLocalGradients(const Workload& workload, c
     params.resize(h.numel());
     absl::Status s = read(h, absl::MakeSpan(params));
     if (!s.ok()) return s;
-    absl::StatusOr<double> loss =
-        workload.Gradient(*h.spec, h.element_begin, params, step, rank, absl::MakeSpan(grad));
+    absl::StatusOr<double> loss = workload.Gradient(*h.spec, h.element_begin, params, step, rank, absl::MakeSpan(grad));
     if (!loss.ok()) return loss.status();
     out.loss += *loss;
   }

@@ -7,20 +7,16 @@
 
 namespace muonshard::worker::internal {
 
-absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count,
-                                    CommDType dtype, absl::string_view what) {
+absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count, CommDType dtype, absl::string_view what) {
   MUONSHARD_ASSIGN_OR_RETURN(const int64_t esize, CommDTypeSize(dtype));
   if (count < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": negative count ", count));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": negative count ", count));
   }
   if (count > std::numeric_limits<int64_t>::max() / esize) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": count ", count, " overflows a byte size"));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": count ", count, " overflows a byte size"));
   }
   if (buf == nullptr && count > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": null buffer with count ", count));
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null buffer with count ", count));
   }
   return count * esize;
 }
@@ -41,29 +37,24 @@ absl::StatusOr<int64_t> CheckRootedBuffers(const void* single, const void* all, 
 
 absl::Status CheckRoot(int root, int size) {
   if (root < 0 || root >= size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("root ", root, " outside [0, ", size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("root ", root, " outside [0, ", size, ")"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckReduceOp(ReduceOp op) {
   if (op == ReduceOp::kSum || op == ReduceOp::kAvg) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown ReduceOp ", static_cast<int>(op)));
+  return absl::InvalidArgumentError(absl::StrCat("unknown ReduceOp ", static_cast<int>(op)));
 }
 
-absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts,
-                                    int size) {
+absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts, int size) {
   if (counts.size() != static_cast<size_t>(size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "counts has ", counts.size(), " entries for ", size, " ranks"));
+    return absl::InvalidArgumentError(absl::StrCat("counts has ", counts.size(), " entries for ", size, " ranks"));
   }
   int64_t total = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     if (counts[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("counts[", i, "] is negative: ", counts[i]));
+      return absl::InvalidArgumentError(absl::StrCat("counts[", i, "] is negative: ", counts[i]));
     }
     if (counts[i] > std::numeric_limits<int64_t>::max() - total) {
       return absl::InvalidArgumentError("sum of counts overflows int64");
@@ -73,8 +64,7 @@ absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts,
   return total;
 }
 
-absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b,
-                            int64_t b_bytes) {
+absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return absl::OkStatus();
   const auto a_begin = reinterpret_cast<uintptr_t>(a);
   const auto b_begin = reinterpret_cast<uintptr_t>(b);
@@ -116,20 +106,17 @@ absl::Status GroupDepth::End() {
 
 absl::Status GroupDepth::CheckNotInGroup(absl::string_view what) const {
   if (depth_ == 0) return absl::OkStatus();
-  return absl::FailedPreconditionError(
-      absl::StrCat(what, " is not allowed between GroupStart() and GroupEnd()"));
+  return absl::FailedPreconditionError(absl::StrCat(what, " is not allowed between GroupStart() and GroupEnd()"));
 }
 
 absl::Status StickyError::Check() const {
   if (first_.ok()) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat(
-      "communicator is broken by an earlier error (re-rendezvous): ",
-      first_.ToString()));
+  return absl::AbortedError(
+      absl::StrCat("communicator is broken by an earlier error (re-rendezvous): ", first_.ToString()));
 }
 
 absl::Status StickyError::Record(absl::Status s) {
-  const bool breaks = absl::IsAborted(s) || absl::IsDeadlineExceeded(s) ||
-                      absl::IsInternal(s);
+  const bool breaks = absl::IsAborted(s) || absl::IsDeadlineExceeded(s) || absl::IsInternal(s);
   if (breaks && first_.ok()) first_ = s;
   return s;
 }

@@ -20,8 +20,7 @@ namespace muonshard::worker::internal {
 // Returns the byte size of `count` elements of `dtype`. INVALID_ARGUMENT for
 // a negative count, an unknown dtype, overflow, or a null `buf` with a
 // non-zero count. `what` names the buffer in messages.
-absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count,
-                                    CommDType dtype, absl::string_view what);
+absl::StatusOr<int64_t> CheckBuffer(const void* buf, int64_t count, CommDType dtype, absl::string_view what);
 
 // INVALID_ARGUMENT unless 0 <= root < size.
 absl::Status CheckRoot(int root, int size);
@@ -38,12 +37,10 @@ absl::Status CheckReduceOp(ReduceOp op);
 
 // Returns sum(counts). INVALID_ARGUMENT unless counts.size() == size, every
 // count >= 0 and the sum does not overflow.
-absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts,
-                                    int size);
+absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts, int size);
 
 // INVALID_ARGUMENT when [a, a + a_bytes) and [b, b + b_bytes) overlap.
-absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b,
-                            int64_t b_bytes);
+absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes);
 
 // AllGather's buffers (`in` of in_bytes, `out` of out_bytes; this rank's
 // segment of `out` starts at byte own_offset): OK when they do not overlap,

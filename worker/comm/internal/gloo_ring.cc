@@ -67,8 +67,8 @@ absl::Status GlooPeers::Wait(::gloo::transport::UnboundBuffer* buffer, bool recv
 void GlooPeers::Abort(const absl::Status& reason) {
   absl::MutexLock lock(&mu_);
   if (aborted_.ok()) {
-    aborted_ = absl::AbortedError(
-        absl::StrCat("aborted (", absl::StatusCodeToString(reason.code()), "): ", reason.message()));
+    aborted_ =
+        absl::AbortedError(absl::StrCat("aborted (", absl::StatusCodeToString(reason.code()), "): ", reason.message()));
   }
   for (::gloo::transport::UnboundBuffer* b : waiting_) {
     b->abortWaitRecv();
@@ -89,9 +89,8 @@ absl::Status RingReduceScatter(GlooPeers& peers, uint32_t tag, float* data, absl
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = Mod(r - 1 - s, n);
     const int recv_seg = Mod(r - 2 - s, n);
-    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, Mod(r + 1, n), data + at[send_seg],
-                                             counts[send_seg] * sizeof(float), Mod(r - 1, n), scratch,
-                                             counts[recv_seg] * sizeof(float)));
+    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, Mod(r + 1, n), data + at[send_seg], counts[send_seg] * sizeof(float),
+                                             Mod(r - 1, n), scratch, counts[recv_seg] * sizeof(float)));
     float* acc = data + at[recv_seg];
     for (int64_t i = 0; i < counts[recv_seg]; ++i) acc[i] = scratch[i] + acc[i];
   }
@@ -107,9 +106,8 @@ absl::Status RingAllGather(GlooPeers& peers, uint32_t tag, void* data, absl::Spa
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = Mod(r - s, n);
     const int recv_seg = Mod(r - s - 1, n);
-    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, Mod(r + 1, n), bytes + at[send_seg],
-                                             at[send_seg + 1] - at[send_seg], Mod(r - 1, n), bytes + at[recv_seg],
-                                             at[recv_seg + 1] - at[recv_seg]));
+    MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, Mod(r + 1, n), bytes + at[send_seg], at[send_seg + 1] - at[send_seg],
+                                             Mod(r - 1, n), bytes + at[recv_seg], at[recv_seg + 1] - at[recv_seg]));
   }
   return absl::OkStatus();
 }
@@ -158,8 +156,7 @@ absl::Status TreeBroadcast(GlooPeers& peers, uint32_t tag, void* data, size_t by
   int mask = 1;
   while (mask < n) {
     if (me & mask) {
-      MUONSHARD_RETURN_IF_ERROR(
-          peers.Exchange(tag, 0, nullptr, 0, Mod(me - mask + root, n), data, bytes));
+      MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, 0, nullptr, 0, Mod(me - mask + root, n), data, bytes));
       break;
     }
     mask <<= 1;

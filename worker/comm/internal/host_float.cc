@@ -1,9 +1,9 @@
 #include "worker/comm/internal/host_float.h"
 
-#include "common/half_float.h"
-
 #include <cmath>
 #include <cstring>
+
+#include "common/half_float.h"
 
 namespace muonshard::worker::internal {
 
@@ -20,8 +20,7 @@ void WidenToFloat(const void* src, int64_t count, CommDType dtype, float* dst) {
   }
 }
 
-void NarrowFromFloat(const float* src, int64_t count, CommDType dtype,
-                     void* dst) {
+void NarrowFromFloat(const float* src, int64_t count, CommDType dtype, void* dst) {
   if (count == 0) return;
   if (dtype == CommDType::kFloat32) {
     std::memcpy(dst, src, static_cast<size_t>(count) * sizeof(float));

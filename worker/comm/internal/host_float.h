@@ -23,8 +23,7 @@ using ::muonshard::HalfToFloat;
 // dst[i] = float(src[i]) for `count` elements of `dtype` (a known dtype).
 void WidenToFloat(const void* src, int64_t count, CommDType dtype, float* dst);
 // dst[i] = dtype(src[i]), rounding as above.
-void NarrowFromFloat(const float* src, int64_t count, CommDType dtype,
-                     void* dst);
+void NarrowFromFloat(const float* src, int64_t count, CommDType dtype, void* dst);
 
 // acc[i] += x[i].
 void AddFloats(float* acc, const float* x, int64_t count);

@@ -35,8 +35,7 @@ kernels::ElementType ToElementType(v1::DType dtype) {
 
 BackendBuffer::BackendBuffer() : memory_(nullptr, &FreeNothing) {}
 
-absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& backend, v1::DType dtype,
-                                                    int64_t numel) {
+absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& backend, v1::DType dtype, int64_t numel) {
   if (planner::DTypeSize(dtype) == 0) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", static_cast<int>(dtype)));
   }
@@ -51,8 +50,8 @@ absl::StatusOr<BackendBuffer> BackendBuffer::Create(kernels::KernelBackend& back
 
 absl::StatusOr<BackendBuffer> BackendBuffer::View(BackendBuffer& base, int64_t offset, int64_t numel) {
   if (offset < 0 || numel < 0 || offset + numel > base.numel_) {
-    return absl::InvalidArgumentError(absl::StrCat("view [", offset, ", ", offset + numel, ") outside a buffer of ",
-                                                   base.numel_, " elements"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("view [", offset, ", ", offset + numel, ") outside a buffer of ", base.numel_, " elements"));
   }
   BackendBuffer b;
   b.backend_ = base.backend_;
@@ -71,7 +70,9 @@ int64_t BackendBuffer::bytes() const { return numel_ * planner::DTypeSize(dtype_
 
 CommDType BackendBuffer::comm_dtype() const { return ToCommDType(dtype_); }
 
-void* BackendBuffer::At(int64_t offset) const { return static_cast<char*>(memory_.get()) + offset * planner::DTypeSize(dtype_); }
+void* BackendBuffer::At(int64_t offset) const {
+  return static_cast<char*>(memory_.get()) + offset * planner::DTypeSize(dtype_);
+}
 
 absl::Status BackendBuffer::Write(int64_t offset, absl::Span<const float> values) {
   if (values.empty()) return absl::OkStatus();

@@ -73,7 +73,8 @@ bool StepPipeline::FailLocked(const absl::Status& status) {
 
 absl::Status StepPipeline::Finish() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(+[](int* pending) { return *pending == 0; }, &pending_));
+  mu_.Await(absl::Condition(
+      +[](int* pending) { return *pending == 0; }, &pending_));
   absl::Status status = error_;
   error_ = absl::OkStatus();
   return status;

@@ -15,9 +15,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "plan/model.h"
 #include "kernels/bf16.h"
 #include "muonshard/v1/manifest.pb.h"
+#include "plan/model.h"
 #include "worker/comm/communicator.h"
 
 namespace muonshard::worker::internal {
@@ -25,7 +25,6 @@ namespace muonshard::worker::internal {
 // Rounds `value` to the nearest value of `dtype` (identity for FP32).
 // REQUIRES: dtype is BF16, FP16 or FP32.
 float RoundToDType(float value, v1::DType dtype);
-
 
 // The communicator dtype of a plan dtype. REQUIRES: a known dtype.
 CommDType ToCommDType(v1::DType dtype);
@@ -50,9 +49,7 @@ class TypedBuffer {
   CommDType comm_dtype() const { return ToCommDType(dtype_); }
 
   void* data() { return is_fp32() ? static_cast<void*>(floats_.data()) : words_.data(); }
-  const void* data() const {
-    return is_fp32() ? static_cast<const void*>(floats_.data()) : words_.data();
-  }
+  const void* data() const { return is_fp32() ? static_cast<const void*>(floats_.data()) : words_.data(); }
   // Typed views. REQUIRES: floats() only for FP32, words() only for 16-bit.
   float* floats() { return floats_.data(); }
   const float* floats() const { return floats_.data(); }

@@ -14,9 +14,7 @@
 namespace muonshard::worker::internal {
 namespace {
 
-absl::Status Invalid(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("rank view: ", what));
-}
+absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(absl::StrCat("rank view: ", what)); }
 
 // Elements of one held Muon matrix: the product of the last two dimensions.
 int64_t MatrixNumel(const v1::PlannedTensor& t) {
@@ -24,7 +22,6 @@ int64_t MatrixNumel(const v1::PlannedTensor& t) {
   const int n = shape.size();
   return n >= 2 ? shape[n - 2] * shape[n - 1] : shape[n - 1];
 }
-
 
 class LayoutBuilder {
  public:
@@ -42,9 +39,7 @@ class LayoutBuilder {
   }
 
  private:
-  const v1::PlannedTensor& Tensor(const PartLayout& p) const {
-    return view_.tensors(p.view_tensor).tensor();
-  }
+  const v1::PlannedTensor& Tensor(const PartLayout& p) const { return view_.tensors(p.view_tensor).tensor(); }
   std::string Name(const PartLayout& p) const { return absl::StrCat("\"", Tensor(p).name(), "\""); }
 
   absl::Status IndexGroups() {
@@ -88,8 +83,8 @@ class LayoutBuilder {
     MUONSHARD_RETURN_IF_ERROR(CheckShape(name, "", t.shape(), t.numel()));
     if (t.local_shape_size() == 0) return absl::OkStatus();
     if (t.local_shape_size() != t.shape_size()) {
-      return Invalid(absl::StrCat(name, "local_shape has ", t.local_shape_size(), " dimensions, shape ",
-                                  t.shape_size()));
+      return Invalid(
+          absl::StrCat(name, "local_shape has ", t.local_shape_size(), " dimensions, shape ", t.shape_size()));
     }
     return CheckShape(name, "local_", t.local_shape(), t.local_numel());
   }
@@ -135,8 +130,8 @@ class LayoutBuilder {
       if (g == group_of_id_.end()) continue;
       if (held) return Invalid(absl::StrCat("tensor \"", t.name(), "\" has two parts in the rank's groups"));
       if (p.element_begin() < 0 || p.element_begin() >= p.element_end() || p.element_end() > planner::HeldNumel(t)) {
-        return Invalid(absl::StrCat("tensor \"", t.name(), "\": part [", p.element_begin(), ", ",
-                                    p.element_end(), ") is empty or outside the tensor"));
+        return Invalid(absl::StrCat("tensor \"", t.name(), "\": part [", p.element_begin(), ", ", p.element_end(),
+                                    ") is empty or outside the tensor"));
       }
       held = true;
       PartLayout part;
@@ -166,15 +161,13 @@ class LayoutBuilder {
       return Invalid(absl::StrCat(what, ": ", Name(part), " is ", v1::DType_Name(t.dtype()), " in a ",
                                   v1::DType_Name(dtype), " bucket"));
     }
-    if (e.numel() <= 0 || e.element_begin() < part.element_begin ||
-        e.element_begin() + e.numel() > part.element_end) {
+    if (e.numel() <= 0 || e.element_begin() < part.element_begin || e.element_begin() + e.numel() > part.element_end) {
       return Invalid(absl::StrCat(what, ": entry of ", Name(part), " is empty or outside the rank's part"));
     }
     if (e.offset() < *end || e.padded_numel() < e.numel()) {
       return Invalid(absl::StrCat(what, ": entry of ", Name(part), " overlaps the previous one"));
     }
-    if (optimizer == v1::MUON &&
-        (e.element_begin() % MatrixNumel(t) != 0 || e.numel() % MatrixNumel(t) != 0)) {
+    if (optimizer == v1::MUON && (e.element_begin() % MatrixNumel(t) != 0 || e.numel() % MatrixNumel(t) != 0)) {
       return Invalid(absl::StrCat(what, ": entry of ", Name(part), " does not hold whole matrices"));
     }
     *end = e.offset() + e.padded_numel();
@@ -210,8 +203,8 @@ class LayoutBuilder {
         layout_.parts[part].entries.push_back(EntryRef{true, b, k});
       }
       if (end > bucket.numel()) return Invalid(absl::StrCat(what, ": entries run past the buffer"));
-      layout_.muon_buckets.push_back(MuonBucketLayout{
-          group, static_cast<int>(owner - g.ranks().begin()), bucket.owner() == layout_.rank});
+      layout_.muon_buckets.push_back(
+          MuonBucketLayout{group, static_cast<int>(owner - g.ranks().begin()), bucket.owner() == layout_.rank});
       layout_.groups[group].muon_buckets.push_back(b);
     }
     return absl::OkStatus();
@@ -220,8 +213,8 @@ class LayoutBuilder {
   static absl::Status CheckShardOffsets(const v1::AdamwBucket& bucket, int size, absl::string_view what) {
     if (bucket.shard_offsets_size() != size + 1 || bucket.shard_offsets(0) != 0 ||
         bucket.shard_offsets(size) != bucket.numel()) {
-      return Invalid(absl::StrCat(what, ": shard_offsets must be ", size + 1, " boundaries from 0 to ",
-                                  bucket.numel()));
+      return Invalid(
+          absl::StrCat(what, ": shard_offsets must be ", size + 1, " boundaries from 0 to ", bucket.numel()));
     }
     for (int i = 0; i < size; ++i) {
       if (bucket.shard_offsets(i + 1) < bucket.shard_offsets(i)) {
@@ -285,8 +278,8 @@ class LayoutBuilder {
         at += e.numel();
       }
       if (at != part.element_end) {
-        return Invalid(absl::StrCat("tensor ", Name(part), ": elements [", at, ", ", part.element_end,
-                                    ") are in no bucket"));
+        return Invalid(
+            absl::StrCat("tensor ", Name(part), ": elements [", at, ", ", part.element_end, ") are in no bucket"));
       }
     }
     return absl::OkStatus();
@@ -327,8 +320,8 @@ class LayoutBuilder {
       if (!layout_.muon_buckets[b].owned) continue;
       for (size_t k = 0; k < claimed[b].size(); ++k) {
         if (!claimed[b][k]) {
-          return Invalid(absl::StrCat("muon bucket ", view_.muon_buckets(b).id(), " is owned by rank ",
-                                      layout_.rank, " but entry ", k, " is not in its owned tensors"));
+          return Invalid(absl::StrCat("muon bucket ", view_.muon_buckets(b).id(), " is owned by rank ", layout_.rank,
+                                      " but entry ", k, " is not in its owned tensors"));
         }
       }
     }
@@ -343,8 +336,9 @@ class LayoutBuilder {
     tp.op = o.tp_op();
     if (tp.op == v1::TP_OP_NONE) {
       if (planner::IsTpSplit(t)) {
-        return Invalid(absl::StrCat(what, ": a TP-split matrix without a TP op (Newton-Schulz on a shard alone "
-                                          "is not Muon)"));
+        return Invalid(absl::StrCat(what,
+                                    ": a TP-split matrix without a TP op (Newton-Schulz on a shard alone "
+                                    "is not Muon)"));
       }
       return tp;
     }
@@ -356,8 +350,8 @@ class LayoutBuilder {
     const int tp_size = view_.topology().tp();
     if (g == group_of_id_.end() || view_.groups(layout_.groups[g->second].view_group).colour() != v1::TENSOR_PARALLEL ||
         layout_.groups[g->second].size != tp_size) {
-      return Invalid(absl::StrCat(what, ": tp_group ", o.tp_group(), " is not the rank's TENSOR_PARALLEL group of ",
-                                  tp_size));
+      return Invalid(
+          absl::StrCat(what, ": tp_group ", o.tp_group(), " is not the rank's TENSOR_PARALLEL group of ", tp_size));
     }
     tp.group = g->second;
     if (tp.op == v1::TP_OP_GATHER_SCATTER) {
@@ -393,8 +387,8 @@ class LayoutBuilder {
   absl::Status CheckTotals() const {
     const v1::RankPlan& r = view_.rank();
     if (layout_.muon_state_numel != r.muon_numel()) {
-      return Invalid(absl::StrCat("rank ", r.rank(), ": muon_numel is ", r.muon_numel(),
-                                  " but its owned tensors hold ", layout_.muon_state_numel));
+      return Invalid(absl::StrCat("rank ", r.rank(), ": muon_numel is ", r.muon_numel(), " but its owned tensors hold ",
+                                  layout_.muon_state_numel));
     }
     if (layout_.adamw_shard_numel != r.adamw_shard_numel()) {
       return Invalid(absl::StrCat("rank ", r.rank(), ": adamw_shard_numel is ", r.adamw_shard_numel(),
@@ -412,7 +406,7 @@ class LayoutBuilder {
   ViewLayout layout_;
   absl::flat_hash_map<int, int> group_of_id_;        // plan group id -> layout_.groups position
   absl::flat_hash_map<int, int> muon_bucket_of_id_;  // bucket id -> view position
-  int64_t state_bytes_ = 0;                           // the optimizer state the layout needs
+  int64_t state_bytes_ = 0;                          // the optimizer state the layout needs
 };
 
 }  // namespace

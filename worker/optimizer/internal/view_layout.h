@@ -13,10 +13,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "plan/model.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/model.h"
 
 namespace muonshard::worker::internal {
 
@@ -41,7 +41,7 @@ struct GroupLayout {
   int view_group = 0;  // position in view.groups
   int id = 0;
   int size = 0;
-  int group_rank = 0;  // this rank's position in the group
+  int group_rank = 0;              // this rank's position in the group
   std::vector<int> muon_buckets;   // positions in view.muon_buckets, plan order
   std::vector<int> adamw_buckets;  // positions in view.adamw_buckets
 };
@@ -51,9 +51,9 @@ struct GroupLayout {
 // whole matrix.
 struct TpMuonLayout {
   v1::TpMuonOp op = v1::TP_OP_NONE;
-  int group = -1;      // the TP group: position in ViewLayout::groups
-  int ns_rank = -1;    // GATHER_SCATTER: the TP group rank that runs NS
-  int64_t rows = 0;    // one whole matrix
+  int group = -1;    // the TP group: position in ViewLayout::groups
+  int ns_rank = -1;  // GATHER_SCATTER: the TP group rank that runs NS
+  int64_t rows = 0;  // one whole matrix
   int64_t cols = 0;
   // Each TP rank's shard of one whole matrix, in TP group rank order.
   std::vector<planner::TpShardRuns> all_runs;
@@ -95,8 +95,8 @@ struct AdamwBucketLayout {
 
 struct ViewLayout {
   int rank = 0;
-  std::vector<GroupLayout> groups;  // ascending group id
-  std::vector<PartLayout> parts;    // ascending plan tensor index
+  std::vector<GroupLayout> groups;               // ascending group id
+  std::vector<PartLayout> parts;                 // ascending plan tensor index
   absl::flat_hash_map<int, int> part_of_tensor;  // plan index -> parts position
   std::vector<MuonBucketLayout> muon_buckets;    // parallel to view.muon_buckets
   std::vector<AdamwBucketLayout> adamw_buckets;  // parallel to view.adamw_buckets
