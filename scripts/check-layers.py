@@ -28,12 +28,29 @@ ALLOWED: dict[str, set[str]] = {
     "worker/comm": {"common"},
     "worker/optimizer": {"worker/comm", "checkpoint", "kernels", "plan", "common"},
     "worker/workload": {"worker/optimizer", "worker/comm", "checkpoint", "kernels", "plan", "common"},
-    "worker": {"worker/comm", "worker/optimizer", "worker/workload", "client", "checkpoint", "kernels", "plan",
-               "common"},
+    "worker": {
+        "worker/comm",
+        "worker/optimizer",
+        "worker/workload",
+        "client",
+        "checkpoint",
+        "kernels",
+        "plan",
+        "common",
+    },
     "gpu": {"worker", "worker/comm", "kernels", "common"},
     "cli": {"client", "checkpoint", "importer", "plan", "common"},
-    "python": {"worker", "worker/optimizer", "worker/comm", "client", "checkpoint", "importer", "kernels", "plan",
-               "common"},
+    "python": {
+        "worker",
+        "worker/optimizer",
+        "worker/comm",
+        "client",
+        "checkpoint",
+        "importer",
+        "kernels",
+        "plan",
+        "common",
+    },
     # Programs on top of everything: they may include any module.
     "bench": {"*"},
     "fuzz": {"*"},
@@ -62,7 +79,8 @@ def sources(root: str):
     for directory, subdirs, files in os.walk(root):
         rel_dir = os.path.relpath(directory, root)
         subdirs[:] = [
-            d for d in subdirs
+            d
+            for d in subdirs
             if not d.startswith((".", "build")) and os.path.join(rel_dir, d).lstrip("./") not in SKIPPED_DIRS
         ]
         for name in files:

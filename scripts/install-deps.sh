@@ -16,6 +16,8 @@ PACKAGES=(
   prometheus-cpp-dev libgloo-dev libsqlite3-dev sqlite3 libssl-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   openssl curl python3
+  # The house format and lint (scripts/check-format.sh, scripts/lint.sh).
+  clang-format-14 clang-tidy-14
   # The Python package (python/): a pybind11 extension, here for Debian's
   # /usr/bin/python3 (the images' build stages); python3-dev's headers serve
   # .venv's interpreter too.

@@ -31,10 +31,29 @@ SCRIPT = os.path.join(ROOT, "examples", "torch", "train_gpt.py")
 
 def run(world, optimizer, steps, work, extra):
     summary = os.path.join(work, "%s-%d.json" % (optimizer, world))
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-            "--log-dir", os.path.join(work, "logs-%s-%d" % (optimizer, world)), SCRIPT, "--fsdp",
-            "--optimizer", optimizer, "--steps", str(steps), "--log-every", str(steps), "--job",
-            "bench-fsdp-%s-%d" % (optimizer, world), "--summary-json", summary, *extra]
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(world),
+        "--log-dir",
+        os.path.join(work, "logs-%s-%d" % (optimizer, world)),
+        SCRIPT,
+        "--fsdp",
+        "--optimizer",
+        optimizer,
+        "--steps",
+        str(steps),
+        "--log-every",
+        str(steps),
+        "--job",
+        "bench-fsdp-%s-%d" % (optimizer, world),
+        "--summary-json",
+        summary,
+        *extra,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     done = subprocess.run(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200, check=False)
     if done.returncode != 0:
@@ -43,11 +62,13 @@ def run(world, optimizer, steps, work, extra):
         s = json.load(f)
     later = sorted(s["optimizer_seconds"], key=int)[1:]
     bytes_per_step = [sum(c[k] or 0 for c in s["comm_bytes"]) for k in later]
-    return {"optimizer_ms": 1e3 * statistics.median(s["optimizer_seconds"][k] for k in later),
-            "step_ms": 1e3 * statistics.median(s["step_seconds"][k] for k in later),
-            "comm_mib": statistics.mean(bytes_per_step) / 2**20,
-            "state_mib": max(m["optimizer_state"] for m in s["memory"]) / 2**20,
-            "loss": s["losses"][max(s["losses"], key=int)]}
+    return {
+        "optimizer_ms": 1e3 * statistics.median(s["optimizer_seconds"][k] for k in later),
+        "step_ms": 1e3 * statistics.median(s["step_seconds"][k] for k in later),
+        "comm_mib": statistics.mean(bytes_per_step) / 2**20,
+        "state_mib": max(m["optimizer_state"] for m in s["memory"]) / 2**20,
+        "loss": s["losses"][max(s["losses"], key=int)],
+    }
 
 
 def main():
@@ -58,20 +79,38 @@ def main():
     ap.add_argument("--n-layers", type=int, default=4)
     a = ap.parse_args()
     extra = ["--d-model", str(a.d_model), "--n-layers", str(a.n_layers), "--batch-size", "4"]
-    print("| W | optimizer | optimizer step ms (median) | whole step ms | optimizer comm MiB/step (all ranks) "
-          "| largest optimizer state MiB | final loss |")
+    print(
+        "| W | optimizer | optimizer step ms (median) | whole step ms | optimizer comm MiB/step (all ranks) "
+        "| largest optimizer state MiB | final loss |"
+    )
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as work:
         for world in [int(w) for w in a.worlds.split(",")]:
             rows = {o: run(world, o, a.steps, work, extra) for o in ("muonshard", "muon-local")}
             for o, r in rows.items():
-                print("| %d | %s | %.1f | %.1f | %.2f | %.2f | %.4f |" %
-                      (world, "FSDP2 + muonshard" if o == "muonshard" else "FSDP2 + all-gather Muon",
-                       r["optimizer_ms"], r["step_ms"], r["comm_mib"], r["state_mib"], r["loss"]))
+                print(
+                    "| %d | %s | %.1f | %.1f | %.2f | %.2f | %.4f |"
+                    % (
+                        world,
+                        "FSDP2 + muonshard" if o == "muonshard" else "FSDP2 + all-gather Muon",
+                        r["optimizer_ms"],
+                        r["step_ms"],
+                        r["comm_mib"],
+                        r["state_mib"],
+                        r["loss"],
+                    )
+                )
             ours, theirs = rows["muonshard"], rows["muon-local"]
-            print("|   | ratio all-gather / muonshard | %.2fx | %.2fx | %.2fx | %.2fx | |" %
-                  (theirs["optimizer_ms"] / ours["optimizer_ms"], theirs["step_ms"] / ours["step_ms"],
-                   theirs["comm_mib"] / ours["comm_mib"], theirs["state_mib"] / ours["state_mib"]), flush=True)
+            print(
+                "|   | ratio all-gather / muonshard | %.2fx | %.2fx | %.2fx | %.2fx | |"
+                % (
+                    theirs["optimizer_ms"] / ours["optimizer_ms"],
+                    theirs["step_ms"] / ours["step_ms"],
+                    theirs["comm_mib"] / ours["comm_mib"],
+                    theirs["state_mib"] / ours["state_mib"],
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ def load_manifest(path, dtype):
 def parameters(manifest):
     """Seeded random parameters and gradients for every tensor of the manifest."""
     import torch
+
     torch_dtype = {"FP32": torch.float32, "BF16": torch.bfloat16, "FP16": torch.float16}
     g = torch.Generator().manual_seed(1)
     params, grads = [], []
@@ -59,10 +60,11 @@ def time_steps(opt, params, grads, warmup, steps, stats_of=None):
     """Median wall seconds of opt.step() (grads copied in before each, untimed),
     and the median of stats_of(opt) when given."""
     import torch
+
     walls, inner = [], []
     for i in range(warmup + steps):
         with torch.no_grad():
-            for (_, p), g in zip(params, grads):
+            for (_, p), g in zip(params, grads, strict=True):
                 if p.grad is None:
                     p.grad = g.clone()
                 else:
@@ -80,12 +82,11 @@ def time_steps(opt, params, grads, warmup, steps, stats_of=None):
 def rank_main(args):
     """One rank of phase 1 (or the single process of phase 3): prints a JSON line."""
     import muonshard.torch as mst
+
     manifest = load_manifest(args.manifest, args.dtype)
     params, grads = parameters(manifest)
-    opt = mst.ShardedMuonAdamW(params, coordinator=args.coordinator, job=args.job, plan_version=args.version,
-                               lr=1e-4)
-    wall, inner = time_steps(opt, params, grads, args.warmup, args.steps,
-                             lambda o: o.last_step_stats["total_seconds"])
+    opt = mst.ShardedMuonAdamW(params, coordinator=args.coordinator, job=args.job, plan_version=args.version, lr=1e-4)
+    wall, inner = time_steps(opt, params, grads, args.warmup, args.steps, lambda o: o.last_step_stats["total_seconds"])
     print(json.dumps({"rank": opt.rank, "wall": wall, "cpp": inner}), flush=True)
     opt.close()
 
@@ -93,6 +94,7 @@ def rank_main(args):
 def torch_main(args):
     """Phase 3's unsharded torch Muon + AdamW in one process: prints a JSON line."""
     import torch
+
     spec = importlib.util.spec_from_file_location("train_gpt", os.path.join(ROOT, "examples", "torch", "train_gpt.py"))
     train_gpt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(train_gpt)
@@ -107,11 +109,33 @@ def torch_main(args):
 def spawn_ranks(args, world, job, version, coordinator, extra_env=None):
     procs = []
     for r in range(world):
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world),
-                   **(extra_env or {}))
-        cmd = [sys.executable, os.path.abspath(__file__), "--rank-mode", "--coordinator", coordinator, "--job", job,
-               "--version", str(version), "--manifest", args.manifest, "--dtype", args.dtype, "--steps",
-               str(args.steps), "--warmup", str(args.warmup)]
+        env = dict(
+            os.environ,
+            RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(r),
+            LOCAL_WORLD_SIZE=str(world),
+            **(extra_env or {}),
+        )
+        cmd = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--rank-mode",
+            "--coordinator",
+            coordinator,
+            "--job",
+            job,
+            "--version",
+            str(version),
+            "--manifest",
+            args.manifest,
+            "--dtype",
+            args.dtype,
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+        ]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
     results = []
     for p in procs:
@@ -125,12 +149,31 @@ def spawn_ranks(args, world, job, version, coordinator, extra_env=None):
 def worker_phase(args, world, version, coordinator):
     """muonshard-worker on the same plan: the median of rank 0's optimizer phases."""
     import muonshard
+
     worker = muonshard.find_binary("muonshard-worker")
     procs = []
     for r in range(world):
-        cmd = [worker, "--coordinator", coordinator, "--job", "bench-worker", "--plan-version", str(version),
-               "--rank", str(r), "--workload", "synthetic", "--steps", str(args.warmup + args.steps), "--lr", "1e-4",
-               "--metrics-port", "-1", "--log-every", "1"]
+        cmd = [
+            worker,
+            "--coordinator",
+            coordinator,
+            "--job",
+            "bench-worker",
+            "--plan-version",
+            str(version),
+            "--rank",
+            str(r),
+            "--workload",
+            "synthetic",
+            "--steps",
+            str(args.warmup + args.steps),
+            "--lr",
+            "1e-4",
+            "--metrics-port",
+            "-1",
+            "--log-every",
+            "1",
+        ]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     logs = []
     for p in procs:
@@ -172,6 +215,7 @@ def main():
 
     import muonshard
     import muonshard.torch as mst  # noqa: F401 (fail early without torch)
+
     manifest = load_manifest(args.manifest, args.dtype)
     n = sum(math.prod(int(d) for d in t["shape"]) for t in manifest["tensors"])
     with muonshard.LocalCoordinator(heartbeat_timeout=30) as coord:
@@ -181,27 +225,58 @@ def main():
         worker = worker_phase(args, args.world, version, coord.address)
         solo_version = client.submit(manifest, world_size=1, policy="balanced")
         solo = spawn_ranks(args, 1, "bench-solo", solo_version, coord.address)[0]
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-mode", "--manifest", args.manifest,
-                          "--dtype", args.dtype, "--steps", str(args.steps), "--warmup", str(args.warmup)],
-                         check=True, capture_output=True, text=True, timeout=1200)
+    out = subprocess.run(
+        [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--torch-mode",
+            "--manifest",
+            args.manifest,
+            "--dtype",
+            args.dtype,
+            "--steps",
+            str(args.steps),
+            "--warmup",
+            str(args.warmup),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     torch_wall = json.loads(out.stdout.strip().splitlines()[-1])["wall"]
     r0 = ranks[0]
     overhead = max(r["wall"] - r["cpp"] for r in ranks)
-    print("model %s (%s, %d tensors, %s elements), %d timed steps after %d warm-up, medians, %d cores" %
-          (manifest["model"], args.dtype, len(manifest["tensors"]), format(n, ","), args.steps, args.warmup,
-           os.cpu_count() or 1))
+    print(
+        "model %s (%s, %d tensors, %s elements), %d timed steps after %d warm-up, medians, %d cores"
+        % (
+            manifest["model"],
+            args.dtype,
+            len(manifest["tensors"]),
+            format(n, ","),
+            args.steps,
+            args.warmup,
+            os.cpu_count() or 1,
+        )
+    )
     print()
     print("| measure | ms |")
     print("|---|---|")
     print("| W=%d: `opt.step()` wall, rank 0 (Python) | %.2f |" % (args.world, r0["wall"] * 1e3))
     print("| W=%d: C++ step inside it, rank 0 | %.2f |" % (args.world, r0["cpp"] * 1e3))
-    print("| W=%d: Python layer (wall - C++), worst rank | %.2f (%.1f%% of the step) |" %
-          (args.world, overhead * 1e3, 100 * overhead / r0["wall"]))
-    print("| W=%d: `muonshard-worker` optimizer step, same plan | %.2f (Python/worker %.3f) |" %
-          (args.world, worker * 1e3, r0["wall"] / worker))
+    print(
+        "| W=%d: Python layer (wall - C++), worst rank | %.2f (%.1f%% of the step) |"
+        % (args.world, overhead * 1e3, 100 * overhead / r0["wall"])
+    )
+    print(
+        "| W=%d: `muonshard-worker` optimizer step, same plan | %.2f (Python/worker %.3f) |"
+        % (args.world, worker * 1e3, r0["wall"] / worker)
+    )
     print("| W=1: `ShardedMuonAdamW.step()` | %.2f |" % (solo["wall"] * 1e3))
-    print("| W=1: unsharded torch Muon + AdamW `step()` | %.2f (muonshard/torch %.3f) |" %
-          (torch_wall * 1e3, solo["wall"] / torch_wall))
+    print(
+        "| W=1: unsharded torch Muon + AdamW `step()` | %.2f (muonshard/torch %.3f) |"
+        % (torch_wall * 1e3, solo["wall"] / torch_wall)
+    )
 
 
 if __name__ == "__main__":

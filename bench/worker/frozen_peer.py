@@ -30,9 +30,21 @@ def run(bin_dir, timeout, freeze_at):
     scratch = tempfile.mkdtemp(prefix="muonshard-frozen-")
     port_file = os.path.join(scratch, "ports.json")
     coordinator = subprocess.Popen(
-        [os.path.join(bin_dir, "muonshard-coordinator"), "--listen", "127.0.0.1:0", "--data-dir",
-         os.path.join(scratch, "data"), "--metrics-port", "-1", "--heartbeat-timeout", str(timeout), "--port-file",
-         port_file], stderr=subprocess.DEVNULL)
+        [
+            os.path.join(bin_dir, "muonshard-coordinator"),
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            os.path.join(scratch, "data"),
+            "--metrics-port",
+            "-1",
+            "--heartbeat-timeout",
+            str(timeout),
+            "--port-file",
+            port_file,
+        ],
+        stderr=subprocess.DEVNULL,
+    )
     workers = []
     try:
         deadline = time.monotonic() + 30
@@ -41,15 +53,50 @@ def run(bin_dir, timeout, freeze_at):
                 raise TimeoutError("the coordinator did not start")
             time.sleep(0.05)
         address = "127.0.0.1:%d" % json.load(open(port_file))["grpc_port"]
-        subprocess.run([os.path.join(bin_dir, "muonshardctl"), "submit", "--coordinator", address, "--manifest",
-                        os.path.join(ROOT, "examples", "manifests", "tiny-llama.json"), "--world-size", "2"],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                os.path.join(bin_dir, "muonshardctl"),
+                "submit",
+                "--coordinator",
+                address,
+                "--manifest",
+                os.path.join(ROOT, "examples", "manifests", "tiny-llama.json"),
+                "--world-size",
+                "2",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         error_at = []
         for r in range(2):
-            workers.append(subprocess.Popen(
-                [os.path.join(bin_dir, "muonshard-worker"), "--coordinator", address, "--job", "frozen", "--rank",
-                 str(r), "--steps", "1000000", "--workload", "synthetic", "--blas-threads", "1", "--metrics-port",
-                 "0", "--comm-timeout", "300", "--log-every", "1000000"], stderr=subprocess.PIPE, text=True))
+            workers.append(
+                subprocess.Popen(
+                    [
+                        os.path.join(bin_dir, "muonshard-worker"),
+                        "--coordinator",
+                        address,
+                        "--job",
+                        "frozen",
+                        "--rank",
+                        str(r),
+                        "--steps",
+                        "1000000",
+                        "--workload",
+                        "synthetic",
+                        "--blas-threads",
+                        "1",
+                        "--metrics-port",
+                        "0",
+                        "--comm-timeout",
+                        "300",
+                        "--log-every",
+                        "1000000",
+                    ],
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
 
         def watch():
             for line in workers[0].stderr:

@@ -54,6 +54,7 @@ Usage: /usr/bin/python3 bench/worker/recovery.py [--heartbeat-timeout 2] [--repe
 """
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -72,8 +73,10 @@ WORLD = 4
 FAULTS = ["kill-worker", "stop-thaw", "stop-kill", "kill-coordinator"]
 
 STEP_RE = re.compile(r"rank 0: step (\d+)/\d+ ")
-RECOVERED_RE = re.compile(r"rank (\d+): recovered into generation (\d+) \(detect ([^,]+), abort ([^,]+), "
-                          r"rendezvous ([^,]+), restore ([^)]+)\); continuing from step (\d+)")
+RECOVERED_RE = re.compile(
+    r"rank (\d+): recovered into generation (\d+) \(detect ([^,]+), abort ([^,]+), "
+    r"rendezvous ([^,]+), restore ([^)]+)\); continuing from step (\d+)"
+)
 DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|s|m)")
 UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -112,8 +115,9 @@ class Proc:
         self.lines = []  # (monotonic time, line)
         self.lock = threading.Lock()
         self.log = open(os.path.join(log_dir, name + ".err"), "w")
-        self.p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
+        self.p = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -178,10 +182,23 @@ class Cluster:
         if os.path.exists(port_file):
             os.remove(port_file)
         listen = self.address or "127.0.0.1:0"
-        self.coordinator = Proc("coordinator-%d" % self.coordinator_launches,
-                                [os.path.join(self.bin, "muonshard-coordinator"), "--listen", listen, "--data-dir",
-                                 os.path.join(self.scratch, "data"), "--metrics-port", "-1", "--heartbeat-timeout",
-                                 str(self.a.heartbeat_timeout), "--port-file", port_file], self.scratch)
+        self.coordinator = Proc(
+            "coordinator-%d" % self.coordinator_launches,
+            [
+                os.path.join(self.bin, "muonshard-coordinator"),
+                "--listen",
+                listen,
+                "--data-dir",
+                os.path.join(self.scratch, "data"),
+                "--metrics-port",
+                "-1",
+                "--heartbeat-timeout",
+                str(self.a.heartbeat_timeout),
+                "--port-file",
+                port_file,
+            ],
+            self.scratch,
+        )
 
         def ready():
             if not self.coordinator.alive():
@@ -196,19 +213,62 @@ class Cluster:
         return time.monotonic()
 
     def submit(self):
-        subprocess.run([os.path.join(self.bin, "muonshardctl"), "submit", "--coordinator", self.address, "--manifest",
-                        os.path.join(ROOT, "examples", "manifests", self.a.manifest), "--world-size", str(WORLD)],
-                       check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            [
+                os.path.join(self.bin, "muonshardctl"),
+                "submit",
+                "--coordinator",
+                self.address,
+                "--manifest",
+                os.path.join(ROOT, "examples", "manifests", self.a.manifest),
+                "--world-size",
+                str(WORLD),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
 
     def launch(self, rank):
         self.launches[rank] += 1
-        argv = [os.path.join(self.bin, "muonshard-worker"), "--coordinator", self.address, "--job", "recovery",
-                "--rank", str(rank), "--steps", str(self.a.steps), "--workload", "regression", "--reduce-order",
-                "rank", "--lr", "0.01", "--blas-threads", "1", "--metrics-port", "0", "--port-file",
-                os.path.join(self.scratch, "w%d.port" % rank), "--comm-timeout", str(self.a.comm_timeout),
-                "--join-timeout", "60", "--max-restarts", "5", "--rejoin-grace", str(self.a.comm_timeout),
-                "--checkpoint-dir", os.path.join(self.scratch, "ckpt"), "--checkpoint-every",
-                str(self.a.checkpoint_every), "--resume", "--log-every", "1"]
+        argv = [
+            os.path.join(self.bin, "muonshard-worker"),
+            "--coordinator",
+            self.address,
+            "--job",
+            "recovery",
+            "--rank",
+            str(rank),
+            "--steps",
+            str(self.a.steps),
+            "--workload",
+            "regression",
+            "--reduce-order",
+            "rank",
+            "--lr",
+            "0.01",
+            "--blas-threads",
+            "1",
+            "--metrics-port",
+            "0",
+            "--port-file",
+            os.path.join(self.scratch, "w%d.port" % rank),
+            "--comm-timeout",
+            str(self.a.comm_timeout),
+            "--join-timeout",
+            "60",
+            "--max-restarts",
+            "5",
+            "--rejoin-grace",
+            str(self.a.comm_timeout),
+            "--checkpoint-dir",
+            os.path.join(self.scratch, "ckpt"),
+            "--checkpoint-every",
+            str(self.a.checkpoint_every),
+            "--resume",
+            "--log-every",
+            "1",
+        ]
         self.workers[rank] = Proc("w%d-%d" % (rank, self.launches[rank]), argv, self.scratch)
 
     def kill_worker(self, rank):
@@ -289,7 +349,7 @@ def one_run(a, fault, run_index, rng):
 
         wait_until(reached, 300, "rank 0 at step %d" % at)
         times = [t for t, _ in rank0_steps(cluster)]
-        step = statistics.median(b - x for x, b in zip(times[1:], times[2:]))  # the first step warms up
+        step = statistics.median(b - x for x, b in itertools.pairwise(times))  # the first step warms up
         time.sleep(rng.uniform(0, step))  # anywhere within a step
         victim = rng.randint(1, WORLD - 1)
         row = {"fault": fault, "victim": victim, "load": load, "median step": step}
@@ -331,11 +391,11 @@ def one_run(a, fault, run_index, rng):
             # fault or follows it within 10 s (a step that waits on the
             # coordinator, a checkpoint barrier).
             times = [t for t, _ in rank0_steps(cluster)]
-            gaps = [b - x for x, b in zip(times, times[1:]) if b > t0 and x < t0 + 10]
+            gaps = [b - x for x, b in itertools.pairwise(times) if b > t0 and x < t0 + 10]
             row["longest gap"] = max(gaps) if gaps else float("nan")
             # The same before the fault (from the 2nd step: the 1st warms up;
             # a checkpoint step included), for comparison.
-            gaps = [b - x for x, b in zip(times[1:], times[2:]) if b < t0]
+            gaps = [b - x for x, b in itertools.pairwise(times) if b < t0]
             row["longest gap before"] = max(gaps) if gaps else float("nan")
             row["recoveries"] = sum(len(recovered_lines(w, t0)) for w in cluster.workers)
             lines = [m for w in cluster.workers for _, m in recovered_lines(w, t0)]
@@ -388,14 +448,31 @@ def one_run(a, fault, run_index, rng):
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-RECOVERY = ["median step", "to failure", "worker detect", "abort", "rendezvous", "restore", "to recovered",
-            "first step", "to training"]
+RECOVERY = [
+    "median step",
+    "to failure",
+    "worker detect",
+    "abort",
+    "rendezvous",
+    "restore",
+    "to recovered",
+    "first step",
+    "to training",
+]
 PHASES = {
     "kill-worker": RECOVERY + ["replacement resumed", "steps lost"],
     "stop-thaw": RECOVERY + ["steps lost"],
     "stop-kill": RECOVERY + ["replacement resumed", "steps lost"],
-    "kill-coordinator": ["median step", "coordinator back", "all adopted", "to training",
-                         "longest gap before", "longest gap", "recoveries", "steps lost"],
+    "kill-coordinator": [
+        "median step",
+        "coordinator back",
+        "all adopted",
+        "to training",
+        "longest gap before",
+        "longest gap",
+        "recoveries",
+        "steps lost",
+    ],
 }
 
 
@@ -415,17 +492,30 @@ def main():
     ap.add_argument("--comm-timeout", type=int, default=60)
     ap.add_argument("--manifest", default="tiny-llama.json", help="under examples/manifests")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--max-load", type=float, default=0,
-                    help="before each run, wait for the 1-min load average to drop below this (0: don't)")
+    ap.add_argument(
+        "--max-load",
+        type=float,
+        default=0,
+        help="before each run, wait for the 1-min load average to drop below this (0: don't)",
+    )
     ap.add_argument("--max-load-wait", type=float, default=600, help="... for at most this many seconds")
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--keep", action="store_true", help="keep each run's directory (logs, checkpoints)")
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    print("seed %d, load average %s, heartbeat timeout %g s, checkpoint every %d steps, %s, %d ranks" %
-          (seed, " ".join("%.2f" % x for x in os.getloadavg()), a.heartbeat_timeout, a.checkpoint_every, a.manifest,
-           WORLD), flush=True)
+    print(
+        "seed %d, load average %s, heartbeat timeout %g s, checkpoint every %d steps, %s, %d ranks"
+        % (
+            seed,
+            " ".join("%.2f" % x for x in os.getloadavg()),
+            a.heartbeat_timeout,
+            a.checkpoint_every,
+            a.manifest,
+            WORLD,
+        ),
+        flush=True,
+    )
     results = {}
     failed = 0
     for fault in a.faults:
@@ -437,12 +527,24 @@ def main():
                 print("%s #%d: FAILED: %s" % (fault, i + 1, str(e).splitlines()[0]), flush=True)
                 continue
             results.setdefault(fault, []).append(row)
-            print("%s #%d: %s" % (fault, i + 1, ", ".join(
-                "%s %s" % (k, fmt(k, v) if isinstance(v, float) else v) for k, v in row.items() if k != "fault")),
-                  flush=True)
-    print("\nload average at the end %s; 1-min load before each run %s" %
-          (" ".join("%.2f" % x for x in os.getloadavg()),
-           ", ".join("%.1f" % r["load"] for rows in results.values() for r in rows)))
+            print(
+                "%s #%d: %s"
+                % (
+                    fault,
+                    i + 1,
+                    ", ".join(
+                        "%s %s" % (k, fmt(k, v) if isinstance(v, float) else v) for k, v in row.items() if k != "fault"
+                    ),
+                ),
+                flush=True,
+            )
+    print(
+        "\nload average at the end %s; 1-min load before each run %s"
+        % (
+            " ".join("%.2f" % x for x in os.getloadavg()),
+            ", ".join("%.1f" % r["load"] for rows in results.values() for r in rows),
+        )
+    )
     print("\n| fault | phase | median | min | max |")
     print("|---|---|---|---|---|")
     for fault, rows in results.items():
@@ -451,8 +553,10 @@ def main():
             if not values:
                 continue
             unit = "" if key in ("steps lost", "recoveries") else " s"
-            print("| %s | %s%s | %s | %s | %s |" % (fault, key, unit, fmt(key, statistics.median(values)),
-                                                   fmt(key, min(values)), fmt(key, max(values))))
+            print(
+                "| %s | %s%s | %s | %s | %s |"
+                % (fault, key, unit, fmt(key, statistics.median(values)), fmt(key, min(values)), fmt(key, max(values)))
+            )
     if failed:
         print("\n%d run(s) failed (see above)" % failed)
         sys.exit(1)

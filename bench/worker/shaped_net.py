@@ -96,10 +96,10 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
-import statistics
 import time
 import urllib.request
 
@@ -114,16 +114,39 @@ LOCK_PATH = "/run/lock/muonshard-shaped-net.lock"
 
 # Qwen3-30B-A3B's config.json, the parameter-shaping fields (as process_bench.sh embeds it).
 QWEN3_MOE = {
-    "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
-    "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
-    "vocab_size": 151936, "tie_word_embeddings": False, "attention_bias": False, "num_experts": 128,
-    "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "torch_dtype": "bfloat16",
-    "_name_or_path": "Qwen/Qwen3-30B-A3B"}
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "torch_dtype": "bfloat16",
+    "_name_or_path": "Qwen/Qwen3-30B-A3B",
+}
 # Llama-3.1-8B's config.json, the parameter-shaping fields (a dense model).
 LLAMA_DENSE = {
-    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
-    "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16", "_name_or_path": "meta-llama/Llama-3.1-8B"}
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "mlp_bias": False,
+    "torch_dtype": "bfloat16",
+    "_name_or_path": "meta-llama/Llama-3.1-8B",
+}
 
 MODE_FLAGS = {
     "sequential": ["--step-schedule", "sequential"],
@@ -147,6 +170,7 @@ class Interrupted(Exception):
 
 
 # --------------------------------------------------------------------------- time bound
+
 
 class Deadline:
     def __init__(self, seconds):
@@ -184,6 +208,7 @@ def wait_until(predicate, seconds, what, check=None):
 
 # --------------------------------------------------------------------------- processes
 
+
 def _child_setup():
     # The child dies with this script even when it is killed with SIGKILL
     # (PR_SET_PDEATHSIG = 1); `ip netns exec` keeps it across its execve.
@@ -209,11 +234,16 @@ def run(argv, timeout=30, check=True, ns=None, bounded=True):
     if ns is not None:
         argv = ["ip", "netns", "exec", ns] + argv
     try:
-        p = subprocess.run(argv, capture_output=True, text=True,
-                           timeout=DEADLINE.bound(timeout) if bounded else timeout, env=child_env(),
-                           preexec_fn=_child_setup)
+        p = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE.bound(timeout) if bounded else timeout,
+            env=child_env(),
+            preexec_fn=_child_setup,
+        )
     except subprocess.TimeoutExpired:
-        raise Failure("timed out after %g s: %s" % (timeout, " ".join(argv)))
+        raise Failure("timed out after %g s: %s" % (timeout, " ".join(argv))) from None
     if check and p.returncode != 0:
         raise Failure("%s: exit %d: %s" % (" ".join(argv), p.returncode, (p.stderr or p.stdout).strip()[-800:]))
     return p.stdout if check else p
@@ -229,8 +259,14 @@ class Proc:
             argv = ["ip", "netns", "exec", ns] + argv
         self.argv = argv
         self.log = open(log_path, "w")
-        self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  env=child_env(), preexec_fn=_child_setup)
+        self.p = subprocess.Popen(
+            argv,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=child_env(),
+            preexec_fn=_child_setup,
+        )
 
     def alive(self):
         return self.p.poll() is None
@@ -262,6 +298,7 @@ class Proc:
 
 
 # --------------------------------------------------------------------------- network
+
 
 def parse_rate(text):
     m = re.fullmatch(r"\s*([0-9.]+)\s*(bit|kbit|mbit|gbit|tbit)?\s*", text.lower())
@@ -339,15 +376,67 @@ def shape(dev, rate_bps, delay_s, netem, ns=None):
     # ~1 ms at the rate, so that the class reaches its rate.
     burst = max(256 * 1024, int(rate_bps / 8 * 1e-3))
     run(tc + ["qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1"])
-    run(tc + ["class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "ceil", rate,
-              "burst", str(burst), "cburst", str(burst), "quantum", "65536"])
+    run(
+        tc
+        + [
+            "class",
+            "add",
+            "dev",
+            dev,
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            rate,
+            "ceil",
+            rate,
+            "burst",
+            str(burst),
+            "cburst",
+            str(burst),
+            "quantum",
+            "65536",
+        ]
+    )
     if delay_s > 0 and netem:
-        run(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "netem", "delay",
-                  "%dus" % round(delay_s * 1e6), "limit", "100000"])
+        run(
+            tc
+            + [
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:1",
+                "handle",
+                "10:",
+                "netem",
+                "delay",
+                "%dus" % round(delay_s * 1e6),
+                "limit",
+                "100000",
+            ]
+        )
     else:
         # A switch-like buffer: ~4 ms at the rate (at least 1 MiB).
-        run(tc + ["qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "bfifo", "limit",
-                  str(max(1 << 20, int(rate_bps / 8 * 4e-3)))])
+        run(
+            tc
+            + [
+                "qdisc",
+                "add",
+                "dev",
+                dev,
+                "parent",
+                "1:1",
+                "handle",
+                "10:",
+                "bfifo",
+                "limit",
+                str(max(1 << 20, int(rate_bps / 8 * 4e-3))),
+            ]
+        )
 
 
 def netem_available():
@@ -384,8 +473,11 @@ def setup_network(n, rate_bps, delay_s, ingress, netem):
     # connect to a closed port there is refused at once when it does.
     py = sys.executable or "/usr/bin/python3"
     for i in range(n):
-        wait_until(lambda i=i: run([py, "-c", REACH, BRIDGE_IP], ns=ns_name(i), check=False).returncode == 0, 15,
-                   "ms-r%d to reach %s" % (i, BRIDGE_IP))
+        wait_until(
+            lambda i=i: run([py, "-c", REACH, BRIDGE_IP], ns=ns_name(i), check=False).returncode == 0,
+            15,
+            "ms-r%d to reach %s" % (i, BRIDGE_IP),
+        )
 
 
 REACH = r"""
@@ -435,21 +527,26 @@ PING_PONGS = 200
 def rate_check(seconds, py):
     """One TCP connection ms-r0 -> ms-r1: the median round trip of one byte (idle
     link), then `seconds` of bulk: (payload Gbit/s at the receiver, RTT s)."""
-    server = subprocess.Popen(["ip", "netns", "exec", ns_name(1), py, "-c", RATE_SERVER, ns_ip(1),
-                               str(seconds + 20), str(PING_PONGS)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, preexec_fn=_child_setup)
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", ns_name(1), py, "-c", RATE_SERVER, ns_ip(1), str(seconds + 20), str(PING_PONGS)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_child_setup,
+    )
     try:
         port = server.stdout.readline().strip()
         if not port.isdigit():
             raise Failure("rate check: the receiver did not start: " + server.stderr.read()[-400:])
-        client = run([py, "-c", RATE_CLIENT, ns_ip(1), port, str(seconds), str(PING_PONGS)], ns=ns_name(0),
-                     timeout=seconds + 30)
-        out, err = server.communicate(timeout=DEADLINE.bound(30))
+        client = run(
+            [py, "-c", RATE_CLIENT, ns_ip(1), port, str(seconds), str(PING_PONGS)], ns=ns_name(0), timeout=seconds + 30
+        )
+        out, _err = server.communicate(timeout=DEADLINE.bound(30))
         result = json.loads(out.strip().splitlines()[-1])
         rtt = json.loads(client.strip().splitlines()[-1])["rtt_median"]
         return result["bytes"] * 8 / result["seconds"] / 1e9, rtt
     except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as e:
-        raise Failure("rate check failed: %s" % e)
+        raise Failure("rate check failed: %s" % e) from e
     finally:
         if server.poll() is None:
             server.kill()
@@ -521,6 +618,7 @@ def socket_counters(pid, ns, exclude_peer_ports, exclude_local_ports, peer_ips):
 
 # --------------------------------------------------------------------------- theory
 
+
 def even_counts(count, n):
     out = [count // n] * n
     for i in range(count % n):
@@ -561,7 +659,7 @@ def muon_pieces(bucket, grad_elem, max_bytes):
         offset = int(e.get("offset", 0))
         if (offset + int(e.get("numel", 0)) - starts[-1]) * grad_elem > max_bytes:
             starts.append(offset)
-    return [end - begin for begin, end in zip(starts, starts[1:] + [numel])]
+    return [end - begin for begin, end in zip(starts, starts[1:] + [numel], strict=True)]
 
 
 def wire_theory(plan, piece_bytes=0):
@@ -618,14 +716,19 @@ def plan_api_bytes(plan):
     """Per rank: the plan's API bytes per step by op, as muonshard_worker_comm_bytes_total labels them."""
     out = []
     for r in sorted(plan["ranks"], key=lambda x: int(x.get("rank", 0))):
-        out.append({"reduce": int(r.get("grad_reduce_bytes", 0)),
-                    "reduce_scatter": int(r.get("grad_reduce_scatter_bytes", 0)),
-                    "broadcast": int(r.get("param_broadcast_bytes", 0)),
-                    "all_gather": int(r.get("param_all_gather_bytes", 0))})
+        out.append(
+            {
+                "reduce": int(r.get("grad_reduce_bytes", 0)),
+                "reduce_scatter": int(r.get("grad_reduce_scatter_bytes", 0)),
+                "broadcast": int(r.get("param_broadcast_bytes", 0)),
+                "all_gather": int(r.get("param_all_gather_bytes", 0)),
+            }
+        )
     return out
 
 
 # --------------------------------------------------------------------------- a cluster per network
+
 
 class Network:
     """Coordinator + hosts: the shaped namespaces or plain loopback."""
@@ -648,10 +751,21 @@ class Network:
 
     def start(self):
         port_file = os.path.join(self.work, "coordinator-%s.port" % self.kind)
-        self.coordinator = Proc("coordinator", [
-            os.path.join(self.bin, "muonshard-coordinator"), "--listen", self.coord_host + ":0", "--data-dir",
-            os.path.join(self.work, "data-" + self.kind), "--metrics-port", "-1", "--port-file", port_file],
-            os.path.join(self.work, "coordinator-%s.log" % self.kind))
+        self.coordinator = Proc(
+            "coordinator",
+            [
+                os.path.join(self.bin, "muonshard-coordinator"),
+                "--listen",
+                self.coord_host + ":0",
+                "--data-dir",
+                os.path.join(self.work, "data-" + self.kind),
+                "--metrics-port",
+                "-1",
+                "--port-file",
+                port_file,
+            ],
+            os.path.join(self.work, "coordinator-%s.log" % self.kind),
+        )
 
         def ready():
             if not self.coordinator.alive():
@@ -666,16 +780,44 @@ class Network:
         self.address = "%s:%d" % (self.coord_host, self.coord_port)
 
     def submit(self, manifest, ep):
-        out = run([os.path.join(self.bin, "muonshardctl"), "submit", "--coordinator", self.address, "--manifest",
-                   manifest, "--world-size", str(self.ranks), "--ep", str(ep), "--policy", self.a.policy] +
-                  (["--tp", str(self.a.tp)] if self.a.tp > 1 else []) +
-                  (["--comm-buffer-mb", str(self.a.comm_buffer_mb)] if self.a.comm_buffer_mb else []), timeout=60)
+        out = run(
+            [
+                os.path.join(self.bin, "muonshardctl"),
+                "submit",
+                "--coordinator",
+                self.address,
+                "--manifest",
+                manifest,
+                "--world-size",
+                str(self.ranks),
+                "--ep",
+                str(ep),
+                "--policy",
+                self.a.policy,
+            ]
+            + (["--tp", str(self.a.tp)] if self.a.tp > 1 else [])
+            + (["--comm-buffer-mb", str(self.a.comm_buffer_mb)] if self.a.comm_buffer_mb else []),
+            timeout=60,
+        )
         m = re.search(r"^version\s+(\d+)", out, re.M)
         if not m:
             raise Failure("muonshardctl submit printed no version:\n" + out[-800:])
         version = int(m.group(1))
-        plan = json.loads(run([os.path.join(self.bin, "muonshardctl"), "get", "--coordinator", self.address,
-                               "--version", str(version), "--output", "json"], timeout=60))
+        plan = json.loads(
+            run(
+                [
+                    os.path.join(self.bin, "muonshardctl"),
+                    "get",
+                    "--coordinator",
+                    self.address,
+                    "--version",
+                    str(version),
+                    "--output",
+                    "json",
+                ],
+                timeout=60,
+            )
+        )
         return version, plan
 
     def close(self):
@@ -702,13 +844,41 @@ class Job:
         flags = a.mode_flags[mode]
         for r in range(net.ranks):
             port_file = os.path.join(net.work, "%s.w%d.port" % (self.name, r))
-            argv = [os.path.join(a.bin, "muonshard-worker"), "--coordinator", net.address, "--job", self.name,
-                    "--plan-version", str(version), "--rank", str(r), "--workload", "synthetic", "--steps",
-                    str(self.total_steps), "--hostname", net.host(r), "--metrics-host", net.host(r),
-                    "--metrics-port", "0", "--port-file", port_file, "--linger", str(a.linger),
-                    "--log-every", "1000000"] + flags + a.worker_arg + self.trace_flags()
-            self.workers.append(Proc("rank %d" % r, argv, os.path.join(net.work, "%s.w%d.log" % (self.name, r)),
-                                     ns=net.ns(r)))
+            argv = (
+                [
+                    os.path.join(a.bin, "muonshard-worker"),
+                    "--coordinator",
+                    net.address,
+                    "--job",
+                    self.name,
+                    "--plan-version",
+                    str(version),
+                    "--rank",
+                    str(r),
+                    "--workload",
+                    "synthetic",
+                    "--steps",
+                    str(self.total_steps),
+                    "--hostname",
+                    net.host(r),
+                    "--metrics-host",
+                    net.host(r),
+                    "--metrics-port",
+                    "0",
+                    "--port-file",
+                    port_file,
+                    "--linger",
+                    str(a.linger),
+                    "--log-every",
+                    "1000000",
+                ]
+                + flags
+                + a.worker_arg
+                + self.trace_flags()
+            )
+            self.workers.append(
+                Proc("rank %d" % r, argv, os.path.join(net.work, "%s.w%d.log" % (self.name, r)), ns=net.ns(r))
+            )
             self.workers[-1].port_file = port_file
 
     def trace_dir(self):
@@ -764,8 +934,12 @@ class Job:
         self.cpu_busy = busy_cores(cpu_before, cpu_jiffies())
         # Every rank lingers (past RankSession::Finish's barriers): no Gloo
         # transfer is in flight, the sockets are still open.
-        wait_until(lambda: all("serving /metrics" in w.text() for w in self.workers), 60,
-                   "%s: every rank to finish" % self.name, check=self.check_finished)
+        wait_until(
+            lambda: all("serving /metrics" in w.text() for w in self.workers),
+            60,
+            "%s: every rank to finish" % self.name,
+            check=self.check_finished,
+        )
         wire = []
         peer_ips = {self.net.host(r) for r in range(self.net.ranks)}
         for r, w in enumerate(self.workers):
@@ -796,6 +970,7 @@ class Job:
 
 # --------------------------------------------------------------------------- figures
 
+
 def cpu_jiffies():
     """(busy, total) jiffies of the whole machine (/proc/stat's cpu line)."""
     with open("/proc/stat") as f:
@@ -814,8 +989,10 @@ def step_means(b, e, names):
     """(steps, mean seconds of each of names[i] = (metric, labels)) between samples b and e."""
     first, labels = names[0]
     n = metric(e, first + "_count", **labels) - metric(b, first + "_count", **labels)
-    return n, [(metric(e, m + "_sum", **l) - metric(b, m + "_sum", **l)) / n if n else float("nan")
-               for m, l in names]
+    return n, [
+        (metric(e, m + "_sum", **labels) - metric(b, m + "_sum", **labels)) / n if n else float("nan")
+        for m, labels in names
+    ]
 
 
 def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
@@ -823,7 +1000,7 @@ def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
     rows = []
     theory = wire_theory(plan, piece_bytes)
     api = plan_api_bytes(plan)
-    for r, (b, e, f) in enumerate(zip(before, after, final)):
+    for r, (b, e, f) in enumerate(zip(before, after, final, strict=True)):
         step_name = "muonshard_worker_step_seconds"
         if has_metric(e, step_name + "_count", phase="step"):
             source, first = 'step_seconds{phase="step"}', (step_name, {"phase": "step"})
@@ -838,20 +1015,32 @@ def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
             n, means = step_means({}, f, names)
             whole_run = True
         steps_run = metric(f, "muonshard_worker_steps_total")
-        api_per_step = {op: metric(f, "muonshard_worker_comm_bytes_total", op=op) / steps_run if steps_run else 0
-                        for op in ("reduce", "reduce_scatter", "broadcast", "all_gather")}
+        api_per_step = {
+            op: metric(f, "muonshard_worker_comm_bytes_total", op=op) / steps_run if steps_run else 0
+            for op in ("reduce", "reduce_scatter", "broadcast", "all_gather")
+        }
         expect_wire = 0 if mode == "compute" else theory[r]["bytes"]
         expect_api = {op: 0 for op in api[r]} if mode == "compute" else api[r]
-        rows.append({
-            "rank": r, "timed": int(n), "whole_run": whole_run, "step_ms": 1e3 * means[0], "source": source,
-            "phases": {ph: 1e3 * v for ph, v in zip(("reduce", "orthogonalise", "adamw", "sync"), means[1:])},
-            "steps_run": int(steps_run),
-            "sent": wire[r]["sent"] / steps_run if steps_run else float("nan"),
-            "received": wire[r]["received"] / steps_run if steps_run else float("nan"),
-            "retrans": wire[r]["retrans"], "sockets": wire[r]["sockets"],
-            "theory": expect_wire, "transfers": 0 if mode == "compute" else theory[r]["transfers"],
-            "api_ok": all(abs(api_per_step[op] - expect_api[op]) < 0.5 for op in expect_api),
-        })
+        rows.append(
+            {
+                "rank": r,
+                "timed": int(n),
+                "whole_run": whole_run,
+                "step_ms": 1e3 * means[0],
+                "source": source,
+                "phases": {
+                    ph: 1e3 * v for ph, v in zip(("reduce", "orthogonalise", "adamw", "sync"), means[1:], strict=True)
+                },
+                "steps_run": int(steps_run),
+                "sent": wire[r]["sent"] / steps_run if steps_run else float("nan"),
+                "received": wire[r]["received"] / steps_run if steps_run else float("nan"),
+                "retrans": wire[r]["retrans"],
+                "sockets": wire[r]["sockets"],
+                "theory": expect_wire,
+                "transfers": 0 if mode == "compute" else theory[r]["transfers"],
+                "api_ok": all(abs(api_per_step[op] - expect_api[op]) < 0.5 for op in expect_api),
+            }
+        )
     return rows
 
 
@@ -865,16 +1054,40 @@ def fmt_ms(v):
 
 def print_job(title, rows, shaped):
     print(title)
-    print("  %-4s %5s %9s %8s %8s %8s %8s %13s %13s %8s %7s" % (
-        "rank", "timed", "step_ms", "reduce", "orthog", "adamw", "sync", "sent_MB/step", "theory_MB", "diff%",
-        "retrMB"))
+    print(
+        "  %-4s %5s %9s %8s %8s %8s %8s %13s %13s %8s %7s"
+        % (
+            "rank",
+            "timed",
+            "step_ms",
+            "reduce",
+            "orthog",
+            "adamw",
+            "sync",
+            "sent_MB/step",
+            "theory_MB",
+            "diff%",
+            "retrMB",
+        )
+    )
     for x in rows:
         p = x["phases"]
-        print("  %-4d %5s %9.1f %8.1f %8.1f %8.1f %8.1f %13.4f %13.4f %8s %7.2f" % (
-            x["rank"], "%d%s" % (x["timed"], "*" if x["whole_run"] else ""), x["step_ms"], p["reduce"],
-            p["orthogonalise"], p["adamw"], p["sync"],
-            x["sent"] / 1e6, x["theory"] / 1e6,
-            ("%+.3f" % pct(x["sent"], x["theory"])) if x["theory"] else "%+.0fB" % x["sent"], x["retrans"] / 1e6))
+        print(
+            "  %-4d %5s %9.1f %8.1f %8.1f %8.1f %8.1f %13.4f %13.4f %8s %7.2f"
+            % (
+                x["rank"],
+                "%d%s" % (x["timed"], "*" if x["whole_run"] else ""),
+                x["step_ms"],
+                p["reduce"],
+                p["orthogonalise"],
+                p["adamw"],
+                p["sync"],
+                x["sent"] / 1e6,
+                x["theory"] / 1e6,
+                ("%+.3f" % pct(x["sent"], x["theory"])) if x["theory"] else "%+.0fB" % x["sent"],
+                x["retrans"] / 1e6,
+            )
+        )
     sent = sum(x["sent"] for x in rows)
     recv = sum(x["received"] for x in rows)
     theory = sum(x["theory"] for x in rows)
@@ -885,18 +1098,36 @@ def print_job(title, rows, shaped):
     held = [x for x in rows if not x["whole_run"]] or rows
     slow = max((x["step_ms"] for x in held if x["step_ms"] == x["step_ms"]), default=float("nan"))
     if any(x["whole_run"] for x in rows):
-        print("  *: this rank ran ahead of the scrapes (nothing holds it back): its mean over the whole run, "
-              "warm-up included; not taken as the slowest")
+        print(
+            "  *: this rank ran ahead of the scrapes (nothing holds it back): its mean over the whole run, "
+            "warm-up included; not taken as the slowest"
+        )
     line = "  slowest rank %.1f ms/step (%s); job wire %.4f MB/step sent, %.4f received, theory %.4f" % (
-        slow, rows[0]["source"], sent / 1e6, recv / 1e6, theory / 1e6)
+        slow,
+        rows[0]["source"],
+        sent / 1e6,
+        recv / 1e6,
+        theory / 1e6,
+    )
     if theory:
         line += " (%+.3f %%; %+.0f B per transfer over %d transfers/step)" % (
-            pct(sent, theory), (sent - theory) / transfers if transfers else 0, transfers)
+            pct(sent, theory),
+            (sent - theory) / transfers if transfers else 0,
+            transfers,
+        )
     print(line)
-    print("  API bytes (muonshard_worker_comm_bytes_total) = the plan's per rank: %s" %
-          ("yes" if all(x["api_ok"] for x in rows) else "NO"))
-    return {"step_ms": slow, "sent": sent, "theory": theory, "per_rank_max_abs_pct": max(
-        (abs(pct(x["sent"], x["theory"])) for x in rows if x["theory"]), default=float("nan"))}
+    print(
+        "  API bytes (muonshard_worker_comm_bytes_total) = the plan's per rank: %s"
+        % ("yes" if all(x["api_ok"] for x in rows) else "NO")
+    )
+    return {
+        "step_ms": slow,
+        "sent": sent,
+        "theory": theory,
+        "per_rank_max_abs_pct": max(
+            (abs(pct(x["sent"], x["theory"])) for x in rows if x["theory"]), default=float("nan")
+        ),
+    }
 
 
 def union_length(intervals):
@@ -921,8 +1152,11 @@ def trace_rows(events):
         if e.get("ph") == "X":
             by_step.setdefault(e["args"]["step"], []).append(e)
     rows = []
-    for step, evs in sorted(by_step.items()):
-        span = lambda e: (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+    for _step, evs in sorted(by_step.items()):
+
+        def span(e):
+            return (e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)
+
         total = sum(e["dur"] for e in evs if e["cat"] == "step") / 1e3
         comm = [span(e) for e in evs if e["cat"] in ("reduce", "sync")]
         upd = [span(e) for e in evs if e["cat"] == "update"]
@@ -933,8 +1167,10 @@ def trace_rows(events):
 def print_trace(job, ranks):
     """NOTE [Step trace]: per rank the medians over the timed steps, and one merged trace file."""
     merged = []
-    print("  step trace (medians over the timed steps): step ms | collectives busy ms (any lane) | updates ms | "
-          "updates while a collective runs")
+    print(
+        "  step trace (medians over the timed steps): step ms | collectives busy ms (any lane) | updates ms | "
+        "updates while a collective runs"
+    )
     for r in range(ranks):
         path = os.path.join(job.trace_dir(), "step-trace-rank%d.json" % r)
         try:
@@ -949,9 +1185,17 @@ def print_trace(job, ranks):
             continue
         med = [statistics.median(x[i] for x in rows) for i in range(4)]
         share = sum(x[3] for x in rows) / sum(x[2] for x in rows) if sum(x[2] for x in rows) >= 0.1 else None
-        print("  rank %d: %7.1f | %7.1f | %7.1f | %7.1f ms (%s)" % (
-            r, med[0], med[1], med[2], med[3], "%.0f %% of all steps' updates" % (100 * share) if share is not None
-            else "no update time"))
+        print(
+            "  rank %d: %7.1f | %7.1f | %7.1f | %7.1f ms (%s)"
+            % (
+                r,
+                med[0],
+                med[1],
+                med[2],
+                med[3],
+                "%.0f %% of all steps' updates" % (100 * share) if share is not None else "no update time",
+            )
+        )
     out = os.path.join(job.net.work, job.name + ".trace.json")
     with open(out, "w") as f:
         json.dump({"displayTimeUnit": "ms", "traceEvents": merged}, f)
@@ -960,11 +1204,11 @@ def print_trace(job, ranks):
 
 # --------------------------------------------------------------------------- main
 
+
 def worker_flags_supported(bin_dir):
     p = run([os.path.join(bin_dir, "muonshard-worker"), "--help"], check=False, timeout=30)
     text = (p.stdout or "") + (p.stderr or "")
-    return ("--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text,
-            "--step-trace-dir" in text)
+    return ("--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text, "--step-trace-dir" in text)
 
 
 def prepare_models(a, work):
@@ -979,15 +1223,40 @@ def prepare_models(a, work):
             json.dump(cfg, f)
         full = os.path.join(work, key + ".full.json")
         with open(full, "w") as f:
-            f.write(run([os.path.join(a.bin, "muonshardctl"), "import-hf", path] +
-                        (["--tp", str(a.tp)] if a.tp > 1 else []), timeout=120))
+            f.write(
+                run(
+                    [os.path.join(a.bin, "muonshardctl"), "import-hf", path]
+                    + (["--tp", str(a.tp)] if a.tp > 1 else []),
+                    timeout=120,
+                )
+            )
         manifest = os.path.join(work, key + ".manifest.json")
         with open(manifest, "w") as f:
-            f.write(run([os.path.join(a.bin, "muonshard-scale-manifest"), "--manifest", full, "--divisor",
-                         str(divisor), "--layers", str(layers)], timeout=120))
-        models.append({"key": key, "manifest": manifest, "ep": ep, "divisor": divisor, "layers": layers,
-                       "label": "%s (/%d, %d layers, ep %d%s)" % (cfg["_name_or_path"].split("/")[-1], divisor,
-                                                                  layers, ep, ", tp %d" % a.tp if a.tp > 1 else "")})
+            f.write(
+                run(
+                    [
+                        os.path.join(a.bin, "muonshard-scale-manifest"),
+                        "--manifest",
+                        full,
+                        "--divisor",
+                        str(divisor),
+                        "--layers",
+                        str(layers),
+                    ],
+                    timeout=120,
+                )
+            )
+        models.append(
+            {
+                "key": key,
+                "manifest": manifest,
+                "ep": ep,
+                "divisor": divisor,
+                "layers": layers,
+                "label": "%s (/%d, %d layers, ep %d%s)"
+                % (cfg["_name_or_path"].split("/")[-1], divisor, layers, ep, ", tp %d" % a.tp if a.tp > 1 else ""),
+            }
+        )
     return models
 
 
@@ -1003,8 +1272,9 @@ def run_network(kind, a, work, models, modes, results, failures):
                 try:
                     before, after, final, wire = job.run()
                 except Failure as e:
-                    failures.append("%s: %s\n%s\n--- coordinator ---\n%s" % (job.name, e, job.tails(),
-                                                                          net.coordinator.tail()))
+                    failures.append(
+                        "%s: %s\n%s\n--- coordinator ---\n%s" % (job.name, e, job.tails(), net.coordinator.tail())
+                    )
                     raise
                 finally:
                     job.stop()
@@ -1012,12 +1282,20 @@ def run_network(kind, a, work, models, modes, results, failures):
                 grad_elem = grad_bytes(plan)
                 pieces = sum(len(muon_pieces(b, grad_elem, a.piece_bytes)) for b in plan.get("muon_buckets", []))
                 title = "%s, %s network, mode %s%s%s (plan: %d Muon buckets in %d pieces + %d AdamW buckets):" % (
-                    model["label"], kind, mode, "" if a.mode_flags[mode] else " (today's step: no flag)",
+                    model["label"],
+                    kind,
+                    mode,
+                    "" if a.mode_flags[mode] else " (today's step: no flag)",
                     ", repeat %d of %d" % (rep + 1, a.repeats) if a.repeats > 1 else "",
-                    len(plan.get("muon_buckets", [])), pieces, len(plan.get("adamw_buckets", [])))
+                    len(plan.get("muon_buckets", [])),
+                    pieces,
+                    len(plan.get("adamw_buckets", [])),
+                )
                 results.setdefault((model["key"], kind, mode), []).append(print_job(title, rows, kind == "shaped"))
-                print("  machine CPU between the scrapes (timed steps; every process): %.2f of %d cores busy" % (
-                    job.cpu_busy, os.cpu_count() or 0))
+                print(
+                    "  machine CPU between the scrapes (timed steps; every process): %.2f of %d cores busy"
+                    % (job.cpu_busy, os.cpu_count() or 0)
+                )
                 if a.trace:
                     print_trace(job, a.ranks)
                 sys.stdout.flush()
@@ -1028,50 +1306,91 @@ def run_network(kind, a, work, models, modes, results, failures):
 def parse_args(argv):
     p = argparse.ArgumentParser(
         description="Muon+AdamW step on a shaped network (namespaces + veth + tc htb); needs root.",
-        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n", 1)[1])
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     p.add_argument("--rate", default="2gbit", help="per-rank link rate, each way (default 2gbit)")
     p.add_argument("--delay", default="0.1ms", help="one-way added latency (netem; default 0.1ms)")
-    p.add_argument("--no-ingress-shaping", dest="ingress", action="store_false",
-                   help="shape only each namespace's egress (default: both ways)")
-    p.add_argument("--modes", default="sequential,pipelined,comm,compute",
-                   help="comma-separated step modes: sequential, pipelined, comm, compute")
+    p.add_argument(
+        "--no-ingress-shaping",
+        dest="ingress",
+        action="store_false",
+        help="shape only each namespace's egress (default: both ways)",
+    )
+    p.add_argument(
+        "--modes",
+        default="sequential,pipelined,comm,compute",
+        help="comma-separated step modes: sequential, pipelined, comm, compute",
+    )
     p.add_argument("--models", default="moe,dense", help="comma-separated: moe (Qwen3-30B-A3B), dense (Llama-3.1-8B)")
-    p.add_argument("--loopback", dest="loopback", action="store_true", default=True,
-                   help="also run sequential/pipelined on unshaped 127.0.0.1 (default)")
+    p.add_argument(
+        "--loopback",
+        dest="loopback",
+        action="store_true",
+        default=True,
+        help="also run sequential/pipelined on unshaped 127.0.0.1 (default)",
+    )
     p.add_argument("--no-loopback", dest="loopback", action="store_false")
-    p.add_argument("--loopback-only", action="store_true",
-                   help="only the loopback runs: no namespaces, no shaping (sequential/pipelined of --modes)")
+    p.add_argument(
+        "--loopback-only",
+        action="store_true",
+        help="only the loopback runs: no namespaces, no shaping (sequential/pipelined of --modes)",
+    )
     p.add_argument("--ranks", type=int, default=4)
     p.add_argument("--ep", type=int, default=2, help="expert-parallel degree of the MoE model (default 2)")
-    p.add_argument("--tp", type=int, default=1,
-                   help="tensor parallelism (Megatron's splits; the wire theory leaves the TP exchanges out)")
+    p.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="tensor parallelism (Megatron's splits; the wire theory leaves the TP exchanges out)",
+    )
     p.add_argument("--moe-divisor", type=int, default=16)
     p.add_argument("--moe-layers", type=int, default=2)
     p.add_argument("--dense-divisor", type=int, default=16)
     p.add_argument("--dense-layers", type=int, default=2)
     p.add_argument("--policy", default="seed", choices=["seed", "seed-all", "balanced"])
-    p.add_argument("--comm-buffer-mb", type=int, default=0,
-                   help="fusion bucket size for the plans (default: the planner's, 256 MiB)")
-    p.add_argument("--step-piece-kib", type=int, default=0,
-                   help="the workers' --step-piece-kib: Muon buckets cut into pieces of at most this many KiB "
-                        "(default 0: the plan's buckets)")
+    p.add_argument(
+        "--comm-buffer-mb",
+        type=int,
+        default=0,
+        help="fusion bucket size for the plans (default: the planner's, 256 MiB)",
+    )
+    p.add_argument(
+        "--step-piece-kib",
+        type=int,
+        default=0,
+        help="the workers' --step-piece-kib: Muon buckets cut into pieces of at most this many KiB "
+        "(default 0: the plan's buckets)",
+    )
     p.add_argument("--steps", type=int, default=10, help="timed steps (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="jobs per model and mode, round the modes; the summary takes medians (default 1)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="jobs per model and mode, round the modes; the summary takes medians (default 1)",
+    )
     p.add_argument("--rate-check-seconds", type=float, default=2.0, help="TCP blast length (0: skip)")
-    p.add_argument("--worker-arg", action="append", default=[],
-                   help="extra flag for every worker (repeat; e.g. --worker-arg=--blas-threads=1)")
+    p.add_argument(
+        "--worker-arg",
+        action="append",
+        default=[],
+        help="extra flag for every worker (repeat; e.g. --worker-arg=--blas-threads=1)",
+    )
     p.add_argument("--job-timeout", type=float, default=300, help="seconds one job may take to reach a scrape")
     p.add_argument("--max-seconds", type=float, default=1500, help="bound on the whole run (default 1500)")
     p.add_argument("--check-goals", action="store_true", help="exit 1 when a goal is missed")
-    p.add_argument("--network-only", action="store_true",
-                   help="set the network up, run the rate check, tear it down (no workers)")
+    p.add_argument(
+        "--network-only", action="store_true", help="set the network up, run the rate check, tear it down (no workers)"
+    )
     p.add_argument("--build", default=os.environ.get("BUILD_DIR", "build"), help="build directory (default build)")
     p.add_argument("--keep", action="store_true", help="keep the scratch directory (logs, plans)")
-    p.add_argument("--trace", action="store_true",
-                   help="the workers' --step-trace-dir over the timed steps: per job an overlap table and "
-                        "<scratch>/<job>.trace.json (all ranks; chrome://tracing, Perfetto; --keep keeps it)")
+    p.add_argument(
+        "--trace",
+        action="store_true",
+        help="the workers' --step-trace-dir over the timed steps: per job an overlap table and "
+        "<scratch>/<job>.trace.json (all ranks; chrome://tracing, Perfetto; --keep keeps it)",
+    )
     a = p.parse_args(argv)
     try:
         a.rate_bps = parse_rate(a.rate)
@@ -1119,8 +1438,10 @@ def preflight(a):
 
 def preflight_network():
     if os.geteuid() != 0:
-        raise CannotRun("needs root (network namespaces, veth, tc): run it as root, e.g. sudo /usr/bin/python3 %s"
-                        % os.path.relpath(__file__))
+        raise CannotRun(
+            "needs root (network namespaces, veth, tc): run it as root, e.g. sudo /usr/bin/python3 %s"
+            % os.path.relpath(__file__)
+        )
     for tool in ("ip", "tc", "ss"):
         if shutil.which(tool) is None:
             raise CannotRun("needs `%s` (iproute2) on PATH" % tool)
@@ -1132,15 +1453,17 @@ def preflight_network():
 def preflight_worker(a):
     for b in ("muonshard-coordinator", "muonshardctl", "muonshard-worker", "muonshard-scale-manifest"):
         if not os.access(os.path.join(a.bin, b), os.X_OK):
-            raise CannotRun("missing %s: ninja -C %s muonshard-coordinator muonshardctl muonshard-worker "
-                            "muonshard-scale-manifest" % (os.path.join(a.bin, b), os.path.relpath(
-                                os.path.dirname(a.bin), ROOT)))
+            raise CannotRun(
+                "missing %s: ninja -C %s muonshard-coordinator muonshardctl muonshard-worker "
+                "muonshard-scale-manifest" % (os.path.join(a.bin, b), os.path.relpath(os.path.dirname(a.bin), ROOT))
+            )
     schedule, phases, pieces, traces = worker_flags_supported(a.bin)
     if a.trace and not traces:
         raise CannotRun("this muonshard-worker has no --step-trace-dir: run without --trace")
     if not pieces and a.step_piece_kib != 0:
-        raise CannotRun("this muonshard-worker has no --step-piece-kib (its step runs the plan's buckets): "
-                        "pass --step-piece-kib 0")
+        raise CannotRun(
+            "this muonshard-worker has no --step-piece-kib (its step runs the plan's buckets): pass --step-piece-kib 0"
+        )
     a.piece_bytes = a.step_piece_kib * 1024
     if a.step_piece_kib:
         a.worker_arg = ["--step-piece-kib", str(a.step_piece_kib)] + a.worker_arg
@@ -1151,8 +1474,10 @@ def preflight_worker(a):
             if m == "sequential":
                 flags = []  # today's step, the only one this worker has
             elif m in a.modes:
-                raise CannotRun("this muonshard-worker has no --step-schedule: mode %s needs it (--modes "
-                                "sequential runs today's step)" % m)
+                raise CannotRun(
+                    "this muonshard-worker has no --step-schedule: mode %s needs it (--modes "
+                    "sequential runs today's step)" % m
+                )
         if "--step-phases" in flags and not phases and m in a.modes:
             raise CannotRun("this muonshard-worker has no --step-phases: mode %s needs it" % m)
         a.mode_flags[m] = flags
@@ -1161,21 +1486,33 @@ def preflight_worker(a):
 def shaped_summary(a, k, get, netem):
     """The shaped network's line for model k; False when the overlap goal is missed."""
     seq, pip, com, cmp_ = (get(k, "shaped", m) for m in ("sequential", "pipelined", "comm", "compute"))
-    print("    shaped (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s" % (
-        a.rate, ("delay %s" % a.delay) if netem and a.delay_s > 0 else "no added delay",
-        fmt_ms(seq), fmt_ms(pip), fmt_ms(com), fmt_ms(cmp_)))
+    print(
+        "    shaped (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s"
+        % (
+            a.rate,
+            ("delay %s" % a.delay) if netem and a.delay_s > 0 else "no added delay",
+            fmt_ms(seq),
+            fmt_ms(pip),
+            fmt_ms(com),
+            fmt_ms(cmp_),
+        )
+    )
     bound = max(com, cmp_) if com == com and cmp_ == cmp_ else float("nan")
     r1 = pip / bound if bound == bound and pip == pip else float("nan")
     r2 = pip / seq if pip == pip and seq == seq else float("nan")
-    print("    pipelined / max(comm, compute) = %s (goal <= 1.15); pipelined / sequential = %s" % (
-        "%.3f" % r1 if r1 == r1 else "n/a", "%.3f" % r2 if r2 == r2 else "n/a"))
+    print(
+        "    pipelined / max(comm, compute) = %s (goal <= 1.15); pipelined / sequential = %s"
+        % ("%.3f" % r1 if r1 == r1 else "n/a", "%.3f" % r2 if r2 == r2 else "n/a")
+    )
     return not (r1 == r1 and r1 > 1.15)
 
 
 def summary(a, models, results, netem):
     print()
-    print("summary (slowest rank's ms per step%s; goals of issue \"Step performance\")" % (
-        ", median of %d repeats" % a.repeats if a.repeats > 1 else ""))
+    print(
+        'summary (slowest rank\'s ms per step%s; goals of issue "Step performance")'
+        % (", median of %d repeats" % a.repeats if a.repeats > 1 else "")
+    )
     ok = True
 
     def get(key, kind, mode):
@@ -1192,8 +1529,10 @@ def summary(a, models, results, netem):
         if a.loopback:
             lseq, lpip = get(k, "loopback", "sequential"), get(k, "loopback", "pipelined")
             r3 = lpip / lseq if lpip == lpip and lseq == lseq else float("nan")
-            print("    loopback: sequential %s | pipelined %s; pipelined / sequential = %s (goal <= 1.00)" % (
-                fmt_ms(lseq), fmt_ms(lpip), "%.3f" % r3 if r3 == r3 else "n/a"))
+            print(
+                "    loopback: sequential %s | pipelined %s; pipelined / sequential = %s (goal <= 1.00)"
+                % (fmt_ms(lseq), fmt_ms(lpip), "%.3f" % r3 if r3 == r3 else "n/a")
+            )
             if r3 == r3 and r3 > 1.0:
                 ok = False
         for mode in a.modes:
@@ -1203,8 +1542,10 @@ def summary(a, models, results, netem):
             # The repeat furthest from the theory (they agree to the byte so far).
             res = max(runs, key=lambda x: abs(pct(x["sent"], x["theory"])))
             d = pct(res["sent"], res["theory"])
-            print("    wire bytes, %s: %.4f MB/step measured vs %.4f theory (%+.3f %%; worst rank %.3f %%; "
-                  "goal +-1 %%)" % (mode, res["sent"] / 1e6, res["theory"] / 1e6, d, res["per_rank_max_abs_pct"]))
+            print(
+                "    wire bytes, %s: %.4f MB/step measured vs %.4f theory (%+.3f %%; worst rank %.3f %%; "
+                "goal +-1 %%)" % (mode, res["sent"] / 1e6, res["theory"] / 1e6, d, res["per_rank_max_abs_pct"])
+            )
             if abs(d) > 1.0:
                 ok = False
     return ok
@@ -1214,21 +1555,43 @@ def set_up_shaped_network(a):
     """Builds the shaped network (step 1 above) and checks its rate; whether netem delays it."""
     netem = netem_available()
     if a.delay_s > 0 and not netem:
-        print("note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
-              "latency is the veth + bridge path's own" % a.delay)
+        print(
+            "note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
+            "latency is the veth + bridge path's own" % a.delay
+        )
     setup_network(a.ranks, a.rate_bps, a.delay_s, a.ingress, netem)
     leaf = ("netem delay %s" % a.delay) if netem and a.delay_s > 0 else "bfifo"
-    print("network: bridge %s (%s/24), %d namespaces ms-r0..ms-r%d (%s.11..%d), veth pairs; tc htb rate %s "
-          "(+ %s leaf) on each namespace's egress%s" % (
-              BRIDGE, BRIDGE_IP, a.ranks, a.ranks - 1, SUBNET, 10 + a.ranks, a.rate, leaf,
-              " and on the bridge side (ingress)" if a.ingress else ""))
+    print(
+        "network: bridge %s (%s/24), %d namespaces ms-r0..ms-r%d (%s.11..%d), veth pairs; tc htb rate %s "
+        "(+ %s leaf) on each namespace's egress%s"
+        % (
+            BRIDGE,
+            BRIDGE_IP,
+            a.ranks,
+            a.ranks - 1,
+            SUBNET,
+            10 + a.ranks,
+            a.rate,
+            leaf,
+            " and on the bridge side (ingress)" if a.ingress else "",
+        )
+    )
     if a.rate_check_seconds > 0:
         g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3")
         # Full-size frames: 1448 payload bytes of 1514 on the wire (timestamps on).
-        print("rate check: one TCP flow ms-r0 -> ms-r1 for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
-              "(%.1f %% with Ethernet/IP/TCP headers); idle round trip (1 byte, median of %d) %.0f us" % (
-                  a.rate_check_seconds, g, 100 * g * 1e9 / a.rate_bps, a.rate,
-                  100 * g * 1e9 / a.rate_bps * 1514 / 1448, PING_PONGS, rtt * 1e6))
+        print(
+            "rate check: one TCP flow ms-r0 -> ms-r1 for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
+            "(%.1f %% with Ethernet/IP/TCP headers); idle round trip (1 byte, median of %d) %.0f us"
+            % (
+                a.rate_check_seconds,
+                g,
+                100 * g * 1e9 / a.rate_bps,
+                a.rate,
+                100 * g * 1e9 / a.rate_bps * 1514 / 1448,
+                PING_PONGS,
+                rtt * 1e6,
+            )
+        )
     return netem
 
 
@@ -1271,9 +1634,17 @@ def main(argv):
                 return 0
         models = prepare_models(a, work)
         lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
-        print("workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s" % (
-            a.ranks, a.warmup, a.steps, a.policy, ", ".join(lmodes if a.loopback_only else a.modes),
-            " (loopback only)" if a.loopback_only else ""))
+        print(
+            "workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s"
+            % (
+                a.ranks,
+                a.warmup,
+                a.steps,
+                a.policy,
+                ", ".join(lmodes if a.loopback_only else a.modes),
+                " (loopback only)" if a.loopback_only else "",
+            )
+        )
         sys.stdout.flush()
         if not a.loopback_only:
             print()
@@ -1284,8 +1655,7 @@ def main(argv):
         ok = summary(a, models, results, netem)
         rc = 0 if ok or not a.check_goals else 1
         if not ok:
-            print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on "
-                                                                    "them)"))
+            print("some goals are missed" + ("" if a.check_goals else " (reported only; --check-goals fails on them)"))
     except (Failure, Interrupted) as e:
         print("shaped_net.py: %s: %s" % ("FAILED" if isinstance(e, Failure) else "interrupted", e), file=sys.stderr)
         for f in failures:

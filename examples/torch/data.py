@@ -54,8 +54,9 @@ def _sequence_seed(seed: int, index: int) -> int:
     return (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9 + 1) % (1 << 63)
 
 
-def batch(step: int, rank: int, world: int, batch_size: int, seq_len: int, seed: int,
-          vocab: int = DEFAULT_VOCAB) -> tuple[torch.Tensor, torch.Tensor]:
+def batch(
+    step: int, rank: int, world: int, batch_size: int, seq_len: int, seed: int, vocab: int = DEFAULT_VOCAB
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank `rank`'s batch of step `step`: (inputs, targets), each [batch_size, seq_len] int64.
 
     targets[:, t] is the token that follows inputs[:, t] (inputs shifted by one).

@@ -88,8 +88,8 @@ from torch.distributed.tensor import DTensor, Shard
 # `data` importable when the file is run some other way (runpy, an IDE).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import data  # noqa: E402
-from gpt import GPT, GPTConfig, count_parameters  # noqa: E402
+import data
+from gpt import GPT, GPTConfig, count_parameters
 
 MIB = 1 << 20
 
@@ -100,78 +100,140 @@ MIB = 1 << 20
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="Train a small GPT on a synthetic language (data parallel over Gloo).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--optimizer", choices=["muonshard", "adamw", "muon-local"], default="muonshard")
     p.add_argument("--steps", type=int, default=100, help="last step to run (steps count from 1)")
-    p.add_argument("--hostname", default=None,
-                   help="muonshard: the address Gloo binds and advertises to the other ranks (default "
-                        "$MUONSHARD_HOSTNAME, else 127.0.0.1; the pod IP in a cluster)")
-    p.add_argument("--lr-schedule", choices=["cosine", "constant"], default="cosine",
-                   help="cosine: decay to 10%% of --lr at --schedule-steps (torch.optim.lr_scheduler.LambdaLR, which "
-                        "drives ShardedMuonAdamW as any torch optimizer)")
-    p.add_argument("--schedule-steps", type=int, default=None,
-                   help="the schedule's horizon (default --steps); give a run that stops early to resume "
-                        "later the whole run's horizon, so the resumed run follows the same rates")
-    p.add_argument("--lr", type=float, default=None,
-                   help="learning rate (default: 3e-3 for adamw, 0.02 for the Muon optimizers, "
-                        "which use one lr for their Muon and AdamW parts, as Paddle does)")
+    p.add_argument(
+        "--hostname",
+        default=None,
+        help="muonshard: the address Gloo binds and advertises to the other ranks (default "
+        "$MUONSHARD_HOSTNAME, else 127.0.0.1; the pod IP in a cluster)",
+    )
+    p.add_argument(
+        "--lr-schedule",
+        choices=["cosine", "constant"],
+        default="cosine",
+        help="cosine: decay to 10%% of --lr at --schedule-steps (torch.optim.lr_scheduler.LambdaLR, which "
+        "drives ShardedMuonAdamW as any torch optimizer)",
+    )
+    p.add_argument(
+        "--schedule-steps",
+        type=int,
+        default=None,
+        help="the schedule's horizon (default --steps); give a run that stops early to resume "
+        "later the whole run's horizon, so the resumed run follows the same rates",
+    )
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="learning rate (default: 3e-3 for adamw, 0.02 for the Muon optimizers, "
+        "which use one lr for their Muon and AdamW parts, as Paddle does)",
+    )
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--batch-size", type=int, default=16, help="sequences per rank per step")
     p.add_argument("--seed", type=int, default=0, help="seeds the model init and the data")
     # Model.
     p.add_argument("--moe", action="store_true", help="mixture-of-experts MLPs (top-2 routing)")
-    p.add_argument("--stacked-experts", action="store_true",
-                   help="experts as 3-D [E, out, in] parameters instead of one module each")
+    p.add_argument(
+        "--stacked-experts",
+        action="store_true",
+        help="experts as 3-D [E, out, in] parameters instead of one module each",
+    )
     p.add_argument("--n-experts", type=int, default=4)
     p.add_argument("--vocab", type=int, default=data.DEFAULT_VOCAB)
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--n-layers", type=int, default=4)
     p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=None,
-                   help="SwiGLU intermediate size (default: 344 dense, 172 per expert with --moe)")
+    p.add_argument(
+        "--d-ff",
+        type=int,
+        default=None,
+        help="SwiGLU intermediate size (default: 344 dense, 172 per expert with --moe)",
+    )
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--bf16", action="store_true", help="bf16 parameters (default fp32)")
-    p.add_argument("--fsdp", action="store_true",
-                   help="shard the parameters with FSDP2 (fully_shard per layer and the root, on a 1-D CPU mesh); "
-                        "muonshard then plans the DTensor shards, muon-local all-gathers every Muon gradient")
+    p.add_argument(
+        "--fsdp",
+        action="store_true",
+        help="shard the parameters with FSDP2 (fully_shard per layer and the root, on a 1-D CPU mesh); "
+        "muonshard then plans the DTensor shards, muon-local all-gathers every Muon gradient",
+    )
     # muonshard.
-    p.add_argument("--coordinator", default=os.environ.get("MUONSHARD_COORDINATOR"),
-                   metavar="HOST:PORT",
-                   help="coordinator address (env MUONSHARD_COORDINATOR); without it rank 0 "
-                        "starts a local coordinator on 127.0.0.1 for the run")
+    p.add_argument(
+        "--coordinator",
+        default=os.environ.get("MUONSHARD_COORDINATOR"),
+        metavar="HOST:PORT",
+        help="coordinator address (env MUONSHARD_COORDINATOR); without it rank 0 "
+        "starts a local coordinator on 127.0.0.1 for the run",
+    )
     p.add_argument("--job", default="gpt", help="job name at the coordinator (and manifest name)")
     p.add_argument("--ep", type=int, default=1, help="expert-parallel degree of the plan")
-    p.add_argument("--policy", choices=["seed", "balanced"], default="balanced",
-                   help="the planner's partition policy (seed: Paddle's, which puts every Muon matrix of a "
-                        "model this small on one rank; balanced: muonshard's)")
-    p.add_argument("--metrics-port", type=int, default=None,
-                   help="serve the optimizer's /metrics on this port + local rank (0: any free port)")
-    p.add_argument("--metrics-host", default=None,
-                   help="address /metrics binds (default $MUONSHARD_METRICS_HOST, else 127.0.0.1; 0.0.0.0 "
-                        "in a container scraped from outside)")
-    p.add_argument("--max-restarts", type=int, default=0,
-                   help="muonshard: recover up to N times when a peer dies or freezes (re-join, wait for the "
-                        "group, restore the newest checkpoint, rewind); ranks then run as independent processes "
-                        "without torch.distributed (see above); implies --resume with --checkpoint-dir")
-    p.add_argument("--reduce-order", choices=["ring", "rank"], default="ring",
-                   help="muonshard: ring (gloo's ring sums) or rank (sums in rank order: the same bits under any "
-                        "plan of the same world size; n x the reduction traffic)")
-    p.add_argument("--min-workers", type=int, default=0,
-                   help="muonshard: elastic job: when ranks stay away past --rejoin-grace and at least this many "
-                        "are present, go on without them (re-planned; new ranks and world size); needs "
-                        "--max-restarts and --checkpoint-dir")
-    p.add_argument("--rejoin-grace", type=float, default=None,
-                   help="muonshard: seconds a recovery waits for every rank (a replacement process) to re-join "
-                        "(default: the communication timeout)")
+    p.add_argument(
+        "--policy",
+        choices=["seed", "balanced"],
+        default="balanced",
+        help="the planner's partition policy (seed: Paddle's, which puts every Muon matrix of a "
+        "model this small on one rank; balanced: muonshard's)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve the optimizer's /metrics on this port + local rank (0: any free port)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default=None,
+        help="address /metrics binds (default $MUONSHARD_METRICS_HOST, else 127.0.0.1; 0.0.0.0 "
+        "in a container scraped from outside)",
+    )
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="muonshard: recover up to N times when a peer dies or freezes (re-join, wait for the "
+        "group, restore the newest checkpoint, rewind); ranks then run as independent processes "
+        "without torch.distributed (see above); implies --resume with --checkpoint-dir",
+    )
+    p.add_argument(
+        "--reduce-order",
+        choices=["ring", "rank"],
+        default="ring",
+        help="muonshard: ring (gloo's ring sums) or rank (sums in rank order: the same bits under any "
+        "plan of the same world size; n x the reduction traffic)",
+    )
+    p.add_argument(
+        "--min-workers",
+        type=int,
+        default=0,
+        help="muonshard: elastic job: when ranks stay away past --rejoin-grace and at least this many "
+        "are present, go on without them (re-planned; new ranks and world size); needs "
+        "--max-restarts and --checkpoint-dir",
+    )
+    p.add_argument(
+        "--rejoin-grace",
+        type=float,
+        default=None,
+        help="muonshard: seconds a recovery waits for every rank (a replacement process) to re-join "
+        "(default: the communication timeout)",
+    )
     # Checkpoints and logging.
     p.add_argument("--checkpoint-dir", default=None)
-    p.add_argument("--checkpoint-every", type=int, default=0,
-                   help="save every N steps (0: only after the last step); needs --checkpoint-dir")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the checkpoint in --checkpoint-dir (from scratch if there is none)")
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        help="save every N steps (0: only after the last step); needs --checkpoint-dir",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the checkpoint in --checkpoint-dir (from scratch if there is none)",
+    )
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--summary-json", default=None,
-                   help="rank 0 writes the loss curve, step times and memory here")
+    p.add_argument("--summary-json", default=None, help="rank 0 writes the loss curve, step times and memory here")
     args = p.parse_args(argv)
 
     if args.lr is None:
@@ -193,20 +255,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.max_restarts and args.optimizer != "muonshard":
         p.error("--max-restarts applies to --optimizer muonshard only")
     if args.max_restarts and not args.coordinator:
-        p.error("--max-restarts needs --coordinator (or $MUONSHARD_COORDINATOR): a coordinator started by rank 0 "
-                "would die with it")
+        p.error(
+            "--max-restarts needs --coordinator (or $MUONSHARD_COORDINATOR): a coordinator started by rank 0 "
+            "would die with it"
+        )
     if args.rejoin_grace is not None and not args.rejoin_grace > 0:
         p.error("--rejoin-grace must be > 0")
     if args.fsdp and (args.max_restarts or args.stacked_experts or args.ep > 1):
-        p.error("--fsdp runs without --max-restarts, --stacked-experts and --ep (FSDP2 shards every tensor along "
-                "dim 0 under torch.distributed, which a dead rank breaks)")
+        p.error(
+            "--fsdp runs without --max-restarts, --stacked-experts and --ep (FSDP2 shards every tensor along "
+            "dim 0 under torch.distributed, which a dead rank breaks)"
+        )
     if args.fsdp and args.checkpoint_dir and args.optimizer != "muonshard":
         p.error("--fsdp checkpoints with --optimizer muonshard only")
     if args.min_workers < 0:
         p.error("--min-workers must be >= 0")
     if args.min_workers and not (args.max_restarts and args.checkpoint_dir):
-        p.error("--min-workers needs --max-restarts and --checkpoint-dir (a resized group restores the newest "
-                "checkpoint under its new plan)")
+        p.error(
+            "--min-workers needs --max-restarts and --checkpoint-dir (a resized group restores the newest "
+            "checkpoint under its new plan)"
+        )
     return args
 
 
@@ -221,6 +289,7 @@ def shard_model(model: torch.nn.Module, world: int) -> None:
     the world's ranks; every parameter becomes a DTensor sharded along dim 0."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+
     mesh = init_device_mesh("cpu", (world,))
     for layer in model.layers:
         fully_shard(layer, mesh=mesh)
@@ -287,13 +356,15 @@ class MuonAdamW(torch.optim.Optimizer):
     (each rank sends and receives (W-1)/W of every Muon matrix, fp32).
     """
 
-    def __init__(self, named_params, lr=0.02, betas=(0.9, 0.95), eps=1e-9, weight_decay=0.01,
-                 muon_momentum=0.95, ns_steps=5):
+    def __init__(
+        self, named_params, lr=0.02, betas=(0.9, 0.95), eps=1e-9, weight_decay=0.01, muon_momentum=0.95, ns_steps=5
+    ):
         muon, adamw = [], []
         for name, p in named_params:
             (muon if is_muon(name, p) else adamw).append(p)
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                        muon_momentum=muon_momentum, ns_steps=ns_steps)
+        defaults = dict(
+            lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, muon_momentum=muon_momentum, ns_steps=ns_steps
+        )
         groups = [dict(params=muon, use_muon=True), dict(params=adamw, use_muon=False)]
         super().__init__([g for g in groups if g["params"]], defaults)
         self.gathered_bytes = 0
@@ -341,8 +412,8 @@ class MuonAdamW(torch.optim.Optimizer):
                     m1, m2, t = state["exp_avg"], state["exp_avg_sq"], state["step"]
                     m1.mul_(beta1).add_(g, alpha=1 - beta1)
                     m2.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                    denom = (m2 / (1 - beta2 ** t)).sqrt_().add_(group["eps"])
-                    p.add_((m1 / denom).to(p.dtype), alpha=-lr / (1 - beta1 ** t))
+                    denom = (m2 / (1 - beta2**t)).sqrt_().add_(group["eps"])
+                    p.add_((m1 / denom).to(p.dtype), alpha=-lr / (1 - beta1**t))
         return None
 
 
@@ -374,16 +445,22 @@ class ReplicatedOptimizer:
         self.steps_done += 1
         reduce = {"reduce_seconds": t1 - t0} if self.world_size > 1 and not self.sharded else {}
         gathered = getattr(self.opt, "gathered_bytes", 0)
-        self.last_step_stats = {**reduce, "update_seconds": t2 - t1, **({"all_gather_bytes": gathered}
-                                                                        if gathered else {})}
+        self.last_step_stats = {
+            **reduce,
+            "update_seconds": t2 - t1,
+            **({"all_gather_bytes": gathered} if gathered else {}),
+        }
 
     def zero_grad(self):
         self.opt.zero_grad(set_to_none=False)
 
     def memory(self) -> dict:
-        return {"optimizer_state": tensor_bytes(self.opt.state.values()),
-                "gradients": sum(p.grad.numel() * p.grad.element_size()
-                                 for p in self.model.parameters() if p.grad is not None)}
+        return {
+            "optimizer_state": tensor_bytes(self.opt.state.values()),
+            "gradients": sum(
+                p.grad.numel() * p.grad.element_size() for p in self.model.parameters() if p.grad is not None
+            ),
+        }
 
     def _path(self, directory: str) -> str:
         return os.path.join(directory, "replicated.pt")
@@ -393,8 +470,9 @@ class ReplicatedOptimizer:
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
             tmp = self._path(directory) + ".tmp"
-            torch.save({"step": self.steps_done, "model": self.model.state_dict(),
-                        "optimizer": self.opt.state_dict()}, tmp)
+            torch.save(
+                {"step": self.steps_done, "model": self.model.state_dict(), "optimizer": self.opt.state_dict()}, tmp
+            )
             os.replace(tmp, self._path(directory))
         barrier(self.world_size)
 
@@ -419,12 +497,11 @@ def allreduce_mean_gradients(params, world: int) -> None:
     flat /= world
     offset = 0
     for g in grads:
-        g.copy_(flat[offset:offset + g.numel()].view_as(g))
+        g.copy_(flat[offset : offset + g.numel()].view_as(g))
         offset += g.numel()
 
 
-def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int,
-                             stack: contextlib.ExitStack):
+def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int, stack: contextlib.ExitStack):
     """ShardedMuonAdamW with its plan: rank 0 (starts a coordinator if needed and) submits;
     with --max-restarts every rank submits (the same request: the same version)."""
     if args.ep > 1:
@@ -433,20 +510,23 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
         # of tokens), which this data-parallel example does not do.
         raise NotImplementedError(
             "--ep > 1 needs expert-parallel dispatch in the model; this example is "
-            "data parallel (every rank holds all experts): use --ep 1")
+            "data parallel (every rank holds all experts): use --ep 1"
+        )
     try:
         import muonshard
         import muonshard.torch as mst
     except ImportError as e:
-        raise ImportError(f"--optimizer muonshard needs the muonshard Python package ({e}); "
-                          "the adamw and muon-local optimizers work without it") from e
+        raise ImportError(
+            f"--optimizer muonshard needs the muonshard Python package ({e}); "
+            "the adamw and muon-local optimizers work without it"
+        ) from e
 
     address, version, error, failure = args.coordinator, None, None, None
     if args.max_restarts:  # no torch.distributed to share rank 0's answer over
         version = muonshard.Coordinator(address).submit(
-            mst.manifest_from_module(model, name=args.job), world_size=world, ep=args.ep, policy=args.policy)
-        log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, policy {args.policy}) "
-                  f"to {address}")
+            mst.manifest_from_module(model, name=args.job), world_size=world, ep=args.ep, policy=args.policy
+        )
+        log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, policy {args.policy}) to {address}")
     elif rank == 0:
         try:
             if address is None:
@@ -457,8 +537,10 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
             # FSDP2: the mesh decides world_size and tp (NOTE [Sharded parameters]).
             topology = mst.topology_of(model) or {"world_size": world}
             version = muonshard.Coordinator(address).submit(manifest, ep=args.ep, policy=args.policy, **topology)
-            log(rank, f"submitted plan version {version} (world {world}, ep {args.ep}, "
-                      f"policy {args.policy}) to {address}")
+            log(
+                rank,
+                f"submitted plan version {version} (world {world}, ep {args.ep}, policy {args.policy}) to {address}",
+            )
         except Exception as e:  # tell the other ranks before failing, so they do not hang
             failure, error = e, f"{type(e).__name__}: {e}"
     if uses_torch_distributed(args, world):
@@ -476,12 +558,25 @@ def make_muonshard_optimizer(args, model, rank: int, world: int, local_rank: int
     # --resume (implied by --max-restarts) construction restores the newest
     # checkpoint (opt.start_step), as a recovery does.
     return mst.ShardedMuonAdamW(
-        model, coordinator=address, job=args.job, plan_version=version,
-        lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay, muon_momentum=0.95,
-        backend="gloo", metrics_port=args.metrics_port, metrics_host=args.metrics_host, hostname=args.hostname,
-        checkpoint_dir=args.checkpoint_dir, resume=True if args.resume else None,
-        max_restarts=args.max_restarts, rejoin_grace=args.rejoin_grace, min_workers=args.min_workers,
-        reduce_order=args.reduce_order)
+        model,
+        coordinator=address,
+        job=args.job,
+        plan_version=version,
+        lr=args.lr,
+        betas=(0.9, 0.95),
+        weight_decay=args.weight_decay,
+        muon_momentum=0.95,
+        backend="gloo",
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        hostname=args.hostname,
+        checkpoint_dir=args.checkpoint_dir,
+        resume=True if args.resume else None,
+        max_restarts=args.max_restarts,
+        rejoin_grace=args.rejoin_grace,
+        min_workers=args.min_workers,
+        reduce_order=args.reduce_order,
+    )
 
 
 class NeverRaised(Exception):
@@ -492,6 +587,7 @@ def recovered_exception(args):
     """The exception that tells the loop to rewind (muonshard.torch.Recovered)."""
     if args.optimizer == "muonshard":
         import muonshard.torch as mst
+
         return mst.Recovered
     return NeverRaised
 
@@ -500,8 +596,7 @@ def make_optimizer(args, model, rank, world, local_rank, stack):
     if args.optimizer == "muonshard":
         return make_muonshard_optimizer(args, model, rank, world, local_rank, stack)
     if args.optimizer == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
-                                weight_decay=args.weight_decay)
+        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
     else:
         opt = MuonAdamW(model.named_parameters(), lr=args.lr, weight_decay=args.weight_decay)
     return ReplicatedOptimizer(model, opt, rank, world)
@@ -515,8 +610,7 @@ def tensor_bytes(states) -> int:
 
     0-d tensors (torch AdamW's per-parameter step counters) are not counted.
     """
-    return sum(v.numel() * v.element_size()
-               for s in states for v in s.values() if torch.is_tensor(v) and v.ndim > 0)
+    return sum(v.numel() * v.element_size() for s in states for v in s.values() if torch.is_tensor(v) and v.ndim > 0)
 
 
 # The data step of the held-out batch: far past any training run.
@@ -532,12 +626,16 @@ def unsharded_reference_bytes(model: torch.nn.Module) -> dict:
         n_muon += p.numel() if is_muon(name, p) else 0
         if p.dtype != torch.float32:
             master += 4 * p.numel()  # an fp32 master copy of a bf16 parameter
-    return {"params": n_total, "muon_params": n_muon, "adamw_params": n_total - n_muon,
-            "masters": master,
-            "adamw": 8 * n_total + master,  # 2 fp32 moments per parameter
-            # What muonshard holds too, sharded: fp32 masters only of 16-bit
-            # parameters, as Paddle's multi-precision optimizer.
-            "muon_adamw": 4 * n_muon + 8 * (n_total - n_muon) + master}
+    return {
+        "params": n_total,
+        "muon_params": n_muon,
+        "adamw_params": n_total - n_muon,
+        "masters": master,
+        "adamw": 8 * n_total + master,  # 2 fp32 moments per parameter
+        # What muonshard holds too, sharded: fp32 masters only of 16-bit
+        # parameters, as Paddle's multi-precision optimizer.
+        "muon_adamw": 4 * n_muon + 8 * (n_total - n_muon) + master,
+    }
 
 
 def ensure_gradients(model: torch.nn.Module) -> None:
@@ -572,8 +670,11 @@ def log(rank: int, msg: str) -> None:
 def step_breakdown(stats) -> str:
     """An optimizer's last_step_stats as "  (reduce 1.2  muon 3.4 ms, comm 0.56 MB)"."""
     stats = stats or {}
-    phases = "  ".join(f"{k[:-len('_seconds')]} {v * 1e3:.1f}" for k, v in stats.items()
-                       if k.endswith("_seconds") and k != "total_seconds")
+    phases = "  ".join(
+        f"{k[: -len('_seconds')]} {v * 1e3:.1f}"
+        for k, v in stats.items()
+        if k.endswith("_seconds") and k != "total_seconds"
+    )
     comm = sum(v for k, v in stats.items() if k.endswith("_bytes"))
     text = (f"{phases} ms" if phases else "") + (f", comm {comm / 1e6:.2f} MB" if comm else "")
     return f"  ({text})" if text else ""
@@ -596,18 +697,32 @@ def main(argv=None) -> int:
     if distributed:
         dist.init_process_group("gloo")  # env:// rendezvous, as torch.distributed.run sets it
 
-    cfg = GPTConfig(vocab=args.vocab, d_model=args.d_model, n_layers=args.n_layers,
-                    n_heads=args.n_heads, d_ff=args.d_ff, seq_len=args.seq_len, moe=args.moe,
-                    n_experts=args.n_experts, stacked_experts=args.stacked_experts,
-                    dtype=torch.bfloat16 if args.bf16 else torch.float32)
+    cfg = GPTConfig(
+        vocab=args.vocab,
+        d_model=args.d_model,
+        n_layers=args.n_layers,
+        n_heads=args.n_heads,
+        d_ff=args.d_ff,
+        seq_len=args.seq_len,
+        moe=args.moe,
+        n_experts=args.n_experts,
+        stacked_experts=args.stacked_experts,
+        dtype=torch.bfloat16 if args.bf16 else torch.float32,
+    )
     model = GPT(cfg, seed=args.seed)  # the same init on every rank
     ref = unsharded_reference_bytes(model)
     if args.fsdp:
         shard_model(model, world)
-    log(rank, f"model: {count_parameters(model):,} parameters ({ref['muon_params']:,} Muon, "
-              f"{ref['adamw_params']:,} AdamW), {cfg}")
-    log(rank, f"data: {world} rank(s) x {args.batch_size} sequences x {cfg.seq_len} tokens per "
-              f"step; loss floor {data.entropy_floor():.3f}, ln(vocab) {math.log(cfg.vocab):.3f}")
+    log(
+        rank,
+        f"model: {count_parameters(model):,} parameters ({ref['muon_params']:,} Muon, "
+        f"{ref['adamw_params']:,} AdamW), {cfg}",
+    )
+    log(
+        rank,
+        f"data: {world} rank(s) x {args.batch_size} sequences x {cfg.seq_len} tokens per "
+        f"step; loss floor {data.entropy_floor():.3f}, ln(vocab) {math.log(cfg.vocab):.3f}",
+    )
     log(rank, f"optimizer: {args.optimizer}, lr {args.lr}, weight decay {args.weight_decay}")
 
     with contextlib.ExitStack() as stack:
@@ -643,8 +758,9 @@ def main(argv=None) -> int:
         while done < args.steps:
             step = done + 1
             try:
-                inputs, targets = data.batch(step, rank, world, args.batch_size, cfg.seq_len,
-                                             args.seed, vocab=cfg.vocab)
+                inputs, targets = data.batch(
+                    step, rank, world, args.batch_size, cfg.seq_len, args.seed, vocab=cfg.vocab
+                )
                 t0 = time.perf_counter()
                 loss = model.loss(inputs, targets)
                 loss.backward()
@@ -659,10 +775,14 @@ def main(argv=None) -> int:
 
                 losses[step] = mean_over_ranks(loss.item(), group)
                 if step == start + 1 or step % args.log_every == 0 or step == args.steps:
-                    log(rank, f"step {step:5d}/{args.steps}  loss {losses[step]:.4f}  "
-                              f"time {times[step] * 1e3:7.1f} ms{step_breakdown(opt.last_step_stats)}")
-                if args.checkpoint_dir and (step == args.steps or
-                                            (args.checkpoint_every and step % args.checkpoint_every == 0)):
+                    log(
+                        rank,
+                        f"step {step:5d}/{args.steps}  loss {losses[step]:.4f}  "
+                        f"time {times[step] * 1e3:7.1f} ms{step_breakdown(opt.last_step_stats)}",
+                    )
+                if args.checkpoint_dir and (
+                    step == args.steps or (args.checkpoint_every and step % args.checkpoint_every == 0)
+                ):
                     opt.save_checkpoint(args.checkpoint_dir)
                     log(rank, f"saved a checkpoint of step {step} to {args.checkpoint_dir}")
                 done = step
@@ -673,11 +793,13 @@ def main(argv=None) -> int:
                 resized = (r.rank, r.world_size) != (rank, world)
                 rank, world = r.rank, r.world_size
                 phases = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in r.times.items())
-                log(rank, f"recovered at step {step} (restart {r.restarts} of {r.max_restarts}: {r.cause}); "
-                          f"{phases}; continuing after step {r.step}")
+                log(
+                    rank,
+                    f"recovered at step {step} (restart {r.restarts} of {r.max_restarts}: {r.cause}); "
+                    f"{phases}; continuing after step {r.step}",
+                )
                 if resized:
-                    log(rank, f"resized: now rank {rank} of {world} (plan version {r.plan_version}); the data "
-                              f"follows")
+                    log(rank, f"resized: now rank {rank} of {world} (plan version {r.plan_version}); the data follows")
                 done = r.step
                 sched = lr_scheduler(args, opt, done)
 
@@ -692,8 +814,19 @@ def main(argv=None) -> int:
         opt.close()
         barrier(group)  # nobody leaves while rank 0's coordinator may still be needed
 
-    status = report(args, rank, losses, times, memories, ref, held_out, digests, restarts=restarts,
-                    optimizer_times=opt_times, comms=comms)
+    status = report(
+        args,
+        rank,
+        losses,
+        times,
+        memories,
+        ref,
+        held_out,
+        digests,
+        restarts=restarts,
+        optimizer_times=opt_times,
+        comms=comms,
+    )
     if distributed:
         # Nothing may hold on to the process group when it goes: FSDP2's state
         # keeps its collectives' work, which torch would destroy at interpreter
@@ -741,8 +874,9 @@ def heldout_loss(model: torch.nn.Module, cfg: GPTConfig, seed: int) -> float:
     return loss
 
 
-def report(args, rank, losses, times, memories, ref, held_out, digests, restarts=0, optimizer_times=None,
-           comms=None) -> int:
+def report(
+    args, rank, losses, times, memories, ref, held_out, digests, restarts=0, optimizer_times=None, comms=None
+) -> int:
     """Rank 0 prints the summary; every rank returns the same exit status."""
     if not losses:
         log(rank, f"nothing to do: already at step {args.steps}")
@@ -750,40 +884,66 @@ def report(args, rank, losses, times, memories, ref, held_out, digests, restarts
     steps = sorted(losses)
     first, last = losses[steps[0]], losses[steps[-1]]
     timed = [times[s] for s in steps[1:]] or [times[steps[0]]]  # the first step warms up
-    log(rank, f"\nloss: step {steps[0]} {first:.4f} -> step {steps[-1]} {last:.4f} "
-              f"(floor {data.entropy_floor():.3f})")
-    log(rank, f"step time ({args.optimizer}, rank 0): mean {statistics.mean(timed) * 1e3:.1f} ms, "
-              f"median {statistics.median(timed) * 1e3:.1f} ms over {len(timed)} steps")
+    log(rank, f"\nloss: step {steps[0]} {first:.4f} -> step {steps[-1]} {last:.4f} (floor {data.entropy_floor():.3f})")
+    log(
+        rank,
+        f"step time ({args.optimizer}, rank 0): mean {statistics.mean(timed) * 1e3:.1f} ms, "
+        f"median {statistics.median(timed) * 1e3:.1f} ms over {len(timed)} steps",
+    )
 
-    keys = sorted({k for m in memories for k in m},
-                  key=lambda k: (k != "optimizer_state", k))
+    keys = sorted({k for m in memories for k in m}, key=lambda k: (k != "optimizer_state", k))
     widths = [max(13, len(k)) for k in keys]
-    log(rank, "\nmemory per rank:\n  rank  " + "  ".join(f"{k:>{w}}" for k, w in zip(keys, widths)))
+    log(rank, "\nmemory per rank:\n  rank  " + "  ".join(f"{k:>{w}}" for k, w in zip(keys, widths, strict=True)))
     for r, m in enumerate(memories):
-        log(rank, f"  {r:4d}  " + "  ".join(f"{fmt_mib(m[k]) if k in m else '-':>{w}}"
-                                          for k, w in zip(keys, widths)))
+        log(
+            rank,
+            f"  {r:4d}  "
+            + "  ".join(f"{fmt_mib(m[k]) if k in m else '-':>{w}}" for k, w in zip(keys, widths, strict=True)),
+        )
     masters = ", + fp32 masters" if ref["masters"] else ""
-    log(rank, f"  unsharded torch AdamW would hold  {ref['adamw'] / MIB:.3f} MiB of optimizer "
-              f"state per rank (2 fp32 moments x {ref['params']:,} parameters{masters})")
-    log(rank, f"  unsharded Muon + AdamW would hold {ref['muon_adamw'] / MIB:.3f} MiB per rank "
-              f"(momentum for {ref['muon_params']:,} Muon elements, 2 moments for "
-              f"{ref['adamw_params']:,} AdamW elements{masters})")
+    log(
+        rank,
+        f"  unsharded torch AdamW would hold  {ref['adamw'] / MIB:.3f} MiB of optimizer "
+        f"state per rank (2 fp32 moments x {ref['params']:,} parameters{masters})",
+    )
+    log(
+        rank,
+        f"  unsharded Muon + AdamW would hold {ref['muon_adamw'] / MIB:.3f} MiB per rank "
+        f"(momentum for {ref['muon_params']:,} Muon elements, 2 moments for "
+        f"{ref['adamw_params']:,} AdamW elements{masters})",
+    )
     if args.optimizer == "muonshard":
         largest = max(m["optimizer_state"] for m in memories)
-        which = (f"sharded over {len(memories)} rank(s) the largest holds" if not args.max_restarts else
-                 "sharded, rank 0 holds")  # independent ranks: rank 0 knows only its own
-        log(rank, f"  muonshard holds that state sharded: {which} {largest / MIB:.3f} MiB "
-                  f"({100 * largest / ref['muon_adamw']:.0f}% of it)")
+        which = (
+            f"sharded over {len(memories)} rank(s) the largest holds"
+            if not args.max_restarts
+            else "sharded, rank 0 holds"
+        )  # independent ranks: rank 0 knows only its own
+        log(
+            rank,
+            f"  muonshard holds that state sharded: {which} {largest / MIB:.3f} MiB "
+            f"({100 * largest / ref['muon_adamw']:.0f}% of it)",
+        )
 
     if rank == 0 and args.summary_json:
         with open(args.summary_json, "w") as f:
-            json.dump({"optimizer": args.optimizer, "losses": {str(s): losses[s] for s in steps},
-                       "step_seconds": {str(s): times[s] for s in steps},
-                       "optimizer_seconds": {str(s): (optimizer_times or {}).get(s) for s in steps},
-                       # bytes each rank's collectives moved in the optimizer step, by step
-                       "comm_bytes": [{str(s): c.get(s) for s in steps} for c in comms or []],
-                       "memory": memories, "unsharded": ref, "held_out": held_out,
-                       "parameter_digests": digests, "restarts": restarts}, f, indent=1)
+            json.dump(
+                {
+                    "optimizer": args.optimizer,
+                    "losses": {str(s): losses[s] for s in steps},
+                    "step_seconds": {str(s): times[s] for s in steps},
+                    "optimizer_seconds": {str(s): (optimizer_times or {}).get(s) for s in steps},
+                    # bytes each rank's collectives moved in the optimizer step, by step
+                    "comm_bytes": [{str(s): c.get(s) for s in steps} for c in comms or []],
+                    "memory": memories,
+                    "unsharded": ref,
+                    "held_out": held_out,
+                    "parameter_digests": digests,
+                    "restarts": restarts,
+                },
+                f,
+                indent=1,
+            )
 
     log(rank, f"held-out loss: {held_out[0]:.4f} -> {held_out[1]:.4f}")
     if not held_out[1] < held_out[0]:

@@ -16,9 +16,18 @@ exception (ValueError, LookupError, TimeoutError, ConnectionError,
 PermissionError, RuntimeError); see `muonshard._errors`.
 """
 
-from muonshard._errors import (AbortedError, DeadlineExceededError, Error, FailedPreconditionError,
-                               InvalidArgumentError, NotFoundError, PermissionDeniedError, StatusError,
-                               UnauthenticatedError, UnavailableError)
+from muonshard._errors import (
+    AbortedError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    StatusError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from muonshard.coordinator import Coordinator, LocalCoordinator, find_binary
 from muonshard.manifests import manifest_from_hf_config, manifest_from_safetensors
 
@@ -28,8 +37,19 @@ except ImportError:  # a source tree without a build
     __version__ = "0.0.0"
 
 __all__ = [
-    "AbortedError", "Coordinator", "DeadlineExceededError", "Error", "FailedPreconditionError",
-    "InvalidArgumentError", "LocalCoordinator", "NotFoundError", "PermissionDeniedError", "StatusError",
-    "UnauthenticatedError", "UnavailableError", "find_binary", "manifest_from_hf_config",
+    "AbortedError",
+    "Coordinator",
+    "DeadlineExceededError",
+    "Error",
+    "FailedPreconditionError",
+    "InvalidArgumentError",
+    "LocalCoordinator",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "StatusError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "find_binary",
+    "manifest_from_hf_config",
     "manifest_from_safetensors",
 ]

@@ -66,8 +66,16 @@ class StatusError(Error, RuntimeError):
 
 _BY_CODE = {
     cls.code: cls
-    for cls in (InvalidArgumentError, NotFoundError, DeadlineExceededError, UnavailableError,
-                PermissionDeniedError, UnauthenticatedError, FailedPreconditionError, AbortedError)
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        DeadlineExceededError,
+        UnavailableError,
+        PermissionDeniedError,
+        UnauthenticatedError,
+        FailedPreconditionError,
+        AbortedError,
+    )
 }
 
 

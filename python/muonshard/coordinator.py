@@ -30,8 +30,19 @@ def _manifest_dict(manifest):
 _TP_MUON = {"distributed": "TP_MUON_DISTRIBUTED", "duplicated": "TP_MUON_DUPLICATED"}
 
 
-def plan_request(manifest, world_size, ep=1, pp=1, policy="seed", comm_buffer_mb=0, muon_exclude=None,
-                 grad_dtype=None, per_dtype=False, tp=1, tp_muon=None):
+def plan_request(
+    manifest,
+    world_size,
+    ep=1,
+    pp=1,
+    policy="seed",
+    comm_buffer_mb=0,
+    muon_exclude=None,
+    grad_dtype=None,
+    per_dtype=False,
+    tp=1,
+    tp_muon=None,
+):
     """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send.
 
     `tp` > 1 plans tensor parallelism over the manifest's tp_split marks
@@ -74,8 +85,9 @@ class Coordinator:
     """
 
     def __init__(self, address=None, token_file=None, tls_ca=None, tls_cert=None, tls_key=None, timeout=30.0):
-        self._client = _muonshard.CoordinatorClient(address or "", token_file or "", tls_ca or "", tls_cert or "",
-                                                    tls_key or "", float(timeout))
+        self._client = _muonshard.CoordinatorClient(
+            address or "", token_file or "", tls_ca or "", tls_cert or "", tls_key or "", float(timeout)
+        )
 
     @property
     def address(self):
@@ -123,6 +135,7 @@ def find_binary(name):
         places.append(env)
     try:
         from muonshard._build_info import BIN_DIR
+
         places.append(BIN_DIR)
     except ImportError:
         pass
@@ -154,9 +167,19 @@ class LocalCoordinator:
         self._port_file = os.path.join(self.data_dir, "ports.json")
         if os.path.exists(self._port_file):
             os.remove(self._port_file)
-        args = [find_binary("muonshard-coordinator"), "--listen", "127.0.0.1:0", "--data-dir", self.data_dir,
-                "--metrics-port", "0", "--heartbeat-timeout", str(heartbeat_timeout), "--port-file",
-                self._port_file] + list(extra_args)
+        args = [
+            find_binary("muonshard-coordinator"),
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            self.data_dir,
+            "--metrics-port",
+            "0",
+            "--heartbeat-timeout",
+            str(heartbeat_timeout),
+            "--port-file",
+            self._port_file,
+        ] + list(extra_args)
         self._own_log = log is None
         self._log = log if log is not None else open(os.path.join(self.data_dir, "coordinator.log"), "ab")
         self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -167,8 +190,10 @@ class LocalCoordinator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError("muonshard-coordinator exited with %d before serving (log: %s)" %
-                                   (self.process.returncode, os.path.join(self.data_dir, "coordinator.log")))
+                raise RuntimeError(
+                    "muonshard-coordinator exited with %d before serving (log: %s)"
+                    % (self.process.returncode, os.path.join(self.data_dir, "coordinator.log"))
+                )
             try:
                 with open(self._port_file, encoding="utf-8") as f:
                     ports = json.load(f)

@@ -31,8 +31,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
-import check_compose  # noqa: E402
+import check_compose
+import deploy_common as dc
 
 PROGRAMS = ("muonshard-coordinator", "muonshard-worker", "muonshardctl")
 
@@ -68,8 +68,11 @@ def command_lines(compose_cfgs, renders, dockerfiles):
             spec = o["spec"]["template"]["spec"]
             for ct in spec.get("initContainers", []) + spec["containers"]:
                 cmd = ct.get("command") or []
-                prog = os.path.basename(cmd[0]) if cmd else (
-                    "muonshard-coordinator" if "coordinator" in ct["image"] else "muonshard-worker")
+                prog = (
+                    os.path.basename(cmd[0])
+                    if cmd
+                    else ("muonshard-coordinator" if "coordinator" in ct["image"] else "muonshard-worker")
+                )
                 rest = cmd[1:] + ct.get("args", [])
                 sub = rest.pop(0) if prog == "muonshardctl" else None
                 out.append((f"k8s {label} {o['kind']}/{ct['name']}", prog, sub, rest))
@@ -80,7 +83,7 @@ def command_lines(compose_cfgs, renders, dockerfiles):
     for df in ("coordinator.Dockerfile", "worker.Dockerfile") if dockerfiles else ():
         with open(os.path.join(dc.REPO, "deploy", "docker", df)) as f:
             text = f.read().replace("\\\n", " ")
-        for m in re.finditer(r'^HEALTHCHECK .*?CMD (\[.*\])', text, re.M):
+        for m in re.finditer(r"^HEALTHCHECK .*?CMD (\[.*\])", text, re.M):
             argv = eval(m.group(1))  # a JSON-style list literal
             out.append((f"{df} HEALTHCHECK", argv[0], argv[1], argv[2:]))
         entry = None
@@ -96,7 +99,7 @@ def command_lines(compose_cfgs, renders, dockerfiles):
 def substitute(argv, values):
     """Sets `--flag VALUE` / `--flag=VALUE` of the flags in `values`."""
     out, skip_next = [], False
-    for i, a in enumerate(argv):
+    for _i, a in enumerate(argv):
         if skip_next:
             skip_next = False
             continue
@@ -124,11 +127,18 @@ class Run:
 
     def coordinator(self, argv):
         port_file = os.path.join(self.scratch, "coordinator.port")
-        argv = substitute(argv, {"--listen": "127.0.0.1:0", "--metrics-host": "127.0.0.1",
-                                 "--metrics-port": "0",
-                                 "--data-dir": os.path.join(self.scratch, "data")})
-        p = self.stack.spawn("coordinator", [self.stack.binary("muonshard-coordinator"), *argv,
-                                             "--port-file", port_file])
+        argv = substitute(
+            argv,
+            {
+                "--listen": "127.0.0.1:0",
+                "--metrics-host": "127.0.0.1",
+                "--metrics-port": "0",
+                "--data-dir": os.path.join(self.scratch, "data"),
+            },
+        )
+        p = self.stack.spawn(
+            "coordinator", [self.stack.binary("muonshard-coordinator"), *argv, "--port-file", port_file]
+        )
         ports = self.stack._wait_port_file("coordinator", p, port_file, 30)
         self.stack.coordinator_port = ports["grpc_port"]
         return self.stack.address
@@ -147,19 +157,23 @@ class Run:
                 p.wait(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            self.c.check(p.returncode == 0, f"{self.label}: {name} {i} exit {p.returncode}:\n"
-                                            f"{self.stack.log_of(f'{name}-{i}')[-3000:]}")
+            self.c.check(
+                p.returncode == 0,
+                f"{self.label}: {name} {i} exit {p.returncode}:\n{self.stack.log_of(f'{name}-{i}')[-3000:]}",
+            )
         return [self.stack.log_of(f"{name}-{i}") for i, _ in procs]
 
     def check_resumed(self, first, again, job):
         """The logs of a first run (2 steps) and of the same command lines
         run again to step 4."""
-        self.c.check(bool(first) and f"checkpoint of step {STEPS} committed" in first[0],
-                     f"{self.label}: rank 0 committed the checkpoint of step {STEPS} of job {job}")
-        self.c.check(all(f"rank {i}: resumed from" in log and f"(step {STEPS}," in log for i, log in enumerate(again)),
-                     f"{self.label}: run again (restarted containers / replacement pods), every rank resumed "
-                     f"from step {STEPS}")
-
+        self.c.check(
+            bool(first) and f"checkpoint of step {STEPS} committed" in first[0],
+            f"{self.label}: rank 0 committed the checkpoint of step {STEPS} of job {job}",
+        )
+        self.c.check(
+            all(f"rank {i}: resumed from" in log and f"(step {STEPS}," in log for i, log in enumerate(again)),
+            f"{self.label}: run again (restarted containers / replacement pods), every rank resumed from step {STEPS}",
+        )
 
     def kill_and_replace(self, argvs, replacement, name="recovery", timeout=120):
         """Runs `argvs` to RECOVERY_STEPS; once rank 0 logged step KILL_AT,
@@ -176,9 +190,10 @@ class Run:
                 reached = True
                 break
             time.sleep(0.05)
-        self.c.check(reached and procs[VICTIM].poll() is None,
-                     f"{self.label}: every worker still running at step {KILL_AT}:\n"
-                     f"{self.stack.log_of(f'{name}-0')[-2000:]}")
+        self.c.check(
+            reached and procs[VICTIM].poll() is None,
+            f"{self.label}: every worker still running at step {KILL_AT}:\n{self.stack.log_of(f'{name}-0')[-2000:]}",
+        )
         if not reached:
             return
         procs[VICTIM].kill()
@@ -191,13 +206,17 @@ class Run:
                 p.wait(timeout=max(1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            self.c.check(p.returncode == 0, f"{self.label}: recovery: {n} exit {p.returncode}:\n"
-                                            f"{self.stack.log_of(n)[-3000:]}")
-        self.c.check(f"rank {VICTIM}: resumed from" in self.stack.log_of(label),
-                     f"{self.label}: recovery: rank {VICTIM}'s replacement took its rank back and resumed from "
-                     f"the checkpoint")
-        self.c.check(f"checkpoint of step {RECOVERY_STEPS} committed" in self.stack.log_of(f"{name}-0"),
-                     f"{self.label}: recovery: the group re-formed and finished step {RECOVERY_STEPS}")
+            self.c.check(
+                p.returncode == 0, f"{self.label}: recovery: {n} exit {p.returncode}:\n{self.stack.log_of(n)[-3000:]}"
+            )
+        self.c.check(
+            f"rank {VICTIM}: resumed from" in self.stack.log_of(label),
+            f"{self.label}: recovery: rank {VICTIM}'s replacement took its rank back and resumed from the checkpoint",
+        )
+        self.c.check(
+            f"checkpoint of step {RECOVERY_STEPS} committed" in self.stack.log_of(f"{name}-0"),
+            f"{self.label}: recovery: the group re-formed and finished step {RECOVERY_STEPS}",
+        )
 
 
 # Steps of the first run on loopback, of the same command lines again, and of
@@ -211,12 +230,20 @@ def loopback(argv, address, scratch, steps=STEPS):
     volume's) in the scratch folder, under the same name; rank 0 logs every
     step."""
     ckpt = check_compose.flag(argv, "--checkpoint-dir")
-    return substitute(argv, {"--coordinator": address, "--hostname": "127.0.0.1",
-                             "--metrics-host": "127.0.0.1", "--metrics-port": "0",
-                             "--steps": str(steps), "--linger": "0", "--blas-threads": "1",
-                             "--log-every": "1",
-                             **({"--checkpoint-dir": os.path.join(scratch, "checkpoints", os.path.basename(ckpt))}
-                                if ckpt else {})})
+    return substitute(
+        argv,
+        {
+            "--coordinator": address,
+            "--hostname": "127.0.0.1",
+            "--metrics-host": "127.0.0.1",
+            "--metrics-port": "0",
+            "--steps": str(steps),
+            "--linger": "0",
+            "--blas-threads": "1",
+            "--log-every": "1",
+            **({"--checkpoint-dir": os.path.join(scratch, "checkpoints", os.path.basename(ckpt))} if ckpt else {}),
+        },
+    )
 
 
 def run_compose(c, cfg, scratch):
@@ -229,22 +256,24 @@ def run_compose(c, cfg, scratch):
         for v in check_compose.volumes_of(s["submit-plan"]):
             m = check_compose.flag(argv, "--manifest")
             if v["type"] == "bind" and m.startswith(v["target"] + "/"):
-                argv = substitute(argv, {"--manifest": v["source"] + m[len(v["target"]):]})
+                argv = substitute(argv, {"--manifest": v["source"] + m[len(v["target"]) :]})
         r.submit(substitute(argv, {"--coordinator": address}))
         names = sorted(n for n in s if n.startswith("worker-"))
         # In its container each worker's host name is its service's
         # `hostname:` (its JoinJob identity); on one machine it is given.
-        logs = r.workers([loopback(s[n]["command"], address, scratch) + ["--host-id", s[n]["hostname"]]
-                          for n in names])
+        logs = r.workers([loopback(s[n]["command"], address, scratch) + ["--host-id", s[n]["hostname"]] for n in names])
         job = check_compose.flag(s[names[0]]["command"], "--job")
-        c.check(sum(f'joined job "{job}"' in log for log in logs) == len(names),
-                f"compose demo: {len(names)} workers joined job {job}")
+        c.check(
+            sum(f'joined job "{job}"' in log for log in logs) == len(names),
+            f"compose demo: {len(names)} workers joined job {job}",
+        )
         if c.failures:
             return
+
         # The containers restarted: the same commands (and host names).
         def commands(steps):
-            return [loopback(s[n]["command"], address, scratch, steps) + ["--host-id", s[n]["hostname"]]
-                    for n in names]
+            return [loopback(s[n]["command"], address, scratch, steps) + ["--host-id", s[n]["hostname"]] for n in names]
+
         again = r.workers(commands(RESUMED_STEPS), name="restarted")
         r.check_resumed(logs, again, job)
         if c.failures:
@@ -282,6 +311,7 @@ def run_k8s(c, docs, scratch):
         r.submit(argv)
         world = int(env["WORLD_SIZE"])
         c.check(job["spec"]["completions"] == world, "k8s cpu: one pod per rank")
+
         def pods(suffix, steps):
             """The worker pods' argvs. Each pod's hostname is <job>-<index>
             (the Indexed Job's: the worker's default host identity), kept by
@@ -289,17 +319,24 @@ def run_k8s(c, docs, scratch):
             set --host-id."""
             argvs = []
             for rank in range(world):
-                pod_env = {**env, "COORDINATOR": address, "JOB_COMPLETION_INDEX": str(rank),
-                           "POD_IP": "127.0.0.1", "POD_NAME": f"{job['metadata']['name']}-{rank}-{suffix}"}
+                pod_env = {
+                    **env,
+                    "COORDINATOR": address,
+                    "JOB_COMPLETION_INDEX": str(rank),
+                    "POD_IP": "127.0.0.1",
+                    "POD_NAME": f"{job['metadata']['name']}-{rank}-{suffix}",
+                }
                 argv = loopback(k8s_expand(worker["args"], pod_env), address, scratch, steps)
                 if check_compose.flag(argv, "--host-id") is None:
                     argv += ["--host-id", f"{job['metadata']['name']}-{rank}"]
                 argvs.append(argv)
             return argvs
+
         logs = r.workers(pods("x7k2p", STEPS))
-        c.check(all(f'joined job "{env["MUONSHARD_JOB"]}" as rank {i} of {world}' in log
-                    for i, log in enumerate(logs)),
-                f"k8s cpu: pod i joined job {env['MUONSHARD_JOB']} as rank i of {world}")
+        c.check(
+            all(f'joined job "{env["MUONSHARD_JOB"]}" as rank {i} of {world}' in log for i, log in enumerate(logs)),
+            f"k8s cpu: pod i joined job {env['MUONSHARD_JOB']} as rank i of {world}",
+        )
         if c.failures:
             return
         # Replacement pods: the same args, new pod names.

@@ -33,8 +33,8 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
-import check_images  # noqa: E402
+import check_images
+import deploy_common as dc
 
 BASE = os.path.join(dc.REPO, "docker-compose.yml")
 GPU = os.path.join(dc.REPO, "docker-compose.gpu.yml")
@@ -59,16 +59,28 @@ def volumes_of(service):
     out = []
     for v in service.get("volumes", []):
         if isinstance(v, dict):
-            out.append({"type": v.get("type"), "source": v.get("source"), "target": v.get("target"),
-                        "read_only": bool(v.get("read_only"))})
+            out.append(
+                {
+                    "type": v.get("type"),
+                    "source": v.get("source"),
+                    "target": v.get("target"),
+                    "read_only": bool(v.get("read_only")),
+                }
+            )
             continue
         parts = v.split(":")
         if len(parts) == 1:
             out.append({"type": "volume", "source": None, "target": parts[0], "read_only": False})
             continue
         kind = "bind" if parts[0].startswith(("/", ".")) else "volume"
-        out.append({"type": kind, "source": parts[0], "target": parts[1],
-                    "read_only": len(parts) > 2 and "ro" in parts[2].split(",")})
+        out.append(
+            {
+                "type": kind,
+                "source": parts[0],
+                "target": parts[1],
+                "read_only": len(parts) > 2 and "ro" in parts[2].split(","),
+            }
+        )
     return out
 
 
@@ -80,12 +92,15 @@ def restart_policy(service):
 
 def check_restart(c, where, service):
     name, count = restart_policy(service)
-    c.check(name == "on-failure" and count is not None and count >= 1,
-            f"{where}: restarts on failure, a bounded number of times (restart: on-failure:N): "
-            f"{service.get('restart')!r}")
-    c.check("restart_policy" not in service.get("deploy", {}),
-            f"{where}: no deploy.restart_policy (swarm's; docker-compose 1.29 ignores it, Compose v2 "
-            f"would let it override restart:)")
+    c.check(
+        name == "on-failure" and count is not None and count >= 1,
+        f"{where}: restarts on failure, a bounded number of times (restart: on-failure:N): {service.get('restart')!r}",
+    )
+    c.check(
+        "restart_policy" not in service.get("deploy", {}),
+        f"{where}: no deploy.restart_policy (swarm's; docker-compose 1.29 ignores it, Compose v2 "
+        f"would let it override restart:)",
+    )
 
 
 def image_creates(service, target):
@@ -116,19 +131,29 @@ def check_checkpoints(c, where, cfg, service, argv, shared):
     period within the run; adds (volume, dir) to `shared`."""
     ckpt = flag(argv, "--checkpoint-dir") or ""
     mounts = [v for v in volumes_of(service) if ckpt.startswith(v["target"].rstrip("/") + "/")]
-    c.check(len(mounts) == 1 and mounts[0]["type"] == "volume" and mounts[0]["source"] in cfg.get("volumes", {})
-            and not mounts[0]["read_only"],
-            f"{where}: --checkpoint-dir {ckpt!r} lies in a writable named volume: {volumes_of(service)}")
+    c.check(
+        len(mounts) == 1
+        and mounts[0]["type"] == "volume"
+        and mounts[0]["source"] in cfg.get("volumes", {})
+        and not mounts[0]["read_only"],
+        f"{where}: --checkpoint-dir {ckpt!r} lies in a writable named volume: {volumes_of(service)}",
+    )
     if mounts:
-        c.check(image_creates(service, mounts[0]["target"]),
-                f"{where}: its image's stage creates {mounts[0]['target']} owned by its USER "
-                f"(a fresh volume there is writable)")
+        c.check(
+            image_creates(service, mounts[0]["target"]),
+            f"{where}: its image's stage creates {mounts[0]['target']} owned by its USER "
+            f"(a fresh volume there is writable)",
+        )
         shared.add((mounts[0]["source"], ckpt))
-    c.check(ckpt.rstrip("/").rsplit("/", 1)[-1] == flag(argv, "--job"),
-            f"{where}: one checkpoint directory per job (<mount>/{flag(argv, '--job')}): {ckpt!r}")
+    c.check(
+        ckpt.rstrip("/").rsplit("/", 1)[-1] == flag(argv, "--job"),
+        f"{where}: one checkpoint directory per job (<mount>/{flag(argv, '--job')}): {ckpt!r}",
+    )
     every, steps = flag(argv, "--checkpoint-every") or "", flag(argv, "--steps") or ""
-    c.check(every.isdigit() and steps.isdigit() and 0 < int(every) <= int(steps),
-            f"{where}: a checkpoint every {every} steps, within the run's {steps}")
+    c.check(
+        every.isdigit() and steps.isdigit() and 0 < int(every) <= int(steps),
+        f"{where}: a checkpoint every {every} steps, within the run's {steps}",
+    )
     c.check("--resume" in argv, f"{where}: --resume (the newest checkpoint, step 0 while there is none)")
 
 
@@ -151,30 +176,45 @@ def check_common(c, cfg, label, backend):
     if co is None:
         return
     hc = co.get("healthcheck", {}).get("test", [])
-    c.check(hc[:3] == ["CMD", "muonshardctl", "health"], f"{label}: coordinator healthcheck runs muonshardctl health: {hc}")
+    c.check(
+        hc[:3] == ["CMD", "muonshardctl", "health"], f"{label}: coordinator healthcheck runs muonshardctl health: {hc}"
+    )
     data_dir = flag(co.get("command", []), "--data-dir")
     vols = volumes_of(co)
-    c.check(any(v["type"] == "volume" and v["target"] == data_dir and v["source"] in cfg.get("volumes", {})
-                for v in vols),
-            f"{label}: a named volume at the coordinator's --data-dir {data_dir}: {vols}")
-    c.check(flag(co.get("command", []), "--metrics-host") == "0.0.0.0",
-            f"{label}: coordinator metrics reachable from the network (--metrics-host 0.0.0.0)")
-    c.check((flag(co.get("command", []), "--listen") or "").startswith("0.0.0.0:"),
-            f"{label}: coordinator listens on all interfaces")
+    c.check(
+        any(v["type"] == "volume" and v["target"] == data_dir and v["source"] in cfg.get("volumes", {}) for v in vols),
+        f"{label}: a named volume at the coordinator's --data-dir {data_dir}: {vols}",
+    )
+    c.check(
+        flag(co.get("command", []), "--metrics-host") == "0.0.0.0",
+        f"{label}: coordinator metrics reachable from the network (--metrics-host 0.0.0.0)",
+    )
+    c.check(
+        (flag(co.get("command", []), "--listen") or "").startswith("0.0.0.0:"),
+        f"{label}: coordinator listens on all interfaces",
+    )
     coordinator_metrics = flag(co["command"], "--metrics-port")
     grpc_port = flag(co["command"], "--listen").rsplit(":", 1)[1]
 
     sub = services.get("submit-plan", {})
     sub_argv = (sub.get("entrypoint") or []) + (sub.get("command") or [])
     c.check(sub_argv[:2] == ["muonshardctl", "submit"], f"{label}: submit-plan runs muonshardctl submit")
-    c.check(sub.get("depends_on", {}).get("coordinator", {}).get("condition") == "service_healthy",
-            f"{label}: submit-plan waits for a healthy coordinator")
+    c.check(
+        sub.get("depends_on", {}).get("coordinator", {}).get("condition") == "service_healthy",
+        f"{label}: submit-plan waits for a healthy coordinator",
+    )
     c.check(sub.get("restart", "no") == "no", f"{label}: submit-plan is one-shot")
-    c.check(flag(sub_argv, "--coordinator") == f"coordinator:{grpc_port}", f"{label}: submit-plan dials the coordinator")
+    c.check(
+        flag(sub_argv, "--coordinator") == f"coordinator:{grpc_port}", f"{label}: submit-plan dials the coordinator"
+    )
     manifest = flag(sub_argv, "--manifest")
-    mounted = [v for v in volumes_of(sub) if v["type"] == "bind" and manifest and manifest.startswith(v["target"] + "/")]
-    c.check(mounted and os.path.isfile(os.path.join(mounted[0]["source"], manifest[len(mounted[0]["target"]) + 1:])),
-            f"{label}: the submitted manifest {manifest} is mounted from the repository")
+    mounted = [
+        v for v in volumes_of(sub) if v["type"] == "bind" and manifest and manifest.startswith(v["target"] + "/")
+    ]
+    c.check(
+        mounted and os.path.isfile(os.path.join(mounted[0]["source"], manifest[len(mounted[0]["target"]) + 1 :])),
+        f"{label}: the submitted manifest {manifest} is mounted from the repository",
+    )
     world = int(flag(sub_argv, "--world-size") or 0)
 
     workers = {n: s for n, s in services.items() if n.startswith("worker-")}
@@ -188,27 +228,40 @@ def check_common(c, cfg, label, backend):
         c.check(flag(argv, "--backend") == backend, f"{label}: {name} uses --backend {backend}")
         c.check(flag(argv, "--coordinator") == f"coordinator:{grpc_port}", f"{label}: {name} dials the coordinator")
         c.check(name == f"worker-{rank}", f"{label}: {name} runs rank {rank}")
-        c.check(flag(argv, "--hostname") == w.get("hostname") == name,
-                f"{label}: {name} binds and advertises its own hostname for Gloo")
-        c.check(flag(argv, "--metrics-host") == "0.0.0.0" and flag(argv, "--metrics-port") == "9465"
-                and flag(argv, "--local-rank") == "0",
-                f"{label}: {name} serves /metrics on 0.0.0.0:9465 (+ local rank 0)")
+        c.check(
+            flag(argv, "--hostname") == w.get("hostname") == name,
+            f"{label}: {name} binds and advertises its own hostname for Gloo",
+        )
+        c.check(
+            flag(argv, "--metrics-host") == "0.0.0.0"
+            and flag(argv, "--metrics-port") == "9465"
+            and flag(argv, "--local-rank") == "0",
+            f"{label}: {name} serves /metrics on 0.0.0.0:9465 (+ local rank 0)",
+        )
         deps = w.get("depends_on", {})
-        c.check(deps.get("coordinator", {}).get("condition") == "service_healthy"
-                and deps.get("submit-plan", {}).get("condition") == "service_completed_successfully",
-                f"{label}: {name} starts after a healthy coordinator and a successful submission")
+        c.check(
+            deps.get("coordinator", {}).get("condition") == "service_healthy"
+            and deps.get("submit-plan", {}).get("condition") == "service_completed_successfully",
+            f"{label}: {name} starts after a healthy coordinator and a successful submission",
+        )
         # Recovery.
         check_restart(c, f"{label}: {name}", w)
         check_checkpoints(c, f"{label}: {name}", cfg, w, argv, shared)
         restarts = flag(argv, "--max-restarts") or ""
-        c.check(restarts.isdigit() and int(restarts) >= 1,
-                f"{label}: {name} re-forms a broken group in its process (--max-restarts {restarts or None} >= 1)")
-        c.check(flag(argv, "--host-id") in (None, w.get("hostname")),
-                f"{label}: {name}'s host identity is its hostname, which its restarted container keeps "
-                f"(the coordinator hands a known identity its rank)")
+        c.check(
+            restarts.isdigit() and int(restarts) >= 1,
+            f"{label}: {name} re-forms a broken group in its process (--max-restarts {restarts or None} >= 1)",
+        )
+        c.check(
+            flag(argv, "--host-id") in (None, w.get("hostname")),
+            f"{label}: {name}'s host identity is its hostname, which its restarted container keeps "
+            f"(the coordinator hands a known identity its rank)",
+        )
         grace = flag(argv, "--rejoin-grace")
-        c.check(grace is None or (grace.replace(".", "", 1).isdigit() and float(grace) > 0),
-                f"{label}: {name} --rejoin-grace {grace} is a positive number of seconds")
+        c.check(
+            grace is None or (grace.replace(".", "", 1).isdigit() and float(grace) > 0),
+            f"{label}: {name} --rejoin-grace {grace} is a positive number of seconds",
+        )
     c.check(len(shared) == 1, f"{label}: every worker shares one checkpoint directory: {sorted(shared)}")
     c.check(sorted(ranks) == [str(r) for r in range(world)], f"{label}: ranks 0..{world - 1}: {ranks}")
     c.check(len(jobs) == 1 and None not in jobs, f"{label}: one job: {jobs}")
@@ -216,8 +269,10 @@ def check_common(c, cfg, label, backend):
     # Prometheus: its config is the repository's, scraping these services.
     prom = services.get("prometheus", {})
     pvols = {v["target"]: v["source"] for v in volumes_of(prom)}
-    c.check(pvols.get("/etc/prometheus") == os.path.join(dc.REPO, "deploy", "prometheus"),
-            f"{label}: Prometheus mounts deploy/prometheus")
+    c.check(
+        pvols.get("/etc/prometheus") == os.path.join(dc.REPO, "deploy", "prometheus"),
+        f"{label}: Prometheus mounts deploy/prometheus",
+    )
     pcfg = dc.load_yaml(dc.PROMETHEUS_CONFIG)
     targets = {t for sc in pcfg["scrape_configs"] for st in sc["static_configs"] for t in st["targets"]}
     want = {f"coordinator:{coordinator_metrics}"} | {f"{n}:9465" for n in workers}
@@ -225,10 +280,14 @@ def check_common(c, cfg, label, backend):
     # Grafana: provisioning and the dashboard where the provider reads it.
     g = services.get("grafana", {})
     gvols = {v["target"]: v["source"] for v in volumes_of(g)}
-    c.check(gvols.get("/etc/grafana/provisioning") == os.path.join(dc.REPO, "deploy", "grafana", "provisioning"),
-            f"{label}: Grafana provisioning mounted")
-    c.check(gvols.get("/etc/dashboards/muonshard/muonshard.json") == dc.DASHBOARD,
-            f"{label}: the dashboard mounted where the provider reads it")
+    c.check(
+        gvols.get("/etc/grafana/provisioning") == os.path.join(dc.REPO, "deploy", "grafana", "provisioning"),
+        f"{label}: Grafana provisioning mounted",
+    )
+    c.check(
+        gvols.get("/etc/dashboards/muonshard/muonshard.json") == dc.DASHBOARD,
+        f"{label}: the dashboard mounted where the provider reads it",
+    )
     # Every bind mount exists; no image floats.
     for name, s in services.items():
         for v in volumes_of(s):
@@ -256,33 +315,47 @@ def check_torch(c, cfg):
     for name, s in sorted(torch.items()):
         argv = [str(a) for a in s.get("command", [])]
         where = f"torch: {name}"
-        c.check(s.get("image", "").startswith("muonshard/worker:") and s["image"].endswith("-torch"),
-                f"{where}: runs the torch image ({s.get('image')})")
+        c.check(
+            s.get("image", "").startswith("muonshard/worker:") and s["image"].endswith("-torch"),
+            f"{where}: runs the torch image ({s.get('image')})",
+        )
         c.check(s.get("build", {}).get("target") == "torch", f"{where}: built from the torch stage")
         c.check("entrypoint" not in s, f"{where}: the image's ENTRYPOINT (torch's launcher) runs the command")
         c.check(name == f"torch-worker-{flag(argv, '--node_rank')}", f"{where}: node rank {flag(argv, '--node_rank')}")
-        c.check(flag(argv, "--nnodes") == str(len(torch)) and flag(argv, "--nproc_per_node") == "1",
-                f"{where}: one process on each of {len(torch)} nodes")
-        c.check(flag(argv, "--master_addr") == "torch-worker-0" == services.get("torch-worker-0", {}).get("hostname"),
-                f"{where}: the rendezvous on torch-worker-0, node rank 0's hostname")
-        c.check(flag(argv, "--redirects") == "1" and flag(argv, "--tee") == "1",
-                f"{where}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)")
+        c.check(
+            flag(argv, "--nnodes") == str(len(torch)) and flag(argv, "--nproc_per_node") == "1",
+            f"{where}: one process on each of {len(torch)} nodes",
+        )
+        c.check(
+            flag(argv, "--master_addr") == "torch-worker-0" == services.get("torch-worker-0", {}).get("hostname"),
+            f"{where}: the rendezvous on torch-worker-0, node rank 0's hostname",
+        )
+        c.check(
+            flag(argv, "--redirects") == "1" and flag(argv, "--tee") == "1",
+            f"{where}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)",
+        )
         c.check(TORCH_SCRIPT in argv, f"{where}: runs {TORCH_SCRIPT}")
-        script = argv[argv.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in argv else []
+        script = argv[argv.index(TORCH_SCRIPT) + 1 :] if TORCH_SCRIPT in argv else []
         c.check(flag(script, "--coordinator") == f"coordinator:{grpc_port}", f"{where}: dials the coordinator")
-        c.check(flag(script, "--hostname") == s.get("hostname") == name,
-                f"{where}: Gloo binds and advertises its own hostname")
+        c.check(
+            flag(script, "--hostname") == s.get("hostname") == name,
+            f"{where}: Gloo binds and advertises its own hostname",
+        )
         c.check(flag(script, "--metrics-port") == "9465", f"{where}: /metrics on 9465 (+ local rank 0)")
         jobs.add(flag(script, "--job"))
         deps = s.get("depends_on", {})
-        c.check(deps.get("coordinator", {}).get("condition") == "service_healthy" and "submit-plan" not in deps,
-                f"{where}: starts after a healthy coordinator (rank 0 submits its own plan)")
+        c.check(
+            deps.get("coordinator", {}).get("condition") == "service_healthy" and "submit-plan" not in deps,
+            f"{where}: starts after a healthy coordinator (rank 0 submits its own plan)",
+        )
         check_restart(c, where, s)
         check_checkpoints(c, where, cfg, s, script, ckpt_volumes)
     c.check(len(ckpt_volumes) == 1, f"torch: every node shares one checkpoint directory: {sorted(ckpt_volumes)}")
     demo_jobs = {flag(s.get("command", []), "--job") for n, s in services.items() if n.startswith("worker-")}
-    c.check(len(jobs) == 1 and None not in jobs and not jobs & demo_jobs,
-            f"torch: one job {jobs}, not the demo's {demo_jobs}")
+    c.check(
+        len(jobs) == 1 and None not in jobs and not jobs & demo_jobs,
+        f"torch: one job {jobs}, not the demo's {demo_jobs}",
+    )
 
 
 def main():
@@ -292,8 +365,10 @@ def main():
     c.check(ok, "docker-compose -f docker-compose.yml config -q")
     if base:
         check_common(c, base, "cpu", "gloo")
-        c.check(all(s.get("image", "").endswith("-cpu") for n, s in base["services"].items() if n.startswith("worker-")),
-                "cpu: workers run the CPU image")
+        c.check(
+            all(s.get("image", "").endswith("-cpu") for n, s in base["services"].items() if n.startswith("worker-")),
+            "cpu: workers run the CPU image",
+        )
     ok, gpu = resolved(compose, [BASE, GPU])
     c.check(ok, "docker-compose -f docker-compose.yml -f docker-compose.gpu.yml config -q")
     if gpu:
@@ -303,11 +378,17 @@ def main():
             if not name.startswith("worker-"):
                 continue
             devices = s.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices", [])
-            c.check(len(devices) == 1 and devices[0].get("driver") == "nvidia"
-                    and "gpu" in devices[0].get("capabilities", []) and len(devices[0].get("device_ids", [])) == 1,
-                    f"gpu: {name} reserves one NVIDIA GPU: {devices}")
+            c.check(
+                len(devices) == 1
+                and devices[0].get("driver") == "nvidia"
+                and "gpu" in devices[0].get("capabilities", [])
+                and len(devices[0].get("device_ids", [])) == 1,
+                f"gpu: {name} reserves one NVIDIA GPU: {devices}",
+            )
             ids += [d for dev in devices for d in dev.get("device_ids", [])]
-            c.check(s["build"].get("target") == "gpu" and s["image"].endswith("-gpu"), f"gpu: {name} runs the GPU image")
+            c.check(
+                s["build"].get("target") == "gpu" and s["image"].endswith("-gpu"), f"gpu: {name} runs the GPU image"
+            )
         c.check(len(ids) == len(set(ids)) == 4, f"gpu: each worker its own GPU: {ids}")
     ok, torch_cfg = resolved(compose, [BASE, TORCH])
     c.check(ok, "docker-compose -f docker-compose.yml -f docker-compose.torch.yml config -q")
@@ -316,10 +397,16 @@ def main():
         if base:
             # (a merge may reorder ports and mounts)
             def unordered(services):
-                return {n: {k: sorted(map(str, v)) if k in ("ports", "volumes") else v for k, v in s.items()}
-                        for n, s in services.items() if not n.startswith("torch-worker-")}
-            c.check(unordered(torch_cfg["services"]) == unordered(base["services"]),
-                    "torch: docker-compose.torch.yml changes no service of docker-compose.yml")
+                return {
+                    n: {k: sorted(map(str, v)) if k in ("ports", "volumes") else v for k, v in s.items()}
+                    for n, s in services.items()
+                    if not n.startswith("torch-worker-")
+                }
+
+            c.check(
+                unordered(torch_cfg["services"]) == unordered(base["services"]),
+                "torch: docker-compose.torch.yml changes no service of docker-compose.yml",
+            )
         check_torch(c, torch_cfg)
     c.finish()
 

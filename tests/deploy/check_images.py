@@ -29,7 +29,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
+import deploy_common as dc
 
 DOCKER = os.path.join(dc.REPO, "deploy", "docker")
 SCRIPT = os.path.join(DOCKER, "runtime-packages.sh")
@@ -41,7 +41,7 @@ def read(path):
 
 
 def arg_default(text, name):
-    m = re.search(r'^ARG ' + name + r'="([^"]*)"', text.replace("\\\n", ""), re.M)
+    m = re.search(r"^ARG " + name + r'="([^"]*)"', text.replace("\\\n", ""), re.M)
     return sorted(m.group(1).split()) if m else None
 
 
@@ -59,15 +59,19 @@ def stages(text):
 def check_dockerfile(c, name, text, finals):
     st = stages(text)
     c.check(len(st) >= 2, f"{name}: multi-stage ({len(st)} stages)")
-    global_args = dict(re.findall(r'^ARG (\w+)=(\S+)', text.split("\nFROM", 1)[0], re.M))
+    global_args = dict(re.findall(r"^ARG (\w+)=(\S+)", text.split("\nFROM", 1)[0], re.M))
     for stage, base, body in st:
         where = f"{name} stage {stage or '(final)'}"
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), base)
-        c.check(re.fullmatch(r"[\w./-]+:[\w.-]+", resolved) is not None and not resolved.endswith(":latest"),
-                f"{where}: pinned base image {resolved}")
+        c.check(
+            re.fullmatch(r"[\w./-]+:[\w.-]+", resolved) is not None and not resolved.endswith(":latest"),
+            f"{where}: pinned base image {resolved}",
+        )
         if "cmake --build" in body:
-            c.check("COPY scripts/install-deps.sh" in body and "bash scripts/install-deps.sh" in body,
-                    f"{where}: installs build dependencies with scripts/install-deps.sh")
+            c.check(
+                "COPY scripts/install-deps.sh" in body and "bash scripts/install-deps.sh" in body,
+                f"{where}: installs build dependencies with scripts/install-deps.sh",
+            )
             c.check("-DCMAKE_BUILD_TYPE=Release" in body, f"{where}: Release build")
             built = set(re.findall(r"--target ([\w\- ]+)", body.replace("\\\n", " "))[0].split())
             c.check({"muonshardctl"} <= built, f"{where}: builds muonshardctl")
@@ -90,8 +94,10 @@ def check_dockerfile(c, name, text, finals):
                 if f.startswith("/build/bin/"):
                     c.check(os.path.basename(f) in src_body, f"{where}: {f} is built in stage {src_stage}")
         entry = re.search(r'^ENTRYPOINT \["([^"]+)"', body, re.M)
-        c.check(entry is not None and any(entry.group(1) in files for _, files, _ in copies),
-                f"{where}: the ENTRYPOINT is a copied binary")
+        c.check(
+            entry is not None and any(entry.group(1) in files for _, files, _ in copies),
+            f"{where}: the ENTRYPOINT is a copied binary",
+        )
 
 
 TORCH_ENTRYPOINT = ["python3", "-m", "torch.distributed.run"]
@@ -109,14 +115,19 @@ def check_torch_stage(c, text):
     w = "worker.Dockerfile torch stage"
     c.check(base == "debian:bookworm-slim", f"{w}: Debian 12 runtime base ({base})")
     torch_pkgs = arg_default(text, "TORCH_PACKAGES") or []
-    c.check({"python3", "python3-torch", "python3-numpy"} <= set(torch_pkgs),
-            f"{w}: TORCH_PACKAGES has Debian's python3, torch and NumPy ({torch_pkgs})")
+    c.check(
+        {"python3", "python3-torch", "python3-numpy"} <= set(torch_pkgs),
+        f"{w}: TORCH_PACKAGES has Debian's python3, torch and NumPy ({torch_pkgs})",
+    )
     install = re.search(r"apt-get install -y --no-install-recommends ([^&]*)", body)
     got = set(install.group(1).split()) if install else set()
-    c.check({"$CPU_RUNTIME_PACKAGES", "$TORCH_PACKAGES"} <= got and re.search(r"^ARG CPU_RUNTIME_PACKAGES$", body, re.M)
-            and re.search(r"^ARG TORCH_PACKAGES$", body, re.M),
-            f"{w}: installs CPU_RUNTIME_PACKAGES (the extension's and muonshardctl's libraries) and TORCH_PACKAGES "
-            f"without recommends ({sorted(got)})")
+    c.check(
+        {"$CPU_RUNTIME_PACKAGES", "$TORCH_PACKAGES"} <= got
+        and re.search(r"^ARG CPU_RUNTIME_PACKAGES$", body, re.M)
+        and re.search(r"^ARG TORCH_PACKAGES$", body, re.M),
+        f"{w}: installs CPU_RUNTIME_PACKAGES (the extension's and muonshardctl's libraries) and TORCH_PACKAGES "
+        f"without recommends ({sorted(got)})",
+    )
     c.check(re.search(r"^USER 10001:10001$", body, re.M) is not None, f"{w}: runs as uid 10001")
     c.check("cmake" not in body and "install-deps" not in body, f"{w}: no build tools")
     copies = re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", body, re.M)
@@ -125,25 +136,33 @@ def check_torch_stage(c, text):
     build = by_name.get("build-cpu", (None, None, ""))[2]
     targets = set((re.findall(r"--target ([\w\- ]+)", build) or [""])[0].split())
     c.check("muonshard_python" in targets, f"build-cpu builds the Python package (target muonshard_python): {targets}")
-    c.check(re.search(r"runtime-packages\.sh [^>]*/build/python/muonshard/_muonshard", build) is not None,
-            "build-cpu checks CPU_RUNTIME_PACKAGES against the extension's libraries too")
+    c.check(
+        re.search(r"runtime-packages\.sh [^>]*/build/python/muonshard/_muonshard", build) is not None,
+        "build-cpu checks CPU_RUNTIME_PACKAGES against the extension's libraries too",
+    )
     for src, files, _ in copies:
         for f in files.split():
             if f.startswith("/build/bin/"):
                 c.check(os.path.basename(f) in targets, f"{w}: {f} is built in stage {src}")
     if pkg:
         dst = pkg[0][1].rstrip("/")
-        parent = dst[:-len("/muonshard")] if dst.endswith("/muonshard") else None
+        parent = dst[: -len("/muonshard")] if dst.endswith("/muonshard") else None
         env = re.search(r"^ENV .*\bPYTHONPATH=(\S+)", body, re.M)
-        c.check(parent is not None and env is not None and parent in env.group(1).split(":"),
-                f"{w}: the package's folder {parent} is on PYTHONPATH ({env.group(1) if env else None})")
+        c.check(
+            parent is not None and env is not None and parent in env.group(1).split(":"),
+            f"{w}: the package's folder {parent} is on PYTHONPATH ({env.group(1) if env else None})",
+        )
     ex = re.findall(r"^COPY (?!--)(\S+) (\S+)$", body, re.M)
     c.check(("examples/torch", "/opt/muonshard/examples/torch") in ex, f"{w}: examples/torch in the image: {ex}")
-    c.check(re.search(r"^RUN python3 -c \"import [^\"]*muonshard\.torch", body, re.M) is not None,
-            f"{w}: the build imports muonshard.torch (every library the extension, torch and NumPy load is there)")
+    c.check(
+        re.search(r"^RUN python3 -c \"import [^\"]*muonshard\.torch", body, re.M) is not None,
+        f"{w}: the build imports muonshard.torch (every library the extension, torch and NumPy load is there)",
+    )
     entry = re.search(r"^ENTRYPOINT (\[.*\])$", body, re.M)
-    c.check(entry is not None and eval(entry.group(1)) == TORCH_ENTRYPOINT,
-            f"{w}: the ENTRYPOINT is torch's launcher {TORCH_ENTRYPOINT}")
+    c.check(
+        entry is not None and eval(entry.group(1)) == TORCH_ENTRYPOINT,
+        f"{w}: the ENTRYPOINT is torch's launcher {TORCH_ENTRYPOINT}",
+    )
     # The build stages leave PyTorch out (scripts/install-deps.sh MUONSHARD_TORCH=0).
     with open(os.path.join(dc.REPO, "scripts", "install-deps.sh")) as f:
         deps = f.read()
@@ -160,15 +179,24 @@ def main():
     check_dockerfile(c, "coordinator.Dockerfile", coordinator_df, [None])
     check_dockerfile(c, "worker.Dockerfile", worker_df, ["cpu", "gpu"])
     check_torch_stage(c, worker_df)
-    c.check(re.search(r'^HEALTHCHECK .*CMD \["muonshardctl", "health"', coordinator_df.replace("\\\n", ""), re.M)
-            is not None, "coordinator.Dockerfile: HEALTHCHECK via muonshardctl health")
-    c.check(re.search(r"^FROM debian:bookworm-slim\s*$", coordinator_df, re.M) is not None,
-            "coordinator.Dockerfile: Debian 12 runtime base")
+    c.check(
+        re.search(r'^HEALTHCHECK .*CMD \["muonshardctl", "health"', coordinator_df.replace("\\\n", ""), re.M)
+        is not None,
+        "coordinator.Dockerfile: HEALTHCHECK via muonshardctl health",
+    )
+    c.check(
+        re.search(r"^FROM debian:bookworm-slim\s*$", coordinator_df, re.M) is not None,
+        "coordinator.Dockerfile: Debian 12 runtime base",
+    )
     gpu = dict((s[0], s) for s in stages(worker_df))
-    c.check(gpu.get("gpu", (None, ""))[1].startswith("nvidia/cuda:") and "-runtime-" in gpu["gpu"][1],
-            "worker.Dockerfile: the gpu stage is on an NVIDIA CUDA runtime base")
-    c.check("-DMUONSHARD_CUDA=ON" in gpu.get("build-gpu", (None, None, ""))[2],
-            "worker.Dockerfile: the GPU build has CUDA and NCCL on (MUONSHARD_CUDA=ON fails without them)")
+    c.check(
+        gpu.get("gpu", (None, ""))[1].startswith("nvidia/cuda:") and "-runtime-" in gpu["gpu"][1],
+        "worker.Dockerfile: the gpu stage is on an NVIDIA CUDA runtime base",
+    )
+    c.check(
+        "-DMUONSHARD_CUDA=ON" in gpu.get("build-gpu", (None, None, ""))[2],
+        "worker.Dockerfile: the GPU build has CUDA and NCCL on (MUONSHARD_CUDA=ON fails without them)",
+    )
     ignore = read(os.path.join(dc.REPO, ".dockerignore")).split()
     c.check({".git", "build", "build-*"} <= set(ignore), ".dockerignore keeps .git and build trees out")
 
@@ -176,10 +204,18 @@ def main():
     if not dc.shutil.which("dpkg-query") or not dc.shutil.which("ldd"):
         dc.skip("dpkg-query / ldd not available (not a Debian system)")
     bins = dc.bin_dir()
-    lists = [("coordinator.Dockerfile RUNTIME_PACKAGES", arg_default(coordinator_df, "RUNTIME_PACKAGES"),
-              ["muonshard-coordinator", "muonshardctl"]),
-             ("worker.Dockerfile CPU_RUNTIME_PACKAGES", arg_default(worker_df, "CPU_RUNTIME_PACKAGES"),
-              ["muonshard-worker", "muonshardctl"])]
+    lists = [
+        (
+            "coordinator.Dockerfile RUNTIME_PACKAGES",
+            arg_default(coordinator_df, "RUNTIME_PACKAGES"),
+            ["muonshard-coordinator", "muonshardctl"],
+        ),
+        (
+            "worker.Dockerfile CPU_RUNTIME_PACKAGES",
+            arg_default(worker_df, "CPU_RUNTIME_PACKAGES"),
+            ["muonshard-worker", "muonshardctl"],
+        ),
+    ]
     for what, listed, binaries in lists:
         c.check(listed, f"{what} is set")
         paths = [os.path.join(bins, b) for b in binaries]
@@ -191,15 +227,22 @@ def main():
         c.check(r.returncode == 0, f"runtime-packages.sh {binaries}: {r.stderr}")
         needed = sorted(r.stdout.split())
         c.check(len(needed) >= 5, f"{what}: the script found the binaries' packages ({needed})")
-        c.check(set(needed) <= set(listed or []),
-                f"{what} lacks {sorted(set(needed) - set(listed or []))} (ldd of {binaries})")
-        c.check(set(listed or []) <= set(needed),
-                f"{what} lists {sorted(set(listed or []) - set(needed))}, which {binaries} do not load")
+        c.check(
+            set(needed) <= set(listed or []),
+            f"{what} lacks {sorted(set(needed) - set(listed or []))} (ldd of {binaries})",
+        )
+        c.check(
+            set(listed or []) <= set(needed),
+            f"{what} lists {sorted(set(listed or []) - set(needed))}, which {binaries} do not load",
+        )
         print(f"{what}: {' '.join(needed)}")
     # The torch image: the extension needs nothing CPU_RUNTIME_PACKAGES lacks.
     pydir = os.path.join(os.path.dirname(bins), "python", "muonshard")
-    ext = sorted(f for f in (os.listdir(pydir) if os.path.isdir(pydir) else [])
-                 if f.startswith("_muonshard") and f.endswith(".so"))
+    ext = sorted(
+        f
+        for f in (os.listdir(pydir) if os.path.isdir(pydir) else [])
+        if f.startswith("_muonshard") and f.endswith(".so")
+    )
     if not ext:
         print(f"NOTE: the Python package is not built ({pydir}): its extension's runtime packages are not checked")
     else:
@@ -207,9 +250,11 @@ def main():
         r = dc.run(["bash", SCRIPT, os.path.join(pydir, ext[0])])
         c.check(r.returncode == 0, f"runtime-packages.sh {ext[0]}: {r.stderr}")
         needed = sorted(r.stdout.split())
-        c.check(len(needed) >= 5 and set(needed) <= set(listed),
-                f"worker.Dockerfile CPU_RUNTIME_PACKAGES (torch image) lacks {sorted(set(needed) - set(listed))} "
-                f"(ldd of {ext[0]})")
+        c.check(
+            len(needed) >= 5 and set(needed) <= set(listed),
+            f"worker.Dockerfile CPU_RUNTIME_PACKAGES (torch image) lacks {sorted(set(needed) - set(listed))} "
+            f"(ldd of {ext[0]})",
+        )
         print(f"{ext[0]}: {' '.join(needed)}")
     # The script fails loudly on a library no package owns.
     r = dc.run(["bash", SCRIPT, "/nonexistent-binary"])

@@ -42,7 +42,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
+import deploy_common as dc
 
 K8S = os.path.join(dc.REPO, "deploy", "k8s")
 NAMESPACE = "muonshard"
@@ -51,9 +51,15 @@ NAMESPACE = "muonshard"
 EXTERNAL_SECRETS = {"muonshard-coordinator"}
 
 KNOWN_KINDS = {
-    ("v1", "Namespace"), ("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Service"),
-    ("v1", "PersistentVolumeClaim"), ("apps/v1", "Deployment"), ("batch/v1", "Job"),
-    ("monitoring.coreos.com/v1", "PodMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+    ("v1", "Namespace"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "PersistentVolumeClaim"),
+    ("apps/v1", "Deployment"),
+    ("batch/v1", "Job"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),
 }
 CLUSTER_SCOPED = {"Namespace"}
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -61,9 +67,11 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(|[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-FIELD_PATHS = re.compile(r"^(metadata\.name|metadata\.namespace|metadata\.uid|spec\.nodeName|"
-                         r"spec\.serviceAccountName|status\.hostIP|status\.podIP|status\.podIPs|"
-                         r"metadata\.labels\['[^']+'\]|metadata\.annotations\['[^']+'\])$")
+FIELD_PATHS = re.compile(
+    r"^(metadata\.name|metadata\.namespace|metadata\.uid|spec\.nodeName|"
+    r"spec\.serviceAccountName|status\.hostIP|status\.podIP|status\.podIPs|"
+    r"metadata\.labels\['[^']+'\]|metadata\.annotations\['[^']+'\])$"
+)
 
 
 def quantity(q, what):
@@ -71,8 +79,18 @@ def quantity(q, what):
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(m|Ki|Mi|Gi|Ti|k|M|G|T)?", str(q))
     if not m:
         raise ValueError(f"{what}: bad quantity {q!r}")
-    scale = {None: 1, "m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
-             "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}[m.group(2)]
+    scale = {
+        None: 1,
+        "m": 1e-3,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+    }[m.group(2)]
     return float(m.group(1)) * scale
 
 
@@ -107,8 +125,10 @@ def pod_templates(render):
 
 def check_metadata(c, r, o):
     where = f"{r.label}: {o.get('kind')}/{o.get('metadata', {}).get('name')}"
-    c.check((o.get("apiVersion"), o.get("kind")) in KNOWN_KINDS,
-            f"{where}: known apiVersion/kind {o.get('apiVersion')}/{o.get('kind')}")
+    c.check(
+        (o.get("apiVersion"), o.get("kind")) in KNOWN_KINDS,
+        f"{where}: known apiVersion/kind {o.get('apiVersion')}/{o.get('kind')}",
+    )
     md = o.get("metadata", {})
     name = md.get("name", "")
     pattern = DNS_LABEL if o.get("kind") in ("Service", "Namespace") else DNS_SUBDOMAIN
@@ -116,10 +136,14 @@ def check_metadata(c, r, o):
     if o.get("kind") not in CLUSTER_SCOPED:
         c.check(md.get("namespace") == NAMESPACE, f"{where}: in namespace {NAMESPACE}")
     for k, v in (md.get("labels") or {}).items():
-        c.check(bool(LABEL_KEY.match(k)) and isinstance(v, str) and bool(LABEL_VALUE.match(v)) and len(v) <= 63,
-                f"{where}: valid label {k}={v!r}")
-    c.check((md.get("labels") or {}).get("app.kubernetes.io/part-of") == "muonshard",
-            f"{where}: labelled app.kubernetes.io/part-of=muonshard")
+        c.check(
+            bool(LABEL_KEY.match(k)) and isinstance(v, str) and bool(LABEL_VALUE.match(v)) and len(v) <= 63,
+            f"{where}: valid label {k}={v!r}",
+        )
+    c.check(
+        (md.get("labels") or {}).get("app.kubernetes.io/part-of") == "muonshard",
+        f"{where}: labelled app.kubernetes.io/part-of=muonshard",
+    )
     return where
 
 
@@ -133,14 +157,18 @@ def env_names(c, r, where, container):
             src = e["valueFrom"]
             c.check(len(src) == 1 and "value" not in e, f"{where}: env {e['name']} has one source")
             if "fieldRef" in src:
-                c.check(bool(FIELD_PATHS.match(src["fieldRef"].get("fieldPath", ""))),
-                        f"{where}: env {e['name']} fieldPath {src['fieldRef'].get('fieldPath')!r}")
+                c.check(
+                    bool(FIELD_PATHS.match(src["fieldRef"].get("fieldPath", ""))),
+                    f"{where}: env {e['name']} fieldPath {src['fieldRef'].get('fieldPath')!r}",
+                )
             for ref_kind, key in (("configMapKeyRef", "ConfigMap"), ("secretKeyRef", "Secret")):
                 if ref_kind in src:
                     ref = src[ref_kind]
                     obj = r.get(key, ref.get("name"))
-                    c.check(obj is not None or ref.get("optional"),
-                            f"{where}: env {e['name']} refers to {key} {ref.get('name')} in the render")
+                    c.check(
+                        obj is not None or ref.get("optional"),
+                        f"{where}: env {e['name']} refers to {key} {ref.get('name')} in the render",
+                    )
         else:
             c.check(isinstance(e.get("value"), str), f"{where}: env {e.get('name')} value is a string")
     for ef in container.get("envFrom", []) or []:
@@ -160,12 +188,16 @@ def check_probe(c, where, probe, ports):
     c.check(len(handlers) == 1, f"{where}: exactly one handler ({handlers})")
     if "grpc" in probe:
         port = probe["grpc"].get("port")
-        c.check(isinstance(port, int) and port in ports.values(),
-                f"{where}: gRPC probe port {port} is a container port (grpc probes take numbers)")
+        c.check(
+            isinstance(port, int) and port in ports.values(),
+            f"{where}: gRPC probe port {port} is a container port (grpc probes take numbers)",
+        )
         c.check(isinstance(probe["grpc"].get("service", ""), str), f"{where}: gRPC probe service is a string")
     if "exec" in probe:
-        c.check(isinstance(probe["exec"].get("command"), list) and probe["exec"]["command"],
-                f"{where}: exec probe has a command")
+        c.check(
+            isinstance(probe["exec"].get("command"), list) and probe["exec"]["command"],
+            f"{where}: exec probe has a command",
+        )
     for k in ("periodSeconds", "timeoutSeconds", "failureThreshold", "initialDelaySeconds"):
         if k in probe:
             c.check(isinstance(probe[k], int) and probe[k] >= 0, f"{where}: {k} is a non-negative int")
@@ -176,8 +208,10 @@ def check_pod(c, r, owner, template):
     spec = template["spec"]
     labels = template.get("metadata", {}).get("labels", {})
     psc = spec.get("securityContext", {})
-    c.check(psc.get("runAsNonRoot") is True and isinstance(psc.get("runAsUser"), int) and psc["runAsUser"] > 0,
-            f"{where}: pod runs as a non-root uid")
+    c.check(
+        psc.get("runAsNonRoot") is True and isinstance(psc.get("runAsUser"), int) and psc["runAsUser"] > 0,
+        f"{where}: pod runs as a non-root uid",
+    )
     c.check(psc.get("seccompProfile", {}).get("type") == "RuntimeDefault", f"{where}: RuntimeDefault seccomp")
     c.check(spec.get("automountServiceAccountToken") is False, f"{where}: no service account token")
     volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -186,16 +220,23 @@ def check_pod(c, r, owner, template):
         sources = [k for k in v if k != "name"]
         c.check(len(sources) == 1, f"{where}: volume {name} has one source ({sources})")
         if "configMap" in v:
-            c.check(r.get("ConfigMap", v["configMap"]["name"]) is not None or v["configMap"].get("optional"),
-                    f"{where}: volume {name}: ConfigMap {v['configMap']['name']} in the render")
+            c.check(
+                r.get("ConfigMap", v["configMap"]["name"]) is not None or v["configMap"].get("optional"),
+                f"{where}: volume {name}: ConfigMap {v['configMap']['name']} in the render",
+            )
         if "secret" in v:
             sname = v["secret"]["secretName"]
-            c.check(r.get("Secret", sname) is not None or v["secret"].get("optional") is True
-                    or (r.components and sname in EXTERNAL_SECRETS),
-                    f"{where}: volume {name}: Secret {sname} in the render or optional")
+            c.check(
+                r.get("Secret", sname) is not None
+                or v["secret"].get("optional") is True
+                or (r.components and sname in EXTERNAL_SECRETS),
+                f"{where}: volume {name}: Secret {sname} in the render or optional",
+            )
         if "persistentVolumeClaim" in v:
-            c.check(r.get("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) is not None,
-                    f"{where}: volume {name}: PVC {v['persistentVolumeClaim']['claimName']} in the render")
+            c.check(
+                r.get("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"]) is not None,
+                f"{where}: volume {name}: PVC {v['persistentVolumeClaim']['claimName']} in the render",
+            )
     containers = spec.get("initContainers", []) + spec.get("containers", [])
     c.check(len(spec.get("containers", [])) >= 1, f"{where}: has containers")
     all_ports = {}
@@ -203,8 +244,10 @@ def check_pod(c, r, owner, template):
         cw = f"{where} container {ct.get('name')}"
         c.check(bool(DNS_LABEL.match(ct.get("name", ""))), f"{cw}: valid name")
         image = ct.get("image", "")
-        c.check(re.fullmatch(r"[a-z0-9./_-]+:[A-Za-z0-9._-]+", image) is not None and not image.endswith(":latest"),
-                f"{cw}: image {image!r} has a fixed tag")
+        c.check(
+            re.fullmatch(r"[a-z0-9./_-]+:[A-Za-z0-9._-]+", image) is not None and not image.endswith(":latest"),
+            f"{cw}: image {image!r} has a fixed tag",
+        )
         ports = {}
         for p in ct.get("ports", []) or []:
             n, num = p.get("name", ""), p.get("containerPort")
@@ -215,8 +258,9 @@ def check_pod(c, r, owner, template):
         all_ports.update(ports)
         res = ct.get("resources", {})
         req, lim = res.get("requests", {}), res.get("limits", {})
-        c.check("cpu" in req and "memory" in req and "memory" in lim,
-                f"{cw}: cpu and memory requests and a memory limit")
+        c.check(
+            "cpu" in req and "memory" in req and "memory" in lim, f"{cw}: cpu and memory requests and a memory limit"
+        )
         for k in set(req) & set(lim):
             try:
                 c.check(quantity(req[k], cw) <= quantity(lim[k], cw), f"{cw}: request {k} <= limit")
@@ -229,12 +273,17 @@ def check_pod(c, r, owner, template):
                 except ValueError as e:
                     c.check(False, str(e))
         if "nvidia.com/gpu" in req or "nvidia.com/gpu" in lim:
-            c.check(req.get("nvidia.com/gpu") == lim.get("nvidia.com/gpu"),
-                    f"{cw}: extended resource nvidia.com/gpu requested = limited")
+            c.check(
+                req.get("nvidia.com/gpu") == lim.get("nvidia.com/gpu"),
+                f"{cw}: extended resource nvidia.com/gpu requested = limited",
+            )
         sc = ct.get("securityContext", {})
-        c.check(sc.get("allowPrivilegeEscalation") is False and sc.get("readOnlyRootFilesystem") is True
-                and sc.get("capabilities", {}).get("drop") == ["ALL"],
-                f"{cw}: no privilege escalation, read-only root, all capabilities dropped")
+        c.check(
+            sc.get("allowPrivilegeEscalation") is False
+            and sc.get("readOnlyRootFilesystem") is True
+            and sc.get("capabilities", {}).get("drop") == ["ALL"],
+            f"{cw}: no privilege escalation, read-only root, all capabilities dropped",
+        )
         for m in ct.get("volumeMounts", []) or []:
             c.check(m.get("name") in volumes, f"{cw}: mount {m.get('name')} is a pod volume")
         names = env_names(c, r, cw, ct)
@@ -246,9 +295,12 @@ def check_pod(c, r, owner, template):
                 check_probe(c, f"{cw} {probe}", ct[probe], ports)
     ann = template.get("metadata", {}).get("annotations", {})
     if ann.get("prometheus.io/scrape") == "true":
-        c.check(ann.get("prometheus.io/path") == "/metrics" and ann.get("prometheus.io/port", "").isdigit()
-                and int(ann["prometheus.io/port"]) == all_ports.get("metrics"),
-                f"{where}: prometheus.io annotations name the `metrics` port {all_ports.get('metrics')}")
+        c.check(
+            ann.get("prometheus.io/path") == "/metrics"
+            and ann.get("prometheus.io/port", "").isdigit()
+            and int(ann["prometheus.io/port"]) == all_ports.get("metrics"),
+            f"{where}: prometheus.io annotations name the `metrics` port {all_ports.get('metrics')}",
+        )
     return labels, all_ports
 
 
@@ -281,8 +333,12 @@ def check_render(c, r, variant):
     pods = {}
     for owner, t in pod_templates(r):
         pods[owner] = check_pod(c, r, owner, t)
-    claimed = {v["persistentVolumeClaim"]["claimName"] for _, t in pod_templates(r)
-               for v in t["spec"].get("volumes", []) if "persistentVolumeClaim" in v}
+    claimed = {
+        v["persistentVolumeClaim"]["claimName"]
+        for _, t in pod_templates(r)
+        for v in t["spec"].get("volumes", [])
+        if "persistentVolumeClaim" in v
+    }
     for name, pvc in r.by_kind.get("PersistentVolumeClaim", {}).items():
         c.check(name in claimed, f"{r.label}: PVC {name} is mounted by a pod")
         c.check(bool(pvc["spec"].get("accessModes")), f"{r.label}: PVC {name} has access modes")
@@ -294,81 +350,119 @@ def check_render(c, r, variant):
     if dep is None or job is None:
         return
     ds = dep["spec"]
-    c.check(ds.get("replicas") == 1 and ds.get("strategy", {}).get("type") == "Recreate",
-            f"{r.label}: coordinator: 1 replica, Recreate")
+    c.check(
+        ds.get("replicas") == 1 and ds.get("strategy", {}).get("type") == "Recreate",
+        f"{r.label}: coordinator: 1 replica, Recreate",
+    )
     tlabels = ds["template"]["metadata"]["labels"]
-    c.check(ds["selector"]["matchLabels"].items() <= tlabels.items(), f"{r.label}: coordinator selector matches its pods")
+    c.check(
+        ds["selector"]["matchLabels"].items() <= tlabels.items(), f"{r.label}: coordinator selector matches its pods"
+    )
     cc = ds["template"]["spec"]["containers"][0]
     grpc_port = int(arg(cc["args"], "--listen").rsplit(":", 1)[1])
     metrics_port = int(arg(cc["args"], "--metrics-port"))
-    c.check(cc["ports"] and {p["name"]: p["containerPort"] for p in cc["ports"]} == {"grpc": grpc_port, "metrics": metrics_port},
-            f"{r.label}: coordinator container ports match --listen / --metrics-port")
+    c.check(
+        cc["ports"]
+        and {p["name"]: p["containerPort"] for p in cc["ports"]} == {"grpc": grpc_port, "metrics": metrics_port},
+        f"{r.label}: coordinator container ports match --listen / --metrics-port",
+    )
     c.check(arg(cc["args"], "--metrics-host") == "0.0.0.0", f"{r.label}: coordinator metrics reachable in the cluster")
     data_dir = arg(cc["args"], "--data-dir")
     mounts = {m["mountPath"]: m["name"] for m in cc.get("volumeMounts", [])}
     vols = {v["name"]: v for v in ds["template"]["spec"]["volumes"]}
-    c.check("persistentVolumeClaim" in vols.get(mounts.get(data_dir), {}), f"{r.label}: --data-dir {data_dir} is the PVC")
+    c.check(
+        "persistentVolumeClaim" in vols.get(mounts.get(data_dir), {}), f"{r.label}: --data-dir {data_dir} is the PVC"
+    )
     pvc = r.get("PersistentVolumeClaim", "muonshard-coordinator-data")
-    c.check(pvc is not None and pvc["spec"].get("accessModes") == ["ReadWriteOnce"]
-            and quantity(pvc["spec"]["resources"]["requests"]["storage"], "pvc") > 0,
-            f"{r.label}: the PVC is ReadWriteOnce with a size")
+    c.check(
+        pvc is not None
+        and pvc["spec"].get("accessModes") == ["ReadWriteOnce"]
+        and quantity(pvc["spec"]["resources"]["requests"]["storage"], "pvc") > 0,
+        f"{r.label}: the PVC is ReadWriteOnce with a size",
+    )
     c.check("/tmp" in mounts, f"{r.label}: coordinator has a writable /tmp (read-only root)")
     health = coordinator_health_service()
     if r.tls:
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             cmd = cc[probe].get("exec", {}).get("command", [])
-            c.check(cmd[:2] == ["muonshardctl", "health"] and arg(cmd, "--tls-ca"),
-                    f"{r.label}: TLS: {probe} is muonshardctl health over TLS")
+            c.check(
+                cmd[:2] == ["muonshardctl", "health"] and arg(cmd, "--tls-ca"),
+                f"{r.label}: TLS: {probe} is muonshardctl health over TLS",
+            )
     else:
-        c.check(cc["readinessProbe"].get("grpc") == {"port": grpc_port, "service": health},
-                f"{r.label}: readiness is a native gRPC probe of {health} on {grpc_port}")
-        c.check(cc["livenessProbe"].get("grpc", {}).get("port") == grpc_port,
-                f"{r.label}: liveness is a native gRPC probe on {grpc_port}")
+        c.check(
+            cc["readinessProbe"].get("grpc") == {"port": grpc_port, "service": health},
+            f"{r.label}: readiness is a native gRPC probe of {health} on {grpc_port}",
+        )
+        c.check(
+            cc["livenessProbe"].get("grpc", {}).get("port") == grpc_port,
+            f"{r.label}: liveness is a native gRPC probe on {grpc_port}",
+        )
 
     svc = r.get("Service", "muonshard-coordinator")
-    c.check(svc is not None and svc["spec"]["selector"].items() <= tlabels.items(),
-            f"{r.label}: the coordinator Service selects the coordinator pods")
+    c.check(
+        svc is not None and svc["spec"]["selector"].items() <= tlabels.items(),
+        f"{r.label}: the coordinator Service selects the coordinator pods",
+    )
     if svc:
         sp = {p["name"]: p for p in svc["spec"]["ports"]}
-        c.check(set(sp) == {"grpc", "metrics"} and sp["grpc"]["port"] == grpc_port and sp["metrics"]["port"] == metrics_port
-                and all(p["targetPort"] in {"grpc", "metrics"} for p in sp.values()),
-                f"{r.label}: the coordinator Service exposes gRPC and metrics")
+        c.check(
+            set(sp) == {"grpc", "metrics"}
+            and sp["grpc"]["port"] == grpc_port
+            and sp["metrics"]["port"] == metrics_port
+            and all(p["targetPort"] in {"grpc", "metrics"} for p in sp.values()),
+            f"{r.label}: the coordinator Service exposes gRPC and metrics",
+        )
 
     # Workers.
     js = job["spec"]
     pod = js["template"]
     ps = pod["spec"]
-    wc = [ct for ct in ps["containers"] if ct["name"] == "worker"][0]
+    wc = next(ct for ct in ps["containers"] if ct["name"] == "worker")
     cm_name = [ef["configMapRef"]["name"] for ef in wc.get("envFrom", []) if "configMapRef" in ef]
     cm = r.get("ConfigMap", cm_name[0]) if cm_name else None
     c.check(cm is not None, f"{r.label}: the worker's job ConfigMap")
     data = cm["data"] if cm else {}
     world = int(data.get("WORLD_SIZE", 0))
-    c.check(js.get("completionMode") == "Indexed" and js.get("completions") == js.get("parallelism") == world > 0,
-            f"{r.label}: Indexed Job with completions = parallelism = WORLD_SIZE {world}")
+    c.check(
+        js.get("completionMode") == "Indexed" and js.get("completions") == js.get("parallelism") == world > 0,
+        f"{r.label}: Indexed Job with completions = parallelism = WORLD_SIZE {world}",
+    )
     # The rank: muonshard-worker's --rank, or the torch launcher's --node_rank.
     rank_flag = "--node_rank" if variant == "torch" else "--rank"
     c.check(arg(wc["args"], rank_flag) == "$(JOB_COMPLETION_INDEX)", f"{r.label}: rank from JOB_COMPLETION_INDEX")
     idx = [e for e in wc.get("env", []) if e["name"] == "JOB_COMPLETION_INDEX"]
-    c.check(idx and idx[0]["valueFrom"]["fieldRef"]["fieldPath"]
-            == "metadata.annotations['batch.kubernetes.io/job-completion-index']",
-            f"{r.label}: JOB_COMPLETION_INDEX from the completion-index annotation")
+    c.check(
+        idx
+        and idx[0]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+        f"{r.label}: JOB_COMPLETION_INDEX from the completion-index annotation",
+    )
     if variant != "torch":
-        c.check(arg(wc["args"], "--local-rank") == "0" and arg(wc["args"], "--metrics-host") == "0.0.0.0",
-                f"{r.label}: one rank per pod, metrics reachable in the cluster")
+        c.check(
+            arg(wc["args"], "--local-rank") == "0" and arg(wc["args"], "--metrics-host") == "0.0.0.0",
+            f"{r.label}: one rank per pod, metrics reachable in the cluster",
+        )
     wports = {p["name"]: p["containerPort"] for p in wc.get("ports", [])}
-    c.check(wports.get("metrics") == int(arg(wc["args"], "--metrics-port")),
-            f"{r.label}: the worker's metrics port is --metrics-port (+ local rank 0)")
+    c.check(
+        wports.get("metrics") == int(arg(wc["args"], "--metrics-port")),
+        f"{r.label}: the worker's metrics port is --metrics-port (+ local rank 0)",
+    )
     c.check(arg(wc["args"], "--hostname") == "$(POD_IP)", f"{r.label}: Gloo binds the pod IP")
     # The coordinator address names the Service and its gRPC port.
     coord = data.get("COORDINATOR", "")
-    c.check(arg(wc["args"], "--coordinator") == "$(COORDINATOR)" and coord == f"muonshard-coordinator:{grpc_port}",
-            f"{r.label}: workers dial the coordinator Service ({coord})")
+    c.check(
+        arg(wc["args"], "--coordinator") == "$(COORDINATOR)" and coord == f"muonshard-coordinator:{grpc_port}",
+        f"{r.label}: workers dial the coordinator Service ({coord})",
+    )
     # Headless Service for the pods' names.
     hs = r.get("Service", ps.get("subdomain"))
-    c.check(hs is not None and hs["spec"].get("clusterIP") == "None"
-            and hs["spec"]["selector"].items() <= pod["metadata"]["labels"].items(),
-            f"{r.label}: a headless Service {ps.get('subdomain')} selects the worker pods")
+    c.check(
+        hs is not None
+        and hs["spec"].get("clusterIP") == "None"
+        and hs["spec"]["selector"].items() <= pod["metadata"]["labels"].items(),
+        f"{r.label}: a headless Service {ps.get('subdomain')} selects the worker pods",
+    )
     check_recovery(c, r, variant, job, wc, data)
     if variant == "torch":
         check_torch_worker(c, r, job, wc, data, hs)
@@ -380,31 +474,43 @@ def check_render(c, r, variant):
         ic = init[0]
         argv = ic.get("command", []) + ic.get("args", [])
         c.check(argv[:2] == ["muonshardctl", "submit"], f"{r.label}: the init container runs muonshardctl submit")
-        c.check(arg(argv, "--world-size") == "$(WORLD_SIZE)" and arg(argv, "--coordinator") == "$(COORDINATOR)",
-                f"{r.label}: it submits the ConfigMap's world size to the coordinator")
+        c.check(
+            arg(argv, "--world-size") == "$(WORLD_SIZE)" and arg(argv, "--coordinator") == "$(COORDINATOR)",
+            f"{r.label}: it submits the ConfigMap's world size to the coordinator",
+        )
         manifest = arg(argv, "--manifest")
         mount = [m for m in ic.get("volumeMounts", []) if manifest and manifest.startswith(m["mountPath"] + "/")]
         vol = {v["name"]: v for v in ps["volumes"]}.get(mount[0]["name"]) if mount else None
         mcm = r.get("ConfigMap", vol["configMap"]["name"]) if vol and "configMap" in vol else None
-        key = manifest[len(mount[0]["mountPath"]) + 1:] if mount else None
-        c.check(mcm is not None and key in mcm.get("data", {}),
-                f"{r.label}: the submitted manifest {manifest} comes from a ConfigMap")
+        key = manifest[len(mount[0]["mountPath"]) + 1 :] if mount else None
+        c.check(
+            mcm is not None and key in mcm.get("data", {}),
+            f"{r.label}: the submitted manifest {manifest} comes from a ConfigMap",
+        )
         if mcm is not None and key in mcm.get("data", {}):
             with open(os.path.join(dc.REPO, "examples", "manifests", "tiny-moe.json")) as f:
-                c.check(mcm["data"][key] == f.read(),
-                        f"{r.label}: the ConfigMap's manifest is examples/manifests/tiny-moe.json")
+                c.check(
+                    mcm["data"][key] == f.read(),
+                    f"{r.label}: the ConfigMap's manifest is examples/manifests/tiny-moe.json",
+                )
     # Backend by variant.
     backend = data.get("BACKEND")
     gpu_req = wc.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
     if variant == "gpu":
-        c.check(backend == "nccl" and gpu_req == 1 and wc["image"].endswith("-gpu"),
-                f"{r.label}: NCCL, one GPU per worker, the GPU image")
-        c.check(any(t.get("key") == "nvidia.com/gpu" for t in ps.get("tolerations", [])),
-                f"{r.label}: tolerates the nvidia.com/gpu taint")
+        c.check(
+            backend == "nccl" and gpu_req == 1 and wc["image"].endswith("-gpu"),
+            f"{r.label}: NCCL, one GPU per worker, the GPU image",
+        )
+        c.check(
+            any(t.get("key") == "nvidia.com/gpu" for t in ps.get("tolerations", [])),
+            f"{r.label}: tolerates the nvidia.com/gpu taint",
+        )
         c.check(bool(ps.get("nodeSelector")), f"{r.label}: GPU node selector")
     else:
-        c.check(backend == "gloo" and gpu_req is None and wc["image"].endswith("-cpu"),
-                f"{r.label}: Gloo, no GPU, the CPU image")
+        c.check(
+            backend == "gloo" and gpu_req is None and wc["image"].endswith("-cpu"),
+            f"{r.label}: Gloo, no GPU, the CPU image",
+        )
     c.check(arg(wc["args"], "--backend") == "$(BACKEND)", f"{r.label}: --backend from the ConfigMap")
     check_components(c, r, cc, ps, vols, pods)
 
@@ -420,35 +526,50 @@ def check_torch_worker(c, r, job, wc, data, hs):
     ps = job["spec"]["template"]["spec"]
     args = wc.get("args", [])
     c.check(wc.get("command") == TORCH_LAUNCHER, f"{r.label}: the worker runs torch's launcher {TORCH_LAUNCHER}")
-    c.check(wc["image"].startswith("muonshard/worker:") and wc["image"].endswith("-torch"),
-            f"{r.label}: the torch image ({wc['image']})")
+    c.check(
+        wc["image"].startswith("muonshard/worker:") and wc["image"].endswith("-torch"),
+        f"{r.label}: the torch image ({wc['image']})",
+    )
     c.check(not ps.get("initContainers"), f"{r.label}: no submit-plan init container (rank 0 submits)")
-    c.check(r.named("ConfigMap", "muonshard-manifest") is None
-            and not any("configMap" in v and v["configMap"]["name"].startswith("muonshard-manifest")
-                        for v in ps.get("volumes", [])),
-            f"{r.label}: no plan manifest ConfigMap or volume (the plan is the module's)")
+    c.check(
+        r.named("ConfigMap", "muonshard-manifest") is None
+        and not any(
+            "configMap" in v and v["configMap"]["name"].startswith("muonshard-manifest") for v in ps.get("volumes", [])
+        ),
+        f"{r.label}: no plan manifest ConfigMap or volume (the plan is the module's)",
+    )
     c.check(TORCH_SCRIPT in args, f"{r.label}: runs {TORCH_SCRIPT}")
-    launcher = args[:args.index(TORCH_SCRIPT)] if TORCH_SCRIPT in args else args
-    script = args[args.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in args else []
-    c.check(arg(launcher, "--nnodes") == "$(WORLD_SIZE)" and arg(launcher, "--nproc_per_node") == "1",
-            f"{r.label}: WORLD_SIZE nodes, one process each")
+    launcher = args[: args.index(TORCH_SCRIPT)] if TORCH_SCRIPT in args else args
+    script = args[args.index(TORCH_SCRIPT) + 1 :] if TORCH_SCRIPT in args else []
+    c.check(
+        arg(launcher, "--nnodes") == "$(WORLD_SIZE)" and arg(launcher, "--nproc_per_node") == "1",
+        f"{r.label}: WORLD_SIZE nodes, one process each",
+    )
     c.check(arg(launcher, "--node_rank") == "$(JOB_COMPLETION_INDEX)", f"{r.label}: node rank = completion index")
-    c.check(arg(launcher, "--redirects") == "1" and arg(launcher, "--tee") == "1",
-            f"{r.label}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)")
+    c.check(
+        arg(launcher, "--redirects") == "1" and arg(launcher, "--tee") == "1",
+        f"{r.label}: --redirects 1 --tee 1 (torch 1.13's launcher on Python 3.11)",
+    )
     master = f"{job['metadata']['name']}-0.{ps.get('subdomain')}"
-    c.check(arg(launcher, "--master_addr") == master,
-            f"{r.label}: the rendezvous on pod 0's stable name {master} ({arg(launcher, '--master_addr')})")
+    c.check(
+        arg(launcher, "--master_addr") == master,
+        f"{r.label}: the rendezvous on pod 0's stable name {master} ({arg(launcher, '--master_addr')})",
+    )
     port = int(arg(launcher, "--master_port") or 0)
     cports = {p["name"]: p["containerPort"] for p in wc.get("ports", [])}
     sports = {p["name"]: p for p in (hs or {}).get("spec", {}).get("ports", [])}
     named = [n for n, num in cports.items() if num == port]
-    c.check(named and any(p["port"] == port and p.get("targetPort") in (named[0], port) for p in sports.values()),
-            f"{r.label}: the headless Service exposes the rendezvous port {port} of the worker container")
+    c.check(
+        named and any(p["port"] == port and p.get("targetPort") in (named[0], port) for p in sports.values()),
+        f"{r.label}: the headless Service exposes the rendezvous port {port} of the worker container",
+    )
     c.check(arg(script, "--optimizer") == "muonshard", f"{r.label}: --optimizer muonshard")
     c.check(arg(script, "--job") == "$(MUONSHARD_JOB)", f"{r.label}: --job from the ConfigMap")
     ep = arg(script, "--ep")
-    c.check(ep is None or (ep == "$(EP)" and data.get("EP") == "1") or ep == "1",
-            f"{r.label}: ep 1, the data-parallel example's (EP={data.get('EP')})")
+    c.check(
+        ep is None or (ep == "$(EP)" and data.get("EP") == "1") or ep == "1",
+        f"{r.label}: ep 1, the data-parallel example's (EP={data.get('EP')})",
+    )
     mounts = {m["mountPath"] for m in wc.get("volumeMounts", [])}
     c.check("/tmp" in mounts, f"{r.label}: a writable /tmp for torch (read-only root)")
     c.check(wc.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") is None, f"{r.label}: no GPU")
@@ -468,7 +589,7 @@ def program_args(variant, wc):
     container's args, or the torch script's (after the launcher's)."""
     args = wc.get("args") or []
     if variant == "torch":
-        return args[args.index(TORCH_SCRIPT) + 1:] if TORCH_SCRIPT in args else []
+        return args[args.index(TORCH_SCRIPT) + 1 :] if TORCH_SCRIPT in args else []
     return args
 
 
@@ -496,8 +617,9 @@ def pod_failure_outcome(policy, container, exit_code, containers):
         if name is not None and name != container:
             continue
         values = oec.get("values", [])
-        if (oec.get("operator") == "In" and exit_code in values) or \
-                (oec.get("operator") == "NotIn" and exit_code != 0 and exit_code not in values):
+        if (oec.get("operator") == "In" and exit_code in values) or (
+            oec.get("operator") == "NotIn" and exit_code != 0 and exit_code not in values
+        ):
             return rule.get("action")
     return "Count"
 
@@ -506,31 +628,41 @@ def check_pod_failure_policy(c, r, js, containers):
     """The fields of spec.podFailurePolicy as the API server validates them."""
     policy = js.get("podFailurePolicy")
     rules = (policy or {}).get("rules")
-    c.check(isinstance(rules, list) and 1 <= len(rules) <= 20,
-            f"{r.label}: podFailurePolicy has 1..20 rules")
+    c.check(isinstance(rules, list) and 1 <= len(rules) <= 20, f"{r.label}: podFailurePolicy has 1..20 rules")
     for i, rule in enumerate(rules or []):
         where = f"{r.label}: podFailurePolicy rule {i}"
         action = rule.get("action")
         c.check(action in POD_FAILURE_ACTIONS, f"{where}: action {action!r} is one of {sorted(POD_FAILURE_ACTIONS)}")
-        c.check(action != "FailIndex" or js.get("backoffLimitPerIndex") is not None,
-                f"{where}: FailIndex only with backoffLimitPerIndex")
-        c.check(("onExitCodes" in rule) != ("onPodConditions" in rule),
-                f"{where}: exactly one of onExitCodes, onPodConditions")
+        c.check(
+            action != "FailIndex" or js.get("backoffLimitPerIndex") is not None,
+            f"{where}: FailIndex only with backoffLimitPerIndex",
+        )
+        c.check(
+            ("onExitCodes" in rule) != ("onPodConditions" in rule),
+            f"{where}: exactly one of onExitCodes, onPodConditions",
+        )
         oec = rule.get("onExitCodes")
         if oec is not None:
             values = oec.get("values")
             c.check(oec.get("operator") in ("In", "NotIn"), f"{where}: operator In or NotIn ({oec.get('operator')})")
-            c.check(isinstance(values, list) and 0 < len(values) <= 255
-                    and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
-                    and values == sorted(set(values)),
-                    f"{where}: exit codes a sorted list of distinct ints ({values})")
+            c.check(
+                isinstance(values, list)
+                and 0 < len(values) <= 255
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+                and values == sorted(set(values)),
+                f"{where}: exit codes a sorted list of distinct ints ({values})",
+            )
             c.check(oec.get("operator") != "In" or 0 not in (values or []), f"{where}: In excludes exit code 0")
             name = oec.get("containerName")
-            c.check(name is None or name in containers,
-                    f"{where}: containerName {name!r} is a container or init container of the pod")
+            c.check(
+                name is None or name in containers,
+                f"{where}: containerName {name!r} is a container or init container of the pod",
+            )
         for cond in rule.get("onPodConditions") or []:
-            c.check(isinstance(cond.get("type"), str) and cond.get("status", "True") in ("True", "False", "Unknown"),
-                    f"{where}: pod condition {cond}")
+            c.check(
+                isinstance(cond.get("type"), str) and cond.get("status", "True") in ("True", "False", "Unknown"),
+                f"{where}: pod condition {cond}",
+            )
     return policy
 
 
@@ -543,42 +675,62 @@ def check_recovery(c, r, variant, job, wc, data):
     init = [ct["name"] for ct in ps.get("initContainers", [])]
     containers = init + [ct["name"] for ct in ps["containers"]]
     # The failure policy.
-    c.check(ps.get("restartPolicy") == "Never",
-            f"{r.label}: failed worker pods are replaced, not restarted in place (restartPolicy Never, "
-            f"which podFailurePolicy needs): {ps.get('restartPolicy')}")
+    c.check(
+        ps.get("restartPolicy") == "Never",
+        f"{r.label}: failed worker pods are replaced, not restarted in place (restartPolicy Never, "
+        f"which podFailurePolicy needs): {ps.get('restartPolicy')}",
+    )
     policy = check_pod_failure_policy(c, r, js, containers)
     for name in containers:
-        c.check(pod_failure_outcome(policy, name, 2, containers) == "FailJob",
-                f"{r.label}: exit 2 (bad usage or input) of {name} fails the Job at once")
+        c.check(
+            pod_failure_outcome(policy, name, 2, containers) == "FailJob",
+            f"{r.label}: exit 2 (bad usage or input) of {name} fails the Job at once",
+        )
         for code in (1, 137):
-            c.check(pod_failure_outcome(policy, name, code, containers) == "Count",
-                    f"{r.label}: exit {code} of {name} is retried and counts toward the back-off limit")
-    c.check(any(rule.get("action") == "Ignore" and any(cond.get("type") == "DisruptionTarget"
-                                                       and cond.get("status", "True") == "True"
-                                                       for cond in rule.get("onPodConditions") or [])
-                for rule in (policy or {}).get("rules", [])),
-            f"{r.label}: a disrupted pod (evicted, preempted, node drained) does not count (Ignore DisruptionTarget)")
+            c.check(
+                pod_failure_outcome(policy, name, code, containers) == "Count",
+                f"{r.label}: exit {code} of {name} is retried and counts toward the back-off limit",
+            )
+    c.check(
+        any(
+            rule.get("action") == "Ignore"
+            and any(
+                cond.get("type") == "DisruptionTarget" and cond.get("status", "True") == "True"
+                for cond in rule.get("onPodConditions") or []
+            )
+            for rule in (policy or {}).get("rules", [])
+        ),
+        f"{r.label}: a disrupted pod (evicted, preempted, node drained) does not count (Ignore DisruptionTarget)",
+    )
     per_index = js.get("backoffLimitPerIndex")
     if per_index is not None:
-        c.check(isinstance(per_index, int) and per_index >= RETRIES_PER_RANK and js.get("maxFailedIndexes") == 0,
-                f"{r.label}: backoffLimitPerIndex >= {RETRIES_PER_RANK} and maxFailedIndexes 0 "
-                f"(the job needs every rank): {per_index}, {js.get('maxFailedIndexes')}")
+        c.check(
+            isinstance(per_index, int) and per_index >= RETRIES_PER_RANK and js.get("maxFailedIndexes") == 0,
+            f"{r.label}: backoffLimitPerIndex >= {RETRIES_PER_RANK} and maxFailedIndexes 0 "
+            f"(the job needs every rank): {per_index}, {js.get('maxFailedIndexes')}",
+        )
     else:
         limit = js.get("backoffLimit")
-        c.check(isinstance(limit, int) and limit >= RETRIES_PER_RANK * world,
-                f"{r.label}: backoffLimit {limit} >= {RETRIES_PER_RANK} failed pods per rank x {world} ranks")
+        c.check(
+            isinstance(limit, int) and limit >= RETRIES_PER_RANK * world,
+            f"{r.label}: backoffLimit {limit} >= {RETRIES_PER_RANK} failed pods per rank x {world} ranks",
+        )
     # The checkpoint directory on a volume every pod shares.
     argv = program_args(variant, wc)
     ckpt = arg(argv, "--checkpoint-dir")
     vols = {v["name"]: v for v in ps.get("volumes", [])}
     mount = [m for m in wc.get("volumeMounts", []) if ckpt and ckpt.startswith(m["mountPath"].rstrip("/") + "/")]
-    c.check(len(mount) == 1 and not mount[0].get("readOnly"),
-            f"{r.label}: --checkpoint-dir {ckpt} lies in a writable mount of the worker container")
+    c.check(
+        len(mount) == 1 and not mount[0].get("readOnly"),
+        f"{r.label}: --checkpoint-dir {ckpt} lies in a writable mount of the worker container",
+    )
     claim = vols.get(mount[0]["name"], {}).get("persistentVolumeClaim", {}).get("claimName") if mount else None
     pvc = r.get("PersistentVolumeClaim", claim) if claim else None
-    c.check(pvc is not None and "ReadWriteMany" in pvc["spec"].get("accessModes", []),
-            f"{r.label}: --checkpoint-dir {ckpt} on a ReadWriteMany PVC every worker pod mounts ({claim}; "
-            f"every rank writes its shard into one directory and rank 0 commits it)")
+    c.check(
+        pvc is not None and "ReadWriteMany" in pvc["spec"].get("accessModes", []),
+        f"{r.label}: --checkpoint-dir {ckpt} on a ReadWriteMany PVC every worker pod mounts ({claim}; "
+        f"every rank writes its shard into one directory and rank 0 commits it)",
+    )
     if pvc is not None:
         try:
             size = quantity(pvc["spec"].get("resources", {}).get("requests", {}).get("storage", ""), claim)
@@ -586,44 +738,65 @@ def check_recovery(c, r, variant, job, wc, data):
             c.check(False, str(e))
             size = 0
         c.check(size > 0, f"{r.label}: PVC {claim} requests storage")
-    c.check(bool(ckpt) and ckpt.endswith("/$(MUONSHARD_JOB)") and arg(argv, "--job") == "$(MUONSHARD_JOB)",
-            f"{r.label}: one checkpoint directory per job (--checkpoint-dir .../$(MUONSHARD_JOB), "
-            f"--job $(MUONSHARD_JOB)): {ckpt}")
+    c.check(
+        bool(ckpt) and ckpt.endswith("/$(MUONSHARD_JOB)") and arg(argv, "--job") == "$(MUONSHARD_JOB)",
+        f"{r.label}: one checkpoint directory per job (--checkpoint-dir .../$(MUONSHARD_JOB), "
+        f"--job $(MUONSHARD_JOB)): {ckpt}",
+    )
     every = arg(argv, "--checkpoint-every")
     steps = arg(argv, "--steps")
     steps = data.get("STEPS") if steps == "$(STEPS)" else steps
-    c.check(every is not None and every.isdigit() and steps is not None and steps.isdigit()
-            and 0 < int(every) <= int(steps),
-            f"{r.label}: a checkpoint every {every} steps, within the run's {steps}")
-    c.check(has_flag(argv, "--resume"),
-            f"{r.label}: --resume (the newest checkpoint, step 0 while there is none: a replaced pod goes on)")
+    c.check(
+        every is not None
+        and every.isdigit()
+        and steps is not None
+        and steps.isdigit()
+        and 0 < int(every) <= int(steps),
+        f"{r.label}: a checkpoint every {every} steps, within the run's {steps}",
+    )
+    c.check(
+        has_flag(argv, "--resume"),
+        f"{r.label}: --resume (the newest checkpoint, step 0 while there is none: a replaced pod goes on)",
+    )
     # The C++ worker re-forms a broken group in its process.
     if variant != "torch":
         restarts = arg(argv, "--max-restarts")
-        c.check(restarts is not None and restarts.isdigit() and int(restarts) >= 1,
-                f"{r.label}: --max-restarts {restarts} >= 1 (survivors re-form the group with a replaced rank)")
+        c.check(
+            restarts is not None and restarts.isdigit() and int(restarts) >= 1,
+            f"{r.label}: --max-restarts {restarts} >= 1 (survivors re-form the group with a replaced rank)",
+        )
         host_id = arg(argv, "--host-id")
-        c.check(host_id is None or ("$(JOB_COMPLETION_INDEX)" in host_id
-                                    and not re.search(r"\$\((POD_NAME|POD_IP|POD_UID)\)", host_id)),
-                f"{r.label}: the worker's host identity ({host_id or 'the pod hostname <job>-<index>'}) is kept by "
-                f"a replacement pod, so it gets its rank back at once")
+        c.check(
+            host_id is None
+            or ("$(JOB_COMPLETION_INDEX)" in host_id and not re.search(r"\$\((POD_NAME|POD_IP|POD_UID)\)", host_id)),
+            f"{r.label}: the worker's host identity ({host_id or 'the pod hostname <job>-<index>'}) is kept by "
+            f"a replacement pod, so it gets its rank back at once",
+        )
         grace, comm = number(arg(argv, "--rejoin-grace")), number(arg(argv, "--comm-timeout") or 60)
-        c.check(grace is not None and comm is not None and grace > comm,
-                f"{r.label}: --rejoin-grace {arg(argv, '--rejoin-grace')} longer than --comm-timeout {comm} "
-                f"(a replacement pod is rescheduled, maybe pulls its image, submits)")
+        c.check(
+            grace is not None and comm is not None and grace > comm,
+            f"{r.label}: --rejoin-grace {arg(argv, '--rejoin-grace')} longer than --comm-timeout {comm} "
+            f"(a replacement pod is rescheduled, maybe pulls its image, submits)",
+        )
     psc = ps.get("securityContext", {})
-    c.check("fsGroup" not in psc or psc.get("fsGroupChangePolicy") == "OnRootMismatch",
-            f"{r.label}: the checkpoint volume's group is set once, not file by file on every pod start "
-            f"(fsGroupChangePolicy OnRootMismatch)")
+    c.check(
+        "fsGroup" not in psc or psc.get("fsGroupChangePolicy") == "OnRootMismatch",
+        f"{r.label}: the checkpoint volume's group is set once, not file by file on every pod start "
+        f"(fsGroupChangePolicy OnRootMismatch)",
+    )
 
 
 def check_components(c, r, cc, ps, vols, pods):
     if r.auth:
-        c.check(arg(cc["args"], "--auth-token-file") == "/etc/muonshard/secret/token",
-                f"{r.label}: auth: the coordinator requires the token")
+        c.check(
+            arg(cc["args"], "--auth-token-file") == "/etc/muonshard/secret/token",
+            f"{r.label}: auth: the coordinator requires the token",
+        )
         for ct in ps["containers"] + ps.get("initContainers", []):
-            c.check(arg(ct.get("args", []), "--token-file") == "/etc/muonshard/secret/token",
-                    f"{r.label}: auth: {ct['name']} sends the token")
+            c.check(
+                arg(ct.get("args", []), "--token-file") == "/etc/muonshard/secret/token",
+                f"{r.label}: auth: {ct['name']} sends the token",
+            )
     if r.tls:
         c.check(arg(cc["args"], "--tls-cert") and arg(cc["args"], "--tls-key"), f"{r.label}: TLS: server cert and key")
         for ct in ps["containers"] + ps.get("initContainers", []):
@@ -631,8 +804,13 @@ def check_components(c, r, cc, ps, vols, pods):
     for path_flag in ("--auth-token-file", "--tls-cert", "--tls-key"):
         p = arg(cc["args"], path_flag)
         if p:
-            c.check(any(p.startswith(m["mountPath"] + "/") and "secret" in vols.get(m["name"], {})
-                        for m in cc["volumeMounts"]), f"{r.label}: {path_flag} {p} lies in the Secret volume")
+            c.check(
+                any(
+                    p.startswith(m["mountPath"] + "/") and "secret" in vols.get(m["name"], {})
+                    for m in cc["volumeMounts"]
+                ),
+                f"{r.label}: {path_flag} {p} lies in the Secret volume",
+            )
     pm = r.get("PodMonitor", "muonshard")
     if r.monitoring:
         c.check(pm is not None, f"{r.label}: a PodMonitor")
@@ -641,15 +819,22 @@ def check_components(c, r, cc, ps, vols, pods):
             comps = {e["key"]: set(e["values"]) for e in sel.get("matchExpressions", [])}
             for owner, (labels, ports) in pods.items():
                 matches = sel["matchLabels"].items() <= labels.items() and all(
-                    labels.get(k) in v for k, v in comps.items())
+                    labels.get(k) in v for k, v in comps.items()
+                )
                 c.check(matches, f"{r.label}: the PodMonitor selects {owner}")
-                c.check(all(ep["port"] in ports for ep in pm["spec"]["podMetricsEndpoints"]),
-                        f"{r.label}: {owner} has the PodMonitor's port")
-            c.check(all(ep.get("honorLabels") is True for ep in pm["spec"]["podMetricsEndpoints"]),
-                    f"{r.label}: the PodMonitor honours the exported job label, as prometheus.yml")
+                c.check(
+                    all(ep["port"] in ports for ep in pm["spec"]["podMetricsEndpoints"]),
+                    f"{r.label}: {owner} has the PodMonitor's port",
+                )
+            c.check(
+                all(ep.get("honorLabels") is True for ep in pm["spec"]["podMetricsEndpoints"]),
+                f"{r.label}: the PodMonitor honours the exported job label, as prometheus.yml",
+            )
         pr = r.get("PrometheusRule", "muonshard")
-        c.check(pr is not None and pr["spec"]["groups"] == dc.load_yaml(dc.RULES)["groups"],
-                f"{r.label}: the PrometheusRule holds exactly deploy/prometheus/rules/muonshard.rules.yml")
+        c.check(
+            pr is not None and pr["spec"]["groups"] == dc.load_yaml(dc.RULES)["groups"],
+            f"{r.label}: the PrometheusRule holds exactly deploy/prometheus/rules/muonshard.rules.yml",
+        )
     else:
         c.check(pm is None, f"{r.label}: no PodMonitor without the prometheus-operator component")
 
@@ -665,8 +850,10 @@ def main():
     kubectl = dc.require_tool("kubectl")
     dc.load_yaml(dc.RULES)  # PyYAML present
     c = dc.Checker("deploy_kustomize")
-    with open(os.path.join(K8S, "base", "tiny-moe.json")) as a, \
-            open(os.path.join(dc.REPO, "examples", "manifests", "tiny-moe.json")) as b:
+    with (
+        open(os.path.join(K8S, "base", "tiny-moe.json")) as a,
+        open(os.path.join(dc.REPO, "examples", "manifests", "tiny-moe.json")) as b,
+    ):
         c.check(a.read() == b.read(), "deploy/k8s/base/tiny-moe.json is identical to examples/manifests/tiny-moe.json")
 
     renders = []
@@ -683,10 +870,12 @@ def main():
     try:
         rel = os.path.relpath(K8S, tmp)
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
-            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                    f"resources:\n  - {rel}/overlays/cpu\n"
-                    f"components:\n  - {rel}/components/auth-token\n  - {rel}/components/tls\n"
-                    f"  - {rel}/components/prometheus-operator\n")
+            f.write(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                f"resources:\n  - {rel}/overlays/cpu\n"
+                f"components:\n  - {rel}/components/auth-token\n  - {rel}/components/tls\n"
+                f"  - {rel}/components/prometheus-operator\n"
+            )
         docs, err = kustomize(kubectl, tmp)
         c.check(docs is not None, f"kubectl kustomize overlays/cpu + components: {err}")
         if docs:
@@ -696,9 +885,11 @@ def main():
         # torch + monitoring (auth-token and tls patch the init container,
         # which overlays/torch has not).
         with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
-            f.write("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-                    f"resources:\n  - {rel}/overlays/torch\n"
-                    f"components:\n  - {rel}/components/prometheus-operator\n")
+            f.write(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+                f"resources:\n  - {rel}/overlays/torch\n"
+                f"components:\n  - {rel}/components/prometheus-operator\n"
+            )
         docs, err = kustomize(kubectl, tmp)
         c.check(docs is not None, f"kubectl kustomize overlays/torch + components: {err}")
         if docs:

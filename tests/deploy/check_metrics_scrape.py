@@ -17,14 +17,15 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
-
+import deploy_common as dc
 
 JOB = "scrape-check"
 # Exported only for ranks with a device capacity (Topology.device_memory_bytes).
-CAPACITY_ONLY = ("muonshard_plan_rank_memory_headroom_bytes",
-                 "muonshard_job_plan_rank_memory_headroom_bytes",
-                 "muonshard_worker_plan_memory_headroom_bytes")
+CAPACITY_ONLY = (
+    "muonshard_plan_rank_memory_headroom_bytes",
+    "muonshard_job_plan_rank_memory_headroom_bytes",
+    "muonshard_worker_plan_memory_headroom_bytes",
+)
 
 
 def has_capacity(plan):
@@ -36,26 +37,31 @@ def check_job_plan_series(c, text, version, plan):
     term, equal to the plan's figures."""
     info = dc.sample_values(text, "muonshard_job_plan_info")
     mine = [k for k in info if f'job="{JOB}"' in k]
-    c.check(len(mine) == 1 and f'plan_version="{version}"' in mine[0]
-            and f'content_hash="{plan["content_hash"]}"' in mine[0] and 'world_size="1"' in mine[0]
-            and 'model="tiny-llama"' in mine[0],
-            f"one muonshard_job_plan_info for {JOB} at version {version}: {mine}")
+    c.check(
+        len(mine) == 1
+        and f'plan_version="{version}"' in mine[0]
+        and f'content_hash="{plan["content_hash"]}"' in mine[0]
+        and 'world_size="1"' in mine[0]
+        and 'model="tiny-llama"' in mine[0],
+        f"one muonshard_job_plan_info for {JOB} at version {version}: {mine}",
+    )
     labels = f'job="{JOB}",plan_version="{version}"'
-    state = {k: v for k, v in dc.sample_values(text, "muonshard_job_plan_optimizer_state_bytes").items()
-             if labels in k}
+    state = {k: v for k, v in dc.sample_values(text, "muonshard_job_plan_optimizer_state_bytes").items() if labels in k}
     want = int(plan["ranks"][0]["optimizer_state_bytes"])
-    c.check(state and sum(state.values()) == want,
-            f"rank 0's muonshard_job_plan_optimizer_state_bytes {state} sum to the plan's {want}")
-    terms = {k for k in dc.sample_values(text, "muonshard_job_plan_rank_memory_bytes")
-             if labels in k and 'rank="0"' in k}
+    c.check(
+        state and sum(state.values()) == want,
+        f"rank 0's muonshard_job_plan_optimizer_state_bytes {state} sum to the plan's {want}",
+    )
+    terms = {
+        k for k in dc.sample_values(text, "muonshard_job_plan_rank_memory_bytes") if labels in k and 'rank="0"' in k
+    }
     c.check(len(terms) == 8, f"8 memory terms of rank 0 in the job's plan: {sorted(terms)}")
     ratio = [k for k in dc.sample_values(text, "muonshard_job_plan_memory_imbalance_ratio") if labels in k]
     c.check(len(ratio) == 1, f"one muonshard_job_plan_memory_imbalance_ratio for the job: {ratio}")
 
 
 def job_plan_samples(text):
-    return [line for line in text.splitlines()
-            if line.startswith("muonshard_job_plan_") and f'job="{JOB}"' in line]
+    return [line for line in text.splitlines() if line.startswith("muonshard_job_plan_") and f'job="{JOB}"' in line]
 
 
 def check_ended_job_series_removed(c, stack):
@@ -71,8 +77,10 @@ def check_ended_job_series_removed(c, stack):
         time.sleep(0.5)
         left = job_plan_samples(dc.scrape(url))
     c.check(not left, f"no plan series of {JOB} once its worker is gone: {left[:3]}")
-    c.check(any(f'job="{JOB}"' in k for k in dc.sample_values(dc.scrape(url), "muonshard_workers")),
-            "the job's worker counts stay")
+    c.check(
+        any(f'job="{JOB}"' in k for k in dc.sample_values(dc.scrape(url), "muonshard_workers")),
+        "the job's worker counts stay",
+    )
 
 
 def main():
@@ -88,8 +96,7 @@ def main():
     c = dc.Checker("deploy_metrics_scrape")
     try:
         stack.start_coordinator()
-        version = stack.submit(os.path.join(dc.REPO, "examples", "manifests", "tiny-llama.json"),
-                               world_size=1)
+        version = stack.submit(os.path.join(dc.REPO, "examples", "manifests", "tiny-llama.json"), world_size=1)
         plan = stack.plan(version)
         # Steps until stopped: the job runs its plan while it is scraped.
         stack.start_workers(JOB, world_size=1, plan_version=version, steps=1_000_000_000)
@@ -119,8 +126,7 @@ def main():
     for name, where in sorted(used.items()):
         if name in recorded:
             continue  # defined by a recording rule, itself checked here
-        c.check(name in scraped or name in conditional,
-                f"{name} (used by {where}) is in no /metrics scrape")
+        c.check(name in scraped or name in conditional, f"{name} (used by {where}) is in no /metrics scrape")
 
     # Each binary exports what its header declares (families appear as
     # themselves, or as _bucket/_sum/_count for histograms).
@@ -128,22 +134,24 @@ def main():
         return family in names or family + "_bucket" in names
 
     for family in dc.header_exported_names(
-            os.path.join(dc.REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"):
-        c.check(exported(coordinator, family) or family in conditional,
-                f"coordinator /metrics lacks {family}")
-    for family in dc.header_exported_names(
-            os.path.join(dc.REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"):
+        os.path.join(dc.REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"
+    ):
+        c.check(exported(coordinator, family) or family in conditional, f"coordinator /metrics lacks {family}")
+    for family in dc.header_exported_names(os.path.join(dc.REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"):
         c.check(exported(worker, family) or family in conditional, f"worker /metrics lacks {family}")
 
     # The labels the dashboard groups by are there.
-    c.check(f'job="{JOB}"' in worker_text and 'rank="0"' in worker_text,
-            "worker series carry job and rank labels")
-    c.check(any(f'job="{JOB}"' in k for k in
-                dc.sample_values(coordinator_text, "muonshard_workers")),
-            "the coordinator's muonshard_workers has the job label")
-    print(f"scraped {len(coordinator)} coordinator and {len(worker)} worker sample names; "
-          f"{len(used)} names used by the dashboard and rules")
+    c.check(f'job="{JOB}"' in worker_text and 'rank="0"' in worker_text, "worker series carry job and rank labels")
+    c.check(
+        any(f'job="{JOB}"' in k for k in dc.sample_values(coordinator_text, "muonshard_workers")),
+        "the coordinator's muonshard_workers has the job label",
+    )
+    print(
+        f"scraped {len(coordinator)} coordinator and {len(worker)} worker sample names; "
+        f"{len(used)} names used by the dashboard and rules"
+    )
     import shutil
+
     shutil.rmtree(scratch, ignore_errors=True)
     c.finish()
 

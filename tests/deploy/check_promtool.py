@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
+import deploy_common as dc
 
 RULES_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules_test.yml")
 
@@ -18,18 +18,24 @@ RULES_TEST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rules_tes
 def main():
     promtool = dc.require_tool("promtool")
     c = dc.Checker("deploy_promtool")
-    for argv in (["check", "config", "--lint=all", dc.PROMETHEUS_CONFIG],
-                 ["check", "rules", "--lint=all", dc.RULES],
-                 ["test", "rules", RULES_TEST]):
+    for argv in (
+        ["check", "config", "--lint=all", dc.PROMETHEUS_CONFIG],
+        ["check", "rules", "--lint=all", dc.RULES],
+        ["test", "rules", RULES_TEST],
+    ):
         r = dc.run([promtool, *argv])
         print(r.stdout + r.stderr)
         c.check(r.returncode == 0, f"promtool {' '.join(argv)} exit {r.returncode}")
     cfg = dc.load_yaml(dc.PROMETHEUS_CONFIG)
-    c.check(cfg.get("rule_files") and all(
-        os.path.isfile(os.path.join(os.path.dirname(dc.PROMETHEUS_CONFIG), f)) for f in cfg["rule_files"]),
-        "prometheus.yml loads the rule files of deploy/prometheus")
-    c.check(all(sc.get("honor_labels") is True for sc in cfg["scrape_configs"]),
-            "every scrape job keeps the exported `job` label (the training job)")
+    c.check(
+        cfg.get("rule_files")
+        and all(os.path.isfile(os.path.join(os.path.dirname(dc.PROMETHEUS_CONFIG), f)) for f in cfg["rule_files"]),
+        "prometheus.yml loads the rule files of deploy/prometheus",
+    )
+    c.check(
+        all(sc.get("honor_labels") is True for sc in cfg["scrape_configs"]),
+        "every scrape job keeps the exported `job` label (the training job)",
+    )
     check_alerts_tested(c, dc.load_yaml(dc.RULES), dc.load_yaml(RULES_TEST))
     c.finish()
 
@@ -42,9 +48,13 @@ def check_alerts_tested(c, rules, rules_test):
     alerts = [r for g in rules["groups"] for r in g["rules"] if "alert" in r]
     names = [a["alert"] for a in alerts]
     c.check(len(names) == len(set(names)), f"alert names are unique: {names}")
-    c.check(any(os.path.normpath(os.path.join(os.path.dirname(RULES_TEST), f)) == os.path.normpath(dc.RULES)
-                for f in rules_test.get("rule_files", [])),
-            "rules_test.yml loads deploy/prometheus/rules/muonshard.rules.yml")
+    c.check(
+        any(
+            os.path.normpath(os.path.join(os.path.dirname(RULES_TEST), f)) == os.path.normpath(dc.RULES)
+            for f in rules_test.get("rule_files", [])
+        ),
+        "rules_test.yml loads deploy/prometheus/rules/muonshard.rules.yml",
+    )
     firing, quiet = set(), set()
     for i, t in enumerate(rules_test.get("tests", [])):
         for case in t.get("alert_rule_test", []) or []:
@@ -55,8 +65,10 @@ def check_alerts_tested(c, rules, rules_test):
         name = a["alert"]
         c.check(name in firing, f"rules_test.yml has an alert_rule_test where {name} fires")
         c.check(name in quiet, f"rules_test.yml has an alert_rule_test where {name} stays quiet")
-        c.check((a.get("labels") or {}).get("severity") in ("critical", "warning", "info"),
-                f"alert {name} has a severity label (critical, warning or info)")
+        c.check(
+            (a.get("labels") or {}).get("severity") in ("critical", "warning", "info"),
+            f"alert {name} has a severity label (critical, warning or info)",
+        )
         annotations = a.get("annotations") or {}
         for key in ("summary", "description"):
             c.check(str(annotations.get(key, "")).strip(), f"alert {name} has a {key} annotation")

@@ -40,10 +40,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
-import check_command_lines as ccl  # noqa: E402
-import check_compose  # noqa: E402
-import check_images  # noqa: E402
+import check_command_lines as ccl
+import check_compose
+import check_images
+import deploy_common as dc
 
 LAUNCHER = ["python3", "-m", "torch.distributed.run"]
 DOCKERFILE = os.path.join(dc.REPO, "deploy", "docker", "worker.Dockerfile")
@@ -72,7 +72,7 @@ def repo_path(image, path):
     """The repository file the image holds at `path`."""
     for dst, src in image["copies"].items():
         if path.startswith(dst + "/"):
-            return os.path.join(src, path[len(dst) + 1:])
+            return os.path.join(src, path[len(dst) + 1 :])
     return None
 
 
@@ -96,12 +96,12 @@ def parse(parser_fn, argv):
 
 class Node:
     def __init__(self, name, argv, env, address):
-        self.name = name          # container hostname / pod name
-        self.argv = argv          # the launcher's arguments (after python3 -m torch.distributed.run)
-        self.env = env            # the container's environment
-        self.address = address    # the address the node's Gloo should bind (its --hostname)
-        self.launch = None        # torch.distributed.run's namespace
-        self.script = None        # train_gpt.py's namespace
+        self.name = name  # container hostname / pod name
+        self.argv = argv  # the launcher's arguments (after python3 -m torch.distributed.run)
+        self.env = env  # the container's environment
+        self.address = address  # the address the node's Gloo should bind (its --hostname)
+        self.launch = None  # torch.distributed.run's namespace
+        self.script = None  # train_gpt.py's namespace
         self.script_index = None  # the script's position in argv
 
 
@@ -110,11 +110,12 @@ def check_nodes(c, label, nodes, image, expect):
     metrics_port."""
     from torch.distributed.run import get_args_parser
 
-    script_path = os.path.join(next((d for d in image["copies"] if d.endswith("examples/torch")), "?"),
-                               "train_gpt.py")
+    script_path = os.path.join(next((d for d in image["copies"] if d.endswith("examples/torch")), "?"), "train_gpt.py")
     script_file = repo_path(image, script_path)
-    c.check(script_file is not None and os.path.isfile(script_file),
-            f"{label}: the torch image holds examples/torch/train_gpt.py at {script_path}")
+    c.check(
+        script_file is not None and os.path.isfile(script_file),
+        f"{label}: the torch image holds examples/torch/train_gpt.py at {script_path}",
+    )
     if script_file is None or not os.path.isfile(script_file):
         return None
     train_gpt = load_script(script_file)
@@ -125,11 +126,15 @@ def check_nodes(c, label, nodes, image, expect):
         if n.launch is None:
             continue
         a = n.launch
-        c.check(a.redirects == "1" and a.tee == "1",
-                f"{where}: --redirects 1 --tee 1 (torch 1.13 on Python 3.11): {a.redirects!r} {a.tee!r}")
+        c.check(
+            a.redirects == "1" and a.tee == "1",
+            f"{where}: --redirects 1 --tee 1 (torch 1.13 on Python 3.11): {a.redirects!r} {a.tee!r}",
+        )
         c.check(a.nproc_per_node == "1", f"{where}: one process per node ({a.nproc_per_node})")
-        c.check(a.rdzv_backend == "static" and not a.standalone and a.max_restarts == 0,
-                f"{where}: static rendezvous on --master_addr/--master_port; the container restarts, not the agent")
+        c.check(
+            a.rdzv_backend == "static" and not a.standalone and a.max_restarts == 0,
+            f"{where}: static rendezvous on --master_addr/--master_port; the container restarts, not the agent",
+        )
         c.check(a.training_script == script_path, f"{where}: runs {script_path} ({a.training_script})")
         n.script_index = len(n.argv) - len(a.training_script_args) - 1
         c.check(n.argv[n.script_index] == a.training_script, f"{where}: the script follows the launcher's flags")
@@ -139,32 +144,45 @@ def check_nodes(c, label, nodes, image, expect):
             continue
         s = n.script
         c.check(s.optimizer == "muonshard", f"{where}: --optimizer muonshard ({s.optimizer})")
-        c.check(s.coordinator == expect["coordinator"],
-                f"{where}: dials the coordinator {expect['coordinator']} ({s.coordinator})")
+        c.check(
+            s.coordinator == expect["coordinator"],
+            f"{where}: dials the coordinator {expect['coordinator']} ({s.coordinator})",
+        )
         c.check(s.hostname == n.address, f"{where}: Gloo binds and advertises {n.address} ({s.hostname})")
-        c.check(s.metrics_port == expect["metrics_port"],
-                f"{where}: /metrics on {expect['metrics_port']} + local rank 0 ({s.metrics_port})")
+        c.check(
+            s.metrics_port == expect["metrics_port"],
+            f"{where}: /metrics on {expect['metrics_port']} + local rank 0 ({s.metrics_port})",
+        )
         c.check(s.metrics_host == "0.0.0.0", f"{where}: /metrics reachable from outside the pod ({s.metrics_host})")
         c.check(s.ep == 1, f"{where}: ep 1, the data-parallel example's ({s.ep})")
-        c.check(s.checkpoint_dir and s.checkpoint_every > 0 and s.resume,
-                f"{where}: checkpoints every {s.checkpoint_every} steps into {s.checkpoint_dir} and --resume")
+        c.check(
+            s.checkpoint_dir and s.checkpoint_every > 0 and s.resume,
+            f"{where}: checkpoints every {s.checkpoint_every} steps into {s.checkpoint_dir} and --resume",
+        )
     parsed = [n for n in nodes if n.launch is not None and n.script is not None]
     if len(parsed) != len(nodes):
         return None
     world = len(nodes)
-    c.check(sorted(n.launch.node_rank for n in nodes) == list(range(world)),
-            f"{label}: node ranks 0..{world - 1}: {[n.launch.node_rank for n in nodes]}")
+    c.check(
+        sorted(n.launch.node_rank for n in nodes) == list(range(world)),
+        f"{label}: node ranks 0..{world - 1}: {[n.launch.node_rank for n in nodes]}",
+    )
     c.check(all(n.launch.nnodes == str(world) for n in nodes), f"{label}: --nnodes {world} on every node")
-    c.check({n.launch.master_addr for n in nodes} == {expect["master_addr"]},
-            f"{label}: every node meets at rank 0's {expect['master_addr']}: {[n.launch.master_addr for n in nodes]}")
+    c.check(
+        {n.launch.master_addr for n in nodes} == {expect["master_addr"]},
+        f"{label}: every node meets at rank 0's {expect['master_addr']}: {[n.launch.master_addr for n in nodes]}",
+    )
     c.check(len({n.launch.master_port for n in nodes}) == 1, f"{label}: one --master_port")
     c.check(len({n.script.job for n in nodes}) == 1, f"{label}: one job: {[n.script.job for n in nodes]}")
-    c.check(len({n.script.checkpoint_dir for n in nodes}) == 1,
-            f"{label}: one checkpoint directory (rank 0 commits every rank's shard)")
+    c.check(
+        len({n.script.checkpoint_dir for n in nodes}) == 1,
+        f"{label}: one checkpoint directory (rank 0 commits every rank's shard)",
+    )
     return sorted(nodes, key=lambda n: n.launch.node_rank)
 
 
 # ---------------------------------------------------------------- the run
+
 
 def _die_with_parent():
     dc._die_with_parent()
@@ -176,27 +194,49 @@ def run_nodes(c, label, scratch, nodes, address, steps):
     master_port = dc.free_port()
     procs = []
     for n in nodes:
-        launcher = ccl.substitute(n.argv[:n.script_index], {"--master_addr": "127.0.0.1",
-                                                           "--master_port": str(master_port)})
+        launcher = ccl.substitute(
+            n.argv[: n.script_index], {"--master_addr": "127.0.0.1", "--master_port": str(master_port)}
+        )
         ckpt = os.path.join(scratch, "checkpoints", os.path.basename(n.script.checkpoint_dir.rstrip("/")))
-        script = ccl.substitute(n.argv[n.script_index + 1:], {
-            "--coordinator": address, "--hostname": "127.0.0.1", "--metrics-port": "0", "--metrics-host": "127.0.0.1",
-            "--steps": str(steps), "--log-every": "1", "--checkpoint-dir": ckpt,
-            "--checkpoint-every": str(EVERY)})
+        script = ccl.substitute(
+            n.argv[n.script_index + 1 :],
+            {
+                "--coordinator": address,
+                "--hostname": "127.0.0.1",
+                "--metrics-port": "0",
+                "--metrics-host": "127.0.0.1",
+                "--steps": str(steps),
+                "--log-every": "1",
+                "--checkpoint-dir": ckpt,
+                "--checkpoint-every": str(EVERY),
+            },
+        )
         script_file = os.path.join(dc.REPO, "examples", "torch", "train_gpt.py")
         argv = [sys.executable, "-m", "torch.distributed.run", *launcher, script_file, *script]
-        env = {**os.environ, **n.env,
-               "PYTHONPATH": os.path.join(os.path.dirname(dc.bin_dir()), "python"),
-               "MUONSHARD_BIN_DIR": dc.bin_dir(), "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-               # Each container or pod has its own host name; here every node
-               # shares this machine's, so each gets its own device identity
-               # (the coordinator takes a known (host, device) for a restart).
-               "MUONSHARD_DEVICE": f"cpu:{n.name}"}
+        env = {
+            **os.environ,
+            **n.env,
+            "PYTHONPATH": os.path.join(os.path.dirname(dc.bin_dir()), "python"),
+            "MUONSHARD_BIN_DIR": dc.bin_dir(),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",
+            "OMP_NUM_THREADS": "1",
+            # Each container or pod has its own host name; here every node
+            # shares this machine's, so each gets its own device identity
+            # (the coordinator takes a known (host, device) for a restart).
+            "MUONSHARD_DEVICE": f"cpu:{n.name}",
+        }
         log = os.path.join(scratch, f"{n.name}-{steps}.log")
         with open(log, "wb") as f:
-            p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, env=env,
-                                 cwd=scratch, preexec_fn=_die_with_parent)
+            p = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=scratch,
+                preexec_fn=_die_with_parent,
+            )
         procs.append((n, p, log))
     deadline = time.monotonic() + 180
     logs = []
@@ -229,21 +269,28 @@ def run(c, label, scratch, nodes, coordinator_argv):
         # The launcher's stdout lines ("[default0]:...") may land inside a
         # stderr line of the same log: leave them out of this check.
         joins = [re.sub(r"\[default\d+\]:[^\n]*\n", "", log) for log in logs]
-        c.check(all(f'joined job "{job}" as rank {i} of {world}' in log for i, log in enumerate(joins)),
-                f"{label}: node i joined job {job} as rank i of {world}")
+        c.check(
+            all(f'joined job "{job}" as rank {i} of {world}' in log for i, log in enumerate(joins)),
+            f"{label}: node i joined job {job} as rank i of {world}",
+        )
         c.check(f"saved a checkpoint of step {STEPS}" in logs[0], f"{label}: checkpoint of step {STEPS} saved")
         if c.failures:
             return
         logs = run_nodes(c, label, scratch, nodes, address, RESUMED_STEPS)
-        c.check("resumed from" in logs[0] and f"after step {STEPS}" in logs[0],
-                f"{label}: restarted with the same command lines, the job resumed after step {STEPS}")
-        c.check(all(f"rank {i}: resumed from" in log for i, log in enumerate(logs)),
-                f"{label}: every rank loaded its state from the checkpoint")
+        c.check(
+            "resumed from" in logs[0] and f"after step {STEPS}" in logs[0],
+            f"{label}: restarted with the same command lines, the job resumed after step {STEPS}",
+        )
+        c.check(
+            all(f"rank {i}: resumed from" in log for i, log in enumerate(logs)),
+            f"{label}: every rank loaded its state from the checkpoint",
+        )
     finally:
         r.stack.stop()
 
 
 # ---------------------------------------------------------------- sources
+
 
 def compose_nodes(c, compose, image):
     ok, cfg = check_compose.resolved(compose, [check_compose.BASE, check_compose.TORCH])
@@ -257,7 +304,7 @@ def compose_nodes(c, compose, image):
     for name, s in sorted(services.items()):
         if not name.startswith("torch-worker-"):
             continue
-        argv = (s.get("entrypoint") or image["ENTRYPOINT"])[len(LAUNCHER):] + (s.get("command") or [])
+        argv = (s.get("entrypoint") or image["ENTRYPOINT"])[len(LAUNCHER) :] + (s.get("command") or [])
         c.check((s.get("entrypoint") or image["ENTRYPOINT"]) == LAUNCHER, f"compose: {name} runs the launcher")
         nodes.append(Node(s.get("hostname", name), [str(a) for a in argv], {}, s.get("hostname", name)))
     c.check(len(nodes) >= 2, f"compose: torch workers ({[n.name for n in nodes]})")
@@ -275,7 +322,7 @@ def k8s_nodes(c, kubectl):
     dep = objs[("Deployment", "muonshard-coordinator")]
     job = objs[("Job", "muonshard-worker")]
     spec = job["spec"]["template"]["spec"]
-    ct = [x for x in spec["containers"] if x["name"] == "worker"][0]
+    ct = next(x for x in spec["containers"] if x["name"] == "worker")
     env = {}
     for ef in ct.get("envFrom", []):
         env.update(objs[("ConfigMap", ef["configMapRef"]["name"])]["data"])
@@ -289,11 +336,13 @@ def k8s_nodes(c, kubectl):
         pod = f"{job['metadata']['name']}-{i}"
         pod_ip = f"10.0.0.{10 + i}"  # what the downward API gives each pod
         pod_env = {**env, "JOB_COMPLETION_INDEX": str(i), "POD_IP": pod_ip, "POD_NAME": f"{pod}-x7k2p"}
-        argv = ccl.k8s_expand(command[len(LAUNCHER):] + ct.get("args", []), pod_env)
+        argv = ccl.k8s_expand(command[len(LAUNCHER) :] + ct.get("args", []), pod_env)
         nodes.append(Node(pod, argv, {k: v for k, v in env.items()}, pod_ip))
-    expect = {"coordinator": env["COORDINATOR"],
-              "master_addr": f"{job['metadata']['name']}-0.{spec['subdomain']}",
-              "metrics_port": next(p["containerPort"] for p in ct["ports"] if p["name"] == "metrics")}
+    expect = {
+        "coordinator": env["COORDINATOR"],
+        "master_addr": f"{job['metadata']['name']}-0.{spec['subdomain']}",
+        "metrics_port": next(p["containerPort"] for p in ct["ports"] if p["name"] == "metrics"),
+    }
     return nodes, expect, dep["spec"]["template"]["spec"]["containers"][0]["args"], env
 
 

@@ -60,7 +60,6 @@ class Checker:
         sys.exit(0)
 
 
-
 def variant_and_tool(script):
     """The compose|k8s argument of `script` and the tool that renders it
     (docker-compose or kubectl); usage and exit 2 otherwise."""
@@ -69,6 +68,7 @@ def variant_and_tool(script):
         print(f"usage: {script} compose|k8s")
         sys.exit(2)
     return which, require_tool("docker-compose" if which == "compose" else "kubectl")
+
 
 def run(argv, **kwargs):
     """Runs a command, returning CompletedProcess with text output."""
@@ -88,8 +88,20 @@ def load_yaml(path_or_text, text=False):
 # ---------------------------------------------------------------- PromQL
 
 _PROMQL_KEYWORDS = {
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-    "unless", "offset", "inf", "nan", "atan2",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
 }
 _IDENT = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
@@ -174,8 +186,20 @@ def dashboard_exprs(dashboard):
     return out
 
 
-_AGGREGATIONS = ("sum", "avg", "min", "max", "count", "quantile", "topk", "bottomk", "stddev", "stdvar",
-                 "group", "count_values")
+_AGGREGATIONS = (
+    "sum",
+    "avg",
+    "min",
+    "max",
+    "count",
+    "quantile",
+    "topk",
+    "bottomk",
+    "stddev",
+    "stdvar",
+    "group",
+    "count_values",
+)
 _AGG = re.compile(r"\b(" + "|".join(_AGGREGATIONS) + r")\b\s*(by|without)?\s*(\([^()]*\))?\s*\(")
 
 
@@ -198,7 +222,7 @@ def aggregations(expr):
     for m in _AGG.finditer(s):
         op, mod, labels = m.group(1), m.group(2), m.group(3)
         if mod is None:  # maybe the trailing form
-            t = re.match(r"\s*(by|without)\s*(\([^()]*\))", s[_closing(s, m.end() - 1):])
+            t = re.match(r"\s*(by|without)\s*(\([^()]*\))", s[_closing(s, m.end() - 1) :])
             if t:
                 mod, labels = t.group(1), t.group(2)
         if mod == "by":
@@ -248,10 +272,8 @@ def header_exported_names(path, array):
 def exported_names_from_headers():
     """Family names the binaries declare, with their histogram series names
     (a family is a histogram when its header comment says so)."""
-    families = set(header_exported_names(
-        os.path.join(REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"))
-    families |= set(header_exported_names(
-        os.path.join(REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"))
+    families = set(header_exported_names(os.path.join(REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"))
+    families |= set(header_exported_names(os.path.join(REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"))
     series = set(families)
     for path in ("coordinator/metrics.h", "worker/metrics.h"):
         with open(os.path.join(REPO, path)) as f:
@@ -261,6 +283,7 @@ def exported_names_from_headers():
 
 
 # ---------------------------------------------------------------- /metrics
+
 
 def scrape(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as r:
@@ -290,6 +313,7 @@ def sample_values(exposition, name):
 
 
 # ---------------------------------------------------------------- processes
+
 
 def bin_dir():
     d = os.environ.get("MUONSHARD_BIN_DIR", os.path.join(REPO, "build", "bin"))
@@ -325,8 +349,9 @@ class LoopbackStack:
     def spawn(self, name, argv):
         log = os.path.join(self.scratch, name + ".log")
         f = open(log, "wb")
-        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                             preexec_fn=_die_with_parent)
+        p = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         f.close()
         self.procs.append((name, p, log))
         return p
@@ -354,10 +379,22 @@ class LoopbackStack:
 
     def start_coordinator(self):
         port_file = os.path.join(self.scratch, "coordinator.port")
-        p = self.spawn("coordinator", [
-            self.binary("muonshard-coordinator"), "--listen", "127.0.0.1:0",
-            "--data-dir", os.path.join(self.scratch, "data"), "--metrics-port", "0",
-            "--metrics-host", "127.0.0.1", "--port-file", port_file])
+        p = self.spawn(
+            "coordinator",
+            [
+                self.binary("muonshard-coordinator"),
+                "--listen",
+                "127.0.0.1:0",
+                "--data-dir",
+                os.path.join(self.scratch, "data"),
+                "--metrics-port",
+                "0",
+                "--metrics-host",
+                "127.0.0.1",
+                "--port-file",
+                port_file,
+            ],
+        )
         ports = self._wait_port_file("coordinator", p, port_file, 30)
         self.coordinator_port = ports["grpc_port"]
         self.coordinator_metrics_port = ports["metrics_port"]
@@ -367,15 +404,27 @@ class LoopbackStack:
         return f"127.0.0.1:{self.coordinator_port}"
 
     def ctl(self, *args, timeout=60):
-        r = run([self.binary("muonshardctl"), *args, "--coordinator", self.address],
-                timeout=timeout)
+        r = run([self.binary("muonshardctl"), *args, "--coordinator", self.address], timeout=timeout)
         if r.returncode != 0:
             raise RuntimeError(f"muonshardctl {' '.join(args)}: exit {r.returncode}\n{r.stderr}")
         return r.stdout
 
     def submit(self, manifest, world_size, ep=1, policy="seed"):
-        out = json.loads(self.ctl("submit", "--manifest", manifest, "--world-size", str(world_size),
-                                  "--ep", str(ep), "--policy", policy, "--output", "json"))
+        out = json.loads(
+            self.ctl(
+                "submit",
+                "--manifest",
+                manifest,
+                "--world-size",
+                str(world_size),
+                "--ep",
+                str(ep),
+                "--policy",
+                policy,
+                "--output",
+                "json",
+            )
+        )
         return int(out["version"])
 
     def plan(self, version):
@@ -384,16 +433,43 @@ class LoopbackStack:
     def start_workers(self, job, world_size, plan_version, steps, linger_s=300):
         for r in range(world_size):
             port_file = os.path.join(self.scratch, f"worker-{r}.port")
-            self.spawn(f"worker-{r}", [
-                self.binary("muonshard-worker"), "--coordinator", self.address, "--job", job,
-                "--rank", str(r), "--plan-version", str(plan_version), "--backend", "gloo",
-                "--workload", "regression", "--steps", str(steps), "--hostname", "127.0.0.1",
-                "--metrics-host", "127.0.0.1", "--metrics-port", "0", "--port-file", port_file,
-                "--blas-threads", "1", "--linger", str(linger_s), "--log-every", "1"])
+            self.spawn(
+                f"worker-{r}",
+                [
+                    self.binary("muonshard-worker"),
+                    "--coordinator",
+                    self.address,
+                    "--job",
+                    job,
+                    "--rank",
+                    str(r),
+                    "--plan-version",
+                    str(plan_version),
+                    "--backend",
+                    "gloo",
+                    "--workload",
+                    "regression",
+                    "--steps",
+                    str(steps),
+                    "--hostname",
+                    "127.0.0.1",
+                    "--metrics-host",
+                    "127.0.0.1",
+                    "--metrics-port",
+                    "0",
+                    "--port-file",
+                    port_file,
+                    "--blas-threads",
+                    "1",
+                    "--linger",
+                    str(linger_s),
+                    "--log-every",
+                    "1",
+                ],
+            )
         for r in range(world_size):
             proc = self.procs[-world_size + r][1]
-            ports = self._wait_port_file(f"worker-{r}", proc,
-                                         os.path.join(self.scratch, f"worker-{r}.port"), 60)
+            ports = self._wait_port_file(f"worker-{r}", proc, os.path.join(self.scratch, f"worker-{r}.port"), 60)
             self.worker_metrics_ports.append(ports["metrics_port"])
 
     def wait_steps(self, steps, timeout):
@@ -406,8 +482,7 @@ class LoopbackStack:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log_of(name)}")
                 try:
-                    v = sample_values(scrape(f"http://127.0.0.1:{port}/metrics"),
-                                      "muonshard_worker_steps_total")
+                    v = sample_values(scrape(f"http://127.0.0.1:{port}/metrics"), "muonshard_worker_steps_total")
                 except OSError:
                     v = {}
                 if v and min(v.values()) >= steps:
@@ -454,7 +529,7 @@ def scratch_run(c, prefix):
     scratch = tempfile.mkdtemp(prefix=prefix)
     try:
         yield scratch
-    except Exception as e:  # noqa: BLE001 - reported as a failure with its message
+    except Exception as e:
         c.check(False, f"{type(e).__name__}: {e}")
     finally:
         if not c.failures:

@@ -9,10 +9,9 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import deploy_common as dc  # noqa: E402
+import deploy_common as dc
 
-PROMETHEUS_RULE = os.path.join(dc.REPO, "deploy", "k8s", "components", "prometheus-operator",
-                               "prometheusrule.yaml")
+PROMETHEUS_RULE = os.path.join(dc.REPO, "deploy", "k8s", "components", "prometheus-operator", "prometheusrule.yaml")
 
 
 def main():
@@ -22,8 +21,9 @@ def main():
         pass
 
     # Multi-line strings (the rules' expressions) as `|` blocks, as written.
-    Dumper.add_representer(str, lambda d, s: d.represent_scalar(
-        "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
+    Dumper.add_representer(
+        str, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style="|" if "\n" in s else None)
+    )
     with open(PROMETHEUS_RULE) as f:
         text = f.read()
     header = "".join(line for line in text.splitlines(True) if line.startswith("#"))

@@ -35,7 +35,7 @@ class Param:
         self.name = name
         self.shape = shape
         self.dtype = dtype
-        self.numel = numel            # numel of the local tensor (the ep-local part of a stack)
+        self.numel = numel  # numel of the local tensor (the ep-local part of a stack)
         self.elem_begin = elem_begin  # offset of the local part in the full tensor
         self.first_matrix = first_matrix
         self.matrices = matrices
@@ -77,7 +77,7 @@ def partition_2d_parameters(params, world_size, comm_buffer_size_mb, all_ranks):
         active_ranks = world_size
     else:
         total_numel = sum(p.numel for p in parameters)
-        total_size_mb = total_numel * 4 / (1024 ** 2)
+        total_size_mb = total_numel * 4 / (1024**2)
         buffer_size_mb = comm_buffer_size_mb if comm_buffer_size_mb > 0 else 256
         min_active_ranks = 1
         if total_size_mb > 0:
@@ -106,7 +106,7 @@ def load_params(manifest, world, pp, ep, excludes):
     layers = [layer_index(t["name"], "layers.") for t in tensors]
     num_layers = max(layers) + 1 if layers else 0
     stages, current = [], 0
-    for t, layer in zip(tensors, layers):
+    for t, layer in zip(tensors, layers, strict=True):
         if "stage" in t:
             current = int(t["stage"])
         elif layer >= 0:
@@ -158,7 +158,8 @@ def load_params(manifest, world, pp, ep, excludes):
                 fm = e * per if use_muon else 0
                 mats = per if use_muon else 1
                 target[("moe", stage, e)].append(
-                    Param(i, name, shape, t["dtype"], per * per_expert, e * per * per_expert, fm, mats))
+                    Param(i, name, shape, t["dtype"], per * per_expert, e * per * per_expert, fm, mats)
+                )
     return groups, muon, adamw
 
 
@@ -171,8 +172,10 @@ def ns_flops(shape, steps):
 def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
     groups, muon, adamw = load_params(manifest, world, pp, ep, DEFAULT_EXCLUDES)
     group_size = buf_mb * 1024 * 1024
-    ranks = [{"rank": r, "owned": [], "slices": [], "muon_numel": 0, "adamw_shard_numel": 0,
-              "ns_flops": 0.0} for r in range(world)]
+    ranks = [
+        {"rank": r, "owned": [], "slices": [], "muon_numel": 0, "adamw_shard_numel": 0, "ns_flops": 0.0}
+        for r in range(world)
+    ]
     state_bytes = [0] * world
     muon_buckets, adamw_buckets = [], []
     for key, granks in groups.items():
@@ -181,12 +184,13 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
         if params:
             passes = [params]
             if per_dtype:
-                passes = [[p for p in params if p.dtype == d]
-                          for d in sorted(set(p.dtype for p in params), key=lambda d: STR_DTYPE[d])]
+                passes = [
+                    [p for p in params if p.dtype == d]
+                    for d in sorted(set(p.dtype for p in params), key=lambda d: STR_DTYPE[d])
+                ]
             owner = {}
             for sub in passes:
-                mapping = partition_2d_parameters(sub, n, buf_mb, policy == "seed-all") if n > 1 \
-                    else {0: list(sub)}
+                mapping = partition_2d_parameters(sub, n, buf_mb, policy == "seed-all") if n > 1 else {0: list(sub)}
                 for r, ps in mapping.items():
                     for p in ps:
                         owner[id(p)] = r
@@ -235,10 +239,12 @@ def plan(manifest, world, pp, ep, policy, buf_mb, per_dtype, steps=5):
                     if begin >= p.numel:
                         continue
                     padding = end - max(begin, p.numel)
-                    rp["slices"].append([p.name, p.elem_begin + begin,
-                                         p.elem_begin + min(end, p.numel), max(padding, 0)])
-            adamw_buckets.append({"numel": total, "entries": entries,
-                                  "shard_offsets": [r * shard for r in range(n + 1)]})
+                    rp["slices"].append(
+                        [p.name, p.elem_begin + begin, p.elem_begin + min(end, p.numel), max(padding, 0)]
+                    )
+            adamw_buckets.append(
+                {"numel": total, "entries": entries, "shard_offsets": [r * shard for r in range(n + 1)]}
+            )
     for rp in ranks:
         rp["optimizer_state_bytes"] = state_bytes[rp["rank"]]
     return {"ranks": ranks, "muon_buckets": muon_buckets, "adamw_buckets": adamw_buckets}
@@ -258,8 +264,7 @@ def main():
     with open(args.manifest) as f:
         manifest = json.load(f)
     start = time.perf_counter()
-    out = plan(manifest, args.world_size, args.pp, args.ep, args.policy, args.comm_buffer_mb,
-               args.per_dtype)
+    out = plan(manifest, args.world_size, args.pp, args.ep, args.policy, args.comm_buffer_mb, args.per_dtype)
     elapsed = time.perf_counter() - start
     if args.time:
         print(f"python_plan_seconds={elapsed:.4f}", file=sys.stderr)

@@ -20,8 +20,7 @@ import seed_reference  # noqa: E402
 def random_manifest(rng, experts):
     tensors = []
     layers = rng.randint(1, 6)
-    tensors.append({"name": "model.embed_tokens.weight", "shape": [rng.randint(50, 3000), 64],
-                    "dtype": "BF16"})
+    tensors.append({"name": "model.embed_tokens.weight", "shape": [rng.randint(50, 3000), 64], "dtype": "BF16"})
     count = rng.randint(5, 120)
     for i in range(count):
         layer = i * layers // count
@@ -31,28 +30,57 @@ def random_manifest(rng, experts):
         if kind < 3:
             tensors.append({"name": f"{p}norm{i}.weight", "shape": [rng.randint(1, 5000)], "dtype": dtype})
         elif kind < 7 or experts == 0:
-            tensors.append({"name": f"{p}proj{i}.weight",
-                            "shape": [rng.randint(1, 700), rng.randint(1, 700)], "dtype": dtype})
+            tensors.append(
+                {"name": f"{p}proj{i}.weight", "shape": [rng.randint(1, 700), rng.randint(1, 700)], "dtype": dtype}
+            )
         elif kind < 9:
             e = rng.randint(0, experts - 1)
-            tensors.append({"name": f"{p}mlp.experts.{e}.w{i}.weight",
-                            "shape": [rng.randint(1, 300), rng.randint(1, 300)], "dtype": dtype})
+            tensors.append(
+                {
+                    "name": f"{p}mlp.experts.{e}.w{i}.weight",
+                    "shape": [rng.randint(1, 300), rng.randint(1, 300)],
+                    "dtype": dtype,
+                }
+            )
         else:
-            tensors.append({"name": f"{p}mlp.experts.w{i}",
-                            "shape": [experts, rng.randint(1, 64), rng.randint(1, 64)], "dtype": dtype})
-            tensors.append({"name": f"{p}mlp.experts.w{i}_bias", "shape": [experts, rng.randint(1, 64)],
-                            "dtype": dtype})
+            tensors.append(
+                {
+                    "name": f"{p}mlp.experts.w{i}",
+                    "shape": [experts, rng.randint(1, 64), rng.randint(1, 64)],
+                    "dtype": dtype,
+                }
+            )
+            tensors.append(
+                {"name": f"{p}mlp.experts.w{i}_bias", "shape": [experts, rng.randint(1, 64)], "dtype": dtype}
+            )
     if experts:
-        tensors.append({"name": f"model.layers.0.mlp.experts.{experts - 1}.last.weight", "shape": [16, 16],
-                        "dtype": "BF16"})
+        tensors.append(
+            {"name": f"model.layers.0.mlp.experts.{experts - 1}.last.weight", "shape": [16, 16], "dtype": "BF16"}
+        )
     tensors.append({"name": "model.norm.weight", "shape": [64], "dtype": "FP32"})
     tensors.append({"name": "lm_head.weight", "shape": [rng.randint(50, 3000), 64], "dtype": "BF16"})
     return {"model": "random", "tensors": tensors}
 
 
 def cpp_plan(ctl, manifest_path, world, pp, ep, policy, buf, per_dtype):
-    cmd = [ctl, "plan", "--manifest", manifest_path, "--world-size", str(world), "--pp", str(pp),
-           "--ep", str(ep), "--policy", policy, "--comm-buffer-mb", str(buf), "--output", "json"]
+    cmd = [
+        ctl,
+        "plan",
+        "--manifest",
+        manifest_path,
+        "--world-size",
+        str(world),
+        "--pp",
+        str(pp),
+        "--ep",
+        str(ep),
+        "--policy",
+        policy,
+        "--comm-buffer-mb",
+        str(buf),
+        "--output",
+        "json",
+    ]
     if per_dtype:
         cmd.append("--per-dtype")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -69,16 +97,43 @@ def normalize_cpp(plan):
             shape = [int(d) for d in t["shape"]]
             per = shape[-1] * shape[-2]
             owned.append([o["name"], o.get("matrix_begin", 0) * per, o.get("matrix_end", 0) * per])
-        slices = [[s["name"], int(s.get("begin", 0)), int(s.get("end", 0)), int(s.get("padding", 0))]
-                  for s in r.get("slices", [])]
+        slices = [
+            [s["name"], int(s.get("begin", 0)), int(s.get("end", 0)), int(s.get("padding", 0))]
+            for s in r.get("slices", [])
+        ]
         ranks.append((sorted(owned), slices, int(r.get("optimizer_state_bytes", 0))))
-    muon = [(b.get("owner", 0), int(b["numel"]),
-             [[tensors[e.get("tensor", 0)]["name"], int(e.get("element_begin", 0)), int(e["numel"]),
-               int(e.get("offset", 0))] for e in b["entries"]]) for b in plan.get("muon_buckets", [])]
-    adamw = [(int(b["numel"]),
-              [[tensors[e.get("tensor", 0)]["name"], int(e.get("element_begin", 0)), int(e["numel"]),
-                int(e.get("offset", 0))] for e in b["entries"]],
-              [int(x) for x in b["shard_offsets"]]) for b in plan.get("adamw_buckets", [])]
+    muon = [
+        (
+            b.get("owner", 0),
+            int(b["numel"]),
+            [
+                [
+                    tensors[e.get("tensor", 0)]["name"],
+                    int(e.get("element_begin", 0)),
+                    int(e["numel"]),
+                    int(e.get("offset", 0)),
+                ]
+                for e in b["entries"]
+            ],
+        )
+        for b in plan.get("muon_buckets", [])
+    ]
+    adamw = [
+        (
+            int(b["numel"]),
+            [
+                [
+                    tensors[e.get("tensor", 0)]["name"],
+                    int(e.get("element_begin", 0)),
+                    int(e["numel"]),
+                    int(e.get("offset", 0)),
+                ]
+                for e in b["entries"]
+            ],
+            [int(x) for x in b["shard_offsets"]],
+        )
+        for b in plan.get("adamw_buckets", [])
+    ]
     return ranks, muon, adamw
 
 
@@ -111,10 +166,10 @@ def main():
                 want = normalize_py(seed_reference.plan(manifest, world, pp, ep, policy, buf, per_dtype))
                 got = normalize_cpp(cpp_plan(ctl, path, world, pp, ep, policy, buf, per_dtype))
                 label = f"manifest {i} world={world} pp={pp} ep={ep} policy={policy} buf={buf} per_dtype={per_dtype}"
-                for what, a, b in zip(("ranks", "muon buckets", "adamw buckets"), got, want):
+                for what, a, b in zip(("ranks", "muon buckets", "adamw buckets"), got, want, strict=True):
                     if a != b:
                         print(f"MISMATCH in {what}: {label}", file=sys.stderr)
-                        for x, y in zip(a, b):
+                        for x, y in zip(a, b, strict=True):
                             if x != y:
                                 print(f"  c++:    {x}\n  python: {y}", file=sys.stderr)
                                 break

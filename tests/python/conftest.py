@@ -33,5 +33,6 @@ def package_env():
 def coordinator():
     """A muonshard-coordinator process on loopback for one test."""
     import muonshard
+
     with muonshard.LocalCoordinator(heartbeat_timeout=10) as c:
         yield c

@@ -29,27 +29,39 @@ def _specs(kind):
     for layer in range(2):
         dtype = torch.bfloat16 if (kind == "dense" and layer == 1) else torch.float32
         p = "model.layers.%d." % layer
-        out += [(p + "self_attn.q_proj.weight", (HIDDEN, HIDDEN), dtype),
-                (p + "self_attn.k_proj.weight", (HIDDEN // 2, HIDDEN), dtype),
-                (p + "self_attn.v_proj.weight", (HIDDEN // 2, HIDDEN), dtype),
-                (p + "self_attn.o_proj.weight", (HIDDEN, HIDDEN), dtype)]
+        out += [
+            (p + "self_attn.q_proj.weight", (HIDDEN, HIDDEN), dtype),
+            (p + "self_attn.k_proj.weight", (HIDDEN // 2, HIDDEN), dtype),
+            (p + "self_attn.v_proj.weight", (HIDDEN // 2, HIDDEN), dtype),
+            (p + "self_attn.o_proj.weight", (HIDDEN, HIDDEN), dtype),
+        ]
         if kind == "dense":
-            out += [(p + "mlp.gate_proj.weight", (FFN, HIDDEN), dtype), (p + "mlp.up_proj.weight", (FFN, HIDDEN), dtype),
-                    (p + "mlp.down_proj.weight", (HIDDEN, FFN), dtype)]
+            out += [
+                (p + "mlp.gate_proj.weight", (FFN, HIDDEN), dtype),
+                (p + "mlp.up_proj.weight", (FFN, HIDDEN), dtype),
+                (p + "mlp.down_proj.weight", (HIDDEN, FFN), dtype),
+            ]
         elif kind == "moe":
             out.append((p + "mlp.gate.weight", (EXPERTS, HIDDEN), torch.float32))
             for e in range(EXPERTS):
                 q = p + "mlp.experts.%d." % e
-                out += [(q + "gate_proj.weight", (EXPERT_FFN, HIDDEN), dtype),
-                        (q + "up_proj.weight", (EXPERT_FFN, HIDDEN), dtype),
-                        (q + "down_proj.weight", (HIDDEN, EXPERT_FFN), dtype)]
+                out += [
+                    (q + "gate_proj.weight", (EXPERT_FFN, HIDDEN), dtype),
+                    (q + "up_proj.weight", (EXPERT_FFN, HIDDEN), dtype),
+                    (q + "down_proj.weight", (HIDDEN, EXPERT_FFN), dtype),
+                ]
         elif kind == "stack":
-            out += [(p + "mlp.gate.weight", (EXPERTS, HIDDEN), torch.float32),
-                    (p + "mlp.experts.gate_up_proj", (EXPERTS, 2 * EXPERT_FFN, HIDDEN), dtype),
-                    (p + "mlp.experts.down_proj", (EXPERTS, HIDDEN, EXPERT_FFN), dtype)]
+            out += [
+                (p + "mlp.gate.weight", (EXPERTS, HIDDEN), torch.float32),
+                (p + "mlp.experts.gate_up_proj", (EXPERTS, 2 * EXPERT_FFN, HIDDEN), dtype),
+                (p + "mlp.experts.down_proj", (EXPERTS, HIDDEN, EXPERT_FFN), dtype),
+            ]
         else:
             raise ValueError("unknown model kind %r" % kind)
-        out += [(p + "input_layernorm.weight", (HIDDEN,), dtype), (p + "post_attention_layernorm.weight", (HIDDEN,), dtype)]
+        out += [
+            (p + "input_layernorm.weight", (HIDDEN,), dtype),
+            (p + "post_attention_layernorm.weight", (HIDDEN,), dtype),
+        ]
     out += [("model.norm.weight", (HIDDEN,), torch.float32), ("lm_head.weight", (VOCAB, HIDDEN), torch.float32)]
     return out
 
@@ -121,7 +133,7 @@ def local_parameters(kind, seed, rank, ep):
         value = initial_value(name, shape, dtype, seed)
         part = local_slice(name, shape, rank, ep)
         if part is not None:
-            value = value[part[0]:part[1]].clone()
+            value = value[part[0] : part[1]].clone()
         out.append((name, torch.nn.Parameter(value)))
     return out
 
@@ -131,7 +143,7 @@ def local_gradient(name, full_shape, rank, step, seed, ep):
     part = local_slice(name, full_shape, rank, ep)
     if g is None or part is None:
         return g
-    return g[part[0]:part[1]].clone()
+    return g[part[0] : part[1]].clone()
 
 
 def specs(kind):

@@ -20,7 +20,7 @@ class Experts(torch.nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.weight = torch.nn.Parameter(torch.randn(EXPERTS, DIM, DIM) / DIM ** 0.5)
+        self.weight = torch.nn.Parameter(torch.randn(EXPERTS, DIM, DIM) / DIM**0.5)
 
     def forward(self, h):
         return torch.tanh(torch.einsum("btd,eod->ebto", h, self.weight)).mean(0)

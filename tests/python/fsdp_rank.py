@@ -18,9 +18,10 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fsdp_model  # noqa: E402
-import muonshard  # noqa: E402
-import muonshard.torch as mst  # noqa: E402
+import fsdp_model
+
+import muonshard
+import muonshard.torch as mst
 
 
 def shard_placement(param):
@@ -56,17 +57,22 @@ def main():
     ap.add_argument("--save-at", type=int, default=-1, help="saves a checkpoint after this many steps")
     ap.add_argument("--save-dir")
     ap.add_argument("--resume-dir", help="loads the checkpoint there before training")
-    ap.add_argument("--format", choices=["dcp", "muonshard"], default="dcp",
-                    help="checkpoints through torch.distributed.checkpoint or the project's own format")
+    ap.add_argument(
+        "--format",
+        choices=["dcp", "muonshard"],
+        default="dcp",
+        help="checkpoints through torch.distributed.checkpoint or the project's own format",
+    )
     ap.add_argument("--checkpoint-dir", help="checkpoint_dir with resume: every save goes there, a start resumes")
-    ap.add_argument("--die-at", type=int, default=-1,
-                    help="rank 1 of a run that did not resume exits hard after this many steps")
-    ap.add_argument("--replicas", type=int, default=1,
-                    help="HSDP: a (replicas, W / replicas) mesh")
+    ap.add_argument(
+        "--die-at", type=int, default=-1, help="rank 1 of a run that did not resume exits hard after this many steps"
+    )
+    ap.add_argument("--replicas", type=int, default=1, help="HSDP: a (replicas, W / replicas) mesh")
     ap.add_argument("--plan-column", action="store_true", help="plans every split as TP_COLUMN (a wrong plan)")
     ap.add_argument("--experts", action="store_true", help="a 3-D expert stack in every block")
-    ap.add_argument("--plain", action="store_true",
-                    help="no FSDP2: plain replicated parameters, muonshard's own data-parallel step")
+    ap.add_argument(
+        "--plain", action="store_true", help="no FSDP2: plain replicated parameters, muonshard's own data-parallel step"
+    )
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     dist.init_process_group("gloo")
@@ -89,9 +95,18 @@ def main():
             t["tpSplit"] = "TP_COLUMN" if t.get("tpSplit") == "TP_ROW" else t.get("tpSplit")
     topology = mst.topology_of(model) or {"world_size": world}
     version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **topology)
-    opt = mst.ShardedMuonAdamW(model, coordinator=a.coordinator, job=a.job, plan_version=version,
-                               **fsdp_model.OPTIONS, blas_threads=1, comm_timeout=60, join_timeout=30,
-                               checkpoint_dir=a.checkpoint_dir, resume=bool(a.checkpoint_dir))
+    opt = mst.ShardedMuonAdamW(
+        model,
+        coordinator=a.coordinator,
+        job=a.job,
+        plan_version=version,
+        **fsdp_model.OPTIONS,
+        blas_threads=1,
+        comm_timeout=60,
+        join_timeout=30,
+        checkpoint_dir=a.checkpoint_dir,
+        resume=bool(a.checkpoint_dir),
+    )
     start = load(a, model, opt) if a.resume_dir else opt.start_step
     first_attempt = start == 0
     for step in range(start, a.steps):
@@ -116,9 +131,17 @@ def main():
     if rank == 0:
         torch.save(whole, os.path.join(a.out, "params.pt"))
     with open(os.path.join(a.out, "rank-%d.json" % rank), "w") as f:
-        json.dump({"kinds": kinds, "memory": memory, "version": version, "state_dict_refused": refused,
-                   "topology": mst.topology_of(model),
-                   "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]}}, f)
+        json.dump(
+            {
+                "kinds": kinds,
+                "memory": memory,
+                "version": version,
+                "state_dict_refused": refused,
+                "topology": mst.topology_of(model),
+                "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]},
+            },
+            f,
+        )
     # Nothing may hold on to the group when it goes (FSDP2's state keeps its
     # collectives' work: destroyed at interpreter exit, torch aborts).
     del model, opt

@@ -74,8 +74,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -88,7 +88,7 @@ _F32 = torch.float32
 _MODEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 # §3.3 coefficient sets (a, b, c), cycled as coeffs[i % len(coeffs)].
-COEFFICIENT_SETS: Dict[str, List[Tuple[float, float, float]]] = {
+COEFFICIENT_SETS: dict[str, list[tuple[float, float, float]]] = {
     "simple": [(3.4445, -4.7750, 2.0315)],
     "quintic": [
         (4.0848, -6.8946, 2.9270),
@@ -116,10 +116,10 @@ COEFFICIENT_SETS: Dict[str, List[Tuple[float, float, float]]] = {
     "deepseekv4": [(3.4445, -4.7750, 2.0315)] * 8 + [(2.0, -1.5, 0.5)] * 2,
 }
 
-Coefficients = Union[str, Sequence[Tuple[float, float, float]]]
+Coefficients = str | Sequence[tuple[float, float, float]]
 # A tensor's holders: ascending ranks holding all of it, or, for a fused 3-D expert stack,
 # [(start, stop, ranks), ...] expert ranges along dim 0, each averaged over its own ranks.
-Holding = Union[Sequence[int], Sequence[Tuple[int, int, Sequence[int]]]]
+Holding = Sequence[int] | Sequence[tuple[int, int, Sequence[int]]]
 
 
 def f32(x: float) -> torch.Tensor:
@@ -138,10 +138,10 @@ class ReferenceConfig:
     ns_steps: int = 5
     coefficients: Coefficients = "simple"  # a §3.3 name or a custom [(a, b, c), ...]
     eps: float = 1e-9  # adam_epsilon, ALSO the NS normalisation eps (§3.1)
-    adamw_betas: Tuple[float, float] = (0.9, 0.95)
+    adamw_betas: tuple[float, float] = (0.9, 0.95)
     scale_version: int = 1
     extra_scale: float = 0.2  # muon_extra_scale_factor
-    with_decay: Optional[Callable[[str], bool]] = None  # None: every tensor decays
+    with_decay: Callable[[str], bool] | None = None  # None: every tensor decays
     ns_matmul: str = "fp32"  # "fp32" | "bf16" (emulated, approximate) | "fp64" (diagnostic)
     momentum_form: str = "expanded"  # "expanded" | "lerp" (see module docstring)
 
@@ -154,7 +154,7 @@ class ReferenceConfig:
 # --------------------------------------------------------------------------------------------
 
 
-def resolve_coefficients(coefficients: Coefficients) -> List[Tuple[float, float, float]]:
+def resolve_coefficients(coefficients: Coefficients) -> list[tuple[float, float, float]]:
     if isinstance(coefficients, str):
         if coefficients not in COEFFICIENT_SETS:
             raise ValueError(f"unknown coefficient set {coefficients!r}")
@@ -229,7 +229,7 @@ def newton_schulz(
 # --------------------------------------------------------------------------------------------
 
 
-def in_out_dims(shape: Sequence[int], layout: str = OUT_IN) -> Tuple[int, int]:
+def in_out_dims(shape: Sequence[int], layout: str = OUT_IN) -> tuple[int, int]:
     """(din, dout) of a matrix block.  Paddle's formula is for [in, out] (IN_OUT): din = shape[-2],
     dout = shape[-1]; for OUT_IN (PyTorch [out, in]) the roles swap."""
     if layout == IN_OUT:
@@ -273,7 +273,7 @@ def muon_update(
     layout: str,
     with_decay: bool,
     config: ReferenceConfig,
-) -> Tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One Muon step on an fp32 master; returns (new master, new momentum)."""
     beta = config.momentum
     g = grad.to(_F32)  # "g = grad.astype(fp32)"
@@ -306,7 +306,7 @@ def adamw_update(
     beta2_pow: torch.Tensor,
     with_decay: bool,
     config: ReferenceConfig,
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One AdamW step (Paddle adamw_ kernel semantics, §3.6) using the CURRENT beta pows (the
     caller multiplies them by the betas afterwards).  Returns (new master, new m1, new m2)."""
     one = f32(1.0)
@@ -333,7 +333,7 @@ def _is_range_holding(holding: Holding) -> bool:
     return len(holding) > 0 and isinstance(holding[0], (tuple, list))
 
 
-def _mean_in_rank_order(parts: List[torch.Tensor]) -> torch.Tensor:
+def _mean_in_rank_order(parts: list[torch.Tensor]) -> torch.Tensor:
     acc = parts[0].to(_F32).clone()
     for t in parts[1:]:
         acc = acc + t.to(_F32)  # ((g0 + g1) + g2) + ...
@@ -364,7 +364,7 @@ def average_over_holders(
         if ranks != sorted(set(ranks)):
             raise ValueError(f"{name}: holders must be ascending and distinct, got {ranks}")
         parts = [local(r) for r in ranks]
-        for r, t in zip(ranks, parts):
+        for r, t in zip(ranks, parts, strict=True):
             if tuple(t.shape) != shape:
                 raise ValueError(f"{name}: rank {r} gradient shape {tuple(t.shape)} != {shape}")
         return _mean_in_rank_order(parts)
@@ -383,8 +383,10 @@ def average_over_holders(
             if tuple(t.shape) == shape:
                 t = t[start:stop]
             elif tuple(t.shape) != (stop - start,) + shape[1:]:
-                raise ValueError(f"{name}: rank {r} gradient shape {tuple(t.shape)} fits neither the "
-                                 f"stack {shape} nor its slice [{start}, {stop})")
+                raise ValueError(
+                    f"{name}: rank {r} gradient shape {tuple(t.shape)} fits neither the "
+                    f"stack {shape} nor its slice [{start}, {stop})"
+                )
             parts.append(t)
         out[start:stop] = _mean_in_rank_order(parts)
         covered = stop
@@ -399,9 +401,9 @@ _EXPERT_RE = re.compile(r"experts\.(\d+)\.")
 def paddle_ep_holders(
     world_size: int,
     ep: int = 1,
-    n_experts: Optional[int] = None,
-    expert_index: Optional[Mapping[str, int]] = None,
-    fused_stacks: Union[Sequence[str], Mapping[str, int]] = (),
+    n_experts: int | None = None,
+    expert_index: Mapping[str, int] | None = None,
+    fused_stacks: Sequence[str] | Mapping[str, int] = (),
 ) -> Callable[[str], Holding]:
     """Holders under Paddle's rank layout with pp = 1 (§4.3): rank = ms*ep + e.
 
@@ -417,7 +419,7 @@ def paddle_ep_holders(
     all_ranks = list(range(world_size))
     stacks = dict(fused_stacks) if isinstance(fused_stacks, Mapping) else {s: n_experts for s in fused_stacks}
 
-    def ranks_of(e: int) -> List[int]:
+    def ranks_of(e: int) -> list[int]:
         return [ms * ep + e for ms in range(moe_sharding)]
 
     def holders(name: str) -> Holding:
@@ -444,11 +446,7 @@ def paddle_ep_holders(
 # The optimizer
 # --------------------------------------------------------------------------------------------
 
-TensorSpec = Union[
-    Tuple[str, torch.Tensor],
-    Tuple[str, torch.Tensor, str],
-    Tuple[str, torch.Tensor, str, torch.dtype],
-]
+TensorSpec = tuple[str, torch.Tensor] | tuple[str, torch.Tensor, str] | tuple[str, torch.Tensor, str, torch.dtype]
 
 
 class ReferenceOptimizer:
@@ -458,20 +456,20 @@ class ReferenceOptimizer:
         self,
         tensors: Sequence[TensorSpec],
         kinds: Mapping[str, str],
-        config: Optional[ReferenceConfig] = None,
-        holders: Optional[Callable[[str], Holding]] = None,
+        config: ReferenceConfig | None = None,
+        holders: Callable[[str], Holding] | None = None,
     ):
         self.config = config if config is not None else ReferenceConfig()
         self.holders = holders
-        self.names: List[str] = []
-        self.shapes: Dict[str, Tuple[int, ...]] = {}
-        self.dtypes: Dict[str, torch.dtype] = {}
-        self.layouts: Dict[str, str] = {}
-        self.kinds: Dict[str, str] = {}
-        self.masters: Dict[str, torch.Tensor] = {}
-        self.momentum: Dict[str, torch.Tensor] = {}
-        self.moment1: Dict[str, torch.Tensor] = {}
-        self.moment2: Dict[str, torch.Tensor] = {}
+        self.names: list[str] = []
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.dtypes: dict[str, torch.dtype] = {}
+        self.layouts: dict[str, str] = {}
+        self.kinds: dict[str, str] = {}
+        self.masters: dict[str, torch.Tensor] = {}
+        self.momentum: dict[str, torch.Tensor] = {}
+        self.moment1: dict[str, torch.Tensor] = {}
+        self.moment2: dict[str, torch.Tensor] = {}
         for spec in tensors:
             name, value = spec[0], spec[1]
             layout = spec[2] if len(spec) > 2 else OUT_IN
@@ -511,7 +509,7 @@ class ReferenceOptimizer:
         """What the model sees: the master cast to the tensor's dtype (RNE)."""
         return self.masters[name].to(self.dtypes[name])
 
-    def model_copies(self) -> Dict[str, torch.Tensor]:
+    def model_copies(self) -> dict[str, torch.Tensor]:
         return {n: self.model_copy(n) for n in self.names}
 
     def holding(self, name: str, world: int) -> Holding:
@@ -530,19 +528,28 @@ class ReferenceOptimizer:
         for n in self.names:
             if self.kinds[n] == MUON:
                 self.masters[n], self.momentum[n] = muon_update(
-                    self.masters[n], self.momentum[n], grads[n], self.lr, self.layouts[n], cfg.decays(n), cfg)
+                    self.masters[n], self.momentum[n], grads[n], self.lr, self.layouts[n], cfg.decays(n), cfg
+                )
         for n in self.names:
             if self.kinds[n] == ADAMW:
                 self.masters[n], self.moment1[n], self.moment2[n] = adamw_update(
-                    self.masters[n], self.moment1[n], self.moment2[n], grads[n], self.lr,
-                    self.beta1_pow, self.beta2_pow, cfg.decays(n), cfg)
+                    self.masters[n],
+                    self.moment1[n],
+                    self.moment2[n],
+                    grads[n],
+                    self.lr,
+                    self.beta1_pow,
+                    self.beta2_pow,
+                    cfg.decays(n),
+                    cfg,
+                )
         self.beta1_pow = self.beta1_pow * f32(cfg.adamw_betas[0])
         self.beta2_pow = self.beta2_pow * f32(cfg.adamw_betas[1])
         self.step_count += 1
 
     # ---- state ---------------------------------------------------------------------------------
-    def state_dict(self) -> Dict[str, torch.Tensor]:
-        sd: Dict[str, torch.Tensor] = {}
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        sd: dict[str, torch.Tensor] = {}
         for n in self.names:
             sd[f"{n}/master"] = self.masters[n].clone()
             if self.kinds[n] == MUON:
@@ -584,9 +591,9 @@ class ReferenceOptimizer:
         tensors: Sequence[TensorSpec],
         kinds: Mapping[str, str],
         sd: Mapping[str, torch.Tensor],
-        config: Optional[ReferenceConfig] = None,
-        holders: Optional[Callable[[str], Holding]] = None,
-    ) -> "ReferenceOptimizer":
+        config: ReferenceConfig | None = None,
+        holders: Callable[[str], Holding] | None = None,
+    ) -> ReferenceOptimizer:
         opt = cls(tensors, kinds, config=config, holders=holders)
         opt.load_state_dict(sd)
         return opt

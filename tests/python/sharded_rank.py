@@ -10,8 +10,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fixture_model  # noqa: E402
-import muonshard.torch as mst  # noqa: E402
+import fixture_model
+
+import muonshard.torch as mst
 
 
 def lr_lambda(step):
@@ -43,10 +44,20 @@ def main():
     rank = int(os.environ["RANK"])
     params = fixture_model.local_parameters(a.model, a.seed, rank, a.ep)
     full_shapes = {n: s for n, s, _ in fixture_model.specs(a.model)}
-    opt = mst.ShardedMuonAdamW(params, coordinator=a.coordinator, job=a.job, plan_version=a.version, lr=a.lr,
-                               reduce_order=a.reduce_order, blas_threads=1, comm_timeout=60, join_timeout=30,
-                               overlap_backward=a.overlap, step_piece_kib=a.step_piece_kib,
-                               step_trace_dir=a.step_trace_dir)
+    opt = mst.ShardedMuonAdamW(
+        params,
+        coordinator=a.coordinator,
+        job=a.job,
+        plan_version=a.version,
+        lr=a.lr,
+        reduce_order=a.reduce_order,
+        blas_threads=1,
+        comm_timeout=60,
+        join_timeout=30,
+        overlap_backward=a.overlap,
+        step_piece_kib=a.step_piece_kib,
+        step_trace_dir=a.step_trace_dir,
+    )
     start = opt.load_checkpoint(a.resume_dir) if a.resume_dir else 0
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda) if a.schedule else None
     lrs = []
@@ -81,10 +92,17 @@ def main():
         opt.zero_grad()
         if step + 1 == a.save_at:
             opt.save_checkpoint(a.save_dir)
-    result = {"state": opt.state_dict(), "params": {n: p.detach().clone() for n, p in params}, "lrs": lrs,
-              "memory": opt.memory(), "rank": opt.rank, "world_size": opt.world_size,
-              "stats": opt.last_step_stats, "hooked": opt.hooked_gradients,
-              "with_grad": with_grad}
+    result = {
+        "state": opt.state_dict(),
+        "params": {n: p.detach().clone() for n, p in params},
+        "lrs": lrs,
+        "memory": opt.memory(),
+        "rank": opt.rank,
+        "world_size": opt.world_size,
+        "stats": opt.last_step_stats,
+        "hooked": opt.hooked_gradients,
+        "with_grad": with_grad,
+    }
     torch.save(result, os.path.join(a.out, "rank-%d.pt" % rank))
     opt.close()
 

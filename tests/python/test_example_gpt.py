@@ -22,8 +22,10 @@ sys.path.insert(0, EXAMPLE)
 try:  # the package's conftest: PYTHONPATH for child processes to import muonshard
     from conftest import package_env
 except ImportError:
+
     def package_env():
         return dict(os.environ)
+
 
 import data  # noqa: E402
 import train_gpt  # noqa: E402
@@ -32,8 +34,22 @@ from gpt import GPT, GPTConfig  # noqa: E402
 # A config small enough for a few ms per step on one core.
 TINY = dict(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, seq_len=16, n_experts=4)
 # The same for the training script.
-TINY_FLAGS = ["--vocab", "64", "--d-model", "64", "--n-layers", "2", "--n-heads", "4",
-              "--seq-len", "32", "--batch-size", "8", "--log-every", "10"]
+TINY_FLAGS = [
+    "--vocab",
+    "64",
+    "--d-model",
+    "64",
+    "--n-layers",
+    "2",
+    "--n-heads",
+    "4",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "8",
+    "--log-every",
+    "10",
+]
 
 VARIANTS = {
     "dense": dict(moe=False),
@@ -60,11 +76,16 @@ def test_forward_shape_and_gradients(variant):
     cfg = model.cfg
     # Record which experts the router picks, to know which expert tensors are used.
     chosen = {}
+
+    def record_choice(layer):
+        def hook(mod, inp, out):
+            chosen[layer] = set(out.topk(cfg.top_k, dim=-1).indices.flatten().tolist())
+
+        return hook
+
     for name, module in model.named_modules():
         if name.endswith("mlp.gate"):
-            def hook(mod, inp, out, layer=name.split(".")[1]):
-                chosen[layer] = set(out.topk(cfg.top_k, dim=-1).indices.flatten().tolist())
-            module.register_forward_hook(hook)
+            module.register_forward_hook(record_choice(name.split(".")[1]))
 
     idx = tokens(cfg)
     logits = model(idx)
@@ -88,8 +109,14 @@ def test_tensor_names_and_shapes():
     assert dense["layers.0.self_attn.q_proj.weight"].shape == (h, h)
     assert dense["layers.1.mlp.gate_proj.weight"].shape == (i, h)
     assert dense["layers.1.mlp.down_proj.weight"].shape == (h, i)
-    for name in ["embed_tokens.weight", "embed_positions.weight", "norm.weight", "lm_head.weight",
-                 "layers.0.input_layernorm.weight", "layers.0.post_attention_layernorm.weight"]:
+    for name in [
+        "embed_tokens.weight",
+        "embed_positions.weight",
+        "norm.weight",
+        "lm_head.weight",
+        "layers.0.input_layernorm.weight",
+        "layers.0.post_attention_layernorm.weight",
+    ]:
         assert name in dense
 
     moe = dict(tiny_model("moe").named_parameters())
@@ -123,7 +150,8 @@ def test_stacked_experts_compute_the_same_as_expert_modules():
         prefix = f"layers.{layer}.mlp.experts"
         experts = per_expert.layers[layer].mlp.experts
         state[f"{prefix}.gate_up_proj"] = torch.stack(
-            [torch.cat([ex.gate_proj.weight, ex.up_proj.weight]) for ex in experts])
+            [torch.cat([ex.gate_proj.weight, ex.up_proj.weight]) for ex in experts]
+        )
         state[f"{prefix}.down_proj"] = torch.stack([ex.down_proj.weight for ex in experts])
     stacked.load_state_dict(state)
     idx = tokens(per_expert.cfg)
@@ -139,7 +167,7 @@ def test_moe_routing_matches_a_per_token_reference():
         for t in range(5):
             logits = moe.gate(x[b, t])
             top, experts = logits.topk(2)
-            for w, e in zip(torch.softmax(top, -1), experts.tolist()):
+            for w, e in zip(torch.softmax(top, -1), experts.tolist(), strict=True):
                 expected[b, t] += w * moe.experts[e](x[b, t])
     torch.testing.assert_close(moe(x), expected)
 
@@ -168,7 +196,7 @@ def test_bf16_parameters():
 def test_batch_is_a_pure_function():
     a = data.batch(3, 1, 4, 8, 32, seed=5)
     b = data.batch(3, 1, 4, 8, 32, seed=5)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     inputs, targets = a
     assert inputs.shape == targets.shape == (8, 32)
     assert inputs.dtype == targets.dtype == torch.long
@@ -235,11 +263,14 @@ def test_exit_status_when_the_loss_does_not_fall():
     assert train_gpt.report(args, 1, {1: 2.0, 2: 3.0}, times, mem, ref, [3.0, 2.5], ["a", "b"]) == 0
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--min-workers", "-1"], "--min-workers must be >= 0"),
-    (["--min-workers", "2", "--coordinator", "127.0.0.1:1", "--max-restarts", "1"], "--min-workers needs"),
-    (["--min-workers", "2", "--checkpoint-dir", "/tmp/x"], "--min-workers needs"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--min-workers", "-1"], "--min-workers must be >= 0"),
+        (["--min-workers", "2", "--coordinator", "127.0.0.1:1", "--max-restarts", "1"], "--min-workers needs"),
+        (["--min-workers", "2", "--checkpoint-dir", "/tmp/x"], "--min-workers needs"),
+    ],
+)
 def test_elastic_flags_are_checked(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         train_gpt.parse_args(argv)
@@ -271,13 +302,32 @@ def run_script(tmp_path, nproc, flags, timeout=120):
     if nproc == 1:
         cmd = [sys.executable, script]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-               "--nproc_per_node", str(nproc), "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "--log_dir", str(tmp_path / "logs"), script]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(nproc),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(free_port()),
+            "--log_dir",
+            str(tmp_path / "logs"),
+            script,
+        ]
     env = {**package_env(), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd + flags + ["--summary-json", str(summary)], cwd=tmp_path, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        cmd + flags + ["--summary-json", str(summary)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
     result = json.loads(summary.read_text()) if summary.exists() else None
     return proc.returncode, proc.stdout, result
 
@@ -355,12 +405,13 @@ def test_fsdp_muonshard_trains_as_the_all_gather_muon_does(tmp_path):
     for optimizer in ("muonshard", "muon-local"):
         work = tmp_path / optimizer
         work.mkdir()
-        rc, out, summary = run_script(work, 2, ["--fsdp", "--optimizer", optimizer, "--steps", "10"] + TINY_FLAGS,
-                                      timeout=300)
+        rc, out, summary = run_script(
+            work, 2, ["--fsdp", "--optimizer", optimizer, "--steps", "10"] + TINY_FLAGS, timeout=300
+        )
         assert rc == 0, out
         runs[optimizer] = summary
     ours, plain = runs["muonshard"], runs["muon-local"]
-    for a, b in zip(losses_of(ours), losses_of(plain)):
+    for a, b in zip(losses_of(ours), losses_of(plain), strict=True):
         assert abs(a - b) <= 1e-4 * abs(b), (losses_of(ours), losses_of(plain))
     assert losses_of(ours)[-1] < losses_of(ours)[0] - 0.5
     assert max(m["optimizer_state"] for m in ours["memory"]) < min(m["optimizer_state"] for m in plain["memory"])

@@ -9,15 +9,15 @@ import os
 import subprocess
 import sys
 
+import fsdp_model
 import pytest
 import torch
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-
-import fsdp_model
-import muonshard.torch as mst
-from muonshard.torch import dtensor
 from conftest import HERE, package_env
 from reference_optimizer import ReferenceConfig, ReferenceOptimizer
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+import muonshard.torch as mst
+from muonshard.torch import dtensor
 
 TIMEOUT = 240
 
@@ -25,11 +25,23 @@ TIMEOUT = 240
 def torchrun(coordinator, job, world, out, *extra):
     """fsdp_rank.py in `world` processes by torch.distributed.run; its output (bounded)."""
     os.makedirs(out, exist_ok=True)
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
-            os.path.join(HERE, "fsdp_rank.py"), "--coordinator", coordinator.address, "--job", job, "--out", out,
-            *extra]
-    done = subprocess.run(args, env=package_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          timeout=TIMEOUT)
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(world),
+        os.path.join(HERE, "fsdp_rank.py"),
+        "--coordinator",
+        coordinator.address,
+        "--job",
+        job,
+        "--out",
+        out,
+        *extra,
+    ]
+    done = subprocess.run(args, env=package_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT)
     return done.returncode, done.stdout.decode(errors="replace")[-4000:]
 
 
@@ -38,10 +50,15 @@ def reference(worlds, kinds, dtype=torch.float32, experts=False):
     the ranks' gradients, step after step (step i on worlds[i] ranks)."""
     model = fsdp_model.make_model(experts).to(dtype)
     named = list(model.named_parameters())
-    config = ReferenceConfig(lr=fsdp_model.OPTIONS["lr"], weight_decay=fsdp_model.OPTIONS["weight_decay"],
-                             eps=fsdp_model.OPTIONS["eps"], adamw_betas=fsdp_model.OPTIONS["betas"])
-    ref = ReferenceOptimizer([(n, p.detach()) for n, p in named],
-                             {n: "muon" if kinds[n] == "MUON" else "adamw" for n, _ in named}, config)
+    config = ReferenceConfig(
+        lr=fsdp_model.OPTIONS["lr"],
+        weight_decay=fsdp_model.OPTIONS["weight_decay"],
+        eps=fsdp_model.OPTIONS["eps"],
+        adamw_betas=fsdp_model.OPTIONS["betas"],
+    )
+    ref = ReferenceOptimizer(
+        [(n, p.detach()) for n, p in named], {n: "muon" if kinds[n] == "MUON" else "adamw" for n, _ in named}, config
+    )
     for world in worlds:
         step = ref.step_count
         grads = []
@@ -131,8 +148,19 @@ def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt, 
     ckpt = str(tmp_path / "ckpt")
     first, second = str(tmp_path / "w4"), str(tmp_path / "w2")
     extra = ("--format", fmt) + (("--plain",) if layout == "plain" else ())
-    code, log = torchrun(coordinator, "save-%s-%s" % (fmt, layout), 4, first, "--steps", "3", "--save-at", "3",
-                         "--save-dir", ckpt, *extra)
+    code, log = torchrun(
+        coordinator,
+        "save-%s-%s" % (fmt, layout),
+        4,
+        first,
+        "--steps",
+        "3",
+        "--save-at",
+        "3",
+        "--save-dir",
+        ckpt,
+        *extra,
+    )
     assert code == 0, log
     code, log = torchrun(coordinator, "load-%s-%s" % (fmt, layout), 2, second, "--resume-dir", ckpt, *extra)
     assert code == 0, log
@@ -187,6 +215,7 @@ def test_a_plan_that_disagrees_with_the_placements_is_refused_naming_the_paramet
 def mesh():
     """A 1-rank CPU DeviceMesh (this process: a Gloo group of one)."""
     from torch.distributed.device_mesh import init_device_mesh
+
     torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
     try:
         yield init_device_mesh("cpu", (1,))
@@ -203,10 +232,10 @@ def test_placements_map_onto_the_plan_splits_or_are_refused_naming_the_parameter
     assert dtensor.split_of("a", dparam(torch.ones(8), mesh, Shard(0))) == "column"
     assert dtensor.split_of("a", dparam(torch.ones(8, 4), mesh, Shard(1))) == "row"
     assert dtensor.split_of("a", dparam(torch.ones(8, 4), mesh, Replicate())) == "replicated"
-    with pytest.raises(ValueError, match="'p'.*placement P"):
+    with pytest.raises(ValueError, match=r"'p'.*placement P"):
         dtensor.split_of("p", dparam(torch.ones(8, 4), mesh, Partial()))
     assert dtensor.split_of("stack", dparam(torch.ones(4, 8, 8), mesh, Shard(0))) == "experts"
-    with pytest.raises(ValueError, match="'stack'.*dim 1.*3-D"):
+    with pytest.raises(ValueError, match=r"'stack'.*dim 1.*3-D"):
         dtensor.split_of("stack", dparam(torch.ones(4, 8, 8), mesh, Shard(1)))
     named = [("a", dparam(torch.ones(8, 4), mesh, Shard(0)))]
     assert mst.topology_of(named) == {"world_size": 1, "tp": 1}

@@ -6,10 +6,10 @@ groups, and a torch.compile'd module. World size 1, in this process."""
 
 import pytest
 import torch
+from test_torch_parity import EPS, LR, WD, Net, batches, make_net, relative_error, train
 
 import muonshard
 import muonshard.torch as mst
-from test_torch_parity import EPS, LR, WD, Net, batches, make_net, relative_error, train
 
 
 def groups_of(model, weights_use_muon=None, bias_decay=None):
@@ -26,10 +26,20 @@ def groups_of(model, weights_use_muon=None, bias_decay=None):
 
 def start(coord, job, params, manifest_params=None, **kwargs):
     version = muonshard.Coordinator(coord.address).submit(
-        mst.manifest_from_module(manifest_params if manifest_params is not None else params, "groups"),
-        world_size=1)
-    options = dict(coordinator=coord.address, job=job, plan_version=version, rank=0, lr=LR, weight_decay=WD,
-                   betas=(0.9, 0.95), eps=EPS, blas_threads=1, reduce_order="rank")
+        mst.manifest_from_module(manifest_params if manifest_params is not None else params, "groups"), world_size=1
+    )
+    options = dict(
+        coordinator=coord.address,
+        job=job,
+        plan_version=version,
+        rank=0,
+        lr=LR,
+        weight_decay=WD,
+        betas=(0.9, 0.95),
+        eps=EPS,
+        blas_threads=1,
+        reduce_order="rank",
+    )
     options.update(kwargs)
     return mst.ShardedMuonAdamW(params, **options)
 
@@ -71,17 +81,23 @@ def test_weight_decay_zero_group_equals_no_decay_by_name(coordinator):
 
 def test_group_that_disagrees_with_the_plan_is_refused_naming_the_parameter(coordinator):
     model = make_net()
-    with pytest.raises(ValueError, match=r"'up.weight' is in a param group with use_muon=False, but plan version "
-                                         r"\d+ steps it with MUON"):
+    with pytest.raises(
+        ValueError,
+        match=r"'up.weight' is in a param group with use_muon=False, but plan version "
+        r"\d+ steps it with MUON",
+    ):
         start(coordinator, "disagree", groups_of(model, weights_use_muon=False), manifest_params=model)
 
 
-@pytest.mark.parametrize("group, message", [
-    ({"betas": (0.9, 0.9)}, r"param group 1: 'betas' not supported"),
-    ({"lr": 0.5}, r"param group 1: lr 0.5 differs from the optimizer's lr"),
-    ({"weight_decay": 0.05}, r"param group 1: weight_decay 0.05 is neither 0 nor the optimizer's"),
-    ({"use_muon": "yes"}, r"param group 1: use_muon must be a bool"),
-])
+@pytest.mark.parametrize(
+    "group, message",
+    [
+        ({"betas": (0.9, 0.9)}, r"param group 1: 'betas' not supported"),
+        ({"lr": 0.5}, r"param group 1: lr 0.5 differs from the optimizer's lr"),
+        ({"weight_decay": 0.05}, r"param group 1: weight_decay 0.05 is neither 0 nor the optimizer's"),
+        ({"use_muon": "yes"}, r"param group 1: use_muon must be a bool"),
+    ],
+)
 def test_group_options_the_step_cannot_honour_are_refused(coordinator, group, message):
     model = make_net()
     groups = groups_of(model)
@@ -98,7 +114,7 @@ def test_bad_params_and_unknown_keyword_arguments(coordinator):
         start(coordinator, "twice", [{"params": named}, {"params": named[:3]}], manifest_params=model)
     with pytest.raises(ValueError, match=r"param group 0 has no \"params\""):
         start(coordinator, "none", [{"lr": LR}], manifest_params=model)
-    with pytest.raises(TypeError, match="nn.Module, \\(name, parameter\\) pairs or param groups"):
+    with pytest.raises(TypeError, match=r"nn\.Module, \(name, parameter\) pairs or param groups"):
         start(coordinator, "bare", [p for _, p in named], manifest_params=model)
     with pytest.raises(TypeError, match="momentum"):
         start(coordinator, "kwarg", model, momentum=0.9)  # torch.optim.Muon's name; muonshard's is muon_momentum

@@ -25,13 +25,13 @@ import sys
 import time
 import urllib.request
 
+import fixture_model
 import pytest
 import torch
+from conftest import ROOT, package_env
 
-import fixture_model
 import muonshard
 import muonshard.torch as mst
-from conftest import ROOT, package_env
 
 SEED = 7
 KIND = "dense"  # fp32 and bf16 parameters
@@ -40,14 +40,25 @@ SHAPES = {n: s for n, s, _ in fixture_model.specs(KIND)}
 
 def submit(coord, world):
     params = [(n, torch.nn.Parameter(v)) for n, v in fixture_model.full_tensors(KIND, SEED)]
-    return muonshard.Coordinator(coord.address).submit(mst.manifest_from_module(params, "test-recovery"),
-                                                       world_size=world)
+    return muonshard.Coordinator(coord.address).submit(
+        mst.manifest_from_module(params, "test-recovery"), world_size=world
+    )
 
 
 def make_optimizer(coord, version, job, **kwargs):
     params = fixture_model.local_parameters(KIND, SEED, 0, 1)
-    opt = mst.ShardedMuonAdamW(params, coordinator=coord.address, job=job, plan_version=version, rank=0,
-                               reduce_order="rank", blas_threads=1, comm_timeout=30, join_timeout=10, **kwargs)
+    opt = mst.ShardedMuonAdamW(
+        params,
+        coordinator=coord.address,
+        job=job,
+        plan_version=version,
+        rank=0,
+        reduce_order="rank",
+        blas_threads=1,
+        comm_timeout=30,
+        join_timeout=10,
+        **kwargs,
+    )
     return opt, params
 
 
@@ -75,8 +86,11 @@ def train(opt, params, total, save_every=0):
 
 
 def snapshot(opt, params):
-    return {"params": {n: p.detach().clone() for n, p in params},
-            "state": {k: v.clone() for k, v in opt.state_dict()["state"].items()}, "steps": opt.steps_done}
+    return {
+        "params": {n: p.detach().clone() for n, p in params},
+        "state": {k: v.clone() for k, v in opt.state_dict()["state"].items()},
+        "steps": opt.steps_done,
+    }
 
 
 def assert_identical(a, b):
@@ -141,8 +155,9 @@ def test_recovers_from_the_newest_checkpoint(coordinator, tmp_path):
     version = submit(coordinator, 1)
     expected = uninterrupted(coordinator, version, "ref", 8)
 
-    opt, params = make_optimizer(coordinator, version, "ckpt", max_restarts=2, checkpoint_dir=tmp_path / "ckpt",
-                                 rejoin_grace=20, metrics_port=0)
+    opt, params = make_optimizer(
+        coordinator, version, "ckpt", max_restarts=2, checkpoint_dir=tmp_path / "ckpt", rejoin_grace=20, metrics_port=0
+    )
     assert opt.start_step == 0 and opt.max_restarts == 2
     faults = inject(opt, {5: muonshard.AbortedError("injected: a peer's connection closed")})
     generation = opt.generation
@@ -255,11 +270,18 @@ def test_a_session_without_a_group_raises_instead_of_crashing(tmp_path):
     with muonshard.LocalCoordinator(heartbeat_timeout=10) as coord:
         version = submit(coord, 1)
         params = fixture_model.local_parameters(KIND, SEED, 0, 1)
-        session = muonshard._muonshard.RankSession(coordinator=coord.address, job="lost", plan_version=version,
-                                                   rank=0, blas_threads=1, join_timeout=1.0, rpc_timeout=2.0)
+        session = muonshard._muonshard.RankSession(
+            coordinator=coord.address,
+            job="lost",
+            plan_version=version,
+            rank=0,
+            blas_threads=1,
+            join_timeout=1.0,
+            rpc_timeout=2.0,
+        )
         assert session.has_group
         for name, p in params:
-            held = [h for h in session.held() if h["name"] == name][0]
+            held = next(h for h in session.held() if h["name"] == name)
             session.set_parameter(held["index"], p.detach().float().reshape(-1).contiguous().numpy())
         session.report_error("ABORTED", "injected")
         coord.stop()  # the re-join cannot reach it
@@ -267,11 +289,19 @@ def test_a_session_without_a_group_raises_instead_of_crashing(tmp_path):
             session.recover()
         assert not session.has_group
         index = session.held()[0]["index"]
-        calls = [lambda: session.step({}), session.describe, session.memory, session.state,
-                 lambda: session.steps_done, lambda: session.part_storage(index), session.sync_model_copies,
-                 lambda: session.save_checkpoint(str(tmp_path), 1, 0.02, 0.0),
-                 lambda: session.load_latest_checkpoint(str(tmp_path)), session.finish,
-                 lambda: session.barrier("x")]
+        calls = [
+            lambda: session.step({}),
+            session.describe,
+            session.memory,
+            session.state,
+            lambda: session.steps_done,
+            lambda: session.part_storage(index),
+            session.sync_model_copies,
+            lambda: session.save_checkpoint(str(tmp_path), 1, 0.02, 0.0),
+            lambda: session.load_latest_checkpoint(str(tmp_path)),
+            session.finish,
+            lambda: session.barrier("x"),
+        ]
         for call in calls:
             with pytest.raises(muonshard.FailedPreconditionError, match="recovery failed"):
                 call()
@@ -285,9 +315,25 @@ def test_a_session_without_a_group_raises_instead_of_crashing(tmp_path):
 
 def test_is_broken_group_follows_the_worker():
     broken = {"ABORTED", "UNAVAILABLE", "DEADLINE_EXCEEDED"}
-    for code in ["OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
-                 "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",
-                 "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"]:
+    for code in [
+        "OK",
+        "CANCELLED",
+        "UNKNOWN",
+        "INVALID_ARGUMENT",
+        "DEADLINE_EXCEEDED",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "RESOURCE_EXHAUSTED",
+        "FAILED_PRECONDITION",
+        "ABORTED",
+        "OUT_OF_RANGE",
+        "UNIMPLEMENTED",
+        "INTERNAL",
+        "UNAVAILABLE",
+        "DATA_LOSS",
+        "UNAUTHENTICATED",
+    ]:
         assert muonshard._muonshard.is_broken_group(code) == (code in broken), code
     with pytest.raises(ValueError):
         muonshard._muonshard.is_broken_group("BROKEN")
@@ -296,8 +342,9 @@ def test_is_broken_group_follows_the_worker():
 def test_recovery_arguments_are_checked(coordinator, tmp_path):
     params = fixture_model.local_parameters(KIND, SEED, 0, 1)
     with pytest.raises(ValueError, match="needs resume"):
-        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", max_restarts=1,
-                             checkpoint_dir=tmp_path, resume=False)
+        mst.ShardedMuonAdamW(
+            params, coordinator=coordinator.address, job="j", max_restarts=1, checkpoint_dir=tmp_path, resume=False
+        )
     with pytest.raises(ValueError, match="needs checkpoint_dir"):
         mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", resume=True)
     with pytest.raises(ValueError, match="max_restarts"):
@@ -309,8 +356,7 @@ def test_recovery_arguments_are_checked(coordinator, tmp_path):
     with pytest.raises(ValueError, match="min_workers needs max_restarts > 0 and a checkpoint_dir"):
         mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=2, max_restarts=1)
     with pytest.raises(ValueError, match="min_workers needs max_restarts > 0 and a checkpoint_dir"):
-        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=2,
-                             checkpoint_dir=tmp_path)
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j", min_workers=2, checkpoint_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------- real processes
@@ -321,9 +367,30 @@ STEPS = 20
 CHECKPOINT_EVERY = 4
 KILL_AFTER = 8  # steps: rank 1 is killed once the checkpoint of this step is committed
 # A model small enough for tens of ms per step on a busy core.
-EXAMPLE_FLAGS = ["--vocab", "64", "--d-model", "64", "--n-layers", "2", "--n-heads", "4", "--seq-len", "32",
-                 "--batch-size", "8", "--log-every", "1", "--steps", str(STEPS),
-                 "--checkpoint-every", str(CHECKPOINT_EVERY), "--max-restarts", "2", "--rejoin-grace", "60"]
+EXAMPLE_FLAGS = [
+    "--vocab",
+    "64",
+    "--d-model",
+    "64",
+    "--n-layers",
+    "2",
+    "--n-heads",
+    "4",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "8",
+    "--log-every",
+    "1",
+    "--steps",
+    str(STEPS),
+    "--checkpoint-every",
+    str(CHECKPOINT_EVERY),
+    "--max-restarts",
+    "2",
+    "--rejoin-grace",
+    "60",
+]
 BOUND = 150  # seconds: any wait that succeeds takes a fraction of it
 
 
@@ -337,22 +404,40 @@ class ExampleRun:
         self.world = world
         self.ckpt = ckpt or os.path.join(out, "ckpt")
         self.summary = os.path.join(out, "summary.json")
-        self.args = [sys.executable, EXAMPLE, "--coordinator", coord.address, "--job", job,
-                     "--checkpoint-dir", self.ckpt, "--summary-json", self.summary] + EXAMPLE_FLAGS + list(extra)
+        self.args = (
+            [
+                sys.executable,
+                EXAMPLE,
+                "--coordinator",
+                coord.address,
+                "--job",
+                job,
+                "--checkpoint-dir",
+                self.ckpt,
+                "--summary-json",
+                self.summary,
+            ]
+            + EXAMPLE_FLAGS
+            + list(extra)
+        )
         self.procs = {}
         self.logs = []
         self.log_of = {}
 
     def launch(self, rank):
         env = package_env()
-        env.update(RANK=str(rank), WORLD_SIZE=str(self.world), LOCAL_RANK=str(rank),
-                   LOCAL_WORLD_SIZE=str(self.world), OMP_NUM_THREADS="1")
+        env.update(
+            RANK=str(rank),
+            WORLD_SIZE=str(self.world),
+            LOCAL_RANK=str(rank),
+            LOCAL_WORLD_SIZE=str(self.world),
+            OMP_NUM_THREADS="1",
+        )
         path = os.path.join(self.out, "rank-%d-%d.log" % (rank, len(self.logs)))
         self.logs.append(path)
         self.log_of[rank] = path  # the slot's latest process
         with open(path, "wb") as log:
-            self.procs[rank] = subprocess.Popen(self.args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                cwd=self.out)
+            self.procs[rank] = subprocess.Popen(self.args, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.out)
 
     def output(self):
         text = []
@@ -365,8 +450,11 @@ class ExampleRun:
         deadline = time.monotonic() + BOUND
         while not os.path.isdir(os.path.join(self.ckpt, "step-%d" % step)):  # renamed into place: committed
             dead = {r: p.returncode for r, p in self.procs.items() if p.poll() is not None}
-            assert not dead and time.monotonic() < deadline, \
-                "no checkpoint of step %d (exited: %s)\n%s" % (step, dead, self.output())
+            assert not dead and time.monotonic() < deadline, "no checkpoint of step %d (exited: %s)\n%s" % (
+                step,
+                dead,
+                self.output(),
+            )
             time.sleep(0.02)
 
     def finish(self):
@@ -446,8 +534,10 @@ def wait_for_log(run, slot, pattern):
 
 def elastic_ranks(run, world):
     """{slot: rank}: an elastic job's ranks are the coordinator's (join order), not the slots'."""
-    return {slot: int(wait_for_log(run, slot, r'joined job "[^"]+" as rank (\d+) of %d' % world).group(1))
-            for slot in run.procs}
+    return {
+        slot: int(wait_for_log(run, slot, r'joined job "[^"]+" as rank (\d+) of %d' % world).group(1))
+        for slot in run.procs
+    }
 
 
 def test_an_elastic_job_shrinks_past_a_dead_rank_grows_back_and_ends_as_its_plans_replayed(coordinator, tmp_path):
@@ -459,10 +549,28 @@ def test_an_elastic_job_shrinks_past_a_dead_rank_grows_back_and_ends_as_its_plan
     its first command line: it grows the job back to 3 ranks, and everyone
     rewinds once more. The losses and final parameters are those of the three
     plans run one after the other from each other's checkpoints."""
-    elastic = ExampleRun(coordinator, str(tmp_path / "elastic"), "gpt-elastic", world=3,
-                         extra=["--steps", str(ELASTIC_STEPS), "--checkpoint-every", str(ELASTIC_CHECKPOINT_EVERY),
-                                "--log-every", "50", "--min-workers", "2", "--rejoin-grace", "3",
-                                "--max-restarts", "8", "--reduce-order", "rank"])
+    elastic = ExampleRun(
+        coordinator,
+        str(tmp_path / "elastic"),
+        "gpt-elastic",
+        world=3,
+        extra=[
+            "--steps",
+            str(ELASTIC_STEPS),
+            "--checkpoint-every",
+            str(ELASTIC_CHECKPOINT_EVERY),
+            "--log-every",
+            "50",
+            "--min-workers",
+            "2",
+            "--rejoin-grace",
+            "3",
+            "--max-restarts",
+            "8",
+            "--reduce-order",
+            "rank",
+        ],
+    )
     try:
         for slot in range(3):
             elastic.launch(slot)
@@ -495,9 +603,25 @@ def test_an_elastic_job_shrinks_past_a_dead_rank_grows_back_and_ends_as_its_plan
     phases = [(3, r1), (2, r2), (3, ELASTIC_STEPS)]
     summaries = []
     for i, (world, last) in enumerate(phases):
-        run = ExampleRun(coordinator, str(tmp_path / ("replay-%d" % i)), "gpt-replay-%d" % i, world=world, ckpt=ckpt,
-                         extra=["--steps", str(last), "--schedule-steps", str(ELASTIC_STEPS), "--checkpoint-every",
-                                str(ELASTIC_CHECKPOINT_EVERY), "--log-every", "50", "--reduce-order", "rank"])
+        run = ExampleRun(
+            coordinator,
+            str(tmp_path / ("replay-%d" % i)),
+            "gpt-replay-%d" % i,
+            world=world,
+            ckpt=ckpt,
+            extra=[
+                "--steps",
+                str(last),
+                "--schedule-steps",
+                str(ELASTIC_STEPS),
+                "--checkpoint-every",
+                str(ELASTIC_CHECKPOINT_EVERY),
+                "--log-every",
+                "50",
+                "--reduce-order",
+                "rank",
+            ],
+        )
         try:
             for rank in range(world):
                 run.launch(rank)

@@ -15,8 +15,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import reference_optimizer as ro  # noqa: E402
-from reference_optimizer import (  # noqa: E402
+import reference_optimizer as ro
+from reference_optimizer import (
     IN_OUT,
     OUT_IN,
     ReferenceConfig,
@@ -31,7 +31,7 @@ SIMPLE = (3.4445, -4.7750, 2.0315)
 
 def poly(s, abc):
     a, b, c = abc
-    return a * s + b * s ** 3 + c * s ** 5
+    return a * s + b * s**3 + c * s**5
 
 
 def poly_chain(s, coeffs, steps):
@@ -86,7 +86,7 @@ def test_ns_controlled_singular_values(name, steps):
     Q, V = orthonormal(6, 6, 1), orthonormal(10, 6, 2)
     X = (Q @ torch.diag(torch.tensor(s)) @ V.T).float()
     out = newton_schulz(X, steps=steps, coefficients=name)
-    sn = s / math.sqrt(float((s ** 2).sum()))
+    sn = s / math.sqrt(float((s**2).sum()))
     coeffs = ro.COEFFICIENT_SETS[name]
     expect = Q @ torch.diag(torch.tensor([poly_chain(float(v), coeffs, steps) for v in sn], dtype=torch.float64)) @ V.T
     torch.testing.assert_close(out.double(), expect, rtol=0, atol=2e-5)
@@ -108,8 +108,9 @@ def test_ns_tall_is_transpose_of_wide():
     W = torch.randn(5, 12, generator=g)
     torch.testing.assert_close(newton_schulz(W.T.contiguous()), newton_schulz(W).T, rtol=0, atol=1e-6)
     S = torch.randn(3, 4, 9, generator=g)
-    torch.testing.assert_close(newton_schulz(S.transpose(1, 2).contiguous()), newton_schulz(S).transpose(1, 2),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        newton_schulz(S.transpose(1, 2).contiguous()), newton_schulz(S).transpose(1, 2), rtol=0, atol=1e-6
+    )
 
 
 def test_ns_is_scale_invariant_and_zero_safe():
@@ -156,7 +157,13 @@ def test_scale_factors_by_version_and_layout():
 def test_defaults_match_doc():
     c = ReferenceConfig()
     assert (c.lr, c.weight_decay, c.momentum, c.nesterov, c.ns_steps, c.coefficients) == (
-        0.02, 0.01, 0.95, True, 5, "simple")
+        0.02,
+        0.01,
+        0.95,
+        True,
+        5,
+        "simple",
+    )
     assert (c.eps, c.adamw_betas, c.scale_version, c.extra_scale) == (1e-9, (0.9, 0.95), 1, 0.2)
     assert c.decays("anything")
 
@@ -272,11 +279,13 @@ def test_adamw_scalar_closed_form_one_and_two_steps():
 def test_adamw_denominator_form_at_tiny_gradient():
     # g = 1e-9 = eps: step 1 update = lr * g / (|g| + eps) = lr / 2 with the doc's denominator
     # sqrt(m2)/sqrt(1-b2p) + eps; (sqrt(m2) + eps)/sqrt(1-b2p) would give lr * 0.183.
-    ref = ReferenceOptimizer([("b", torch.tensor([1.0, -1.0]))], {"b": "adamw"},
-                             ReferenceConfig(with_decay=lambda n: False))
+    ref = ReferenceOptimizer(
+        [("b", torch.tensor([1.0, -1.0]))], {"b": "adamw"}, ReferenceConfig(with_decay=lambda n: False)
+    )
     ref.step({"b": torch.tensor([1e-9, -1e-9])})
-    torch.testing.assert_close(ref.masters["b"].double(), torch.tensor([1.0 - 0.01, -1.0 + 0.01], dtype=torch.float64),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        ref.masters["b"].double(), torch.tensor([1.0 - 0.01, -1.0 + 0.01], dtype=torch.float64), rtol=0, atol=1e-6
+    )
 
 
 def test_adamw_vector_elementwise_and_lr_change():
@@ -302,23 +311,31 @@ def test_adamw_vector_elementwise_and_lr_change():
 
 def test_weight_decay_skipped_when_with_decay_false():
     # zero gradients: AdamW update 0/(0+eps) = 0, Muon NS(0) = 0 -> only decay moves a master.
-    tensors = [("w", torch.full((4, 6), 0.75)), ("w_nd", torch.full((4, 6), 0.75)),
-               ("b", torch.full((6,), -0.5)), ("b_nd", torch.full((6,), -0.5))]
+    tensors = [
+        ("w", torch.full((4, 6), 0.75)),
+        ("w_nd", torch.full((4, 6), 0.75)),
+        ("b", torch.full((6,), -0.5)),
+        ("b_nd", torch.full((6,), -0.5)),
+    ]
     kinds = {"w": "muon", "w_nd": "muon", "b": "adamw", "b_nd": "adamw"}
     ref = ReferenceOptimizer(tensors, kinds, ReferenceConfig(with_decay=lambda n: not n.endswith("_nd")))
     ref.step({n: torch.zeros_like(t) for n, t in tensors})
     assert torch.equal(ref.masters["w_nd"], torch.full((4, 6), 0.75))
     assert torch.equal(ref.masters["b_nd"], torch.full((6,), -0.5))
-    torch.testing.assert_close(ref.masters["w"].double(), torch.full((4, 6), 0.75 * (1 - 2e-4), dtype=torch.float64),
-                               rtol=1e-7, atol=0)
-    torch.testing.assert_close(ref.masters["b"].double(), torch.full((6,), -0.5 * (1 - 2e-4), dtype=torch.float64),
-                               rtol=1e-7, atol=0)
+    torch.testing.assert_close(
+        ref.masters["w"].double(), torch.full((4, 6), 0.75 * (1 - 2e-4), dtype=torch.float64), rtol=1e-7, atol=0
+    )
+    torch.testing.assert_close(
+        ref.masters["b"].double(), torch.full((6,), -0.5 * (1 - 2e-4), dtype=torch.float64), rtol=1e-7, atol=0
+    )
 
 
 def test_bf16_master_is_rounded_param_and_model_copy_rounds_to_nearest_even():
-    v = torch.tensor([[1.0 + 2 ** -9, 3.14159265], [-0.1, 1e-3]])
-    ref = ReferenceOptimizer([("w", v, OUT_IN, torch.bfloat16), ("h", v.clone(), OUT_IN, torch.float16),
-                              ("f", v.clone())], {"w": "muon", "h": "muon", "f": "muon"})
+    v = torch.tensor([[1.0 + 2**-9, 3.14159265], [-0.1, 1e-3]])
+    ref = ReferenceOptimizer(
+        [("w", v, OUT_IN, torch.bfloat16), ("h", v.clone(), OUT_IN, torch.float16), ("f", v.clone())],
+        {"w": "muon", "h": "muon", "f": "muon"},
+    )
     m = ref.masters["w"]
     assert m.dtype == torch.float32
     assert torch.equal(m, m.to(torch.bfloat16).float())  # exactly representable in bf16
@@ -327,11 +344,11 @@ def test_bf16_master_is_rounded_param_and_model_copy_rounds_to_nearest_even():
     # RNE ties: 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7 -> 1 (even);
     # 1 + 3*2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6 -> 1 + 2^-6 (even)
     sd = ref.state_dict()
-    sd["w/master"] = torch.tensor([[1 + 2 ** -8, 1 + 3 * 2 ** -8], [-(1 + 2 ** -8), 2.0]])
+    sd["w/master"] = torch.tensor([[1 + 2**-8, 1 + 3 * 2**-8], [-(1 + 2**-8), 2.0]])
     ref.load_state_dict(sd)
     mc = ref.model_copy("w")
     assert mc.dtype == torch.bfloat16
-    assert mc.float().tolist() == [[1.0, 1 + 2 ** -6], [-1.0, 2.0]]
+    assert mc.float().tolist() == [[1.0, 1 + 2**-6], [-1.0, 2.0]]
     assert ref.model_copy("h").dtype == torch.float16 and ref.model_copy("f").dtype == torch.float32
     ref.step({"w": torch.ones(2, 2), "h": torch.ones(2, 2), "f": torch.ones(2, 2)})
     assert torch.equal(ref.model_copy("w"), ref.masters["w"].to(torch.bfloat16))
@@ -351,8 +368,7 @@ def test_averaging_sums_left_to_right_then_divides():
 
 
 def test_paddle_ep_holders_layout():
-    h = paddle_ep_holders(4, ep=2, n_experts=4, fused_stacks=["mlp.experts_stack"],
-                          expert_index={"moe.w_special": 1})
+    h = paddle_ep_holders(4, ep=2, n_experts=4, fused_stacks=["mlp.experts_stack"], expert_index={"moe.w_special": 1})
     assert h("embed_tokens.weight") == [0, 1, 2, 3]
     # rank = ms*2 + e; expert j held by e == j // (4 // 2)
     assert h("layers.0.mlp.experts.0.up.weight") == [0, 2]
@@ -387,8 +403,12 @@ def test_step_averages_expert_grads_over_holders_only():
     expect = {
         names[0]: mean([local[r][names[0]] for r in range(4)]),
         names[1]: mean([local[1][names[1]], local[3][names[1]]]),
-        names[2]: torch.cat([mean([local[0][names[2]][0:2], local[2][names[2]][0:2]]),
-                             mean([local[1][names[2]][2:4], local_full3[2:4]])]),
+        names[2]: torch.cat(
+            [
+                mean([local[0][names[2]][0:2], local[2][names[2]][0:2]]),
+                mean([local[1][names[2]][2:4], local_full3[2:4]]),
+            ]
+        ),
         names[3]: mean([local[r][names[3]] for r in range(4)]),
     }
     ref = ReferenceOptimizer(tensors, kinds, holders=holders)
@@ -402,8 +422,11 @@ def test_step_averages_expert_grads_over_holders_only():
 
 
 def test_missing_holder_gradient_is_an_error():
-    ref = ReferenceOptimizer([("a.experts.1.w", torch.zeros(2, 2))], {"a.experts.1.w": "muon"},
-                             holders=paddle_ep_holders(2, ep=2, n_experts=2))
+    ref = ReferenceOptimizer(
+        [("a.experts.1.w", torch.zeros(2, 2))],
+        {"a.experts.1.w": "muon"},
+        holders=paddle_ep_holders(2, ep=2, n_experts=2),
+    )
     with pytest.raises(KeyError):
         ref.step([{"a.experts.1.w": torch.zeros(2, 2)}, {}])  # rank 1 holds expert 1 but sent nothing
     ref.step([{}, {"a.experts.1.w": torch.zeros(2, 2)}])  # rank 0 is not a holder: fine
@@ -414,12 +437,16 @@ def test_missing_holder_gradient_is_an_error():
 
 def test_resume_from_state_dict_is_bitwise_identical():
     g = torch.Generator().manual_seed(10)
-    tensors = [("w", torch.randn(6, 4, generator=g), OUT_IN, torch.bfloat16),
-               ("s", torch.randn(2, 3, 5, generator=g), IN_OUT),
-               ("b", torch.randn(5, generator=g), OUT_IN, torch.float16)]
+    tensors = [
+        ("w", torch.randn(6, 4, generator=g), OUT_IN, torch.bfloat16),
+        ("s", torch.randn(2, 3, 5, generator=g), IN_OUT),
+        ("b", torch.randn(5, generator=g), OUT_IN, torch.float16),
+    ]
     kinds = {"w": "muon", "s": "muon", "b": "adamw"}
-    grads = [{"w": torch.randn(6, 4, generator=g), "s": torch.randn(2, 3, 5, generator=g),
-              "b": torch.randn(5, generator=g)} for _ in range(5)]
+    grads = [
+        {"w": torch.randn(6, 4, generator=g), "s": torch.randn(2, 3, 5, generator=g), "b": torch.randn(5, generator=g)}
+        for _ in range(5)
+    ]
     lrs = [0.02, 0.02, 0.015, 0.01, 0.005]
     straight = ReferenceOptimizer(tensors, kinds)
     first = ReferenceOptimizer(tensors, kinds)
@@ -430,8 +457,19 @@ def test_resume_from_state_dict_is_bitwise_identical():
         first.lr = lrs[k]
         first.step(grads[k])
     sd = first.state_dict()
-    assert set(sd) == {"w/master", "w/momentum", "s/master", "s/momentum", "b/master", "b/moment1",
-                       "b/moment2", "beta1_pow", "beta2_pow", "step", "lr"}
+    assert set(sd) == {
+        "w/master",
+        "w/momentum",
+        "s/master",
+        "s/momentum",
+        "b/master",
+        "b/moment1",
+        "b/moment2",
+        "beta1_pow",
+        "beta2_pow",
+        "step",
+        "lr",
+    }
     assert int(sd["step"]) == 3 and float(sd["lr"]) == 0.015
     resumed = ReferenceOptimizer.from_state_dict(tensors, kinds, sd)
     assert resumed.step_count == 3 and resumed.lr == 0.015
@@ -449,8 +487,9 @@ def test_resume_from_state_dict_is_bitwise_identical():
 def test_zero_dim_adamw_tensor_keeps_its_shape():
     ref = ReferenceOptimizer([("t", torch.tensor(0.5))], {"t": "adamw"})
     ref.step({"t": torch.tensor(0.3)})
-    assert ref.masters["t"].shape == () and ref.masters["t"].item() == pytest.approx(adamw_closed_form(0.5, [0.3])[0],
-                                                                                   rel=1e-6)
+    assert ref.masters["t"].shape == () and ref.masters["t"].item() == pytest.approx(
+        adamw_closed_form(0.5, [0.3])[0], rel=1e-6
+    )
 
 
 def test_constructor_validation():

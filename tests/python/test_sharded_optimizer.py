@@ -10,14 +10,14 @@ import os
 import subprocess
 import sys
 
+import fixture_model
 import pytest
 import torch
-
-import fixture_model
-import muonshard
 from conftest import HERE, package_env
 from reference_optimizer import ReferenceConfig, ReferenceOptimizer, paddle_ep_holders
 from sharded_rank import lr_lambda
+
+import muonshard
 
 SEED = 7
 TIMEOUT = 180  # seconds for a whole multi-process run (every wait inside is bounded too)
@@ -32,8 +32,18 @@ def start_ranks(coord, job, version, world, out, per_rank=None, env_of=None, **f
         env = package_env()
         env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
         env.update(env_of(rank) if env_of else {})
-        args = [sys.executable, os.path.join(HERE, "sharded_rank.py"), "--coordinator", coord.address, "--job", job,
-                "--version", str(version), "--out", out]
+        args = [
+            sys.executable,
+            os.path.join(HERE, "sharded_rank.py"),
+            "--coordinator",
+            coord.address,
+            "--job",
+            job,
+            "--version",
+            str(version),
+            "--out",
+            out,
+        ]
         for k, v in dict(flags, **(per_rank(rank) if per_rank else {})).items():
             flag = "--" + k.replace("_", "-")
             args += [flag] if v is True else [flag, str(v)]
@@ -67,6 +77,7 @@ def run_ranks(coord, job, version, world, out, **flags):
 
 def submit(coord, kind, world, ep=1, policy="seed"):
     import muonshard.torch as mst
+
     params = [(n, torch.nn.Parameter(v)) for n, v in fixture_model.full_tensors(kind, SEED)]
     manifest = mst.manifest_from_module(params, "test-" + kind)
     c = muonshard.Coordinator(coord.address)
@@ -152,7 +163,7 @@ def check_against_reference(results, ref, kind, ep):
             expected = ref.model_copy(name)
             part = fixture_model.local_slice(name, tuple(expected.shape), r["rank"], ep)
             if part is not None:
-                expected = expected[part[0]:part[1]]
+                expected = expected[part[0] : part[1]]
             assert value.dtype == expected.dtype, name
             tol = 1e-5 if value.dtype == torch.float32 else 1e-2  # one bf16 ulp where a master straddles
             assert_close(value, expected, "rank %d %s param" % (r["rank"], name), rtol=tol)
@@ -174,8 +185,17 @@ CASES = [
 def test_matches_reference(coordinator, tmp_path, kind, world, ep, policy):
     client, version = submit(coordinator, kind, world, ep, policy)
     steps = 4
-    results = run_ranks(coordinator, "job-%s-%d-%d-%s" % (kind, world, ep, policy), version, world,
-                        str(tmp_path), model=kind, ep=ep, steps=steps, seed=SEED)
+    results = run_ranks(
+        coordinator,
+        "job-%s-%d-%d-%s" % (kind, world, ep, policy),
+        version,
+        world,
+        str(tmp_path),
+        model=kind,
+        ep=ep,
+        steps=steps,
+        seed=SEED,
+    )
     ref = reference(client, version, kind, world, ep)
     reference_steps(ref, kind, world, ep, range(steps))
     worst = check_against_reference(results, ref, kind, ep)
@@ -190,19 +210,32 @@ def test_matches_reference(coordinator, tmp_path, kind, world, ep, policy):
 OVERLAP_CASES = [("dense", 2, 1, "balanced", 0), ("moe", 4, 2, "seed", 0), ("moe", 4, 2, "balanced", 1)]
 
 
-@pytest.mark.parametrize("kind,world,ep,policy,piece_kib", OVERLAP_CASES,
-                         ids=["-".join(map(str, c)) for c in OVERLAP_CASES])
-def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(coordinator, tmp_path, kind, world, ep,
-                                                                          policy, piece_kib):
+@pytest.mark.parametrize(
+    "kind,world,ep,policy,piece_kib", OVERLAP_CASES, ids=["-".join(map(str, c)) for c in OVERLAP_CASES]
+)
+def test_overlap_backward_hands_gradients_from_hooks_and_matches_reference(
+    coordinator, tmp_path, kind, world, ep, policy, piece_kib
+):
     """overlap_backward: backward's hooks hand each gradient over as it is
     accumulated (begin_step / grad_ready), step() finishes; the result is the
     reference's, as without hooks, also with the Muon buckets in pieces."""
     client, version = submit(coordinator, kind, world, ep, policy)
     steps = 3
     trace_dir = tmp_path / "trace"
-    results = run_ranks(coordinator, "job-overlap-%s-%d-%s-%d" % (kind, world, policy, piece_kib), version, world,
-                        str(tmp_path), model=kind, ep=ep, steps=steps, seed=SEED, overlap=True,
-                        step_piece_kib=piece_kib, step_trace_dir=str(trace_dir))
+    results = run_ranks(
+        coordinator,
+        "job-overlap-%s-%d-%s-%d" % (kind, world, policy, piece_kib),
+        version,
+        world,
+        str(tmp_path),
+        model=kind,
+        ep=ep,
+        steps=steps,
+        seed=SEED,
+        overlap=True,
+        step_piece_kib=piece_kib,
+        step_trace_dir=str(trace_dir),
+    )
     ref = reference(client, version, kind, world, ep)
     reference_steps(ref, kind, world, ep, range(steps))
     check_against_reference(results, ref, kind, ep)
@@ -245,16 +278,27 @@ def test_ranks_with_different_step_options_both_raise_naming_the_option(coordina
     job's failure, its peer's reason (NOTE [Job failure])."""
     _, version = submit(coordinator, "dense", 2)
     job = "job-disagree-%d" % held
-    ended = wait_ranks(start_ranks(coordinator, job, version, 2, str(tmp_path),
-                                   per_rank=lambda r: {"step_piece_kib": r},
-                                   env_of=lambda r: {"MUONSHARD_TEST_HOLD_BARRIER": "group=1500"} if r == held else {},
-                                   model="dense", steps=2, seed=SEED),
-                       str(tmp_path))
+    ended = wait_ranks(
+        start_ranks(
+            coordinator,
+            job,
+            version,
+            2,
+            str(tmp_path),
+            per_rank=lambda r: {"step_piece_kib": r},
+            env_of=lambda r: {"MUONSHARD_TEST_HOLD_BARRIER": "group=1500"} if r == held else {},
+            model="dense",
+            steps=2,
+            seed=SEED,
+        ),
+        str(tmp_path),
+    )
     for rank, (code, tail) in enumerate(ended):
         assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
         assert "muonshard._errors.InvalidArgumentError" in tail, tail
-        assert ('step options differ across ranks: rank 1 runs --step-piece-kib="1" where rank 0 runs '
-                '--step-piece-kib=0') in tail, tail
+        assert (
+            'step options differ across ranks: rank 1 runs --step-piece-kib="1" where rank 0 runs --step-piece-kib=0'
+        ) in tail, tail
     assert ("rank %d (" % (1 - held)) in ended[held][1] and "failed: INVALID_ARGUMENT" in ended[held][1]
 
 
@@ -263,10 +307,20 @@ def test_a_rank_that_fails_in_a_step_ends_the_job_with_its_reason_on_every_rank(
     waits for it in the step's collectives: rank 1 does not time out or say
     "generation moved" but raises rank 0's own error, with its class."""
     _, version = submit(coordinator, "dense", 2)
-    ended = wait_ranks(start_ranks(coordinator, "job-bad-lr", version, 2, str(tmp_path),
-                                   per_rank=lambda r: {"bad_lr_at": 1} if r == 0 else {},
-                                   model="dense", steps=3, seed=SEED),
-                       str(tmp_path))
+    ended = wait_ranks(
+        start_ranks(
+            coordinator,
+            "job-bad-lr",
+            version,
+            2,
+            str(tmp_path),
+            per_rank=lambda r: {"bad_lr_at": 1} if r == 0 else {},
+            model="dense",
+            steps=3,
+            seed=SEED,
+        ),
+        str(tmp_path),
+    )
     for rank, (code, tail) in enumerate(ended):
         assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
         assert "muonshard._errors.InvalidArgumentError" in tail, tail
@@ -281,8 +335,9 @@ def test_lr_scheduler_changes_the_step_as_for_torch_adamw(coordinator, tmp_path)
     and the step uses it (the masters follow the reference stepped with those rates)."""
     client, version = submit(coordinator, "dense", 2)
     steps = 4
-    results = run_ranks(coordinator, "job-lr", version, 2, str(tmp_path), model="dense", steps=steps, seed=SEED,
-                        schedule=True)
+    results = run_ranks(
+        coordinator, "job-lr", version, 2, str(tmp_path), model="dense", steps=steps, seed=SEED, schedule=True
+    )
     # The rates torch.optim.AdamW sees under the same scheduler.
     p = torch.nn.Parameter(torch.zeros(1))
     adamw = torch.optim.AdamW([p], lr=0.02)
@@ -305,16 +360,32 @@ def test_save_at_world_4_resume_at_world_2_under_another_policy(coordinator, tmp
     kind = "moe"
     client, v4 = submit(coordinator, kind, 4, ep=2, policy="seed")
     ckpt = str(tmp_path / "ckpt")
-    run_ranks(coordinator, "job-save", v4, 4, str(tmp_path / "a"), model=kind, ep=2, steps=3, seed=SEED,
-              save_dir=ckpt, save_at=3)
+    run_ranks(
+        coordinator,
+        "job-save",
+        v4,
+        4,
+        str(tmp_path / "a"),
+        model=kind,
+        ep=2,
+        steps=3,
+        seed=SEED,
+        save_dir=ckpt,
+        save_at=3,
+    )
     _, v2 = submit(coordinator, kind, 2, ep=1, policy="balanced")
-    results = run_ranks(coordinator, "job-resume", v2, 2, str(tmp_path / "b"), model=kind, ep=1, steps=5,
-                        seed=SEED, resume_dir=ckpt)
+    results = run_ranks(
+        coordinator, "job-resume", v2, 2, str(tmp_path / "b"), model=kind, ep=1, steps=5, seed=SEED, resume_dir=ckpt
+    )
     ref = reference(client, v4, kind, 4, 2)
     reference_steps(ref, kind, 4, 2, range(3))
-    ref2 = ReferenceOptimizer.from_state_dict([(n, v, "OUT_IN") for n, v in fixture_model.full_tensors(kind, SEED)],
-                                              ref.kinds, ref.state_dict(), ReferenceConfig(),
-                                              holders=paddle_ep_holders(2, 1, n_experts=fixture_model.EXPERTS))
+    ref2 = ReferenceOptimizer.from_state_dict(
+        [(n, v, "OUT_IN") for n, v in fixture_model.full_tensors(kind, SEED)],
+        ref.kinds,
+        ref.state_dict(),
+        ReferenceConfig(),
+        holders=paddle_ep_holders(2, 1, n_experts=fixture_model.EXPERTS),
+    )
     reference_steps(ref2, kind, 2, 1, range(3, 5))
     check_against_reference(results, ref2, kind, 1)
     assert results[0]["state"]["muonshard"]["step"] == 5

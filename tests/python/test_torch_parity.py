@@ -59,8 +59,9 @@ def make_net():
 
 def batches():
     g = torch.Generator().manual_seed(11)
-    return [(torch.randint(0, 17, (4, 6), generator=g), torch.randint(0, 17, (4, 6), generator=g))
-            for _ in range(STEPS)]
+    return [
+        (torch.randint(0, 17, (4, 6), generator=g), torch.randint(0, 17, (4, 6), generator=g)) for _ in range(STEPS)
+    ]
 
 
 def train(model, step_fn, zero_fn):
@@ -88,10 +89,12 @@ def fp32_zeropower(grad, ns_coefficients, ns_steps, eps):
 def torch_reference(adjust_lr_fn, muon_names):
     model = make_net()
     named = dict(model.named_parameters())
-    muon = torch.optim.Muon([named[n] for n in muon_names], lr=LR, weight_decay=WD, momentum=0.95, nesterov=True,
-                            adjust_lr_fn=adjust_lr_fn)
-    adamw = torch.optim.AdamW([p for n, p in named.items() if n not in muon_names], lr=LR, betas=(0.9, 0.95),
-                              eps=EPS, weight_decay=WD)
+    muon = torch.optim.Muon(
+        [named[n] for n in muon_names], lr=LR, weight_decay=WD, momentum=0.95, nesterov=True, adjust_lr_fn=adjust_lr_fn
+    )
+    adamw = torch.optim.AdamW(
+        [p for n, p in named.items() if n not in muon_names], lr=LR, betas=(0.9, 0.95), eps=EPS, weight_decay=WD
+    )
 
     def step():
         muon.step()
@@ -108,12 +111,28 @@ def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default"):
     model = make_net()
     client = muonshard.Coordinator(coord.address)
     version = client.submit(mst.manifest_from_module(model, "parity"), world_size=1)
-    scale = {"original": dict(muon_scale_version=1, muon_extra_scale=1.0),
-             "match_rms_adamw": dict(muon_scale_version=3, muon_extra_scale=0.2)}[adjust_lr_fn]
-    opt = mst.ShardedMuonAdamW(model, coordinator=coord.address, job=job, plan_version=version, rank=0, lr=LR,
-                               weight_decay=WD, muon_momentum=0.95, nesterov=True, betas=(0.9, 0.95), eps=EPS,
-                               ns_coefficients="simple", ns_precision=ns_precision, blas_threads=1,
-                               reduce_order="rank", **scale)
+    scale = {
+        "original": dict(muon_scale_version=1, muon_extra_scale=1.0),
+        "match_rms_adamw": dict(muon_scale_version=3, muon_extra_scale=0.2),
+    }[adjust_lr_fn]
+    opt = mst.ShardedMuonAdamW(
+        model,
+        coordinator=coord.address,
+        job=job,
+        plan_version=version,
+        rank=0,
+        lr=LR,
+        weight_decay=WD,
+        muon_momentum=0.95,
+        nesterov=True,
+        betas=(0.9, 0.95),
+        eps=EPS,
+        ns_coefficients="simple",
+        ns_precision=ns_precision,
+        blas_threads=1,
+        reduce_order="rank",
+        **scale,
+    )
     try:
         return train(model, opt.step, opt.zero_grad)
     finally:

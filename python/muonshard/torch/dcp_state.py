@@ -40,7 +40,7 @@ TORCH_KEYS = {"momentum": "momentum_buffer", "moment1": "exp_avg", "moment2": "e
 
 
 def parse_key(key):
-    """"<tensor>/<kind>/<begin>:<end>" (RankSession.state()) as (tensor, kind, begin, end)."""
+    """ "<tensor>/<kind>/<begin>:<end>" (RankSession.state()) as (tensor, kind, begin, end)."""
     name, kind, span = key.rsplit("/", 2)
     begin, end = span.split(":")
     return name, kind, int(begin), int(end)
@@ -58,15 +58,18 @@ def _shards_by_name(session_state):
 def _dtensor_state(param, local_shape, ranges):
     ((_, _, values),) = ranges  # a DTensor part's state is its whole shard
     local = torch.from_numpy(values).view(local_shape)
-    return DTensor.from_local(local, param.device_mesh, param.placements, run_check=False, shape=param.shape,
-                              stride=param.stride())
+    return DTensor.from_local(
+        local, param.device_mesh, param.placements, run_check=False, shape=param.shape, stride=param.stride()
+    )
 
 
 def _flat_state(numel, ranges, rank):
     """A ShardedTensor of a flattened tensor of `numel` elements with this
     rank's ranges (a collective over the default group)."""
-    local = [TensorShard(torch.from_numpy(values), ShardMetadata([begin], [end - begin], "rank:%d/cpu" % rank))
-             for begin, end, values in ranges]
+    local = [
+        TensorShard(torch.from_numpy(values), ShardMetadata([begin], [end - begin], "rank:%d/cpu" % rank))
+        for begin, end, values in ranges
+    ]
     if not local:
         # An empty shard, at the end (DCP dedups chunks by offset): DCP drops a
         # ShardedTensor without local shards from this rank's keys, and a key
@@ -110,8 +113,11 @@ def _local_values(value, what, begin, end):
     if isinstance(value, DTensor):
         value = value.to_local()
     elif isinstance(value, ShardedTensor):
-        found = [s.tensor for s in value.local_shards()
-                 if list(s.metadata.shard_offsets) == [begin] and list(s.metadata.shard_sizes) == [end - begin]]
+        found = [
+            s.tensor
+            for s in value.local_shards()
+            if list(s.metadata.shard_offsets) == [begin] and list(s.metadata.shard_sizes) == [end - begin]
+        ]
         if not found:
             raise ValueError("%s holds no shard [%d, %d) on this rank" % (what, begin, end))
         value = found[0]
@@ -150,8 +156,9 @@ def session_tensors(state, current, parts):
         elif TORCH_KEYS[kind] not in entry:
             raise ValueError("the optimizer state of parameter %r has no %r" % (name, TORCH_KEYS[kind]))
         else:
-            tensors[key] = _local_values(entry[TORCH_KEYS[kind]], "state %r of %r" % (TORCH_KEYS[kind], name),
-                                         begin, end)
+            tensors[key] = _local_values(
+                entry[TORCH_KEYS[kind]], "state %r of %r" % (TORCH_KEYS[kind], name), begin, end
+            )
         if "step" not in entry:
             raise ValueError("the optimizer state of parameter %r has no 'step'" % name)
         step = int(float(entry["step"]))

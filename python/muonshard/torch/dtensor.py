@@ -93,21 +93,29 @@ def mesh_of(named):
         if mesh is None:
             mesh, first = param.device_mesh, name
         elif param.device_mesh != mesh:
-            raise ValueError("parameter %r is on DeviceMesh %s but %r is on %s: every DTensor parameter must be on "
-                             "one mesh" % (name, param.device_mesh, first, mesh))
+            raise ValueError(
+                "parameter %r is on DeviceMesh %s but %r is on %s: every DTensor parameter must be on "
+                "one mesh" % (name, param.device_mesh, first, mesh)
+            )
     if mesh is None:
         return None
     if plain is not None:
-        raise ValueError("parameter %r is a plain tensor but %r is a DTensor: shard every parameter (fully_shard the "
-                         "root module too) or none" % (plain, first))
+        raise ValueError(
+            "parameter %r is a plain tensor but %r is a DTensor: shard every parameter (fully_shard the "
+            "root module too) or none" % (plain, first)
+        )
     if mesh.ndim > 2:
-        raise ValueError("parameter %r is on a %d-D DeviceMesh %s: muonshard plans DTensor parameters on a 1-D mesh "
-                         "(FSDP2) or a 2-D (replicate, shard) one (HSDP)" % (first, mesh.ndim, tuple(mesh.shape)))
+        raise ValueError(
+            "parameter %r is on a %d-D DeviceMesh %s: muonshard plans DTensor parameters on a 1-D mesh "
+            "(FSDP2) or a 2-D (replicate, shard) one (HSDP)" % (first, mesh.ndim, tuple(mesh.shape))
+        )
     if mesh.ndim == 2:
         for name, param in named:
             if not isinstance(param.placements[0], Replicate):
-                raise ValueError("parameter %r has placements %s on a 2-D mesh: muonshard takes HSDP's (Replicate(), "
-                                 "shard) only; FSDP x TP meshes are not supported yet" % (name, param.placements))
+                raise ValueError(
+                    "parameter %r has placements %s on a 2-D mesh: muonshard takes HSDP's (Replicate(), "
+                    "shard) only; FSDP x TP meshes are not supported yet" % (name, param.placements)
+                )
     return mesh
 
 
@@ -124,8 +132,10 @@ def topology(mesh, named):
     stacks = [name for name, param in named if is_expert_shard(param)]
     if stacks and shard_ranks(mesh) > 1:
         if mesh.ndim > 1:
-            raise ValueError("parameter %r: expert stacks sharded along their experts are planned on a 1-D mesh "
-                             "only, not HSDP's" % stacks[0])
+            raise ValueError(
+                "parameter %r: expert stacks sharded along their experts are planned on a 1-D mesh "
+                "only, not HSDP's" % stacks[0]
+            )
         out["ep"] = shard_ranks(mesh)
     return out
 
@@ -145,24 +155,33 @@ def split_of(name, param):
     if isinstance(placement, Replicate):
         return "replicated"
     if type(placement) is not Shard:  # Partial, _StridedShard, ...
-        raise ValueError("parameter %r has placement %s: muonshard takes Shard(0), Shard(1) (2-D) or Replicate()" %
-                         (name, placement))
+        raise ValueError(
+            "parameter %r has placement %s: muonshard takes Shard(0), Shard(1) (2-D) or Replicate()" % (name, placement)
+        )
     dim, shape = placement.dim, tuple(param.shape)
     if len(shape) > 2 and (len(shape) > 3 or dim != 0):
-        raise ValueError("parameter %r (shape %s) is sharded along dim %d: muonshard splits a 3-D tensor (an expert "
-                         "stack) along its experts (dim 0) only" % (name, shape, dim))
+        raise ValueError(
+            "parameter %r (shape %s) is sharded along dim %d: muonshard splits a 3-D tensor (an expert "
+            "stack) along its experts (dim 0) only" % (name, shape, dim)
+        )
     if len(shape) == 3:
         if shape[0] % ranks:
-            raise ValueError("parameter %r: its %d experts are not divisible by the mesh's %d ranks (each rank must "
-                             "hold whole experts)" % (name, shape[0], ranks))
+            raise ValueError(
+                "parameter %r: its %d experts are not divisible by the mesh's %d ranks (each rank must "
+                "hold whole experts)" % (name, shape[0], ranks)
+            )
         return "experts"
     if dim not in (0, 1) or dim >= len(shape):
-        raise ValueError("parameter %r (shape %s) has placement Shard(%d): muonshard takes Shard(0), or Shard(1) of "
-                         "a 2-D matrix" % (name, shape, dim))
+        raise ValueError(
+            "parameter %r (shape %s) has placement Shard(%d): muonshard takes Shard(0), or Shard(1) of "
+            "a 2-D matrix" % (name, shape, dim)
+        )
     if shape[dim] % ranks:
-        raise ValueError("parameter %r: dim %d (%d) is not divisible by the mesh's %d ranks; FSDP2 pads its last "
-                         "shard, muonshard's plan holds even shards: pad the dimension to a multiple of %d" %
-                         (name, dim, shape[dim], ranks, ranks))
+        raise ValueError(
+            "parameter %r: dim %d (%d) is not divisible by the mesh's %d ranks; FSDP2 pads its last "
+            "shard, muonshard's plan holds even shards: pad the dimension to a multiple of %d"
+            % (name, dim, shape[dim], ranks, ranks)
+        )
     return "column" if dim == 0 else "row"
 
 
@@ -177,20 +196,25 @@ def check_against_plan(name, param, held, tp):
     plan part `held` (a dict of RankSession.held()) of a plan with `tp`."""
     ranks = shard_ranks(param.device_mesh)
     if ranks != tp:
-        raise ValueError("parameter %r is sharded over a mesh of %d ranks but the plan's tensor-parallel degree is %d "
-                         "(plan a DTensor model with tp = the mesh size: topology_of(module))" % (name, ranks, tp))
+        raise ValueError(
+            "parameter %r is sharded over a mesh of %d ranks but the plan's tensor-parallel degree is %d "
+            "(plan a DTensor model with tp = the mesh size: topology_of(module))" % (name, ranks, tp)
+        )
     if ranks > 1 and is_expert_shard(param):
         _check_experts(name, param, held)
         return
     split = plan_split(name, param) if ranks > 1 else "TP_REPLICATED"  # one rank holds it whole anyway
     planned = held["tp_split"] if held["tp_split"] != "TP_SPLIT_UNSPECIFIED" else "TP_REPLICATED"
     if split != planned:
-        raise ValueError("parameter %r has placement %s (%s) but the plan splits it %s: build the manifest from the "
-                         "sharded module (manifest_from_module)" % (name, param.placements[-1], split, planned))
+        raise ValueError(
+            "parameter %r has placement %s (%s) but the plan splits it %s: build the manifest from the "
+            "sharded module (manifest_from_module)" % (name, param.placements[-1], split, planned)
+        )
     local = tuple(param.to_local().shape)
     if local != tuple(int(d) for d in held["local_shape"]):
-        raise ValueError("parameter %r: this rank's shard is %s but the plan's is %s" %
-                         (name, local, tuple(held["local_shape"])))
+        raise ValueError(
+            "parameter %r: this rank's shard is %s but the plan's is %s" % (name, local, tuple(held["local_shape"]))
+        )
 
 
 def _check_experts(name, param, held):
@@ -199,11 +223,19 @@ def _check_experts(name, param, held):
     mesh = param.device_mesh
     begin = mesh.get_local_rank(mesh.ndim - 1) * local.numel()
     if (int(held["element_begin"]), int(held["element_end"])) != (begin, begin + local.numel()):
-        raise ValueError("parameter %r: this rank holds experts [%d, %d) of %d but the plan gives it elements "
-                         "[%d, %d): plan it as an expert stack (named \"...experts.<name>\") with ep = the mesh size "
-                         "(topology_of(module))" %
-                         (name, begin // local[0].numel(), begin // local[0].numel() + local.shape[0], param.shape[0],
-                          int(held["element_begin"]), int(held["element_end"])))
+        raise ValueError(
+            "parameter %r: this rank holds experts [%d, %d) of %d but the plan gives it elements "
+            '[%d, %d): plan it as an expert stack (named "...experts.<name>") with ep = the mesh size '
+            "(topology_of(module))"
+            % (
+                name,
+                begin // local[0].numel(),
+                begin // local[0].numel() + local.shape[0],
+                param.shape[0],
+                int(held["element_begin"]),
+                int(held["element_end"]),
+            )
+        )
 
 
 def check_rank(mesh, rank):
@@ -211,7 +243,8 @@ def check_rank(mesh, rank):
     coordinate = tuple(mesh.get_coordinate())
     expected = (rank,) if mesh.ndim == 1 else divmod(rank, shard_ranks(mesh))
     if coordinate != expected:
-        raise ValueError("this process is rank %d of the plan, which is coordinate %s of the parameters' DeviceMesh, "
-                         "but it is at %s: start the ranks so that both agree (RANK = the mesh's rank)" %
-                         (rank, expected, coordinate))
-
+        raise ValueError(
+            "this process is rank %d of the plan, which is coordinate %s of the parameters' DeviceMesh, "
+            "but it is at %s: start the ranks so that both agree (RANK = the mesh's rank)"
+            % (rank, expected, coordinate)
+        )

@@ -31,10 +31,13 @@ def named_parameters_of(model_or_named):
         return list(model_or_named.named_parameters())
     pairs = list(model_or_named)
     for pair in pairs:
-        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[0], str)
-                and isinstance(pair[1], torch.Tensor)):
-            raise TypeError("expected an nn.Module, (name, parameter) pairs or param groups of those, got %r" %
-                            (pair,))
+        if not (
+            isinstance(pair, tuple)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], torch.Tensor)
+        ):
+            raise TypeError("expected an nn.Module, (name, parameter) pairs or param groups of those, got %r" % (pair,))
     return pairs
 
 
@@ -66,12 +69,13 @@ def parse_groups(params):
     seen = {}
     for index, group in enumerate(params):
         if "params" not in group:
-            raise ValueError("param group %d has no \"params\"" % index)
+            raise ValueError('param group %d has no "params"' % index)
         unknown = sorted(set(group) - {"params"} - set(GROUP_OPTIONS))
         if unknown:
-            raise ValueError("param group %d: %s not supported (a group may set %s; the optimizer-wide options are "
-                             "constructor arguments)" % (index, ", ".join(repr(k) for k in unknown),
-                                                         ", ".join(GROUP_OPTIONS)))
+            raise ValueError(
+                "param group %d: %s not supported (a group may set %s; the optimizer-wide options are "
+                "constructor arguments)" % (index, ", ".join(repr(k) for k in unknown), ", ".join(GROUP_OPTIONS))
+            )
         named = named_parameters_of(group["params"])
         for name, _ in named:
             if name in seen:
@@ -89,12 +93,16 @@ def check_group_options(groups, lr, weight_decay):
     cannot honour."""
     for g in groups:
         if "lr" in g.options and float(g.options["lr"]) != float(lr):
-            raise ValueError("param group %d: lr %r differs from the optimizer's lr %r; every group steps with one "
-                             "learning rate (per-group rates are not supported)" % (g.index, g.options["lr"], lr))
+            raise ValueError(
+                "param group %d: lr %r differs from the optimizer's lr %r; every group steps with one "
+                "learning rate (per-group rates are not supported)" % (g.index, g.options["lr"], lr)
+            )
         wd = g.options.get("weight_decay")
         if wd is not None and float(wd) not in (0.0, float(weight_decay)):
-            raise ValueError("param group %d: weight_decay %r is neither 0 nor the optimizer's %r (per-group decay "
-                             "rates are not supported; 0 exempts the group)" % (g.index, wd, weight_decay))
+            raise ValueError(
+                "param group %d: weight_decay %r is neither 0 nor the optimizer's %r (per-group decay "
+                "rates are not supported; 0 exempts the group)" % (g.index, wd, weight_decay)
+            )
 
 
 def no_decay_names(groups):

@@ -27,10 +27,17 @@ def _matches(patterns, name):
     return any(re.search(p, name, re.IGNORECASE) for p in patterns)
 
 
-
-
-def manifest_from_module(model, name, expert_of=None, muon_exclude=None, requires_grad_only=True, tp=1,
-                         tp_split=None, tp_experts=False, shards=False):
+def manifest_from_module(
+    model,
+    name,
+    expert_of=None,
+    muon_exclude=None,
+    requires_grad_only=True,
+    tp=1,
+    tp_split=None,
+    tp_experts=False,
+    shards=False,
+):
     """The manifest (a dict, proto3 JSON form) of `model`'s parameters.
 
     `model` is a module, (name, parameter) pairs or param groups of those, as
@@ -69,8 +76,10 @@ def manifest_from_module(model, name, expert_of=None, muon_exclude=None, require
     mesh = dtensor.mesh_of(named)
     if mesh is not None:
         if tp != 1 or tp_split is not None or shards:
-            raise ValueError("the parameters are DTensors: their mesh and placements decide tp and the splits; "
-                             "leave tp, tp_split and shards unset")
+            raise ValueError(
+                "the parameters are DTensors: their mesh and placements decide tp and the splits; "
+                "leave tp, tp_split and shards unset"
+            )
         by_name = dict(named)
         tp, shards = dtensor.shard_ranks(mesh), False
         tp_split = lambda n: _placement_split(n, by_name[n])  # noqa: E731
@@ -132,7 +141,7 @@ def _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards):
     except Exception as e:  # the C++ status (INVALID_ARGUMENT naming the tensor)
         raise ValueError(str(e)) from None
     # Only the split and the (whole) shape come back: the rest stays as built.
-    for spec, done in zip(manifest["tensors"], marked["tensors"]):
+    for spec, done in zip(manifest["tensors"], marked["tensors"], strict=True):
         spec["tpSplit"] = done.get("tp_split", done.get("tpSplit"))
         spec["shape"] = [int(d) for d in done.get("shape", [])]
     return manifest

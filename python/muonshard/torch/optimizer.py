@@ -50,8 +50,10 @@ class Recovered(Exception):
     """
 
     def __init__(self, step, restarts, max_restarts, times, generation, rank, world_size, cause, plan_version=0):
-        super().__init__("recovered (restart %d of %d) into generation %d from: %s; continue from step %d" %
-                         (restarts, max_restarts, generation, cause, step))
+        super().__init__(
+            "recovered (restart %d of %d) into generation %d from: %s; continue from step %d"
+            % (restarts, max_restarts, generation, cause, step)
+        )
         self.step = step
         self.restarts = restarts
         self.max_restarts = max_restarts
@@ -97,7 +99,7 @@ class _Part:
     def master_values(self, begin, end):
         """Elements [begin, end) of the tensor's element space, of an fp32
         parameter (its own master), as float32 numpy."""
-        return self.values()[begin - self.element_begin:end - self.element_begin]
+        return self.values()[begin - self.element_begin : end - self.element_begin]
 
     def alias(self, storage):
         """Makes the parameter a view of the optimizer's model copy, and keeps a view
@@ -331,15 +333,49 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     leaves.
     """
 
-    def __init__(self, params, coordinator=None, job=None, plan_version=0, lr=0.02, betas=(0.9, 0.95), eps=1e-9,
-                 weight_decay=0.01, muon_momentum=0.95, nesterov=True, ns_steps=5, ns_coefficients="simple",
-                 ns_precision="default", muon_scale_version=1, muon_extra_scale=0.2, no_decay=None, backend="gloo",
-                 rank=None, reduce_order="ring", metrics_port=None, metrics_host=None, hostname=None,
-                 device=None, comm_timeout=60.0,
-                 join_timeout=30.0, token_file=None, tls_ca=None, blas_threads=0, sync_initial=True,
-                 alias_buffers=True, checkpoint_dir=None, resume=None, max_restarts=0, rejoin_grace=None,
-                 overlap_backward=False, step_schedule="auto", step_piece_kib=0, step_trace_dir=None,
-                 step_trace_steps=10, min_workers=0):
+    def __init__(
+        self,
+        params,
+        coordinator=None,
+        job=None,
+        plan_version=0,
+        lr=0.02,
+        betas=(0.9, 0.95),
+        eps=1e-9,
+        weight_decay=0.01,
+        muon_momentum=0.95,
+        nesterov=True,
+        ns_steps=5,
+        ns_coefficients="simple",
+        ns_precision="default",
+        muon_scale_version=1,
+        muon_extra_scale=0.2,
+        no_decay=None,
+        backend="gloo",
+        rank=None,
+        reduce_order="ring",
+        metrics_port=None,
+        metrics_host=None,
+        hostname=None,
+        device=None,
+        comm_timeout=60.0,
+        join_timeout=30.0,
+        token_file=None,
+        tls_ca=None,
+        blas_threads=0,
+        sync_initial=True,
+        alias_buffers=True,
+        checkpoint_dir=None,
+        resume=None,
+        max_restarts=0,
+        rejoin_grace=None,
+        overlap_backward=False,
+        step_schedule="auto",
+        step_piece_kib=0,
+        step_trace_dir=None,
+        step_trace_steps=10,
+        min_workers=0,
+    ):
         groups = parse_groups(params)
         named = [pair for g in groups for pair in g.named]
         check_group_options(groups, lr, weight_decay)
@@ -352,8 +388,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if int(min_workers) < 0:
             raise ValueError("min_workers must be >= 0 (0: the job never shrinks)")
         if int(min_workers) > 0 and (checkpoint_dir is None or int(max_restarts) == 0):
-            raise ValueError("min_workers needs max_restarts > 0 and a checkpoint_dir: a resized group restores "
-                             "the newest checkpoint under its new plan")
+            raise ValueError(
+                "min_workers needs max_restarts > 0 and a checkpoint_dir: a resized group restores "
+                "the newest checkpoint under its new plan"
+            )
         if rejoin_grace is not None and not float(rejoin_grace) > 0:
             raise ValueError("rejoin_grace must be > 0 seconds (None: comm_timeout)")
         checkpoint_dir = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
@@ -362,24 +400,36 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if resume and checkpoint_dir is None:
             raise ValueError("resume needs checkpoint_dir (where to find the newest checkpoint)")
         if not resume and int(max_restarts) > 0 and checkpoint_dir is not None:
-            raise ValueError("max_restarts with a checkpoint_dir needs resume: a recovery restores the newest "
-                             "checkpoint there, and a rank's replacement process must start from the same one")
+            raise ValueError(
+                "max_restarts with a checkpoint_dir needs resume: a recovery restores the newest "
+                "checkpoint there, and a rank's replacement process must start from the same one"
+            )
         self._mesh = dtensor.mesh_of(named)  # NOTE [Sharded parameters]; ValueError for mixed ones
         if self._mesh is not None and overlap_backward:
-            raise ValueError("overlap_backward with DTensor parameters: FSDP2 writes each .grad after its own "
-                             "reduce-scatter, outside autograd's accumulation, so there is no gradient to hand over "
-                             "early (FSDP2 overlaps that reduce-scatter with backward itself)")
+            raise ValueError(
+                "overlap_backward with DTensor parameters: FSDP2 writes each .grad after its own "
+                "reduce-scatter, outside autograd's accumulation, so there is no gradient to hand over "
+                "early (FSDP2 overlaps that reduce-scatter with backward itself)"
+            )
         self._by_name = {}
         for name, param in named:
             dtype_name(param.dtype)  # ValueError for unsupported dtypes
             if backend == "gloo" and param.device.type != "cpu":
                 raise ValueError("parameter %r is on %s: backend gloo needs CPU tensors" % (name, param.device))
             if backend == "nccl":
-                raise ValueError("backend nccl needs CUDA tensors, which this torch build cannot hold; the CUDA "
-                                 "path runs through muonshard-worker --backend nccl")
+                raise ValueError(
+                    "backend nccl needs CUDA tensors, which this torch build cannot hold; the CUDA "
+                    "path runs through muonshard-worker --backend nccl"
+                )
             self._by_name[name] = param
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, muon_momentum=muon_momentum,
-                        nesterov=nesterov)
+        defaults = dict(
+            lr=lr,
+            betas=tuple(betas),
+            eps=eps,
+            weight_decay=weight_decay,
+            muon_momentum=muon_momentum,
+            nesterov=nesterov,
+        )
         super().__init__([dict(g.options, params=[p for _, p in g.named]) for g in groups], defaults)
         self._group_names = [set(g.names) for g in groups]
         self._use_muon = use_muon_of(groups)
@@ -414,26 +464,47 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self.last_step_stats = None
         self.last_recovery = None
         self._steps = torch.zeros((), dtype=torch.float32)  # steps done (self.state's "step")
-        self._session = self._start_session(dict(
-            coordinator=coordinator, token_file=token_file, tls_ca=tls_ca, job=job,
-            plan_version=int(plan_version or 0), rank=rank, backend=backend, reduce_order=reduce_order,
-            step_schedule=step_schedule, step_piece_kib=int(step_piece_kib),
-            step_trace_dir=os.fspath(step_trace_dir) if step_trace_dir is not None else None,
-            step_trace_steps=int(step_trace_steps),
-            metrics_port=-1 if metrics_port is None else int(metrics_port),
-            metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
-            hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
-            device=device or os.environ.get("MUONSHARD_DEVICE"),
-            local_rank=_env_int("LOCAL_RANK"), local_world_size=_env_int("LOCAL_WORLD_SIZE"),
-            comm_timeout=float(comm_timeout), join_timeout=float(join_timeout),
-            rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace), min_workers=int(min_workers),
-            blas_threads=int(blas_threads),
-            lr=float(lr), weight_decay=float(weight_decay), muon_momentum=float(muon_momentum),
-            nesterov=bool(nesterov), adamw_beta1=float(betas[0]), adamw_beta2=float(betas[1]), eps=float(eps),
-            ns_steps=int(ns_steps), ns_coefficients=ns_coefficients, ns_precision=ns_precision,
-            muon_scale_version=int(muon_scale_version), muon_extra_scale=float(muon_extra_scale),
-            no_decay=_no_decay(named, no_decay, groups),
-            check_view=self._check_view))
+        self._session = self._start_session(
+            dict(
+                coordinator=coordinator,
+                token_file=token_file,
+                tls_ca=tls_ca,
+                job=job,
+                plan_version=int(plan_version or 0),
+                rank=rank,
+                backend=backend,
+                reduce_order=reduce_order,
+                step_schedule=step_schedule,
+                step_piece_kib=int(step_piece_kib),
+                step_trace_dir=os.fspath(step_trace_dir) if step_trace_dir is not None else None,
+                step_trace_steps=int(step_trace_steps),
+                metrics_port=-1 if metrics_port is None else int(metrics_port),
+                metrics_host=metrics_host or os.environ.get("MUONSHARD_METRICS_HOST") or "127.0.0.1",
+                hostname=hostname or os.environ.get("MUONSHARD_HOSTNAME") or "127.0.0.1",
+                device=device or os.environ.get("MUONSHARD_DEVICE"),
+                local_rank=_env_int("LOCAL_RANK"),
+                local_world_size=_env_int("LOCAL_WORLD_SIZE"),
+                comm_timeout=float(comm_timeout),
+                join_timeout=float(join_timeout),
+                rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace),
+                min_workers=int(min_workers),
+                blas_threads=int(blas_threads),
+                lr=float(lr),
+                weight_decay=float(weight_decay),
+                muon_momentum=float(muon_momentum),
+                nesterov=bool(nesterov),
+                adamw_beta1=float(betas[0]),
+                adamw_beta2=float(betas[1]),
+                eps=float(eps),
+                ns_steps=int(ns_steps),
+                ns_coefficients=ns_coefficients,
+                ns_precision=ns_precision,
+                muon_scale_version=int(muon_scale_version),
+                muon_extra_scale=float(muon_extra_scale),
+                no_decay=_no_decay(named, no_decay, groups),
+                check_view=self._check_view,
+            )
+        )
         try:
             started = time.perf_counter()
             try:
@@ -479,7 +550,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 raise RuntimeError(
                     "overlap_backward: the gradient of %r arrived twice in one step; gradients are handed over "
                     "during the first backward pass, so accumulating several passes per step needs "
-                    "overlap_backward=False" % name)
+                    "overlap_backward=False" % name
+                )
             if not self._step_open:
                 self._session.check_health()
                 self._session.begin_step()
@@ -507,8 +579,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         """On joining (and re-joining): the module must hold exactly this rank's tensors."""
         world = _env_int("WORLD_SIZE")
         if self._session is None and world is not None and world != info["world_size"] and not self._elastic:
-            raise ValueError("WORLD_SIZE is %d but plan version %d of job runs %d ranks" %
-                             (world, info["plan_version"], info["world_size"]))
+            raise ValueError(
+                "WORLD_SIZE is %d but plan version %d of job runs %d ranks"
+                % (world, info["plan_version"], info["world_size"])
+            )
         self._plan_tp = int(info["tp"])
         if self._mesh is not None:
             dtensor.check_rank(self._mesh, info["rank"])
@@ -519,8 +593,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             held_names.add(name)
             param = self._by_name.get(name)
             if param is None:
-                raise ValueError("rank %d of plan version %d (model %s) holds tensor %r, which is not a parameter "
-                                 "of the module" % (info["rank"], info["plan_version"], info["model"], name))
+                raise ValueError(
+                    "rank %d of plan version %d (model %s) holds tensor %r, which is not a parameter "
+                    "of the module" % (info["rank"], info["plan_version"], info["model"], name)
+                )
             if self._mesh is not None:
                 dtensor.check_against_plan(name, param, h, info["tp"])
             else:
@@ -528,15 +604,19 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             if _TORCH_DTYPES[h["dtype"]] != param.dtype:
                 raise ValueError("parameter %r is %s; the plan's tensor is %s" % (name, param.dtype, h["dtype"]))
             if name in self._use_muon and self._use_muon[name] != (h["optimizer"] == "MUON"):
-                raise ValueError("parameter %r is in a param group with use_muon=%s, but plan version %d steps it with "
-                                 "%s: build the manifest from the same param groups (manifest_from_module(groups, "
-                                 "...))" % (name, self._use_muon[name], info["plan_version"], h["optimizer"]))
+                raise ValueError(
+                    "parameter %r is in a param group with use_muon=%s, but plan version %d steps it with "
+                    "%s: build the manifest from the same param groups (manifest_from_module(groups, "
+                    "...))" % (name, self._use_muon[name], info["plan_version"], h["optimizer"])
+                )
             parts.append(_Part(h, param))
         for name in self._by_name:
             if name not in held_names:
-                raise ValueError("parameter %r is not held by rank %d of plan version %d (model %s): it is not in "
-                                 "the plan's manifest, or (expert parallel) it is another rank's expert" %
-                                 (name, info["rank"], info["plan_version"], info["model"]))
+                raise ValueError(
+                    "parameter %r is not held by rank %d of plan version %d (model %s): it is not in "
+                    "the plan's manifest, or (expert parallel) it is another rank's expert"
+                    % (name, info["rank"], info["plan_version"], info["model"])
+                )
         self._parts = parts
 
     def _restore(self, use_checkpoint, recovering):
@@ -552,7 +632,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             if recovering and self._initial is None:
                 raise FailedPreconditionError(
                     "nothing to restore: %s holds no committed checkpoint and the optimizer no longer has its "
-                    "initial parameters (a checkpoint was loaded or committed)" % (self._checkpoint_dir,))
+                    "initial parameters (a checkpoint was loaded or committed)" % (self._checkpoint_dir,)
+                )
             for part in self._parts:
                 if self._initial is not None:
                     part.local().data.copy_(self._initial[part.name])
@@ -693,14 +774,18 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         """ValueError naming a group option that changed since construction
         (only lr may: the C++ step took the rest, and every rank agreed on them),
         or a group whose lr left group 0's (one rate for every group)."""
-        for i, (group, fixed) in enumerate(zip(groups, self._fixed_options)):
+        for i, (group, fixed) in enumerate(zip(groups, self._fixed_options, strict=True)):
             for key, value in fixed.items():
                 if group.get(key) != value:
-                    raise ValueError("param_groups[%d][%r] changed from %r to %r; only lr may change during training "
-                                     "(set the others at construction)" % (i, key, value, group.get(key)))
+                    raise ValueError(
+                        "param_groups[%d][%r] changed from %r to %r; only lr may change during training "
+                        "(set the others at construction)" % (i, key, value, group.get(key))
+                    )
             if float(group["lr"]) != float(groups[0]["lr"]):
-                raise ValueError("param_groups[%d]['lr'] is %r but param_groups[0]['lr'] is %r; every group steps "
-                                 "with one learning rate" % (i, group["lr"], groups[0]["lr"]))
+                raise ValueError(
+                    "param_groups[%d]['lr'] is %r but param_groups[0]['lr'] is %r; every group steps "
+                    "with one learning rate" % (i, group["lr"], groups[0]["lr"])
+                )
 
     def zero_grad(self, set_to_none=False):
         for part in self._parts:
@@ -725,14 +810,20 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         if self._dcp_shape():
             return self._dcp_state_dict(state)
         groups = [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]
-        for g, names in zip(groups, self._group_names):
+        for g, names in zip(groups, self._group_names, strict=True):
             g["params"] = [p.index for p in self._parts if p.name in names]
         return {
             "state": {k: torch.from_numpy(v) for k, v in state["tensors"].items()},
             "param_groups": groups,
-            "muonshard": {"format": 1, "content_hash": self.content_hash, "rank": self.rank,
-                          "world_size": self.world_size, "step": state["step"], "beta1_pow": state["beta1_pow"],
-                          "beta2_pow": state["beta2_pow"]},
+            "muonshard": {
+                "format": 1,
+                "content_hash": self.content_hash,
+                "rank": self.rank,
+                "world_size": self.world_size,
+                "step": state["step"],
+                "beta1_pow": state["beta1_pow"],
+                "beta2_pow": state["beta2_pow"],
+            },
         }
 
     def _dcp_shape(self):
@@ -740,20 +831,26 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         where it cannot say the plan's split."""
         if self._mesh is not None:
             if self._mesh.ndim > 1:
-                raise ValueError("HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of "
-                                 "the parameters' placements cannot say; use save_checkpoint / load_checkpoint "
-                                 "(which reshard to any mesh)")
+                raise ValueError(
+                    "HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of "
+                    "the parameters' placements cannot say; use save_checkpoint / load_checkpoint "
+                    "(which reshard to any mesh)"
+                )
             return True
         if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
             return False
         if self._plan_tp > 1:
-            raise ValueError("a tensor-parallel plan of plain tensors: the tp ranks' copies of replicated tensors "
-                             "overlap, which DCP cannot save; use save_checkpoint / load_checkpoint")
+            raise ValueError(
+                "a tensor-parallel plan of plain tensors: the tp ranks' copies of replicated tensors "
+                "overlap, which DCP cannot save; use save_checkpoint / load_checkpoint"
+            )
         group = (torch.distributed.get_rank(), torch.distributed.get_world_size())
         if group != (self.rank, self.world_size):
-            raise ValueError("torch.distributed's default group has this process as rank %d of %d but the plan as "
-                             "rank %d of %d: the optimizer state's shards are placed by the plan's ranks" %
-                             (group + (self.rank, self.world_size)))
+            raise ValueError(
+                "torch.distributed's default group has this process as rank %d of %d but the plan as "
+                "rank %d of %d: the optimizer state's shards are placed by the plan's ranks"
+                % (group + (self.rank, self.world_size))
+            )
         return True
 
     def _dcp_maps(self):
@@ -769,8 +866,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         groups = []
         position = 0
         for g in self.param_groups:
-            groups.append(dict({k: v for k, v in g.items() if k != "params"},
-                               params=list(range(position, position + len(g["params"])))))
+            groups.append(
+                dict(
+                    {k: v for k, v in g.items() if k != "params"},
+                    params=list(range(position, position + len(g["params"]))),
+                )
+            )
             position += len(g["params"])
         return {"state": dcp_state.build(state, params, names, parts, self.rank), "param_groups": groups}
 
@@ -791,14 +892,17 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         """ValueError unless saved param_groups can load: as many, and no option
         other than lr differs from this optimizer's."""
         if len(saved_groups) != len(self.param_groups):
-            raise ValueError("state_dict has %d param group(s), this optimizer %d" %
-                             (len(saved_groups), len(self.param_groups)))
-        merged = [dict(g, **{k: v for k, v in saved.items() if k != "params"})
-                  for g, saved in zip(self.param_groups, saved_groups)]
+            raise ValueError(
+                "state_dict has %d param group(s), this optimizer %d" % (len(saved_groups), len(self.param_groups))
+            )
+        merged = [
+            dict(g, **{k: v for k, v in saved.items() if k != "params"})
+            for g, saved in zip(self.param_groups, saved_groups, strict=True)
+        ]
         self._check_group_changes(merged)
 
     def _update_groups(self, saved_groups):
-        for group, saved in zip(self.param_groups, saved_groups):
+        for group, saved in zip(self.param_groups, saved_groups, strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
 
     def load_state_dict(self, state_dict):
@@ -810,21 +914,24 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         checkpoint_dir afterwards (see load_checkpoint)."""
         if "muonshard" not in state_dict:
             if not self._dcp_shape():
-                raise ValueError("a state_dict of torch's shape (NOTE [DCP state]) loads where torch.distributed is "
-                                 "initialised (its default group the plan's ranks) or the parameters are DTensors")
+                raise ValueError(
+                    "a state_dict of torch's shape (NOTE [DCP state]) loads where torch.distributed is "
+                    "initialised (its default group the plan's ranks) or the parameters are DTensors"
+                )
             return self._load_dcp_state_dict(state_dict)
         meta = state_dict.get("muonshard")
         if meta is None:
-            raise ValueError("not a ShardedMuonAdamW state_dict (no \"muonshard\" entry)")
+            raise ValueError('not a ShardedMuonAdamW state_dict (no "muonshard" entry)')
         if meta["content_hash"] != self.content_hash or meta["rank"] != self.rank:
-            raise ValueError("state_dict of rank %d of plan %s cannot load into rank %d of plan %s; use "
-                             "save_checkpoint/load_checkpoint to change plans" %
-                             (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19]))
+            raise ValueError(
+                "state_dict of rank %d of plan %s cannot load into rank %d of plan %s; use "
+                "save_checkpoint/load_checkpoint to change plans"
+                % (meta["rank"], meta["content_hash"][:19], self.rank, self.content_hash[:19])
+            )
         saved_groups = state_dict["param_groups"]
         self._merge_groups(saved_groups)
         tensors = {k: v.detach().to(torch.float32).contiguous().numpy() for k, v in state_dict["state"].items()}
-        self._live_session().load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]),
-                                        float(meta["beta2_pow"]))
+        self._live_session().load_state(tensors, int(meta["step"]), float(meta["beta1_pow"]), float(meta["beta2_pow"]))
         self._initial = None  # the initial parameters are no longer this run's start
         self._update_groups(saved_groups)
         self._after_load()
@@ -842,8 +949,13 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         group = self.param_groups[0]
         started = time.perf_counter()
         try:
-            session.save_checkpoint(directory, session.steps_done, float(group["lr"]), float(group["weight_decay"]),
-                                    {"source": "muonshard.torch"})
+            session.save_checkpoint(
+                directory,
+                session.steps_done,
+                float(group["lr"]),
+                float(group["weight_decay"]),
+                {"source": "muonshard.torch"},
+            )
         except Exception as e:
             self._failed(e, started)
         if self._checkpoint_dir is not None and os.path.abspath(directory) == os.path.abspath(self._checkpoint_dir):
@@ -879,15 +991,25 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         return self._session
 
     def _can_recover(self, error):
-        return (isinstance(error, Error) and _muonshard.is_broken_group(error.code) and
-                self._restarts < self._max_restarts)
+        return (
+            isinstance(error, Error) and _muonshard.is_broken_group(error.code) and self._restarts < self._max_restarts
+        )
 
     def _failed(self, error, started):
         """`error` broke a step or save that began at `started`: raises Recovered
         after a recovery, else `error` (reported)."""
         step = self._recover(error, started)
-        raise Recovered(step, self._restarts, self._max_restarts, self.last_recovery["times"], self.generation,
-                        self.rank, self.world_size, error, plan_version=self.plan_version) from error
+        raise Recovered(
+            step,
+            self._restarts,
+            self._max_restarts,
+            self.last_recovery["times"],
+            self.generation,
+            self.rank,
+            self.world_size,
+            error,
+            plan_version=self.plan_version,
+        ) from error
 
     def _recover(self, error, started):
         """NOTE [Recovery]: the step to go on from, or raises `error` (reported
@@ -903,8 +1025,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                     raise error
                 raise ending from error
             self._restarts += 1
-            _log(self._session, "recovering (restart %d of %d) from: %s" %
-                 (self._restarts, self._max_restarts, _describe(error)))
+            _log(
+                self._session,
+                "recovering (restart %d of %d) from: %s" % (self._restarts, self._max_restarts, _describe(error)),
+            )
             try:
                 return self._recover_once(failed_at - started)
             except Exception as e:
@@ -923,8 +1047,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._last_step_end = None
         phases = {"detect": detect, "abort": times["abort"], "rendezvous": times["rendezvous"], "restore": restore}
         self.last_recovery = {"step": step, "generation": self.generation, "times": phases}
-        _log(self._session, "recovered into generation %d (%s); continuing from step %d" %
-             (self.generation, ", ".join("%s %.0f ms" % (k, 1e3 * v) for k, v in phases.items()), step))
+        _log(
+            self._session,
+            "recovered into generation %d (%s); continuing from step %d"
+            % (self.generation, ", ".join("%s %.0f ms" % (k, 1e3 * v) for k, v in phases.items()), step),
+        )
         return step
 
     def _report(self, error):
@@ -988,8 +1115,13 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
 # The status code a Python exception is reported with (NOTE [Job failure]:
 # bad input ends the job, an unknown fault is INTERNAL and recovered from).
-_PYTHON_CODES = ((ValueError, "INVALID_ARGUMENT"), (TypeError, "INVALID_ARGUMENT"), (LookupError, "NOT_FOUND"),
-                 (FileNotFoundError, "NOT_FOUND"), (PermissionError, "PERMISSION_DENIED"))
+_PYTHON_CODES = (
+    (ValueError, "INVALID_ARGUMENT"),
+    (TypeError, "INVALID_ARGUMENT"),
+    (LookupError, "NOT_FOUND"),
+    (FileNotFoundError, "NOT_FOUND"),
+    (PermissionError, "PERMISSION_DENIED"),
+)
 
 
 def _code_of(error):
@@ -1015,19 +1147,29 @@ def _check_plain_shape(name, param, held, info):
     """ValueError unless a plain tensor parameter is the plan part `held`: the
     whole tensor, or (expert parallel) this rank's experts of a 3-D stack."""
     if held["local_numel"] != held["numel"]:
-        raise ValueError("parameter %r is a plain tensor but plan version %d splits it %s over %d tensor-parallel "
-                         "ranks: hand the optimizer DTensor parameters (FSDP2's fully_shard) planned from the same "
-                         "module" % (name, info["plan_version"], held["tp_split"], info["tp"]))
+        raise ValueError(
+            "parameter %r is a plain tensor but plan version %d splits it %s over %d tensor-parallel "
+            "ranks: hand the optimizer DTensor parameters (FSDP2's fully_shard) planned from the same "
+            "module" % (name, info["plan_version"], held["tp_split"], info["tp"])
+        )
     numel = int(held["element_end"]) - int(held["element_begin"])
     shape = tuple(int(d) for d in held["shape"])
     whole = numel == int(held["numel"])
     if whole and tuple(param.shape) != shape:
         raise ValueError("parameter %r has shape %s; the plan's tensor is %s" % (name, tuple(param.shape), shape))
     if not whole and (param.numel() != numel or tuple(param.shape[1:]) != shape[1:]):
-        raise ValueError("parameter %r has shape %s; rank %d holds experts [%d, %d) of the plan's %s (expert "
-                         "parallel: the module holds this rank's slice)" %
-                         (name, tuple(param.shape), info["rank"], int(held["element_begin"]) // _rest(shape),
-                          int(held["element_end"]) // _rest(shape), shape))
+        raise ValueError(
+            "parameter %r has shape %s; rank %d holds experts [%d, %d) of the plan's %s (expert "
+            "parallel: the module holds this rank's slice)"
+            % (
+                name,
+                tuple(param.shape),
+                info["rank"],
+                int(held["element_begin"]) // _rest(shape),
+                int(held["element_end"]) // _rest(shape),
+                shape,
+            )
+        )
 
 
 def _rest(shape):
