@@ -16,8 +16,8 @@
 #include "common/proto_json.h"
 #include "common/version.h"
 #include "importer/hf_import.h"
-#include "plan/memory.h"
-#include "plan/planner.h"
+#include "plan/fit.h"
+#include "plan/fit_search.h"
 
 namespace muonshard::cli {
 

@@ -4,9 +4,6 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "plan/model.h"
 #include "plan/plan_stats.h"
 
@@ -15,7 +12,6 @@ namespace {
 
 // Optimizer state, staging and NS workspace are fp32 (the one dtype-size table: DTypeSize).
 int64_t Fp32Bytes() { return DTypeSize(v1::FP32); }
-constexpr char kFitField[] = "topology.device_memory_bytes: ";
 
 // Model-copy and gradient bytes every rank of a group holds: the group's
 // buckets, padding included.
@@ -123,15 +119,6 @@ v1::RankMemory MemoryOf(const v1::Plan& plan, const v1::RankPlan& r, const Group
   return m;
 }
 
-const char* LargestTerm(const v1::RankMemory& m, int64_t* bytes) {
-  const MemoryTerm* best = &MemoryTerms()[0];
-  for (const MemoryTerm& term : MemoryTerms()) {
-    if ((m.*term.get)() > (m.*best->get)()) best = &term;
-  }
-  *bytes = (m.*best->get)();
-  return best->name;
-}
-
 }  // namespace
 
 const std::vector<MemoryTerm>& MemoryTerms() {
@@ -150,24 +137,6 @@ const std::vector<MemoryTerm>& MemoryTerms() {
 int64_t NsWorkspaceBytes(int64_t rows, int64_t cols) {
   const int64_t small = std::min(rows, cols);
   return Fp32Bytes() * (3 * rows * cols + 2 * small * small);
-}
-
-absl::StatusOr<std::vector<int64_t>> CanonicalCapacities(const v1::Topology& topology, int world_size) {
-  const auto& given = topology.device_memory_bytes();
-  if (given.size() > 1 && given.size() != world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kFitField, "give one value or world_size = ", world_size, " values, got ", given.size()));
-  }
-  for (int i = 0; i < given.size(); ++i) {
-    if (given[i] <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(kFitField, "value ", i, " must be > 0, got ", given[i]));
-    }
-  }
-  std::vector<int64_t> out(given.begin(), given.end());
-  if (out.size() > 1 && std::all_of(out.begin(), out.end(), [&](int64_t c) { return c == out[0]; })) {
-    out.resize(1);
-  }
-  return out;
 }
 
 int64_t CapacityOf(const std::vector<int64_t>& capacities, int rank) {
@@ -213,39 +182,6 @@ void AddMemory(v1::Plan& plan) {
     *plan.mutable_ranks(i)->mutable_memory() = std::move(memory[i]);
   }
   s.set_mean_memory_bytes(plan.ranks_size() > 0 ? sum / plan.ranks_size() : 0);
-}
-
-absl::Status CheckFit(const v1::Plan& plan) {
-  const v1::RankPlan* worst = nullptr;
-  int over = 0;
-  for (const v1::RankPlan& r : plan.ranks()) {
-    if (r.memory().capacity_bytes() == 0 || r.memory().headroom_bytes() >= 0) continue;
-    ++over;
-    if (worst == nullptr || r.memory().headroom_bytes() < worst->memory().headroom_bytes()) worst = &r;
-  }
-  if (worst == nullptr) return absl::OkStatus();
-  const v1::RankMemory& m = worst->memory();
-  int64_t term_bytes = 0;
-  const char* term = LargestTerm(m, &term_bytes);
-  return absl::InvalidArgumentError(absl::StrCat(
-      kFitField, "rank ", worst->rank(), " needs ", FormatBytes(m.total_bytes()), ", ",
-      FormatBytes(-m.headroom_bytes()), " over its ", FormatBytes(m.capacity_bytes()), " (largest term: ", term, " ",
-      FormatBytes(term_bytes), "); ", over, " of ", plan.ranks_size(), " ranks do not fit"));
-}
-
-bool IsFitError(const absl::Status& status) {
-  return absl::IsInvalidArgument(status) && absl::StartsWith(status.message(), kFitField) &&
-         absl::StrContains(status.message(), " over its ");
-}
-
-std::string FormatBytes(double bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int unit = 0;
-  while (unit < 5 && bytes >= 1024.0) {
-    bytes /= 1024.0;
-    ++unit;
-  }
-  return unit == 0 ? absl::StrFormat("%.0f B", bytes) : absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
 }
 
 }  // namespace muonshard::planner

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/bucketing.h"
+#include "plan/canonical.h"
 #include "plan/memory.h"
 #include "plan/model.h"
 #include "plan/plan_stats.h"

@@ -1,6 +1,42 @@
 #ifndef MUONSHARD_PLAN_PLANNER_H_
 #define MUONSHARD_PLAN_PLANNER_H_
 
+// The planner's entry points. A plan is built by a one-way pipeline of
+// stages, each a file taking one value and giving the next; ComputePlan
+// (planner.cc) walks a request down it once. A stage calls only stages below
+// it (fit walks partition, memory and check once per option it tries); of
+// an earlier stage it uses only the value handed down (RankLayout's and
+// ResolvedModel's accessors, model.h's dtype tables), never its stage
+// function on the request again (tp_plan.h does run stages 1 and 3 on the
+// layouts and manifests of its parts):
+//
+//   1. rank layout   topology.h    RankLayout::Create: request.topology()
+//                                  -> RankLayout (validated degrees, groups)
+//   2. canonicalise  canonical.h   CanonicalizeWithPrevious: PlanRequest +
+//                                  RankLayout (+ the sticky previous plan)
+//                                  -> CanonicalRequest (policy and topology
+//                                  with every default, capacities)
+//   3. resolve       model.h       ResolveModel: the manifest + RankLayout +
+//                                  exclude patterns -> ResolvedModel
+//                                  (validated tensors, units per group)
+//   4. fit           fit.h         FitPlan: CanonicalRequest + ResolvedModel
+//                                  -> the first plan option that fits the
+//                                  capacities, each option walked through
+//      4a. partition plan_builder.h PlanBuilder::Build (tp 1), tp_plan.h
+//                                  PlanTensorParallel (tp > 1): -> v1::Plan
+//                                  (owners, buckets, shards, totals, stats)
+//      4b. memory    memory.h      AddMemory: v1::Plan -> v1::Plan with
+//                                  every rank's memory and its capacity
+//      4c. check     fit.h         CheckFit: v1::Plan -> OK or the rank
+//                                  that does not fit
+//   5. hash          plan_hash.h   RequestHash: the canonical manifest,
+//                                  topology and policy -> content hash,
+//                                  stamped with kPlanFormatVersion
+//
+// On top of the pipeline, fit_search.h's MinWorldSizeThatFits searches the
+// world sizes, one whole ComputePlan per probe. CanonicalizeRequest is
+// stages 1-2 alone, ContentHash stage 5 alone.
+
 #include <memory>
 #include <string>
 
@@ -40,18 +76,6 @@ google::protobuf::ArenaOptions PlanArenaOptions();
 // long as any copy of the pointer (the arena goes with the last one). For
 // callers that keep plans, such as the coordinator's catalog.
 absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request);
-
-// The smallest world size at which `request` fits its device capacities
-// (docs/planner.md, "Memory"), with its pp, ep, tp and policy: the world
-// sizes from request's upward that the layout allows, probed by doubling up
-// to `max_world_size` and then by bisection (memory falls as ranks are added,
-// so the first fit found between the last miss and the first hit is
-// reported). Per-rank capacities are taken as their smallest for every rank.
-// INVALID_ARGUMENT without capacities or for a request that is bad anyway;
-// FAILED_PRECONDITION when no world size up to `max_world_size` fits, and
-// when the model copy and gradients alone overflow (more data ranks cannot
-// help: raise pp, ep or tp), naming the rank and its need.
-absl::StatusOr<int> MinWorldSizeThatFits(const v1::PlanRequest& request, int max_world_size = 1 << 16);
 
 // Sticky re-planning: `previous` is the plan named by
 // request.policy().sticky_to (INVALID_ARGUMENT otherwise); the balanced

@@ -5,6 +5,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/fit.h"
+#include "plan/fit_search.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
 #include "tests/testing/manifest_builder.h"

@@ -1,5 +1,8 @@
 #include "plan/planner.h"
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "plan/plan_validator.h"
@@ -68,6 +71,37 @@ TEST(PlannerTest, DeterministicBytesAndHash) {
   EXPECT_THAT(a.content_hash(), HasSubstr("sha256:"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan c, ComputePlan(MakeRequest(m, 4)));
   EXPECT_NE(a.content_hash(), c.content_hash());
+}
+
+// The hash is the pipeline's last stage, stamped on whichever plan the fit
+// stage keeps: the canonical request's ContentHash on every path (tp 1, the
+// balanced policy's memory-only retry, tp > 1 with and without experts).
+TEST(PlannerTest, EveryPathStampsTheCanonicalRequestsHashAndFormat) {
+  std::vector<v1::PlanRequest> requests;
+  requests.push_back(MakeRequest(testing::DenseManifest(2, 64, 128, 100), 4));
+  v1::ModelManifest retry = ManifestBuilder()
+                                .Add("model.layers.0.x.weight", {16, 8192})
+                                .Add("model.layers.0.y1.weight", {256, 256})
+                                .Add("model.layers.0.y2.weight", {256, 256})
+                                .Build();
+  requests.push_back(MakeRequest(retry, 2, 1, 1, v1::BALANCED));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan unfitted, ComputePlan(requests.back()));
+  requests.back().mutable_topology()->add_device_memory_bytes(unfitted.stats().max_memory_bytes() - 1);
+  v1::ModelManifest split = testing::DenseManifest(1, 64, 128, 128);
+  for (v1::TensorSpec& t : *split.mutable_tensors()) {
+    if (t.name().find("up_proj") != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
+    if (t.name().find("down_proj") != std::string::npos) t.set_tp_split(v1::TP_ROW);
+  }
+  requests.push_back(MakeRequest(split, 4, 1, 1, v1::BALANCED));
+  requests.back().mutable_topology()->set_tp(2);
+  requests.push_back(MakeRequest(testing::MoeManifest(1, 64, 32, 4, 128), 4, 1, 2, v1::BALANCED));
+  requests.back().mutable_topology()->set_tp(2);
+  for (const v1::PlanRequest& request : requests) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::PlanRequest canonical, CanonicalizeRequest(request));
+    EXPECT_EQ(plan.content_hash(), ContentHash(canonical));
+    EXPECT_EQ(plan.format_version(), kPlanFormatVersion);
+  }
 }
 
 TEST(PlannerTest, SharedPlanOnItsArena_SameBytesAndOutlivesTheFirstPointer) {
