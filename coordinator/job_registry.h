@@ -3,6 +3,20 @@
 
 // JobRegistry: the membership half of the coordinator domain. Jobs, their
 // workers' state machine, the generation fence and the rendezvous store.
+// A facade: it owns the one mutex and the parts, each of one role, that it
+// composes (and only composes: logic belongs in a part):
+//
+//   JobTable           the jobs by name; each Job record groups its fields
+//                      by the part that owns them (job_table.h)
+//   JobRoster          one job's ranks and workers (in its Job record)
+//   JobMembership      join / heartbeat / leave, incarnations, hosts,
+//                      missed heartbeats
+//   GenerationTracker  generation moves and their persistence, error
+//                      reports, the job failure every rank ends with
+//   ElasticResizer     elastic shrink / grow and their replanning
+//   JobAdoption        running jobs re-registering after a restart
+//   JobEvents          events to the observer and watchers, job status
+//   JobRendezvous      the rendezvous store and its waits
 //
 // NOTE [Membership state machine]
 // - The first Join of a job (or of a job with no joined worker left) fixes
@@ -67,20 +81,29 @@
 //   the event that changes it (the plan read through the catalog, under the
 //   lock: cached since its Submit or a worker's GetPlan, mostly).
 //
-// Thread-safe (one mutex). Wait callbacks and the change hook run after the
-// mutex is released; the observer is called under it.
+// Thread-safe: one mutex, owned here, guards every part (ABSL_GUARDED_BY), so
+// a part is only reached with it held and the parts, which hold pointers to
+// one another, take no lock of their own: no lock order among them. The
+// registry releases the mutex to plan a resize (PlanResize), then re-takes it
+// and applies the plan only if the job has not moved. Wait callbacks and the
+// change hook run after the mutex is released; the observer is called under
+// it.
 
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "coordinator/elastic_resizer.h"
+#include "coordinator/generation_tracker.h"
+#include "coordinator/job_adoption.h"
+#include "coordinator/job_events.h"
+#include "coordinator/job_membership.h"
+#include "coordinator/job_rendezvous.h"
+#include "coordinator/job_table.h"
 #include "coordinator/observer.h"
 #include "coordinator/options.h"
 #include "coordinator/plan_catalog.h"
@@ -94,6 +117,7 @@ class JobRegistry {
  public:
   // Called (outside the lock) with the name of each job that has new events.
   using ChangeHook = std::function<void(const std::string& job)>;
+  using WaitStarted = JobRendezvous::WaitStarted;
 
   // Every pointer must outlive the registry.
   JobRegistry(PlanStore* store, PlanCatalog* catalog, Clock* clock, const CoordinatorOptions& options,
@@ -142,10 +166,6 @@ class JobRegistry {
   // DEADLINE_EXCEEDED, ABORTED on a generation change, UNAVAILABLE on
   // shutdown) unless CancelWait(id) returns true. The callback may run on
   // another thread before WaitKeys returns.
-  struct WaitStarted {
-    std::optional<std::vector<std::string>> values;  // set: no wait registered
-    uint64_t id = 0;
-  };
   absl::StatusOr<WaitStarted> WaitKeys(const v1::WaitKeysRequest& request, WaitCallback callback);
   // True when the wait was removed before completing (its callback will not run).
   bool CancelWait(uint64_t id);
@@ -165,90 +185,31 @@ class JobRegistry {
   void Shutdown();
 
  private:
-  struct Job;
-  // Side effects collected under the lock and run after it.
-  struct Effects {
-    std::vector<WaitCompletion> completions;
-    std::vector<std::string> changed_jobs;
-  };
+  using Resize = ElasticResizer::Resize;
 
-  // A planned change of an elastic job's world (NOTE [Elastic jobs]).
-  struct Resize {
-    std::string job;
-    int64_t generation = 0;  // applied only while the job is still at it
-    int64_t from_version = 0;
-    std::vector<int> keep;  // old ranks kept; new rank = index
-    int world_size = 0;     // keep.size(), plus a grow's newcomers (a block)
-    std::string reason;
-  };
+  // Runs the wait callbacks and change hooks collected under the lock.
+  void Flush(Effects& effects) ABSL_LOCKS_EXCLUDED(mu_);
+  // Plans `resize` without the lock, then applies it if the job has not
+  // moved meanwhile.
+  void Shrink(const Resize& resize) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a grow, whose first new rank goes to `request`'s worker.
+  absl::StatusOr<v1::JoinJobResponse> Grow(const Resize& resize, const v1::JoinJobRequest& request, Effects& effects)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
-  void Flush(Effects& effects);
-  std::optional<Resize> ShrinkCandidate(const Job& job, absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The grow a newcomer to a full elastic job asks for (none when the job is
-  // not elastic or back at its world). With blocks of more than one rank,
-  // UNAVAILABLE (the client retries) until a block of newcomers is waiting.
-  absl::StatusOr<std::optional<Resize>> GrowCandidate(Job& job, const v1::JoinJobRequest& request)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Plans `resize` (outside the lock) and applies it if the job has not
-  // moved meanwhile; the job's renumbered slots on success.
-  absl::StatusOr<v1::PlanVersionInfo> PlanResize(const Resize& resize);
-  void Shrink(const Resize& resize);
-  absl::StatusOr<v1::JoinJobResponse> Grow(const Resize& resize, const v1::JoinJobRequest& request, Effects& effects);
-  void ApplyResize(Job& job, const Resize& resize, const v1::PlanVersionInfo& info, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Recount(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Job*> FindJob(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRoomForJob() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Job* AddJob(const std::string& name, int64_t generation, int64_t base_revision, std::string reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Job*> CreateJob(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `grow`: set when the job is full and elastic below its starting world
-  // (Join then grows it outside the lock).
-  absl::StatusOr<v1::JoinJobResponse> JoinLocked(const v1::JoinJobRequest& request, Effects& effects,
-                                                 std::optional<Resize>* grow) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<v1::JoinJobResponse> Adopt(const v1::JoinJobRequest& request, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Duration AdoptionGrace() const;
-  absl::StatusOr<Job*> AdoptJob(const v1::JoinJobRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdoptRank(Job& job, const v1::JoinJobRequest& request, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool EndAdoption(Job& job, absl::Time now, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplyPlan(Job& job, const v1::PlanVersionInfo& info) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AdmitPlan(Job*& job, const v1::JoinJobRequest& request) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::optional<int>> Rejoin(Job& job, const v1::JoinJobRequest& request, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Assign(Job& job, int rank, const v1::JoinJobRequest& request, const std::string& reason, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JoinJobResponse JoinResponse(const Job& job, int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int> PickRank(const Job& job, const v1::JoinJobRequest& request) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckGeneration(const Job& job, int64_t generation) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<v1::WorkerStatus*> FindWorker(Job& job, int rank, uint64_t incarnation) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetState(Job& job, v1::WorkerStatus& worker, v1::WorkerState state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool ExpireJobWorkers(Job& job, absl::Time now, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(Job& job, v1::JobEventType type, const v1::WorkerStatus* worker, const std::string& reason,
-            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AnnouncePlan(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void BumpGeneration(Job& job, const std::string& reason, Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailWorker(Job& job, v1::WorkerStatus& worker, const std::string& why, Effects& effects)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Fail(Job& job, const v1::WorkerStatus& worker, const v1::ReportErrorRequest& request, const std::string& message,
-            Effects& effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JobStatus StatusOf(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JobEvent Snapshot(const std::string& name, const Job* job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  PlanStore* const store_;
   PlanCatalog* const catalog_;  // elastic resizes add plan versions
   Clock* const clock_;
   const CoordinatorOptions options_;
-  CoordinatorObserver* const observer_;
   const ChangeHook on_change_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_wait_id_ ABSL_GUARDED_BY(mu_) = 1;
-  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // The parts, in dependency order (each points to parts above it).
+  JobTable table_ ABSL_GUARDED_BY(mu_);
+  JobEvents events_ ABSL_GUARDED_BY(mu_);
+  GenerationTracker generations_ ABSL_GUARDED_BY(mu_);
+  JobRendezvous rendezvous_ ABSL_GUARDED_BY(mu_);
+  ElasticResizer resizer_ ABSL_GUARDED_BY(mu_);
+  JobMembership membership_ ABSL_GUARDED_BY(mu_);
+  JobAdoption adoption_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace muonshard::coordinator
