@@ -51,7 +51,7 @@ int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r) {
   return largest;
 }
 
-// With tp > 1 (ShardedOptimizer::AllocateTpScratch): per Muon bucket, the
+// With tp > 1 (internal::TpMuonExchange::AllocateScratch): per Muon bucket, the
 // fp32 updates of the rank's TP-split shards, and for each batch it
 // orthogonalises (one per NS tp rank) tp x the batch's shards twice, for the
 // gathered inputs and the whole matrices. The buffers are sized by the

@@ -153,7 +153,7 @@ TEST(MemoryTest, BalancedRetriesLevellingMemoryAloneWhenItsPlanDoesNotFit) {
 }
 
 // tp 2: the NS tp rank gathers both 32x32 shards of the 64x32 matrix
-// (ShardedOptimizer::AllocateTpScratch: its shard's update, then 2 x tp x
+// (internal::TpMuonExchange::AllocateScratch: its shard's update, then 2 x tp x
 // shard for the gathered inputs and the whole matrix); the other only
 // stages its shard's update.
 TEST(MemoryTest, TensorParallelStagingAndWorkspaceOnTheNsRank) {

@@ -100,9 +100,9 @@
 // With tp > 1 a bucket whose matrices are TP-split exchanges their shards
 // over the TP group while it is updated (NOTE [Tensor-parallel Muon]). The
 // updating thread takes those buckets in one order on every rank of the TP
-// group, the hand-off order (tp_order_): one reduced out of turn waits until
-// the buckets before it are updated, while other buckets are updated as they
-// come. Nothing waits in a cycle: reduces wait for gradients only, and every
+// group, the hand-off order (TpMuonExchange::order()): one reduced out of
+// turn waits until the buckets before it are updated, while other buckets
+// are updated as they come. Nothing waits in a cycle: reduces wait for gradients only, and every
 // rank of the TP group takes the same buckets in the same order.
 //
 // NOTE [Tensor-parallel Muon]
@@ -150,31 +150,56 @@
 //
 // Thread-compatible: one thread at a time (the lane threads are internal).
 // *backend and the communicators must outlive the optimizer.
+//
+// NOTE [FP32 masters]
+// A BF16/FP16 parameter's master is an fp32 buffer of its own; an FP32
+// parameter's master is a view (BackendBuffer::View) of its model copy in
+// the bucket's parameter buffer, at the owned range (as Paddle's
+// multi-precision keeps masters only for 16-bit parameters). The update then
+// writes the model copy in place, every master -> model copy conversion
+// between the same elements is skipped (BackendBuffer::ConvertFrom), and an
+// AdamW bucket's all-gather sends the fp32 shard from its place in the
+// bucket (in place). Checkpoints still hold a master shard for every tensor:
+// loading an fp32 one writes the model copy. Values are the same either way:
+// an fp32 model copy always equalled its master.
+//
+// Structure: ShardedOptimizer is the facade over parts of one role each
+// (worker/optimizer/internal/), built in this order and each given the ones
+// before it:
+//   OptimizerLayout   the view the steps run, indexed; held parts, bucket keys
+//   GroupComms        the groups' (counting) communicators
+//   ParameterBuffers  model copies, masters, momenta and moments; the sync
+//   GradientBuffers   gradient buckets: packing, the reduce, fp32 views
+//   TpMuonExchange    NOTE [Tensor-parallel Muon]
+//   BucketUpdater     Muon / AdamW of one bucket, lr and beta powers
+//   OptimizerStateIo  checkpoint shards and GatherMasters
+//   StepScheduler     the open step and its schedule (sequential or
+//                     pipelined), with GradientHandOff and StepRecorder
+// The facade keeps what spans them: whether every parameter was set, the
+// broken state, the step count.
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "checkpoint/state.h"
 #include "kernels/kernel_backend.h"
 #include "muonshard/v1/plan.pb.h"
 #include "worker/comm/communicator.h"
-#include "worker/comm/counting_communicator.h"
 #include "worker/optimizer/gradient_source.h"
-#include "worker/optimizer/internal/backend_buffer.h"
-#include "worker/optimizer/internal/step_pipeline.h"
-#include "worker/optimizer/internal/view_layout.h"
+#include "worker/optimizer/internal/bucket_updater.h"
+#include "worker/optimizer/internal/gradient_buffers.h"
+#include "worker/optimizer/internal/group_comms.h"
+#include "worker/optimizer/internal/optimizer_layout.h"
+#include "worker/optimizer/internal/optimizer_state_io.h"
+#include "worker/optimizer/internal/parameter_buffers.h"
+#include "worker/optimizer/internal/step_scheduler.h"
+#include "worker/optimizer/internal/tp_muon_exchange.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/step_stats.h"
 
@@ -185,7 +210,7 @@ class ShardedOptimizer {
   // The communicator of every group the rank is in, by plan group id
   // (CommGroup.id), each with the group's size and this rank's group rank.
   // A group of one rank may be left out.
-  using CommGroups = absl::flat_hash_map<int, Communicator*>;
+  using CommGroups = internal::CommGroups;
 
   // Validates `view` against itself and `comms` and allocates every buffer
   // (parameters zero until SetParameter). The optimizer keeps a copy of the
@@ -203,12 +228,12 @@ class ShardedOptimizer {
   ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
   ~ShardedOptimizer();
 
-  int rank() const { return layout_.rank; }
+  int rank() const { return layout_->rank(); }
   // The view the steps run: the one given to Create, with its Muon buckets
   // in pieces (StepOptions::muon_piece_bytes).
-  const v1::RankView& view() const { return view_; }
+  const v1::RankView& view() const { return layout_->view(); }
   // The tensor parts this rank holds, by ascending plan index.
-  const std::vector<HeldTensor>& held_tensors() const { return held_; }
+  const std::vector<HeldTensor>& held_tensors() const { return layout_->held(); }
 
   // Sets the value of the rank's part of `tensor` (HeldTensor::numel() fp32
   // values): the model copy becomes dtype(values) and the masters this rank
@@ -245,7 +270,7 @@ class ShardedOptimizer {
   absl::Status GradReady(int tensor, const BackendGradient& grad);
   absl::StatusOr<StepStats> FinishStep();
   // Whether steps run the pipelined schedule (NOTE [Pipelined step]).
-  bool pipelined() const { return pipeline_ != nullptr; }
+  bool pipelined() const { return scheduler_->pipelined(); }
 
   // NOTE [Part storage]
   // Where a held part's model copy and gradient live in the optimizer's own
@@ -325,249 +350,40 @@ class ShardedOptimizer {
   absl::Status SyncModelCopies();
 
   int64_t steps_done() const { return steps_; }
-  float lr() const { return config_.lr; }
+  float lr() const { return updater_->config().lr; }
   // For schedules: the learning rate of the following steps.
   // Possible errors: INVALID_ARGUMENT (negative or not finite).
   absl::Status SetLearningRate(float lr);
 
  private:
-  struct GroupState {
-    std::unique_ptr<CountingCommunicator> comm;  // null for a group of one
-  };
-  struct MuonBucketState {
-    internal::BackendBuffer params;  // bucket dtype: the model copy
-    internal::BackendBuffer grads;   // gradient dtype
-  };
-  // NOTE [FP32 masters]: a BF16/FP16 parameter's master is an fp32 buffer
-  // of its own; an FP32 parameter's master is a view (BackendBuffer::View)
-  // of its model copy in the bucket's parameter buffer, at the owned range
-  // (as Paddle's multi-precision keeps masters only for 16-bit parameters).
-  // The update then writes the model copy in place, every master -> model
-  // copy conversion between the same elements is skipped
-  // (BackendBuffer::ConvertFrom), and an AdamW bucket's all-gather sends the
-  // fp32 shard from its place in the bucket (in place). Checkpoints still
-  // hold a master shard for every tensor: loading an fp32 one writes the
-  // model copy. Values are the same either way: an fp32 model copy always
-  // equalled its master.
-  struct MuonShardState {
-    internal::BackendBuffer master;  // fp32 (NOTE [FP32 masters])
-    internal::BackendBuffer momentum;
-    bool with_decay = true;
-  };
-  struct AdamwBucketState {
-    internal::BackendBuffer params;       // bucket dtype: the model copy
-    internal::BackendBuffer grads;        // gradient dtype, whole bucket
-    internal::BackendBuffer shard_grads;  // gradient dtype, this shard (groups > 1)
-    // Bucket dtype, this shard (groups > 1, BF16/FP16): the all-gather's
-    // input. An fp32 shard is sent from its place in `params`.
-    internal::BackendBuffer staging;
-    internal::BackendBuffer master;  // fp32, this shard (NOTE [FP32 masters])
-    internal::BackendBuffer moment1;
-    internal::BackendBuffer moment2;
-    std::vector<bool> segment_decay;  // per layout segment
-  };
+  explicit ShardedOptimizer(kernels::KernelBackend* backend) : backend_(backend) {}
 
-  // A bucket of either kind: a muon bucket b is key b, an AdamW bucket b is
-  // key muon_buckets + b (the pipeline's events are numbered by key).
-  struct BucketKey {
-    bool muon = false;
-    int bucket = 0;
-  };
-
-  ShardedOptimizer(v1::RankView view, kernels::KernelBackend* backend, const OptimizerConfig& config,
-                   const StepOptions& step);
-
-  absl::Status Init(const CommGroups& comms);
-  absl::Status InitPipeline();
-  absl::Status InitComms(const CommGroups& comms);
-  absl::Status Allocate();
-
-  const internal::PartLayout* FindPart(int tensor) const;
-  // Writes already rounded values of a part into its model copies and the
-  // masters this rank owns of it.
-  absl::Status WriteParameter(const internal::PartLayout& part, absl::Span<const float> rounded);
-  const v1::PlannedTensor& Spec(const internal::PartLayout& part) const;
-  const v1::BucketEntry& Entry(const internal::EntryRef& ref) const;
-  internal::BackendBuffer& Params(const internal::EntryRef& ref);
-  const internal::BackendBuffer& Params(const internal::EntryRef& ref) const;
-  absl::StatusOr<internal::BackendBuffer> NewBuffer(v1::DType dtype, int64_t numel);
-  // The fp32 master of `numel` elements of `params` from `offset`: a buffer
-  // of its own, or for fp32 `params` a view of them (NOTE [FP32 masters]).
-  absl::StatusOr<internal::BackendBuffer> NewMaster(internal::BackendBuffer& params, int64_t offset, int64_t numel);
-  // Where an AdamW bucket's update writes its model values: the staging
-  // buffer (from 0), or `params` from the shard's begin (a group of one, or
-  // an fp32 shard updated in place). `*offset` is that start.
-  internal::BackendBuffer& AdamwModel(int bucket, int64_t* offset);
-
-  // OK when no step is open, FAILED_PRECONDITION otherwise.
-  absl::Status CheckNoOpenStep() const;
   // Not broken, no step open, every parameter set.
   absl::Status CheckUsable() const;
   // BeginStep, hand_over(part) for every part (last first), FinishStep.
   absl::StatusOr<StepStats> HandOverAll(absl::FunctionRef<absl::Status(size_t part)> hand_over);
-  // INVALID_ARGUMENT unless a gradient of `numel` values (`non_null`: at a
-  // real address) fits `part`.
-  absl::Status CheckGradientSize(const internal::PartLayout& part, int64_t numel, bool non_null) const;
-  // Copy a checked gradient into its bucket entries.
-  absl::Status PackPart(const internal::PartLayout& part, absl::Span<const float> grad);
-  absl::Status PackBackendPart(const internal::PartLayout& part, const BackendGradient& grad);
-  // Zeroes what no entry of a gradient bucket covers.
-  absl::Status ZeroBucketGaps();
-  absl::Status ReduceGradients();
-  absl::Status RunMuon();
-  absl::Status RunAdamw();
-  // One owned Muon shard / one AdamW bucket's shard, as RunMuon/RunAdamw do
-  // for all of them (without the backend synchronisation).
-  absl::Status UpdateMuonShard(int shard);
-  // Every owned shard of a Muon bucket, batched by shape (NOTE [Batched
-  // Muon] in sharded_optimizer_step.cc).
-  absl::Status UpdateMuonBucket(int bucket);
-  absl::StatusOr<kernels::MuonTensors> MuonTensorsOf(int shard);
-  // NOTE [Tensor-parallel Muon] (sharded_optimizer_tp.cc).
-  absl::Status AllocateTpScratch();
-  // The owned TP shards of one Muon bucket that share a TP op and NS rank
-  // (-1: all-gathered), in owned order; their NS inputs lie together in
-  // tp_update_ from `offset` (shard k at offset + shard_offsets[k]).
-  struct TpBatch {
-    int root = -1;
-    std::vector<int> shards;
-    std::vector<int64_t> shard_offsets;
-    int64_t offset = 0;
-    int64_t numel = 0;
-    // Where this rank assembles the batch's whole matrices (tp x numel
-    // elements of tp_segments_ and tp_whole_), when it runs their NS.
-    int64_t scratch = 0;
-  };
-  void PlanTpBatches();
-  absl::Status UpdateTpBucket(int bucket);
-  absl::Status ExchangeTpInputs(const std::vector<TpBatch>& batches);
-  absl::Status ReturnTpResults(const std::vector<TpBatch>& batches);
-  // Whole matrices from every TP rank's shards in tp_segments_, NS, and
-  // back (NOTE [Tensor-parallel Muon]).
-  absl::Status OrthogonalizeTpBatch(const TpBatch& batch);
-  absl::Status CopyTpShards(const TpBatch& batch, bool to_whole);
-  bool RunsNs(const TpBatch& batch) const;
-  bool IsTp(int shard) const { return layout_.owned[shard].tp.op != v1::TP_OP_NONE; }
-  int TpSize() const { return std::max(1, view_.topology().tp()); }
-  absl::Status CastMuonShard(int shard);
-  absl::Status UpdateAdamwBucket(int bucket);
-  void AdvanceBetaPows();
-
-  // The collectives of one bucket, as ReduceGradients / SyncParameters
-  // issue them.
-  absl::Status ReduceBucket(Communicator& comm, const BucketKey& key);
-  absl::Status SyncBucket(Communicator& comm, const BucketKey& key);
-  // The group's Muon buckets, then its AdamW buckets, by index: the
-  // sequential schedule's collective order within a group.
-  std::vector<BucketKey> GroupBuckets(int group) const;
-
-  // Hand-off and the pipelined schedule (sharded_optimizer_pipeline.cc).
-  absl::Status CheckHandOff(int tensor, const internal::PartLayout** part) const;
-  void PartHandedOver(const internal::PartLayout& part);
-  void BucketGradientsIn(const BucketKey& key);
-  absl::StatusOr<StepStats> FinishSequential();
-  absl::StatusOr<StepStats> FinishPipelined();
-  void PostLaneOps();
-  // A lane's op: the bucket's reduce (or its sync), timed.
-  absl::Status LaneCollective(const BucketKey& key, bool reduce);
-  // Runs `work`, a bucket's part of the step, and with StepOptions::trace
-  // records it as a span (NOTE [Step trace]).
-  absl::Status Traced(StepSpan::Kind kind, const BucketKey& key, int lane, absl::FunctionRef<absl::Status()> work);
-  absl::Status UpdateBucket(const BucketKey& key);
-  // The updating thread's part of a pipelined step: every bucket this rank
-  // updates, as it is reduced, until all are done or the step failed.
-  void UpdateAsReduced();
-  // The TP buckets reduced so far and the next one's position in tp_order_.
-  struct TpTurns {
-    std::vector<bool> reduced;  // per muon bucket
-    size_t next = 0;
-  };
-  // The buckets to update now that `reduced` is (NOTE [Pipelined step]).
-  std::vector<BucketKey> InTurn(const BucketKey& reduced, TpTurns* turns) const;
-  // UpdateBucket on each, in order, each then marked updated for its sync.
-  absl::Status UpdateReduced(absl::Span<const BucketKey> keys);
-  void OrderTpBuckets();
-  int Key(const BucketKey& key) const { return key.muon ? key.bucket : view_.muon_buckets_size() + key.bucket; }
-  BucketKey KeyBucket(int key) const;
-  int BucketCount() const { return view_.muon_buckets_size() + view_.adamw_buckets_size(); }
-  // Whether this rank updates the bucket (AdamW: always; Muon: its owner).
-  bool Updates(const BucketKey& key) const;
-  int GroupOf(const BucketKey& key) const;
-  void AbortComms(const absl::Status& reason);
-  // Fills total_seconds and the comm bytes of the step, counts it.
-  StepStats CloseStep(StepStats stats);
-  absl::Status SyncParameters();
-  // Uploads the checkpoint mirrors (device backends) and casts every owned
-  // master into its model copy, as a step does before its sync.
-  absl::Status RebuildModelCopies();
-  // Runs issue(group, comm) for every group of more than one rank, in
-  // ascending id, each inside GroupStart/GroupEnd followed by Synchronize.
-  absl::Status ForEachCommGroup(absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue);
-  // fp32 view of `n` elements of a gradient buffer at `offset` (widened into
-  // scratch_ for 16-bit gradients; valid until the next call).
-  absl::StatusOr<const float*> GradFloats(const internal::BackendBuffer& grads, int64_t offset, int64_t n);
-  // Host memory for the checkpoint shard of `buffer` (see StateShards).
-  absl::StatusOr<absl::Span<float>> HostState(internal::BackendBuffer& buffer);
-  bool host_memory() const { return backend_->device_kind() == kernels::DeviceKind::kCpu; }
-  StepCommBytes CommSnapshot() const;
+  // GradReady of a gradient of `numel` values (`non_null`: at a real
+  // address) that pack(part) copies into the part's buckets.
+  absl::Status HandOver(int tensor, int64_t numel, bool non_null,
+                        absl::FunctionRef<absl::Status(const internal::PartLayout& part)> pack);
+  // Breaks the optimizer (closing an open step) after `status`; returns it.
   absl::Status Broken(absl::Status status);
 
-  v1::RankView view_;
-  internal::ViewLayout layout_;
   kernels::KernelBackend* const backend_;  // not owned
-  OptimizerConfig config_;
-  v1::DType grad_dtype_ = v1::FP32;
-
-  std::vector<GroupState> groups_;  // parallel to layout_.groups
-  std::vector<MuonBucketState> muon_;
-  std::vector<MuonShardState> shards_;  // parallel to layout_.owned
-  std::vector<AdamwBucketState> adamw_;
-  std::vector<HeldTensor> held_;  // parallel to layout_.parts
-  std::vector<bool> initialised_;
-  // Per part: owned shards and (adamw bucket, segment) pairs, for SetParameter.
-  std::vector<std::vector<int>> shards_of_part_;
-  std::vector<std::vector<std::pair<int, int>>> segments_of_part_;
-
-  float beta1_pow_ = 0;  // NOTE [Beta powers]
-  float beta2_pow_ = 0;
-  internal::BackendBuffer scratch_;  // fp32, for 16-bit gradients
-  // Tensor-parallel Muon, sized for the largest matrix: one shard's NS
-  // input / result, every TP rank's shards in rank order, a whole matrix.
-  internal::BackendBuffer tp_update_;
-  internal::BackendBuffer tp_segments_;
-  internal::BackendBuffer tp_whole_;
-  std::vector<std::vector<TpBatch>> tp_batches_;  // per muon bucket
-  // Device backends only: host copies of the state buffers handed out by
-  // StateShards(), written back by RestoreFromState().
-  absl::flat_hash_map<internal::BackendBuffer*, std::vector<float>> mirrors_;
+  // The parts, in construction order: each refers to those before it, so
+  // they are destroyed after it (the scheduler, whose lanes use all of
+  // them, first).
+  std::unique_ptr<internal::OptimizerLayout> layout_;
+  std::unique_ptr<internal::GroupComms> comms_;
+  std::unique_ptr<internal::ParameterBuffers> params_;
+  std::unique_ptr<internal::GradientBuffers> grads_;
+  std::unique_ptr<internal::TpMuonExchange> tp_;
+  std::unique_ptr<internal::BucketUpdater> updater_;
+  std::unique_ptr<internal::OptimizerStateIo> state_io_;
+  std::unique_ptr<internal::StepScheduler> scheduler_;
+  std::vector<bool> initialised_;  // per held part: set by SetParameter
   absl::Status broken_;
   int64_t steps_ = 0;
-
-  StepOptions step_options_;
-  // Pipelined schedule only (NOTE [Pipelined step]).
-  std::unique_ptr<internal::StepPipeline> pipeline_;
-  std::vector<int> lane_of_group_;               // -1: no lane (group of one)
-  std::vector<std::vector<BucketKey>> order_;    // per group: hand-off order
-  std::vector<std::vector<int>> owned_in_muon_;  // per muon bucket: shards_ positions
-  std::vector<int> tp_order_;                    // Muon buckets with TP batches, in update order
-  // The open step (NOTE [Gradient hand-off]).
-  bool in_step_ = false;
-  std::vector<bool> handed_;       // per part
-  std::vector<int> entries_left_;  // per bucket key: entries not handed over
-  StepCommBytes step_comm_before_;
-  std::chrono::steady_clock::time_point step_start_;
-  // Per lane, this step's time in reduces / syncs (each written by its lane
-  // only, read after the step's Finish()).
-  std::vector<int64_t> reduce_ns_;
-  std::vector<int64_t> sync_ns_;
-  double muon_seconds_ = 0;
-  double adamw_seconds_ = 0;
-  // NOTE [Step trace]: on while a traced step runs; the spans are added by
-  // the lanes and the updating thread.
-  bool tracing_ = false;
-  absl::Time step_started_wall_;
-  absl::Mutex spans_mu_;
-  std::vector<StepSpan> spans_ ABSL_GUARDED_BY(spans_mu_);
 };
 
 }  // namespace muonshard::worker

@@ -1,0 +1,130 @@
+#include "worker/optimizer/internal/bucket_updater.h"
+
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace muonshard::worker::internal {
+
+BucketUpdater::BucketUpdater(const OptimizerLayout& layout, kernels::KernelBackend& backend,
+                             const OptimizerConfig& config, ParameterBuffers& params, GradientBuffers& grads,
+                             TpMuonExchange& tp)
+    : layout_(layout),
+      backend_(backend),
+      config_(config),
+      params_(params),
+      grads_(grads),
+      tp_(tp),
+      beta1_pow_(config.adamw_beta1),
+      beta2_pow_(config.adamw_beta2) {}
+
+absl::Status BucketUpdater::SetLearningRate(float lr) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateLearningRate(lr));
+  config_.lr = lr;
+  return absl::OkStatus();
+}
+
+void BucketUpdater::SetBetaPows(float beta1_pow, float beta2_pow) {
+  beta1_pow_ = beta1_pow;
+  beta2_pow_ = beta2_pow;
+}
+
+void BucketUpdater::AdvanceBetaPows() {
+  kernels::AdamWOptions advance = AdamWOptionsFor(config_, true);
+  advance.advance_beta_pows = true;
+  kernels::AdvanceBetaPows({&beta1_pow_, &beta2_pow_}, advance);
+}
+
+absl::Status BucketUpdater::Update(const BucketKey& key) {
+  return key.muon ? UpdateMuonBucket(key.bucket) : UpdateAdamwBucket(key.bucket);
+}
+
+// NOTE [Batched Muon]: the owned shards of one bucket that share a shape, a
+// layout and a decay flag go through one MuonUpdateBatch (one parallel loop
+// over all their matrices on the CPU, one batched Newton-Schulz on CUDA),
+// bit-identical to one MuonUpdate each on the CPU. 16-bit gradients are
+// widened one shard at a time into the gradients' scratch, so they keep the
+// per-shard path.
+absl::Status BucketUpdater::UpdateMuonBucket(int bucket) {
+  const std::vector<int>& owned = layout_.OwnedIn(bucket);
+  // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
+  MUONSHARD_RETURN_IF_ERROR(tp_.UpdateBucket(bucket, config_));
+  if (layout_.grad_dtype() != v1::FP32) {
+    for (int shard : owned) {
+      if (!layout_.IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<bool> done(owned.size(), false);
+  for (size_t i = 0; i < owned.size(); ++i) done[i] = layout_.IsTp(owned[i]);
+  std::vector<kernels::MuonTensors> items;
+  for (size_t i = 0; i < owned.size(); ++i) {
+    if (done[i]) continue;
+    const MuonShardLayout& first = layout_.index().owned[owned[i]];
+    const bool decay = params_.shard(owned[i]).with_decay;
+    items.clear();
+    for (size_t j = i; j < owned.size(); ++j) {
+      const MuonShardLayout& o = layout_.index().owned[owned[j]];
+      if (done[j] || o.shape.rows != first.shape.rows || o.shape.cols != first.shape.cols ||
+          o.shape.batch != first.shape.batch || o.layout != first.layout ||
+          params_.shard(owned[j]).with_decay != decay) {
+        continue;
+      }
+      done[j] = true;
+      MUONSHARD_ASSIGN_OR_RETURN(kernels::MuonTensors t, MuonTensorsOf(owned[j]));
+      items.push_back(t);
+    }
+    MUONSHARD_RETURN_IF_ERROR(
+        backend_.MuonUpdateBatch(items, first.shape, first.layout, MuonOptionsFor(config_, decay)));
+  }
+  for (int shard : owned) MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<kernels::MuonTensors> BucketUpdater::MuonTensorsOf(int shard) {
+  const int bucket = layout_.index().owned[shard].bucket;
+  const v1::BucketEntry& e = layout_.OwnedEntry(shard);
+  MuonShardState& s = params_.shard(shard);
+  BackendBuffer& params = params_.muon_params(bucket);
+  kernels::MuonTensors t;
+  MUONSHARD_ASSIGN_OR_RETURN(t.grad, grads_.MuonFloats(bucket, e.offset(), e.numel()));
+  t.momentum = s.momentum.floats();
+  t.master = s.master.floats();
+  // bf16 models are written by the kernel straight into the bucket.
+  t.model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
+  return t;
+}
+
+absl::Status BucketUpdater::UpdateMuonShard(int shard) {
+  const MuonShardLayout& o = layout_.index().owned[shard];
+  MUONSHARD_ASSIGN_OR_RETURN(const kernels::MuonTensors t, MuonTensorsOf(shard));
+  MUONSHARD_RETURN_IF_ERROR(
+      backend_.MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, params_.shard(shard).with_decay)));
+  return params_.CastMuonShard(shard);
+}
+
+absl::Status BucketUpdater::UpdateAdamwBucket(int bucket) {
+  const kernels::AdamWBetaPows pows{&beta1_pow_, &beta2_pow_};
+  const AdamwBucketLayout& al = layout_.index().adamw_buckets[bucket];
+  AdamwBucketState& s = params_.adamw(bucket);
+  MUONSHARD_ASSIGN_OR_RETURN(const float* grad, grads_.AdamwShardFloats(bucket));
+  int64_t base = 0;
+  BackendBuffer& model = params_.AdamwModel(bucket, &base);
+  const bool bf16 = model.dtype() == v1::BF16;
+  for (size_t k = 0; k < al.segments.size(); ++k) {
+    const int64_t at = al.segments[k].shard_offset;
+    const int64_t n = al.segments[k].numel;
+    kernels::AdamWTensors t;
+    t.grad = grad + at;
+    t.master = s.master.floats() + at;
+    t.moment1 = s.moment1.floats() + at;
+    t.moment2 = s.moment2.floats() + at;
+    t.model = bf16 ? model.words() + base + at : nullptr;
+    MUONSHARD_RETURN_IF_ERROR(backend_.AdamW(t, n, pows, AdamWOptionsFor(config_, s.segment_decay[k])));
+    // FP16 is cast; an fp32 master is the model copy (nothing to copy).
+    if (!bf16) MUONSHARD_RETURN_IF_ERROR(model.ConvertFrom(base + at, s.master, at, n));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace muonshard::worker::internal

@@ -1,0 +1,176 @@
+// StepScheduler: the open step, and the sequential schedule. The pipelined
+// one is in step_scheduler_pipelined.cc.
+
+#include "worker/optimizer/internal/step_scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace muonshard::worker::internal {
+namespace {
+
+class Stopwatch {
+ public:
+  double Lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double seconds = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return seconds;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StepScheduler>> StepScheduler::Create(const StepParts& parts,
+                                                                     const StepOptions& options) {
+  auto scheduler = absl::WrapUnique(new StepScheduler(parts, options));
+  MUONSHARD_RETURN_IF_ERROR(scheduler->InitPipeline());
+  return scheduler;
+}
+
+StepScheduler::StepScheduler(const StepParts& parts, const StepOptions& options)
+    : layout_(*parts.layout),
+      backend_(*parts.backend),
+      comms_(*parts.comms),
+      params_(*parts.params),
+      grads_(*parts.grads),
+      updater_(*parts.updater),
+      tp_(*parts.tp),
+      options_(options),
+      hand_off_(*parts.layout) {}
+
+StepScheduler::~StepScheduler() { Cancel(absl::CancelledError("optimizer destroyed with a step open")); }
+
+absl::Status StepScheduler::CheckNoOpenStep() const {
+  if (!in_step_) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("rank ", layout_.rank(), ": a step is open (BeginStep without FinishStep)"));
+}
+
+absl::Status StepScheduler::CheckOpen() const {
+  if (in_step_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("rank ", layout_.rank(), ": no step open (call BeginStep first)"));
+}
+
+absl::Status StepScheduler::CheckNotHanded(const PartLayout& part) const {
+  if (!hand_off_.handed(layout_.PartIndex(part))) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("tensor \"", layout_.Spec(part).name(), "\": gradient already handed over in this step"));
+}
+
+absl::Status StepScheduler::CheckAllHandedOver() const {
+  const int missing = hand_off_.FirstMissing();
+  if (missing < 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("rank ", layout_.rank(), ": tensor \"",
+                                                    layout_.Spec(layout_.index().parts[missing]).name(),
+                                                    "\" was not handed over (GradReady) in this step"));
+}
+
+absl::Status StepScheduler::Begin() {
+  MUONSHARD_RETURN_IF_ERROR(grads_.ZeroGaps());
+  const std::vector<BucketKey> empty = hand_off_.Begin();
+  recorder_.Begin(pipeline_ == nullptr ? 0 : pipeline_->lanes(), options_.trace, comms_.Snapshot());
+  in_step_ = true;
+  if (pipeline_ == nullptr) return absl::OkStatus();
+  pipeline_->Begin(3 * layout_.BucketCount());
+  PostLaneOps();
+  for (const BucketKey& key : empty) BucketGradientsIn(key);
+  return absl::OkStatus();
+}
+
+void StepScheduler::HandedOver(const PartLayout& part) {
+  for (const BucketKey& key : hand_off_.HandOver(part)) BucketGradientsIn(key);
+}
+
+absl::StatusOr<StepStats> StepScheduler::Finish() {
+  return pipeline_ == nullptr ? FinishSequential() : FinishPipelined();
+}
+
+void StepScheduler::Cancel(const absl::Status& reason) {
+  if (in_step_ && pipeline_ != nullptr) {  // cancel the open step's lanes
+    pipeline_->Fail(reason);
+    (void)pipeline_->Finish();
+  }
+  in_step_ = false;
+}
+
+absl::Status StepScheduler::SyncFromMasters() {
+  absl::Status s = params_.CastMastersToModel();
+  if (s.ok()) s = backend_.Synchronize();
+  if (s.ok()) s = SyncParameters();
+  return s;
+}
+
+absl::StatusOr<StepStats> StepScheduler::FinishSequential() {
+  in_step_ = false;
+  const StepPhases phases = options_.phases;
+  StepStats stats;
+  Stopwatch phase;
+  // The collectives run on the communicators' streams: the packed gradients
+  // must have landed first.
+  absl::Status s = backend_.Synchronize();
+  if (s.ok() && phases != StepPhases::kComputeOnly) s = ReduceGradients();
+  MUONSHARD_RETURN_IF_ERROR(s);
+  stats.reduce_seconds = phase.Lap();
+  if (phases != StepPhases::kCommunicationOnly) {
+    MUONSHARD_RETURN_IF_ERROR(RunMuon());
+    stats.muon_seconds = phase.Lap();
+    MUONSHARD_RETURN_IF_ERROR(RunAdamw());
+    stats.adamw_seconds = phase.Lap();
+  }
+  if (phases != StepPhases::kComputeOnly) MUONSHARD_RETURN_IF_ERROR(SyncParameters());
+  stats.sync_seconds = phase.Lap();
+  return recorder_.Close(stats, comms_.Snapshot());
+}
+
+absl::Status StepScheduler::ReduceGradients() {
+  return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
+    for (const BucketKey& key : layout_.GroupBuckets(g)) {
+      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kReduce, key, StepSpan::kCallerThread,
+                                                 [&] { return grads_.ReduceBucket(comm, key); }));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::Status StepScheduler::RunMuon() {
+  for (int b = 0; b < layout_.view().muon_buckets_size(); ++b) {
+    // Traced where the rank updates the bucket, as the pipelined schedule
+    // does (elsewhere the call does nothing).
+    auto update = [&] { return updater_.UpdateMuonBucket(b); };
+    const BucketKey key{true, b};
+    MUONSHARD_RETURN_IF_ERROR(layout_.Updates(key)
+                                  ? recorder_.Traced(StepSpan::Kind::kUpdate, key, StepSpan::kCallerThread, update)
+                                  : update());
+  }
+  return backend_.Synchronize();
+}
+
+absl::Status StepScheduler::RunAdamw() {
+  for (int b = 0; b < layout_.view().adamw_buckets_size(); ++b) {
+    MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kUpdate, {false, b}, StepSpan::kCallerThread,
+                                               [&] { return updater_.UpdateAdamwBucket(b); }));
+  }
+  updater_.AdvanceBetaPows();
+  return backend_.Synchronize();
+}
+
+absl::Status StepScheduler::SyncParameters() {
+  return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
+    for (const BucketKey& key : layout_.GroupBuckets(g)) {
+      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kSync, key, StepSpan::kCallerThread,
+                                                 [&] { return params_.SyncBucket(comm, key); }));
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace muonshard::worker::internal

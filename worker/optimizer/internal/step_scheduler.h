@@ -1,0 +1,141 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_INTERNAL_STEP_SCHEDULER_H_
+#define MUONSHARD_WORKER_OPTIMIZER_INTERNAL_STEP_SCHEDULER_H_
+
+// StepScheduler: when a step's buckets are reduced, updated and synchronised
+// (NOTE [Pipelined step] and NOTE [Gradient hand-off] in
+// sharded_optimizer.h). It keeps the open step: which gradients were handed
+// over, and, on the pipelined schedule, the lanes that reduce each bucket
+// as its gradients come in and sync it once it is updated while the
+// caller's thread updates the reduced buckets in turn. The sequential
+// schedule reduces every bucket, then updates them, then syncs them. Either
+// way each bucket sees the same collectives (GradientBuffers::ReduceBucket,
+// ParameterBuffers::SyncBucket) and the same update (BucketUpdater), so the
+// results are bit-identical. Gradients are packed, and the optimizer's
+// broken state kept, by its caller (ShardedOptimizer).
+//
+// Thread-compatible: one thread at a time (the lane threads are internal).
+// Everything given to Create must outlive it.
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernel_backend.h"
+#include "worker/comm/communicator.h"
+#include "worker/optimizer/internal/bucket_updater.h"
+#include "worker/optimizer/internal/gradient_buffers.h"
+#include "worker/optimizer/internal/gradient_hand_off.h"
+#include "worker/optimizer/internal/group_comms.h"
+#include "worker/optimizer/internal/optimizer_layout.h"
+#include "worker/optimizer/internal/parameter_buffers.h"
+#include "worker/optimizer/internal/step_pipeline.h"
+#include "worker/optimizer/internal/step_recorder.h"
+#include "worker/optimizer/internal/tp_muon_exchange.h"
+#include "worker/optimizer/optimizer_config.h"
+#include "worker/optimizer/step_stats.h"
+
+namespace muonshard::worker::internal {
+
+// What a step runs on, all outliving the scheduler.
+struct StepParts {
+  const OptimizerLayout* layout = nullptr;
+  kernels::KernelBackend* backend = nullptr;
+  GroupComms* comms = nullptr;
+  ParameterBuffers* params = nullptr;
+  GradientBuffers* grads = nullptr;
+  BucketUpdater* updater = nullptr;
+  TpMuonExchange* tp = nullptr;
+};
+
+class StepScheduler {
+ public:
+  // The schedule `options` asks for on this backend (ResolveStepSchedule).
+  // Possible errors: INVALID_ARGUMENT (the pipelined schedule on a device
+  // backend).
+  static absl::StatusOr<std::unique_ptr<StepScheduler>> Create(const StepParts& parts, const StepOptions& options);
+
+  StepScheduler(const StepScheduler&) = delete;
+  StepScheduler& operator=(const StepScheduler&) = delete;
+  // Cancels a step left open (its lanes may wait in collectives).
+  ~StepScheduler();
+
+  bool pipelined() const { return pipeline_ != nullptr; }
+  // FAILED_PRECONDITION when a step is open / when none is.
+  absl::Status CheckNoOpenStep() const;
+  absl::Status CheckOpen() const;
+  // INVALID_ARGUMENT when `part`'s gradient was handed over in the open step.
+  absl::Status CheckNotHanded(const PartLayout& part) const;
+  // FAILED_PRECONDITION naming the first part not handed over in the open step.
+  absl::Status CheckAllHandedOver() const;
+
+  // Opens a step: zeroes the gradient buckets' gaps and, pipelined, starts
+  // the lanes. An error leaves no step open.
+  absl::Status Begin();
+  // `part`'s gradient is in its buckets: the reduce of each bucket it
+  // completed may start.
+  void HandedOver(const PartLayout& part);
+  // Runs the rest of the open step and closes it. REQUIRES: every part
+  // handed over. On an error the step is closed, partly done.
+  absl::StatusOr<StepStats> Finish();
+  // Closes the open step, if any, cancelling its lanes with `reason`.
+  void Cancel(const absl::Status& reason);
+
+  // Casts every master into its model copy and runs the sync of every
+  // bucket (no step open): what a step's sync does, without its update.
+  absl::Status SyncFromMasters();
+
+ private:
+  StepScheduler(const StepParts& parts, const StepOptions& options);
+
+  absl::Status InitPipeline();
+  // Pipelined: the bucket's gradients are all in.
+  void BucketGradientsIn(const BucketKey& key);
+
+  // The sequential schedule (step_scheduler.cc).
+  absl::StatusOr<StepStats> FinishSequential();
+  absl::Status ReduceGradients();
+  absl::Status RunMuon();
+  absl::Status RunAdamw();
+  absl::Status SyncParameters();
+
+  // The pipelined schedule (step_scheduler_pipelined.cc).
+  absl::StatusOr<StepStats> FinishPipelined();
+  void PostLaneOps();
+  // A lane's op: the bucket's reduce (or its sync), timed.
+  absl::Status LaneCollective(const BucketKey& key, bool reduce);
+  // The updating thread's part of a pipelined step: every bucket this rank
+  // updates, as it is reduced, until all are done or the step failed.
+  void UpdateAsReduced();
+  // The TP buckets reduced so far and the next one's position in tp.order().
+  struct TpTurns {
+    std::vector<bool> reduced;  // per muon bucket
+    size_t next = 0;
+  };
+  // The buckets to update now that `reduced` is (NOTE [Pipelined step]).
+  std::vector<BucketKey> InTurn(const BucketKey& reduced, TpTurns* turns) const;
+  // The update of each, in order, each then marked updated for its sync.
+  absl::Status UpdateReduced(const std::vector<BucketKey>& keys);
+
+  const OptimizerLayout& layout_;
+  kernels::KernelBackend& backend_;
+  GroupComms& comms_;
+  ParameterBuffers& params_;
+  GradientBuffers& grads_;
+  BucketUpdater& updater_;
+  TpMuonExchange& tp_;
+  const StepOptions options_;
+
+  GradientHandOff hand_off_;
+  StepRecorder recorder_;
+  bool in_step_ = false;  // the open step (NOTE [Gradient hand-off])
+  // Pipelined schedule only (NOTE [Pipelined step]).
+  std::vector<int> lane_of_group_;             // -1: no lane (group of one)
+  std::vector<std::vector<BucketKey>> order_;  // per group: hand-off order
+  // Last: its lanes use everything above.
+  std::unique_ptr<StepPipeline> pipeline_;
+};
+
+}  // namespace muonshard::worker::internal
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_INTERNAL_STEP_SCHEDULER_H_

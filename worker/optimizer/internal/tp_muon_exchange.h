@@ -1,0 +1,99 @@
+#ifndef MUONSHARD_WORKER_OPTIMIZER_INTERNAL_TP_MUON_EXCHANGE_H_
+#define MUONSHARD_WORKER_OPTIMIZER_INTERNAL_TP_MUON_EXCHANGE_H_
+
+// TpMuonExchange: Muon on the tensor-parallel shards of a Muon bucket (NOTE
+// [Tensor-parallel Muon] in sharded_optimizer.h). Plans, per bucket, the
+// batches of owned TP shards that go to one NS rank (or are all-gathered),
+// owns the fp32 scratch they are exchanged and assembled in (sized for the
+// largest bucket), and runs a bucket's update: momentum on each shard, the
+// NS inputs gathered, whole matrices orthogonalised, the results scattered
+// back and applied to each shard's master with the whole matrix's scale.
+// Also fixes the one order in which every rank of a TP group updates such
+// buckets (order(): NOTE [Pipelined step]).
+//
+// Thread-compatible. Everything given to Create must outlive it.
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/kernel_backend.h"
+#include "worker/optimizer/internal/backend_buffer.h"
+#include "worker/optimizer/internal/gradient_buffers.h"
+#include "worker/optimizer/internal/group_comms.h"
+#include "worker/optimizer/internal/optimizer_layout.h"
+#include "worker/optimizer/internal/parameter_buffers.h"
+#include "worker/optimizer/optimizer_config.h"
+
+namespace muonshard::worker::internal {
+
+class TpMuonExchange {
+ public:
+  // Plans the batches and allocates the scratch.
+  // Possible errors: the backend's allocation errors.
+  static absl::StatusOr<std::unique_ptr<TpMuonExchange>> Create(const OptimizerLayout& layout,
+                                                                kernels::KernelBackend& backend,
+                                                                ParameterBuffers& params, GradientBuffers& grads,
+                                                                GroupComms& comms);
+
+  TpMuonExchange(const TpMuonExchange&) = delete;
+  TpMuonExchange& operator=(const TpMuonExchange&) = delete;
+
+  // Whether Muon bucket `bucket` holds owned TP shards (and so exchanges them).
+  bool Exchanges(int bucket) const { return !batches_[bucket].empty(); }
+  // The Muon buckets that exchange, in the order every rank of the TP group
+  // updates them: descending last tensor (the hand-off order), then position.
+  const std::vector<int>& order() const { return order_; }
+
+  // The TP shards of Muon bucket `bucket`, updated (a collective over the
+  // TP group; nothing when the bucket has none), with `config`'s options.
+  absl::Status UpdateBucket(int bucket, const OptimizerConfig& config);
+
+ private:
+  // The owned TP shards of one Muon bucket that share a TP op and NS rank
+  // (-1: all-gathered), in owned order; their NS inputs lie together in
+  // update_ from `offset` (shard k at offset + shard_offsets[k]).
+  struct Batch {
+    int root = -1;
+    std::vector<int> shards;
+    std::vector<int64_t> shard_offsets;
+    int64_t offset = 0;
+    int64_t numel = 0;
+    // Where this rank assembles the batch's whole matrices (tp x numel
+    // elements of segments_ and whole_), when it runs their NS.
+    int64_t scratch = 0;
+  };
+
+  TpMuonExchange(const OptimizerLayout& layout, kernels::KernelBackend& backend, ParameterBuffers& params,
+                 GradientBuffers& grads, GroupComms& comms)
+      : layout_(layout), backend_(backend), params_(params), grads_(grads), comms_(comms) {}
+
+  void PlanBatches();
+  absl::Status AllocateScratch();
+  void OrderBuckets();
+  bool RunsNs(const Batch& batch) const;
+  absl::Status ExchangeInputs(const std::vector<Batch>& batches);
+  absl::Status ReturnResults(const std::vector<Batch>& batches);
+  // Whole matrices from every TP rank's shards in segments_, NS, and back.
+  absl::Status Orthogonalize(const Batch& batch, const OptimizerConfig& config);
+  absl::Status CopyShards(const Batch& batch, bool to_whole);
+
+  const OptimizerLayout& layout_;
+  kernels::KernelBackend& backend_;
+  ParameterBuffers& params_;
+  GradientBuffers& grads_;
+  GroupComms& comms_;
+  // Sized for the largest bucket: one shard's NS input / result, every TP
+  // rank's shards in rank order, a whole matrix.
+  BackendBuffer update_;
+  BackendBuffer segments_;
+  BackendBuffer whole_;
+  std::vector<std::vector<Batch>> batches_;  // per muon bucket
+  std::vector<int> order_;
+};
+
+}  // namespace muonshard::worker::internal
+
+#endif  // MUONSHARD_WORKER_OPTIMIZER_INTERNAL_TP_MUON_EXCHANGE_H_
