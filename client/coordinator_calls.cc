@@ -1,9 +1,7 @@
 #include "client/coordinator_calls.h"
 
-#include <algorithm>
-
-#include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "common/retry.h"
 
 namespace muonshard::client {
 
@@ -25,15 +23,11 @@ absl::StatusOr<v1::GetPlanResponse> GetPlan(CoordinatorClient& client, const v1:
   return response;
 }
 
-absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Duration backoff = absl::Milliseconds(100);
-  for (;;) {
-    absl::Status s = rpc();
-    if (s.code() != absl::StatusCode::kUnavailable || absl::Now() + backoff > deadline) return s;
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(2));
-  }
+absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc, const Clock& clock) {
+  RetryPolicy policy;
+  policy.backoff = {absl::Milliseconds(100), 2.0, absl::Seconds(2)};
+  policy.timeout = timeout;
+  return Retry(policy, clock, absl::IsUnavailable, rpc);
 }
 
 absl::StatusOr<v1::ListWorkersResponse> ListWorkers(CoordinatorClient& client, const std::string& job) {

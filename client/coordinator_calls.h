@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "common/clock.h"
 #include "muonshard/v1/coordinator.pb.h"
 #include "muonshard/v1/manifest.pb.h"
 
@@ -34,9 +35,10 @@ absl::StatusOr<v1::ListWorkersResponse> ListWorkers(CoordinatorClient& client, c
 // Calls `rpc` until it answers anything but UNAVAILABLE (the coordinator
 // unreachable for now: restarting, or on a loaded machine too slow to accept
 // a connection within the channel's connect timeout) or `timeout` has
-// passed, backing off from 100 ms to 2 s. For calls that may be repeated:
-// joins, reports, plan fetches.
-absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc);
+// passed, backing off from 100 ms to 2 s on `clock` (common/retry.h). For
+// calls that may be repeated: joins, reports, plan fetches.
+absl::Status RetryUnavailable(absl::Duration timeout, absl::FunctionRef<absl::Status()> rpc,
+                              const Clock& clock = *RealClock());
 
 }  // namespace muonshard::client
 

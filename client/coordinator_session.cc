@@ -5,16 +5,13 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "client/coordinator_calls.h"
 #include "common/grpc_status.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 
 namespace muonshard::client {
 namespace {
-
-// Longest real-time wait before the heartbeat thread re-reads its clock.
-constexpr absl::Duration kClockSlice = absl::Milliseconds(20);
 
 uint64_t RandomIncarnation() {
   std::random_device device;
@@ -64,23 +61,23 @@ absl::StatusOr<v1::JoinJobResponse> JoinOnce(CoordinatorClient& client, const v1
 }
 
 // JoinJob, retried with exponential backoff while UNAVAILABLE (see
-// SessionOptions). The attempts are bounded by join_timeout in real time.
+// SessionOptions). The attempts are bounded by join_timeout on
+// options.clock.
 absl::StatusOr<v1::JoinJobResponse> JoinWithRetries(CoordinatorClient& client, const SessionOptions& options,
                                                     const v1::JoinJobRequest& request) {
-  const absl::Time deadline = absl::Now() + options.join_timeout;
-  absl::Duration backoff = options.initial_backoff;
-  for (int attempt = 1;; ++attempt) {
-    absl::StatusOr<v1::JoinJobResponse> response = JoinOnce(client, request);
-    if (response.ok() || response.status().code() != absl::StatusCode::kUnavailable) {
-      return response;
-    }
-    if (absl::Now() + backoff > deadline) {
-      return Annotate(response.status(), absl::StrCat("coordinator unreachable after ", attempt, " attempt(s) in ",
-                                                      absl::FormatDuration(options.join_timeout)));
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, options.max_backoff);
+  RetryPolicy policy;
+  policy.backoff = {options.initial_backoff, 2.0, options.max_backoff};
+  policy.timeout = options.join_timeout;
+  int attempts = 0;
+  absl::StatusOr<v1::JoinJobResponse> response = Retry(policy, *options.clock, absl::IsUnavailable, [&] {
+    ++attempts;
+    return JoinOnce(client, request);
+  });
+  if (absl::IsUnavailable(response.status())) {  // still unreachable when the policy gave up
+    return Annotate(response.status(), absl::StrCat("coordinator unreachable after ", attempts, " attempt(s) in ",
+                                                    absl::FormatDuration(options.join_timeout)));
   }
+  return response;
 }
 
 }  // namespace
@@ -119,12 +116,11 @@ CoordinatorSession::CoordinatorSession(CoordinatorClient* client, const SessionO
       period_(options.heartbeat_period > absl::ZeroDuration()
                   ? options.heartbeat_period
                   : std::max(joined_.heartbeat_timeout / 3, absl::Milliseconds(10))),
-      on_lost_(options.on_lost) {
-  // The schedule starts now, not when the thread gets to run, so a test's
-  // clock.Advance(period) right after Join() is always a full period.
-  const absl::Time first = clock_->Now() + period_;
-  thread_ = std::thread([this, first] { HeartbeatLoop(first); });
-}
+      on_lost_(options.on_lost),
+      // The schedule starts now, not when the thread gets to run, so a test's
+      // clock.Advance(period) right after Join() is always a full period.
+      heartbeat_thread_(
+          period_, [this] { return Heartbeat(); }, clock_) {}
 
 CoordinatorSession::~CoordinatorSession() { Leave().IgnoreError(); }
 
@@ -143,25 +139,12 @@ int64_t CoordinatorSession::adoptions() const {
   return adoptions_;
 }
 
-void CoordinatorSession::HeartbeatLoop(absl::Time first) {
-  absl::Time next = first;
-  while (!WaitUntil(next)) {
-    absl::Status answer = SendHeartbeat();
-    if (MembershipUnknown(answer)) answer = Adopt();
-    if (!Record(answer)) {
-      if (on_lost_) on_lost_(health());
-      return;
-    }
-    next = clock_->Now() + period_;
-  }
-}
-
-bool CoordinatorSession::WaitUntil(absl::Time t) {
-  absl::MutexLock lock(&mu_);
-  while (!stopping_) {
-    const absl::Time now = clock_->Now();
-    if (now >= t) return false;
-    mu_.AwaitWithTimeout(absl::Condition(&stopping_), std::min(t - now, kClockSlice));
+bool CoordinatorSession::Heartbeat() {
+  absl::Status answer = SendHeartbeat();
+  if (MembershipUnknown(answer)) answer = Adopt();
+  if (!Record(answer)) {
+    if (on_lost_) on_lost_(health());
+    return false;
   }
   return true;
 }
@@ -203,10 +186,13 @@ absl::StatusOr<CoordinatorSession::Reported> CoordinatorSession::ReportError(con
   request.set_ends_job(EndsJob(error));
   request.set_code(static_cast<int32_t>(error.code()));
   v1::ReportErrorResponse response;
-  absl::Status s = RetryUnavailable(join_timeout_, [&] {
-    std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
-    return FromGrpcStatus(client_->stub().ReportError(ctx.get(), request, &response));
-  });
+  absl::Status s = RetryUnavailable(
+      join_timeout_,
+      [&] {
+        std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+        return FromGrpcStatus(client_->stub().ReportError(ctx.get(), request, &response));
+      },
+      *clock_);
   if (!s.ok()) return Annotate(s, absl::StrCat("reporting rank ", joined_.rank, "'s error to the coordinator"));
   Reported reported{response.generation(), response.generation_reason(), absl::OkStatus()};
   if (response.has_failure()) {  // the coordinator keeps an error code (NOTE [Job failure])
@@ -241,13 +227,7 @@ bool CoordinatorSession::Record(const absl::Status& status) {
   }
 }
 
-void CoordinatorSession::StopHeartbeats() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
+void CoordinatorSession::StopHeartbeats() { heartbeat_thread_.Stop(); }
 
 absl::Status CoordinatorSession::Leave() {
   StopHeartbeats();

@@ -26,10 +26,12 @@
 // at the same generation and training goes on untouched. When it refuses
 // (ABORTED: the job moved on) the membership is lost as above.
 //
-// Clock: the heartbeat schedule reads the injected Clock. Its waits are cut
-// into short real-time slices that re-read the clock, so a FakeClock that a
-// test advances (without notifying anyone) drives heartbeats
-// deterministically.
+// Clock: the heartbeat schedule (common/periodic_thread.h) and the back-off
+// of the join's and the error report's retries (common/retry.h) read the
+// injected Clock. On a clock other than the real one its waits are cut into
+// short real-time slices that re-read the clock (Clock::WaitUntil), so a
+// FakeClock that a test advances (without notifying anyone) drives
+// heartbeats and retries deterministically.
 //
 // Thread-safe, except Leave() and the destructor, which belong to the
 // owning thread. *client and options.clock must outlive the session.
@@ -39,7 +41,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -49,6 +50,7 @@
 #include "client/coordinator_client.h"
 #include "client/joined_job.h"
 #include "common/clock.h"
+#include "common/periodic_thread.h"
 
 namespace muonshard::client {
 
@@ -85,7 +87,8 @@ struct SessionOptions {
 
   // JoinJob answered UNAVAILABLE (coordinator not up yet, restarting) is
   // retried after initial_backoff, doubling up to max_backoff, until
-  // join_timeout has passed since the first attempt. Other errors are final.
+  // join_timeout has passed on `clock` since the first attempt. Other errors
+  // are final.
   absl::Duration join_timeout = absl::Seconds(30);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(2);
@@ -157,10 +160,9 @@ class CoordinatorSession {
  private:
   CoordinatorSession(CoordinatorClient* client, const SessionOptions& options, JoinedJob joined);
 
-  // Heartbeats at `first`, then every period after each answer.
-  void HeartbeatLoop(absl::Time first);
-  // Blocks until the clock reaches `t` (false) or Stop() (true).
-  bool WaitUntil(absl::Time t);
+  // One tick of the heartbeat thread (a period after the last answer):
+  // false when the membership is lost, which ends the thread.
+  bool Heartbeat();
   absl::Status SendHeartbeat();
   // A heartbeat found the job or the rank unknown: re-registers (see above).
   absl::Status Adopt();
@@ -178,12 +180,11 @@ class CoordinatorSession {
   const std::function<void(const absl::Status&)> on_lost_;
 
   mutable absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status health_ ABSL_GUARDED_BY(mu_);
   int64_t heartbeats_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t adoptions_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<absl::Status> left_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  PeriodicThread heartbeat_thread_;  // last: started once the fields above are set
 };
 
 }  // namespace muonshard::client

@@ -85,6 +85,12 @@ class PosixRandomAccessFile final : public RandomAccessFile {
     return static_cast<int64_t>(st.st_size);
   }
 
+  absl::StatusOr<bool> IsRegularFile() const override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return IoError(errno, "cannot stat", path_);
+    return S_ISREG(st.st_mode);
+  }
+
   absl::StatusOr<int64_t> ReadUpTo(int64_t offset, char* dst, int64_t n) const override {
     int64_t done = 0;
     while (done < n) {
@@ -135,8 +141,16 @@ class PosixEnv final : public Env {
   }
 
   absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO must not block the open. Reads then block as
+    // always.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return IoError(errno, "cannot open", path);
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      const int err = errno;
+      ::close(fd);
+      return IoError(err, "cannot open", path);
+    }
     return std::make_unique<PosixRandomAccessFile>(fd, path);
   }
 

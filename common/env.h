@@ -45,6 +45,9 @@ class RandomAccessFile {
   virtual ~RandomAccessFile() = default;
   virtual const std::string& path() const = 0;
   virtual absl::StatusOr<int64_t> Size() const = 0;
+  // False for what opens but is not a regular file (a directory, a FIFO, a
+  // device): callers that need one refuse the rest.
+  virtual absl::StatusOr<bool> IsRegularFile() const = 0;
   // Reads up to `n` bytes at `offset` into `dst`; fewer only when the file
   // ends first. Returns the bytes read.
   virtual absl::StatusOr<int64_t> ReadUpTo(int64_t offset, char* dst, int64_t n) const = 0;
@@ -65,7 +68,8 @@ class Env {
 
   // A fresh file (created, or truncated when it exists), for writing.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
-  // NOT_FOUND when missing.
+  // NOT_FOUND when missing. Opening never blocks (a FIFO opens at once; see
+  // RandomAccessFile::IsRegularFile).
   virtual absl::StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(const std::string& path) = 0;
   // The whole file, read front to back (FIFOs and /proc files too); NOT_FOUND
   // when missing.

@@ -4,41 +4,29 @@
 // MaintenanceThread: drives the domain's clock-based work in the binary:
 // ExpireWaits every `wait_tick` (the resolution of rendezvous wait timeouts)
 // and CheckHeartbeats every `heartbeat_tick`. Tests call those methods
-// directly with a FakeClock instead. Joins its thread on destruction.
+// directly with a FakeClock instead. Joins its thread on destruction. Both
+// classes run on common/periodic_thread.h, the one loop under the
+// coordinator's background work.
 
-#include <functional>
-#include <thread>
-
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/periodic_thread.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/plan_store.h"
 
 namespace muonshard::coordinator {
 
-// Runs `tick` every `interval` on a thread of its own until destroyed (which
-// joins it): the one loop under the coordinator's background work.
-class PeriodicThread {
- public:
-  PeriodicThread(absl::Duration interval, std::function<void()> tick);
-  ~PeriodicThread();
-  PeriodicThread(const PeriodicThread&) = delete;
-  PeriodicThread& operator=(const PeriodicThread&) = delete;
-
- private:
-  absl::Notification stop_;
-  std::thread thread_;
-};
-
 class MaintenanceThread {
  public:
-  // *service must outlive this object.
-  MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick, absl::Duration heartbeat_tick);
+  // *service and *clock must outlive this object.
+  MaintenanceThread(CoordinatorService* service, absl::Duration wait_tick, absl::Duration heartbeat_tick,
+                    Clock* clock = RealClock());
 
  private:
   void Tick();
 
   CoordinatorService* const service_;
+  Clock* const clock_;
   const absl::Duration heartbeat_tick_;
   absl::Time next_heartbeat_check_;
   PeriodicThread thread_;  // last: started once the fields above are set

@@ -1,12 +1,7 @@
 #include "importer/safetensors_files.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
 #include <filesystem>
+#include <memory>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -15,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/env.h"
 #include "common/ordered_json.h"
 #include "common/safetensors_header.h"
 #include "common/status_macros.h"
@@ -26,29 +22,17 @@ namespace fs = std::filesystem;
 
 constexpr absl::string_view kSingleFile = "model.safetensors";
 constexpr absl::string_view kIndexFile = "model.safetensors.index.json";
-// One pread moves at most 1 GiB, below Linux's 0x7ffff000 cap.
-constexpr int64_t kMaxIo = int64_t{1} << 30;
 
-// A regular file opened read-only; only ever read at given offsets.
+// A regular file opened read-only through the Env; only ever read at given
+// offsets.
 class ReadOnlyFile {
  public:
-  static absl::StatusOr<ReadOnlyFile> Open(const std::string& path) {
-    // O_NONBLOCK: a FIFO must not block the open; it is refused below.
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-    ReadOnlyFile file(fd, path);
-    struct stat st;
-    if (::fstat(fd, &st) != 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot stat ", path));
-    if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-    file.size_ = static_cast<int64_t>(st.st_size);
-    return file;
-  }
-
-  ReadOnlyFile(ReadOnlyFile&& other) noexcept
-      : fd_(std::exchange(other.fd_, -1)), size_(other.size_), path_(std::move(other.path_)) {}
-  ReadOnlyFile& operator=(ReadOnlyFile&&) = delete;
-  ~ReadOnlyFile() {
-    if (fd_ >= 0) ::close(fd_);
+  static absl::StatusOr<ReadOnlyFile> Open(Env* env, const std::string& path) {
+    MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, env->NewRandomAccessFile(path));
+    MUONSHARD_ASSIGN_OR_RETURN(const bool regular, file->IsRegularFile());
+    if (!regular) return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    MUONSHARD_ASSIGN_OR_RETURN(const int64_t size, file->Size());
+    return ReadOnlyFile(std::move(file), size);
   }
 
   int64_t size() const { return size_; }
@@ -56,29 +40,21 @@ class ReadOnlyFile {
   // Exactly `n` bytes from `offset`.
   absl::StatusOr<std::string> ReadAt(int64_t offset, int64_t n) const {
     std::string out(static_cast<size_t>(n), '\0');
-    int64_t done = 0;
-    while (done < n) {
-      const ssize_t got = ::pread(fd_, out.data() + done, static_cast<size_t>(std::min(n - done, kMaxIo)),
-                                  static_cast<off_t>(offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) return absl::ErrnoToStatus(errno, absl::StrCat("cannot read ", path_));
-      if (got == 0) return absl::DataLossError(absl::StrCat(path_, ": file shrank while being read"));
-      done += got;
-    }
+    MUONSHARD_ASSIGN_OR_RETURN(const int64_t got, file_->ReadUpTo(offset, out.data(), n));
+    if (got < n) return absl::DataLossError(absl::StrCat(file_->path(), ": file shrank while being read"));
     return out;
   }
 
  private:
-  ReadOnlyFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ReadOnlyFile(std::unique_ptr<RandomAccessFile> file, int64_t size) : file_(std::move(file)), size_(size) {}
 
-  int fd_ = -1;
+  std::unique_ptr<RandomAccessFile> file_;
   int64_t size_ = 0;
-  std::string path_;
 };
 
 // The 8-byte length and the N-byte JSON header of `path`, nothing more.
-absl::StatusOr<SafetensorsFileHeader> ReadHeader(const std::string& path, std::string name) {
-  MUONSHARD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+absl::StatusOr<SafetensorsFileHeader> ReadHeader(Env* env, const std::string& path, std::string name) {
+  MUONSHARD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(env, path));
   SafetensorsFileHeader header;
   header.name = std::move(name);
   header.path = path;
@@ -93,8 +69,8 @@ absl::StatusOr<SafetensorsFileHeader> ReadHeader(const std::string& path, std::s
   return header;
 }
 
-absl::StatusOr<std::string> ReadIndexFile(const std::string& path) {
-  MUONSHARD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+absl::StatusOr<std::string> ReadIndexFile(Env* env, const std::string& path) {
+  MUONSHARD_ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(env, path));
   if (file.size() > kMaxSafetensorsHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", file.size(), " bytes, more than an index may hold (",
                                                    kMaxSafetensorsHeaderBytes, ")"));
@@ -102,14 +78,15 @@ absl::StatusOr<std::string> ReadIndexFile(const std::string& path) {
   return file.ReadAt(0, file.size());
 }
 
-bool IsDirectory(const std::string& path) {
-  std::error_code ec;
-  return fs::is_directory(path, ec);
+// False too when the file system cannot tell.
+bool IsDirectory(Env* env, const std::string& path) {
+  absl::StatusOr<bool> is_directory = env->IsDirectory(path);
+  return is_directory.ok() && *is_directory;
 }
 
-bool Exists(const std::string& path) {
-  std::error_code ec;
-  return fs::exists(path, ec);
+bool Exists(Env* env, const std::string& path) {
+  absl::StatusOr<bool> exists = env->FileExists(path);
+  return exists.ok() && *exists;
 }
 
 // The name of the directory `path` names (as spelled, symlinks unresolved).
@@ -148,21 +125,22 @@ std::string DirectoryOf(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
-absl::StatusOr<SafetensorsImport> ImportSingle(const std::string& path, const SafetensorsImportOptions& options) {
-  MUONSHARD_ASSIGN_OR_RETURN(SafetensorsFileHeader header, ReadHeader(path, FileName(path)));
+absl::StatusOr<SafetensorsImport> ImportSingle(Env* env, const std::string& path,
+                                               const SafetensorsImportOptions& options) {
+  MUONSHARD_ASSIGN_OR_RETURN(SafetensorsFileHeader header, ReadHeader(env, path, FileName(path)));
   return ImportSafetensorsHeaders({std::move(header)}, nullptr, options);
 }
 
-absl::StatusOr<SafetensorsImport> ImportSharded(const std::string& index_path,
+absl::StatusOr<SafetensorsImport> ImportSharded(Env* env, const std::string& index_path,
                                                 const SafetensorsImportOptions& options) {
-  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ReadIndexFile(index_path));
+  MUONSHARD_ASSIGN_OR_RETURN(std::string json, ReadIndexFile(env, index_path));
   MUONSHARD_ASSIGN_OR_RETURN(SafetensorsIndex index, ParseSafetensorsIndex(json, index_path));
   const std::string dir = DirectoryOf(index_path);
   std::vector<SafetensorsFileHeader> headers;
   headers.reserve(index.files.size());
   for (const std::string& file : index.files) {
     const std::string shard = absl::StrCat(dir, "/", file);
-    absl::StatusOr<SafetensorsFileHeader> header = ReadHeader(shard, file);
+    absl::StatusOr<SafetensorsFileHeader> header = ReadHeader(env, shard, file);
     if (absl::IsNotFound(header.status())) {
       return absl::NotFoundError(
           absl::StrCat(index_path, " names ", QuoteForMessage(file), ", which does not exist: ", shard));
@@ -178,17 +156,25 @@ absl::StatusOr<SafetensorsImport> ImportSharded(const std::string& index_path,
 }  // namespace
 
 absl::StatusOr<SafetensorsImport> ImportSafetensors(const std::string& path, SafetensorsImportOptions options) {
+  return ImportSafetensors(Env::Default(), path, std::move(options));
+}
+
+absl::StatusOr<SafetensorsImport> ImportSafetensors(Env* env, const std::string& path,
+                                                    SafetensorsImportOptions options) {
   const std::string trimmed = WithoutTrailingSlashes(path);
-  const bool is_directory = IsDirectory(trimmed);
-  if (!is_directory && !Exists(trimmed)) return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  const bool is_directory = IsDirectory(env, trimmed);
+  if (!is_directory && !Exists(env, trimmed)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  }
   if (options.default_name.empty()) options.default_name = DefaultName(trimmed, is_directory);
   if (!is_directory) {
-    return absl::EndsWith(trimmed, ".index.json") ? ImportSharded(trimmed, options) : ImportSingle(trimmed, options);
+    return absl::EndsWith(trimmed, ".index.json") ? ImportSharded(env, trimmed, options)
+                                                  : ImportSingle(env, trimmed, options);
   }
   const std::string single = absl::StrCat(trimmed, "/", kSingleFile);
-  if (Exists(single)) return ImportSingle(single, options);
+  if (Exists(env, single)) return ImportSingle(env, single, options);
   const std::string index = absl::StrCat(trimmed, "/", kIndexFile);
-  if (Exists(index)) return ImportSharded(index, options);
+  if (Exists(env, index)) return ImportSharded(env, index, options);
   return absl::NotFoundError(absl::StrCat(path, ": holds neither ", kSingleFile, " nor ", kIndexFile));
 }
 

@@ -3,12 +3,14 @@
 
 // Reads a safetensors checkpoint's headers from disk and imports them
 // (safetensors_import.h). The thin I/O layer: it reads each file's 8-byte
-// length and N-byte JSON header with pread, never the tensor data, and
-// leaves every decision to the pure importer.
+// length and N-byte JSON header through an Env (common/env.h; a test's
+// FaultInjectionEnv reaches it), never the tensor data, and leaves every
+// decision to the pure importer.
 
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/env.h"
 #include "importer/safetensors_import.h"
 
 namespace muonshard::importer {
@@ -26,8 +28,12 @@ namespace muonshard::importer {
 // name, and a shard the index names that does not exist. INVALID_ARGUMENT
 // for what is there but malformed (ImportSafetensorsHeaders), for what is not
 // a regular file, and for an index above kMaxSafetensorsHeaderBytes. Other
-// codes for I/O failures. bytes_read counts the index too.
+// codes for I/O failures (the Env's, naming the file). bytes_read counts the
+// index too. Reads through Env::Default().
 absl::StatusOr<SafetensorsImport> ImportSafetensors(const std::string& path, SafetensorsImportOptions options);
+// The same through `env`.
+absl::StatusOr<SafetensorsImport> ImportSafetensors(Env* env, const std::string& path,
+                                                    SafetensorsImportOptions options);
 
 }  // namespace muonshard::importer
 

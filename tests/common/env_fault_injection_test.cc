@@ -102,6 +102,22 @@ TEST_F(FaultInjectionEnvTest, ShortRead_LooksLikeATruncatedFile) {
   EXPECT_THAT(env_.ReadFileToString(Path("f")), IsOkAndHolds(std::string("abcd")));
 }
 
+// A random-access file's stats go through the rules like the env's.
+TEST_F(FaultInjectionEnvTest, RandomAccessFile_StatsAreRecordedAndCanFail) {
+  MUONSHARD_ASSERT_OK(Write(Path("f"), "abcdefgh", true));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> file, env_.NewRandomAccessFile(Path("f")));
+  EXPECT_THAT(file->IsRegularFile(), IsOkAndHolds(true));
+  EXPECT_THAT(file->Size(), IsOkAndHolds(8));
+  env_.AddRule({FaultKind::kError, EIO, FsOp::kStat, "", 1});
+  EXPECT_THAT(file->IsRegularFile(), StatusIs(absl::StatusCode::kDataLoss, HasSubstr(Path("f"))));
+  EXPECT_THAT(file->IsRegularFile(), IsOkAndHolds(true));
+  EXPECT_THAT(env_.NewRandomAccessFile(Path("missing")), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+  const std::vector<FsCall> calls = env_.calls();
+  ASSERT_GE(calls.size(), 4u);
+  EXPECT_EQ(calls[calls.size() - 4].op, FsOp::kStat);
+  EXPECT_EQ(calls[calls.size() - 3].op, FsOp::kStat);
+}
+
 TEST_F(FaultInjectionEnvTest, Crash_FailsThatCallAndEveryLaterOne_UntilSimulateCrash) {
   env_.AddRule({FaultKind::kCrash, 0, FsOp::kSync, "", 1});
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<WritableFile> file, env_.NewWritableFile(Path("f")));

@@ -3,6 +3,7 @@
 #include "common/env.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -97,6 +98,37 @@ TEST_F(PosixEnvTest, MissingFiles_AreNotFoundNamingThePath) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot rename \"" + path + "\" to \"")));
   EXPECT_THAT(env_->NewWritableFile(dir_.Join("no/such/dir")),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("cannot create")));
+}
+
+// What opens but is not a regular file is told apart; a FIFO opens at once
+// rather than waiting for a writer.
+TEST_F(PosixEnvTest, RandomAccessFile_IsRegularFile) {
+  MUONSHARD_ASSERT_OK(Write(dir_.Join("file"), "x"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> file, env_->NewRandomAccessFile(dir_.Join("file")));
+  EXPECT_THAT(file->IsRegularFile(), IsOkAndHolds(true));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> dir, env_->NewRandomAccessFile(dir_.path()));
+  EXPECT_THAT(dir->IsRegularFile(), IsOkAndHolds(false));
+  const std::string fifo = dir_.Join("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> pipe, env_->NewRandomAccessFile(fifo));
+  EXPECT_THAT(pipe->IsRegularFile(), IsOkAndHolds(false));
+}
+
+// Reads at and past the end: ReadUpTo returns what is there, ReadAt is
+// DATA_LOSS naming the file.
+TEST_F(PosixEnvTest, RandomAccessFile_ShortReadsAtTheEnd) {
+  const std::string path = dir_.Join("short");
+  MUONSHARD_ASSERT_OK(Write(path, "abc"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::unique_ptr<RandomAccessFile> file, env_->NewRandomAccessFile(path));
+  char buf[8] = {};
+  EXPECT_THAT(file->ReadUpTo(0, buf, 8), IsOkAndHolds(3));
+  EXPECT_EQ(std::string(buf, 3), "abc");
+  EXPECT_THAT(file->ReadUpTo(3, buf, 8), IsOkAndHolds(0));
+  EXPECT_THAT(file->ReadUpTo(100, buf, 8), IsOkAndHolds(0));
+  EXPECT_THAT(file->ReadAt(1, buf, 3),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(path + "\" ends before byte 4 (truncated)")));
+  MUONSHARD_EXPECT_OK(file->ReadAt(1, buf, 2));
+  EXPECT_EQ(std::string(buf, 2), "bc");
 }
 
 TEST_F(PosixEnvTest, ExistsAndIsDirectory) {

@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -25,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "importer/safetensors_files.h"
 #include "plan/planner.h"
+#include "tests/testing/fault_injection_env.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/testing/temp_dir.h"
 
@@ -33,7 +35,9 @@ namespace {
 
 using ::muonshard::testing::StatusIs;
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
+using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -550,6 +554,30 @@ TEST_F(SafetensorsImportTest, MissingOrOddInputs) {
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   EXPECT_THAT(ImportSafetensors(fifo, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a regular file")));
+}
+
+// The files are read through the Env, so injected faults reach the importer:
+// each error names the file it hit.
+TEST_F(SafetensorsImportTest, Env_FaultsReachTheImporterNamingTheFile) {
+  const std::string dir = Dir("faults");
+  WriteTwoShards(dir);
+  const std::string shard2 = dir + "/model-00002-of-00002.safetensors";
+  muonshard::testing::FaultInjectionEnv env(Env::Default(), tmp_.Join("trash"));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(SafetensorsImport clean, ImportSafetensors(&env, dir, {}));
+  EXPECT_EQ(clean.files, 2);
+  EXPECT_THAT(env.calls(), Contains(Field(&muonshard::testing::FsCall::path, shard2)));
+
+  env.AddRule({muonshard::testing::FaultKind::kError, EIO, muonshard::testing::FsOp::kRead, "00002-of", 1});
+  EXPECT_THAT(ImportSafetensors(&env, dir, {}),
+              StatusIs(absl::StatusCode::kDataLoss, AllOf(HasSubstr("cannot read"), HasSubstr(shard2))));
+  env.AddRule({muonshard::testing::FaultKind::kShortRead, 0, muonshard::testing::FsOp::kRead, "00002-of", 1});
+  EXPECT_THAT(ImportSafetensors(&env, dir, {}),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(shard2 + ": file shrank while being read")));
+  env.AddRule(
+      {muonshard::testing::FaultKind::kError, EACCES, muonshard::testing::FsOp::kNewRandomAccessFile, "index.json", 1});
+  EXPECT_THAT(ImportSafetensors(&env, dir, {}),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr(dir + "/model.safetensors.index.json")));
+  MUONSHARD_EXPECT_OK(ImportSafetensors(&env, dir, {}).status());  // every rule spent
 }
 
 // ---- The shared parsers (common/), which the importer stands on. ----

@@ -94,6 +94,7 @@ class FaultRandomAccessFile final : public RandomAccessFile {
 
   const std::string& path() const override { return base_->path(); }
   absl::StatusOr<int64_t> Size() const override { return env_->OnSize(*base_); }
+  absl::StatusOr<bool> IsRegularFile() const override { return env_->OnIsRegularFile(*base_); }
   absl::StatusOr<int64_t> ReadUpTo(int64_t offset, char* dst, int64_t n) const override {
     return env_->OnRead(*base_, offset, dst, n);
   }
@@ -434,6 +435,12 @@ absl::StatusOr<int64_t> FaultInjectionEnv::OnSize(const RandomAccessFile& base) 
   absl::MutexLock lock(&mu_);
   if (Decision d = Check(FsOp::kStat, base.path()); !d.status.ok()) return d.status;
   return base.Size();
+}
+
+absl::StatusOr<bool> FaultInjectionEnv::OnIsRegularFile(const RandomAccessFile& base) {
+  absl::MutexLock lock(&mu_);
+  if (Decision d = Check(FsOp::kStat, base.path()); !d.status.ok()) return d.status;
+  return base.IsRegularFile();
 }
 
 }  // namespace muonshard::testing

@@ -49,7 +49,7 @@ enum class FsOp {
   kNewRandomAccessFile,
   kRead,      // RandomAccessFile::ReadUpTo
   kReadFile,  // Env::ReadFileToString
-  kStat,      // FileExists, IsDirectory, GetFileSize, RandomAccessFile::Size
+  kStat,      // FileExists, IsDirectory, GetFileSize, RandomAccessFile::Size and ::IsRegularFile
   kGetChildren,
   kCreateDirs,
   kRename,
@@ -160,6 +160,7 @@ class FaultInjectionEnv final : public Env {
   absl::Status OnClose(const std::string& path, WritableFile& base);
   absl::StatusOr<int64_t> OnRead(const RandomAccessFile& base, int64_t offset, char* dst, int64_t n);
   absl::StatusOr<int64_t> OnSize(const RandomAccessFile& base);
+  absl::StatusOr<bool> OnIsRegularFile(const RandomAccessFile& base);
 
   Env* const base_;
   const std::string trash_dir_;

@@ -1,29 +1,14 @@
 #include "worker/comm/nccl_comm.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "worker/comm/nccl_status.h"
 
 namespace muonshard::worker {
-namespace {
-
-// Sleeps between polls of a non-blocking NCCL communicator, backing off from
-// 50 us to 1 ms. See NOTE [Bounded NCCL waits].
-class PollPause {
- public:
-  void Wait() {
-    absl::SleepFor(pause_);
-    pause_ = std::min(pause_ * 2, absl::Milliseconds(1));
-  }
-
- private:
-  absl::Duration pause_ = absl::Microseconds(50);
-};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclComm>> NcclComm::Create(int nranks, const ncclUniqueId& id, int rank,
                                                            absl::Duration timeout) {
@@ -84,7 +69,9 @@ absl::Status NcclComm::CheckAsyncError(absl::string_view what) {
 }
 
 absl::Status NcclComm::WaitWhileInProgress(absl::Time deadline, absl::string_view what) {
-  PollPause pause;
+  // Sleeps between polls, backing off from 50 us to 1 ms. See NOTE [Bounded
+  // NCCL waits].
+  Backoff pause({absl::Microseconds(50), 2.0, absl::Milliseconds(1)});
   for (;;) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t result = ncclCommGetAsyncError(comm_, &state);
@@ -96,7 +83,7 @@ absl::Status NcclComm::WaitWhileInProgress(absl::Time deadline, absl::string_vie
       return Fail(
           absl::DeadlineExceededError(absl::StrCat(what, ": still in progress at the deadline; communicator aborted")));
     }
-    pause.Wait();
+    absl::SleepFor(pause.Next());
   }
 }
 

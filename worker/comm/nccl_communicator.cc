@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "worker/comm/nccl_status.h"
 
@@ -321,7 +322,7 @@ absl::Status NcclCommunicator::Synchronize() {
   MUONSHARD_RETURN_IF_ERROR(group_.CheckNotInGroup("Synchronize()"));
   MUONSHARD_RETURN_IF_ERROR(Enter());
   const absl::Time deadline = absl::Now() + timeout_;
-  absl::Duration pause = absl::Microseconds(50);
+  Backoff pause({absl::Microseconds(50), 2.0, absl::Milliseconds(1)});
   // cudaStreamSynchronize cannot time out and would hang on a dead peer, so
   // poll the stream and the communicator's async error instead (NOTE
   // [Bounded NCCL waits] in nccl_comm.h).
@@ -338,8 +339,7 @@ absl::Status NcclCommunicator::Synchronize() {
       return sticky_.Record(absl::DeadlineExceededError(absl::StrCat(
           "Synchronize: stream not drained within ", absl::FormatDuration(timeout_), "; communicator aborted")));
     }
-    absl::SleepFor(pause);
-    pause = std::min(pause * 2, absl::Milliseconds(1));
+    absl::SleepFor(pause.Next());
   }
 }
 

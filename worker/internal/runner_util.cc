@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/quote.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "kernels/newton_schulz.h"
 #include "worker/workload/regression_workload.h"
@@ -121,9 +122,9 @@ std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_s
 // again, until `timeout`. Ranks that passed the barrier before the restart
 // do not set theirs again, so a barrier the restart cut in two ends in
 // DEADLINE_EXCEEDED: a broken group, which NOTE [Recovery] handles.
-absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world,
-                          absl::Duration timeout) {
-  return StoreExchange(store, name, rank, world, "", timeout).status();
+absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout,
+                          const Clock& clock) {
+  return StoreExchange(store, name, rank, world, "", timeout, clock).status();
 }
 
 void HoldAtBarrierForTest(absl::string_view name) {
@@ -135,26 +136,24 @@ void HoldAtBarrierForTest(absl::string_view name) {
 }
 
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
-                                                       int world, const std::string& value, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+                                                       int world, const std::string& value, absl::Duration timeout,
+                                                       const Clock& clock) {
+  RetryPolicy policy;
+  policy.backoff = {absl::Milliseconds(50), 2.0, absl::Seconds(1)};
+  policy.deadline = clock.Now() + timeout;  // also bounds each wait
   std::vector<std::string> keys;
   for (int r = 0; r < world; ++r) keys.push_back(absl::StrCat(name, "/", r));
-  absl::Duration backoff = absl::Milliseconds(50);
-  for (;;) {
-    absl::Status s = store.Set(keys[rank], value);
-    if (s.ok()) {
-      HoldAtBarrierForTest(name);
-      absl::StatusOr<std::vector<std::string>> values = store.WaitAll(keys, deadline - absl::Now());
-      if (values.ok()) return values;
-      s = values.status();
-    }
-    const bool restarting = absl::IsUnavailable(s) || absl::IsNotFound(s);
-    if (!restarting || absl::Now() + backoff >= deadline) {
-      return Annotate(s, absl::StrCat("barrier \"", name, "\" of ", world, " rank(s)"));
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
-  }
+  // Retried while the coordinator restarts (NOTE [Barriers across a
+  // coordinator restart]).
+  auto restarting = [](const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsNotFound(s); };
+  absl::StatusOr<std::vector<std::string>> values =
+      Retry(policy, clock, restarting, [&]() -> absl::StatusOr<std::vector<std::string>> {
+        MUONSHARD_RETURN_IF_ERROR(store.Set(keys[rank], value));
+        HoldAtBarrierForTest(name);
+        return store.WaitAll(keys, policy.deadline - clock.Now());
+      });
+  if (!values.ok()) return Annotate(values.status(), absl::StrCat("barrier \"", name, "\" of ", world, " rank(s)"));
+  return values;
 }
 
 namespace {

@@ -64,8 +64,10 @@ std::map<std::string, std::string> DumpMetadata(const WorkerOptions& options, co
 std::string ProgressLine(int64_t step, int64_t steps, double loss, double step_seconds, const StepStats* stats);
 
 // Every rank sets "<name>/<rank>" and waits for all `world` ranks' keys,
-// each wait bounded by `timeout`.
-absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout);
+// each wait bounded by `timeout` (on `clock`, which also times the back-off
+// between attempts; common/retry.h).
+absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int rank, int world, absl::Duration timeout,
+                          const Clock& clock = *RealClock());
 
 // StoreBarrier that sets `value` under this rank's key: every rank's value,
 // by rank.
@@ -77,7 +79,8 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
 // and left meanwhile) whatever the machine's load. For tests only.
 void HoldAtBarrierForTest(absl::string_view name);
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
-                                                       int world, const std::string& value, absl::Duration timeout);
+                                                       int world, const std::string& value, absl::Duration timeout,
+                                                       const Clock& clock = *RealClock());
 
 // NOTE [Step agreement]: the options that decide which collectives a rank
 // issues, and in which order: backend, reduce order, the step's schedule
