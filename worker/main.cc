@@ -46,21 +46,24 @@ absl::Status CountFlag(const char* name, int64_t value, int* out) {
   return absl::OkStatus();
 }
 
+// The flags' defaults are WorkerOptions' (and so RankSessionOptions' and
+// OptimizerConfig's, which muonshard.torch's keyword arguments take too:
+// python/src/session_options.h): one definition of each.
 struct Flags {
   WorkerOptions o;
   std::string plan_version = "latest";
   int64_t rank = -1;
-  int64_t max_restarts = 0;
-  int64_t min_workers = 0;
-  int64_t checkpoint_keep = 0;
-  int64_t buddy_every = 0;
-  double lr = 0.02;
-  double weight_decay = 0.01;
-  int64_t seed = 1;
-  double comm_timeout_s = 60;
-  double join_timeout_s = 30;
-  double linger_s = 0;
-  double rejoin_grace_s = 0;
+  int64_t max_restarts = o.max_restarts;
+  int64_t min_workers = o.min_workers;
+  int64_t checkpoint_keep = o.checkpoint_keep;
+  int64_t buddy_every = o.buddy_every;
+  double lr = o.lr;
+  double weight_decay = o.weight_decay;
+  int64_t seed = static_cast<int64_t>(o.seed);
+  double comm_timeout_s = absl::ToDoubleSeconds(o.comm_timeout);
+  double join_timeout_s = absl::ToDoubleSeconds(o.join_timeout);
+  double linger_s = absl::ToDoubleSeconds(o.linger);
+  double rejoin_grace_s = absl::ToDoubleSeconds(o.rejoin_grace);
 
   void Register(FlagSet& f) {
     o.connection.Register(f);

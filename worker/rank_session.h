@@ -222,6 +222,7 @@ class RankSession {
   int world_size() const { return joined().world_size; }
   int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
   const v1::RankView& view() const { return view_; }
+  const RankSessionOptions& options() const { return options_; }
   // False after a failed Recover: no communicators, no optimizer (the
   // methods that need them then fail FAILED_PRECONDITION; optimizer() must
   // not be called).

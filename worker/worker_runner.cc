@@ -17,6 +17,7 @@
 #include "worker/optimizer/step_trace.h"
 #include "worker/param_dump.h"
 #include "worker/rank_session.h"
+#include "worker/recovery_driver.h"
 #include "worker/workload/workload_driver.h"
 
 namespace muonshard::worker {
@@ -127,60 +128,21 @@ class WorkerRun {
     return loaded->step;
   }
 
-  // RankSession::Start, again (a restart) while it fails because the group
-  // broke under it (a replacement process starting while a peer fails) and
-  // restarts remain. A failed start has left the job already.
+  // RecoveryDriver::Start: started again while the group breaks under it.
   absl::Status StartSession() {
-    for (;;) {
-      absl::StatusOr<std::unique_ptr<RankSession>> started =
-          RankSession::Start(options_, internal::MakeOptimizerConfig(options_));
-      if (started.ok()) {
-        session_ = *std::move(started);
-        return absl::OkStatus();
-      }
-      if (!IsBrokenGroup(started.status()) || restarts_ >= options_.max_restarts) return started.status();
-      ++restarts_;
-      Log(options_) << "starting again (restart " << restarts_ << " of " << options_.max_restarts
-                    << ") after: " << started.status() << "\n";
-    }
+    MUONSHARD_ASSIGN_OR_RETURN(session_, recovery_.Start(options_, internal::MakeOptimizerConfig(options_)));
+    return absl::OkStatus();
   }
 
-  // NOTE [Recovery] (rank_session.h): the step to go on from, or the error
-  // to end with when `failure` (reported to the coordinator) cannot be
-  // recovered from: not a broken group, no restarts left, or the job ended
-  // with another rank's failure (NOTE [Job failure]: then that one). A
-  // recovery that fails the same way (the generation moved again, the group
-  // did not re-form in time) is tried again while restarts remain.
+  // NOTE [Recovery] (recovery_driver.h): the step to go on from, or the
+  // error to end with.
   absl::StatusOr<int64_t> Recover(absl::Status failure) {
-    for (;;) {
-      if (absl::IsCancelled(failure)) return failure;
-      const absl::Status ending = session_->ReportError(failure);
-      if (!IsBrokenGroup(ending) || restarts_ >= options_.max_restarts) return ending;
-      ++restarts_;
-      Log(options_) << Prefix() << "recovering (restart " << restarts_ << " of " << options_.max_restarts
-                    << ") from: " << failure << "\n";
-      absl::StatusOr<int64_t> from = RecoverOnce();
-      if (from.ok()) return from;
-      failure = from.status();
-      failed_at_ = step_started_ = absl::Now();
-    }
+    RecoveryHooks hooks;
+    hooks.restore = [this] { return Restore(); };
+    MUONSHARD_ASSIGN_OR_RETURN(const Recovery r,
+                               recovery_.Recover(*session_, std::move(failure), failed_at_ - step_started_, hooks));
+    return r.step;
   }
-
-  absl::StatusOr<int64_t> RecoverOnce() {
-    const absl::Duration detect = failed_at_ - step_started_;
-    MUONSHARD_ASSIGN_OR_RETURN(const RecoveryTimes times, session_->Recover());
-    const absl::Time t0 = absl::Now();
-    MUONSHARD_ASSIGN_OR_RETURN(const int64_t from, Restore());
-    const absl::Duration restore = absl::Now() - t0;
-    session_->metrics().RecordRecovery({absl::ToDoubleSeconds(detect), absl::ToDoubleSeconds(times.abort),
-                                        absl::ToDoubleSeconds(times.rendezvous), absl::ToDoubleSeconds(restore)});
-    Log(options_) << Prefix() << "recovered into generation " << session_->joined().generation << " (detect "
-                  << Ms(detect) << ", abort " << Ms(times.abort) << ", rendezvous " << Ms(times.rendezvous)
-                  << ", restore " << Ms(restore) << "); continuing from step " << from << "\n";
-    return from;
-  }
-
-  static std::string Ms(absl::Duration d) { return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1))); }
 
   // After step `done`, when due: every rank writes its file, meets the others,
   // and rank 0 commits (index last, then the rename and `latest`).
@@ -259,7 +221,7 @@ class WorkerRun {
   const WorkerOptions& options_;
   std::unique_ptr<RankSession> session_;
   std::unique_ptr<Workload> workload_;
-  int restarts_ = 0;
+  RecoveryDriver recovery_{options_.max_restarts};
   StepTraceLog traced_{options_.step_trace_dir, options_.step_trace_steps};  // NOTE [Step trace]
   absl::Time step_started_ = absl::Now();                                    // of the step being run
   absl::Time failed_at_ = absl::Now();                                       // when it failed

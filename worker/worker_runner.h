@@ -72,8 +72,8 @@ struct WorkerOptions : RankSessionOptions {
   std::string ns_precision = "default";
   std::string workload = "regression";  // or "synthetic"
   int64_t steps = 20;
-  float lr = 0.02f;
-  float weight_decay = 0.01f;
+  float lr = OptimizerConfig().lr;  // the optimizer's defaults: one definition
+  float weight_decay = OptimizerConfig().weight_decay;
   uint64_t seed = 1;
 
   bool reference = false;   // RunReference instead of RunWorker

@@ -14,9 +14,9 @@
 // loads, reports an error or recovers (all of which wait on peers or the
 // coordinator).
 //
-// Recovery (NOTE [Recovery] in worker/rank_session.h): report_error,
-// recover, load_latest_checkpoint and record_recovery are RankSession's
-// own; muonshard.torch.ShardedMuonAdamW drives them. Recover() destroys the
+// Recovery (NOTE [Recovery] in worker/rank_session.h): recover_from is the
+// one recovery loop (worker::RecoveryDriver), which muonshard-worker runs
+// too; muonshard.torch.ShardedMuonAdamW hands it what to restore. Recover() destroys the
 // optimizer first, so the arrays part_storage() handed out point at freed
 // memory from then on: the caller stops using them before recover(). After a
 // failed recover() there is no optimizer: everything that needs it raises
@@ -39,14 +39,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "checkpoint/state.h"
+#include "common/status_macros.h"
 #include "kernels/newton_schulz.h"
 #include "plan/model.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
+#include "python/src/session_options.h"
 #include "python/src/status.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/step_trace.h"
+#include "worker/recovery_driver.h"
 
 namespace muonshard::python {
 namespace {
@@ -86,23 +89,6 @@ py::array ArrayOver(void* data, v1::DType dtype, int64_t numel, py::handle owner
   py::dtype type = NumpyDType(dtype);
   const py::ssize_t item = type.itemsize();
   return py::array(type, {static_cast<py::ssize_t>(numel)}, {item}, data, owner);
-}
-
-absl::StatusOr<kernels::NsCoefficientSet> CoefficientSet(const std::string& name) {
-  if (name == "simple") return kernels::NsCoefficientSet::kSimple;
-  if (name == "quintic") return kernels::NsCoefficientSet::kQuintic;
-  if (name == "polar_express") return kernels::NsCoefficientSet::kPolarExpress;
-  if (name == "aol") return kernels::NsCoefficientSet::kAol;
-  if (name == "deepseekv4") return kernels::NsCoefficientSet::kDeepseekV4;
-  return absl::InvalidArgumentError(
-      absl::StrCat("ns_coefficients \"", name, "\" is not simple, quintic, polar_express, aol or deepseekv4"));
-}
-
-absl::StatusOr<kernels::MatmulPrecision> Precision(const std::string& name) {
-  if (name == "default") return kernels::MatmulPrecision::kDefault;
-  if (name == "fp32") return kernels::MatmulPrecision::kFp32;
-  if (name == "bf16") return kernels::MatmulPrecision::kBf16;
-  return absl::InvalidArgumentError(absl::StrCat("ns_precision \"", name, "\" is not default, fp32 or bf16"));
 }
 
 // The tensor parts `view`'s rank holds, as Python dicts (what held() returns).
@@ -186,9 +172,11 @@ absl::StatusOr<absl::StatusCode> StatusCodeNamed(const std::string& name) {
 
 class PyRankSession {
  public:
-  explicit PyRankSession(py::kwargs kwargs) {
-    worker::RankSessionOptions options = SessionOptions(kwargs);
-    worker::OptimizerConfig config = Config(kwargs);
+  explicit PyRankSession(py::kwargs kwargs) : PyRankSession(ParseSessionKwargs(kwargs), kwargs) {}
+
+  PyRankSession(SessionSettings settings, const py::kwargs& kwargs) : recovery_(settings.max_restarts) {
+    worker::RankSessionOptions& options = settings.options;
+    const worker::OptimizerConfig& config = settings.config;
     if (kwargs.contains("check_view") && !kwargs["check_view"].is_none()) {
       // The session keeps its options (and so this callable) until it is
       // destroyed, maybe without the GIL: the reference is dropped under it.
@@ -217,7 +205,7 @@ class PyRankSession {
     absl::StatusOr<std::unique_ptr<worker::RankSession>> session;
     {
       py::gil_scoped_release release;
-      session = worker::RankSession::Start(options, config);
+      session = recovery_.Start(options, config);
     }
     session_ = ValueOrThrow(std::move(session));
     trace_ = worker::StepTraceLog(options.step_trace_dir, options.step_trace_steps);
@@ -419,7 +407,8 @@ class PyRankSession {
   // comm_timeout) and re-creates the communicators and the optimizer (its
   // parameters unset: the caller loads a checkpoint or sets every held
   // tensor). The phases' seconds {"abort", "rendezvous"}. On an error there
-  // is no optimizer until a recover() succeeds.
+  // is no optimizer until a recover() succeeds. (One step of recover_from's
+  // loop, for tests of a session without its group.)
   py::dict Recover() {
     worker::RankSession& rs = session();
     group_ = false;  // the old optimizer is destroyed whatever Recover returns
@@ -436,11 +425,79 @@ class PyRankSession {
     return d;
   }
 
-  // One recovery in /metrics (muonshard_worker_restarts_total and
-  // muonshard_worker_recovery_seconds{phase}), its phases in seconds.
-  void RecordRecovery(double detect, double abort, double rendezvous, double restore) {
-    session().metrics().RecordRecovery(std::array<double, 4>{detect, abort, rendezvous, restore});
+  // NOTE [Recovery] (worker/recovery_driver.h): the one recovery loop.
+  // Reports (code, message) and, while it is a broken group's and restarts
+  // remain, tears the group down (before_teardown() first), re-joins and
+  // calls restore(), which returns the step to continue from or (code,
+  // message) for an error of its own (a failed attempt: tried again while
+  // restarts remain). `detect`: seconds the failed step ran. Returns
+  // {"step", "generation", "restart", "times": {"detect", "abort",
+  // "rendezvous", "restore"}} or, when the rank gives up, {"error": (code,
+  // message)}: the error to end with (the job's failure when another rank's
+  // ended it first).
+  py::dict RecoverFrom(const std::string& code, const std::string& message, double detect, py::object before_teardown,
+                       py::object restore) {
+    const absl::Status failure(ValueOrThrow(StatusCodeNamed(code)), message);
+    if (failure.ok()) RaiseStatus(absl::InvalidArgumentError("recover_from needs an error code, not OK"));
+    worker::RankSession& rs = session();
+    // The callables are muonshard.torch's and catch their own errors; one
+    // that escapes anyway fails the attempt (INTERNAL) instead of unwinding
+    // through C++.
+    worker::RecoveryHooks hooks;
+    absl::Status teardown;
+    hooks.before_teardown = [this, &before_teardown, &teardown] {
+      py::gil_scoped_acquire gil;
+      group_ = false;  // the old optimizer is destroyed whatever Recover returns
+      teardown = CallHook(before_teardown).status();
+    };
+    hooks.restore = [this, &restore, &teardown]() -> absl::StatusOr<int64_t> {
+      py::gil_scoped_acquire gil;
+      group_ = true;
+      if (!teardown.ok()) return teardown;
+      return CallHook(restore);
+    };
+    absl::StatusOr<worker::Recovery> recovered;
+    {
+      py::gil_scoped_release release;
+      recovered = recovery_.Recover(rs, failure, absl::Seconds(detect), hooks);
+    }
+    py::dict d;
+    if (!recovered.ok()) {
+      d["error"] = py::make_tuple(absl::StatusCodeToString(recovered.status().code()),
+                                  std::string(recovered.status().message()));
+      return d;
+    }
+    d["step"] = recovered->step;
+    d["generation"] = recovered->generation;
+    d["restart"] = recovered->restart;
+    py::dict times;
+    times["detect"] = absl::ToDoubleSeconds(recovered->phases.detect);
+    times["abort"] = absl::ToDoubleSeconds(recovered->phases.abort);
+    times["rendezvous"] = absl::ToDoubleSeconds(recovered->phases.rendezvous);
+    times["restore"] = absl::ToDoubleSeconds(recovered->phases.restore);
+    d["times"] = times;
+    return d;
   }
+
+  // hook(): None or an int (the step), or (code, message) for its error.
+  static absl::StatusOr<int64_t> CallHook(const py::object& hook) {
+    std::pair<std::string, std::string> error;
+    try {
+      py::object r = hook();
+      if (r.is_none()) return 0;
+      if (py::isinstance<py::int_>(r)) return r.cast<int64_t>();
+      error = r.cast<std::pair<std::string, std::string>>();
+    } catch (py::error_already_set& e) {
+      return absl::InternalError(absl::StrCat("recovery hook raised: ", py::str(e.value()).cast<std::string>()));
+    } catch (py::cast_error& e) {
+      return absl::InternalError(absl::StrCat("recovery hook returned neither a step nor (code, message): ", e.what()));
+    }
+    MUONSHARD_ASSIGN_OR_RETURN(const absl::StatusCode code, StatusCodeNamed(error.first));
+    return absl::Status(code, error.second);
+  }
+
+  int restarts() const { return recovery_.restarts(); }
+  int max_restarts() const { return recovery_.max_restarts(); }
 
   void Barrier(const std::string& name) {
     Blocking([&](worker::RankSession& rs) { return rs.Barrier(name); });
@@ -531,83 +588,7 @@ class PyRankSession {
     ThrowIfError(s);
   }
 
-  static double Seconds(const py::kwargs& kw, const char* key, double fallback) {
-    return kw.contains(key) && !kw[key].is_none() ? kw[key].cast<double>() : fallback;
-  }
-
-  static worker::RankSessionOptions SessionOptions(const py::kwargs& kw) {
-    worker::RankSessionOptions o;
-    client::ApplyEnvironment(&o.connection);
-    auto str = [&](const char* key, std::string* field) {
-      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<std::string>();
-    };
-    auto integer = [&](const char* key, int* field) {
-      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<int>();
-    };
-    str("coordinator", &o.connection.coordinator);
-    str("token_file", &o.connection.token_file);
-    str("tls_ca", &o.connection.tls_ca);
-    o.connection.timeout_s = Seconds(kw, "rpc_timeout", 30);
-    str("job", &o.job);
-    if (kw.contains("plan_version") && !kw["plan_version"].is_none())
-      o.plan_version = kw["plan_version"].cast<int64_t>();
-    if (kw.contains("rank") && !kw["rank"].is_none()) o.rank = kw["rank"].cast<int>();
-    str("backend", &o.backend);
-    integer("cuda_device", &o.cuda_device);
-    str("reduce_order", &o.reduce_order);
-    str("step_schedule", &o.step_schedule);
-    integer("step_piece_kib", &o.step_piece_kib);
-    str("step_trace_dir", &o.step_trace_dir);
-    integer("step_trace_steps", &o.step_trace_steps);
-    o.metrics_port = -1;  // off unless asked for
-    integer("metrics_port", &o.metrics_port);
-    str("metrics_host", &o.metrics_host);
-    integer("local_rank", &o.local_rank);
-    integer("local_world_size", &o.local_world_size);
-    str("hostname", &o.hostname);
-    str("interface", &o.interface);
-    o.comm_timeout = absl::Seconds(Seconds(kw, "comm_timeout", 60));
-    o.join_timeout = absl::Seconds(Seconds(kw, "join_timeout", 30));
-    o.rejoin_grace = absl::Seconds(Seconds(kw, "rejoin_grace", 0));  // 0: comm_timeout
-    integer("min_workers", &o.min_workers);
-    integer("blas_threads", &o.blas_threads);
-    str("device", &o.device);
-    return o;
-  }
-
-  static worker::OptimizerConfig Config(const py::kwargs& kw) {
-    worker::OptimizerConfig c;
-    auto f = [&](const char* key, float* field) {
-      if (kw.contains(key) && !kw[key].is_none()) *field = kw[key].cast<float>();
-    };
-    f("lr", &c.lr);
-    f("weight_decay", &c.weight_decay);
-    f("muon_momentum", &c.muon_momentum);
-    f("adamw_beta1", &c.adamw_beta1);
-    f("adamw_beta2", &c.adamw_beta2);
-    f("eps", &c.adamw_eps);
-    f("muon_extra_scale", &c.muon_extra_scale);
-    if (kw.contains("eps")) c.ns.eps = c.adamw_eps;  // Paddle: adam_epsilon normalises NS too
-    if (kw.contains("nesterov")) c.nesterov = kw["nesterov"].cast<bool>();
-    if (kw.contains("ns_steps")) c.ns.steps = kw["ns_steps"].cast<int>();
-    if (kw.contains("ns_coefficients")) {
-      c.ns.coefficient_set = ValueOrThrow(CoefficientSet(kw["ns_coefficients"].cast<std::string>()));
-    }
-    if (kw.contains("ns_precision")) c.ns.precision = ValueOrThrow(Precision(kw["ns_precision"].cast<std::string>()));
-    if (kw.contains("muon_scale_version")) {
-      const int v = kw["muon_scale_version"].cast<int>();
-      if (v < 1 || v > 3) RaiseStatus(absl::InvalidArgumentError("muon_scale_version must be 1, 2 or 3"));
-      c.muon_scale_version = static_cast<kernels::MuonScaleVersion>(v);
-    }
-    if (kw.contains("no_decay") && !kw["no_decay"].is_none()) {
-      auto names = std::make_shared<absl::flat_hash_set<std::string>>();
-      for (py::handle n : kw["no_decay"]) names->insert(n.cast<std::string>());
-      c.apply_decay = [names](absl::string_view name) { return !names->contains(name); };
-    }
-    ThrowIfError(worker::ValidateOptimizerConfig(c));
-    return c;
-  }
-
+  worker::RecoveryDriver recovery_;  // NOTE [Recovery]: restarts counted across recoveries
   std::unique_ptr<worker::RankSession> session_;
   bool group_ = true;                  // false from a recover() until one succeeds
   worker::StepTraceLog trace_{"", 1};  // NOTE [Step trace]
@@ -656,12 +637,17 @@ void BindRankSession(py::module_& m) {
       .def_property_readonly("has_group", &PyRankSession::has_group)
       .def("report_error", &PyRankSession::ReportError, py::arg("code"), py::arg("message"))
       .def("recover", &PyRankSession::Recover)
-      .def("record_recovery", &PyRankSession::RecordRecovery, py::arg("detect"), py::arg("abort"),
-           py::arg("rendezvous"), py::arg("restore"))
+      .def("recover_from", &PyRankSession::RecoverFrom, py::arg("code"), py::arg("message"), py::arg("detect"),
+           py::arg("before_teardown"), py::arg("restore"))
+      .def_property_readonly("restarts", &PyRankSession::restarts)
+      .def_property_readonly("max_restarts", &PyRankSession::max_restarts)
       .def("barrier", &PyRankSession::Barrier, py::arg("name"))
       .def("finish", &PyRankSession::Finish)
       .def("write_step_trace", &PyRankSession::WriteStepTrace)
       .def("close", &PyRankSession::Close);
+  m.def("session_defaults", &SessionDefaults,
+        "{keyword: default} of every RankSession option: the C++ option structs' own defaults (the ones "
+        "muonshard-worker's flags take), which muonshard.torch's keyword arguments use.");
   m.def(
       "is_broken_group",
       [](const std::string& code) {

@@ -103,7 +103,7 @@ def assert_identical(a, b):
 
 class FaultySession:
     """The real RankSession, with errors raised from step() at chosen calls and
-    the recovery calls counted."""
+    the recovery loop's reports and re-joins counted."""
 
     def __init__(self, inner, faults):
         self.inner = inner
@@ -117,13 +117,16 @@ class FaultySession:
             raise self.faults.pop(n)
         return self.inner.step(*args, **kwargs)
 
-    def report_error(self, code, message):
+    def recover_from(self, code, message, detect, before_teardown, restore):
+        """The recovery loop (worker/recovery_driver.h): reports `code`, then
+        restores once per re-join."""
         self.calls["report_error"].append(code)
-        return self.inner.report_error(code, message)
 
-    def recover(self):
-        self.calls["recover"] += 1
-        return self.inner.recover()
+        def counted_restore():
+            self.calls["recover"] += 1
+            return restore()
+
+        return self.inner.recover_from(code, message, detect, before_teardown, counted_restore)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)

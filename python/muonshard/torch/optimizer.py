@@ -2,7 +2,6 @@
 
 import math
 import os
-import sys
 import time
 
 import numpy as np
@@ -15,6 +14,9 @@ from muonshard.torch.groups import check_group_options, no_decay_names, parse_gr
 from muonshard.torch.manifest import dtype_name
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# The one source of defaults: the C++ option structs' (worker::RankSessionOptions,
+# worker::OptimizerConfig), the ones muonshard-worker's flags take too.
+_DEFAULTS = _muonshard.session_defaults()
 
 
 def _env_int(name):
@@ -339,42 +341,42 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         coordinator=None,
         job=None,
         plan_version=0,
-        lr=0.02,
-        betas=(0.9, 0.95),
-        eps=1e-9,
-        weight_decay=0.01,
-        muon_momentum=0.95,
-        nesterov=True,
-        ns_steps=5,
-        ns_coefficients="simple",
-        ns_precision="default",
-        muon_scale_version=1,
-        muon_extra_scale=0.2,
+        lr=_DEFAULTS["lr"],
+        betas=(_DEFAULTS["adamw_beta1"], _DEFAULTS["adamw_beta2"]),
+        eps=_DEFAULTS["eps"],
+        weight_decay=_DEFAULTS["weight_decay"],
+        muon_momentum=_DEFAULTS["muon_momentum"],
+        nesterov=_DEFAULTS["nesterov"],
+        ns_steps=_DEFAULTS["ns_steps"],
+        ns_coefficients=_DEFAULTS["ns_coefficients"],
+        ns_precision=_DEFAULTS["ns_precision"],
+        muon_scale_version=_DEFAULTS["muon_scale_version"],
+        muon_extra_scale=_DEFAULTS["muon_extra_scale"],
         no_decay=None,
-        backend="gloo",
+        backend=_DEFAULTS["backend"],
         rank=None,
-        reduce_order="ring",
+        reduce_order=_DEFAULTS["reduce_order"],
         metrics_port=None,
         metrics_host=None,
         hostname=None,
         device=None,
-        comm_timeout=60.0,
-        join_timeout=30.0,
+        comm_timeout=_DEFAULTS["comm_timeout"],
+        join_timeout=_DEFAULTS["join_timeout"],
         token_file=None,
         tls_ca=None,
-        blas_threads=0,
+        blas_threads=_DEFAULTS["blas_threads"],
         sync_initial=True,
         alias_buffers=True,
         checkpoint_dir=None,
         resume=None,
-        max_restarts=0,
+        max_restarts=_DEFAULTS["max_restarts"],
         rejoin_grace=None,
         overlap_backward=False,
-        step_schedule="auto",
-        step_piece_kib=0,
+        step_schedule=_DEFAULTS["step_schedule"],
+        step_piece_kib=_DEFAULTS["step_piece_kib"],
         step_trace_dir=None,
-        step_trace_steps=10,
-        min_workers=0,
+        step_trace_steps=_DEFAULTS["step_trace_steps"],
+        min_workers=_DEFAULTS["min_workers"],
     ):
         groups = parse_groups(params)
         named = [pair for g in groups for pair in g.named]
@@ -444,7 +446,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._sync_initial = bool(sync_initial)
         self._checkpoint_dir = checkpoint_dir
         self._max_restarts = int(max_restarts)
-        self._restarts = 0
+        self._restarts = 0  # the session's count, kept when it closes
+        self._restore_error = None  # what the last recovery's restore raised
         self._reported = False  # an error went to the coordinator: the group is gone
         self._saves = 0  # save_checkpoint()s into checkpoint_dir that returned
         # What a recovery restores when checkpoint_dir holds no checkpoint (see
@@ -563,17 +566,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     def _start_session(self, kwargs):
         """RankSession (join, rendezvous, communicators, optimizer), started
-        again while it fails because the group broke under it (a replacement
-        process starting while a peer fails) and restarts remain. A failed
-        start has left the job already."""
-        while True:
-            try:
-                return _muonshard.RankSession(**kwargs)
-            except Error as e:
-                if not self._can_recover(e):
-                    raise
-                self._restarts += 1
-                _log(None, "starting again (restart %d of %d) after: %s" % (self._restarts, self._max_restarts, e))
+        again while it fails because the group broke under it and restarts
+        remain (RecoveryDriver::Start in worker/recovery_driver.h, as
+        muonshard-worker does). A failed start has left the job already."""
+        return _muonshard.RankSession(max_restarts=self._max_restarts, **kwargs)
 
     def _check_view(self, info, held):
         """On joining (and re-joining): the module must hold exactly this rank's tensors."""
@@ -688,7 +684,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     @property
     def restarts(self):
         """Recoveries (and restarted starts) of this process so far."""
-        return self._restarts
+        return self._session.restarts if self._session is not None else self._restarts
 
     @property
     def max_restarts(self):
@@ -990,18 +986,13 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise FailedPreconditionError("the optimizer is closed")
         return self._session
 
-    def _can_recover(self, error):
-        return (
-            isinstance(error, Error) and _muonshard.is_broken_group(error.code) and self._restarts < self._max_restarts
-        )
-
     def _failed(self, error, started):
         """`error` broke a step or save that began at `started`: raises Recovered
         after a recovery, else `error` (reported)."""
         step = self._recover(error, started)
         raise Recovered(
             step,
-            self._restarts,
+            self.restarts,
             self._max_restarts,
             self.last_recovery["times"],
             self.generation,
@@ -1012,47 +1003,51 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         ) from error
 
     def _recover(self, error, started):
-        """NOTE [Recovery]: the step to go on from, or raises `error` (reported
-        to the coordinator) when it cannot be recovered from: not a broken group,
-        or no restarts left. A recovery that fails the same way (the generation
-        moved again, the group did not re-form in time) is tried again while
-        restarts remain."""
-        failed_at = time.perf_counter()
-        while True:
-            ending = self._report(error)
-            if not self._can_recover(ending):
-                if ending is error:
-                    raise error
-                raise ending from error
-            self._restarts += 1
-            _log(
-                self._session,
-                "recovering (restart %d of %d) from: %s" % (self._restarts, self._max_restarts, _describe(error)),
-            )
-            try:
-                return self._recover_once(failed_at - started)
-            except Exception as e:
-                error = e
-                started = failed_at = time.perf_counter()
-
-    def _recover_once(self, detect):
-        # The parameters view buffers of the optimizer that recover() destroys.
-        self._detach_parameters()
-        times = self._session.recover()
-        self._reported = False
-        t0 = time.perf_counter()
-        step = self._restore(use_checkpoint=self._checkpoint_dir is not None, recovering=True)
-        restore = time.perf_counter() - t0
-        self._session.record_recovery(detect, times["abort"], times["rendezvous"], restore)
-        self._last_step_end = None
-        phases = {"detect": detect, "abort": times["abort"], "rendezvous": times["rendezvous"], "restore": restore}
-        self.last_recovery = {"step": step, "generation": self.generation, "times": phases}
-        _log(
-            self._session,
-            "recovered into generation %d (%s); continuing from step %d"
-            % (self.generation, ", ".join("%s %.0f ms" % (k, 1e3 * v) for k, v in phases.items()), step),
+        """NOTE [Recovery]: the step to go on from, or raises the error to end
+        with. The loop is the C++ one muonshard-worker runs
+        (worker/recovery_driver.h): it reports `error` (the job moves to a new
+        generation now, the peers learn why) and, while the error is a broken
+        group's and restarts remain, re-joins and calls back here to restore
+        (a restore that fails the same way is tried again)."""
+        if self._session is None:
+            raise error
+        self._restore_error = None
+        result = self._session.recover_from(
+            _code_of(error),
+            _describe(error),
+            time.perf_counter() - started,
+            self._detach_parameters,
+            self._restore_after_recovery,
         )
-        return step
+        self._reported = True
+        if "error" in result:
+            raise self._ending_error(error, *result["error"])
+        self._reported = False
+        self._last_step_end = None
+        self.last_recovery = {"step": result["step"], "generation": result["generation"], "times": result["times"]}
+        return result["step"]
+
+    def _restore_after_recovery(self):
+        """recover_from's restore: the step, or (code, message) of its error
+        (kept to be raised as itself if the rank ends with it)."""
+        try:
+            return self._restore(use_checkpoint=self._checkpoint_dir is not None, recovering=True)
+        except Exception as e:
+            self._restore_error = e
+            return (_code_of(e), _describe(e))
+
+    def _ending_error(self, error, code, message):
+        """The exception for the error the rank ends with: the original one
+        (`error`, or the restore's) when it is that, else the job's failure."""
+        if (_code_of(error), _describe(error)) == (code, message):
+            return error
+        last = self._restore_error
+        if last is not None and (_code_of(last), _describe(last)) == (code, message):
+            last.__cause__ = error
+            return last
+        ending = from_status(code, message)
+        ending.__cause__ = error
+        return ending
 
     def _report(self, error):
         """Tells the coordinator (the job moves to a new generation now, the peers
@@ -1092,6 +1087,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 session.finish()
         finally:
             self._detach_parameters()
+            self._restarts = session.restarts
             session.close()
             self._session = None
 
@@ -1135,12 +1131,6 @@ def _describe(error):
     if isinstance(error, Error):
         return error.message
     return "%s: %s" % (type(error).__name__, error)
-
-
-def _log(session, message):
-    """A status line on stderr, where the C++ session writes its own."""
-    prefix = "rank %d: " % session.rank if session is not None else ""
-    print(prefix + message, file=sys.stderr, flush=True)
 
 
 def _check_plain_shape(name, param, held, info):
