@@ -48,7 +48,7 @@ MetricsHttpServer::MetricsHttpServer(std::unique_ptr<prometheus::Exposer> expose
 MetricsHttpServer::~MetricsHttpServer() = default;
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry, int num_threads) {
+    const std::string& host, int port, const std::shared_ptr<prometheus::Registry>& registry, int num_threads) {
   const std::string address = absl::StrCat(host, ":", port);
   std::unique_ptr<prometheus::Exposer> exposer;
   // prometheus-cpp reports a failed start by throwing (CivetException); this

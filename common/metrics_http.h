@@ -21,7 +21,7 @@ class MetricsHttpServer {
   // Possible errors: UNAVAILABLE naming the address (cannot bind, or the
   // server's threads cannot start: see NOTE [Static TLS] in the .cc).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  std::shared_ptr<prometheus::Registry> registry,
+                                                                  const std::shared_ptr<prometheus::Registry>& registry,
                                                                   int num_threads);
   ~MetricsHttpServer();
   int port() const { return port_; }

@@ -21,10 +21,14 @@
 #define MUONSHARD_ASSIGN_OR_RETURN(lhs, rexpr) \
   MUONSHARD_ASSIGN_OR_RETURN_IMPL_(MUONSHARD_CONCAT_(_muonshard_statusor_, __LINE__), lhs, rexpr)
 
+// `statusor` names a variable and `lhs` may declare one: neither can be
+// parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define MUONSHARD_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                     \
   if (!statusor.ok()) return std::move(statusor).status();     \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 namespace muonshard {
 
