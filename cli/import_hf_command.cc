@@ -73,11 +73,15 @@ absl::StatusOr<v1::ModelManifest> Import(const std::string& path, importer::Impo
 int RunImportHf(const std::vector<std::string>& args) {
   FlagSet flags(absl::StrCat(
       "usage: muonshardctl import-hf CONFIG.json [--mtp] [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
+      "                                 [--ns-blocks-mla] [--ns-blocks 'REGEX=BLOCKS' ...]\n"
       "  prints the model's manifest (JSON) on stdout; model types: ",
       absl::StrJoin(importer::SupportedModelTypes(), ", ")));
   importer::ImportOptions options;
   std::string output = "json";
   flags.Bool("mtp", &options.mtp, "add the next-n prediction (MTP) layers (DeepSeek-V3, Kimi-K2)");
+  flags.Bool("ns-blocks-mla", &options.ns_blocks_mla,
+             "orthogonalise MLA's kv_b_proj per head (DeepSeek-V3, Kimi-K2: blocks rows [k_nope, v] x heads)");
+  flags.StringList("ns-blocks", &options.ns_blocks, kNsBlocksFlagHelp);
   flags.String("name", &options.name, "model name (default: _name_or_path, else the file name)");
   flags.String("output", &output, "json (the manifest) | table (a summary)");
   ImportTpFlags tp;

@@ -59,7 +59,7 @@ void PrintNotes(const importer::SafetensorsImport& imported) {
 int RunImportSafetensors(const std::vector<std::string>& args) {
   FlagSet flags(
       "usage: muonshardctl import-safetensors DIR|FILE [--name NAME] [--tp N [--tp-experts]] [--output json|table]\n"
-      "                                          [--skip-unsupported]\n"
+      "                                          [--skip-unsupported] [--ns-blocks 'REGEX=BLOCKS' ...]\n"
       "  prints the manifest (JSON) of the tensors a safetensors checkpoint holds, read from its headers only;\n"
       "  DIR holds model.safetensors or model.safetensors.index.json and its shards");
   importer::SafetensorsImportOptions options;
@@ -68,6 +68,7 @@ int RunImportSafetensors(const std::vector<std::string>& args) {
   flags.String("output", &output, "json (the manifest) | table (a summary)");
   flags.Bool("skip-unsupported", &options.skip_unsupported,
              "leave out tensors that are not BF16, F16 or F32 (default: fail on the first)");
+  flags.StringList("ns-blocks", &options.ns_blocks, kNsBlocksFlagHelp);
   ImportTpFlags tp;
   tp.Register(flags);
   std::vector<std::string> positional;

@@ -4,6 +4,11 @@
 
 namespace muonshard::cli {
 
+const char kNsBlocksFlagHelp[] =
+    "per-block Newton-Schulz of fused weights, repeatable: REGEX=BLOCKS, REGEX matching whole tensor names, "
+    "BLOCKS rows:SIZES[xGROUPS] or cols:strideN, e.g. '.*qkv_proj\\.weight=rows:3072,1024,1024', "
+    "'.*query_key_value\\.weight=rows:64,64,64x32', '.*experts\\.gate_up_proj=cols:stride2'";
+
 void ImportTpFlags::Register(FlagSet& flags) {
   flags.Int("tp", &options_.tp,
             "tensor-parallel degree: mark the usual column/row splits (q/k/v/gate/up and vocab column, o/down row)");

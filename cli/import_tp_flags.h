@@ -8,6 +8,9 @@
 
 namespace muonshard::cli {
 
+// The help of the import commands' --ns-blocks (importer/ns_blocks_rules.h).
+extern const char kNsBlocksFlagHelp[];
+
 // --tp N and --tp-experts of the import commands: mark the manifest's
 // tensor-parallel splits (importer::MarkTensorParallel) when N > 1.
 class ImportTpFlags {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "plan/model.h"
+#include "plan/ns_blocks.h"
 
 namespace muonshard::cli {
 namespace {
@@ -73,6 +75,50 @@ void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
                          plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), Mib(total), Mib(busiest));
 }
 
+// Per-block Newton-Schulz: the tensors with blocks, one row per kind
+// (blocks, shape and TP handling), with how many there are and the first.
+struct BlockedKind {
+  std::string blocks;
+  std::string shape;
+  std::string tp;  // "-", "local" (ns_local) or "gather"
+  int64_t tensors = 0;
+  std::string first;
+};
+
+std::string ShapeText(const v1::PlannedTensor& t) { return absl::StrCat("[", absl::StrJoin(t.shape(), ", "), "]"); }
+
+void PrintNsBlocks(const v1::Plan& plan, std::ostream& out) {
+  std::vector<BlockedKind> kinds;
+  double blocked = 0, whole = 0;
+  const int steps = plan.policy().ns_steps();
+  for (const v1::PlannedTensor& t : plan.tensors()) {
+    if (!t.has_ns_blocks() || t.shape_size() < 2) continue;
+    const int n = t.shape_size();
+    const double matrices = n == 3 ? static_cast<double>(t.shape(0)) : 1;
+    blocked += matrices * planner::BlockedNsFlops(&t.ns_blocks(), t.shape(n - 2), t.shape(n - 1), steps);
+    whole += matrices * planner::NsFlops(t.shape(n - 2), t.shape(n - 1), steps);
+    BlockedKind k{planner::NsBlocksText(t.ns_blocks()), ShapeText(t),
+                  t.ns_local() ? "local" : (t.local_shape_size() > 0 ? "gather" : "-")};
+    auto same = [&k](const BlockedKind& o) { return o.blocks == k.blocks && o.shape == k.shape && o.tp == k.tp; };
+    auto it = std::find_if(kinds.begin(), kinds.end(), same);
+    if (it == kinds.end()) {
+      k.first = t.name();
+      kinds.push_back(std::move(k));
+      it = kinds.end() - 1;
+    }
+    ++it->tensors;
+  }
+  if (kinds.empty()) return;
+  int64_t tensors = 0;
+  for (const BlockedKind& k : kinds) tensors += k.tensors;
+  out << absl::StrFormat("per-block NS     %s  NS per step %s GFLOP blocked vs %s GFLOP whole\n",
+                         Count(tensors, "tensor", "tensors"), Gflop(blocked), Gflop(whole));
+  out << absl::StrFormat("  %8s  %-32s %-20s %-6s  %s\n", "tensors", "blocks", "shape", "tp", "first");
+  for (const BlockedKind& k : kinds) {
+    out << absl::StrFormat("  %8s  %-32s %-20s %-6s  %s\n", WithThousands(k.tensors), k.blocks, k.shape, k.tp, k.first);
+  }
+}
+
 int64_t ChangedTensors(const v1::PlanDiff& d) {
   return int64_t{d.owner_changed()} + d.slice_changed() + d.optimizer_changed() + d.shape_changed() + d.added() +
          d.removed();
@@ -135,6 +181,7 @@ void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
       s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
   PrintMemorySummary(plan, out);
   if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
+  PrintNsBlocks(plan, out);
 }
 
 std::string MemoryTerms(const v1::RankMemory& m) {

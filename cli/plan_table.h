@@ -31,7 +31,10 @@ absl::Status CheckRankOrder(const RowOrder& order, const std::string& output);
 void PrintPlanTable(const v1::Plan& plan, const RowOrder& order, std::ostream& out);
 
 // The summary lines alone (model, topology, policy, totals, imbalance,
-// training memory per rank and, with a capacity, the headroom).
+// training memory per rank and, with a capacity, the headroom, and with
+// fused weights their Newton-Schulz blocks: per kind of blocked tensor its
+// blocks, shape, TP handling (local: per tp rank's shard, gather: whole),
+// count and first name).
 void PrintPlanSummary(const v1::Plan& plan, std::ostream& out);
 
 // One rank's training memory term by term (MiB), with its capacity and

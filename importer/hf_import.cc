@@ -9,36 +9,46 @@
 #include "importer/internal/blocks.h"
 #include "importer/internal/families.h"
 #include "importer/internal/hf_config.h"
+#include "importer/ns_blocks_rules.h"
 
 namespace muonshard::importer {
 namespace {
 
 using internal::HfConfig;
 
+// What a family's checkpoints may have beyond the decoder (Family.parts).
+enum FamilyPart : unsigned {
+  kMtp = 1,  // next-n prediction layers (--mtp)
+  kMla = 2,  // multi-head latent attention, kv_b_proj (--ns-blocks-mla)
+};
+
 struct Family {
   const char* model_type;
   internal::FamilyBuilder build;
-  bool has_mtp;  // the checkpoints may carry next-n prediction layers
+  unsigned parts;  // FamilyPart bits
 };
 
 // Sorted by model_type. kimi_k2 is DeepSeek-V3's architecture under its own
 // model_type (its config names DeepseekV3ForCausalLM); gemma3 is the
 // multimodal Gemma 3, of which only the language model is imported.
 constexpr Family kFamilies[] = {
-    {"deepseek_v3", internal::BuildDeepseekV3, true},
-    {"ernie4_5_moe", internal::BuildErnie45Moe, false},
-    {"gemma2", internal::BuildGemma2, false},
-    {"gemma3", internal::BuildGemma3, false},
-    {"gemma3_text", internal::BuildGemma3Text, false},
-    {"gpt_oss", internal::BuildGptOss, false},
-    {"kimi_k2", internal::BuildDeepseekV3, true},
-    {"llama", internal::BuildLlama, false},
-    {"mistral", internal::BuildMistral, false},
-    {"mixtral", internal::BuildMixtral, false},
-    {"olmoe", internal::BuildOlmoe, false},
-    {"qwen2", internal::BuildQwen2, false},
-    {"qwen2_moe", internal::BuildQwen2Moe, false},
-    {"qwen3_moe", internal::BuildQwen3Moe, false},
+    {"deepseek_v3", internal::BuildDeepseekV3, kMtp | kMla},
+    {"ernie4_5_moe", internal::BuildErnie45Moe, 0},
+    {"falcon", internal::BuildFalcon, 0},
+    {"gemma2", internal::BuildGemma2, 0},
+    {"gemma3", internal::BuildGemma3, 0},
+    {"gemma3_text", internal::BuildGemma3Text, 0},
+    {"gpt_neox", internal::BuildGptNeox, 0},
+    {"gpt_oss", internal::BuildGptOss, 0},
+    {"kimi_k2", internal::BuildDeepseekV3, kMtp | kMla},
+    {"llama", internal::BuildLlama, 0},
+    {"mistral", internal::BuildMistral, 0},
+    {"mixtral", internal::BuildMixtral, 0},
+    {"olmoe", internal::BuildOlmoe, 0},
+    {"phi3", internal::BuildPhi3, 0},
+    {"qwen2", internal::BuildQwen2, 0},
+    {"qwen2_moe", internal::BuildQwen2Moe, 0},
+    {"qwen3_moe", internal::BuildQwen3Moe, 0},
 };
 
 absl::StatusOr<const Family*> FindFamily(const std::string& model_type) {
@@ -91,15 +101,23 @@ absl::StatusOr<v1::ModelManifest> ImportHfConfig(absl::string_view config_json, 
   MUONSHARD_ASSIGN_OR_RETURN(HfConfig config, HfConfig::Parse(config_json));
   MUONSHARD_ASSIGN_OR_RETURN(std::string model_type, config.String("model_type"));
   MUONSHARD_ASSIGN_OR_RETURN(const Family* family, FindFamily(model_type));
-  if (options.mtp && !family->has_mtp) {
+  if (options.mtp && (family->parts & kMtp) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--mtp: model_type \"", model_type, "\" has no next-n prediction layers"));
+  }
+  if (options.ns_blocks_mla && (family->parts & kMla) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--ns-blocks-mla: model_type \"", model_type,
+                                                   "\" has no multi-head latent attention (kv_b_proj)"));
   }
   MUONSHARD_ASSIGN_OR_RETURN(v1::DType dtype, ReadDType(config));
   v1::ModelManifest manifest;
   MUONSHARD_ASSIGN_OR_RETURN(*manifest.mutable_model(), ModelName(config, options, model_type));
   internal::TensorList tensors(dtype, &manifest);
-  MUONSHARD_RETURN_IF_ERROR(family->build(config, options.mtp, &tensors));
+  internal::FamilyOptions family_options;
+  family_options.mtp = options.mtp;
+  family_options.mla_head_blocks = options.ns_blocks_mla;
+  MUONSHARD_RETURN_IF_ERROR(family->build(config, family_options, &tensors));
+  MUONSHARD_RETURN_IF_ERROR(ApplyNsBlocksRules(options.ns_blocks, &manifest));
   return manifest;
 }
 

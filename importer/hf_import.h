@@ -10,11 +10,17 @@
 //
 // Model types: llama, mistral, qwen2 (also Qwen2.5), gemma2, gemma3_text,
 // gemma3, mixtral, qwen2_moe, qwen3_moe, olmoe, deepseek_v3, kimi_k2,
-// ernie4_5_moe, gpt_oss. gemma3 is the multimodal Gemma 3
+// ernie4_5_moe, gpt_oss, phi3, gpt_neox, falcon. gemma3 is the multimodal Gemma 3
 // (Gemma3ForConditionalGeneration): only its language model is imported,
 // from the nested "text_config" and under the checkpoint's names
 // (language_model.model.*); the SigLIP vision tower and the multimodal
 // projector are not imported.
+//
+// Fused weights carry their Newton-Schulz blocks (TensorSpec.ns_blocks;
+// docs/planner.md, "Fused weights: per-block Newton-Schulz"): phi3's
+// qkv_proj and gate_up_proj, gpt_neox's and falcon's query_key_value,
+// gpt_oss's experts.gate_up_proj; DeepSeek-V3's / Kimi-K2's MLA kv_b_proj
+// per head with ImportOptions.ns_blocks_mla.
 
 #include <string>
 #include <vector>
@@ -30,6 +36,14 @@ struct ImportOptions {
   // (DeepSeek-V3 / Kimi-K2 `num_nextn_predict_layers`). INVALID_ARGUMENT for
   // a model type without them.
   bool mtp = false;
+  // Orthogonalise MLA's kv_b_proj per head (DeepSeek-V3 / Kimi-K2: ns_blocks
+  // rows [qk_nope_head_dim, v_head_dim] x heads). INVALID_ARGUMENT for a
+  // model type without MLA.
+  bool ns_blocks_mla = false;
+  // Per-block Newton-Schulz by tensor-name rules, REGEX=BLOCKS
+  // (ns_blocks_rules.h), applied after the family's own blocks (a rule's
+  // blocks replace them).
+  std::vector<std::string> ns_blocks;
   // The manifest's model name. Empty: the last path component of the
   // config's `_name_or_path`, else `default_name`, else the model_type.
   std::string name;

@@ -10,6 +10,7 @@
 #include "common/ordered_json.h"
 #include "common/safetensors_header.h"
 #include "common/status_macros.h"
+#include "importer/ns_blocks_rules.h"
 
 namespace muonshard::importer {
 namespace {
@@ -240,6 +241,7 @@ absl::StatusOr<SafetensorsImport> ImportSafetensorsHeaders(const std::vector<Saf
                               ? std::string("holds no tensors")
                               : absl::StrCat("holds no BF16, F16 or F32 tensors (", out.skipped.size(), " skipped)"));
   }
+  MUONSHARD_RETURN_IF_ERROR(ApplyNsBlocksRules(options.ns_blocks, &out.manifest));
   return out;
 }
 

@@ -25,6 +25,10 @@ struct SafetensorsImportOptions {
   // Leave out (and list in SafetensorsImport::skipped) the tensors of dtypes
   // a manifest cannot hold, instead of failing on the first.
   bool skip_unsupported = false;
+  // Per-block Newton-Schulz by tensor-name rules, REGEX=BLOCKS
+  // ('.*\.qkv_proj\.weight=rows:3072,1024,1024'; ns_blocks_rules.h): applied
+  // to the imported manifest, errors as ApplyNsBlocksRules gives them.
+  std::vector<std::string> ns_blocks;
 };
 
 // A model.safetensors.index.json: the file that holds each tensor.

@@ -12,10 +12,12 @@
 namespace muonshard::importer {
 namespace {
 
-constexpr absl::string_view kColumnModules[] = {"q_proj",    "k_proj",       "v_proj",  "qkv_proj",     "q_b_proj",
-                                                "kv_b_proj", "gate_proj",    "up_proj", "gate_up_proj", "w1",
-                                                "w3",        "embed_tokens", "lm_head"};
-constexpr absl::string_view kRowModules[] = {"o_proj", "down_proj", "w2"};
+constexpr absl::string_view kColumnModules[] = {
+    "q_proj", "k_proj", "v_proj", "qkv_proj", "q_b_proj", "kv_b_proj", "gate_proj", "up_proj", "gate_up_proj", "w1",
+    "w3", "embed_tokens", "lm_head",
+    // GPT-NeoX and Falcon (Megatron's GPT names).
+    "query_key_value", "dense_h_to_4h", "embed_in", "embed_out", "word_embeddings"};
+constexpr absl::string_view kRowModules[] = {"o_proj", "down_proj", "w2", "dense_4h_to_h"};
 
 bool In(absl::string_view module, absl::Span<const absl::string_view> modules) {
   for (absl::string_view m : modules) {
@@ -45,6 +47,11 @@ v1::TpSplit SplitOf(absl::string_view name) {
   if ((last == "weight" || last == "bias") && parts.size() >= 2) module = parts[parts.size() - 2];
   if (absl::EndsWith(module, "_bias")) module.remove_suffix(5);
   if (module == "head" && absl::EndsWith(name, "shared_head.head.weight")) return v1::TP_COLUMN;
+  // The attention output projection of GPT-NeoX ("attention.dense") and
+  // Falcon ("self_attention.dense").
+  const bool attention_dense = module == "dense" && parts.size() >= 3 &&
+                               (parts[parts.size() - 3] == "attention" || parts[parts.size() - 3] == "self_attention");
+  if (attention_dense && !is_bias) return v1::TP_ROW;
   if (In(module, kColumnModules)) return v1::TP_COLUMN;
   if (In(module, kRowModules) && !is_bias) return v1::TP_ROW;
   return v1::TP_REPLICATED;

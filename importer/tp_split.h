@@ -6,9 +6,12 @@
 // the HF parameter name. Pure.
 //
 //   TP_COLUMN  q_proj k_proj v_proj qkv_proj q_b_proj kv_b_proj gate_proj up_proj
-//              gate_up_proj w1 w3 (weight and bias), embed_tokens (vocab),
-//              lm_head and the MTP shared_head.head (vocab)
-//   TP_ROW     o_proj down_proj w2 (weight; their bias stays replicated)
+//              gate_up_proj w1 w3, GPT-NeoX / Falcon query_key_value and
+//              dense_h_to_4h (weight and bias), embed_tokens, embed_in,
+//              word_embeddings (vocab), lm_head, embed_out and the MTP
+//              shared_head.head (vocab)
+//   TP_ROW     o_proj down_proj w2, dense_4h_to_h, attention.dense and
+//              self_attention.dense (weight; their bias stays replicated)
 //   replicated everything else: norms, routers, MLA's q_a_proj and
 //              kv_a_proj_with_mqa, MTP's eh_proj, correction biases, sinks
 //

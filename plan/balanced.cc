@@ -335,7 +335,7 @@ std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layou
       Item it;
       it.unit = u;
       it.matrix = m;
-      it.flops = NsFlops(t.ns_rows, t.ns_cols, options.ns_steps);
+      it.flops = MatrixNsFlops(t, options.ns_steps);
       it.bytes = static_cast<double>(t.rows * t.cols * MuonStateBytesPerElem(t.dtype));
       it.cls = cls;
       if (options.previous_owner != nullptr) {
@@ -352,10 +352,11 @@ std::vector<Item> StageItems(const ResolvedModel& model, const RankLayout& layou
 }
 
 // A gathered (TP-split) dense matrix: its Newton-Schulz sees more than the
-// rank holds.
+// rank holds. Not one whose blocks align with the split (ns_local): every tp
+// rank orthogonalises its own share.
 bool Gathered(const ResolvedModel& model, const Item& it) {
   const ResolvedTensor& t = model.tensors[model.units[it.unit].tensor];
-  return it.cls == 0 && t.ns_rows * t.ns_cols > t.rows * t.cols;
+  return it.cls == 0 && t.ns_rows * t.ns_cols > t.rows * t.cols && !t.ns_local;
 }
 
 // BalancedOptions.dense_runs: the gathered dense items in runs of `size`
@@ -526,7 +527,7 @@ double AssignmentObjective(const ResolvedModel& model, const RankLayout& layout,
     const ResolvedTensor& t = model.tensors[u.tensor];
     const int rank = layout.GroupRanks(u.group)[s.owner];
     const int count = s.matrix_end - s.matrix_begin;
-    const double f = NsFlops(t.ns_rows, t.ns_cols, ns_steps);
+    const double f = MatrixNsFlops(t, ns_steps);
     const int64_t b = t.rows * t.cols * MuonStateBytesPerElem(t.dtype);
     flops[rank] += count * f;
     bytes[rank] += count * b;

@@ -39,14 +39,18 @@ bool RunsNs(const v1::OwnedTensor& o, int tp_rank) {
   return o.tp_op() == v1::TP_OP_NONE || o.ns_tp_rank() < 0 || o.ns_tp_rank() == tp_rank;
 }
 
+// Per-block Newton-Schulz (NsBlocks) is charged the workspace of the whole
+// matrix it runs on (its blocks go through batched calls); with TP_OP_LOCAL
+// that matrix is the rank's own shard.
 int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r) {
   int64_t largest = 0;
   for (const v1::OwnedTensor& o : r.owned()) {
     if (!RunsNs(o, r.tp_rank())) continue;
     const v1::PlannedTensor& t = plan.tensors(o.tensor());
-    const int n = t.shape_size();
+    const auto& shape = o.tp_op() == v1::TP_OP_LOCAL ? HeldShape(t) : t.shape();
+    const int n = shape.size();
     if (n < 2) continue;
-    largest = std::max(largest, NsWorkspaceBytes(t.shape(n - 2), t.shape(n - 1)));
+    largest = std::max(largest, NsWorkspaceBytes(shape[n - 2], shape[n - 1]));
   }
   return largest;
 }
@@ -61,7 +65,7 @@ int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   std::map<int, int64_t> update;                   // bucket -> shard elements
   std::map<std::pair<int, int>, int64_t> batches;  // (bucket, ns tp rank) -> elements
   for (const v1::OwnedTensor& o : r.owned()) {
-    if (o.tp_op() == v1::TP_OP_NONE) continue;
+    if (o.tp_op() == v1::TP_OP_NONE || o.tp_op() == v1::TP_OP_LOCAL) continue;  // nothing exchanged
     update[o.bucket()] += o.numel();
     if (RunsNs(o, r.tp_rank())) batches[{o.bucket(), o.ns_tp_rank()}] += o.numel();
   }

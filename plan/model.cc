@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "plan/ns_blocks.h"
 #include "re2/re2.h"
 
 namespace muonshard::planner {
@@ -348,6 +349,7 @@ absl::Status CheckTensor(const v1::TensorSpec& t, int index, ResolvedTensor* out
   out->matrices = static_cast<int>(n == 3 ? t.shape(0) : 1);
   out->ns_rows = out->rows;
   out->ns_cols = out->cols;
+  out->ns_flops_per_step = NsFlops(out->rows, out->cols, 1);
   return absl::OkStatus();
 }
 
@@ -439,6 +441,26 @@ absl::Status ResolveTpSplit(const v1::TensorSpec& t, int index, const RankLayout
                                     ") is not divisible by tp ", layout.tp()));
   }
   r.tp_dim = dim;
+  return absl::OkStatus();
+}
+
+// Per-block Newton-Schulz (ns_blocks.h): only on a Muon matrix, tiling its
+// axis exactly. The blocks give the FLOPs, and with a TP split along their
+// axis that leaves whole blocks on every tp rank, the tensor is
+// orthogonalised shard by shard.
+absl::Status ResolveNsBlocks(const v1::TensorSpec& t, int index, const RankLayout& layout, ResolvedTensor& r) {
+  if (!t.has_ns_blocks()) return absl::OkStatus();
+  const v1::NsBlocks& blocks = t.ns_blocks();
+  if (!r.muon) {
+    return TensorError(t, index,
+                       absl::StrCat("ns_blocks ", NsBlocksText(blocks),
+                                    " on a tensor that uses AdamW: per-block Newton-Schulz needs a Muon matrix "
+                                    "(2-D, or a 3-D expert stack)"));
+  }
+  absl::Status s = CheckNsBlocks(blocks, t.shape());
+  if (!s.ok()) return TensorError(t, index, s.message());
+  r.ns_flops_per_step = BlockedNsFlops(&blocks, r.rows, r.cols, 1);
+  r.ns_local = r.tp_dim >= 0 && NsBlocksAlignWithTp(blocks, t.shape(), r.tp_dim, layout.tp());
   return absl::OkStatus();
 }
 
@@ -653,6 +675,7 @@ absl::StatusOr<ResolvedModel> ResolveModel(const v1::ModelManifest& manifest, co
     PlaceTensor(t, i, layout, facts, r, placement);
     s = ChooseOptimizer(t, i, classify && !facts.excluded, r);
     if (s.ok()) s = ResolveTpSplit(t, i, layout, r);
+    if (s.ok()) s = ResolveNsBlocks(t, i, layout, r);
     if (!s.ok()) return s;
   }
   if (!placement.stage_error.ok()) return placement.stage_error;

@@ -115,7 +115,18 @@ struct ResolvedTensor {
   // (tensor_parallel.h), whose whole matrix is gathered first.
   int64_t ns_rows = 0;
   int64_t ns_cols = 0;
+  // Newton-Schulz FLOPs of one iteration on one such matrix: NsFlops(ns_rows,
+  // ns_cols, 1), or with TensorSpec.ns_blocks the sum over its blocks
+  // (ns_blocks.h). MatrixNsFlops scales it by the steps.
+  double ns_flops_per_step = 0;
+  // The blocks align with the TP split (tp > 1; NsBlocksAlignWithTp): each
+  // tp rank orthogonalises its own shard's blocks, nothing is gathered.
+  // ns_flops_per_step stays the whole matrix's, the sum over the tp ranks.
+  bool ns_local = false;
 };
+
+// Newton-Schulz FLOPs of one matrix of `t` with `steps` iterations.
+inline double MatrixNsFlops(const ResolvedTensor& t, int steps) { return steps * t.ns_flops_per_step; }
 
 // The part of a tensor that lives in one comm group; the unit everything is
 // partitioned and bucketed by. Whole tensors are one unit.

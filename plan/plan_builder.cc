@@ -80,6 +80,7 @@ void PlanBuilder::EmitTensors() {
     t->set_stage(r.stage);
     t->set_expert(r.expert);
     t->set_numel(r.numel);
+    if (spec.has_ns_blocks()) *t->mutable_ns_blocks() = spec.ns_blocks();
     for (; u < model_.units.size() && model_.units[u].tensor == i; ++u) {
       const Unit& unit = model_.units[u];
       t->set_colour(layout_.GroupColour(unit.group));
@@ -164,7 +165,7 @@ PlanBuilder::OwnedShard PlanBuilder::Gather(const MuonShard& s) const {
                     t.esize,
                     int64_t{s.matrix_begin} * matrix_numel,
                     matrices * matrix_numel,
-                    matrices * NsFlops(t.ns_rows, t.ns_cols, policy_.ns_steps())};
+                    matrices * MatrixNsFlops(t, policy_.ns_steps())};
 }
 
 // Per group and owner (ascending), the owner's shards in manifest order,
@@ -381,7 +382,7 @@ int64_t PlanBuilder::MaxMatrixStateBytes() const {
 double PlanBuilder::MaxMatrixFlops() const {
   double best = 0;
   for (const ResolvedTensor& t : model_.tensors) {
-    if (t.muon) best = std::max(best, NsFlops(t.ns_rows, t.ns_cols, policy_.ns_steps()));
+    if (t.muon) best = std::max(best, MatrixNsFlops(t, policy_.ns_steps()));
   }
   return best;
 }

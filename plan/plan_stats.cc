@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "plan/model.h"
+#include "plan/ns_blocks.h"
 
 namespace muonshard::planner {
 namespace {
@@ -201,24 +202,28 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
   // Per group: the Muon matrices of its parts, and its AdamW state.
   // With tp > 1 a split matrix's state is its shards' (one per tp rank's
   // group) and its NS one task on the whole matrix (distributed: counted
-  // with tp rank 0's group; duplicated: run by every tp rank).
+  // with tp rank 0's group; duplicated: run by every tp rank; blocks aligned
+  // with the split, ns_local: each tp rank's own blocks, in its group).
   const bool every_tp_rank_runs_ns = plan.policy().tp_muon() == v1::TP_MUON_DUPLICATED;
+  const int tp = std::max(1, plan.topology().tp());
+  const int steps = plan.policy().ns_steps();
   std::vector<std::vector<double>> bytes(plan.groups_size()), flops(plan.groups_size());
   std::vector<double> adamw(plan.groups_size(), 0);
   for (const v1::PlannedTensor& t : plan.tensors()) {
     const bool split = IsTpSplit(t);
-    const int n = t.shape_size();
     const double matrix_bytes = static_cast<double>(MatrixStateBytes(t));
-    const double whole_flops = NsFlops(n >= 2 ? t.shape(n - 2) : 1, t.shape(n - 1), plan.policy().ns_steps());
     for (const v1::TensorPart& part : t.parts()) {
       if (t.optimizer() != v1::MUON) {
         adamw[part.group()] += (part.element_end() - part.element_begin()) * AdamwStateBytesPerElem(t.dtype());
         continue;
       }
-      const bool runs_ns = !split || every_tp_rank_runs_ns || plan.groups(part.group()).tp_rank() <= 0;
+      const int tp_rank = plan.groups(part.group()).tp_rank();
+      const bool local = split && t.ns_local();
+      const bool runs_ns = !split || local || every_tp_rank_runs_ns || tp_rank <= 0;
+      const double matrix_flops = PlannedMatrixNsFlops(t, steps, tp, local ? std::max(tp_rank, 0) : 0);
       for (int m = part.matrix_begin(); m < part.matrix_end(); ++m) {
         bytes[part.group()].push_back(matrix_bytes);
-        if (runs_ns) flops[part.group()].push_back(whole_flops);
+        if (runs_ns) flops[part.group()].push_back(matrix_flops);
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "plan/canonical.h"
 #include "plan/memory.h"
 #include "plan/model.h"
+#include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 
 namespace muonshard::planner {
@@ -39,6 +40,31 @@ absl::Status CheckGroups(const v1::Plan& plan) {
   }
   for (int i = 0; i < plan.ranks_size(); ++i) {
     if (plan.ranks(i).rank() != i) return Invalid(absl::StrCat("ranks[", i, "] has rank ", plan.ranks(i).rank()));
+  }
+  return absl::OkStatus();
+}
+
+// Per-block Newton-Schulz: blocks only on Muon matrices, tiling them, and
+// ns_local exactly where they align with the tensor's TP split (the worker
+// then orthogonalises shards without a gather).
+absl::Status CheckTensorBlocks(const v1::Plan& plan) {
+  const int tp = std::max(1, plan.topology().tp());
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const v1::PlannedTensor& t = plan.tensors(i);
+    const std::string what = absl::StrCat("tensor ", i, " \"", t.name(), "\"");
+    if (!t.has_ns_blocks()) {
+      if (t.ns_local()) return Invalid(absl::StrCat(what, " is ns_local without ns_blocks"));
+      continue;
+    }
+    if (t.optimizer() != v1::MUON) return Invalid(absl::StrCat(what, " has ns_blocks but is not a Muon tensor"));
+    absl::Status s = CheckNsBlocks(t.ns_blocks(), t.shape());
+    if (!s.ok()) return Invalid(absl::StrCat(what, ": ", s.message()));
+    const bool aligned = IsTpSplit(t) && NsBlocksAlignWithTp(t.ns_blocks(), t.shape(),
+                                                             TpSplitDim(t.shape_size(), t.layout(), t.tp_split()), tp);
+    if (t.ns_local() != aligned) {
+      return Invalid(absl::StrCat(what, t.ns_local() ? " is ns_local but its blocks do not align with its TP split"
+                                                     : " has blocks aligned with its TP split but is not ns_local"));
+    }
   }
   return absl::OkStatus();
 }
@@ -162,6 +188,9 @@ absl::Status CheckTpOps(const v1::Plan& plan) {
       const std::string what = absl::StrCat("rank ", r.rank(), " owns tensor ", o.tensor());
       if (split != (o.tp_op() != v1::TP_OP_NONE)) return Invalid(absl::StrCat(what, " with the wrong TP op"));
       if (!split) continue;
+      if (plan.tensors(o.tensor()).ns_local() != (o.tp_op() == v1::TP_OP_LOCAL)) {
+        return Invalid(absl::StrCat(what, ": TP_OP_LOCAL goes with an ns_local tensor and only there"));
+      }
       if (o.tp_group() < 0 || o.tp_group() >= plan.groups_size() ||
           plan.groups(o.tp_group()).colour() != v1::TENSOR_PARALLEL || !InGroup(plan.groups(o.tp_group()), r.rank())) {
         return Invalid(absl::StrCat(what, " through TP group ", o.tp_group(), ", which is not its own"));
@@ -286,6 +315,7 @@ absl::Status CheckTotals(const v1::Plan& plan) {
 
 absl::Status ValidatePlan(const v1::Plan& plan) {
   MUONSHARD_RETURN_IF_ERROR(CheckGroups(plan));
+  MUONSHARD_RETURN_IF_ERROR(CheckTensorBlocks(plan));
   MUONSHARD_RETURN_IF_ERROR(CheckMuon(plan));
   MUONSHARD_RETURN_IF_ERROR(CheckAdamw(plan));
   return CheckTotals(plan);

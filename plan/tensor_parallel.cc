@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 
 namespace muonshard::planner {
@@ -64,6 +65,12 @@ void ExpandTensors(const std::vector<Source>& sources, const v1::ModelManifest& 
       t->set_tp_split(spec.tp_split());
       *t->mutable_local_shape() = from.shape();
       t->set_local_numel(from.numel());
+    }
+    if (spec.has_ns_blocks()) {  // the replica's shard had none: they describe the whole tensor
+      *t->mutable_ns_blocks() = spec.ns_blocks();
+      t->set_ns_local(IsSplit(spec.tp_split()) &&
+                      NsBlocksAlignWithTp(spec.ns_blocks(), spec.shape(),
+                                          TpSplitDim(spec.shape_size(), spec.layout(), spec.tp_split()), tp));
     }
     for (const v1::TensorPart& part : from.parts()) {
       for (int r = 0; r < (sources[i].dense ? tp : 1); ++r) {
@@ -132,7 +139,8 @@ std::vector<int> AssignNsRanks(const v1::RankPlan& owner, const v1::Plan& out, c
   std::vector<int> ns_rank(owner.owned_size(), -1);
   std::vector<int> split;
   for (int k = 0; k < owner.owned_size(); ++k) {
-    if (IsSplit(out.tensors(owner.owned(k).tensor()).tp_split())) split.push_back(k);
+    const v1::PlannedTensor& t = out.tensors(owner.owned(k).tensor());
+    if (IsSplit(t.tp_split()) && !t.ns_local()) split.push_back(k);
   }
   std::stable_sort(split.begin(), split.end(),
                    [&](int a, int b) { return owner.owned(a).ns_flops() > owner.owned(b).ns_flops(); });
@@ -172,6 +180,17 @@ void SetTpOp(v1::TpMuonMode mode, int tp, int t, int ns_rank, int tp_group, v1::
   if (!runs_ns) o.set_ns_flops(0);
 }
 
+// Rank `q * tp + t`'s copy of replica rank q's owned matrix whose blocks
+// align with the split: the blocks of its own shard, nothing moved.
+void SetTpLocal(const v1::PlannedTensor& tensor, int steps, int tp, int t, int tp_group, v1::OwnedTensor& o) {
+  o.set_tp_op(v1::TP_OP_LOCAL);
+  o.set_tp_group(tp_group);
+  o.set_ns_tp_rank(-1);
+  o.set_tp_send_bytes(0);
+  o.set_tp_recv_bytes(0);
+  o.set_ns_flops((o.matrix_end() - o.matrix_begin()) * PlannedMatrixNsFlops(tensor, steps, tp, t));
+}
+
 // Rank q * tp + t: replica rank q's dense matrices and slices (the TP op of
 // every split matrix), then, with ep > 1, its own experts' from the expert
 // plan.
@@ -200,7 +219,12 @@ void ExpandRanks(const TpParts& parts, const RankLayout& layout, v1::Plan* out) 
       for (int k = 0; k < r->owned_size(); ++k) {
         v1::OwnedTensor& o = *r->mutable_owned(k);
         o.set_bucket(o.bucket() * tp + t);
-        SetTpOp(mode, tp, t, ns_rank[k], layout.TpGroupOf(rank), o);
+        const v1::PlannedTensor& tensor = out->tensors(o.tensor());
+        if (tensor.ns_local()) {
+          SetTpLocal(tensor, out->policy().ns_steps(), tp, t, layout.TpGroupOf(rank), o);
+        } else {
+          SetTpOp(mode, tp, t, ns_rank[k], layout.TpGroupOf(rank), o);
+        }
         send += o.tp_send_bytes();
         recv += o.tp_recv_bytes();
       }
@@ -227,15 +251,15 @@ void ExpandRanks(const TpParts& parts, const RankLayout& layout, v1::Plan* out) 
   }
 }
 
-// The largest Muon matrix: its shard for memory, its whole for FLOPs.
+// The largest Muon matrix: its shard for memory, its whole for FLOPs (a
+// tp rank's blocks when they align with the split).
 void LargestMatrix(const v1::Plan& plan, int64_t* state_bytes, double* flops) {
   *state_bytes = 0;
   *flops = 0;
   for (const v1::PlannedTensor& t : plan.tensors()) {
     if (t.optimizer() != v1::MUON) continue;
-    const int n = t.shape_size();
     *state_bytes = std::max(*state_bytes, MatrixStateBytes(t));
-    *flops = std::max(*flops, NsFlops(t.shape(n - 2), t.shape(n - 1), plan.policy().ns_steps()));
+    *flops = std::max(*flops, LargestPlannedMatrixNsFlops(t, plan.policy().ns_steps(), plan.topology().tp()));
   }
 }
 
@@ -266,6 +290,7 @@ TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout,
     if (IsSplit(t.tp_split())) {
       const int dim = TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
       t.set_shape(dim, t.shape(dim) / layout.tp());
+      t.clear_ns_blocks();  // they tile the whole tensor; its FLOPs come from UseWholeMatricesForNs
     }
     t.clear_tp_split();
   }
@@ -292,8 +317,11 @@ void SplitDenseAndExperts(const ResolvedModel& whole, const RankLayout& layout, 
 
 void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& tensors, ResolvedModel& replica) {
   for (size_t k = 0; k < replica.tensors.size(); ++k) {
-    replica.tensors[k].ns_rows = whole.tensors[tensors[k]].rows;
-    replica.tensors[k].ns_cols = whole.tensors[tensors[k]].cols;
+    const ResolvedTensor& w = whole.tensors[tensors[k]];
+    replica.tensors[k].ns_rows = w.rows;
+    replica.tensors[k].ns_cols = w.cols;
+    replica.tensors[k].ns_flops_per_step = w.ns_flops_per_step;
+    replica.tensors[k].ns_local = w.ns_local;
   }
 }
 

@@ -47,8 +47,9 @@ struct TpReplica {
 void SplitDenseAndExperts(const ResolvedModel& whole, const RankLayout& layout, std::vector<int>* dense,
                           std::vector<int>* experts);
 
-// One replica: `tensors` of the manifest at shard shapes (tp_split cleared,
-// stages pinned to the whole model's) on W/tp ranks with tp 1 and ep/tp.
+// One replica: `tensors` of the manifest at shard shapes (tp_split and the
+// ns_blocks of split tensors cleared, stages pinned to the whole model's) on
+// W/tp ranks with tp 1 and ep/tp.
 // `layout` must have tp > 1; the manifest's splits were checked by
 // ResolveModel on it (`whole`).
 TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout, const std::vector<int>& tensors,
@@ -61,7 +62,10 @@ TpReplica ExpertsOf(const v1::ModelManifest& manifest, const RankLayout& layout,
 
 // Newton-Schulz of a split Muon tensor sees the whole matrix: copies the
 // whole model's rows and cols (of manifest tensor tensors[k]) into the
-// replica model's tensor k's ns_rows and ns_cols.
+// replica model's tensor k's ns_rows and ns_cols, and its NS FLOPs (over its
+// blocks, which ReplicaOf leaves out of a split tensor's shard) and
+// ns_local: a matrix whose blocks align with the split costs the replica
+// its whole FLOPs, shared by its tp ranks, as a gathered one does.
 void UseWholeMatricesForNs(const ResolvedModel& whole, const std::vector<int>& tensors, ResolvedModel& replica);
 
 // What an unsharded reference of a plan with tp > 1 runs: the same model,

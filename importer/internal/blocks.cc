@@ -38,6 +38,19 @@ TensorList TensorList::WithNamePrefix(absl::string_view prefix) const {
 
 std::string LayerPrefix(int64_t layer) { return absl::StrCat("model.layers.", layer, "."); }
 
+void SetNsBlocks(v1::TensorSpec* tensor, v1::NsBlocks::Axis axis, const std::vector<int64_t>& sizes, int64_t groups) {
+  v1::NsBlocks* b = tensor->mutable_ns_blocks();
+  b->set_axis(axis);
+  for (int64_t s : sizes) b->add_sizes(s);
+  if (groups != 1) b->set_groups(groups);
+}
+
+void SetNsBlockStride(v1::TensorSpec* tensor, v1::NsBlocks::Axis axis, int64_t stride) {
+  v1::NsBlocks* b = tensor->mutable_ns_blocks();
+  b->set_axis(axis);
+  b->set_stride(stride);
+}
+
 absl::StatusOr<DecoderDims> ReadDecoderDims(const HfConfig& config, bool tie_default,
                                             std::optional<int64_t> vocab_default) {
   DecoderDims dims;
@@ -139,8 +152,11 @@ void AddMlaAttention(const std::string& prefix, const MlaSpec& spec, TensorList*
   }
   out->AddLinear(p + "kv_a_proj_with_mqa", spec.kv_lora_rank + spec.qk_rope_head_dim, spec.hidden, spec.bias);
   out->Add(p + "kv_a_layernorm.weight", {spec.kv_lora_rank});
-  out->AddLinear(p + "kv_b_proj", spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank,
-                 /*bias=*/false);
+  v1::TensorSpec* kv_b =
+      out->Add(p + "kv_b_proj.weight", {spec.heads * (spec.qk_nope_head_dim + spec.v_head_dim), spec.kv_lora_rank});
+  if (spec.kv_b_head_blocks) {
+    SetNsBlocks(kv_b, v1::NsBlocks::ROWS, {spec.qk_nope_head_dim, spec.v_head_dim}, spec.heads);
+  }
   out->AddLinear(p + "o_proj", spec.hidden, spec.heads * spec.v_head_dim, spec.bias);
 }
 

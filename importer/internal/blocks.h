@@ -46,6 +46,13 @@ class TensorList {
 // "model.layers.<layer>."
 std::string LayerPrefix(int64_t layer);
 
+// Per-block Newton-Schulz of a fused weight (TensorSpec.ns_blocks): `groups`
+// groups of consecutive blocks `sizes` along `axis` (groups 1 is left unset,
+// meaning 1), or `stride` interleaved blocks.
+void SetNsBlocks(v1::TensorSpec* tensor, v1::NsBlocks::Axis axis, const std::vector<int64_t>& sizes,
+                 int64_t groups = 1);
+void SetNsBlockStride(v1::TensorSpec* tensor, v1::NsBlocks::Axis axis, int64_t stride);
+
 // Shapes every decoder shares.
 struct DecoderDims {
   int64_t hidden = 0;
@@ -109,6 +116,10 @@ struct MlaSpec {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   bool bias = false;  // attention_bias: q_a_proj, kv_a_proj_with_mqa, o_proj
+  // kv_b_proj orthogonalised per head: ns_blocks rows
+  // [qk_nope_head_dim, v_head_dim] x heads (its rows are, per head, the
+  // head's k_nope then its v).
+  bool kv_b_head_blocks = false;
 };
 
 absl::StatusOr<MlaSpec> ReadMlaSpec(const HfConfig& config, int64_t hidden);

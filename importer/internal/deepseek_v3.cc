@@ -2,7 +2,8 @@
 // layers (and those off moe_layer_freq) have a dense MLP, the others a MoE
 // block defined as DeepseekV3MoE does: experts.E.*, then the router "gate"
 // (weight, and e_score_correction_bias for noaux_tc routing), then
-// shared_experts.
+// shared_experts. With FamilyOptions.mla_head_blocks, kv_b_proj is
+// orthogonalised per head (its rows: k_nope_h then v_h for each head h).
 #include "common/status_macros.h"
 #include "importer/internal/families.h"
 
@@ -75,12 +76,13 @@ void AddMtpLayer(int64_t layer, const DecoderDims& dims, const LayerPartFn& atte
 
 }  // namespace
 
-absl::Status BuildDeepseekV3(const HfConfig& config, bool mtp, TensorList* out) {
+absl::Status BuildDeepseekV3(const HfConfig& config, const FamilyOptions& options, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(MlaSpec mla, ReadMlaSpec(config, dims.hidden));
+  mla.kv_b_head_blocks = options.mla_head_blocks;
   MUONSHARD_ASSIGN_OR_RETURN(DeepseekMoeSpec moe, ReadMoeSpec(config, dims));
   int64_t mtp_layers = 0;
-  if (mtp) {
+  if (options.mtp) {
     MUONSHARD_ASSIGN_OR_RETURN(mtp_layers, config.IntOr("num_nextn_predict_layers", 0, kOptionalCountRange));
   }
 

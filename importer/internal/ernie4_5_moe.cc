@@ -58,7 +58,7 @@ void AddMoeBlock(const std::string& prefix, const ErnieMoeSpec& spec, TensorList
 
 }  // namespace
 
-absl::Status BuildErnie45Moe(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildErnie45Moe(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/true));
   MUONSHARD_ASSIGN_OR_RETURN(bool bias, config.BoolOr("use_bias", false));
   dims.head_bias = bias;

@@ -69,23 +69,23 @@ void AddGemmaDecoder(const GemmaSpec& spec, TensorList* out) {
 
 }  // namespace
 
-absl::Status BuildGemma2(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildGemma2(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(GemmaSpec spec, ReadGemmaSpec(config, kGemma2Defaults));
   AddGemmaDecoder(spec, out);
   return absl::OkStatus();
 }
 
-absl::Status BuildGemma3Text(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildGemma3Text(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(GemmaSpec spec, ReadGemmaSpec(config, kGemma3Defaults));
   spec.attention.qk_norm = true;
   AddGemmaDecoder(spec, out);
   return absl::OkStatus();
 }
 
-absl::Status BuildGemma3(const HfConfig& config, bool mtp, TensorList* out) {
+absl::Status BuildGemma3(const HfConfig& config, const FamilyOptions& options, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(HfConfig text, config.Object("text_config"));
   TensorList language_model = out->WithNamePrefix("language_model.");
-  return BuildGemma3Text(text, mtp, &language_model);
+  return BuildGemma3Text(text, options, &language_model);
 }
 
 }  // namespace muonshard::importer::internal

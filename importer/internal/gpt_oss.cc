@@ -3,6 +3,9 @@
 // experts. The experts are 3-D tensors stored [E, in, out] (gate_up_proj
 // [E, hidden, 2*intermediate], down_proj [E, intermediate, hidden]), the
 // transpose of nn.Linear, hence layout IN_OUT; their biases are [E, out].
+// gate_up_proj holds gate and up in alternating columns (GptOssExperts
+// reads gate_up[..., ::2] and gate_up[..., 1::2]): Newton-Schulz runs per
+// half, ns_blocks cols stride 2.
 #include "common/status_macros.h"
 #include "importer/internal/families.h"
 
@@ -12,7 +15,9 @@ namespace {
 void AddMoeBlock(const std::string& prefix, int64_t experts, int64_t hidden, int64_t intermediate, TensorList* out) {
   const std::string p = prefix + "mlp.";
   out->AddLinear(p + "router", experts, hidden, /*bias=*/true);
-  out->Add(p + "experts.gate_up_proj", {experts, hidden, 2 * intermediate})->set_layout(v1::IN_OUT);
+  v1::TensorSpec* gate_up = out->Add(p + "experts.gate_up_proj", {experts, hidden, 2 * intermediate});
+  gate_up->set_layout(v1::IN_OUT);
+  SetNsBlockStride(gate_up, v1::NsBlocks::COLS, 2);
   out->Add(p + "experts.gate_up_proj_bias", {experts, 2 * intermediate});
   out->Add(p + "experts.down_proj", {experts, intermediate, hidden})->set_layout(v1::IN_OUT);
   out->Add(p + "experts.down_proj_bias", {experts, hidden});
@@ -20,7 +25,7 @@ void AddMoeBlock(const std::string& prefix, int64_t experts, int64_t hidden, int
 
 }  // namespace
 
-absl::Status BuildGptOss(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildGptOss(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   // GptOssConfig's head_dim defaults to 64, not hidden / heads (2880 / 64).
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden, /*head_dim_default=*/64));

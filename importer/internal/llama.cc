@@ -5,7 +5,7 @@
 
 namespace muonshard::importer::internal {
 
-absl::Status BuildLlama(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildLlama(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MUONSHARD_ASSIGN_OR_RETURN(bool attention_bias, config.BoolOr("attention_bias", false));

@@ -6,7 +6,7 @@
 
 namespace muonshard::importer::internal {
 
-absl::Status BuildMistral(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildMistral(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MlpSpec mlp{dims.hidden};

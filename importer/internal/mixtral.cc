@@ -6,7 +6,7 @@
 
 namespace muonshard::importer::internal {
 
-absl::Status BuildMixtral(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildMixtral(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MUONSHARD_ASSIGN_OR_RETURN(int64_t experts, config.Int("num_local_experts", kCountRange));

@@ -17,7 +17,7 @@ void AddOlmoeAttention(const std::string& prefix, const GqaSpec& spec, TensorLis
 
 }  // namespace
 
-absl::Status BuildOlmoe(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildOlmoe(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MUONSHARD_ASSIGN_OR_RETURN(bool attention_bias, config.BoolOr("attention_bias", false));

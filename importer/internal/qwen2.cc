@@ -6,7 +6,7 @@
 
 namespace muonshard::importer::internal {
 
-absl::Status BuildQwen2(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildQwen2(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   attention.qkv_bias = true;

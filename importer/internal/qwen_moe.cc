@@ -74,7 +74,7 @@ LayerPartFn QwenMoeMlpPart(QwenMoeSpec spec) {
 
 }  // namespace
 
-absl::Status BuildQwen2Moe(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildQwen2Moe(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MUONSHARD_ASSIGN_OR_RETURN(attention.qkv_bias, config.BoolOr("qkv_bias", true));
@@ -83,7 +83,7 @@ absl::Status BuildQwen2Moe(const HfConfig& config, bool /*mtp*/, TensorList* out
   return absl::OkStatus();
 }
 
-absl::Status BuildQwen3Moe(const HfConfig& config, bool /*mtp*/, TensorList* out) {
+absl::Status BuildQwen3Moe(const HfConfig& config, const FamilyOptions& /*options*/, TensorList* out) {
   MUONSHARD_ASSIGN_OR_RETURN(DecoderDims dims, ReadDecoderDims(config, /*tie_default=*/false));
   MUONSHARD_ASSIGN_OR_RETURN(GqaSpec attention, ReadGqaSpec(config, dims.hidden));
   MUONSHARD_ASSIGN_OR_RETURN(bool attention_bias, config.BoolOr("attention_bias", false));

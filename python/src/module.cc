@@ -2,6 +2,7 @@
 // package `muonshard` (python/muonshard/). See python/CMakeLists.txt.
 
 #include <string>
+#include <vector>
 
 #include "common/proto_json.h"
 #include "importer/hf_import.h"
@@ -18,21 +19,28 @@ namespace py = pybind11;
 void BindImporters(py::module_& m) {
   m.def(
       "import_hf_config",
-      [](const std::string& config_json, const std::string& name, bool mtp) {
+      [](const std::string& config_json, const std::string& name, bool mtp, bool ns_blocks_mla,
+         const std::vector<std::string>& ns_blocks) {
         importer::ImportOptions options;
         options.name = name;
         options.mtp = mtp;
+        options.ns_blocks_mla = ns_blocks_mla;
+        options.ns_blocks = ns_blocks;
         v1::ModelManifest manifest = ValueOrThrow(importer::ImportHfConfig(config_json, options));
         return ValueOrThrow(ToJson(manifest, /*pretty=*/false));
       },
-      py::arg("config_json"), py::arg("name") = "", py::arg("mtp") = false,
-      "The manifest (proto3 JSON) of a HuggingFace config.json's text.");
+      py::arg("config_json"), py::arg("name") = "", py::arg("mtp") = false, py::arg("ns_blocks_mla") = false,
+      py::arg("ns_blocks") = std::vector<std::string>(),
+      "The manifest (proto3 JSON) of a HuggingFace config.json's text. ns_blocks_mla: MLA's kv_b_proj per head "
+      "(DeepSeek-V3, Kimi-K2); ns_blocks: per-block Newton-Schulz rules 'REGEX=BLOCKS' (importer/ns_blocks_rules.h).");
   m.def(
       "import_safetensors",
-      [](const std::string& path, const std::string& name, bool skip_unsupported) {
+      [](const std::string& path, const std::string& name, bool skip_unsupported,
+         const std::vector<std::string>& ns_blocks) {
         importer::SafetensorsImportOptions options;
         options.name = name;
         options.skip_unsupported = skip_unsupported;
+        options.ns_blocks = ns_blocks;
         absl::StatusOr<importer::SafetensorsImport> imported;
         {
           py::gil_scoped_release release;  // file I/O
@@ -41,7 +49,9 @@ void BindImporters(py::module_& m) {
         return ValueOrThrow(ToJson(ValueOrThrow(std::move(imported)).manifest, /*pretty=*/false));
       },
       py::arg("path"), py::arg("name") = "", py::arg("skip_unsupported") = false,
-      "The manifest (proto3 JSON) of a safetensors checkpoint, from its headers only.");
+      py::arg("ns_blocks") = std::vector<std::string>(),
+      "The manifest (proto3 JSON) of a safetensors checkpoint, from its headers only; ns_blocks: per-block "
+      "Newton-Schulz rules 'REGEX=BLOCKS' (importer/ns_blocks_rules.h).");
   m.def(
       "mark_tensor_parallel",
       [](const std::string& manifest_json, int tp, bool split_experts, bool shard_shapes) {

@@ -594,11 +594,12 @@ TEST(HfImportNameTest, FlagThenNameOrPathThenDefaultThenModelType) {
 TEST(HfImportErrorTest, UnknownModelType_NamesItAndListsSupported) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, ReadConfig("Llama-3.1-8B"));
   json = testing::SetField(json, "model_type", testing::Text("foo"));
-  EXPECT_THAT(ImportHfConfig(json, {}),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("unknown model_type \"foo\" (supported: deepseek_v3, ernie4_5_moe, gemma2, "
-                                 "gemma3, gemma3_text, gpt_oss, kimi_k2, llama, mistral, mixtral, olmoe, "
-                                 "qwen2, qwen2_moe, qwen3_moe)")));
+  EXPECT_THAT(
+      ImportHfConfig(json, {}),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("unknown model_type \"foo\" (supported: deepseek_v3, ernie4_5_moe, falcon, gemma2, "
+                         "gemma3, gemma3_text, gpt_neox, gpt_oss, kimi_k2, llama, mistral, mixtral, olmoe, phi3, "
+                         "qwen2, qwen2_moe, qwen3_moe)")));
 }
 
 TEST(HfImportErrorTest, MissingField_NamesIt) {

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "importer/hf_import.h"
 #include "importer/tp_split.h"
+#include "plan/model.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
 #include "tests/importer/import_test_util.h"
@@ -42,6 +43,17 @@ absl::StatusOr<v1::Plan> BalancedTpPlan(absl::string_view model, int world, int 
 // put the bytes where the FLOPs are. gpt-oss-20b's bytes were at 1.037,
 // OLMoE's at 1.076 (and its FLOPs at 1.197 with tp 4 and 8, from the pair
 // re-split that ignored the preload).
+//
+// gpt-oss-20b's FLOPs are judged against the best plan there is, which the
+// lower bound (the mean) does not see. Its expert gate_up is orthogonalised
+// per half (ns_blocks cols stride 2: two 2880 x 2880 blocks, 2 units of
+// u = NsFlops(2880, 2880)) and down is 1 unit, so each moe_sharding group
+// of 32 ranks holds 96 x 2 + 96 x 1 = 288 units, 9 per rank, in whole
+// units; q and o (1.28 u each, 48 of them, whole on one tp rank) sit on top
+// of some ranks. A rank with one has 10.28 u with 9 expert units, and with 8
+// it leaves an extra unit on another rank of its group: the best plan's
+// busiest rank has 10 u = 1.0817 x the mean (9.2445 u). The planner finds
+// it.
 TEST(TpBalanceTest, ExpertParallelModelsAtW256Ep8AreWithin105OfTheLowerBound) {
   for (const char* model : {"ERNIE-4.5-21B-A3B-PT", "gpt-oss-20b", "OLMoE-1B-7B-0924"}) {
     for (int tp : {2, 4, 8}) {
@@ -49,7 +61,12 @@ TEST(TpBalanceTest, ExpertParallelModelsAtW256Ep8AreWithin105OfTheLowerBound) {
       MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BalancedTpPlan(model, 256, 8, tp));
       MUONSHARD_EXPECT_OK(planner::ValidatePlan(plan));
       EXPECT_LE(plan.stats().max_over_lb_state_bytes(), 1.05);
-      EXPECT_LE(plan.stats().max_over_lb_ns_flops(), 1.05);
+      if (std::string(model) == "gpt-oss-20b") {
+        const double unit = planner::NsFlops(2880, 2880, plan.policy().ns_steps());
+        EXPECT_LE(plan.stats().max_ns_flops(), 1.05 * 10 * unit);
+      } else {
+        EXPECT_LE(plan.stats().max_over_lb_ns_flops(), 1.05);
+      }
     }
   }
 }

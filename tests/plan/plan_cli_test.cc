@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
@@ -256,6 +257,57 @@ TEST(PlanCliTest, TensorParallelPlanTableAndJson) {
   Result three = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 6 --tp 3"));
   EXPECT_EQ(three.code, 2);
   EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));
+}
+
+// Fused weights (TensorSpec.ns_blocks): the table shows each kind of blocked
+// tensor (blocks, shape, TP handling, count, first name) and the NS FLOPs
+// blocked against whole; the JSON has every tensor's blocks and ns_local; a
+// bad block spec exits 2 naming the tensor and the sizes.
+TEST(PlanCliTest, FusedWeightsShowTheirBlocks) {
+  v1::ModelManifest m;
+  m.set_model("fused");
+  for (int l = 0; l < 2; ++l) {
+    for (const auto& [name, rows, blocks] :
+         {std::tuple<const char*, int64_t, const char*>{"attention.query_key_value.weight", 96, "rows:8,8,8x4"},
+          {"mlp.gate_up_proj.weight", 128, "rows:64,64"},
+          {"mlp.down_proj.weight", 32, ""}}) {
+      v1::TensorSpec* t = m.add_tensors();
+      t->set_name(absl::StrCat("model.layers.", l, ".", name));
+      t->add_shape(rows);
+      t->add_shape(32);
+      t->set_dtype(v1::BF16);
+      t->set_tp_split(v1::TP_COLUMN);
+      if (*blocks == 'r') {
+        t->mutable_ns_blocks()->set_axis(v1::NsBlocks::ROWS);
+        const bool per_head = rows == 96;
+        for (int i = 0; i < (per_head ? 3 : 2); ++i) t->mutable_ns_blocks()->add_sizes(per_head ? 8 : 64);
+        if (per_head) t->mutable_ns_blocks()->set_groups(4);
+      }
+    }
+  }
+  const std::string manifest = WriteManifest(m, "fused.json");
+  Result table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4"));
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("per-block NS     4 tensors  NS per step "));
+  EXPECT_THAT(table.out, HasSubstr("rows:8,8,8x4"));
+  EXPECT_THAT(table.out, HasSubstr("[96, 32]"));
+  EXPECT_THAT(table.out, HasSubstr("model.layers.0.attention.query_key_value.weight"));
+  EXPECT_THAT(table.out, HasSubstr("rows:64,64"));
+  // With tp 2: four heads, two per tp rank (local); gate | up, one each.
+  Result tp = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2"));
+  ASSERT_EQ(tp.code, 0) << tp.err;
+  EXPECT_THAT(tp.out, ::testing::ContainsRegex("rows:8,8,8x4 +\\[96, 32\\] +local"));
+  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --output json"));
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, HasSubstr("\"ns_blocks\""));
+  EXPECT_THAT(json.out, HasSubstr("\"ns_local\": true"));
+  EXPECT_THAT(json.out, HasSubstr("\"TP_OP_LOCAL\""));
+
+  m.mutable_tensors(1)->mutable_ns_blocks()->set_sizes(1, 60);
+  Result bad = RunCtl(absl::StrCat("plan --manifest ", WriteManifest(m, "fused_bad.json"), " --world-size 4"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("tensor \"model.layers.0.mlp.gate_up_proj.weight\": ns_blocks rows:64,60: the sizes "
+                                 "sum to 124 x 1 group, not the 128 rows (dimension 0)"));
 }
 
 // A huge flag value is quoted as a short, escaped prefix, not echoed whole.

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/ns_blocks.h"
 #include "plan/plan_validator.h"
 
 namespace muonshard::worker {
@@ -46,6 +47,11 @@ absl::Status ReferenceOptimizer::Init() {
   held_.resize(plan_.topology().world_size());
   for (int i = 0; i < plan_.tensors_size(); ++i) {
     const v1::PlannedTensor& t = plan_.tensors(i);
+    if (t.has_ns_blocks()) {  // as ShardedOptimizer: refused, not run whole
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor \"", t.name(), "\" has ns_blocks ", planner::NsBlocksText(t.ns_blocks()),
+                       ": per-block Newton-Schulz is not run by this worker yet (plan it without ns_blocks)"));
+    }
     TensorState s;
     MUONSHARD_ASSIGN_OR_RETURN(s.model, TypedBuffer::Create(t.dtype(), t.numel()));
     s.master.assign(t.numel(), 0.0f);

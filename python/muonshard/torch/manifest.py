@@ -37,6 +37,7 @@ def manifest_from_module(
     tp_split=None,
     tp_experts=False,
     shards=False,
+    ns_blocks=None,
 ):
     """The manifest (a dict, proto3 JSON form) of `model`'s parameters.
 
@@ -69,6 +70,27 @@ def manifest_from_module(
     parameters] in muonshard/torch/dtensor.py): tp is the mesh's size and
     each tensor's split its placement's (`tp` and `tp_split` must be left
     unset); submit the plan with `**topology_of(module)`.
+
+    Fused weights (`ns_blocks`, docs/planner.md "Fused weights: per-block
+    Newton-Schulz"): `{key: spec}` has Muon orthogonalise the matrices of the
+    parameters a key names block by block instead of whole (a fused q | k | v,
+    gate | up, per-head rows). A key is a parameter name (that parameter,
+    whatever regex keys match it too) or a regex that must match the whole
+    name; a spec is
+    `{"axis": "rows" | "cols", "sizes": [int, ...], "groups": int}` (`groups`
+    back-to-back groups of consecutive blocks `sizes` along dimension -2 for
+    rows, -1 for cols, of each expert's matrix for a 3-D stack; groups
+    defaults to 1) or `{"axis": "rows" | "cols", "stride": int}` (`stride`
+    interleaved blocks: block j holds the indices i with i % stride == j).
+    Sizes are the whole tensor's (with `shards` too). Examples: a Phi-3
+    qkv_proj `{"axis": "rows", "sizes": [3072, 1024, 1024]}`, GPT-NeoX's
+    query_key_value `{"axis": "rows", "sizes": [128, 128, 128], "groups": 32}`,
+    gpt-oss's experts gate_up_proj `{"axis": "cols", "stride": 2}`.
+    TypeError naming the key for a spec or a value of the wrong type;
+    ValueError naming the key for a bad spec, a key that names no parameter,
+    blocks that do not tile the parameter's axis (naming it and the shape),
+    and naming the parameter when two keys name it. Whether the parameter is
+    a Muon matrix is the planner's to check, on submit (ValueError).
     """
     groups = parse_groups(model)
     use_muon = use_muon_of(groups)
@@ -102,7 +124,106 @@ def manifest_from_module(
     manifest = {"model": name, "tensors": tensors}
     if tp > 1:
         manifest = _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards)
+    if ns_blocks is not None:
+        _set_ns_blocks(manifest["tensors"], ns_blocks)
     return manifest
+
+
+_NS_BLOCKS_FIELDS = ("axis", "sizes", "groups", "stride")
+
+
+def _int_field(key, field, value, minimum):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("ns_blocks[%r]: %s must be an int, got %r" % (key, field, value))
+    if value < minimum:
+        raise ValueError("ns_blocks[%r]: %s must be >= %d, got %d" % (key, field, minimum, value))
+    return int(value)
+
+
+def _ns_blocks_spec(key, spec):
+    """The manifest's nsBlocks (proto3 JSON) of one ns_blocks entry, checked."""
+    if not isinstance(key, str):
+        raise TypeError("ns_blocks: keys must be parameter names or regexes (str), got %r" % (key,))
+    if not isinstance(spec, dict):
+        raise TypeError("ns_blocks[%r]: the spec must be a dict (axis, sizes, groups or stride), got %r" % (key, spec))
+    unknown = sorted(str(f) for f in spec if f not in _NS_BLOCKS_FIELDS)
+    if unknown:
+        raise ValueError("ns_blocks[%r]: unknown field(s) %s (axis, sizes, groups, stride)" % (key, ", ".join(unknown)))
+    axis = spec.get("axis")
+    if not isinstance(axis, str) or axis.lower() not in ("rows", "cols"):
+        raise ValueError('ns_blocks[%r]: axis must be "rows" or "cols", got %r' % (key, axis))
+    out = {"axis": axis.upper()}
+    if ("sizes" in spec) == ("stride" in spec):
+        raise ValueError("ns_blocks[%r]: give sizes or stride (exactly one)" % key)
+    if "stride" in spec:
+        if "groups" in spec:
+            raise ValueError("ns_blocks[%r]: groups go with sizes, not with a stride" % key)
+        out["stride"] = _int_field(key, "stride", spec["stride"], 1)
+        return out
+    sizes = spec["sizes"]
+    if not isinstance(sizes, (list, tuple)):
+        raise TypeError("ns_blocks[%r]: sizes must be a list of ints, got %r" % (key, sizes))
+    if not sizes:
+        raise ValueError("ns_blocks[%r]: sizes is empty" % key)
+    out["sizes"] = [_int_field(key, "sizes[%d]" % i, s, 1) for i, s in enumerate(sizes)]
+    groups = _int_field(key, "groups", spec.get("groups", 1), 1)
+    if groups > 1:
+        out["groups"] = groups
+    return out
+
+
+def _check_tiling(key, tensor, blocks):
+    shape = tensor["shape"]
+    if len(shape) not in (2, 3):
+        raise ValueError(
+            "ns_blocks[%r]: parameter %r of shape %s is not a matrix (2-D) or a stack of them (3-D)"
+            % (key, tensor["name"], shape)
+        )
+    length = shape[-2] if blocks["axis"] == "ROWS" else shape[-1]
+    if "stride" in blocks:
+        ok, what = length % blocks["stride"] == 0, "stride %d" % blocks["stride"]
+    else:
+        ok = sum(blocks["sizes"]) * blocks.get("groups", 1) == length
+        what = "sizes %s x %d groups" % (blocks["sizes"], blocks.get("groups", 1))
+    if not ok:
+        raise ValueError(
+            "ns_blocks[%r]: %s do not tile the %d %s of parameter %r (shape %s)"
+            % (key, what, length, blocks["axis"].lower(), tensor["name"], shape)
+        )
+
+
+def _set_ns_blocks(tensors, ns_blocks):
+    """Sets nsBlocks on the tensors `ns_blocks`' keys name (see manifest_from_module)."""
+    if not isinstance(ns_blocks, dict):
+        raise TypeError("ns_blocks must be a dict {name or regex: spec}, got %r" % (ns_blocks,))
+    entries = []
+    for key, spec in ns_blocks.items():
+        blocks = _ns_blocks_spec(key, spec)
+        try:
+            pattern = re.compile(key)
+        except re.error as e:
+            raise ValueError("ns_blocks[%r]: not a valid regex: %s" % (key, e)) from None
+        entries.append((key, pattern, blocks))
+    names = {t["name"] for t in tensors}
+    used = set()
+    for tensor in tensors:
+        name = tensor["name"]
+        if name in ns_blocks:  # a name names itself, whatever else matches it
+            matched = [e for e in entries if e[0] == name]
+        else:
+            matched = [e for e in entries if e[0] not in names and e[1].fullmatch(name)]
+        if len(matched) > 1:
+            raise ValueError(
+                "ns_blocks: parameter %r is matched by the keys %s" % (name, ", ".join(repr(e[0]) for e in matched))
+            )
+        if matched:
+            key, _, blocks = matched[0]
+            _check_tiling(key, tensor, blocks)
+            tensor["nsBlocks"] = dict(blocks)
+            used.add(key)
+    for key, _, _ in entries:
+        if key not in used:
+            raise ValueError("ns_blocks[%r]: names no parameter (a regex must match the whole name)" % key)
 
 
 def _placement_split(name, param):

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
@@ -303,6 +304,13 @@ class LayoutBuilder {
       const v1::BucketEntry& e = view_.muon_buckets(b->second).entries(entry);
       const int part = layout_.part_of_tensor.at(e.tensor());
       const v1::PlannedTensor& t = Tensor(layout_.parts[part]);
+      if (t.has_ns_blocks()) {
+        // Refused, not run whole: orthogonalising a fused matrix is another
+        // update than orthogonalising its blocks.
+        return absl::FailedPreconditionError(
+            absl::StrCat("rank view: tensor \"", t.name(), "\" has ns_blocks ", planner::NsBlocksText(t.ns_blocks()),
+                         ": per-block Newton-Schulz is not run by this worker yet (plan it without ns_blocks)"));
+      }
       const auto& held = planner::HeldShape(t);
       const int n = held.size();
       MuonShardLayout shard;
