@@ -80,7 +80,8 @@ class StageBalancer {
     std::vector<Item>& items = *items_;
     for (Item& it : items) it.home = it.cls;
     if (ep_ == 1) return;
-    const double per_group = static_cast<double>(n_ / ep_);
+    const int ranks_per_group = n_ / ep_;  // ep divides the ranks
+    const double per_group = static_cast<double>(ranks_per_group);
     std::vector<double> f(ep_, 0), m(ep_, 0);
     for (const Item& it : items) {
       if (it.cls == 0) continue;

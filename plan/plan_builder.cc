@@ -265,6 +265,7 @@ void PlanBuilder::EmitAdamwBuckets() {
     }
     for (const std::vector<int>& members : AssignGroupBySize(dtypes, numels, limit_bytes())) {
       std::vector<int> bucket_units;
+      bucket_units.reserve(members.size());
       for (int k : members) bucket_units.push_back(units[k]);
       buckets_of[g].push_back(EmitAdamwLayout(g, bucket_units, balanced));
     }

@@ -55,7 +55,7 @@ google::protobuf::ArenaOptions PlanArenaOptions() {
 absl::StatusOr<std::shared_ptr<const v1::Plan>> ComputeSharedPlan(const v1::PlanRequest& request) {
   auto arena = std::make_shared<google::protobuf::Arena>(PlanArenaOptions());
   MUONSHARD_ASSIGN_OR_RETURN(v1::Plan * plan, ComputePlan(request, arena.get()));
-  return std::shared_ptr<const v1::Plan>(std::move(arena), plan);  // aliasing: shares the arena's count
+  return std::shared_ptr<const v1::Plan>(arena, plan);  // aliasing: shares the arena's count
 }
 
 absl::StatusOr<v1::Plan> ComputePlan(const v1::PlanRequest& request) {
