@@ -62,123 +62,53 @@
 // session destroyed without Finish() leaves at once (its peers' next
 // rendezvous or heartbeat then sees the generation move).
 //
+// NOTE [Prompt aborts]: the heartbeat thread reports when the job's
+// generation moves (a peer failed, froze or left); every communicator (and
+// the buddy channel) is aborted then, so a rank waiting in a collective for
+// a frozen peer returns ABORTED within a heartbeat period instead of at
+// comm_timeout. Communicators created afterwards are aborted at once
+// (AbortOnLoss, abort_on_loss.h).
+//
+// Parts, one role each, wired together by reference (the session owns them
+// and orchestrates start, recovery and finish):
+//   RankMembership      rank_membership.h      steps 1-2, error reports, leave
+//   MetricsEndpoint     metrics_endpoint.h     step 3 and the port file
+//   RankGroup           rank_group.h           steps 0 and 4-6, barriers
+//   SessionCheckpoints  session_checkpoints.h  save and load
+//   SessionBuddies      session_buddies.h      NOTE [Buddy copies]
+//   AbortOnLoss         abort_on_loss.h        NOTE [Prompt aborts]
+//
 // Thread-compatible: one thread drives a session (the heartbeat thread and
 // the /metrics server are internal). Members are destroyed in reverse
-// creation order: the optimizer, then the communicators, then the store and
-// the membership they bootstrapped through.
+// creation order: the optimizer, then the communicators, then the store
+// (the group), then /metrics, then the membership they bootstrapped
+// through.
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <ostream>
 #include <string>
-#include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "checkpoint/reader.h"
-#include "client/coordinator_client.h"
 #include "client/coordinator_session.h"
-#include "client/grpc_rendezvous_store.h"
+#include "client/joined_job.h"
 #include "client/plan_source.h"
-#include "common/clock.h"
-#include "common/metrics_http.h"
-#include "kernels/kernel_backend.h"
 #include "muonshard/v1/checkpoint.pb.h"
 #include "muonshard/v1/plan.pb.h"
-#include "worker/buddy_copies.h"
-#include "worker/comm/communicator.h"
+#include "worker/abort_on_loss.h"
 #include "worker/metrics.h"
+#include "worker/metrics_endpoint.h"
 #include "worker/optimizer/optimizer_config.h"
 #include "worker/optimizer/sharded_optimizer.h"
+#include "worker/rank_group.h"
+#include "worker/rank_membership.h"
+#include "worker/rank_session_options.h"
+#include "worker/session_buddies.h"
+#include "worker/session_checkpoints.h"
 
 namespace muonshard::worker {
-
-// Convention (design notes): worker metrics on 9465 + local rank.
-inline constexpr int kDefaultWorkerMetricsPort = 9465;
-
-struct RankSessionOptions {
-  client::ConnectionOptions connection;  // coordinator, TLS, token, RPC timeout
-  std::string job;
-  int64_t plan_version = 0;      // 0: the job's (the latest for its first member)
-  std::optional<int> rank;       // unset: the coordinator assigns one
-  std::string backend = "gloo";  // or "nccl"
-  // nccl: the CUDA device ordinal; -1: the local rank modulo the visible
-  // devices (CudaDevice in worker_runner.h).
-  int cuda_device = -1;
-  // "ring": Gloo's own reductions (sums in ring order: equal to the
-  // reference up to fp32 summation order). "rank": RankOrderCommunicator
-  // (sums in group-rank order: bit-identical to the reference, at n x the
-  // reduction traffic; for verification). Gloo only.
-  std::string reduce_order = "ring";
-  // NOTE [Pipelined step] (sharded_optimizer.h): "auto" (pipelined with
-  // gloo, sequential with nccl), "sequential" or "pipelined" (gloo only).
-  std::string step_schedule = "auto";
-  // Benchmarks only: "comm" / "compute" run one half of the step (StepPhases).
-  std::string step_phases = "all";
-  // NOTE [Step pieces] (internal/bucket_split.h): Muon buckets cut into
-  // pieces of at most this many KiB of gradients; 0: the plan's buckets.
-  // The same on every rank of a job.
-  int step_piece_kib = 0;
-  // NOTE [Step trace] (optimizer/step_stats.h): non-empty: each step's
-  // spans are recorded, and the worker writes the last step_trace_steps
-  // steps to <dir>/step-trace-rank<R>.json after training.
-  std::string step_trace_dir;
-  int step_trace_steps = 10;
-
-  // /metrics on metrics_host:(metrics_port + local rank); metrics_port 0
-  // picks a free port, negative disables the endpoint.
-  int metrics_port = kDefaultWorkerMetricsPort;
-  std::string metrics_host = "127.0.0.1";
-  int local_rank = -1;        // -1: the job rank (one host)
-  int local_world_size = -1;  // -1: the job's world size (one host)
-  // Written once serving: {"rank": R, "metrics_port": M, "generation": G,
-  // "plan_version": V}.
-  std::string port_file;
-
-  // Gloo: address to bind and advertise (or a network interface). NCCL
-  // picks its own interfaces (NCCL_SOCKET_IFNAME).
-  std::string hostname = "127.0.0.1";
-  std::string interface;
-  absl::Duration comm_timeout = absl::Seconds(60);  // rendezvous, collectives, barriers
-  absl::Duration join_timeout = absl::Seconds(30);  // retrying an unreachable coordinator
-  // NOTE [Recovery]: how long a recovery waits for the group to re-form
-  // (zero: comm_timeout). With min_workers > 0 the job is elastic (NOTE
-  // [Elastic jobs] in coordinator.proto): the coordinator shrinks it to the
-  // ranks present after rejoin_grace when at least min_workers are, and a
-  // recovery then waits up to twice the grace (the coordinator decides).
-  absl::Duration rejoin_grace;
-  int min_workers = 0;
-  // NOTE [Buddy copies] (worker/buddy_copies.h): > 0 creates the job-wide
-  // channel the buddy copies travel on; RefreshBuddyCopies is then due
-  // after every buddy_every-th step.
-  int buddy_every = 0;
-  // OpenBLAS / CPU kernel threads (gloo); 0: cores / local_world_size (at
-  // least 1). OpenBLAS results can depend on its thread count, and an exact
-  // comparison with a reference needs the same setting.
-  int blas_threads = 0;
-
-  // Called with the rank's plan view after joining and before the
-  // rendezvous: a program checks here that it can run this view (its model
-  // holds the rank's tensors). An error ends the job (NOTE [Job failure]:
-  // peers waiting in the rendezvous end with it at once) and is Start()'s.
-  std::function<absl::Status(const client::JoinedJob&, const v1::RankView&)> check_view;
-
-  std::ostream* log = nullptr;  // status lines; null: std::cerr
-  std::string host;             // JoinJob identity; empty: gethostname()
-  // JoinJob identity; empty: "cpu:<local rank>" (gloo) or "cuda:<device>"
-  // (nccl), or unique per process when neither is known before joining.
-  std::string device;
-  Clock* clock = RealClock();  // heartbeats
-};
-
-// INVALID_ARGUMENT naming the option (as its muonshard-worker flag) for an
-// unusable combination.
-absl::Status ValidateRankSessionOptions(const RankSessionOptions& options);
 
 // Whether the group broke and NOTE [Recovery] applies (ABORTED, UNAVAILABLE,
 // DEADLINE_EXCEEDED); defined with the membership it is about.
@@ -188,15 +118,6 @@ using client::IsBrokenGroup;
 struct RecoveryTimes {
   absl::Duration abort;       // report the error, tear the old group down
   absl::Duration rendezvous;  // join again, wait for the group, communicators
-};
-
-// What a checkpoint load did.
-struct LoadedCheckpoint {
-  std::string step_dir;
-  int64_t step = 0;
-  std::string plan_hash;  // the plan it was saved under
-  int world_size = 0;     // ... and that plan's world size
-  int64_t bytes_read = 0;
 };
 
 class RankSession {
@@ -217,37 +138,37 @@ class RankSession {
   ~RankSession();
 
   // What the last JoinJob answered (Recover joins again).
-  const client::JoinedJob& joined() const { return joined_; }
+  const client::JoinedJob& joined() const { return membership_.joined(); }
   int rank() const { return joined().rank; }
   int world_size() const { return joined().world_size; }
-  int local_rank() const { return options_.local_rank >= 0 ? options_.local_rank : rank(); }
-  const v1::RankView& view() const { return view_; }
+  int local_rank() const { return membership_.local_rank(); }
+  const v1::RankView& view() const { return membership_.view(); }
   const RankSessionOptions& options() const { return options_; }
   // False after a failed Recover: no communicators, no optimizer (the
   // methods that need them then fail FAILED_PRECONDITION; optimizer() must
   // not be called).
-  bool has_group() const { return optimizer_ != nullptr; }
-  ShardedOptimizer& optimizer() { return *optimizer_; }
-  const ShardedOptimizer& optimizer() const { return *optimizer_; }
-  WorkerMetrics& metrics() { return *metrics_; }
+  bool has_group() const { return group_.formed(); }
+  ShardedOptimizer& optimizer() { return group_.optimizer(); }
+  const ShardedOptimizer& optimizer() const { return group_.optimizer(); }
+  WorkerMetrics& metrics() { return endpoint_.metrics(); }
   // The /metrics port, or -1 when not serving.
-  int metrics_port() const;
+  int metrics_port() const { return endpoint_.port(); }
   // OK while the membership holds; ABORTED once the job's generation moved.
-  absl::Status health() const;
+  absl::Status health() const { return membership_.health(); }
   // The BLAS threads of the CPU backend (0 for nccl); the CUDA device (-1
   // for gloo).
-  int blas_threads() const { return blas_threads_; }
-  int cuda_device() const { return cuda_device_; }
+  int blas_threads() const { return group_.blas_threads(); }
+  int cuda_device() const { return group_.cuda_device(); }
   // "3 Gloo communicator(s) (reduce order ring), 42 tensor parts, optimizer
   // state N bytes (plan N), 1 BLAS thread(s)".
-  std::string Describe() const;
+  std::string Describe() const { return group_.Describe(); }
 
   // The job's whole plan and its canonical request, fetched once.
-  absl::StatusOr<const client::VersionedPlan*> FullPlan();
+  absl::StatusOr<const client::VersionedPlan*> FullPlan() { return membership_.FullPlan(); }
 
   // Every rank sets "<name>/<rank>" in the rendezvous store and waits for
   // every rank's key, each wait bounded by comm_timeout.
-  absl::Status Barrier(const std::string& name);
+  absl::Status Barrier(const std::string& name) { return group_.Barrier(name); }
 
   // Saves the optimizer's state as checkpoint step `step` of `dir`: every
   // rank writes its file, all meet, rank 0 commits (index, rename,
@@ -259,7 +180,9 @@ class RankSession {
   // (options.clock), a failure counts
   // muonshard_worker_checkpoint_failures_total.
   absl::Status SaveCheckpoint(const std::string& dir, int64_t step, const v1::OptimizerHyperParams& hyper_params,
-                              int keep_last = 0);
+                              int keep_last = 0) {
+    return checkpoints_.Save(dir, step, hyper_params, keep_last);
+  }
 
   // Tells the coordinator this rank's step failed with `error`, so the job
   // moves to a new generation now and the peers' next heartbeat carries the
@@ -268,7 +191,7 @@ class RankSession {
   // ends with if it gives up: the job's failure when another rank's error
   // ended it first, else `error`. A failed report is logged (the peers then
   // learn at the heartbeat timeout) and `error` returned.
-  absl::Status ReportError(const absl::Status& error);
+  absl::Status ReportError(const absl::Status& error) { return membership_.ReportError(error); }
 
   // NOTE [Recovery]; the wait for the group is `grace`, else
   // options.rejoin_grace (zero: comm_timeout), twice that for an elastic
@@ -279,23 +202,27 @@ class RankSession {
   // LoadCheckpoint of the newest committed checkpoint of `dir`; nullopt
   // (nothing loaded) when `dir` holds none. Every rank must see the same
   // directory (the commit protocol needs a shared file system anyway).
-  absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir);
+  absl::StatusOr<std::optional<LoadedCheckpoint>> LoadLatestCheckpoint(const std::string& dir) {
+    return checkpoints_.LoadLatest(dir);
+  }
 
   // NOTE [Buddy copies]: after step `done`, when due (a collective over
   // every rank of the job). Possible errors: the channel's.
-  absl::Status RefreshBuddyCopies(int64_t done);
+  absl::Status RefreshBuddyCopies(int64_t done) { return buddies_.Refresh(done); }
   // Restores the group's newest step held in buddy copies, when there is one
   // no older than `at_least` (a collective: every rank decides alike); the
   // step restored, or nullopt (nothing restored: the caller loads its
   // checkpoint). Possible errors: the store's and the channel's.
-  absl::StatusOr<std::optional<int64_t>> RestoreFromBuddies(int64_t at_least);
+  absl::StatusOr<std::optional<int64_t>> RestoreFromBuddies(int64_t at_least) { return buddies_.Restore(at_least); }
 
   // Loads step `step` (default: the latest) of `dir` into the optimizer,
   // whatever plan and world size it was saved under (reshard on load), and
   // rebuilds every model copy from the loaded masters. A collective.
   // Possible errors: NOT_FOUND (no checkpoint), DATA_LOSS (damaged),
   // INVALID_ARGUMENT (another model), the communicators' codes.
-  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt);
+  absl::StatusOr<LoadedCheckpoint> LoadCheckpoint(const std::string& dir, std::optional<int64_t> step = std::nullopt) {
+    return checkpoints_.Load(dir, step);
+  }
 
   // The end of a run (see above). Idempotent.
   absl::Status Finish();
@@ -304,76 +231,25 @@ class RankSession {
   RankSession(const RankSessionOptions& options, const OptimizerConfig& config);
 
   absl::Status Run();
-  absl::Status CheckDevices();
-  // incarnation 0: a new one (a new process). Recover passes its own and
-  // `recovering`: the job's plan and whatever rank the coordinator gives
-  // (an elastic resize renumbers), not the flags'.
-  absl::Status Join(uint64_t incarnation = 0, bool recovering = false);
-  absl::Status StartMetrics();
-  absl::Status WritePortFile() const;
-  // Destroys the optimizer, communicators and store and detaches the
-  // membership (NOTE [Recovery]).
-  void TearDownGroup();
-  absl::Status OpenStore();
-  absl::Status CheckGroup() const;
-  // SaveCheckpoint's phases: this rank's file, then (rank 0, after the
-  // barrier) the commit.
-  absl::Status WriteCheckpointFile(const std::string& dir, int64_t step, const std::string& save_id);
-  absl::Status CommitSave(const std::string& dir, int64_t step, const std::string& save_id,
-                          const v1::OptimizerHyperParams& hyper_params, int keep_last);
-  // LoadCheckpoint of a checkpoint already opened.
-  absl::StatusOr<LoadedCheckpoint> LoadOpened(checkpoint::Checkpoint ckpt);
-  // A "group" barrier in the generation's store: every rank has joined it
-  // (on a recovery, the survivors and any replacement process alike).
-  absl::Status WaitForGroup(absl::Duration timeout);
-  absl::Status CreateBackend();
-  absl::Status CreateCommunicators();
-  absl::Status CreateCommunicator(const v1::CommGroup& group);
-  absl::Status CreateBuddyChannel();
-  absl::Status CreateOptimizer();
-  std::ostream& Log() const;
-  std::string Prefix() const;
-  bool nccl() const { return options_.backend == "nccl"; }
-  // NOTE [Prompt aborts]: the heartbeat thread calls OnMembershipLost when
-  // the job's generation moves (a peer failed, froze or left); every
-  // communicator is aborted then, so a rank waiting in a collective for a
-  // frozen peer returns ABORTED within a heartbeat period instead of at
-  // comm_timeout. Communicators created afterwards are aborted at once.
-  void OnMembershipLost(const absl::Status& status);
-  // `abort` (a communicator's or the buddy channel's Abort) runs at once
-  // when the membership is already lost, else when it is.
-  void AbortOnLoss(std::function<void(const absl::Status&)> abort);
+  // Steps 5-6 in the membership's generation, waiting up to `wait` for the
+  // group; the optimizer's state bytes into /metrics.
+  absl::Status FormGroup(absl::Duration wait);
 
   const RankSessionOptions options_;
   const OptimizerConfig config_;
-  // Before session_, whose heartbeat thread uses them until it is joined.
-  absl::Mutex abort_mu_;
-  std::vector<std::function<void(const absl::Status&)>> abortable_ ABSL_GUARDED_BY(abort_mu_);
-  absl::Status lost_ ABSL_GUARDED_BY(abort_mu_);
-  bool closing_ ABSL_GUARDED_BY(abort_mu_) = false;
-  std::unique_ptr<client::CoordinatorClient> client_;
-  std::unique_ptr<client::PlanSource> plan_source_;
-  std::unique_ptr<client::CoordinatorSession> session_;  // null after a failed re-join
-  client::JoinedJob joined_;
-  std::string device_identity_;  // the JoinJob identity, fixed at the first join
-  v1::RankView view_;
-  std::unique_ptr<WorkerMetrics> metrics_;
-  std::unique_ptr<MetricsHttpServer> server_;
-  int cuda_devices_ = 0;  // nccl: visible CUDA devices
-  int cuda_device_ = -1;  // nccl: this rank's
-  int blas_threads_ = 0;  // gloo
-  // Before the communicators: NCCL ones enqueue on its stream, so it must
-  // be destroyed after them.
-  std::unique_ptr<kernels::KernelBackend> backend_;
-  std::unique_ptr<client::GrpcRendezvousStore> store_;
-  std::vector<std::unique_ptr<Communicator>> comms_;
-  std::unique_ptr<ByteChannel> buddy_channel_;  // NOTE [Buddy copies]
-  ShardedOptimizer::CommGroups comm_groups_;
-  std::unique_ptr<ShardedOptimizer> optimizer_;
-  std::unique_ptr<client::VersionedPlan> full_plan_;
-  std::optional<absl::Status> finished_;
+  // Before membership_, whose heartbeat thread uses it until it is joined.
+  AbortOnLoss aborts_;
+  RankMembership membership_;
+  // Lives on across recoveries, as do its counters.
+  MetricsEndpoint endpoint_;
+  // After the membership: the optimizer, the communicators and the store go
+  // before it (a peer that sees this rank leave aborts its own
+  // collectives). Its backend lives on across recoveries.
+  RankGroup group_;
+  SessionCheckpoints checkpoints_;
   // Outlives recoveries: what it holds is what a recovery restores from.
-  BuddyCopies buddies_;
+  SessionBuddies buddies_;
+  std::optional<absl::Status> finished_;
 };
 
 }  // namespace muonshard::worker
