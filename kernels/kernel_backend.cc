@@ -90,6 +90,13 @@ class CpuKernelBackend final : public KernelBackend {
   absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                       int64_t rows) override {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckCopy2DArgs(src, src_pitch, dst, dst_pitch, row_bytes, rows));
+    if (row_bytes == sizeof(float)) {  // one float per run (strided blocks): a fixed-size copy each
+      for (int64_t k = 0; k < rows; ++k) {
+        std::memcpy(static_cast<char*>(dst) + k * dst_pitch, static_cast<const char*>(src) + k * src_pitch,
+                    sizeof(float));
+      }
+      return absl::OkStatus();
+    }
     for (int64_t k = 0; k < rows; ++k) {
       std::memcpy(static_cast<char*>(dst) + k * dst_pitch, static_cast<const char*>(src) + k * src_pitch,
                   static_cast<size_t>(row_bytes));

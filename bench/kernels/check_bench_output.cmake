@@ -8,9 +8,12 @@ endif()
 string(STRIP "${out}" out)
 string(REGEX REPLACE "^.*\n" "" last_line "${out}")
 set(number "[0-9]+(\\.[0-9]+)?")
-# FORMAT selects the benchmark: muon_batch (muonshard-bench-muon-batch) or,
+# FORMAT selects the benchmark: muon_batch (muonshard-bench-muon-batch),
+# blocked_ns (muonshard-bench-blocked-ns) or,
 # by default, muonshard-bench-kernels.
-if(FORMAT STREQUAL "muon_batch")
+if(FORMAT STREQUAL "blocked_ns")
+  set(pattern "^blocked_ns_s=${number} whole_ns_s=${number} ratio=${number}$")
+elseif(FORMAT STREQUAL "muon_batch")
   set(pattern "^muon_batch_gflops=${number} per_matrix_gflops=${number} ratio=${number}$")
 else()
   set(pattern "^ns_cpu_gflops=${number} sgemm_gflops=${number} ratio=${number}$")

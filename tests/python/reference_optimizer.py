@@ -8,13 +8,16 @@ Public API
 ==========
 
 ``ReferenceConfig(...)``                       hyper-parameters; defaults are §3.1 (see the dataclass).
-``ReferenceOptimizer(tensors, kinds, config=None, holders=None)``
+``ReferenceOptimizer(tensors, kinds, config=None, holders=None, ns_blocks=None)``
     ``tensors``: list of ``(name, value)``, ``(name, value, layout)`` or ``(name, value, layout, dtype)``;
     the model dtype is ``dtype`` if given, else ``value.dtype`` (bf16 / fp16 / fp32); ``layout`` is
     ``"OUT_IN"`` (default, PyTorch nn.Linear ``[out, in]``) or ``"IN_OUT"`` (Paddle ``[in, out]``).
     ``kinds``: ``{name: "muon" | "adamw"}`` (the caller classifies; Muon tensors must be 2-D or 3-D).
     ``holders``: ``None`` (every rank of ``local_grads`` holds every tensor) or a callable
     ``name -> Holding`` (see ``average_over_holders``); ``paddle_ep_holders`` builds one.
+    ``ns_blocks``: ``{name: spec}`` for fused Muon matrices orthogonalised block by block, a spec as
+    ``manifest_from_module(ns_blocks=...)`` takes it: ``{"axis": "rows"|"cols", "sizes": [...],
+    "groups": n}`` (groups default 1) or ``{"axis": "rows"|"cols", "stride": n}``.
   ``.step(local_grads)``        one step; ``local_grads`` is a list over ranks of ``{name: tensor}``
                                 (full shape, cast to fp32), or one dict (= a single rank).
   ``.averaged_gradient(local_grads, name)``  the fp32 gradient the step would use for ``name``.
@@ -36,7 +39,11 @@ Building blocks (usable on their own):
 ``newton_schulz(X, steps=5, eps=1e-9, coefficients="simple", matmul="fp32")``   §3.3, 2-D or batched 3-D.
 ``in_out_dims(shape, layout) -> (din, dout)``;  ``scale_factor(shape, layout, version) -> float``  §3.4.
 ``orthogonalize(u, layout, config)``             NS + scaling (per expert for 3-D).
-``muon_update(master, momentum, grad, lr, layout, with_decay, config) -> (master, momentum)``  §3.5 NEW.
+``muon_update(master, momentum, grad, lr, layout, with_decay, config, blocks=None) -> (master, momentum)``
+                                                 §3.5 NEW; ``blocks``: per-block NS (below).
+``block_indices(spec, length) -> [LongTensor]``  the index lists of a fused matrix's blocks along its axis.
+``orthogonalize_blocked(u, layout, config, spec)``  NS + scaling of each block on its own (Paddle's qkv /
+                                                 gate_up split modes: the scale from the block's own shape).
 ``adamw_update(master, m1, m2, grad, lr, beta1_pow, beta2_pow, with_decay, config) -> (master, m1, m2)`` §3.6.
 ``average_over_holders(local_grads, name, holding, shape) -> fp32``;
 ``paddle_ep_holders(world_size, ep=1, n_experts=None, expert_index=None, fused_stacks=()) -> callable``.
@@ -260,6 +267,41 @@ def orthogonalize(u: torch.Tensor, layout: str, config: ReferenceConfig) -> torc
     return (U * f32(s)) * f32(config.extra_scale)  # "U * scale * extra"
 
 
+def block_indices(spec: Mapping, length: int) -> list[torch.Tensor]:
+    """The blocks of a fused matrix along its blocked axis (of ``length``), as index lists: ``sizes``
+    consecutive blocks repeated ``groups`` times, or ``stride`` interleaved blocks (block j holds the
+    indices i with i % stride == j)."""
+    if "stride" in spec:
+        stride = int(spec["stride"])
+        if stride <= 0 or length % stride:
+            raise ValueError(f"stride {stride} does not divide {length}")
+        return [torch.arange(j, length, stride) for j in range(stride)]
+    sizes = [int(x) for x in spec["sizes"]]
+    groups = int(spec.get("groups", 1) or 1)
+    if sum(sizes) * groups != length:
+        raise ValueError(f"sizes {sizes} x {groups} do not tile {length}")
+    blocks, at = [], 0
+    for _ in range(groups):
+        for size in sizes:
+            blocks.append(torch.arange(at, at + size))
+            at += size
+    return blocks
+
+
+def orthogonalize_blocked(u: torch.Tensor, layout: str, config: ReferenceConfig, spec: Mapping) -> torch.Tensor:
+    """``orthogonalize`` of each block on its own (per expert for 3-D): the block's rows (axis "rows",
+    dimension -2) or columns ("cols", dimension -1) taken out, orthogonalised and scaled by the
+    block's own shape, and put back in place."""
+    axis = str(spec["axis"]).lower()
+    if axis not in ("rows", "cols"):
+        raise ValueError(f"unknown axis {spec['axis']!r}")
+    dim = u.dim() - 2 if axis == "rows" else u.dim() - 1
+    out = torch.empty_like(u)
+    for idx in block_indices(spec, u.shape[dim]):
+        out.index_copy_(dim, idx, orthogonalize(u.index_select(dim, idx), layout, config))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Muon update (§3.5, NEW) and AdamW (§3.6, NEW = fused adamw_ kernel)
 # --------------------------------------------------------------------------------------------
@@ -273,8 +315,10 @@ def muon_update(
     layout: str,
     with_decay: bool,
     config: ReferenceConfig,
+    blocks: Mapping | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One Muon step on an fp32 master; returns (new master, new momentum)."""
+    """One Muon step on an fp32 master; returns (new master, new momentum). ``blocks``: a fused
+    matrix's spec (``orthogonalize_blocked``); None orthogonalises each matrix whole."""
     beta = config.momentum
     g = grad.to(_F32)  # "g = grad.astype(fp32)"
     if config.momentum_form == "expanded":
@@ -287,7 +331,10 @@ def muon_update(
         u = torch.lerp(g, m, beta) if config.nesterov else m
     else:
         raise ValueError(f"unknown momentum_form {config.momentum_form!r}")
-    U = orthogonalize(u, layout, config)  # "ortho(B) = _scaling_fn(NS(B), version, extra)"
+    if blocks is None:
+        U = orthogonalize(u, layout, config)  # "ortho(B) = _scaling_fn(NS(B), version, extra)"
+    else:
+        U = orthogonalize_blocked(u, layout, config, blocks)
     lr32 = f32(lr)
     p = master
     if with_decay:
@@ -458,9 +505,11 @@ class ReferenceOptimizer:
         kinds: Mapping[str, str],
         config: ReferenceConfig | None = None,
         holders: Callable[[str], Holding] | None = None,
+        ns_blocks: Mapping[str, Mapping] | None = None,
     ):
         self.config = config if config is not None else ReferenceConfig()
         self.holders = holders
+        self.ns_blocks: dict[str, Mapping] = dict(ns_blocks or {})
         self.names: list[str] = []
         self.shapes: dict[str, tuple[int, ...]] = {}
         self.dtypes: dict[str, torch.dtype] = {}
@@ -498,6 +547,9 @@ class ReferenceOptimizer:
             else:
                 self.moment1[name] = zeros.clone()
                 self.moment2[name] = zeros.clone()
+        for name in self.ns_blocks:
+            if self.kinds.get(name) != MUON:
+                raise ValueError(f"ns_blocks: {name!r} is not a Muon tensor")
         # ONE pair of beta pows, initialised to the betas, multiplied after use.
         self.beta1_pow = torch.full((1,), self.config.adamw_betas[0], dtype=_F32)
         self.beta2_pow = torch.full((1,), self.config.adamw_betas[1], dtype=_F32)
@@ -528,7 +580,14 @@ class ReferenceOptimizer:
         for n in self.names:
             if self.kinds[n] == MUON:
                 self.masters[n], self.momentum[n] = muon_update(
-                    self.masters[n], self.momentum[n], grads[n], self.lr, self.layouts[n], cfg.decays(n), cfg
+                    self.masters[n],
+                    self.momentum[n],
+                    grads[n],
+                    self.lr,
+                    self.layouts[n],
+                    cfg.decays(n),
+                    cfg,
+                    self.ns_blocks.get(n),
                 )
         for n in self.names:
             if self.kinds[n] == ADAMW:
@@ -593,7 +652,8 @@ class ReferenceOptimizer:
         sd: Mapping[str, torch.Tensor],
         config: ReferenceConfig | None = None,
         holders: Callable[[str], Holding] | None = None,
+        ns_blocks: Mapping[str, Mapping] | None = None,
     ) -> ReferenceOptimizer:
-        opt = cls(tensors, kinds, config=config, holders=holders)
+        opt = cls(tensors, kinds, config=config, holders=holders, ns_blocks=ns_blocks)
         opt.load_state_dict(sd)
         return opt

@@ -6,9 +6,10 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/blocked_newton_schulz.h"
 #include "plan/model.h"
-#include "plan/ns_blocks.h"
 #include "plan/plan_validator.h"
+#include "worker/optimizer/internal/ns_block_spec.h"
 
 namespace muonshard::worker {
 
@@ -47,10 +48,14 @@ absl::Status ReferenceOptimizer::Init() {
   held_.resize(plan_.topology().world_size());
   for (int i = 0; i < plan_.tensors_size(); ++i) {
     const v1::PlannedTensor& t = plan_.tensors(i);
-    if (t.has_ns_blocks()) {  // as ShardedOptimizer: refused, not run whole
-      return absl::FailedPreconditionError(
-          absl::StrCat("tensor \"", t.name(), "\" has ns_blocks ", planner::NsBlocksText(t.ns_blocks()),
-                       ": per-block Newton-Schulz is not run by this worker yet (plan it without ns_blocks)"));
+    if (t.has_ns_blocks()) {
+      const int n = t.shape_size();
+      absl::StatusOr<kernels::NsBlockSpec> blocks =
+          internal::NsBlockSpecOf(t.ns_blocks(), t.shape(n - 2), t.shape(n - 1));
+      if (!blocks.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor \"", t.name(), "\": ", blocks.status().message()));
+      }
+      blocks_[i] = *std::move(blocks);
     }
     TensorState s;
     MUONSHARD_ASSIGN_OR_RETURN(s.model, TypedBuffer::Create(t.dtype(), t.numel()));
@@ -121,8 +126,14 @@ absl::Status ReferenceOptimizer::Update(int tensor, const std::vector<float>& gr
     const int n = t.shape_size();
     const kernels::MatrixBatchShape shape{n == 3 ? t.shape(0) : 1, t.shape(n - 2), t.shape(n - 1)};
     kernels::MuonTensors m{grad.data(), s.momentum.data(), s.master.data(), bf16 ? s.model.words() : nullptr};
-    MUONSHARD_RETURN_IF_ERROR(
-        backend_->MuonUpdate(m, shape, KernelLayout(t.layout()), MuonOptionsFor(config_, s.with_decay)));
+    const kernels::MuonOptions options = MuonOptionsFor(config_, s.with_decay);
+    auto blocks = blocks_.find(tensor);
+    if (blocks != blocks_.end()) {  // per-block Newton-Schulz, in the whole tensor's coordinates
+      MUONSHARD_RETURN_IF_ERROR(
+          kernels::BlockedMuonUpdate(*backend_, m, shape, KernelLayout(t.layout()), blocks->second, options));
+    } else {
+      MUONSHARD_RETURN_IF_ERROR(backend_->MuonUpdate(m, shape, KernelLayout(t.layout()), options));
+    }
   } else {
     kernels::AdamWTensors a{grad.data(), s.master.data(), s.moment1.data(), s.moment2.data(),
                             bf16 ? s.model.words() : nullptr};

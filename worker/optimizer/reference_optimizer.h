@@ -15,15 +15,21 @@
 // part (the data-parallel groups); it holds every tensor whole, so it is for
 // tests, `--reference` runs and small models.
 //
+// A tensor with ns_blocks is orthogonalised block by block
+// (kernels::BlockedMuonUpdate, in the whole tensor's coordinates), as the
+// sharded step does in every placement.
+//
 // Thread-compatible. *backend must outlive the optimizer.
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/blocked_newton_schulz.h"
 #include "kernels/kernel_backend.h"
 #include "muonshard/v1/plan.pb.h"
 #include "worker/optimizer/gradient_source.h"
@@ -96,7 +102,9 @@ class ReferenceOptimizer {
   v1::DType grad_dtype_ = v1::FP32;
   std::vector<TensorState> tensors_;
   std::vector<std::vector<HeldTensor>> held_;  // per rank
-  float beta1_pow_ = 0;                        // NOTE [Beta powers] in sharded_optimizer.h
+  // Per-block Newton-Schulz of the tensors with ns_blocks, by plan index.
+  absl::flat_hash_map<int, kernels::NsBlockSpec> blocks_;
+  float beta1_pow_ = 0;  // NOTE [Beta powers] in sharded_optimizer.h
   float beta2_pow_ = 0;
   int64_t steps_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "kernels/blocked_newton_schulz.h"
 
 namespace muonshard::worker::internal {
 
@@ -49,6 +50,7 @@ absl::Status BucketUpdater::UpdateMuonBucket(int bucket) {
   const std::vector<int>& owned = layout_.OwnedIn(bucket);
   // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
   MUONSHARD_RETURN_IF_ERROR(tp_.UpdateBucket(bucket, config_));
+  const std::vector<MuonShardLayout>& index = layout_.index().owned;
   if (layout_.grad_dtype() != v1::FP32) {
     for (int shard : owned) {
       if (!layout_.IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
@@ -56,7 +58,14 @@ absl::Status BucketUpdater::UpdateMuonBucket(int bucket) {
     return absl::OkStatus();
   }
   std::vector<bool> done(owned.size(), false);
-  for (size_t i = 0; i < owned.size(); ++i) done[i] = layout_.IsTp(owned[i]);
+  for (size_t i = 0; i < owned.size(); ++i) {
+    done[i] = layout_.IsTp(owned[i]);
+    // Per-block NS: each blocked shard on its own (its blocks batched inside).
+    if (!done[i] && index[owned[i]].blocked) {
+      MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(owned[i]));
+      done[i] = true;
+    }
+  }
   std::vector<kernels::MuonTensors> items;
   for (size_t i = 0; i < owned.size(); ++i) {
     if (done[i]) continue;
@@ -98,8 +107,14 @@ absl::StatusOr<kernels::MuonTensors> BucketUpdater::MuonTensorsOf(int shard) {
 absl::Status BucketUpdater::UpdateMuonShard(int shard) {
   const MuonShardLayout& o = layout_.index().owned[shard];
   MUONSHARD_ASSIGN_OR_RETURN(const kernels::MuonTensors t, MuonTensorsOf(shard));
-  MUONSHARD_RETURN_IF_ERROR(
-      backend_.MuonUpdate(t, o.shape, o.layout, MuonOptionsFor(config_, params_.shard(shard).with_decay)));
+  const kernels::MuonOptions options = MuonOptionsFor(config_, params_.shard(shard).with_decay);
+  if (o.blocked) {
+    // Owner-whole matrices, stacks split along E and TP_OP_LOCAL shards:
+    // the blocks of the matrices this rank holds.
+    MUONSHARD_RETURN_IF_ERROR(kernels::BlockedMuonUpdate(backend_, t, o.shape, o.layout, o.blocks, options));
+  } else {
+    MUONSHARD_RETURN_IF_ERROR(backend_.MuonUpdate(t, o.shape, o.layout, options));
+  }
   return params_.CastMuonShard(shard);
 }
 

@@ -61,8 +61,12 @@ class OptimizerLayout {
   const v1::BucketEntry& Entry(const EntryRef& ref) const;
   // The bucket entry of owned Muon shard `shard` (position in index().owned).
   const v1::BucketEntry& OwnedEntry(int shard) const;
-  // Whether owned shard `shard` is TP-split (NOTE [Tensor-parallel Muon]).
-  bool IsTp(int shard) const { return index_.owned[shard].tp.op != v1::TP_OP_NONE; }
+  // Whether owned shard `shard` is TP-split and exchanged (NOTE
+  // [Tensor-parallel Muon]); a TP_OP_LOCAL shard is updated on its own.
+  bool IsTp(int shard) const {
+    const v1::TpMuonOp op = index_.owned[shard].tp.op;
+    return op != v1::TP_OP_NONE && op != v1::TP_OP_LOCAL;
+  }
   // The owned shards (positions in index().owned) of Muon bucket `bucket`,
   // in owned order.
   const std::vector<int>& OwnedIn(int bucket) const { return owned_in_muon_[bucket]; }

@@ -5,6 +5,7 @@
 
 #include "absl/memory/memory.h"
 #include "common/status_macros.h"
+#include "kernels/blocked_newton_schulz.h"
 
 namespace muonshard::worker::internal {
 namespace {
@@ -34,7 +35,7 @@ void TpMuonExchange::PlanBatches() {
   std::vector<std::vector<Batch>> slots(buckets, std::vector<Batch>(tp + 1));
   for (size_t i = 0; i < owned.size(); ++i) {
     const MuonShardLayout& o = owned[i];
-    if (o.tp.op == v1::TP_OP_NONE) continue;
+    if (!layout_.IsTp(static_cast<int>(i))) continue;
     Batch& batch = slots[o.bucket][o.tp.ns_rank < 0 ? tp : o.tp.ns_rank];
     batch.root = o.tp.ns_rank;
     batch.shards.push_back(static_cast<int>(i));
@@ -119,8 +120,11 @@ absl::Status TpMuonExchange::UpdateBucket(int bucket, const OptimizerConfig& con
       BackendBuffer& params = params_.muon_params(o.bucket);
       MuonShardState& s = params_.shard(shard);
       kernels::Bf16Bits* model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
+      const kernels::MuonOptions options = MuonOptionsFor(config, s.with_decay);
+      // Per-block NS scaled each block already (Orthogonalize).
       const kernels::MuonApplyScalars scalars =
-          kernels::MuonApplyScalarsFor(o.tp.rows, o.tp.cols, o.layout, MuonOptionsFor(config, s.with_decay));
+          o.blocked ? kernels::BlockedMuonApplyScalars(options)
+                    : kernels::MuonApplyScalarsFor(o.tp.rows, o.tp.cols, o.layout, options);
       MUONSHARD_RETURN_IF_ERROR(backend_.MuonApply(update_.floats() + batch.offset + batch.shard_offsets[k],
                                                    s.master.floats(), model, e.numel(), scalars));
       MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
@@ -165,11 +169,20 @@ absl::Status TpMuonExchange::ReturnResults(const std::vector<Batch>& batches) {
 absl::Status TpMuonExchange::Orthogonalize(const Batch& batch, const OptimizerConfig& config) {
   MUONSHARD_RETURN_IF_ERROR(CopyShards(batch, /*to_whole=*/true));
   const int64_t tp = layout_.tp_size();
-  const kernels::NewtonSchulzOptions ns = MuonOptionsFor(config, true).ns;
+  const kernels::MuonOptions options = MuonOptionsFor(config, true);
   for (size_t k = 0; k < batch.shards.size(); ++k) {
     const MuonShardLayout& o = layout_.index().owned[batch.shards[k]];
     float* whole = whole_.floats() + batch.scratch + tp * batch.shard_offsets[k];
-    MUONSHARD_RETURN_IF_ERROR(backend_.NewtonSchulz(whole, whole, {o.shape.batch, o.tp.rows, o.tp.cols}, ns));
+    const kernels::MatrixBatchShape shape{o.shape.batch, o.tp.rows, o.tp.cols};
+    if (o.blocked) {
+      // Per-block NS in the whole matrix's coordinates, each block scaled
+      // by its own Muon scale (the apply then uses lr alone).
+      const kernels::NsBlockScale scale{o.layout, options.scale_version, options.extra_scale};
+      MUONSHARD_RETURN_IF_ERROR(
+          kernels::BlockedNewtonSchulz(backend_, whole, whole, shape, o.blocks, options.ns, &scale));
+    } else {
+      MUONSHARD_RETURN_IF_ERROR(backend_.NewtonSchulz(whole, whole, shape, options.ns));
+    }
   }
   return CopyShards(batch, /*to_whole=*/false);
 }

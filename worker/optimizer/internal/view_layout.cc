@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
-#include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
+#include "worker/optimizer/internal/ns_block_spec.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
 
@@ -304,13 +304,6 @@ class LayoutBuilder {
       const v1::BucketEntry& e = view_.muon_buckets(b->second).entries(entry);
       const int part = layout_.part_of_tensor.at(e.tensor());
       const v1::PlannedTensor& t = Tensor(layout_.parts[part]);
-      if (t.has_ns_blocks()) {
-        // Refused, not run whole: orthogonalising a fused matrix is another
-        // update than orthogonalising its blocks.
-        return absl::FailedPreconditionError(
-            absl::StrCat("rank view: tensor \"", t.name(), "\" has ns_blocks ", planner::NsBlocksText(t.ns_blocks()),
-                         ": per-block Newton-Schulz is not run by this worker yet (plan it without ns_blocks)"));
-      }
       const auto& held = planner::HeldShape(t);
       const int n = held.size();
       MuonShardLayout shard;
@@ -320,7 +313,8 @@ class LayoutBuilder {
       shard.shape = kernels::MatrixBatchShape{o.matrix_end() - o.matrix_begin(), held[n - 2], held[n - 1]};
       shard.layout = KernelLayout(t.layout());
       MUONSHARD_ASSIGN_OR_RETURN(shard.tp, TpLayoutOf(o, t, shard.shape, what));
-      layout_.owned.push_back(shard);
+      MUONSHARD_RETURN_IF_ERROR(SetBlocks(t, what, shard));
+      layout_.owned.push_back(std::move(shard));
       layout_.muon_state_numel += e.numel();
       state_bytes_ += e.numel() * planner::MuonStateBytesPerElem(t.dtype());
     }
@@ -350,8 +344,11 @@ class LayoutBuilder {
       }
       return tp;
     }
-    if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER) {
+    if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER && tp.op != v1::TP_OP_LOCAL) {
       return Invalid(absl::StrCat(what, ": unknown tp_op ", tp.op));
+    }
+    if ((tp.op == v1::TP_OP_LOCAL) != t.ns_local() || (tp.op == v1::TP_OP_LOCAL && !t.has_ns_blocks())) {
+      return Invalid(absl::StrCat(what, ": TP_OP_LOCAL goes with an ns_local tensor with ns_blocks, and only there"));
     }
     if (!planner::IsTpSplit(t)) return Invalid(absl::StrCat(what, ": tp_op on a tensor that is not TP-split"));
     auto g = group_of_id_.find(o.tp_group());
@@ -370,11 +367,49 @@ class LayoutBuilder {
     }
     const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()) - (t.shape_size() - 2);
     if (dim < 0 || dim > 1) return Invalid(absl::StrCat(what, ": the TP split is not on a matrix dimension"));
+    tp.dim = dim;
     tp.rows = dim == 0 ? shard.rows * tp_size : shard.rows;
     tp.cols = dim == 1 ? shard.cols * tp_size : shard.cols;
     const int64_t whole[2] = {tp.rows, tp.cols};
     for (int r = 0; r < tp_size; ++r) tp.all_runs.push_back(planner::TpShardRunsOf(whole, dim, tp_size, r));
     return tp;
+  }
+
+  // The blocks Newton-Schulz runs on (MuonShardLayout::blocks): the whole
+  // matrix's for an owner-whole matrix and the TP gather, the rank's own
+  // shard's for TP_OP_LOCAL (shard t holds [t L/tp, (t+1) L/tp) of the
+  // blocked axis, which must be the split one).
+  absl::Status SetBlocks(const v1::PlannedTensor& t, absl::string_view what, MuonShardLayout& shard) const {
+    if (!t.has_ns_blocks()) return absl::OkStatus();
+    const bool split = shard.tp.op != v1::TP_OP_NONE;
+    const int64_t rows = split ? shard.tp.rows : shard.shape.rows;
+    const int64_t cols = split ? shard.tp.cols : shard.shape.cols;
+    absl::StatusOr<kernels::NsBlockSpec> whole = NsBlockSpecOf(t.ns_blocks(), rows, cols);
+    if (whole.ok()) whole = CheckedSpec(*std::move(whole), {shard.shape.batch, rows, cols});
+    if (!whole.ok()) return Invalid(absl::StrCat(what, ": ", whole.status().message()));
+    shard.blocked = true;
+    if (shard.tp.op != v1::TP_OP_LOCAL) {
+      shard.blocks = *std::move(whole);
+      return absl::OkStatus();
+    }
+    const int blocked_dim = whole->axis == kernels::NsBlockAxis::kRows ? 0 : 1;
+    if (shard.tp.dim != blocked_dim) {
+      return Invalid(absl::StrCat(what, ": TP_OP_LOCAL but the TP split is not along the blocked axis"));
+    }
+    const int64_t length = blocked_dim == 0 ? shard.shape.rows : shard.shape.cols;
+    const int64_t begin = view_.rank().tp_rank() * length;
+    absl::StatusOr<kernels::NsBlockSpec> local = ShardNsBlockSpec(*whole, begin, begin + length);
+    if (local.ok()) local = CheckedSpec(*std::move(local), shard.shape);
+    if (!local.ok()) return Invalid(absl::StrCat(what, ": TP_OP_LOCAL: ", local.status().message()));
+    shard.blocks = *std::move(local);
+    return absl::OkStatus();
+  }
+
+  static absl::StatusOr<kernels::NsBlockSpec> CheckedSpec(kernels::NsBlockSpec spec,
+                                                          const kernels::MatrixBatchShape& shape) {
+    absl::Status s = kernels::ValidateNsBlockSpec(spec, shape);
+    if (!s.ok()) return s;
+    return spec;
   }
 
   absl::StatusOr<int> FindOwnedEntry(const v1::OwnedTensor& o, int bucket, absl::string_view what) const {

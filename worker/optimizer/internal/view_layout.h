@@ -13,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "kernels/blocked_newton_schulz.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 #include "muonshard/v1/plan.pb.h"
@@ -53,6 +54,7 @@ struct TpMuonLayout {
   v1::TpMuonOp op = v1::TP_OP_NONE;
   int group = -1;    // the TP group: position in ViewLayout::groups
   int ns_rank = -1;  // GATHER_SCATTER: the TP group rank that runs NS
+  int dim = -1;      // the split matrix dimension: 0 rows, 1 cols
   int64_t rows = 0;  // one whole matrix
   int64_t cols = 0;
   // Each TP rank's shard of one whole matrix, in TP group rank order.
@@ -67,6 +69,11 @@ struct MuonShardLayout {
   kernels::MatrixBatchShape shape;  // the owned matrices (TP: this rank's shards of them)
   kernels::WeightLayout layout = kernels::WeightLayout::kOutIn;
   TpMuonLayout tp;
+  // Per-block Newton-Schulz (PlannedTensor.ns_blocks): the blocks of the
+  // matrix NS runs on -- the whole matrix's (owner-whole, TP gather) or,
+  // with TP_OP_LOCAL, this rank's shard's, relative to the shard.
+  bool blocked = false;
+  kernels::NsBlockSpec blocks;
 };
 
 struct MuonBucketLayout {
@@ -116,7 +123,9 @@ struct ViewLayout {
 // owned tensor names an entry of a bucket this rank owns and vice versa; the
 // rank's muon_numel, adamw_shard_numel and optimizer_state_bytes match;
 // a split Muon matrix has a TP op (never NS on a shard alone: that would be
-// blockwise Muon) naming the rank's TENSOR_PARALLEL group.
+// blockwise Muon) naming the rank's TENSOR_PARALLEL group; TP_OP_LOCAL only on
+// an ns_local tensor whose blocks tile the rank's shard of the split (blocked)
+// axis. Tensors with ns_blocks get their blocks (MuonShardLayout::blocks).
 absl::StatusOr<ViewLayout> BuildViewLayout(const v1::RankView& view);
 
 }  // namespace muonshard::worker::internal

@@ -1,0 +1,167 @@
+#include "kernels/blocked_newton_schulz.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace muonshard::kernels {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+int64_t AxisLength(const NsBlockSpec& spec, const MatrixBatchShape& shape) {
+  return spec.axis == NsBlockAxis::kRows ? shape.rows : shape.cols;
+}
+
+// The rows x cols of one block's matrix.
+MatrixBatchShape BlockShape(const NsBlockSpec& spec, const MatrixBatchShape& shape, int64_t length, int64_t batch) {
+  return spec.axis == NsBlockAxis::kRows ? MatrixBatchShape{batch, length, shape.cols}
+                                         : MatrixBatchShape{batch, shape.rows, length};
+}
+
+// Copies block `b` of one matrix (`matrix`, rows x cols) to or from the
+// packed block matrix `packed`.
+absl::Status CopyBlock(KernelBackend& backend, const NsBlockSpec& spec, const MatrixBatchShape& shape, const NsBlock& b,
+                       float* matrix, float* packed, bool to_packed) {
+  const int64_t r = shape.rows, c = shape.cols;
+  auto copy = [&](float* m, int64_t m_pitch, float* p, int64_t p_pitch, int64_t run, int64_t runs) {
+    return to_packed ? backend.Copy2D(m, m_pitch * kFloat, p, p_pitch * kFloat, run * kFloat, runs)
+                     : backend.Copy2D(p, p_pitch * kFloat, m, m_pitch * kFloat, run * kFloat, runs);
+  };
+  if (spec.axis == NsBlockAxis::kRows) return copy(matrix + b.begin * c, b.step * c, packed, c, c, b.length);
+  if (b.step == 1) return copy(matrix + b.begin, c, packed, b.length, b.length, r);
+  // Strided columns: one run per element; one call when the stride runs on
+  // from one row into the next (the block spans the whole axis).
+  if (b.step * b.length == c) return copy(matrix + b.begin, b.step, packed, 1, 1, r * b.length);
+  for (int64_t i = 0; i < r; ++i) {
+    MUONSHARD_RETURN_IF_ERROR(copy(matrix + i * c + b.begin, b.step, packed + i * b.length, 1, 1, b.length));
+  }
+  return absl::OkStatus();
+}
+
+// The blocks of `spec` grouped by length, in order of first appearance.
+std::vector<std::vector<int>> GroupsByLength(const NsBlockSpec& spec) {
+  std::vector<std::vector<int>> groups;
+  for (int i = 0; i < static_cast<int>(spec.blocks.size()); ++i) {
+    bool placed = false;
+    for (std::vector<int>& g : groups) {
+      if (spec.blocks[g[0]].length == spec.blocks[i].length) {
+        g.push_back(i);
+        placed = true;
+        break;
+      }
+    }
+    if (!placed) groups.push_back({i});
+  }
+  return groups;
+}
+
+// One group of same-length blocks: gather, one batched NS, scale, scatter.
+absl::Status RunGroup(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
+                      const NsBlockSpec& spec, const std::vector<int>& group, const NewtonSchulzOptions& options,
+                      const NsBlockScale* scale) {
+  const int64_t nb = static_cast<int64_t>(group.size());
+  const MatrixBatchShape packed_shape = BlockShape(spec, shape, spec.blocks[group[0]].length, shape.batch * nb);
+  const int64_t block_numel = packed_shape.matrix_elements();
+  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory packed_memory, backend.Allocate(packed_shape.elements() * kFloat));
+  float* packed = static_cast<float*>(packed_memory.get());
+  float* source = const_cast<float*>(in);  // read only: to_packed copies never write it
+  for (int64_t e = 0; e < shape.batch; ++e) {
+    for (int64_t j = 0; j < nb; ++j) {
+      MUONSHARD_RETURN_IF_ERROR(CopyBlock(backend, spec, shape, spec.blocks[group[j]],
+                                          source + e * shape.matrix_elements(), packed + (e * nb + j) * block_numel,
+                                          /*to_packed=*/true));
+    }
+  }
+  MUONSHARD_RETURN_IF_ERROR(backend.NewtonSchulz(packed, packed, packed_shape, options));
+  BackendMemory scaled_memory(nullptr, [](void*) {});
+  float* result = packed;
+  if (scale != nullptr) {
+    // scaled = 0·0 - (-s)·O = s·O, through the backend's apply kernel.
+    MUONSHARD_ASSIGN_OR_RETURN(scaled_memory, backend.Allocate(packed_shape.elements() * kFloat));
+    result = static_cast<float*>(scaled_memory.get());
+    const double s =
+        MuonUpdateScale(packed_shape.rows, packed_shape.cols, scale->layout, scale->version, scale->extra_scale);
+    MUONSHARD_RETURN_IF_ERROR(backend.MuonApply(packed, result, nullptr, packed_shape.elements(),
+                                                MuonApplyScalars{0.0f, -static_cast<float>(s)}));
+  }
+  for (int64_t e = 0; e < shape.batch; ++e) {
+    for (int64_t j = 0; j < nb; ++j) {
+      MUONSHARD_RETURN_IF_ERROR(CopyBlock(backend, spec, shape, spec.blocks[group[j]],
+                                          out + e * shape.matrix_elements(), result + (e * nb + j) * block_numel,
+                                          /*to_packed=*/false));
+    }
+  }
+  // The scratch is freed on return: let the backend finish with it first.
+  return backend.Synchronize();
+}
+
+}  // namespace
+
+absl::Status ValidateNsBlockSpec(const NsBlockSpec& spec, const MatrixBatchShape& shape) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shape));
+  const int64_t length = AxisLength(spec, shape);
+  const char* axis = spec.axis == NsBlockAxis::kRows ? "rows" : "cols";
+  if (spec.blocks.empty()) return absl::InvalidArgumentError("ns blocks: no blocks");
+  std::vector<char> covered(static_cast<size_t>(length), 0);
+  for (size_t i = 0; i < spec.blocks.size(); ++i) {
+    const NsBlock& b = spec.blocks[i];
+    if (b.length <= 0 || b.step <= 0 || b.begin < 0 || b.begin + (b.length - 1) * b.step >= length) {
+      return absl::InvalidArgumentError(absl::StrCat("ns block ", i, " (begin ", b.begin, ", length ", b.length,
+                                                     ", step ", b.step, ") is empty or outside the ", length, " ",
+                                                     axis));
+    }
+    for (int64_t k = 0; k < b.length; ++k) {
+      char& c = covered[b.begin + k * b.step];
+      if (c != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ns blocks overlap at ", axis, " index ", b.begin + k * b.step, " (block ", i, ")"));
+      }
+      c = 1;
+    }
+  }
+  for (int64_t i = 0; i < length; ++i) {
+    if (covered[i] == 0)
+      return absl::InvalidArgumentError(absl::StrCat("ns blocks leave ", axis, " index ", i, " out"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BlockedNewtonSchulz(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
+                                 const NsBlockSpec& spec, const NewtonSchulzOptions& options,
+                                 const NsBlockScale* scale) {
+  if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("BlockedNewtonSchulz: null pointer");
+  MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
+  MUONSHARD_RETURN_IF_ERROR(ResolveNsCoefficients(options).status());
+  // Every group reads only its own blocks of `in` before writing them to
+  // `out`, and blocks are disjoint, so out == in is safe.
+  for (const std::vector<int>& group : GroupsByLength(spec)) {
+    MUONSHARD_RETURN_IF_ERROR(RunGroup(backend, in, out, shape, spec, group, options, scale));
+  }
+  return absl::OkStatus();
+}
+
+MuonApplyScalars BlockedMuonApplyScalars(const MuonOptions& options) {
+  MuonApplyScalars scalars = MuonApplyScalarsFor(1, 1, WeightLayout::kOutIn, options);
+  scalars.step = options.lr;
+  return scalars;
+}
+
+absl::Status BlockedMuonUpdate(KernelBackend& backend, const MuonTensors& tensors, const MatrixBatchShape& shape,
+                               WeightLayout layout, const NsBlockSpec& spec, const MuonOptions& options) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
+  MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
+  const int64_t n = shape.elements();
+  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory update_memory, backend.Allocate(n * kFloat));
+  float* update = static_cast<float*>(update_memory.get());
+  MUONSHARD_RETURN_IF_ERROR(backend.MuonMomentum(tensors.grad, tensors.momentum, update, n, options));
+  const NsBlockScale scale{layout, options.scale_version, options.extra_scale};
+  MUONSHARD_RETURN_IF_ERROR(BlockedNewtonSchulz(backend, update, update, shape, spec, options.ns, &scale));
+  MUONSHARD_RETURN_IF_ERROR(
+      backend.MuonApply(update, tensors.master, tensors.model, n, BlockedMuonApplyScalars(options)));
+  return backend.Synchronize();
+}
+
+}  // namespace muonshard::kernels
