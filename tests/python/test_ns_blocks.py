@@ -201,3 +201,13 @@ def test_importer_bindings_take_the_block_options():
     llama = json.dumps({**DEEPSEEK, "model_type": "llama"})
     with pytest.raises(ValueError, match="--ns-blocks-mla"):
         _muonshard.import_hf_config(llama, ns_blocks_mla=True)
+
+
+def test_the_package_importers_pass_the_block_options():
+    m = muonshard.manifest_from_hf_config(DEEPSEEK, ns_blocks_mla=True)
+    kv_b = {t["name"]: t for t in m["tensors"]}["model.layers.1.self_attn.kv_b_proj.weight"]
+    assert kv_b["ns_blocks"] == {"axis": "ROWS", "sizes": ["8", "6"], "groups": "4"}
+    m = muonshard.manifest_from_hf_config(DEEPSEEK, ns_blocks=[r".*o_proj\.weight=cols:6x4"])
+    assert {t["name"]: t for t in m["tensors"]}["model.layers.0.self_attn.o_proj.weight"]["ns_blocks"]["groups"] == "4"
+    with pytest.raises(TypeError, match="REGEX=BLOCKS"):
+        muonshard.manifest_from_hf_config(DEEPSEEK, ns_blocks=r".*o_proj\.weight=cols:6x4")
