@@ -317,7 +317,7 @@ def coordinator_health_service():
     it (v1::Coordinator::service_full_name())."""
     with open(os.path.join(dc.REPO, "proto", "muonshard", "v1", "coordinator.proto")) as f:
         proto = f.read()
-    with open(os.path.join(dc.REPO, "coordinator", "service", "coordinator_server.cc")) as f:
+    with open(os.path.join(dc.REPO, "coordinator", "coordinator_server.cc")) as f:
         server = f.read()
     pkg = re.search(r"^package\s+([\w.]+);", proto, re.M).group(1)
     svc = re.search(r"^service\s+(\w+)\s*\{", proto, re.M).group(1)

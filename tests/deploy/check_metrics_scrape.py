@@ -133,9 +133,7 @@ def main():
     def exported(names, family):
         return family in names or family + "_bucket" in names
 
-    for family in dc.header_exported_names(
-        os.path.join(dc.REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"
-    ):
+    for family in dc.header_exported_names(os.path.join(dc.REPO, "coordinator", "metrics.h"), "kExportedMetrics"):
         c.check(exported(coordinator, family) or family in conditional, f"coordinator /metrics lacks {family}")
     for family in dc.header_exported_names(os.path.join(dc.REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"):
         c.check(exported(worker, family) or family in conditional, f"worker /metrics lacks {family}")

@@ -272,7 +272,7 @@ def header_exported_names(path, array):
 def exported_names_from_headers():
     """Family names the binaries declare, with their histogram series names
     (a family is a histogram when its header comment says so)."""
-    families = set(header_exported_names(os.path.join(REPO, "coordinator", "service", "metrics.h"), "kExportedMetrics"))
+    families = set(header_exported_names(os.path.join(REPO, "coordinator", "metrics.h"), "kExportedMetrics"))
     families |= set(header_exported_names(os.path.join(REPO, "worker", "metrics.h"), "kWorkerExportedMetrics"))
     series = set(families)
     for path in ("coordinator/metrics.h", "worker/metrics.h"):
