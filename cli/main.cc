@@ -14,6 +14,7 @@
 #include "cli/cli_common.h"
 #include "cli/commands.h"
 #include "cli/completion.h"
+#include "cli/simulate_command.h"
 #include "client/coordinator_client.h"
 #include "common/flags.h"
 #include "common/quote.h"
@@ -44,6 +45,7 @@ constexpr Command kCommands[] = {
     {"import-hf", "build a manifest from a HuggingFace config.json", RunImportHf, nullptr},
     {"import-safetensors", "build a manifest from a safetensors checkpoint's headers", RunImportSafetensors, nullptr},
     {"compare", "seed vs balanced plans of a manifest, side by side", RunCompare, nullptr},
+    {"simulate", "predict a plan's optimizer step on a cluster (table, JSON, SVG)", RunSimulate, nullptr},
     {"submit", "submit a plan request to the coordinator", RunSubmit, nullptr},
     {"get", "print a stored plan, or one rank's view", RunGet, nullptr},
     {"list", "list the coordinator's plan versions", RunList, nullptr},

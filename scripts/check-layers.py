@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "common": set(),
     "plan": {"common"},
     "importer": {"plan", "common"},
+    "sim": {"plan", "common"},
     "kernels": {"common"},
     "checkpoint": {"plan", "common"},
     "coordinator": {"plan", "common"},
@@ -39,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "common",
     },
     "gpu": {"worker", "worker/comm", "kernels", "common"},
-    "cli": {"client", "checkpoint", "importer", "plan", "common"},
+    "cli": {"client", "checkpoint", "importer", "sim", "plan", "common"},
     "python": {
         "worker",
         "worker/optimizer",

@@ -12,7 +12,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 CLANG_TIDY=${CLANG_TIDY:-clang-tidy-14}
 # The layers CI lints on every run (the bottom of the stack: everything
 # builds on them); scripts/lint.sh --changed covers a change anywhere.
-LINT_DIRS=${LINT_DIRS:-"common plan importer"}
+LINT_DIRS=${LINT_DIRS:-"common plan importer sim"}
 if [[ ! -f "$BUILD_DIR/compile_commands.json" ]]; then
   echo "lint: $BUILD_DIR/compile_commands.json is missing (bash scripts/build.sh)" >&2
   exit 2

@@ -1,0 +1,89 @@
+#ifndef MUONSHARD_SIM_COST_MODEL_H_
+#define MUONSHARD_SIM_COST_MODEL_H_
+
+// The α-β cost model (docs/simulator.md, "Model"). A collective of n ranks
+// over one link class of per-step latency α and bandwidth B (per GPU and
+// direction, times its efficiency) on a buffer of S bytes, with L =
+// ceil(log2 n):
+//
+//   NCCL ring   reduce-scatter, all-gather, all-to-all  (n-1)α + (n-1)/n·S/B
+//               all-reduce                             2(n-1)α + 2(n-1)/n·S/B
+//               reduce, broadcast (pipelined chain)     (n-1)α + S/B
+//               gather, scatter (to / from the root)        α + (n-1)/n·S/B
+//   NCCL tree   reduce, broadcast                          Lα + S/B
+//               all-reduce (double binary tree)           2Lα + 2·S/B
+//   NVLS        (inside a node, NVSwitch reductions)
+//               all-reduce                                 2α + S/B
+//               reduce-scatter, all-gather                  α + (n-1)/n·S/B
+//               reduce, broadcast                           α + S/B
+//   Gloo        (worker/comm/internal/gloo_ring.h) reduce-scatter, all-gather,
+//               all-reduce, all-to-all as the ring; reduce = ring
+//               reduce-scatter then gather to the root; broadcast =
+//               binomial tree L(α + S/B); gather, scatter as above.
+//
+// Other (algorithm, collective) pairs fall back to the ring. Every call adds
+// collective_base_us. A group spanning k nodes with m ranks on a node goes
+// hierarchically, each level with its own link class and algorithm (m
+// rails in parallel between nodes):
+//   reduce-scatter  intra RS(m, S), inter RS(k, S/m)
+//   all-gather      inter AG(k, S/m), intra AG(m, S)
+//   all-reduce      intra RS(m, S), inter AR(k, S/m), intra AG(m, S)
+//   reduce          intra RS(m, S), inter reduce(k, S/m), intra gather(m, S)
+//   broadcast       intra scatter(m, S), inter broadcast(k, S/m), intra AG(m, S)
+//   all-to-all      intra and inter parts at once: the slower of
+//                   (m-1)α_i + S(m-1)/n/B_i and (k-1)α_e + S(n-m)/n/B_e
+//   gather, scatter the root's two links at once: α_e + the slower of
+//                   S(m-1)/n/B_i and S(n-m)/n/B_e
+// Bytes sent per member (wire bytes) follow the same terms: the bandwidth
+// term times B, averaged over the members, booked per link class.
+//
+// Compute: Newton-Schulz flops / (gemm_tflops · NsEfficiency(min_dim)) +
+// ns_call_us per call; element-wise memory_bytes / (hbm_gb_s ·
+// hbm_efficiency) + kernel_launch_us per kernel call.
+
+#include <array>
+#include <string>
+
+#include "absl/types/span.h"
+#include "sim/cluster.h"
+#include "sim/step_program.h"
+
+namespace muonshard::sim {
+
+// Where a group's ranks lie.
+struct GroupShape {
+  int size = 1;
+  int nodes = 1;     // distinct nodes
+  int per_node = 1;  // most ranks of the group on one node
+};
+GroupShape ShapeOf(const ClusterSpec& cluster, absl::Span<const int> ranks);
+
+// One level: time and bytes each member sends (averaged over members).
+struct LevelCost {
+  double seconds = 0;
+  double bytes_sent = 0;
+  Algorithm algorithm = Algorithm::kRing;
+};
+// `kind` on n ranks over `link` with `algorithm` (kRing / kTree / kNvls; one
+// that does not apply to `kind` falls back to the ring), or the library's
+// fixed algorithms for Gloo. No per-call base cost. n <= 1: zero.
+LevelCost CollectiveLevelCost(CollectiveLibrary library, Algorithm algorithm, OpKind kind, int n, double bytes,
+                              const LinkSpec& link);
+// The algorithm the cluster uses for `kind` on one level (`intra`: inside a
+// node, where NVLS may apply): the cluster's own, or with kAuto the fastest.
+LevelCost BestLevelCost(const ClusterSpec& cluster, OpKind kind, int n, double bytes, bool intra);
+
+struct CollectiveCost {
+  double seconds = 0;
+  std::array<double, kLinkClassCount> bytes_sent{};  // per member, averaged
+  std::string algorithm;                             // "ring"; hierarchical "ring/tree" (intra/inter)
+};
+// A collective `kind` on a group of `shape` over a buffer of `bytes`.
+CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const GroupShape& shape, double bytes);
+
+double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix> matrices);
+double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls);
+
+}  // namespace muonshard::sim
+
+#endif  // MUONSHARD_SIM_COST_MODEL_H_

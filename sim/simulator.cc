@@ -1,0 +1,450 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <functional>
+#include <queue>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "sim/cost_model.h"
+
+namespace muonshard::sim {
+namespace {
+
+// ---- costs
+
+struct OpCost {
+  double seconds = 0;
+  std::string algorithm;
+  // Wire bytes each member sends, per link class: one row for everyone
+  // (symmetric collectives) or one per member (gather / scatter by member).
+  std::vector<std::array<double, kLinkClassCount>> sent;
+};
+
+bool HasMemberBytes(const StepOp& op) { return !op.member_send.empty() || !op.member_recv.empty(); }
+
+int64_t MemberBytes(const std::vector<int64_t>& v, size_t i) { return v.empty() ? 0 : v[i]; }
+
+// A gather or scatter with per-member bytes: priced by its root's links.
+OpCost RootCentricCost(const ClusterSpec& c, const StepOp& op, const std::vector<int>& members) {
+  const bool gather = op.kind == OpKind::kGather;
+  const int root_node = NodeOf(c, members[op.root]);
+  std::array<double, kLinkClassCount> total{};
+  bool crosses = false;
+  OpCost cost;
+  cost.sent.assign(members.size(), {});
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (static_cast<int>(i) == op.root) continue;
+    const int cls = NodeOf(c, members[i]) == root_node ? 0 : 1;
+    crosses = crosses || cls == 1;
+    const double b = static_cast<double>(gather ? MemberBytes(op.member_send, i) : MemberBytes(op.member_recv, i));
+    total[cls] += b;
+    (gather ? cost.sent[i][cls] : cost.sent[op.root][cls]) += b;
+  }
+  const LinkSpec& first = crosses ? c.inter_node : c.intra_node;
+  cost.seconds = c.collective_base_us * 1e-6 + first.LatencySeconds() +
+                 std::max(total[0] / c.intra_node.BytesPerSecond(), total[1] / c.inter_node.BytesPerSecond());
+  cost.algorithm = c.library == CollectiveLibrary::kGloo ? "gloo" : "p2p";
+  return cost;
+}
+
+OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<GroupShape>& shapes, const StepOp& op) {
+  OpCost cost;
+  switch (op.kind) {
+    case OpKind::kNewtonSchulz:
+      cost.seconds = NewtonSchulzSeconds(c, op.matrices);
+      return cost;
+    case OpKind::kElementwise:
+      cost.seconds = ElementwiseSeconds(c, op.memory_bytes, op.calls);
+      return cost;
+    case OpKind::kFixed:
+      cost.seconds = op.seconds;
+      return cost;
+    default:
+      break;
+  }
+  const std::vector<int>& members = p.groups[op.group];
+  if (members.size() < 2) return cost;
+  if ((op.kind == OpKind::kGather || op.kind == OpKind::kScatter) && HasMemberBytes(op)) {
+    return RootCentricCost(c, op, members);
+  }
+  const CollectiveCost cc = CostOfCollective(c, op.kind, shapes[op.group], static_cast<double>(op.bytes));
+  cost.seconds = cc.seconds;
+  cost.algorithm = cc.algorithm;
+  cost.sent.push_back(cc.bytes_sent);
+  return cost;
+}
+
+// ---- the event simulation
+
+struct Where {
+  int lane;
+  int block;
+  int pos;
+};
+
+class Engine {
+ public:
+  // `lanes`: the program's, and the simulator's own (link lanes).
+  Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs);
+  absl::Status Run();
+  std::vector<OpTiming>& timing() { return timing_; }
+
+ private:
+  using Entry = std::tuple<double, double, int>;  // start, dependencies' end, op
+
+  bool LaneAllows(const Where& w) const;
+  // `op` waits for as-ready `lane` to finish another block.
+  void WaitFor(int lane, int op);
+  bool Eligible(int op);
+  double Start(int op) const;
+  void TryPush(int op);
+  void Schedule(int op);
+  int Pred(int op, double start) const;
+  void Occupy(const Where& w, int op, double end);
+  void LaneMoved(int lane);
+
+  const StepProgram& p_;
+  const std::vector<Lane>& lanes_;
+  const std::vector<OpCost>& costs_;
+  std::vector<OpTiming> timing_;
+  std::vector<std::vector<Where>> where_;
+  std::vector<std::vector<int>> dependents_;
+  std::vector<int> missing_;
+  std::vector<double> deps_end_;
+  std::vector<int> dep_pred_;
+  std::vector<char> done_;
+  std::vector<char> queued_;    // in the heap (its entry is checked when popped)
+  std::vector<int> scan_from_;  // per op: where in where_[op] a lane last held it back
+  std::vector<double> lane_free_;
+  std::vector<int> lane_block_;  // the running block, -1 when free
+  std::vector<int> lane_pos_;
+  std::vector<int> lane_next_;  // in-order lanes: the next block
+  std::vector<int> lane_last_;  // the last op run
+  std::vector<std::vector<char>> started_;
+  // As-ready lanes: the ops held back by the block running there, to check
+  // again when it ends; per op the lane it is listed on (-1: none).
+  std::vector<std::vector<int>> waiting_;
+  std::vector<int> waiting_on_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
+};
+
+Engine::Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs)
+    : p_(p),
+      lanes_(lanes),
+      costs_(costs),
+      timing_(p.ops.size()),
+      where_(p.ops.size()),
+      dependents_(p.ops.size()),
+      missing_(p.ops.size(), 0),
+      deps_end_(p.ops.size(), 0),
+      dep_pred_(p.ops.size(), -1),
+      done_(p.ops.size(), 0),
+      queued_(p.ops.size(), 0),
+      scan_from_(p.ops.size(), 0),
+      lane_free_(lanes.size(), 0),
+      lane_block_(lanes.size(), -1),
+      lane_pos_(lanes.size(), 0),
+      lane_next_(lanes.size(), 0),
+      lane_last_(lanes.size(), -1),
+      started_(lanes.size()),
+      waiting_(lanes.size()),
+      waiting_on_(p.ops.size(), -1) {
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const std::vector<std::vector<int>>& blocks = lanes[l].blocks;
+    started_[l].assign(blocks.size(), 0);
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      for (size_t i = 0; i < blocks[b].size(); ++i) {
+        where_[blocks[b][i]].push_back({static_cast<int>(l), static_cast<int>(b), static_cast<int>(i)});
+      }
+    }
+  }
+  for (size_t op = 0; op < p.ops.size(); ++op) {
+    for (int d : p.ops[op].deps) {
+      dependents_[d].push_back(static_cast<int>(op));
+      ++missing_[op];
+    }
+  }
+}
+
+bool Engine::LaneAllows(const Where& w) const {
+  if (lane_block_[w.lane] >= 0) return lane_block_[w.lane] == w.block && lane_pos_[w.lane] == w.pos;
+  if (w.pos != 0 || started_[w.lane][w.block]) return false;
+  return lanes_[w.lane].order != LaneOrder::kInOrder || lane_next_[w.lane] == w.block;
+}
+
+void Engine::WaitFor(int lane, int op) {
+  if (waiting_on_[op] == lane) return;
+  waiting_on_[op] = lane;
+  waiting_[lane].push_back(op);
+}
+
+// Lanes are checked from the one that last held the op back: a collective
+// on n lanes costs O(n) checks in all as its lanes reach it one by one, not
+// O(n) per lane.
+bool Engine::Eligible(int op) {
+  if (done_[op] || missing_[op] > 0) return false;
+  const std::vector<Where>& where = where_[op];
+  const size_t n = where.size();
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = (scan_from_[op] + k) % n;
+    const Where& w = where[i];
+    if (!LaneAllows(w)) {
+      scan_from_[op] = static_cast<int>(i);
+      if (lanes_[w.lane].order == LaneOrder::kAsReady && lane_block_[w.lane] >= 0 && lane_block_[w.lane] != w.block) {
+        WaitFor(w.lane, op);
+      }
+      return false;
+    }
+  }
+  return true;
+}
+
+double Engine::Start(int op) const {
+  double start = deps_end_[op];
+  for (const Where& w : where_[op]) start = std::max(start, lane_free_[w.lane]);
+  return start;
+}
+
+void Engine::TryPush(int op) {
+  if (queued_[op] || !Eligible(op)) return;
+  heap_.emplace(Start(op), deps_end_[op], op);
+  queued_[op] = 1;
+}
+
+int Engine::Pred(int op, double start) const {
+  if (start <= 0) return -1;
+  if (dep_pred_[op] >= 0 && deps_end_[op] >= start) return dep_pred_[op];
+  for (const Where& w : where_[op]) {
+    if (lane_last_[w.lane] >= 0 && lane_free_[w.lane] >= start) return lane_last_[w.lane];
+  }
+  return -1;
+}
+
+void Engine::Occupy(const Where& w, int op, double end) {
+  if (lane_block_[w.lane] < 0) {
+    lane_block_[w.lane] = w.block;
+    lane_pos_[w.lane] = 0;
+    started_[w.lane][w.block] = 1;
+  }
+  ++lane_pos_[w.lane];
+  lane_free_[w.lane] = end;
+  lane_last_[w.lane] = op;
+  if (lane_pos_[w.lane] == static_cast<int>(lanes_[w.lane].blocks[w.block].size())) {
+    lane_block_[w.lane] = -1;
+    lane_next_[w.lane] = w.block + 1;
+  }
+}
+
+void Engine::Schedule(int op) {
+  const double start = Start(op);
+  const double end = start + costs_[op].seconds;
+  timing_[op] = {start, end, Pred(op, start), costs_[op].algorithm};
+  done_[op] = 1;
+  for (const Where& w : where_[op]) Occupy(w, op, end);
+  for (int d : dependents_[op]) {
+    --missing_[d];
+    if (end >= deps_end_[d]) {
+      deps_end_[d] = end;
+      dep_pred_[d] = op;
+    }
+    if (missing_[d] == 0) TryPush(d);
+  }
+  for (const Where& w : where_[op]) LaneMoved(w.lane);
+}
+
+void Engine::LaneMoved(int lane) {
+  const std::vector<std::vector<int>>& blocks = lanes_[lane].blocks;
+  if (lane_block_[lane] >= 0) {
+    TryPush(blocks[lane_block_[lane]][lane_pos_[lane]]);
+    return;
+  }
+  if (lanes_[lane].order == LaneOrder::kInOrder) {
+    while (lane_next_[lane] < static_cast<int>(blocks.size()) && blocks[lane_next_[lane]].empty()) ++lane_next_[lane];
+    if (lane_next_[lane] < static_cast<int>(blocks.size())) TryPush(blocks[lane_next_[lane]][0]);
+    return;
+  }
+  std::vector<int> waiting;
+  waiting.swap(waiting_[lane]);
+  for (int op : waiting) {
+    if (waiting_on_[op] == lane) waiting_on_[op] = -1;
+  }
+  for (int op : waiting) TryPush(op);
+}
+
+absl::Status Engine::Run() {
+  for (size_t op = 0; op < p_.ops.size(); ++op) {
+    if (missing_[op] == 0) TryPush(static_cast<int>(op));
+  }
+  size_t scheduled = 0;
+  while (!heap_.empty()) {
+    const auto [key, ready, op] = heap_.top();
+    heap_.pop();
+    queued_[op] = 0;
+    if (!Eligible(op)) continue;
+    const double start = Start(op);
+    if (start > key) {
+      heap_.emplace(start, deps_end_[op], op);
+      queued_[op] = 1;
+      continue;
+    }
+    Schedule(op);
+    ++scheduled;
+  }
+  if (scheduled == p_.ops.size()) return absl::OkStatus();
+  for (size_t op = 0; op < p_.ops.size(); ++op) {
+    if (!done_[op]) {
+      return absl::InvalidArgumentError(absl::StrCat("step program deadlocks: op ", op, " (", p_.ops[op].label,
+                                                     ") never starts; its lanes or dependencies wait in a cycle"));
+    }
+  }
+  return absl::InternalError("step program: ops left unscheduled");
+}
+
+bool SharedCollective(const StepProgram& p, const StepOp& op) {
+  return IsCollective(op.kind) && p.groups[op.group].size() > 1;
+}
+
+// Whether all of a rank's collectives run on one lane of its own (the
+// sequential schedule's caller thread): they run one at a time already.
+std::vector<char> Serialised(const StepProgram& p) {
+  std::vector<int> member_of(p.world_size, 0), on_lane(p.world_size, 0), lane_of(p.world_size, -1);
+  for (const StepOp& op : p.ops) {
+    if (!SharedCollective(p, op)) continue;
+    for (int r : p.groups[op.group]) ++member_of[r];
+  }
+  for (size_t l = 0; l < p.lanes.size(); ++l) {
+    for (const std::vector<int>& block : p.lanes[l].blocks) {
+      for (int op : block) {
+        if (!SharedCollective(p, p.ops[op])) continue;
+        for (int r : p.lanes[l].ranks) {
+          ++on_lane[r];
+          lane_of[r] = lane_of[r] == -1 || lane_of[r] == static_cast<int>(l) ? static_cast<int>(l) : -2;
+        }
+      }
+    }
+  }
+  std::vector<char> serialised(p.world_size, 0);
+  for (int r = 0; r < p.world_size; ++r) serialised[r] = lane_of[r] >= 0 && on_lane[r] == member_of[r];
+  return serialised;
+}
+
+// The simulator's own lanes: per rank and link class one as-ready lane that
+// each collective over that link occupies on each member, so that a rank's
+// collectives on one link run one at a time (two groups' comm lanes would
+// otherwise each get the whole link). For transfers bound by bandwidth this
+// ends a set of collectives when fair sharing would. Ranks whose collectives
+// run one at a time already get none.
+std::vector<Lane> WithLinkLanes(const StepProgram& p, const std::vector<GroupShape>& shapes) {
+  std::vector<Lane> lanes = p.lanes;
+  const std::vector<char> serialised = Serialised(p);
+  std::vector<std::array<int, kLinkClassCount>> link(p.world_size, {-1, -1});
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const StepOp& op = p.ops[i];
+    if (!SharedCollective(p, op)) continue;
+    const GroupShape& shape = shapes[op.group];
+    const std::array<bool, kLinkClassCount> uses = {shape.per_node > 1, shape.nodes > 1};
+    for (int rank : p.groups[op.group]) {
+      if (serialised[rank]) continue;
+      for (int c = 0; c < kLinkClassCount; ++c) {
+        if (!uses[c]) continue;
+        if (link[rank][c] < 0) {
+          link[rank][c] = static_cast<int>(lanes.size());
+          lanes.push_back({LinkClassName(static_cast<LinkClass>(c)), {rank}, LaneOrder::kAsReady, {}});
+        }
+        lanes[link[rank][c]].blocks.push_back({static_cast<int>(i)});
+      }
+    }
+  }
+  return lanes;
+}
+
+// ---- per rank and the critical path
+
+void BookCollective(const StepProgram& p, const StepOp& op, const OpCost& cost, size_t member, RankResult& r) {
+  if (p.groups[op.group].size() < 2) return;
+  if (HasMemberBytes(op)) {
+    r.p2p_sent_bytes += MemberBytes(op.member_send, member);
+    r.p2p_recv_bytes += MemberBytes(op.member_recv, member);
+  } else {
+    r.collective_bytes[static_cast<int>(op.kind)] += op.bytes;
+  }
+  if (cost.sent.empty()) return;
+  const std::array<double, kLinkClassCount>& sent = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[member];
+  for (int c = 0; c < kLinkClassCount; ++c) r.wire_bytes[c] += sent[c];
+}
+
+std::vector<RankResult> PerRank(const ClusterSpec& c, const StepProgram& p, const std::vector<OpCost>& costs,
+                                const std::vector<OpTiming>& timing) {
+  std::vector<RankResult> ranks(p.world_size);
+  for (int r = 0; r < p.world_size; ++r) {
+    ranks[r].rank = r;
+    ranks[r].node = NodeOf(c, r);
+  }
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const StepOp& op = p.ops[i];
+    const double seconds = timing[i].end - timing[i].start;
+    const absl::Span<const int> members =
+        IsCollective(op.kind) ? absl::Span<const int>(p.groups[op.group]) : absl::Span<const int>(&op.rank, 1);
+    for (size_t m = 0; m < members.size(); ++m) {
+      RankResult& r = ranks[members[m]];
+      r.busy_seconds[static_cast<int>(op.phase)] += seconds;
+      r.finish_seconds = std::max(r.finish_seconds, timing[i].end);
+      if (IsCollective(op.kind)) BookCollective(p, op, costs[i], m, r);
+    }
+  }
+  return ranks;
+}
+
+void FindCriticalPath(StepResult& result) {
+  int last = -1;
+  for (size_t i = 0; i < result.timing.size(); ++i) {
+    if (last < 0 || result.timing[i].end > result.timing[last].end) last = static_cast<int>(i);
+  }
+  for (int op = last; op >= 0; op = result.timing[op].pred) {
+    result.critical_path.push_back(op);
+    const int phase = static_cast<int>(result.program.ops[op].phase);
+    result.critical_seconds[phase] += result.timing[op].end - result.timing[op].start;
+  }
+  std::reverse(result.critical_path.begin(), result.critical_path.end());
+  int best = 0;
+  for (int ph = 1; ph < kPhaseCount; ++ph) {
+    if (result.critical_seconds[ph] > result.critical_seconds[best]) best = ph;
+  }
+  result.critical_phase = static_cast<Phase>(best);
+}
+
+}  // namespace
+
+absl::StatusOr<StepResult> RunStepProgram(StepProgram program, const ClusterSpec& cluster) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateProgram(program));
+  MUONSHARD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  MUONSHARD_RETURN_IF_ERROR(CheckWorldFits(cluster, program.world_size));
+  std::vector<GroupShape> shapes;
+  shapes.reserve(program.groups.size());
+  for (const std::vector<int>& g : program.groups) shapes.push_back(ShapeOf(cluster, g));
+  std::vector<OpCost> costs;
+  costs.reserve(program.ops.size());
+  for (const StepOp& op : program.ops) costs.push_back(CostOf(cluster, program, shapes, op));
+  const std::vector<Lane> lanes = WithLinkLanes(program, shapes);
+  Engine engine(program, lanes, costs);
+  MUONSHARD_RETURN_IF_ERROR(engine.Run());
+  StepResult result;
+  result.timing = std::move(engine.timing());
+  result.ranks = PerRank(cluster, program, costs, result.timing);
+  for (const RankResult& r : result.ranks) {
+    if (r.finish_seconds > result.step_seconds) {
+      result.step_seconds = r.finish_seconds;
+      result.critical_rank = r.rank;
+    }
+  }
+  result.program = std::move(program);
+  FindCriticalPath(result);
+  return result;
+}
+
+}  // namespace muonshard::sim

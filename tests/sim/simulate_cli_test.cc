@@ -1,0 +1,145 @@
+// `muonshardctl simulate` as users run it: the real binary, exit codes 0/2,
+// JSON that parses, an SVG with one band per rank, messages naming the bad
+// input.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/proto_json.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "gtest/gtest.h"
+#include "tests/sim/xml_check.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/temp_dir.h"
+
+namespace muonshard {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string Ctl() {
+  const char* dir = std::getenv("MUONSHARD_BIN_DIR");
+  return absl::StrCat(dir != nullptr ? dir : "build/bin", "/muonshardctl");
+}
+
+std::string Dir() { return testing::ProcessTempDir(); }
+
+Result RunCtl(const std::string& args) {
+  const std::string err_file = absl::StrCat(Dir(), "/simulate_cli_stderr.txt");
+  Result r;
+  FILE* pipe = popen(absl::StrCat(Ctl(), " ", args, " 2>", err_file).c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[65536];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(in), {});
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  std::string path = absl::StrCat(Dir(), "/", name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string Manifest() {
+  static const std::string path = Write("sim_moe.json", *ToJson(testing::MoeManifest(2, 64, 32, 4, 500)));
+  return path;
+}
+
+std::string PlanArgs() { return absl::StrCat("--manifest ", Manifest(), " --world-size 4 --ep 2 --policy balanced"); }
+
+TEST(SimulateCliTest, TablePrintsBothSchedules) {
+  Result r = RunCtl(absl::StrCat("simulate --cluster h200 ", PlanArgs()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("plan of model moe: world 4 (pp 1, ep 2, tp 1), policy BALANCED"));
+  EXPECT_THAT(r.out, HasSubstr("muonshard sequential"));
+  EXPECT_THAT(r.out, HasSubstr("muonshard pipelined"));
+}
+
+TEST(SimulateCliTest, JsonParsesAndAPlanFileGivesTheSameStep) {
+  Result direct = RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --format json ", PlanArgs()));
+  ASSERT_EQ(direct.code, 0) << direct.err;
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(direct.out, &json).ok()) << direct.out;
+  const auto& schedules = json.fields().at("schedules").list_value();
+  ASSERT_EQ(schedules.values_size(), 1);
+  const auto& s = schedules.values(0).struct_value().fields();
+  EXPECT_EQ(s.at("schedule").string_value(), "muonshard pipelined");
+  EXPECT_EQ(s.at("ranks").list_value().values_size(), 4);
+  EXPECT_GT(s.at("step_seconds").number_value(), 0);
+
+  Result plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const std::string plan_file = Write("sim_plan.json", plan.out);
+  Result from_file =
+      RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --output json --plan ", plan_file));
+  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  EXPECT_EQ(from_file.out, direct.out);
+}
+
+TEST(SimulateCliTest, SvgHasOneBandPerRank) {
+  const std::string svg = absl::StrCat(Dir(), "/step.svg");
+  Result r = RunCtl(
+      absl::StrCat("simulate --cluster cpu --gpus-per-node 2 --schedule sequential --svg ", svg, " ", PlanArgs()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string text = Read(svg);
+  EXPECT_EQ(testing::CheckWellFormedXml(text), "");
+  EXPECT_EQ(testing::CountOf(text, "<g class=\"rank\""), 4);
+  EXPECT_THAT(text, HasSubstr("rank 3 (node 1)"));
+}
+
+TEST(SimulateCliTest, BadInputExitsTwoNamingIt) {
+  Result r = RunCtl(absl::StrCat("simulate --cluster h300 ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --cluster: \"h300\" is neither a preset (h100, h200, gb200, gb300, cpu)"));
+
+  const std::string file = Write("bad_cluster.json", R"({"preset": "h100", "inter_node": {"bandwidth_gb_s": -5}})");
+  r = RunCtl(absl::StrCat("simulate --cluster ", file, " ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cluster.inter_node.bandwidth_gb_s: must be > 0, got -5"));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --nodes 1 --gpus-per-node 2 ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the plan's world size 4 does not fit 1 node(s) x 2 GPUs per node"));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --intra-bandwidth 0 ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("cluster.intra_node.bandwidth_gb_s: must be > 0, got 0"));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --schedule eager ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --schedule: \"eager\""));
+
+  r = RunCtl("simulate --cluster h200");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("give either --plan PLAN.json or --manifest M.json --world-size W"));
+
+  r = RunCtl(absl::StrCat("simulate ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cluster"));
+}
+
+}  // namespace
+}  // namespace muonshard

@@ -1,0 +1,208 @@
+// Plans simulated end to end (sim/simulate_step.h, sim/plan_program.h).
+#include "sim/simulate_step.h"
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "muonshard/v1/plan.pb.h"
+#include "plan/planner.h"
+#include "sim/cluster.h"
+#include "sim/step_program.h"
+#include "tests/testing/manifest_builder.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::sim {
+namespace {
+
+using ::muonshard::testing::MakeRequest;
+using ::muonshard::testing::ManifestBuilder;
+using ::muonshard::testing::StatusIs;
+using ::testing::HasSubstr;
+
+int Index(OpKind kind) { return static_cast<int>(kind); }
+
+v1::Plan PlanOf(const v1::PlanRequest& request) {
+  absl::StatusOr<v1::Plan> plan = planner::ComputePlan(request);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *plan : v1::Plan{};
+}
+
+v1::Plan DensePlan(int world, v1::Policy policy = v1::BALANCED) {
+  return PlanOf(MakeRequest(testing::DenseManifest(4, 256, 512, 1000), world, 1, 1, policy, 1));
+}
+
+v1::Plan MoePlan(int world, int ep) {
+  return PlanOf(MakeRequest(testing::MoeManifest(2, 128, 64, 8, 1000), world, 1, ep, v1::BALANCED, 1));
+}
+
+// A dense decoder marked as Megatron splits it (q/k/v/gate/up column, o/down
+// row) with a replicated Muon matrix per layer.
+v1::Plan TpPlan(int world, int tp, v1::TpMuonMode mode) {
+  ManifestBuilder b("tp");
+  b.Add("model.embed_tokens.weight", {512, 64});
+  for (int l = 0; l < 3; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "self_attn.q_proj.weight", {64, 64})
+        .Add(p + "self_attn.o_proj.weight", {64, 64})
+        .Add(p + "mlp.up_proj.weight", {128, 64})
+        .Add(p + "mlp.down_proj.weight", {64, 128})
+        .Add(p + "mlp.mixer.weight", {64, 64})
+        .Add(p + "input_layernorm.weight", {64});
+  }
+  v1::ModelManifest m = b.Build();
+  for (v1::TensorSpec& t : *m.mutable_tensors()) {
+    const std::string& n = t.name();
+    if (n.find("q_proj") != std::string::npos || n.find("up_proj") != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
+    if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos) t.set_tp_split(v1::TP_ROW);
+  }
+  v1::PlanRequest request = MakeRequest(m, world, 1, 1, v1::BALANCED, 1);
+  request.mutable_topology()->set_tp(tp);
+  request.mutable_policy()->set_tp_muon(mode);
+  return PlanOf(request);
+}
+
+StepResult Simulate(const v1::Plan& plan, const ClusterSpec& cluster, Schedule schedule) {
+  absl::StatusOr<StepResult> r = SimulateStep(plan, cluster, schedule);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : StepResult{};
+}
+
+// What each rank hands its collectives is what its RankPlan says.
+void ExpectThePlansBytes(const v1::Plan& plan, const StepResult& r) {
+  ASSERT_EQ(r.ranks.size(), static_cast<size_t>(plan.ranks_size()));
+  for (const v1::RankPlan& rp : plan.ranks()) {
+    const RankResult& got = r.ranks[rp.rank()];
+    EXPECT_EQ(got.collective_bytes[Index(OpKind::kReduce)], rp.grad_reduce_bytes()) << "rank " << rp.rank();
+    EXPECT_EQ(got.collective_bytes[Index(OpKind::kReduceScatter)], rp.grad_reduce_scatter_bytes());
+    EXPECT_EQ(got.collective_bytes[Index(OpKind::kBroadcast)], rp.param_broadcast_bytes());
+    EXPECT_EQ(got.collective_bytes[Index(OpKind::kAllGather)], rp.param_all_gather_bytes());
+    EXPECT_EQ(got.p2p_sent_bytes, rp.tp_send_bytes());
+    EXPECT_EQ(got.p2p_recv_bytes, rp.tp_recv_bytes());
+  }
+}
+
+std::vector<std::pair<std::string, v1::Plan>> Plans() {
+  return {{"dense seed", DensePlan(4, v1::SEED)},
+          {"dense balanced", DensePlan(4)},
+          {"moe ep 2", MoePlan(4, 2)},
+          {"tp 2 distributed", TpPlan(4, 2, v1::TP_MUON_DISTRIBUTED)},
+          {"tp 2 duplicated", TpPlan(4, 2, v1::TP_MUON_DUPLICATED)}};
+}
+
+TEST(SimulateStepTest, PipelinedIsNeverSlowerAndBytesAreThePlans) {
+  for (const auto& [name, plan] : Plans()) {
+    for (const char* preset : {"h200", "cpu"}) {
+      for (int gpus_per_node : {8, 2}) {
+        ClusterSpec c = *Preset(preset);
+        c.gpus_per_node = gpus_per_node;
+        SCOPED_TRACE(::testing::Message() << name << " on " << preset << ", " << gpus_per_node << " per node");
+        const StepResult seq = Simulate(plan, c, Schedule::kSequential);
+        const StepResult pipe = Simulate(plan, c, Schedule::kPipelined);
+        EXPECT_GT(seq.step_seconds, 0);
+        EXPECT_LE(pipe.step_seconds, seq.step_seconds * (1 + 1e-9));
+        ExpectThePlansBytes(plan, seq);
+        ExpectThePlansBytes(plan, pipe);
+        // Same ops, same prices: the same busy time and wire bytes per rank.
+        for (size_t r = 0; r < seq.ranks.size(); ++r) {
+          for (int ph = 0; ph < kPhaseCount; ++ph) {
+            EXPECT_NEAR(seq.ranks[r].busy_seconds[ph], pipe.ranks[r].busy_seconds[ph], 1e-12);
+          }
+          EXPECT_NEAR(seq.ranks[r].wire_bytes[1], pipe.ranks[r].wire_bytes[1], 1e-3);
+        }
+      }
+    }
+  }
+}
+
+TEST(SimulateStepTest, WireBytesOnOneNodeFollowTheRing) {
+  // Dense, tp 1: one DEFAULT group of 4; every collective moves (n-1)/n of
+  // its buffer per rank with NCCL's ring, reduce and broadcast included.
+  const v1::Plan plan = DensePlan(4);
+  ClusterSpec c = *Preset("h200");
+  c.algorithm = Algorithm::kRing;
+  const StepResult r = Simulate(plan, c, Schedule::kSequential);
+  for (const v1::RankPlan& rp : plan.ranks()) {
+    const double handed = static_cast<double>(rp.grad_reduce_bytes() + rp.grad_reduce_scatter_bytes() +
+                                              rp.param_broadcast_bytes() + rp.param_all_gather_bytes());
+    EXPECT_NEAR(r.ranks[rp.rank()].wire_bytes[0], 0.75 * handed, 1e-3 * handed);
+    EXPECT_EQ(r.ranks[rp.rank()].wire_bytes[1], 0);
+  }
+}
+
+TEST(SimulateStepTest, TwoNodesPutBytesOnTheNetworkAndTakeLonger) {
+  const v1::Plan plan = DensePlan(4);
+  ClusterSpec one = *Preset("h200");
+  ClusterSpec two = one;
+  two.gpus_per_node = 2;
+  const StepResult a = Simulate(plan, one, Schedule::kSequential);
+  const StepResult b = Simulate(plan, two, Schedule::kSequential);
+  EXPECT_GT(b.step_seconds, a.step_seconds);
+  EXPECT_EQ(b.ranks[3].node, 1);
+  EXPECT_GT(b.ranks[0].wire_bytes[1], 0);
+  EXPECT_LT(b.ranks[0].wire_bytes[1], b.ranks[0].wire_bytes[0] + b.ranks[0].wire_bytes[1]);
+}
+
+TEST(SimulateStepTest, TensorParallelBucketsExchangeOverTheirTpGroup) {
+  for (v1::TpMuonMode mode : {v1::TP_MUON_DISTRIBUTED, v1::TP_MUON_DUPLICATED}) {
+    const v1::Plan plan = TpPlan(4, 2, mode);
+    const StepResult r = Simulate(plan, *Preset("h200"), Schedule::kPipelined);
+    int exchanges = 0;
+    for (const StepOp& op : r.program.ops) exchanges += op.phase == Phase::kTpExchange ? 1 : 0;
+    EXPECT_GT(exchanges, 0);
+    int64_t sent = 0;
+    for (const v1::RankPlan& rp : plan.ranks()) sent += rp.tp_send_bytes();
+    EXPECT_GT(sent, 0);
+    EXPECT_GT(r.ranks[0].busy_seconds[static_cast<int>(Phase::kTpExchange)], 0);
+  }
+}
+
+TEST(SimulateStepTest, OneRankRunsItsOpsBackToBack) {
+  // World 1: no collectives, so the step is the sum of its compute.
+  const v1::Plan plan = DensePlan(1);
+  for (Schedule s : {Schedule::kSequential, Schedule::kPipelined}) {
+    const StepResult r = Simulate(plan, *Preset("h100"), s);
+    const std::array<double, kPhaseCount>& busy = r.ranks[0].busy_seconds;
+    EXPECT_NEAR(r.step_seconds, std::accumulate(busy.begin(), busy.end(), 0.0), 1e-12);
+    EXPECT_EQ(busy[static_cast<int>(Phase::kReduce)], 0);
+    EXPECT_GT(busy[static_cast<int>(Phase::kNewtonSchulz)], 0);
+  }
+}
+
+TEST(SimulateStepTest, SlowGemmPutsNewtonSchulzOnTheCriticalPath) {
+  ClusterSpec c = *Preset("h200");
+  c.gemm_tflops = 0.001;
+  const StepResult r = Simulate(DensePlan(4), c, Schedule::kPipelined);
+  EXPECT_EQ(r.critical_phase, Phase::kNewtonSchulz);
+  ASSERT_FALSE(r.critical_path.empty());
+  EXPECT_EQ(r.timing[r.critical_path.front()].start, 0);
+  EXPECT_NEAR(r.timing[r.critical_path.back()].end, r.step_seconds, 1e-15);
+}
+
+TEST(SimulateStepTest, BadClustersAndPlansAreRefused) {
+  const v1::Plan plan = DensePlan(4);
+  ClusterSpec c = *Preset("h200");
+  c.nodes = 1;
+  c.gpus_per_node = 2;
+  EXPECT_THAT(SimulateStep(plan, c, Schedule::kSequential),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.nodes: the plan's world size 4")));
+  c = *Preset("h200");
+  c.inter_node.bandwidth_gb_s = -1;
+  EXPECT_THAT(SimulateStep(plan, c, Schedule::kSequential),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.inter_node.bandwidth_gb_s")));
+  v1::Plan broken = plan;
+  broken.mutable_muon_buckets(0)->set_group(99);
+  EXPECT_THAT(SimulateStep(broken, *Preset("h200"), Schedule::kSequential),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("group 99 is not in the plan")));
+}
+
+TEST(SimulateStepTest, ScheduleNames) {
+  EXPECT_EQ(*ParseSchedule("Pipelined"), Schedule::kPipelined);
+  EXPECT_STREQ(ScheduleName(Schedule::kSequential), "sequential");
+  EXPECT_THAT(ParseSchedule("eager"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("\"eager\"")));
+}
+
+}  // namespace
+}  // namespace muonshard::sim

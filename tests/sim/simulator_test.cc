@@ -1,0 +1,246 @@
+// The event simulation of step programs (sim/simulator.h) on hand-made
+// programs whose ops take fixed times.
+#include "sim/simulator.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sim/step_program.h"
+#include "tests/testing/status_matchers.h"
+
+namespace muonshard::sim {
+namespace {
+
+using ::muonshard::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ClusterSpec Cluster() {
+  ClusterSpec c;
+  c.name = "test";
+  c.gpus_per_node = 8;
+  c.intra_node = {1, 1.0, 0};  // 1 GB/s, no latency
+  c.inter_node = {1, 1.0, 0};
+  c.algorithm = Algorithm::kRing;
+  c.gemm_tflops = 1;
+  c.ns_efficiency = {{1, 1.0}};
+  c.hbm_gb_s = 1;
+  return c;
+}
+
+// A program of `world` ranks, and ops that take `seconds` on `rank`.
+struct Maker {
+  StepProgram p;
+  explicit Maker(int world) {
+    p.name = "test";
+    p.world_size = world;
+  }
+  int Lane(LaneOrder order, std::vector<int> ranks = {0}) { return p.AddLane({"lane", std::move(ranks), order, {}}); }
+  int Fixed(double seconds, std::vector<int> deps = {}, Phase phase = Phase::kOther, int rank = 0) {
+    StepOp op;
+    op.kind = OpKind::kFixed;
+    op.phase = phase;
+    op.rank = rank;
+    op.seconds = seconds;
+    op.deps = std::move(deps);
+    op.label = "op " + std::to_string(p.ops.size());
+    return p.AddOp(std::move(op));
+  }
+  StepResult Run() {
+    absl::StatusOr<StepResult> r = RunStepProgram(p, Cluster());
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : StepResult{};
+  }
+};
+
+TEST(SimulatorTest, InOrderLaneRunsItsBlocksInOrder) {
+  Maker m(1);
+  const int lane = m.Lane(LaneOrder::kInOrder);
+  const int a = m.Fixed(1), b = m.Fixed(2);
+  m.p.Append(lane, a, true);
+  m.p.Append(lane, b, true);
+  const StepResult r = m.Run();
+  EXPECT_EQ(r.timing[b].start, 1);
+  EXPECT_EQ(r.timing[b].end, 3);
+  EXPECT_EQ(r.step_seconds, 3);
+  EXPECT_EQ(r.ranks[0].finish_seconds, 3);
+}
+
+TEST(SimulatorTest, AsReadyLaneTakesWhatIsReadyFirst) {
+  // Two "reduces" on an in-order comm lane; their updates on an as-ready
+  // compute lane, listed in the other order: the first reduced goes first.
+  Maker m(1);
+  const int comm = m.Lane(LaneOrder::kInOrder), compute = m.Lane(LaneOrder::kAsReady);
+  const int r1 = m.Fixed(1), r2 = m.Fixed(1);
+  const int u2 = m.Fixed(1, {r2}), u1 = m.Fixed(3, {r1});
+  for (int op : {r1, r2}) m.p.Append(comm, op, true);
+  for (int op : {u2, u1}) m.p.Append(compute, op, true);
+  StepResult r = m.Run();
+  EXPECT_EQ(r.timing[u1].start, 1);
+  EXPECT_EQ(r.timing[u2].start, 4);
+  EXPECT_EQ(r.step_seconds, 5);
+  // In order, u2 (ready at 2) would have gone first: 2..3, then u1 3..6.
+  m.p.lanes[compute].order = LaneOrder::kInOrder;
+  r = m.Run();
+  EXPECT_EQ(r.timing[u1].start, 3);
+  EXPECT_EQ(r.step_seconds, 6);
+}
+
+TEST(SimulatorTest, ABlockRunsBackToBack) {
+  // Block X = [x1, x2], x2 waiting for e (another lane, ends at 3); block Y
+  // is ready at 0 too but may not slip in between x1 and x2.
+  Maker m(1);
+  const int other = m.Lane(LaneOrder::kInOrder), compute = m.Lane(LaneOrder::kAsReady);
+  const int e = m.Fixed(3);
+  const int x1 = m.Fixed(1), x2 = m.Fixed(1, {e}), y = m.Fixed(1);
+  m.p.Append(other, e, true);
+  m.p.Append(compute, x1, true);
+  m.p.Append(compute, x2, false);
+  m.p.Append(compute, y, true);
+  const StepResult r = m.Run();
+  EXPECT_EQ(r.timing[x1].start, 0);
+  EXPECT_EQ(r.timing[x2].start, 3);
+  EXPECT_EQ(r.timing[y].start, 4);
+}
+
+TEST(SimulatorTest, AnOpOnSeveralLanesWaitsForAll) {
+  Maker m(2);
+  const int l0 = m.Lane(LaneOrder::kInOrder, {0}), l1 = m.Lane(LaneOrder::kInOrder, {1});
+  const int a = m.Fixed(2), c = m.Fixed(1);
+  m.p.Append(l0, a, true);
+  m.p.Append(l0, c, true);
+  m.p.Append(l1, c, true);
+  const StepResult r = m.Run();
+  EXPECT_EQ(r.timing[c].start, 2);
+  EXPECT_EQ(r.timing[c].pred, a);
+}
+
+TEST(SimulatorTest, ACycleOfLanesIsReported) {
+  Maker m(2);
+  const int l0 = m.Lane(LaneOrder::kInOrder, {0}), l1 = m.Lane(LaneOrder::kInOrder, {1});
+  const int a = m.Fixed(1), b = m.Fixed(1);
+  m.p.Append(l0, a, true);
+  m.p.Append(l0, b, true);
+  m.p.Append(l1, b, true);
+  m.p.Append(l1, a, true);
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("deadlocks: op 0 (op 0) never starts")));
+}
+
+TEST(SimulatorTest, CriticalPathFollowsWhatSetEachStart) {
+  Maker m(1);
+  const int l0 = m.Lane(LaneOrder::kInOrder), l1 = m.Lane(LaneOrder::kInOrder), l2 = m.Lane(LaneOrder::kInOrder);
+  const int a = m.Fixed(1, {}, Phase::kReduce);
+  const int b = m.Fixed(2, {a}, Phase::kNewtonSchulz);
+  const int c = m.Fixed(0.5, {}, Phase::kSync);
+  m.p.Append(l0, a, true);
+  m.p.Append(l1, b, true);
+  m.p.Append(l2, c, true);
+  const StepResult r = m.Run();
+  EXPECT_THAT(r.critical_path, ElementsAre(a, b));
+  EXPECT_EQ(r.critical_phase, Phase::kNewtonSchulz);
+  EXPECT_EQ(r.critical_seconds[static_cast<int>(Phase::kReduce)], 1);
+  EXPECT_EQ(r.ranks[0].busy_seconds[static_cast<int>(Phase::kSync)], 0.5);
+}
+
+TEST(SimulatorTest, CollectivesBookTheirBytesOnEveryMember) {
+  Maker m(2);
+  m.p.groups = {{0, 1}};
+  const int lane = m.Lane(LaneOrder::kInOrder, {0, 1});
+  StepOp reduce;
+  reduce.kind = OpKind::kReduce;
+  reduce.phase = Phase::kReduce;
+  reduce.group = 0;
+  reduce.root = 0;
+  reduce.bytes = 1'000'000'000;
+  m.p.Append(lane, m.p.AddOp(reduce), true);
+  const StepResult r = m.Run();
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1 + 0.0);  // (n-1) x 0 latency + S / 1 GB/s
+  for (const RankResult& rank : r.ranks) {
+    EXPECT_EQ(rank.collective_bytes[static_cast<int>(OpKind::kReduce)], 1'000'000'000);
+    EXPECT_DOUBLE_EQ(rank.wire_bytes[0], 5e8);  // (n-1)/n S on average
+    EXPECT_EQ(rank.wire_bytes[1], 0);
+  }
+}
+
+TEST(SimulatorTest, ARanksCollectivesShareItsLink) {
+  // Two groups of the same two ranks, each collective on its own comm lane:
+  // 1 s alone each, and one at a time on the ranks' link.
+  Maker m(2);
+  m.p.groups = {{0, 1}, {0, 1}};
+  std::vector<int> reduces;
+  for (int g = 0; g < 2; ++g) {
+    const int lane = m.Lane(LaneOrder::kInOrder, {0, 1});
+    StepOp reduce;
+    reduce.kind = OpKind::kReduce;
+    reduce.phase = Phase::kReduce;
+    reduce.group = g;
+    reduce.root = 0;
+    reduce.bytes = 1'000'000'000;
+    reduces.push_back(m.p.AddOp(reduce));
+    m.p.Append(lane, reduces.back(), true);
+  }
+  const StepResult r = m.Run();
+  EXPECT_DOUBLE_EQ(r.step_seconds, 2);
+  EXPECT_EQ(r.timing[reduces[0]].start, 0);
+  EXPECT_EQ(r.timing[reduces[1]].start, 1);
+  EXPECT_EQ(r.timing[reduces[1]].pred, reduces[0]);
+  EXPECT_EQ(r.program.lanes.size(), 2u);  // the link lanes stay the simulator's
+}
+
+TEST(SimulatorTest, GatherWithMemberBytesIsPricedByTheRootsLinks) {
+  Maker m(4);
+  m.p.groups = {{0, 1, 2, 3}};
+  const int lane = m.Lane(LaneOrder::kInOrder, {0, 1, 2, 3});
+  StepOp gather;
+  gather.kind = OpKind::kGather;
+  gather.phase = Phase::kTpExchange;
+  gather.group = 0;
+  gather.root = 1;
+  gather.member_send = {1'000'000'000, 0, 1'000'000'000, 1'000'000'000};
+  gather.member_recv = {0, 3'000'000'000, 0, 0};
+  m.p.Append(lane, m.p.AddOp(gather), true);
+  const StepResult r = m.Run();
+  EXPECT_DOUBLE_EQ(r.step_seconds, 3);  // the root receives 3 GB at 1 GB/s
+  EXPECT_EQ(r.ranks[1].p2p_recv_bytes, 3'000'000'000);
+  EXPECT_EQ(r.ranks[0].p2p_sent_bytes, 1'000'000'000);
+  EXPECT_DOUBLE_EQ(r.ranks[0].wire_bytes[0], 1e9);
+  EXPECT_EQ(r.ranks[1].wire_bytes[0], 0);
+}
+
+TEST(SimulatorTest, MalformedProgramsAreRefused) {
+  const auto code = absl::StatusCode::kInvalidArgument;
+  Maker m(1);
+  const int lane = m.Lane(LaneOrder::kInOrder);
+  const int a = m.Fixed(1);
+  m.Fixed(1);  // on no lane
+  m.p.Append(lane, a, true);
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("op 1 (op 1) is on no lane")));
+  m.p.Append(lane, 1, true);
+  m.p.ops[1].deps = {7};
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("dependency 7 out of range")));
+  m.p.ops[1].deps = {};
+  m.p.groups = {{0, 3}};
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("group 0: rank 3 is out of range")));
+  m.p.groups = {{0}};
+  StepOp bad;
+  bad.kind = OpKind::kGather;
+  bad.group = 0;
+  bad.root = 0;
+  bad.member_send = {1, 2};
+  m.p.Append(lane, m.p.AddOp(bad), true);
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("member bytes for 2 ranks, group has 1")));
+}
+
+TEST(SimulatorTest, ProgramMustFitTheCluster) {
+  Maker m(16);
+  ClusterSpec c = Cluster();
+  c.nodes = 1;
+  EXPECT_THAT(RunStepProgram(m.p, c), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cluster.nodes")));
+}
+
+}  // namespace
+}  // namespace muonshard::sim
