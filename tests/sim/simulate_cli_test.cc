@@ -141,5 +141,50 @@ TEST(SimulateCliTest, BadInputExitsTwoNamingIt) {
   EXPECT_THAT(r.err, HasSubstr("--cluster"));
 }
 
+TEST(SimulateCliTest, StrategiesPrintsEveryStrategySideBySide) {
+  Result r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies all ", PlanArgs()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* name :
+       {"muonshard-seed", "muonshard-balanced", "paddle-seed", "megatron-duplicated", "megatron-distributed",
+        "megatron-blockwise", "megatron-layer-sharded", "kj-round-robin", "dion-all-to-all", "zero1-muon"}) {
+    EXPECT_THAT(r.out, HasSubstr(name));
+  }
+  EXPECT_THAT(r.out, HasSubstr("best muonshard"));
+  EXPECT_THAT(r.out, HasSubstr("(goal <= 0.80)"));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --format json --schedule pipelined ",
+                          "--strategies muonshard-balanced,zero1-muon,kj-round-robin ", PlanArgs()));
+  ASSERT_EQ(r.code, 0) << r.err;
+  google::protobuf::Struct json;
+  ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok()) << r.out;
+  const auto& rows = json.fields().at("strategies").list_value();
+  ASSERT_EQ(rows.values_size(), 3);
+  EXPECT_EQ(rows.values(0).struct_value().fields().at("schedule").string_value(), "pipelined");
+  EXPECT_EQ(rows.values(1).struct_value().fields().at("strategy").string_value(), "zero1-muon");
+  const double ours = json.fields().at("best_muonshard").struct_value().fields().at("step_seconds").number_value();
+  const double peer = json.fields().at("best_peer").struct_value().fields().at("step_seconds").number_value();
+  EXPECT_NEAR(json.fields().at("ratio").number_value(), ours / peer, 1e-5);
+}
+
+TEST(SimulateCliTest, BadStrategiesExitTwoNamingThem) {
+  Result r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies foo,zero1-muon,megatron ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --strategies: unknown strategy \"foo\", \"megatron\" (known: all, "));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies , ", PlanArgs()));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("(none given)"));
+
+  Result plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const std::string plan_file = Write("sim_strategies_plan.json", plan.out);
+  r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies paddle-seed --plan ", plan_file));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the plan file's policy is BALANCED; a SEED plan needs --manifest"));
+  r = RunCtl(
+      absl::StrCat("simulate --cluster h200 --strategies muonshard-balanced,dion-all-to-all --plan ", plan_file));
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 }  // namespace
 }  // namespace muonshard
