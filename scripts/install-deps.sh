@@ -36,6 +36,16 @@ fi
 if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" ]]; then
   PACKAGES+=(prometheus docker-compose python3-yaml)
 fi
+# ---- container engine (deploy_containers, scripts/images.sh) ----------------
+# podman (Docker-compatible API for docker-compose), runc, debootstrap for the
+# Debian base image, netavark + aardvark-dns (container networks with DNS),
+# uidmap, slirp4netns, fuse-overlayfs, catatonit. About 30 s on a fresh
+# machine. MUONSHARD_CONTAINERS=0 (and MUONSHARD_DEPLOY_TOOLS=0, the images'
+# build stages) skips them.
+if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" && "${MUONSHARD_CONTAINERS:-1}" == "1" ]]; then
+  PACKAGES+=(podman runc debootstrap netavark aardvark-dns uidmap slirp4netns fuse-overlayfs catatonit)
+fi
+# ---- end of container engine ------------------------------------------------
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,6 +10,10 @@
 #   # PyTorch programs stepping muonshard.torch.ShardedMuonAdamW (Gloo, CPU
 #   # tensors), e.g. examples/torch/train_gpt.py, under torch's launcher
 #   docker build -f deploy/docker/worker.Dockerfile --target torch -t muonshard/worker:0.1.0-torch .
+#   # CPU ranks from binaries built elsewhere (scripts/images.sh: a tree's bin/
+#   # as the build context, on a base made from Debian's packages)
+#   docker build -f deploy/docker/worker.Dockerfile --target cpu-prebuilt \
+#     --build-arg RUNTIME_BASE=IMAGE -t muonshard/worker:0.1.0-cpu CONTEXT
 #
 # gRPC 1.51 / Protobuf 3.21 in all, as in the coordinator image: Debian 12
 # and Ubuntu 24.04 (the CUDA images' base) ship the same versions. Runs as
@@ -25,6 +29,9 @@ libquadmath0 libre2-9 libssl3 libstdc++6 zlib1g"
 # What the torch image adds: Debian 12's interpreter (the extension is built
 # for /usr/bin/python3), PyTorch 1.13 (CPU) and NumPy.
 ARG TORCH_PACKAGES="python3 python3-torch python3-numpy"
+# Debian 12 for the cpu stages: the registry's slim image by default;
+# scripts/images.sh passes the one it makes with debootstrap.
+ARG RUNTIME_BASE=debian:bookworm-slim
 ARG CUDA_VERSION=13.0.0
 # sm_90: H100 / H200 (the project's default); e.g. "80;90" adds A100.
 ARG CUDA_ARCHITECTURES=90
@@ -52,7 +59,9 @@ RUN deploy/docker/runtime-packages.sh /build/bin/muonshard-worker /build/bin/muo
  && missing=$(comm -23 /build/needed-packages.txt <(tr ' ' '\n' <<<"$CPU_RUNTIME_PACKAGES" | sed '/^$/d' | sort -u)) \
  && if [[ -n "$missing" ]]; then echo "CPU_RUNTIME_PACKAGES lacks: $missing" >&2; exit 1; fi
 
-FROM debian:bookworm-slim AS cpu
+# Everything of the cpu image but its binaries (the user, port, ENTRYPOINT):
+# shared by `cpu` (built from source) and `cpu-prebuilt`.
+FROM ${RUNTIME_BASE} AS cpu-base
 ARG CPU_RUNTIME_PACKAGES
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $CPU_RUNTIME_PACKAGES \
@@ -63,11 +72,17 @@ RUN groupadd --system --gid 10001 muonshard \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin muonshard \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/muonshard /var/lib/muonshard/checkpoints
-COPY --from=build-cpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
 USER 10001:10001
 EXPOSE 9465
 ENTRYPOINT ["muonshard-worker"]
 CMD ["--help"]
+
+# The binaries of the build context's bin/ (scripts/images.sh).
+FROM cpu-base AS cpu-prebuilt
+COPY bin/muonshard-worker bin/muonshardctl /usr/local/bin/
+
+FROM cpu-base AS cpu
+COPY --from=build-cpu /build/bin/muonshard-worker /build/bin/muonshardctl /usr/local/bin/
 
 # ================================================================ torch
 # PyTorch training programs (Debian's torch 1.13: CPU tensors, Gloo): the

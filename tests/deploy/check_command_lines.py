@@ -5,7 +5,13 @@ binaries accept, and the CPU ones really run.
 1. Every flag in every command line of docker-compose.yml (+ the GPU
    override) and the Dockerfiles' CMD / HEALTHCHECK (`compose`), or of the
    rendered Kubernetes overlays cpu and gpu: containers, init containers,
-   exec probes (`k8s`), is in the `--help` of the program it runs.
+   exec probes (`k8s`), is in the `--help` of the program it runs. Every env
+   variable a Kubernetes pod sets (env, envFrom ConfigMaps) is substituted
+   into an argument of the pod or read by the binaries
+   (client/coordinator_client.h's kEnvironmentFlags) or OpenBLAS, and every
+   containerPort and published compose port of a muonshard program is one
+   its flags make it listen on. (The images these command lines run:
+   scripts/images.sh, run for real by deploy_containers.)
 2. The compose demo and the Kubernetes cpu overlay, run for real on
    127.0.0.1: the coordinator with its deployment arguments, the submission
    exactly as deployed, then the four workers exactly as deployed (with
@@ -91,9 +97,89 @@ def command_lines(compose_cfgs, renders, dockerfiles):
             if line.startswith("ENTRYPOINT"):
                 entry = eval(line.split(None, 1)[1])[0]
             # (The torch image's ENTRYPOINT is torch's launcher: deploy_torch_* checks it.)
-            if line.startswith("CMD") and entry and entry != "python3":
+            # (A bare ["--help"] CMD, as the tools image's, is no deployment's command line.)
+            if line.startswith("CMD") and entry and entry != "python3" and eval(line.split(None, 1)[1]) != ["--help"]:
                 out.append((f"{df} CMD", entry, None, eval(line.split(None, 1)[1])))
     return out
+
+
+# Variables the runtime libraries read (OpenBLAS's thread count).
+LIBRARY_ENV = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"}
+
+
+def client_env_variables():
+    """The variables muonshardctl and the worker read (kEnvironmentFlags of
+    client/coordinator_client.h: MUONSHARD_COORDINATOR, ...)."""
+    with open(os.path.join(dc.REPO, "client", "coordinator_client.h")) as f:
+        text = f.read()
+    m = re.search(r"kEnvironmentFlags\[\] = \{(.*?)\};", text, re.S)
+    return set(re.findall(r'\{"([A-Z0-9_]+)", "[a-z-]+"\}', m.group(1) if m else ""))
+
+
+def listened_ports(argv):
+    """Ports a muonshard program's command line makes it listen on: --listen
+    HOST:PORT and --metrics-port P (+ --local-rank)."""
+    ports = set()
+    args = {}
+    for i, a in enumerate(argv):
+        if a.startswith("--") and "=" in a:
+            k, v = a.split("=", 1)
+            args[k] = v
+        elif a.startswith("--") and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            args[a] = argv[i + 1]
+    if ":" in args.get("--listen", ""):
+        ports.add(int(args["--listen"].rsplit(":", 1)[1]))
+    if args.get("--metrics-port", "").isdigit():
+        ports.add(int(args["--metrics-port"]) + int(args.get("--local-rank", "0") or 0))
+    return ports
+
+
+def check_env_and_ports(c, compose_cfgs, renders):
+    """Every env variable the Kubernetes manifests set in a muonshard pod is
+    used: substituted into an argument ($(VAR)) of a container of the pod,
+    read by the binaries (kEnvironmentFlags) or by OpenBLAS; every
+    containerPort / published compose port of a muonshard program is one its
+    command line listens on."""
+    known = client_env_variables()
+    c.check(len(known) >= 3, f"client/coordinator_client.h's kEnvironmentFlags: {sorted(known)}")
+    for label, docs in renders:
+        config_maps = {o["metadata"]["name"]: o.get("data", {}) for o in docs if o.get("kind") == "ConfigMap"}
+        for o in docs:
+            if o.get("kind") not in ("Deployment", "Job"):
+                continue
+            spec = o["spec"]["template"]["spec"]
+            cts = spec.get("initContainers", []) + spec["containers"]
+            text = " ".join(" ".join((ct.get("command") or []) + (ct.get("args") or [])) for ct in cts)
+            for ct in cts:
+                where = f"k8s {label} {o['kind']}/{ct['name']}"
+                names = [e["name"] for e in ct.get("env", []) or []]
+                for ef in ct.get("envFrom", []) or []:
+                    names += list(config_maps.get(ef.get("configMapRef", {}).get("name"), {}))
+                for n in names:
+                    c.check(
+                        f"$({n})" in text or n in known or n in LIBRARY_ENV,
+                        f"{where}: env {n} is in no argument of the pod ($({n})) and read by no binary",
+                    )
+                argv = (ct.get("command") or [])[1:] + (ct.get("args") or [])
+                listens = listened_ports(argv)
+                for p in ct.get("ports", []) or []:
+                    c.check(
+                        p["containerPort"] in listens,
+                        f"{where}: containerPort {p['containerPort']} is one its flags listen on {sorted(listens)}",
+                    )
+    for label, cfg in compose_cfgs:
+        for name, s in cfg["services"].items():
+            if name != "coordinator" and not name.startswith("worker-"):
+                continue
+            listens = listened_ports(s["command"])
+            for p in s.get("ports", []) or []:
+                target = int(p["target"]) if isinstance(p, dict) else int(str(p).rsplit(":", 1)[1].split("/")[0])
+                c.check(
+                    target in listens,
+                    f"compose {label} {name}: publishes {target}, its flags listen on {sorted(listens)}",
+                )
+            for n in s.get("environment", {}) or {}:
+                c.check(n in known or n in LIBRARY_ENV, f"compose {label} {name}: env {n} is read by no binary")
 
 
 def substitute(argv, values):
@@ -387,6 +473,8 @@ def main():
             c.check(len(helps[key]) >= 3, f"{prog} {sub or ''} --help lists flags")
         for f in used_flags(argv):
             c.check(f in helps[key], f"{where}: {prog} {sub or ''} has no flag {f}")
+
+    check_env_and_ports(c, compose_cfgs, renders)
 
     with dc.scratch_run(c, f"muonshard-deploy-cmdlines-{which}-") as scratch:
         if compose_cfgs:

@@ -113,14 +113,16 @@ def image_creates(service, target):
         return False
     with open(df) as f:
         text = f.read().replace("\\\n", " ")
-    stage = {st[0]: st for st in check_images.stages(text)}.get(build["target"])
+    all_stages = check_images.stages(text)
+    stage = {st[0]: st for st in all_stages}.get(build["target"])
     if stage is None:
         return False
-    user = re.findall(r"^USER\s+(\d+):(\d+)\s*$", stage[2], re.M)
+    body = check_images.chain_body(all_stages, stage)  # with the stages it is built on
+    user = re.findall(r"^USER\s+(\d+):(\d+)\s*$", body, re.M)
     if not user:
         return False
     uid, gid = user[-1]
-    for m in re.finditer(r"install\s+-d\s+-o\s+(\d+)\s+-g\s+(\d+)\s+-m\s+\d+((?:\s+/\S+)+)", stage[2]):
+    for m in re.finditer(r"install\s+-d\s+-o\s+(\d+)\s+-g\s+(\d+)\s+-m\s+\d+((?:\s+/\S+)+)", body):
         if (m.group(1), m.group(2)) == (uid, gid) and target.rstrip("/") in m.group(3).split():
             return True
     return False

@@ -60,8 +60,11 @@ def check_dockerfile(c, name, text, finals):
     st = stages(text)
     c.check(len(st) >= 2, f"{name}: multi-stage ({len(st)} stages)")
     global_args = dict(re.findall(r"^ARG (\w+)=(\S+)", text.split("\nFROM", 1)[0], re.M))
+    names = {s[0] for s in st if s[0]}
     for stage, base, body in st:
         where = f"{name} stage {stage or '(final)'}"
+        if base in names:  # on an earlier stage: pinned there
+            continue
         resolved = re.sub(r"\$\{(\w+)\}", lambda m: global_args.get(m.group(1), m.group(0)), base)
         c.check(
             re.fullmatch(r"[\w./-]+:[\w.-]+", resolved) is not None and not resolved.endswith(":latest"),
@@ -81,11 +84,13 @@ def check_dockerfile(c, name, text, finals):
         c.check(stage is not None, f"{name}: a runtime stage {final}")
         if stage is None:
             continue
-        _, base, body = stage
+        _, base, own = stage
+        # With the stages it is built on (their USER, ENTRYPOINT, packages).
+        body = chain_body(st, stage)
         where = f"{name} runtime stage {final or '(final)'}"
         c.check(re.search(r"^USER 10001:10001$", body, re.M) is not None, f"{where}: runs as uid 10001")
         c.check("cmake" not in body and "install-deps" not in body, f"{where}: no build tools")
-        copies = re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", body, re.M)
+        copies = re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", own, re.M)
         c.check(copies, f"{where}: copies the binaries from a build stage")
         for src_stage, files, _ in copies:
             c.check(src_stage in by_name, f"{where}: COPY --from={src_stage} names a stage")
@@ -98,6 +103,55 @@ def check_dockerfile(c, name, text, finals):
             entry is not None and any(entry.group(1) in files for _, files, _ in copies),
             f"{where}: the ENTRYPOINT is a copied binary",
         )
+
+
+def chain_body(st, stage):
+    """The bodies of `stage` and of the stages it is built FROM, parents first."""
+    by_name = {s[0]: s for s in st if s[0]}
+    bodies = []
+    while stage is not None:
+        bodies.insert(0, stage[2])
+        stage = by_name.get(stage[1]) if stage[1] != stage[0] else None
+    return "\n".join(bodies)
+
+
+def check_prebuilt(c, name, text, pairs):
+    """scripts/images.sh's targets: each `prebuilt` stage is on the same stage
+    as the image built from source (one USER, ENTRYPOINT, CMD, HEALTHCHECK for
+    both) and only copies the binaries of the build context's bin/; the
+    runtime stages are on ${RUNTIME_BASE}, Debian 12 slim by default."""
+    st = stages(text)
+    by_name = {s[0]: s for s in st}
+    global_args = dict(re.findall(r"^ARG (\w+)=(\S+)", text.split("\nFROM", 1)[0], re.M))
+    c.check(
+        global_args.get("RUNTIME_BASE") == "debian:bookworm-slim",
+        f"{name}: ARG RUNTIME_BASE defaults to debian:bookworm-slim ({global_args.get('RUNTIME_BASE')})",
+    )
+    for prebuilt, source in pairs:
+        p = by_name.get(prebuilt)
+        s = by_name.get(source) if source else st[-1]
+        if not c.check(p is not None and s is not None, f"{name}: stages {prebuilt} and {source or '(final)'}"):
+            continue
+        c.check(p[1] == s[1], f"{name}: {prebuilt} and {source or '(final)'} are both on stage {s[1]} ({p[1]})")
+        lines = [ln for ln in p[2].splitlines() if ln.strip() and not ln.startswith("#")]
+        c.check(
+            lines and all(re.fullmatch(r"COPY (bin/[\w.-]+ )+/usr/local/bin/", ln) for ln in lines),
+            f"{name} {prebuilt}: only copies bin/* to /usr/local/bin/ ({lines})",
+        )
+        want = {
+            os.path.basename(f)
+            for _, files, _ in re.findall(r"^COPY --from=(\S+) (.+) (\S+)$", s[2], re.M)
+            for f in files.split()
+        }
+        got = {os.path.basename(f) for ln in lines for f in ln.split()[1:-1]}
+        if source is not None or prebuilt == "prebuilt":
+            c.check(got == want, f"{name} {prebuilt}: the same binaries as {source or '(final)'} ({got} vs {want})")
+        root = chain_body(st, p)
+        c.check(re.search(r"^ENTRYPOINT ", root, re.M) is not None, f"{name} {prebuilt}: has an ENTRYPOINT")
+        chain = p
+        while chain[1] in by_name:
+            chain = by_name[chain[1]]
+        c.check(chain[1] == "${RUNTIME_BASE}", f"{name} {prebuilt}: on ${{RUNTIME_BASE}} ({chain[1]})")
 
 
 TORCH_ENTRYPOINT = ["python3", "-m", "torch.distributed.run"]
@@ -172,6 +226,25 @@ def check_torch_stage(c, text):
             c.check("MUONSHARD_TORCH=0" in b, f"worker.Dockerfile stage {name}: no PyTorch in the build stage")
 
 
+def check_image_names(c):
+    """The coordinator and CPU worker images docker-compose.yml and the
+    Kubernetes base run are the ones scripts/images.sh builds (and the
+    deploy_containers test runs): muonshard/coordinator:VERSION and
+    muonshard/worker:VERSION-cpu, VERSION the project's."""
+    m = re.search(r"^project\(muonshard VERSION ([0-9.]+)", read(os.path.join(dc.REPO, "CMakeLists.txt")), re.M)
+    version = m.group(1) if m else None
+    want = {f"muonshard/coordinator:{version}", f"muonshard/worker:{version}-cpu"}
+    script = read(os.path.join(dc.REPO, "scripts", "images.sh"))
+    built = {s.replace("$version", version or "") for s in re.findall(r"\bbuild \"(muonshard/[^\"]+)\"", script)}
+    c.check(want <= built, f"scripts/images.sh builds {sorted(want)} ({sorted(built)})")
+    used = set()
+    for path in ("docker-compose.yml", "deploy/k8s/base/coordinator.yaml", "deploy/k8s/base/worker.yaml"):
+        used |= set(re.findall(r"^\s*image: (muonshard/\S+)$", read(os.path.join(dc.REPO, path)), re.M))
+    c.check(
+        used == want, f"docker-compose.yml and deploy/k8s/base run the images scripts/images.sh builds: {sorted(used)}"
+    )
+
+
 def main():
     c = dc.Checker("deploy_images")
     coordinator_df = read(os.path.join(DOCKER, "coordinator.Dockerfile"))
@@ -184,9 +257,13 @@ def main():
         is not None,
         "coordinator.Dockerfile: HEALTHCHECK via muonshardctl health",
     )
+    check_prebuilt(c, "coordinator.Dockerfile", coordinator_df, [("prebuilt", None)])
+    check_prebuilt(c, "worker.Dockerfile", worker_df, [("cpu-prebuilt", "cpu")])
+    tools = {s[0]: s for s in stages(coordinator_df)}.get("tools-prebuilt")
     c.check(
-        re.search(r"^FROM debian:bookworm-slim\s*$", coordinator_df, re.M) is not None,
-        "coordinator.Dockerfile: Debian 12 runtime base",
+        tools is not None
+        and re.search(r'^ENTRYPOINT \["muonshardctl"\]', chain_body(stages(coordinator_df), tools), re.M),
+        "coordinator.Dockerfile: a tools-prebuilt target running muonshardctl",
     )
     gpu = dict((s[0], s) for s in stages(worker_df))
     c.check(
@@ -197,6 +274,7 @@ def main():
         "-DMUONSHARD_CUDA=ON" in gpu.get("build-gpu", (None, None, ""))[2],
         "worker.Dockerfile: the GPU build has CUDA and NCCL on (MUONSHARD_CUDA=ON fails without them)",
     )
+    check_image_names(c)
     ignore = read(os.path.join(dc.REPO, ".dockerignore")).split()
     c.check({".git", "build", "build-*"} <= set(ignore), ".dockerignore keeps .git and build trees out")
 
