@@ -16,21 +16,20 @@
 // The last stdout line is, for the first case:
 //   blocked_ns_s=<x> whole_ns_s=<y> ratio=<x/y>
 //
-// Usage: muonshard-bench-blocked-ns [--quick] [--scale=N] [--reps=N]
+// Usage: muonshard-bench-blocked-ns [--quick] [--scale N] [--reps N] (--help)
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
+#include "bench/kernels/bench_util.h"
+#include "common/flags.h"
 #include "kernels/blocked_newton_schulz.h"
 #include "kernels/kernel_backend.h"
 #include "kernels/newton_schulz.h"
@@ -43,22 +42,6 @@ struct Flags {
   int scale = 4;
   int reps = 3;
 };
-
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--quick") {
-      flags->quick = true;
-    } else if (absl::ConsumePrefix(&arg, "--scale=")) {
-      if (!absl::SimpleAtoi(arg, &flags->scale) || flags->scale < 1) return false;
-    } else if (absl::ConsumePrefix(&arg, "--reps=")) {
-      if (!absl::SimpleAtoi(arg, &flags->reps) || flags->reps < 1) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct BenchCase {
   std::string name;
@@ -97,19 +80,6 @@ double BlockedFlops(const BenchCase& c, int steps) {
   return flops;
 }
 
-template <typename F>
-double MedianSeconds(int reps, F&& run) {
-  run();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    run();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 int Run(const Flags& flags) {
   std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
   const NewtonSchulzOptions ns;
@@ -121,10 +91,10 @@ int Run(const Flags& flags) {
     for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.0f - 1.0f;
     std::vector<float> out(in.size());
     absl::Status status;
-    const double whole = MedianSeconds(flags.reps, [&] {
+    const double whole = bench::MedianSeconds(flags.reps, [&] {
       if (status.ok()) status = backend->NewtonSchulz(in.data(), out.data(), c.shape, ns);
     });
-    const double blocked = MedianSeconds(flags.reps, [&] {
+    const double blocked = bench::MedianSeconds(flags.reps, [&] {
       if (status.ok()) status = BlockedNewtonSchulz(*backend, in.data(), out.data(), c.shape, c.blocks, ns);
     });
     if (!status.ok()) {
@@ -153,9 +123,13 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   muonshard::kernels::Flags flags;
-  if (!muonshard::kernels::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr, "usage: %s [--quick] [--scale=N] [--reps=N]\n", argv[0]);
-    return 2;
+  muonshard::FlagSet set("usage: muonshard-bench-blocked-ns [--quick] [--scale N] [--reps N]");
+  set.Bool("quick", &flags.quick, "tiny shapes (every dimension / 64): a smoke test of the output");
+  set.Int("scale", &flags.scale, "divide every dimension (the expert count included) by this");
+  set.Int("reps", &flags.reps, "timed calls per figure (the median) after one warm-up call");
+  if (std::optional<int> exit = muonshard::kernels::bench::ParseBenchFlags(
+          set, argc, argv, {{"scale", &flags.scale}, {"reps", &flags.reps}})) {
+    return *exit;
   }
   return muonshard::kernels::Run(flags);
 }

@@ -1,10 +1,18 @@
 # Runs ${BENCH} --quick and checks that its last stdout line has the format
-# the issue specifies (per FORMAT, below). Timing values are not checked.
+# the issue specifies (per FORMAT, below), and that bad usage exits 2. Timing
+# values are not checked.
 execute_process(COMMAND ${BENCH} --quick --reps=1
   OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${BENCH} --quick exited with ${rc}:\n${out}")
 endif()
+# Bad usage exits 2 naming the flag (common/flags.h, as every binary).
+foreach(bad "--reps=0" "--no-such-flag" "extra")
+  execute_process(COMMAND ${BENCH} ${bad} OUTPUT_QUIET ERROR_VARIABLE err RESULT_VARIABLE bad_rc)
+  if(NOT bad_rc EQUAL 2 OR NOT err MATCHES "error: ")
+    message(FATAL_ERROR "${BENCH} ${bad} exited with ${bad_rc} (expected 2 and an error):\n${err}")
+  endif()
+endforeach()
 string(STRIP "${out}" out)
 string(REGEX REPLACE "^.*\n" "" last_line "${out}")
 set(number "[0-9]+(\\.[0-9]+)?")

@@ -11,22 +11,21 @@
 // The last stdout line is, for the 2048² case (256² with --quick):
 //   ns_cpu_gflops=<x> sgemm_gflops=<y> ratio=<x/y>
 //
-// Usage: muonshard-bench-kernels [--quick] [--reps=N]
+// Usage: muonshard-bench-kernels [--quick] [--reps N] (--help)
 
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
+#include "bench/kernels/bench_util.h"
+#include "common/flags.h"
 #include "kernels/newton_schulz.h"
 
 namespace muonshard::kernels {
@@ -43,20 +42,6 @@ struct Flags {
   int reps = 2;
 };
 
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--quick") {
-      flags->quick = true;
-    } else if (absl::ConsumePrefix(&arg, "--reps=")) {
-      if (!absl::SimpleAtoi(arg, &flags->reps) || flags->reps < 1) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
 std::vector<BenchCase> Cases(bool quick) {
   if (quick) {
     return {
@@ -69,24 +54,6 @@ std::vector<BenchCase> Cases(bool quick) {
           // Many small experts: the one-thread-per-matrix path.
           {"experts64x128x512", {64, 128, 512}, false},
           {"2048x2048", {1, 2048, 2048}, true}};
-}
-
-// Best wall time (seconds) of each function over `reps` rounds after one
-// warm-up round. The functions run interleaved, round by round, so a burst
-// of load from other processes hits all of them alike and the ratios stay
-// meaningful on a shared machine.
-std::vector<double> BestSeconds(int reps, const std::vector<std::function<void()>>& fns) {
-  for (const auto& fn : fns) fn();
-  std::vector<double> best(fns.size(), 1e30);
-  for (int r = 0; r < reps; ++r) {
-    for (size_t i = 0; i < fns.size(); ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      fns[i]();
-      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-      best[i] = std::min(best[i], elapsed.count());
-    }
-  }
-  return best;
 }
 
 // Buffers and closures for one case: sgemm on the NS iteration's B·X product
@@ -142,8 +109,8 @@ int Run(const Flags& flags) {
   for (const BenchCase& c : Cases(flags.quick)) {
     CaseRunner runner(c.shape);
     const std::vector<double> best =
-        BestSeconds(flags.reps, {[&] { runner.Sgemm(); }, [&] { runner.Ns(SymmetricMatmul::kAlways); },
-                                 [&] { runner.Ns(SymmetricMatmul::kNever); }});
+        bench::BestSeconds(flags.reps, {[&] { runner.Sgemm(); }, [&] { runner.Ns(SymmetricMatmul::kAlways); },
+                                        [&] { runner.Ns(SymmetricMatmul::kNever); }});
     const double sgemm = runner.SgemmFlops() / best[0] / 1e9;
     const double symmetric = runner.NsFlops() / best[1] / 1e9;
     const double plain = runner.NsFlops() / best[2] / 1e9;
@@ -170,9 +137,11 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   muonshard::kernels::Flags flags;
-  if (!muonshard::kernels::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr, "usage: %s [--quick] [--reps=N]\n", argv[0]);
-    return 2;
+  muonshard::FlagSet set("usage: muonshard-bench-kernels [--quick] [--reps N]");
+  set.Bool("quick", &flags.quick, "small shapes: a smoke test of the output");
+  set.Int("reps", &flags.reps, "timed rounds per case (the best of them) after one warm-up round");
+  if (std::optional<int> exit = muonshard::kernels::bench::ParseBenchFlags(set, argc, argv, {{"reps", &flags.reps}})) {
+    return *exit;
   }
   return muonshard::kernels::Run(flags);
 }

@@ -13,7 +13,7 @@
 // expert stack), with the path SymmetricMatmul::kAuto takes there:
 //   ns_gpu_tflops=<x> gemm_tflops=<y> ratio=<x/y> auto=<plain|symmetric>
 //
-// Usage: muonshard-bench-kernels-gpu [--quick] [--reps=N]
+// Usage: muonshard-bench-kernels-gpu [--quick] [--reps N] (--help)
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -23,13 +23,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
+#include "bench/kernels/bench_util.h"
+#include "common/flags.h"
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/newton_schulz.h"
 
@@ -61,20 +61,6 @@ struct Flags {
   bool quick = false;
   int reps = 10;
 };
-
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--quick") {
-      flags->quick = true;
-    } else if (absl::ConsumePrefix(&arg, "--reps=")) {
-      if (!absl::SimpleAtoi(arg, &flags->reps) || flags->reps < 1) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct BenchCase {
   std::string name;
@@ -210,9 +196,11 @@ int Run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   muonshard::kernels::Flags flags;
-  if (!muonshard::kernels::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr, "usage: %s [--quick] [--reps=N]\n", argv[0]);
-    return 2;
+  muonshard::FlagSet set("usage: muonshard-bench-kernels-gpu [--quick] [--reps N]");
+  set.Bool("quick", &flags.quick, "small shapes: a smoke test of the output");
+  set.Int("reps", &flags.reps, "timed repetitions per case");
+  if (std::optional<int> exit = muonshard::kernels::bench::ParseBenchFlags(set, argc, argv, {{"reps", &flags.reps}})) {
+    return *exit;
   }
   return muonshard::kernels::Run(flags);
 }

@@ -21,7 +21,7 @@
 // The last stdout line is, for 48x128:
 //   muon_batch_gflops=<x> per_matrix_gflops=<y> ratio=<x/y>
 //
-// Usage: muonshard-bench-muon-batch [--quick] [--full] [--reps=N]
+// Usage: muonshard-bench-muon-batch [--quick] [--full] [--reps N] [--matrices N] (--help)
 //                                   [--matrices=N]
 
 #include <cblas.h>
@@ -35,14 +35,14 @@
 #include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
+#include "bench/kernels/bench_util.h"
+#include "common/flags.h"
 #include "kernels/bf16.h"
 #include "kernels/kernel_backend.h"
 #include "kernels/muon_update.h"
@@ -57,26 +57,6 @@ struct Flags {
   int reps = 7;
   int matrices = 64;
 };
-
-bool ParseFlags(int argc, char** argv, Flags* flags) {
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "--quick") {
-      flags->quick = true;
-    } else if (arg == "--full") {
-      flags->full = true;
-    } else if (absl::ConsumePrefix(&arg, "--reps=")) {
-      if (!absl::SimpleAtoi(arg, &flags->reps) || flags->reps < 1) return false;
-    } else if (absl::ConsumePrefix(&arg, "--matrices=")) {
-      if (!absl::SimpleAtoi(arg, &flags->matrices) || flags->matrices < 1) {
-        return false;
-      }
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 struct BenchCase {
   int64_t rows;
@@ -148,12 +128,6 @@ Sample Time(const std::function<void()>& fn, int times) {
   return {elapsed.count() / times, (ProcessCpuSeconds() - cpu_start) / times};
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t mid = v.size() / 2;
-  return v.size() % 2 == 1 ? v[mid] : 0.5 * (v[mid - 1] + v[mid]);
-}
-
 double LoadAverage() {
   double load[1] = {-1};
   return getloadavg(load, 1) == 1 ? load[0] : -1;
@@ -196,8 +170,8 @@ Result RunCase(KernelBackend& backend, const BenchCase& c, const Flags& flags) {
     sample(r % 2 == 0);
   }
   const double flops = NewtonSchulzFlops({flags.matrices, shape.rows, shape.cols}, options.ns.steps);
-  const double per_matrix_s = Median(per_matrix_wall);
-  const double batched_s = Median(batched_wall);
+  const double per_matrix_s = bench::Median(per_matrix_wall);
+  const double batched_s = bench::Median(batched_wall);
   const Result result{flops / per_matrix_s / 1e9, flops / batched_s / 1e9};
   std::printf(
       "case=%lldx%lld matrices=%d per_matrix_ms=%.3f batched_ms=%.3f "
@@ -206,8 +180,8 @@ Result RunCase(KernelBackend& backend, const BenchCase& c, const Flags& flags) {
       "calls_per_sample=%d load=%.2f\n",
       static_cast<long long>(shape.rows), static_cast<long long>(shape.cols), flags.matrices, per_matrix_s * 1e3,
       batched_s * 1e3, result.per_matrix_gflops, result.batched_gflops,
-      result.batched_gflops / result.per_matrix_gflops, Median(per_matrix_cpu) * 1e3, Median(batched_cpu) * 1e3,
-      flags.reps, times, LoadAverage());
+      result.batched_gflops / result.per_matrix_gflops, bench::Median(per_matrix_cpu) * 1e3,
+      bench::Median(batched_cpu) * 1e3, flags.reps, times, LoadAverage());
   std::fflush(stdout);
   return result;
 }
@@ -236,9 +210,14 @@ int Run(Flags flags) {
 
 int main(int argc, char** argv) {
   muonshard::kernels::Flags flags;
-  if (!muonshard::kernels::ParseFlags(argc, argv, &flags)) {
-    std::fprintf(stderr, "usage: %s [--quick] [--full] [--reps=N] [--matrices=N]\n", argv[0]);
-    return 2;
+  muonshard::FlagSet set("usage: muonshard-bench-muon-batch [--quick] [--full] [--reps N] [--matrices N]");
+  set.Bool("quick", &flags.quick, "small shapes: a smoke test of the output");
+  set.Bool("full", &flags.full, "add the full 768x2048 case (threaded-BLAS path, ~1 min per round)");
+  set.Int("reps", &flags.reps, "timed rounds per case (the median)");
+  set.Int("matrices", &flags.matrices, "expert matrices per batch");
+  if (std::optional<int> exit = muonshard::kernels::bench::ParseBenchFlags(
+          set, argc, argv, {{"reps", &flags.reps}, {"matrices", &flags.matrices}})) {
+    return *exit;
   }
   return muonshard::kernels::Run(flags);
 }
