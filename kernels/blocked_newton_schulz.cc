@@ -1,5 +1,6 @@
 #include "kernels/blocked_newton_schulz.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -58,15 +59,21 @@ std::vector<std::vector<int>> GroupsByLength(const NsBlockSpec& spec) {
   return groups;
 }
 
-// One group of same-length blocks: gather, one batched NS, scale, scatter.
+// The packed shape of one group of same-length blocks: every matrix's
+// blocks of the group, side by side in the batch.
+MatrixBatchShape PackedShape(const NsBlockSpec& spec, const MatrixBatchShape& shape, const std::vector<int>& group) {
+  return BlockShape(spec, shape, spec.blocks[group[0]].length, shape.batch * static_cast<int64_t>(group.size()));
+}
+
+// One group of same-length blocks: gather, one batched NS, scale, scatter,
+// in `scratch` (BlockedNsScratchFloats floats).
 absl::Status RunGroup(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
                       const NsBlockSpec& spec, const std::vector<int>& group, const NewtonSchulzOptions& options,
-                      const NsBlockScale* scale) {
+                      const NsBlockScale* scale, float* scratch) {
   const int64_t nb = static_cast<int64_t>(group.size());
-  const MatrixBatchShape packed_shape = BlockShape(spec, shape, spec.blocks[group[0]].length, shape.batch * nb);
+  const MatrixBatchShape packed_shape = PackedShape(spec, shape, group);
   const int64_t block_numel = packed_shape.matrix_elements();
-  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory packed_memory, backend.Allocate(packed_shape.elements() * kFloat));
-  float* packed = static_cast<float*>(packed_memory.get());
+  float* packed = scratch;
   float* source = const_cast<float*>(in);  // read only: to_packed copies never write it
   for (int64_t e = 0; e < shape.batch; ++e) {
     for (int64_t j = 0; j < nb; ++j) {
@@ -76,12 +83,10 @@ absl::Status RunGroup(KernelBackend& backend, const float* in, float* out, const
     }
   }
   MUONSHARD_RETURN_IF_ERROR(backend.NewtonSchulz(packed, packed, packed_shape, options));
-  BackendMemory scaled_memory(nullptr, [](void*) {});
   float* result = packed;
   if (scale != nullptr) {
     // scaled = 0·0 - (-s)·O = s·O, through the backend's apply kernel.
-    MUONSHARD_ASSIGN_OR_RETURN(scaled_memory, backend.Allocate(packed_shape.elements() * kFloat));
-    result = static_cast<float*>(scaled_memory.get());
+    result = scratch + packed_shape.elements();
     const double s =
         MuonUpdateScale(packed_shape.rows, packed_shape.cols, scale->layout, scale->version, scale->extra_scale);
     MUONSHARD_RETURN_IF_ERROR(backend.MuonApply(packed, result, nullptr, packed_shape.elements(),
@@ -94,8 +99,12 @@ absl::Status RunGroup(KernelBackend& backend, const float* in, float* out, const
                                           /*to_packed=*/false));
     }
   }
-  // The scratch is freed on return: let the backend finish with it first.
-  return backend.Synchronize();
+  return absl::OkStatus();
+}
+
+// `floats` floats of the backend's memory, or an error.
+absl::StatusOr<BackendMemory> AllocateFloats(KernelBackend& backend, int64_t floats) {
+  return backend.Allocate(floats * kFloat);
 }
 
 }  // namespace
@@ -129,18 +138,43 @@ absl::Status ValidateNsBlockSpec(const NsBlockSpec& spec, const MatrixBatchShape
   return absl::OkStatus();
 }
 
+int64_t BlockedNsScratchFloats(const MatrixBatchShape& shape, const NsBlockSpec& spec) {
+  int64_t most = 0;
+  for (const std::vector<int>& group : GroupsByLength(spec)) {
+    most = std::max(most, PackedShape(spec, shape, group).elements());
+  }
+  return 2 * most;  // the packed blocks and their scaled results
+}
+
+int64_t BlockedMuonScratchFloats(const MatrixBatchShape& shape, const NsBlockSpec& spec) {
+  return shape.elements() + BlockedNsScratchFloats(shape, spec);
+}
+
 absl::Status BlockedNewtonSchulz(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
-                                 const NsBlockSpec& spec, const NewtonSchulzOptions& options,
-                                 const NsBlockScale* scale) {
-  if (in == nullptr || out == nullptr) return absl::InvalidArgumentError("BlockedNewtonSchulz: null pointer");
+                                 const NsBlockSpec& spec, const NewtonSchulzOptions& options, const NsBlockScale* scale,
+                                 float* scratch) {
+  if (in == nullptr || out == nullptr || scratch == nullptr) {
+    return absl::InvalidArgumentError("BlockedNewtonSchulz: null pointer");
+  }
   MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
   MUONSHARD_RETURN_IF_ERROR(ResolveNsCoefficients(options).status());
   // Every group reads only its own blocks of `in` before writing them to
   // `out`, and blocks are disjoint, so out == in is safe.
   for (const std::vector<int>& group : GroupsByLength(spec)) {
-    MUONSHARD_RETURN_IF_ERROR(RunGroup(backend, in, out, shape, spec, group, options, scale));
+    MUONSHARD_RETURN_IF_ERROR(RunGroup(backend, in, out, shape, spec, group, options, scale, scratch));
   }
   return absl::OkStatus();
+}
+
+absl::Status BlockedNewtonSchulz(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
+                                 const NsBlockSpec& spec, const NewtonSchulzOptions& options,
+                                 const NsBlockScale* scale) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
+  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory scratch, AllocateFloats(backend, BlockedNsScratchFloats(shape, spec)));
+  MUONSHARD_RETURN_IF_ERROR(
+      BlockedNewtonSchulz(backend, in, out, shape, spec, options, scale, static_cast<float*>(scratch.get())));
+  // The scratch is freed on return: let the backend finish with it first.
+  return backend.Synchronize();
 }
 
 MuonApplyScalars BlockedMuonApplyScalars(const MuonOptions& options) {
@@ -150,17 +184,26 @@ MuonApplyScalars BlockedMuonApplyScalars(const MuonOptions& options) {
 }
 
 absl::Status BlockedMuonUpdate(KernelBackend& backend, const MuonTensors& tensors, const MatrixBatchShape& shape,
+                               WeightLayout layout, const NsBlockSpec& spec, const MuonOptions& options,
+                               float* scratch) {
+  MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
+  MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
+  if (scratch == nullptr) return absl::InvalidArgumentError("BlockedMuonUpdate: null scratch");
+  const int64_t n = shape.elements();
+  float* update = scratch;
+  MUONSHARD_RETURN_IF_ERROR(backend.MuonMomentum(tensors.grad, tensors.momentum, update, n, options));
+  const NsBlockScale scale{layout, options.scale_version, options.extra_scale};
+  MUONSHARD_RETURN_IF_ERROR(BlockedNewtonSchulz(backend, update, update, shape, spec, options.ns, &scale, scratch + n));
+  return backend.MuonApply(update, tensors.master, tensors.model, n, BlockedMuonApplyScalars(options));
+}
+
+absl::Status BlockedMuonUpdate(KernelBackend& backend, const MuonTensors& tensors, const MatrixBatchShape& shape,
                                WeightLayout layout, const NsBlockSpec& spec, const MuonOptions& options) {
   MUONSHARD_RETURN_IF_ERROR(ValidateMuonArgs(tensors, shape, options));
   MUONSHARD_RETURN_IF_ERROR(ValidateNsBlockSpec(spec, shape));
-  const int64_t n = shape.elements();
-  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory update_memory, backend.Allocate(n * kFloat));
-  float* update = static_cast<float*>(update_memory.get());
-  MUONSHARD_RETURN_IF_ERROR(backend.MuonMomentum(tensors.grad, tensors.momentum, update, n, options));
-  const NsBlockScale scale{layout, options.scale_version, options.extra_scale};
-  MUONSHARD_RETURN_IF_ERROR(BlockedNewtonSchulz(backend, update, update, shape, spec, options.ns, &scale));
+  MUONSHARD_ASSIGN_OR_RETURN(BackendMemory scratch, AllocateFloats(backend, BlockedMuonScratchFloats(shape, spec)));
   MUONSHARD_RETURN_IF_ERROR(
-      backend.MuonApply(update, tensors.master, tensors.model, n, BlockedMuonApplyScalars(options)));
+      BlockedMuonUpdate(backend, tensors, shape, layout, spec, options, static_cast<float*>(scratch.get())));
   return backend.Synchronize();
 }
 

@@ -15,8 +15,11 @@
 //
 // Blocks of one shape go through one batched KernelBackend::NewtonSchulz
 // (all experts x all those blocks); gathers and scatters are
-// KernelBackend::Copy2D, so every backend runs it. Scratch comes from
-// KernelBackend::Allocate on each call (on CUDA that synchronises).
+// KernelBackend::Copy2D, so every backend runs it. The step passes scratch it
+// allocated once (BlockedNsScratchFloats, BlockedMuonScratchFloats): those
+// calls only enqueue work on the backend's stream. The overloads without
+// scratch allocate it per call and synchronise before freeing it (tests and
+// the reference optimizer).
 
 #include <cstdint>
 #include <vector>
@@ -69,6 +72,18 @@ absl::Status BlockedNewtonSchulz(KernelBackend& backend, const float* in, float*
                                  const NsBlockSpec& spec, const NewtonSchulzOptions& options,
                                  const NsBlockScale* scale = nullptr);
 
+// Floats of scratch BlockedNewtonSchulz needs for `spec` on `shape`: the
+// largest group of same-length blocks packed, twice (with the scale).
+// REQUIRES: ValidateNsBlockSpec(spec, shape).ok().
+int64_t BlockedNsScratchFloats(const MatrixBatchShape& shape, const NsBlockSpec& spec);
+
+// BlockedNewtonSchulz in `scratch`: at least BlockedNsScratchFloats floats of
+// the backend's memory, not overlapping `in` or `out`. Enqueues the work and
+// returns; the scratch may be reused once the backend's stream has run it.
+absl::Status BlockedNewtonSchulz(KernelBackend& backend, const float* in, float* out, const MatrixBatchShape& shape,
+                                 const NsBlockSpec& spec, const NewtonSchulzOptions& options, const NsBlockScale* scale,
+                                 float* scratch);
+
 // The apply step after a BlockedNewtonSchulz with the scale: the scale is in
 // the orthogonalised values already, so p = p·decay - lr·O.
 MuonApplyScalars BlockedMuonApplyScalars(const MuonOptions& options);
@@ -79,6 +94,17 @@ MuonApplyScalars BlockedMuonApplyScalars(const MuonOptions& options);
 // Possible errors: as BlockedNewtonSchulz and MuonUpdate.
 absl::Status BlockedMuonUpdate(KernelBackend& backend, const MuonTensors& tensors, const MatrixBatchShape& shape,
                                WeightLayout layout, const NsBlockSpec& spec, const MuonOptions& options);
+
+// Floats of scratch BlockedMuonUpdate needs: the update, then
+// BlockedNsScratchFloats. REQUIRES: ValidateNsBlockSpec(spec, shape).ok().
+int64_t BlockedMuonScratchFloats(const MatrixBatchShape& shape, const NsBlockSpec& spec);
+
+// BlockedMuonUpdate in `scratch` (at least BlockedMuonScratchFloats floats
+// of the backend's memory, apart from the tensors), enqueued without a
+// synchronisation, as MuonUpdate is.
+absl::Status BlockedMuonUpdate(KernelBackend& backend, const MuonTensors& tensors, const MatrixBatchShape& shape,
+                               WeightLayout layout, const NsBlockSpec& spec, const MuonOptions& options,
+                               float* scratch);
 
 }  // namespace muonshard::kernels
 

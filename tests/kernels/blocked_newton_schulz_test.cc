@@ -152,6 +152,46 @@ TEST_P(BlockedNsTest, MuonUpdateAppliesPerBlockNs) {
   }
 }
 
+// The step's form: one scratch of exactly BlockedMuonScratchFloats, reused
+// call after call, guarded on both sides, gives the allocating form's
+// results bit for bit and never writes outside it.
+TEST_P(BlockedNsTest, CallerScratchIsEnoughAndMatchesTheAllocatingForm) {
+  const Layout& l = GetParam();
+  const NsBlockSpec spec = SpecOf(l);
+  const int64_t n = l.shape.elements();
+  const int64_t size = BlockedMuonScratchFloats(l.shape, spec);
+  ASSERT_EQ(size, n + BlockedNsScratchFloats(l.shape, spec));
+  constexpr int64_t kGuard = 16;
+  constexpr float kCanary = 12345.0f;
+  std::vector<float> scratch(size + 2 * kGuard, kCanary);
+  MuonOptions options;
+  options.ns = Fp32Ns();
+  const std::vector<float> grad = Random(n, 21), momentum0 = Random(n, 22), master0 = Random(n, 23);
+  std::vector<float> momentum_a = momentum0, master_a = master0, momentum_b = momentum0, master_b = master0;
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(BlockedMuonUpdate(*backend_, {grad.data(), momentum_a.data(), master_a.data(), nullptr}, l.shape,
+                                  WeightLayout::kOutIn, spec, options)
+                    .ok());
+    ASSERT_TRUE(BlockedMuonUpdate(*backend_, {grad.data(), momentum_b.data(), master_b.data(), nullptr}, l.shape,
+                                  WeightLayout::kOutIn, spec, options, scratch.data() + kGuard)
+                    .ok());
+  }
+  EXPECT_EQ(master_a, master_b);
+  EXPECT_EQ(momentum_a, momentum_b);
+  for (int64_t i = 0; i < kGuard; ++i) {
+    ASSERT_EQ(scratch[i], kCanary) << "wrote before the scratch at " << i;
+    ASSERT_EQ(scratch[kGuard + size + i], kCanary) << "wrote after the scratch at " << i;
+  }
+  std::vector<float> want(n), got(n);
+  ASSERT_TRUE(BlockedNewtonSchulz(*backend_, grad.data(), want.data(), l.shape, spec, Fp32Ns()).ok());
+  ASSERT_TRUE(
+      BlockedNewtonSchulz(*backend_, grad.data(), got.data(), l.shape, spec, Fp32Ns(), nullptr, scratch.data() + kGuard)
+          .ok());
+  EXPECT_EQ(want, got);
+  EXPECT_EQ(BlockedNewtonSchulz(*backend_, grad.data(), got.data(), l.shape, spec, Fp32Ns(), nullptr, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Layouts, BlockedNsTest, ::testing::ValuesIn(Layouts()),
                          [](const ::testing::TestParamInfo<Layout>& info) { return info.param.name; });
 

@@ -31,8 +31,8 @@ absl::StatusOr<std::unique_ptr<ShardedOptimizer>> ShardedOptimizer::Create(const
   MUONSHARD_ASSIGN_OR_RETURN(o->grads_, internal::GradientBuffers::Create(*o->layout_, *backend));
   MUONSHARD_ASSIGN_OR_RETURN(
       o->tp_, internal::TpMuonExchange::Create(*o->layout_, *backend, *o->params_, *o->grads_, *o->comms_));
-  o->updater_ =
-      std::make_unique<internal::BucketUpdater>(*o->layout_, *backend, config, *o->params_, *o->grads_, *o->tp_);
+  MUONSHARD_ASSIGN_OR_RETURN(
+      o->updater_, internal::BucketUpdater::Create(*o->layout_, *backend, config, *o->params_, *o->grads_, *o->tp_));
   o->state_io_ = std::make_unique<internal::OptimizerStateIo>(*o->layout_, *backend, *o->params_, *o->comms_);
   const internal::StepParts parts{o->layout_.get(), backend,           o->comms_.get(), o->params_.get(),
                                   o->grads_.get(),  o->updater_.get(), o->tp_.get()};

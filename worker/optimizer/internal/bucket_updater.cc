@@ -1,11 +1,33 @@
 #include "worker/optimizer/internal/bucket_updater.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "absl/memory/memory.h"
 #include "common/status_macros.h"
 #include "kernels/blocked_newton_schulz.h"
 
 namespace muonshard::worker::internal {
+
+absl::StatusOr<std::unique_ptr<BucketUpdater>> BucketUpdater::Create(const OptimizerLayout& layout,
+                                                                     kernels::KernelBackend& backend,
+                                                                     const OptimizerConfig& config,
+                                                                     ParameterBuffers& params, GradientBuffers& grads,
+                                                                     TpMuonExchange& tp) {
+  auto updater = absl::WrapUnique(new BucketUpdater(layout, backend, config, params, grads, tp));
+  int64_t scratch = 0;
+  const std::vector<MuonShardLayout>& owned = layout.index().owned;
+  for (int shard = 0; shard < static_cast<int>(owned.size()); ++shard) {
+    // Blocked TP shards gathered for NS use TpMuonExchange's scratch.
+    if (owned[shard].blocked && !layout.IsTp(shard)) {
+      scratch = std::max(scratch, kernels::BlockedMuonScratchFloats(owned[shard].shape, owned[shard].blocks));
+    }
+  }
+  if (scratch > 0) {
+    MUONSHARD_ASSIGN_OR_RETURN(updater->blocked_scratch_, BackendBuffer::Create(backend, v1::FP32, scratch));
+  }
+  return updater;
+}
 
 BucketUpdater::BucketUpdater(const OptimizerLayout& layout, kernels::KernelBackend& backend,
                              const OptimizerConfig& config, ParameterBuffers& params, GradientBuffers& grads,
@@ -111,7 +133,8 @@ absl::Status BucketUpdater::UpdateMuonShard(int shard) {
   if (o.blocked) {
     // Owner-whole matrices, stacks split along E and TP_OP_LOCAL shards:
     // the blocks of the matrices this rank holds.
-    MUONSHARD_RETURN_IF_ERROR(kernels::BlockedMuonUpdate(backend_, t, o.shape, o.layout, o.blocks, options));
+    MUONSHARD_RETURN_IF_ERROR(
+        kernels::BlockedMuonUpdate(backend_, t, o.shape, o.layout, o.blocks, options, blocked_scratch_.floats()));
   } else {
     MUONSHARD_RETURN_IF_ERROR(backend_.MuonUpdate(t, o.shape, o.layout, options));
   }

@@ -13,9 +13,12 @@
 //
 // Thread-compatible. Everything given to the constructor must outlive it.
 
+#include <memory>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/kernel_backend.h"
+#include "worker/optimizer/internal/backend_buffer.h"
 #include "worker/optimizer/internal/gradient_buffers.h"
 #include "worker/optimizer/internal/optimizer_layout.h"
 #include "worker/optimizer/internal/parameter_buffers.h"
@@ -26,10 +29,14 @@ namespace muonshard::worker::internal {
 
 class BucketUpdater {
  public:
-  // REQUIRES: `config` is valid (ValidateOptimizerConfig). The beta powers
-  // start at the betas (the first step's).
-  BucketUpdater(const OptimizerLayout& layout, kernels::KernelBackend& backend, const OptimizerConfig& config,
-                ParameterBuffers& params, GradientBuffers& grads, TpMuonExchange& tp);
+  // Allocates the scratch of per-block Newton–Schulz once, for the largest
+  // blocked shard this rank owns (none without one). REQUIRES: `config` is
+  // valid (ValidateOptimizerConfig). The beta powers start at the betas (the
+  // first step's). Possible errors: the backend's allocation errors.
+  static absl::StatusOr<std::unique_ptr<BucketUpdater>> Create(const OptimizerLayout& layout,
+                                                               kernels::KernelBackend& backend,
+                                                               const OptimizerConfig& config, ParameterBuffers& params,
+                                                               GradientBuffers& grads, TpMuonExchange& tp);
 
   BucketUpdater(const BucketUpdater&) = delete;
   BucketUpdater& operator=(const BucketUpdater&) = delete;
@@ -52,7 +59,10 @@ class BucketUpdater {
   absl::Status UpdateAdamwBucket(int bucket);
 
  private:
-  // One owned Muon shard, on its own (16-bit gradients).
+  BucketUpdater(const OptimizerLayout& layout, kernels::KernelBackend& backend, const OptimizerConfig& config,
+                ParameterBuffers& params, GradientBuffers& grads, TpMuonExchange& tp);
+
+  // One owned Muon shard, on its own (16-bit gradients, per-block NS).
   absl::Status UpdateMuonShard(int shard);
   absl::StatusOr<kernels::MuonTensors> MuonTensorsOf(int shard);
 
@@ -62,6 +72,9 @@ class BucketUpdater {
   ParameterBuffers& params_;
   GradientBuffers& grads_;
   TpMuonExchange& tp_;
+  // BlockedMuonUpdate's scratch (kernels/blocked_newton_schulz.h), sized for
+  // the largest blocked shard this rank owns; empty without one.
+  BackendBuffer blocked_scratch_;
   float beta1_pow_ = 0;  // NOTE [Beta powers]
   float beta2_pow_ = 0;
 };

@@ -64,18 +64,33 @@ bool TpMuonExchange::RunsNs(const Batch& batch) const {
 
 absl::Status TpMuonExchange::AllocateScratch() {
   const int64_t tp = layout_.tp_size();
-  int64_t update = 0, scratch = 0;
+  int64_t update = 0, scratch = 0, blocked = 0;
   for (const std::vector<Batch>& batches : batches_) {
     if (batches.empty()) continue;
     update = std::max(update, batches.back().offset + batches.back().numel);
     for (const Batch& batch : batches) {
-      if (RunsNs(batch)) scratch = std::max(scratch, batch.scratch + tp * batch.numel);
+      if (!RunsNs(batch)) continue;
+      scratch = std::max(scratch, batch.scratch + tp * batch.numel);
+      for (int shard : batch.shards) blocked = std::max(blocked, BlockedNsScratchFloats(shard));
     }
   }
   MUONSHARD_ASSIGN_OR_RETURN(update_, BackendBuffer::Create(backend_, v1::FP32, update));
   MUONSHARD_ASSIGN_OR_RETURN(segments_, BackendBuffer::Create(backend_, v1::FP32, scratch));
   MUONSHARD_ASSIGN_OR_RETURN(whole_, BackendBuffer::Create(backend_, v1::FP32, scratch));
+  if (blocked > 0) {
+    MUONSHARD_ASSIGN_OR_RETURN(blocked_, BackendBuffer::Create(backend_, v1::FP32, blocked));
+  }
   return absl::OkStatus();
+}
+
+kernels::MatrixBatchShape TpMuonExchange::WholeShape(int shard) const {
+  const MuonShardLayout& o = layout_.index().owned[shard];
+  return {o.shape.batch, o.tp.rows, o.tp.cols};
+}
+
+int64_t TpMuonExchange::BlockedNsScratchFloats(int shard) const {
+  const MuonShardLayout& o = layout_.index().owned[shard];
+  return o.blocked ? kernels::BlockedNsScratchFloats(WholeShape(shard), o.blocks) : 0;
 }
 
 // NOTE [Pipelined step]: the Muon buckets that exchange TP shards, in one
@@ -173,13 +188,13 @@ absl::Status TpMuonExchange::Orthogonalize(const Batch& batch, const OptimizerCo
   for (size_t k = 0; k < batch.shards.size(); ++k) {
     const MuonShardLayout& o = layout_.index().owned[batch.shards[k]];
     float* whole = whole_.floats() + batch.scratch + tp * batch.shard_offsets[k];
-    const kernels::MatrixBatchShape shape{o.shape.batch, o.tp.rows, o.tp.cols};
+    const kernels::MatrixBatchShape shape = WholeShape(batch.shards[k]);
     if (o.blocked) {
       // Per-block NS in the whole matrix's coordinates, each block scaled
       // by its own Muon scale (the apply then uses lr alone).
       const kernels::NsBlockScale scale{o.layout, options.scale_version, options.extra_scale};
       MUONSHARD_RETURN_IF_ERROR(
-          kernels::BlockedNewtonSchulz(backend_, whole, whole, shape, o.blocks, options.ns, &scale));
+          kernels::BlockedNewtonSchulz(backend_, whole, whole, shape, o.blocks, options.ns, &scale, blocked_.floats()));
     } else {
       MUONSHARD_RETURN_IF_ERROR(backend_.NewtonSchulz(whole, whole, shape, options.ns));
     }

@@ -79,6 +79,11 @@ class TpMuonExchange {
   // Whole matrices from every TP rank's shards in segments_, NS, and back.
   absl::Status Orthogonalize(const Batch& batch, const OptimizerConfig& config);
   absl::Status CopyShards(const Batch& batch, bool to_whole);
+  // Owned shard `shard`'s whole matrices (every TP rank's shards together).
+  kernels::MatrixBatchShape WholeShape(int shard) const;
+  // The per-block NS scratch of owned shard `shard`'s whole matrices (0 when
+  // it is not blocked).
+  int64_t BlockedNsScratchFloats(int shard) const;
 
   const OptimizerLayout& layout_;
   kernels::KernelBackend& backend_;
@@ -90,6 +95,9 @@ class TpMuonExchange {
   BackendBuffer update_;
   BackendBuffer segments_;
   BackendBuffer whole_;
+  // Per-block NS scratch, for the largest blocked whole matrix this rank
+  // orthogonalises; empty without one.
+  BackendBuffer blocked_;
   std::vector<std::vector<Batch>> batches_;  // per muon bucket
   std::vector<int> order_;
 };
