@@ -1,8 +1,5 @@
 // The real `muonshardctl ckpt inspect` and `muonshardctl reshard`: exit
 // codes, output, and totals held against the planner's ComputeTransfers.
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -27,11 +24,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using ::muonshard::testing::CommandResult;
 
 class CkptCliTest : public ::testing::Test {
  protected:
@@ -44,18 +37,8 @@ class CkptCliTest : public ::testing::Test {
         SaveCheckpoint(ckpt_, 30, p_.plan, p_.request, testing::ShardLists(*state), testing::SyntheticScalars(30)));
   }
 
-  // `muonshardctl <args>`; arguments need no quoting beyond what they hold.
-  RunResult Ctl(const std::string& args) {
-    RunResult r;
-    const std::string out = dir_.Sub("stdout"), err = dir_.Sub("stderr");
-    const std::string command =
-        absl::StrCat("'", testing::BinaryPath("muonshardctl"), "' ", args, " >'", out, "' 2>'", err, "' </dev/null");
-    const int status = std::system(command.c_str());
-    if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-    r.out = testing::ReadAll(out).value_or("");
-    r.err = testing::ReadAll(err).value_or("");
-    return r;
-  }
+  // `muonshardctl <args>` (shell text).
+  CommandResult Ctl(const std::string& args) { return ::muonshard::testing::RunCtl(args); }
 
   testing::ScratchDir dir_;
   testing::PlanAndRequest p_;
@@ -63,7 +46,7 @@ class CkptCliTest : public ::testing::Test {
 };
 
 TEST_F(CkptCliTest, Inspect_SummaryPerRankBytesAndIntegrity) {
-  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  CommandResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("(step 30)"));
   EXPECT_THAT(r.out, HasSubstr(p_.plan.content_hash()));
@@ -73,7 +56,7 @@ TEST_F(CkptCliTest, Inspect_SummaryPerRankBytesAndIntegrity) {
 }
 
 TEST_F(CkptCliTest, InspectJson_MatchesTheLibrarySummary) {
-  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --step 30 --output json"));
+  CommandResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_, " --step 30 --output json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::CheckpointSummary printed;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
@@ -87,7 +70,7 @@ TEST_F(CkptCliTest, InspectCorrupt_ExitsOneNamingTheFile) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(ckpt_));
   const std::string file = c.step_dir + "/" + c.index.files(2).name();
   MUONSHARD_ASSERT_OK(testing::FlipByte(file, c.index.files(2).size_bytes() - 3));
-  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  CommandResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("rank-00002-of-00004.safetensors"));
   EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
@@ -103,12 +86,12 @@ TEST_F(CkptCliTest, InspectEditedIndexScalar_ExitsOneNamingTheIndex) {
   ASSERT_NE(at, std::string::npos) << index;
   index[at + key.size()] = index[at + key.size()] == '9' ? '8' : '9';
   MUONSHARD_ASSERT_OK(testing::WriteAll(index_path, index));
-  RunResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
+  CommandResult r = Ctl(absl::StrCat("ckpt inspect ", ckpt_));
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_THAT(r.err, HasSubstr("step-30/index.json"));
   EXPECT_THAT(r.err, HasSubstr("DATA_LOSS"));
   EXPECT_THAT(r.out, Not(HasSubstr("integrity")));
-  RunResult reshard = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --dry-run"));
+  CommandResult reshard = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --dry-run"));
   EXPECT_EQ(reshard.exit_code, 1);
   EXPECT_THAT(reshard.err, HasSubstr("step-30/index.json"));
 }
@@ -133,36 +116,36 @@ TEST_F(CkptCliTest, BadInput_ExitsTwo) {
 // the 0.1 spellings (--checkpoint DIR, --to-world-size) work this release
 // with a one-line warning each, and are left out of --help.
 TEST_F(CkptCliTest, ReshardOldSpellings_WorkWithADeprecationWarning) {
-  RunResult now = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --dry-run --output json"));
+  CommandResult now = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --dry-run --output json"));
   ASSERT_EQ(now.exit_code, 0) << now.err;
   EXPECT_THAT(now.err, Not(HasSubstr("deprecated")));
-  RunResult old =
+  CommandResult old =
       Ctl(absl::StrCat("reshard --checkpoint ", ckpt_, " --to-world-size 2 --ep 1 --dry-run --output json"));
   ASSERT_EQ(old.exit_code, 0) << old.err;
   EXPECT_EQ(old.out, now.out);
   EXPECT_THAT(old.err, HasSubstr("warning: flag --checkpoint is deprecated: pass the checkpoint directory as the "
                                  "first argument\n"));
   EXPECT_THAT(old.err, HasSubstr("warning: flag --to-world-size is deprecated: use --world-size\n"));
-  RunResult both = Ctl(absl::StrCat("reshard ", ckpt_, " --checkpoint ", ckpt_, " --world-size 2 --dry-run"));
+  CommandResult both = Ctl(absl::StrCat("reshard ", ckpt_, " --checkpoint ", ckpt_, " --world-size 2 --dry-run"));
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_THAT(both.err, HasSubstr("reshard takes one checkpoint DIR"));
-  RunResult none = Ctl("reshard --world-size 2 --dry-run");
+  CommandResult none = Ctl("reshard --world-size 2 --dry-run");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.err,
               HasSubstr("error: reshard needs the checkpoint DIR to read\nrun 'muonshardctl reshard --help'"));
-  RunResult help = Ctl("reshard --help");
+  CommandResult help = Ctl("reshard --help");
   ASSERT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("usage: muonshardctl reshard DIR --world-size M"));
   EXPECT_THAT(help.out, HasSubstr("  --world-size VALUE\n      world size of the new layout (required)\n"));
   EXPECT_THAT(help.out, Not(HasSubstr("  --to-world-size")));
   EXPECT_THAT(help.out, Not(HasSubstr("  --checkpoint")));
-  RunResult missing = Ctl(absl::StrCat("reshard ", ckpt_, " --dry-run"));
+  CommandResult missing = Ctl(absl::StrCat("reshard ", ckpt_, " --dry-run"));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("error: missing required flag --world-size\n"));
 }
 
 TEST_F(CkptCliTest, ReshardDryRunJson_TransfersAreThePlannersAndNothingIsWritten) {
-  RunResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 3 --ep 1 --dry-run --output json"));
+  CommandResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 3 --ep 1 --dry-run --output json"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ReshardSummary printed;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
@@ -185,7 +168,7 @@ TEST_F(CkptCliTest, ReshardDryRunJson_TransfersAreThePlannersAndNothingIsWritten
 }
 
 TEST_F(CkptCliTest, ReshardDryRunTable_GridAndTotals) {
-  RunResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 8 --policy balanced --dry-run"));
+  CommandResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 8 --policy balanced --dry-run"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to,
                                  testing::MakePlan(testing::SmallMoeManifest(), 8, 1, 2, v1::BALANCED));
@@ -205,11 +188,11 @@ TEST_F(CkptCliTest, ReshardDryRunTable_GridAndTotals) {
 
 TEST_F(CkptCliTest, ReshardWrite_ThenInspectAndLoadUnderTheNewPlan) {
   const std::string out = dir_.Sub("w2");
-  RunResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --out ", out, " --key-style paddle"));
+  CommandResult r = Ctl(absl::StrCat("reshard ", ckpt_, " --world-size 2 --ep 1 --out ", out, " --key-style paddle"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr(absl::StrCat("written      ", out, "/step-30")));
   EXPECT_THAT(r.err, HasSubstr("rank 2/2 written"));
-  RunResult inspect = Ctl(absl::StrCat("ckpt inspect ", out));
+  CommandResult inspect = Ctl(absl::StrCat("ckpt inspect ", out));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_THAT(inspect.out, HasSubstr("world 2 (pp 1, ep 1)"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
@@ -244,13 +227,13 @@ TEST_F(CkptCliTest, ReshardAcrossTp_EveryRankOfTheNewPlanLoadsTheSavedState) {
   const std::string saved = dir_.Sub("tp2");
   MUONSHARD_ASSERT_OK(
       SaveCheckpoint(saved, 7, from.plan, from.request, testing::ShardLists(*state), testing::SyntheticScalars(7)));
-  RunResult inspect = Ctl(absl::StrCat("ckpt inspect ", saved));
+  CommandResult inspect = Ctl(absl::StrCat("ckpt inspect ", saved));
   ASSERT_EQ(inspect.exit_code, 0) << inspect.err;
   EXPECT_EQ(Ctl(absl::StrCat("reshard ", saved, " --world-size 4 --tp 1 --dry-run")).exit_code, 0);
   for (const auto& [world, tp] : {std::pair<int, int>{4, 1}, std::pair<int, int>{8, 4}}) {
     SCOPED_TRACE(absl::StrCat("world ", world, " tp ", tp));
     const std::string out = dir_.Sub(absl::StrCat("w", world, "tp", tp));
-    RunResult r = Ctl(absl::StrCat("reshard ", saved, " --world-size ", world, " --tp ", tp, " --out ", out));
+    CommandResult r = Ctl(absl::StrCat("reshard ", saved, " --world-size ", world, " --tp ", tp, " --out ", out));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     MUONSHARD_ASSERT_OK_AND_ASSIGN(Checkpoint c, OpenCheckpoint(out));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(testing::PlanAndRequest to, plan_for(world, tp));

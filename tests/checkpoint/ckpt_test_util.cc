@@ -197,9 +197,4 @@ ScopedFileSizeLimit::~ScopedFileSizeLimit() {
   ::sigaction(SIGXFSZ, &saved_action_, nullptr);
 }
 
-std::string BinaryPath(absl::string_view name) {
-  const char* dir = std::getenv("MUONSHARD_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "build/bin", "/", name);
-}
-
 }  // namespace muonshard::checkpoint::testing

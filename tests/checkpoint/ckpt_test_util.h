@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "muonshard/v1/manifest.pb.h"
 #include "muonshard/v1/plan.pb.h"
+#include "tests/testing/subprocess.h"
 
 namespace muonshard::checkpoint::testing {
 
@@ -102,7 +103,7 @@ MATCHER_P(IsOkAndHolds, value_matcher, "") {
 }
 
 // $MUONSHARD_BIN_DIR/<name>.
-std::string BinaryPath(absl::string_view name);
+using ::muonshard::testing::BinaryPath;
 
 }  // namespace muonshard::checkpoint::testing
 

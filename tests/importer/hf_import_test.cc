@@ -18,19 +18,12 @@ namespace {
 using ::muonshard::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::ImportConfig;
 using testing::IndexOf;
 using testing::NamesWithPrefix;
 using testing::ReadConfig;
 using testing::Shape;
 using testing::Tensor;
-
-// The config of `model` (tests/importer/configs/) imported; a config that
-// cannot be read is the error, naming its path.
-absl::StatusOr<v1::ModelManifest> ImportConfig(absl::string_view model, ImportOptions options = {}) {
-  absl::StatusOr<std::string> json = ReadConfig(model);
-  if (!json.ok()) return json.status();
-  return ImportHfConfig(*json, options);
-}
 
 // ---------------------------------------------------------------------------
 // The shared fixtures: published tensor counts and totals, reproduced exactly.

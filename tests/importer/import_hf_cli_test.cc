@@ -1,7 +1,4 @@
 // Runs the real `muonshardctl import-hf` binary: exit codes, stdout/stderr.
-#include <sys/wait.h>
-
-#include <cstdlib>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -13,7 +10,7 @@
 #include "importer/hf_import.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/subprocess.h"
 
 namespace muonshard::importer {
 namespace {
@@ -21,40 +18,19 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using muonshard::testing::CommandResult;
+using testing::TestTempPath;
 
-// A path under the scratch dir unique to the running test case, so that
-// ctest may run the cases in parallel.
-std::string TempPath(absl::string_view suffix) {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".",
-                      suffix);
-}
-
-// `muonshardctl import-hf <args>`; `args` must need no shell quoting beyond
-// what the caller wrote.
-RunResult RunImportHf(const std::string& args) {
-  RunResult result;
-  const std::string out = TempPath("stdout");
-  const std::string err = TempPath("stderr");
-  const std::string command =
-      absl::StrCat("'", testing::CtlPath(), "' import-hf ", args, " >'", out, "' 2>'", err, "' </dev/null");
-  int status = std::system(command.c_str());
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  result.out = testing::ReadText(out).value_or("");
-  result.err = testing::ReadText(err).value_or("");
-  return result;
+// `muonshardctl import-hf <args>` (shell text).
+CommandResult RunImportHf(const std::string& args) {
+  return muonshard::testing::RunCtl(absl::StrCat("import-hf ", args));
 }
 
 std::string Quoted(const std::string& path) { return absl::StrCat("'", path, "'"); }
 
 TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::string llama, testing::ReadConfig("Llama-3.1-8B"));
-  RunResult r = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")));
+  CommandResult r = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ModelManifest printed;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
@@ -70,7 +46,7 @@ TEST(ImportHfCliTest, Fixture_ExitsZeroAndJsonParsesBackToTheManifest) {
 }
 
 TEST(ImportHfCliTest, NameFlagAndTableOutput) {
-  RunResult r = RunImportHf(Quoted(testing::TestConfigPath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
+  CommandResult r = RunImportHf(Quoted(testing::TestConfigPath("DeepSeek-V3")) + " --mtp --name DSV3 --output table");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("DSV3"));
   EXPECT_THAT(r.out, HasSubstr("46,183"));           // tensors with the MTP layer
@@ -79,45 +55,45 @@ TEST(ImportHfCliTest, NameFlagAndTableOutput) {
 }
 
 TEST(ImportHfCliTest, MissingField_ExitsTwoNamingIt) {
-  const std::string path = TempPath("config.json");
+  const std::string path = TestTempPath("config.json");
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::string json, testing::ReadConfig("Qwen3-30B-A3B"));
   json = testing::RemoveField(json, "num_hidden_layers");
   MUONSHARD_ASSERT_OK(WriteFileAtomic(path, json));
-  RunResult r = RunImportHf(Quoted(path));
+  CommandResult r = RunImportHf(Quoted(path));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("missing field \"num_hidden_layers\""));
   EXPECT_THAT(r.out, IsEmpty());
 }
 
 TEST(ImportHfCliTest, UnknownModelType_ExitsTwoNamingIt) {
-  const std::string path = TempPath("config.json");
+  const std::string path = TestTempPath("config.json");
   MUONSHARD_ASSERT_OK(WriteFileAtomic(path, R"({"model_type": "bert", "hidden_size": 768})"));
-  RunResult r = RunImportHf(Quoted(path));
+  CommandResult r = RunImportHf(Quoted(path));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown model_type \"bert\""));
 }
 
 TEST(ImportHfCliTest, UnreadableFileAndBadUsage_ExitTwo) {
-  RunResult missing = RunImportHf(Quoted(TempPath("does-not-exist.json")));
+  CommandResult missing = RunImportHf(Quoted(TestTempPath("does-not-exist.json")));
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("does-not-exist.json"));
 
-  RunResult none = RunImportHf("");
+  CommandResult none = RunImportHf("");
   EXPECT_EQ(none.exit_code, 2);
   EXPECT_THAT(none.err, HasSubstr("usage: muonshardctl import-hf"));
 
-  RunResult bad_output = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --output yaml");
+  CommandResult bad_output = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --output yaml");
   EXPECT_EQ(bad_output.exit_code, 2);
   EXPECT_THAT(bad_output.err, HasSubstr("--output"));
 
-  RunResult mtp_llama = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --mtp");
+  CommandResult mtp_llama = RunImportHf(Quoted(testing::TestConfigPath("Llama-3.1-8B")) + " --mtp");
   EXPECT_EQ(mtp_llama.exit_code, 2);
   EXPECT_THAT(mtp_llama.err, HasSubstr("--mtp"));
 }
 
 TEST(ImportHfCliTest, TpFlag_MarksSplitsAndRefusesIndivisibleDimensions) {
   const std::string llama = Quoted(testing::TestConfigPath("Llama-3.1-8B"));
-  RunResult r = RunImportHf(llama + " --tp 8");
+  CommandResult r = RunImportHf(llama + " --tp 8");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ModelManifest printed;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &printed, "stdout"));
@@ -125,22 +101,22 @@ TEST(ImportHfCliTest, TpFlag_MarksSplitsAndRefusesIndivisibleDimensions) {
             v1::TP_ROW);
   EXPECT_THAT(r.out, HasSubstr("\"TP_COLUMN\""));
 
-  RunResult plain = RunImportHf(llama);
+  CommandResult plain = RunImportHf(llama);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   // No --tp: nothing is marked.
   EXPECT_FALSE(absl::StrContains(plain.out, "TP_COLUMN") || absl::StrContains(plain.out, "TP_ROW"));
 
-  RunResult three = RunImportHf(llama + " --tp 3");
+  CommandResult three = RunImportHf(llama + " --tp 3");
   EXPECT_EQ(three.exit_code, 2);
   EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));
   EXPECT_THAT(three.out, IsEmpty());
-  RunResult experts_alone = RunImportHf(llama + " --tp-experts");
+  CommandResult experts_alone = RunImportHf(llama + " --tp-experts");
   EXPECT_EQ(experts_alone.exit_code, 2);
   EXPECT_THAT(experts_alone.err, HasSubstr("--tp-experts: needs --tp 2 or more"));
 }
 
 TEST(ImportHfCliTest, Help_ExitsZeroListingModelTypes) {
-  RunResult r = RunImportHf("--help");
+  CommandResult r = RunImportHf("--help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("ernie4_5_moe"));
   EXPECT_THAT(r.err, Not(HasSubstr("error")));

@@ -7,6 +7,7 @@
 #include "common/file_util.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
+#include "tests/testing/temp_dir.h"
 
 namespace muonshard::importer::testing {
 namespace {
@@ -48,6 +49,18 @@ std::string TestConfigPath(absl::string_view model) {
 std::string CtlPath() { return absl::StrCat(EnvDir("MUONSHARD_BIN_DIR"), "/muonshardctl"); }
 
 absl::StatusOr<std::string> ReadConfig(absl::string_view model) { return ReadText(TestConfigPath(model)); }
+
+absl::StatusOr<v1::ModelManifest> ImportConfig(absl::string_view model, ImportOptions options) {
+  absl::StatusOr<std::string> json = ReadConfig(model);
+  if (!json.ok()) return json.status();
+  return ImportHfConfig(*json, options);
+}
+
+std::string TestTempPath(absl::string_view suffix) {
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".",
+                      suffix);
+}
 
 absl::StatusOr<std::string> ReadText(const std::string& path) { return ReadFile(path); }
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/struct.pb.h"
+#include "importer/hf_import.h"
 #include "muonshard/v1/manifest.pb.h"
 
 namespace muonshard::importer::testing {
@@ -27,6 +28,12 @@ std::string TestConfigPath(absl::string_view model);
 absl::StatusOr<std::string> ReadConfig(absl::string_view model);
 // $MUONSHARD_BIN_DIR/muonshardctl.
 std::string CtlPath();
+// The config of `model` imported (ImportHfConfig); a config that cannot be
+// read is the error, naming its path.
+absl::StatusOr<v1::ModelManifest> ImportConfig(absl::string_view model, ImportOptions options = {});
+// A path in the test process's temp dir unique to the running test case
+// (ctest may run the cases in parallel), ending in `suffix`.
+std::string TestTempPath(absl::string_view suffix);
 
 // The file's contents, or the read error naming the path.
 absl::StatusOr<std::string> ReadText(const std::string& path);

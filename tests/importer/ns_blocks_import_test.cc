@@ -23,7 +23,6 @@
 //   falcon-40b  tiiuae/falcon-40b: hidden 8192, 128 heads / 8 KV heads,
 //     new_decoder_architecture, 60 layers, vocab 65024, tied;
 //     41,303,293,952 computed.
-#include <sys/wait.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -48,7 +47,7 @@
 #include "plan/planner.h"
 #include "tests/importer/import_test_util.h"
 #include "tests/testing/status_matchers.h"
-#include "tests/testing/temp_dir.h"
+#include "tests/testing/subprocess.h"
 
 namespace muonshard::importer {
 namespace {
@@ -57,17 +56,12 @@ using ::muonshard::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::ImportConfig;
 using testing::IndexOf;
 using testing::NamesWithPrefix;
 using testing::ReadConfig;
 using testing::Shape;
 using testing::Tensor;
-
-absl::StatusOr<v1::ModelManifest> ImportConfig(absl::string_view model, ImportOptions options = {}) {
-  absl::StatusOr<std::string> json = ReadConfig(model);
-  if (!json.ok()) return json.status();
-  return ImportHfConfig(*json, options);
-}
 
 // The blocks of `name` as their text form ("" when it has none).
 std::string BlocksOf(const v1::ModelManifest& m, absl::string_view name) {
@@ -470,34 +464,12 @@ TEST(NsBlocksRulesTest, SafetensorsImportAppliesTheRules) {
 
 // ---------------------------------------------------------------- CLI
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string TempPath(absl::string_view suffix) {
-  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return absl::StrCat(muonshard::testing::ProcessTempDir(), "/", info->test_suite_name(), ".", info->name(), ".",
-                      suffix);
-}
-
-RunResult RunCtl(const std::string& args) {
-  RunResult result;
-  const std::string out = TempPath("stdout");
-  const std::string err = TempPath("stderr");
-  const std::string command =
-      absl::StrCat("'", testing::CtlPath(), "' ", args, " >'", out, "' 2>'", err, "' </dev/null");
-  const int status = std::system(command.c_str());
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
-  result.out = testing::ReadText(out).value_or("");
-  result.err = testing::ReadText(err).value_or("");
-  return result;
-}
+using muonshard::testing::CommandResult;
+using muonshard::testing::RunCtl;
 
 TEST(NsBlocksCliTest, ImportHfFlags) {
   const std::string deepseek = testing::TestConfigPath("DeepSeek-V3");
-  RunResult r = RunCtl(absl::StrCat("import-hf '", deepseek, "' --ns-blocks-mla"));
+  CommandResult r = RunCtl(absl::StrCat("import-hf '", deepseek, "' --ns-blocks-mla"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ModelManifest m;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &m, "stdout"));
@@ -519,7 +491,7 @@ TEST(NsBlocksCliTest, ImportHfFlags) {
 }
 
 TEST(NsBlocksCliTest, ImportSafetensorsRules) {
-  const std::string dir = TempPath("ckpt");
+  const std::string dir = testing::TestTempPath("ckpt");
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()), 0);
   const SafetensorsFileHeader h = Header({{"layers.0.attention.wqkv.weight", {96, 32}}});
   {
@@ -528,7 +500,7 @@ TEST(NsBlocksCliTest, ImportSafetensorsRules) {
     for (int i = 0; i < 8; ++i) f.put(static_cast<char>((n >> (8 * i)) & 0xff));
     f << h.json << std::string(96 * 32 * 2, '\0');
   }
-  RunResult r = RunCtl(absl::StrCat("import-safetensors '", dir, "' --ns-blocks '.*wqkv\\.weight=rows:32,32,32'"));
+  CommandResult r = RunCtl(absl::StrCat("import-safetensors '", dir, "' --ns-blocks '.*wqkv\\.weight=rows:32,32,32'"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::ModelManifest m;
   MUONSHARD_ASSERT_OK(FromJson(r.out, &m, "stdout"));

@@ -1,12 +1,7 @@
 // `muonshardctl plan` as users run it: the real binary, exit codes 0/2,
 // JSON field names scripts rely on, and messages naming the bad input.
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <tuple>
 
@@ -18,39 +13,16 @@
 #include "gtest/gtest.h"
 #include "muonshard/v1/plan.pb.h"
 #include "tests/testing/manifest_builder.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
 namespace muonshard {
 namespace {
 
+using testing::CommandResult;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-struct Result {
-  int code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string Ctl() {
-  const char* dir = std::getenv("MUONSHARD_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "build/bin", "/muonshardctl");
-}
-
-Result RunCtl(const std::string& args) {
-  const std::string err_file = absl::StrCat(testing::ProcessTempDir(), "/plan_cli_stderr.txt");
-  Result r;
-  FILE* pipe = popen(absl::StrCat(Ctl(), " ", args, " 2>", err_file).c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
-}
+using testing::RunCtl;
 
 std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
   const std::string path = absl::StrCat(testing::ProcessTempDir(), "/", name);
@@ -60,8 +32,9 @@ std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
 
 TEST(PlanCliTest, JsonHasTheFieldsScriptsRelyOn) {
   const std::string manifest = WriteManifest(testing::DenseManifest(2, 64, 96, 100), "dense.json");
-  Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --policy seed-all --output json"));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r =
+      RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --policy seed-all --output json"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   google::protobuf::Struct json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok());
   const auto& ranks = json.fields().at("ranks").list_value();
@@ -93,8 +66,8 @@ TEST(PlanCliTest, JsonHasTheFieldsScriptsRelyOn) {
 // must never change between versions: pinned for the bundled tiny MoE model
 // (also against the streamed SHA-256 of HashRequestParts).
 TEST(PlanCliTest, ContentHashIsStable) {
-  Result r = RunCtl("plan --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl("plan --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   v1::Plan plan;
   ASSERT_TRUE(FromJson(r.out, &plan, "stdout").ok());
   EXPECT_EQ(plan.content_hash(), "sha256:9837cc407f2835ca6a787ff35a15cb05fe90100d336770f54d78bc02f8fcb499");
@@ -102,8 +75,8 @@ TEST(PlanCliTest, ContentHashIsStable) {
 
 TEST(PlanCliTest, TableByDefault) {
   const std::string manifest = WriteManifest(testing::MoeManifest(2, 64, 32, 4, 100), "moe.json");
-  Result r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2"));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("state_MiB"));
   EXPECT_THAT(r.out, HasSubstr("buddy_MiB"));  // --buddy-every's host memory per rank
   EXPECT_THAT(r.out, HasSubstr("max/LB"));
@@ -113,15 +86,15 @@ TEST(PlanCliTest, TableByDefault) {
 // separators; --sort / --top pick and order the rows of a big plan.
 TEST(PlanCliTest, TableSummaryFirstGroupedSortedAndCut) {
   const std::string base = "plan --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2";
-  Result r = RunCtl(base);
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.rfind("model tiny-moe  world 4  pp 1  ep 2  policy SEED", 0), 0u) << r.out;
   EXPECT_THAT(r.out, HasSubstr("params 4,467,456 (muon 3,932,160 in 112 tensors, adamw 535,296 in 23 tensors)"));
   EXPECT_THAT(r.out, HasSubstr("2,359,296"));  // rank 0's muon_elems
   EXPECT_LT(r.out.find("newton-schulz"), r.out.find("state_MiB"));
 
   r = RunCtl(absl::StrCat(base, " --sort state --top 1"));
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string rows = r.out.substr(r.out.find("1 of 4 ranks, by state (largest first)\n"));
   ASSERT_NE(rows.find("state_MiB"), std::string::npos) << r.out;
   // The caption, the header and the busiest rank (0: 19.5 MiB) only.
@@ -129,19 +102,19 @@ TEST(PlanCliTest, TableSummaryFirstGroupedSortedAndCut) {
   EXPECT_THAT(rows, HasSubstr("\n     0     0    0           19.5"));
 
   r = RunCtl(absl::StrCat(base, " --sort size"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --sort: \"size\" is not one of rank, stage, ep, state, flops, owned, muon, "
                                "slice, memory, headroom, buddy"));
   r = RunCtl(absl::StrCat(base, " --top 2 --output json"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--output json prints every row; --top is for the table"));
 }
 
 // compare --output json is one JSON object: each policy's PlanStats, then
 // exact numbers (no 9.47021e+06) and int64 as strings, as in proto3 JSON.
 TEST(PlanCliTest, CompareJsonIsOneObjectWithExactNumbers) {
-  Result r = RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --output json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   google::protobuf::Struct json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok()) << r.out;
   const auto& f = json.fields();
@@ -158,12 +131,13 @@ TEST(PlanCliTest, CompareJsonIsOneObjectWithExactNumbers) {
 
 // compare always plans with seed and balanced: a --policy would be ignored.
 TEST(PlanCliTest, CompareRefusesPolicy) {
-  Result r = RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --policy balanced");
-  EXPECT_EQ(r.code, 2);
+  CommandResult r =
+      RunCtl("compare --manifest examples/manifests/tiny-moe.json --world-size 4 --ep 2 --policy balanced");
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("error: compare runs both policies; --policy is not used"));
   EXPECT_TRUE(r.out.empty()) << r.out;
-  Result help = RunCtl("compare --help");
-  EXPECT_EQ(help.code, 0);
+  CommandResult help = RunCtl("compare --help");
+  EXPECT_EQ(help.exit_code, 0);
   EXPECT_THAT(help.out, HasSubstr("--world-size"));
   EXPECT_THAT(help.out, Not(HasSubstr("--policy VALUE")));
 }
@@ -172,8 +146,8 @@ TEST(PlanCliTest, CompareRefusesPolicy) {
 // byte (a manifest prints the fields it sets; common/proto_json.h).
 TEST(PlanCliTest, BundledManifestsRegenerateByteForByte) {
   for (const char* model : {"tiny-llama", "tiny-moe"}) {
-    Result r = RunCtl(absl::StrCat("import-hf examples/configs/", model, ".config.json"));
-    ASSERT_EQ(r.code, 0) << model << ": " << r.err;
+    CommandResult r = RunCtl(absl::StrCat("import-hf examples/configs/", model, ".config.json"));
+    ASSERT_EQ(r.exit_code, 0) << model << ": " << r.err;
     std::ifstream in(absl::StrCat("examples/manifests/", model, ".json"), std::ios::binary);
     const std::string bundled((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_FALSE(bundled.empty()) << model;
@@ -185,37 +159,37 @@ TEST(PlanCliTest, BundledManifestsRegenerateByteForByte) {
 TEST(PlanCliTest, BadInputExitsTwoNamingIt) {
   const std::string dup =
       WriteManifest(testing::ManifestBuilder().Add("a.weight", {4, 4}).Add("a.weight", {4}).Build(), "dup.json");
-  Result r = RunCtl(absl::StrCat("plan --manifest ", dup, " --world-size 2"));
-  EXPECT_EQ(r.code, 2);
+  CommandResult r = RunCtl(absl::StrCat("plan --manifest ", dup, " --world-size 2"));
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("tensor \"a.weight\": duplicate name"));
 
   const std::string zero =
       WriteManifest(testing::ManifestBuilder().Add("model.layers.3.mlp.up_proj.weight", {4, 0}).Build(), "zero.json");
   r = RunCtl(absl::StrCat("plan --manifest ", zero, " --world-size 2"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("\"model.layers.3.mlp.up_proj.weight\": shape has a 0 dimension"));
 
   const std::string ok = WriteManifest(testing::MoeManifest(1, 64, 32, 6, 100), "moe6.json");
   r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 8 --ep 4"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("6 experts are not divisible by ep 4"));
   r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 6 --pp 4"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("not divisible by pp"));
   r = RunCtl(absl::StrCat("plan --manifest ", ok));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--world-size"));
   r = RunCtl(absl::StrCat("plan --manifest ", ok, " --world-size 2 --policy best"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--policy"));
   r = RunCtl("plan --manifest /nonexistent.json --world-size 2");
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent.json"));
 
   std::ofstream(absl::StrCat(testing::ProcessTempDir(), "/bad.json"))
       << "{\"tensors\": [{\"name\": \"x\", \"dtype\": \"FP8\"}]}";
   r = RunCtl(absl::StrCat("plan --manifest ", testing::ProcessTempDir(), "/bad.json --world-size 2"));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("FP8"));
 }
 
@@ -226,8 +200,8 @@ TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
   for (const char* command : {"plan", "compare"}) {
     for (const char* flag : {"pp", "ep", "tp"}) {
       for (const char* value : {"0", "-2"}) {
-        Result r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ", value));
-        EXPECT_EQ(r.code, 2) << command << " --" << flag << " " << value << ": " << r.out << r.err;
+        CommandResult r = RunCtl(absl::StrCat(command, " --manifest ", ok, " --world-size 4 --", flag, " ", value));
+        EXPECT_EQ(r.exit_code, 2) << command << " --" << flag << " " << value << ": " << r.out << r.err;
         EXPECT_THAT(r.err, HasSubstr(absl::StrCat("--", flag))) << command;
       }
     }
@@ -242,20 +216,20 @@ TEST(PlanCliTest, TensorParallelPlanTableAndJson) {
     if (t.shape_size() == 2) t.set_tp_split(v1::TP_COLUMN);
   }
   const std::string manifest = WriteManifest(m, "dense_tp.json");
-  Result table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --policy balanced"));
-  ASSERT_EQ(table.code, 0) << table.err;
+  CommandResult table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --policy balanced"));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("  tp 2  policy BALANCED"));
   EXPECT_THAT(table.out, HasSubstr("tensor parallel  tp 2  TP_MUON_DISTRIBUTED  TP bytes per step"));
-  Result json =
+  CommandResult json =
       RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon duplicated --output json"));
-  ASSERT_EQ(json.code, 0) << json.err;
+  ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"TENSOR_PARALLEL\""));
   EXPECT_THAT(json.out, HasSubstr("\"TP_OP_ALL_GATHER\""));
-  Result mode = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon twice"));
-  EXPECT_EQ(mode.code, 2);
+  CommandResult mode = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon twice"));
+  EXPECT_EQ(mode.exit_code, 2);
   EXPECT_THAT(mode.err, HasSubstr("--tp-muon"));
-  Result three = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 6 --tp 3"));
-  EXPECT_EQ(three.code, 2);
+  CommandResult three = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 6 --tp 3"));
+  EXPECT_EQ(three.exit_code, 2);
   EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));
 }
 
@@ -286,26 +260,26 @@ TEST(PlanCliTest, FusedWeightsShowTheirBlocks) {
     }
   }
   const std::string manifest = WriteManifest(m, "fused.json");
-  Result table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4"));
-  ASSERT_EQ(table.code, 0) << table.err;
+  CommandResult table = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4"));
+  ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("per-block NS     4 tensors  NS per step "));
   EXPECT_THAT(table.out, HasSubstr("rows:8,8,8x4"));
   EXPECT_THAT(table.out, HasSubstr("[96, 32]"));
   EXPECT_THAT(table.out, HasSubstr("model.layers.0.attention.query_key_value.weight"));
   EXPECT_THAT(table.out, HasSubstr("rows:64,64"));
   // With tp 2: four heads, two per tp rank (local); gate | up, one each.
-  Result tp = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2"));
-  ASSERT_EQ(tp.code, 0) << tp.err;
+  CommandResult tp = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2"));
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
   EXPECT_THAT(tp.out, ::testing::ContainsRegex("rows:8,8,8x4 +\\[96, 32\\] +local"));
-  Result json = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --output json"));
-  ASSERT_EQ(json.code, 0) << json.err;
+  CommandResult json = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --output json"));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"ns_blocks\""));
   EXPECT_THAT(json.out, HasSubstr("\"ns_local\": true"));
   EXPECT_THAT(json.out, HasSubstr("\"TP_OP_LOCAL\""));
 
   m.mutable_tensors(1)->mutable_ns_blocks()->set_sizes(1, 60);
-  Result bad = RunCtl(absl::StrCat("plan --manifest ", WriteManifest(m, "fused_bad.json"), " --world-size 4"));
-  EXPECT_EQ(bad.code, 2);
+  CommandResult bad = RunCtl(absl::StrCat("plan --manifest ", WriteManifest(m, "fused_bad.json"), " --world-size 4"));
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("tensor \"model.layers.0.mlp.gate_up_proj.weight\": ns_blocks rows:64,60: the sizes "
                                  "sum to 124 x 1 group, not the 128 rows (dimension 0)"));
 }
@@ -313,12 +287,12 @@ TEST(PlanCliTest, FusedWeightsShowTheirBlocks) {
 // A huge flag value is quoted as a short, escaped prefix, not echoed whole.
 TEST(PlanCliTest, HugeFlagValueGivesAShortErrorLine) {
   const std::string huge(100000, '7');
-  Result r = RunCtl(absl::StrCat("plan --manifest m.json --world-size ", huge, "x"));
-  EXPECT_EQ(r.code, 2);
+  CommandResult r = RunCtl(absl::StrCat("plan --manifest m.json --world-size ", huge, "x"));
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--world-size"));
   EXPECT_LT(r.err.substr(0, r.err.find('\n')).size(), 300u) << r.err.substr(0, 400);
   r = RunCtl(absl::StrCat("plan --", huge));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_LT(r.err.substr(0, r.err.find('\n')).size(), 300u) << r.err.substr(0, 400);
 }
 
@@ -326,8 +300,8 @@ TEST(PlanCliTest, HugeFlagValueGivesAShortErrorLine) {
 // import-hf first, not protobuf's complaint about an unknown field.
 TEST(PlanCliTest, HfConfigAsManifestSaysToRunImportHf) {
   const std::string config = "tests/importer/configs/Llama-3.1-8B.config.json";
-  Result r = RunCtl(absl::StrCat("plan --manifest ", config, " --world-size 8"));
-  EXPECT_EQ(r.code, 2);
+  CommandResult r = RunCtl(absl::StrCat("plan --manifest ", config, " --world-size 8"));
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err.substr(0, r.err.find('\n') + 1),
             absl::StrCat("error: ", config, " looks like a HuggingFace config.json (model_type \"llama\"), ",
                          "not a manifest: run `muonshardctl import-hf ", config, "` first [INVALID_ARGUMENT]\n"))
@@ -341,39 +315,39 @@ TEST(PlanCliTest, HfConfigAsManifestSaysToRunImportHf) {
 // fits as a hint.
 TEST(PlanCliTest, DeviceMemory_HeadroomTableRefusalAndMinWorldSizeHint) {
   const std::string manifest = "examples/manifests/tiny-moe.json";
-  Result ok = RunCtl(absl::StrCat("plan --manifest ", manifest,
-                                  " --world-size 4 --ep 2 --device-memory 80GiB --sort headroom --top 1"));
-  ASSERT_EQ(ok.code, 0) << ok.err;
+  CommandResult ok = RunCtl(absl::StrCat("plan --manifest ", manifest,
+                                         " --world-size 4 --ep 2 --device-memory 80GiB --sort headroom --top 1"));
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("training memory  max "));
   EXPECT_THAT(ok.out, HasSubstr("capacity 81,920.0  headroom "));
   EXPECT_THAT(ok.out, HasSubstr("headroom_MiB"));
   EXPECT_THAT(ok.out, HasSubstr("1 of 4 ranks, by headroom"));
 
-  Result json =
+  CommandResult json =
       RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2 --device-memory 80GiB --output json"));
-  ASSERT_EQ(json.code, 0) << json.err;
+  ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"device_memory_bytes\": [\n   \"85899345920\"\n  ]"));
   EXPECT_THAT(json.out, HasSubstr("\"ns_workspace_bytes\": \""));
 
-  Result refused = RunCtl(
+  CommandResult refused = RunCtl(
       absl::StrCat("plan --manifest ", manifest, " --world-size 2 --ep 2 --policy balanced --device-memory 30MiB"));
-  EXPECT_EQ(refused.code, 2);
+  EXPECT_EQ(refused.exit_code, 2);
   EXPECT_THAT(refused.err, HasSubstr("error: topology.device_memory_bytes: rank "));
   EXPECT_THAT(refused.err, HasSubstr("(largest term: grad "));
   EXPECT_THAT(refused.err, HasSubstr("hint: needs at least 4 ranks at pp 1, ep 2, tp 1 (--world-size 4)"));
-  Result fits = RunCtl(
+  CommandResult fits = RunCtl(
       absl::StrCat("plan --manifest ", manifest, " --world-size 4 --ep 2 --policy balanced --device-memory 30MiB"));
-  EXPECT_EQ(fits.code, 0) << fits.err;
+  EXPECT_EQ(fits.exit_code, 0) << fits.err;
 
-  Result never = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 1MiB"));
-  EXPECT_EQ(never.code, 2);
+  CommandResult never = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 1MiB"));
+  EXPECT_EQ(never.exit_code, 2);
   EXPECT_THAT(never.err, HasSubstr("hint: no world size fits: rank 0's model copy and gradient buffers alone"));
 
-  Result bad = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 80GB,x"));
-  EXPECT_EQ(bad.code, 2);
+  CommandResult bad = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 2 --device-memory 80GB,x"));
+  EXPECT_EQ(bad.exit_code, 2);
   EXPECT_THAT(bad.err, HasSubstr("flag --device-memory: item 1: \"x\""));
-  Result count = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --device-memory 1GiB,1GiB"));
-  EXPECT_EQ(count.code, 2);
+  CommandResult count = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --device-memory 1GiB,1GiB"));
+  EXPECT_EQ(count.exit_code, 2);
   EXPECT_THAT(count.err, HasSubstr("give one value or world_size = 4 values, got 2"));
 }
 

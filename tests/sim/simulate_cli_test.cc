@@ -1,10 +1,6 @@
 // `muonshardctl simulate` as users run it: the real binary, exit codes 0/2,
 // JSON that parses, an SVG with one band per rank, messages naming the bad
 // input.
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -17,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "tests/sim/xml_check.h"
 #include "tests/testing/manifest_builder.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/temp_dir.h"
 
 namespace muonshard {
@@ -24,33 +21,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string Ctl() {
-  const char* dir = std::getenv("MUONSHARD_BIN_DIR");
-  return absl::StrCat(dir != nullptr ? dir : "build/bin", "/muonshardctl");
-}
+using testing::CommandResult;
+using testing::RunCtl;
 
 std::string Dir() { return testing::ProcessTempDir(); }
-
-Result RunCtl(const std::string& args) {
-  const std::string err_file = absl::StrCat(Dir(), "/simulate_cli_stderr.txt");
-  Result r;
-  FILE* pipe = popen(absl::StrCat(Ctl(), " ", args, " 2>", err_file).c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[65536];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(in), {});
-  return r;
-}
 
 std::string Write(const std::string& name, const std::string& text) {
   std::string path = absl::StrCat(Dir(), "/", name);
@@ -71,16 +45,17 @@ std::string Manifest() {
 std::string PlanArgs() { return absl::StrCat("--manifest ", Manifest(), " --world-size 4 --ep 2 --policy balanced"); }
 
 TEST(SimulateCliTest, TablePrintsBothSchedules) {
-  Result r = RunCtl(absl::StrCat("simulate --cluster h200 ", PlanArgs()));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl(absl::StrCat("simulate --cluster h200 ", PlanArgs()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("plan of model moe: world 4 (pp 1, ep 2, tp 1), policy BALANCED"));
   EXPECT_THAT(r.out, HasSubstr("muonshard sequential"));
   EXPECT_THAT(r.out, HasSubstr("muonshard pipelined"));
 }
 
 TEST(SimulateCliTest, JsonParsesAndAPlanFileGivesTheSameStep) {
-  Result direct = RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --format json ", PlanArgs()));
-  ASSERT_EQ(direct.code, 0) << direct.err;
+  CommandResult direct =
+      RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --format json ", PlanArgs()));
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
   google::protobuf::Struct json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(direct.out, &json).ok()) << direct.out;
   const auto& schedules = json.fields().at("schedules").list_value();
@@ -90,20 +65,20 @@ TEST(SimulateCliTest, JsonParsesAndAPlanFileGivesTheSameStep) {
   EXPECT_EQ(s.at("ranks").list_value().values_size(), 4);
   EXPECT_GT(s.at("step_seconds").number_value(), 0);
 
-  Result plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
-  ASSERT_EQ(plan.code, 0) << plan.err;
+  CommandResult plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const std::string plan_file = Write("sim_plan.json", plan.out);
-  Result from_file =
+  CommandResult from_file =
       RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --output json --plan ", plan_file));
-  ASSERT_EQ(from_file.code, 0) << from_file.err;
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
   EXPECT_EQ(from_file.out, direct.out);
 }
 
 TEST(SimulateCliTest, SvgHasOneBandPerRank) {
   const std::string svg = absl::StrCat(Dir(), "/step.svg");
-  Result r = RunCtl(
+  CommandResult r = RunCtl(
       absl::StrCat("simulate --cluster cpu --gpus-per-node 2 --schedule sequential --svg ", svg, " ", PlanArgs()));
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string text = Read(svg);
   EXPECT_EQ(testing::CheckWellFormedXml(text), "");
   EXPECT_EQ(testing::CountOf(text, "<g class=\"rank\""), 4);
@@ -111,39 +86,39 @@ TEST(SimulateCliTest, SvgHasOneBandPerRank) {
 }
 
 TEST(SimulateCliTest, BadInputExitsTwoNamingIt) {
-  Result r = RunCtl(absl::StrCat("simulate --cluster h300 ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  CommandResult r = RunCtl(absl::StrCat("simulate --cluster h300 ", PlanArgs()));
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --cluster: \"h300\" is neither a preset (h100, h200, gb200, gb300, cpu)"));
 
   const std::string file = Write("bad_cluster.json", R"({"preset": "h100", "inter_node": {"bandwidth_gb_s": -5}})");
   r = RunCtl(absl::StrCat("simulate --cluster ", file, " ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("cluster.inter_node.bandwidth_gb_s: must be > 0, got -5"));
 
   r = RunCtl(absl::StrCat("simulate --cluster h200 --nodes 1 --gpus-per-node 2 ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("the plan's world size 4 does not fit 1 node(s) x 2 GPUs per node"));
 
   r = RunCtl(absl::StrCat("simulate --cluster h200 --intra-bandwidth 0 ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("cluster.intra_node.bandwidth_gb_s: must be > 0, got 0"));
 
   r = RunCtl(absl::StrCat("simulate --cluster h200 --schedule eager ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --schedule: \"eager\""));
 
   r = RunCtl("simulate --cluster h200");
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("give either --plan PLAN.json or --manifest M.json --world-size W"));
 
   r = RunCtl(absl::StrCat("simulate ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--cluster"));
 }
 
 TEST(SimulateCliTest, StrategiesPrintsEveryStrategySideBySide) {
-  Result r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies all ", PlanArgs()));
-  ASSERT_EQ(r.code, 0) << r.err;
+  CommandResult r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies all ", PlanArgs()));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* name :
        {"muonshard-seed", "muonshard-balanced", "paddle-seed", "megatron-duplicated", "megatron-distributed",
         "megatron-blockwise", "megatron-layer-sharded", "kj-round-robin", "dion-all-to-all", "zero1-muon"}) {
@@ -154,7 +129,7 @@ TEST(SimulateCliTest, StrategiesPrintsEveryStrategySideBySide) {
 
   r = RunCtl(absl::StrCat("simulate --cluster h200 --format json --schedule pipelined ",
                           "--strategies muonshard-balanced,zero1-muon,kj-round-robin ", PlanArgs()));
-  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   google::protobuf::Struct json;
   ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json).ok()) << r.out;
   const auto& rows = json.fields().at("strategies").list_value();
@@ -167,23 +142,23 @@ TEST(SimulateCliTest, StrategiesPrintsEveryStrategySideBySide) {
 }
 
 TEST(SimulateCliTest, BadStrategiesExitTwoNamingThem) {
-  Result r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies foo,zero1-muon,megatron ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  CommandResult r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies foo,zero1-muon,megatron ", PlanArgs()));
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("flag --strategies: unknown strategy \"foo\", \"megatron\" (known: all, "));
 
   r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies , ", PlanArgs()));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("(none given)"));
 
-  Result plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
-  ASSERT_EQ(plan.code, 0) << plan.err;
+  CommandResult plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const std::string plan_file = Write("sim_strategies_plan.json", plan.out);
   r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies paddle-seed --plan ", plan_file));
-  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("the plan file's policy is BALANCED; a SEED plan needs --manifest"));
   r = RunCtl(
       absl::StrCat("simulate --cluster h200 --strategies muonshard-balanced,dion-all-to-all --plan ", plan_file));
-  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace

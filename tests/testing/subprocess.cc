@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "tests/testing/temp_dir.h"
 
 extern char** environ;
 
@@ -110,6 +111,15 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, c
   result.out = child->Out();
   result.err = child->Err();
   return result;
+}
+
+CommandResult RunCtl(absl::string_view args, absl::Duration timeout) {
+  const std::string command = absl::StrCat("'", BinaryPath("muonshardctl"), "' ", args);
+  absl::StatusOr<CommandResult> result = RunCommand({"/bin/sh", "-c", command}, ProcessTempDir(), timeout);
+  if (result.ok()) return *std::move(result);
+  CommandResult failed;
+  failed.err = std::string(result.status().message());
+  return failed;
 }
 
 absl::StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>& argv, const std::string& out_path,

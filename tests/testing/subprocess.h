@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace muonshard::testing {
@@ -43,6 +44,12 @@ struct CommandResult {
 // `scratch_dir`. Killed after `timeout`.
 absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv, const std::string& scratch_dir,
                                          absl::Duration timeout = absl::Seconds(60));
+
+// `muonshardctl <args>` (BinaryPath) through /bin/sh, so `args` is shell
+// text: the caller quotes what needs it, and redirections work. Output
+// captured in the process's temp dir; killed after `timeout`. A shell that
+// cannot be started is exit_code -1 with the reason in `err`.
+CommandResult RunCtl(absl::string_view args, absl::Duration timeout = absl::Seconds(120));
 
 // A running child process whose stdout and stderr go to files.
 class ChildProcess {
