@@ -224,6 +224,7 @@ absl::Status CheckCompatible(const v1::CheckpointIndex& index, const v1::Plan& p
   absl::flat_hash_map<absl::string_view, const v1::CheckpointTensor*> saved;
   for (const v1::CheckpointTensor& t : index.tensors()) saved[t.name()] = &t;
   for (const v1::PlannedTensor& t : plan.tensors()) {
+    MUONSHARD_RETURN_IF_ERROR(CheckFormatHolds(t));
     auto it = saved.find(t.name());
     if (it == saved.end()) {
       return absl::InvalidArgumentError(

@@ -39,6 +39,19 @@ void AddKinds(const v1::PlannedTensor& t, int index, int64_t begin, int64_t end,
   }
 }
 
+}  // namespace
+
+absl::Status CheckFormatHolds(const v1::PlannedTensor& tensor) {
+  if (tensor.tp_mesh_split_size() <= 1 || !planner::IsTpSplit(tensor)) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "tensor \"", tensor.name(),
+      "\" is tiled over a multi-dimensional tp mesh (an FSDP x TP DeviceMesh): muonshard's sharded checkpoint "
+      "format holds one split dimension per tensor; save and load this plan's optimizer state with "
+      "torch.distributed.checkpoint (get_optimizer_state_dict / set_optimizer_state_dict)"));
+}
+
+namespace {
+
 absl::StatusOr<std::vector<ShardSpec>> Expected(const v1::RankPlan& rank, int tp, const TensorLookup& lookup) {
   std::vector<ShardSpec> specs;
   for (const v1::OwnedTensor& o : rank.owned()) {

@@ -34,6 +34,13 @@ absl::StatusOr<StateKind> FromProto(v1::StateKind kind);
 // The kinds a tensor of `optimizer` keeps, in save order.
 std::vector<StateKind> KindsOf(v1::Optimizer optimizer);
 
+// UNIMPLEMENTED naming `tensor` when it is tiled over a multi-dimensional tp
+// mesh (PlannedTensor.tp_mesh_split; NOTE [TP mesh tiles] in
+// plan/tp_mesh.h): this format stores a TP shard as one block of one split
+// dimension (CheckpointTensor.tp_dim), so such a plan saves and loads its
+// optimizer state through torch.distributed.checkpoint instead.
+absl::Status CheckFormatHolds(const v1::PlannedTensor& tensor);
+
 // One (tensor, kind, [begin, end)) of a plan.
 struct ShardSpec {
   int tensor = -1;                          // index into Plan.tensors

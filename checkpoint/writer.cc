@@ -276,6 +276,7 @@ absl::StatusOr<v1::CheckpointIndex> BuildIndex(const v1::Plan& plan, int64_t ste
   index.set_key_style(records[0].key_style());
   absl::flat_hash_map<absl::string_view, int> by_name;
   for (int i = 0; i < plan.tensors_size(); ++i) {
+    MUONSHARD_RETURN_IF_ERROR(CheckFormatHolds(plan.tensors(i)));
     *index.add_tensors() = TensorEntry(plan.tensors(i), plan.topology().tp());
     by_name[plan.tensors(i).name()] = i;
   }

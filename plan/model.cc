@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "plan/ns_blocks.h"
+#include "plan/tp_mesh.h"
 #include "re2/re2.h"
 
 namespace muonshard::planner {
@@ -415,12 +416,42 @@ absl::Status ChooseOptimizer(const v1::TensorSpec& t, int index, bool classify_a
   return absl::OkStatus();
 }
 
+// A split per tp mesh dimension (NOTE [TP mesh tiles] in tp_mesh.h),
+// checked: instead of tp_split, one value per mesh dimension, even tiles,
+// no expert tensors and no per-block Newton-Schulz (its blocks would cross
+// the tiles of a strided or 2-D split). r.tp_dim stays -1 (ns_local is off).
+absl::Status ResolveTpMeshSplit(const v1::TensorSpec& t, int index, const RankLayout& layout, ResolvedTensor& r) {
+  if (t.tp_split() != v1::TP_SPLIT_UNSPECIFIED) {
+    return TensorError(t, index, "set tp_split or tp_mesh_split, not both");
+  }
+  if (layout.tp_mesh().size() != static_cast<size_t>(t.tp_mesh_split_size())) {
+    return TensorError(
+        t, index,
+        absl::StrCat("tp_mesh_split has ", t.tp_mesh_split_size(), " values but the topology's tp mesh has ",
+                     layout.tp_mesh().size(), " dimensions (topology.tp_mesh)"));
+  }
+  const std::vector<v1::TpSplit> splits = MeshSplitOf(t.tp_mesh_split(), t.tp_split());
+  if (!AnyMeshSplit(splits)) return absl::OkStatus();
+  if (r.expert >= 0 || r.stack) {
+    return TensorError(t, index, "tp_mesh_split on an expert tensor: experts are not tiled over a tp mesh");
+  }
+  if (t.has_ns_blocks()) {
+    return TensorError(t, index,
+                       "ns_blocks with tp_mesh_split: per-block Newton-Schulz of a tensor tiled over a tp mesh is "
+                       "not supported");
+  }
+  absl::Status s = CheckTpTiles(t.shape(), r.layout, layout.tp_mesh(), splits);
+  if (!s.ok()) return TensorError(t, index, absl::StrCat("tp_mesh_split: ", s.message()));
+  return absl::OkStatus();
+}
+
 // The dimension a TP split divides: out or in of the tensor's layout (the
 // last two dimensions; a 1-D tensor's only one is out). Checked against tp:
 // divisible, ROW only with two or more dimensions, and no split of expert
 // tensors under expert parallelism (Paddle's expert_tensor_parallel_degree
 // <= 1: experts are spread over the tp ranks whole).
 absl::Status ResolveTpSplit(const v1::TensorSpec& t, int index, const RankLayout& layout, ResolvedTensor& r) {
+  if (t.tp_mesh_split_size() > 0) return ResolveTpMeshSplit(t, index, layout, r);
   const v1::TpSplit split = t.tp_split();
   if (layout.tp() == 1 || split == v1::TP_SPLIT_UNSPECIFIED || split == v1::TP_REPLICATED) return absl::OkStatus();
   const int n = t.shape_size();
@@ -616,7 +647,7 @@ bool IsTpReplicated(const v1::PlannedTensor& tensor, int tp) {
 }
 
 bool IsTpSplit(const v1::PlannedTensor& tensor) {
-  return (tensor.tp_split() == v1::TP_COLUMN || tensor.tp_split() == v1::TP_ROW) && tensor.local_shape_size() > 0;
+  return AnyMeshSplit(MeshSplitOf(tensor.tp_mesh_split(), tensor.tp_split())) && tensor.local_shape_size() > 0;
 }
 
 const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor) {

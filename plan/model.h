@@ -59,6 +59,8 @@ bool IsTpSplit(const v1::PlannedTensor& tensor);
 bool IsTpReplicated(const v1::PlannedTensor& tensor, int tp);
 const google::protobuf::RepeatedField<int64_t>& HeldShape(const v1::PlannedTensor& tensor);
 int64_t HeldNumel(const v1::PlannedTensor& tensor);
+// Not for a tensor tiled over a multi-dimensional tp mesh (tp_mesh_split):
+// its tile is TpTileOf(tensor, topology, t) (tp_mesh.h).
 TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t);
 
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with

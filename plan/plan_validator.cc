@@ -1,6 +1,7 @@
 #include "plan/plan_validator.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "plan/model.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
+#include "plan/tp_mesh.h"
 
 namespace muonshard::planner {
 namespace {
@@ -64,6 +66,29 @@ absl::Status CheckTensorBlocks(const v1::Plan& plan) {
     if (t.ns_local() != aligned) {
       return Invalid(absl::StrCat(what, t.ns_local() ? " is ns_local but its blocks do not align with its TP split"
                                                      : " has blocks aligned with its TP split but is not ns_local"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Tensors tiled over a tp mesh (NOTE [TP mesh tiles] in tp_mesh.h): only on
+// a plan whose topology has the mesh, one split per mesh dimension, even
+// tiles of tile 0's local shape, no per-block Newton-Schulz.
+absl::Status CheckTpMeshTiles(const v1::Plan& plan) {
+  const std::vector<int> mesh = TpMeshOf(plan.topology());
+  for (int i = 0; i < plan.tensors_size(); ++i) {
+    const v1::PlannedTensor& t = plan.tensors(i);
+    if (t.tp_mesh_split_size() == 0) continue;
+    const std::string what = absl::StrCat("tensor ", i, " \"", t.name(), "\"");
+    const std::vector<v1::TpSplit> splits = MeshSplitOf(t.tp_mesh_split(), t.tp_split());
+    absl::Status s = CheckTpTiles(t.shape(), t.layout(), mesh, splits);
+    if (!s.ok()) return Invalid(absl::StrCat(what, ": tp_mesh_split: ", s.message()));
+    if (t.tp_split() != v1::TP_SPLIT_UNSPECIFIED || t.has_ns_blocks() || !IsTpSplit(t)) {
+      return Invalid(absl::StrCat(what, ": a tp_mesh_split tensor has no tp_split or ns_blocks and a local_shape"));
+    }
+    const TpTile tile = TpTileOf(t, plan.topology(), 0);
+    if (!std::equal(tile.shape.begin(), tile.shape.end(), t.local_shape().begin(), t.local_shape().end())) {
+      return Invalid(absl::StrCat(what, ": local_shape is not its tp mesh tile's shape"));
     }
   }
   return absl::OkStatus();
@@ -316,6 +341,7 @@ absl::Status CheckTotals(const v1::Plan& plan) {
 absl::Status ValidatePlan(const v1::Plan& plan) {
   MUONSHARD_RETURN_IF_ERROR(CheckGroups(plan));
   MUONSHARD_RETURN_IF_ERROR(CheckTensorBlocks(plan));
+  MUONSHARD_RETURN_IF_ERROR(CheckTpMeshTiles(plan));
   MUONSHARD_RETURN_IF_ERROR(CheckMuon(plan));
   MUONSHARD_RETURN_IF_ERROR(CheckAdamw(plan));
   return CheckTotals(plan);

@@ -9,11 +9,18 @@
 
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
+#include "plan/tp_mesh.h"
 
 namespace muonshard::planner {
 namespace {
 
 bool IsSplit(v1::TpSplit s) { return s == v1::TP_COLUMN || s == v1::TP_ROW; }
+
+// Whether the spec is split over the tp ranks: by tp_split, or by a tp mesh
+// dimension (NOTE [TP mesh tiles] in tp_mesh.h).
+bool IsSplitSpec(const v1::TensorSpec& spec) {
+  return AnyMeshSplit(MeshSplitOf(spec.tp_mesh_split(), spec.tp_split()));
+}
 
 int64_t Product(const google::protobuf::RepeatedField<int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
@@ -61,8 +68,9 @@ void ExpandTensors(const std::vector<Source>& sources, const v1::ModelManifest& 
     t->clear_parts();
     *t->mutable_shape() = spec.shape();
     t->set_numel(Product(spec.shape()));
-    if (IsSplit(spec.tp_split())) {
+    if (IsSplitSpec(spec)) {
       t->set_tp_split(spec.tp_split());
+      *t->mutable_tp_mesh_split() = spec.tp_mesh_split();
       *t->mutable_local_shape() = from.shape();
       t->set_local_numel(from.numel());
     }
@@ -140,7 +148,7 @@ std::vector<int> AssignNsRanks(const v1::RankPlan& owner, const v1::Plan& out, c
   std::vector<int> split;
   for (int k = 0; k < owner.owned_size(); ++k) {
     const v1::PlannedTensor& t = out.tensors(owner.owned(k).tensor());
-    if (IsSplit(t.tp_split()) && !t.ns_local()) split.push_back(k);
+    if (IsTpSplit(t) && !t.ns_local()) split.push_back(k);
   }
   std::stable_sort(split.begin(), split.end(),
                    [&](int a, int b) { return owner.owned(a).ns_flops() > owner.owned(b).ns_flops(); });
@@ -287,13 +295,19 @@ TpReplica ReplicaOf(const v1::ModelManifest& manifest, const RankLayout& layout,
                     const ResolvedModel& whole) {
   TpReplica replica{Subset(manifest, tensors, whole), layout.Resolved()};
   for (v1::TensorSpec& t : *replica.manifest.mutable_tensors()) {
-    if (IsSplit(t.tp_split())) {
+    if (t.tp_mesh_split_size() > 0 && IsSplitSpec(t)) {  // every tile has tile 0's shape
+      const TpTile tile =
+          TpTileOf(t.shape(), t.layout(), layout.tp_mesh(), MeshSplitOf(t.tp_mesh_split(), t.tp_split()), /*k=*/0);
+      t.mutable_shape()->Assign(tile.shape.begin(), tile.shape.end());
+    } else if (IsSplit(t.tp_split())) {
       const int dim = TpSplitDim(t.shape_size(), t.layout(), t.tp_split());
       t.set_shape(dim, t.shape(dim) / layout.tp());
       t.clear_ns_blocks();  // they tile the whole tensor; its FLOPs come from UseWholeMatricesForNs
     }
     t.clear_tp_split();
+    t.clear_tp_mesh_split();
   }
+  replica.topology.clear_tp_mesh();
   replica.topology.set_world_size(layout.world_size() / layout.tp());
   replica.topology.set_ep(std::max(1, layout.ep() / layout.tp()));
   replica.topology.set_tp(1);
@@ -304,6 +318,7 @@ TpReplica ExpertsOf(const v1::ModelManifest& manifest, const RankLayout& layout,
                     const ResolvedModel& whole) {
   TpReplica experts{Subset(manifest, tensors, whole), layout.Resolved()};
   experts.topology.set_tp(1);
+  experts.topology.clear_tp_mesh();
   return experts;
 }
 
@@ -366,7 +381,11 @@ v1::PlanRequest WholeModelRequest(const v1::PlanRequest& request) {
   const int tp = request.topology().tp();
   if (tp <= 1) return request;
   v1::PlanRequest whole = request;
-  for (v1::TensorSpec& t : *whole.mutable_manifest()->mutable_tensors()) t.clear_tp_split();
+  for (v1::TensorSpec& t : *whole.mutable_manifest()->mutable_tensors()) {
+    t.clear_tp_split();
+    t.clear_tp_mesh_split();
+  }
+  whole.mutable_topology()->clear_tp_mesh();
   whole.mutable_topology()->set_world_size(request.topology().world_size() / tp);
   if (request.topology().ep() > 1) whole.mutable_topology()->set_ep(std::max(1, request.topology().ep() / tp));
   whole.mutable_topology()->set_tp(1);

@@ -1,6 +1,9 @@
 #include "plan/topology.h"
 
+#include <cstdint>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace muonshard::planner {
 namespace {
@@ -16,6 +19,27 @@ absl::Status CheckPerStage(int world, int pp, const char* field, int degree) {
   if ((world / pp) % degree == 0) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("topology: world_size / pp = ", world / pp, " is not divisible by ", field, " ", degree));
+}
+
+// topology.tp_mesh: empty, or dimensions >= 1 whose product is tp. One
+// dimension is the same as none ({tp}).
+absl::StatusOr<std::vector<int>> TpMesh(const v1::Topology& t, int tp) {
+  if (t.tp_mesh_size() <= 1) {
+    if (t.tp_mesh_size() == 1 && t.tp_mesh(0) != tp) {
+      return absl::InvalidArgumentError(absl::StrCat("topology.tp_mesh: [", t.tp_mesh(0), "] is not tp ", tp));
+    }
+    return std::vector<int>{tp};
+  }
+  int64_t product = 1;
+  for (int d : t.tp_mesh()) {
+    if (d < 1) return absl::InvalidArgumentError(absl::StrCat("topology.tp_mesh: dimensions must be >= 1, got ", d));
+    product *= d;
+  }
+  if (product != tp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology.tp_mesh: [", absl::StrJoin(t.tp_mesh(), ", "), "] has ", product, " ranks, tp is ", tp));
+  }
+  return std::vector<int>(t.tp_mesh().begin(), t.tp_mesh().end());
 }
 
 }  // namespace
@@ -46,7 +70,12 @@ absl::StatusOr<RankLayout> RankLayout::Create(const v1::Topology& t) {
   absl::Status s = CheckPerStage(w, *pp, "ep", *ep);
   if (s.ok()) s = CheckPerStage(w, *pp, "tp", *tp);
   if (!s.ok()) return s;
-  return RankLayout(w, *pp, *ep, *tp);
+  absl::StatusOr<std::vector<int>> mesh = TpMesh(t, *tp);
+  if (!mesh.ok()) return mesh.status();
+  if (mesh->size() > 1 && *ep > 1) {
+    return absl::InvalidArgumentError("topology.tp_mesh: a multi-dimensional tp mesh with ep > 1 is not supported");
+  }
+  return RankLayout(w, *pp, *ep, *tp, *std::move(mesh));
 }
 
 v1::Colour RankLayout::GroupColour(int group) const {
@@ -119,6 +148,7 @@ v1::Topology RankLayout::Resolved() const {
   t.set_ep(ep_);
   t.set_dp(1);
   t.set_tp(tp_);
+  if (tp_mesh_.size() > 1) t.mutable_tp_mesh()->Add(tp_mesh_.begin(), tp_mesh_.end());
   return t;
 }
 

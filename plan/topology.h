@@ -1,6 +1,7 @@
 #ifndef MUONSHARD_PLAN_TOPOLOGY_H_
 #define MUONSHARD_PLAN_TOPOLOGY_H_
 
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,9 @@ class RankLayout {
   int pp() const { return pp_; }
   int ep() const { return ep_; }
   int tp() const { return tp_; }
+  // The tp group as a mesh (Topology.tp_mesh; NOTE [TP mesh tiles] in
+  // tp_mesh.h): {tp} unless the topology gives more than one dimension.
+  const std::vector<int>& tp_mesh() const { return tp_mesh_; }
   // Ranks per (ms, p) block: ep, or tp when ep = 1.
   int block() const { return ep_ > 1 ? ep_ : tp_; }
   // Ranks with one moe_sharding rank ms, pp * block(): its pipeline stages,
@@ -72,7 +76,8 @@ class RankLayout {
   v1::Topology Resolved() const;
 
  private:
-  RankLayout(int world_size, int pp, int ep, int tp) : world_size_(world_size), pp_(pp), ep_(ep), tp_(tp) {}
+  RankLayout(int world_size, int pp, int ep, int tp, std::vector<int> tp_mesh)
+      : world_size_(world_size), pp_(pp), ep_(ep), tp_(tp), tp_mesh_(std::move(tp_mesh)) {}
 
   int num_default_groups() const { return pp_ * tp_; }
   int num_moe_groups() const { return ep_ > 1 ? pp_ * ep_ : 0; }
@@ -82,6 +87,7 @@ class RankLayout {
   int pp_;
   int ep_;
   int tp_;
+  std::vector<int> tp_mesh_;
 };
 
 }  // namespace muonshard::planner

@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "plan/model.h"
+#include "plan/tp_mesh.h"
 
 namespace muonshard::worker {
 namespace {
@@ -68,7 +69,7 @@ Piece ParseKey(const std::string& key) {
 // The whole tensor's index of element `i` of `piece` under `plan`.
 int64_t WholeIndex(const Piece& piece, const v1::Plan& plan, const v1::PlannedTensor& spec, int64_t i) {
   if (piece.tp_rank < 0) return i;
-  return planner::TpShardRunsOf(spec, plan.topology().tp(), piece.tp_rank).WholeIndex(i);
+  return planner::RunsOfTile(spec.shape(), planner::TpTileOf(spec, plan.topology(), piece.tp_rank)).WholeIndex(i);
 }
 
 // Copies `t` into `out` (the whole tensor's values) and marks the elements

@@ -29,6 +29,9 @@ absl::Status SessionCheckpoints::Save(const std::string& dir, int64_t step,
 }
 
 absl::Status SessionCheckpoints::WriteFile(const std::string& dir, int64_t step, const std::string& save_id) {
+  for (const v1::IndexedTensor& t : membership_.view().tensors()) {
+    MUONSHARD_RETURN_IF_ERROR(checkpoint::CheckFormatHolds(t.tensor()));
+  }
   MUONSHARD_ASSIGN_OR_RETURN(std::vector<checkpoint::StateShard> shards, group_.optimizer().StateShards());
   checkpoint::RankFileTarget target{
       dir, step, membership_.view().content_hash(), membership_.rank(), membership_.world_size(), save_id};

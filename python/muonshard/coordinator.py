@@ -42,13 +42,16 @@ def plan_request(
     per_dtype=False,
     tp=1,
     tp_muon=None,
+    tp_mesh=None,
 ):
     """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send.
 
     `tp` > 1 plans tensor parallelism over the manifest's tp_split marks
     (manifest_from_module(tp=...), import-hf --tp); `tp_muon` is
     "distributed" (default: one tp rank orthogonalises each split matrix) or
-    "duplicated" (every tp rank does).
+    "duplicated" (every tp rank does). `tp_mesh` is the tp group's shape as a
+    mesh (product tp; NOTE [TP mesh tiles] in plan/tp_mesh.h), for DTensor
+    parameters on an FSDP x TP DeviceMesh (topology_of(module) gives it).
     """
     if policy not in _POLICIES:
         raise ValueError("policy %r is not one of %s" % (policy, ", ".join(sorted(_POLICIES))))
@@ -70,6 +73,8 @@ def plan_request(
     topology = {"world_size": int(world_size), "ep": int(ep), "pp": int(pp)}
     if int(tp) > 1:
         topology["tp"] = int(tp)
+    if tp_mesh is not None and len(tp_mesh) > 1:
+        topology["tp_mesh"] = [int(d) for d in tp_mesh]
     return {"manifest": _manifest_dict(manifest), "topology": topology, "policy": policy_msg}
 
 

@@ -42,6 +42,7 @@
 #include "common/status_macros.h"
 #include "kernels/newton_schulz.h"
 #include "plan/model.h"
+#include "plan/tp_mesh.h"
 #include "pybind11/numpy.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
@@ -123,6 +124,12 @@ py::list HeldParts(const v1::RankView& view) {
                                                                          t.tensor().local_shape().end())))
                                : d["shape"];
       d["local_numel"] = split ? t.tensor().local_numel() : t.tensor().numel();
+      // Where this rank's shard (a tile on a tp mesh) lies in the whole
+      // tensor (NOTE [TP mesh tiles] in plan/tp_mesh.h).
+      if (planner::IsTpSplit(t.tensor())) {
+        const planner::TpTile tile = planner::TpTileOf(t.tensor(), view.topology(), view.rank().tp_rank());
+        d["tile_offset"] = py::tuple(py::cast(tile.offset));
+      }
       out.append(std::move(d));
     }
   }
@@ -194,6 +201,7 @@ class PyRankSession {
           info["model"] = view.model();
           info["tp"] = std::max(1, view.topology().tp());
           info["tp_rank"] = view.rank().tp_rank();
+          info["tp_mesh"] = py::tuple(py::cast(planner::TpMeshOf(view.topology())));
           (*check)(info, HeldParts(view));
         } catch (py::error_already_set& e) {
           // The check's message, as INVALID_ARGUMENT (ValueError).

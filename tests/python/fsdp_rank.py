@@ -1,6 +1,8 @@
 """One rank of an FSDP2 run (launched by test_fsdp.py through torch.distributed.run):
 the model of fsdp_model.py wrapped with `fully_shard` on a 1-D CPU DeviceMesh
-over Gloo, trained by ShardedMuonAdamW on its DTensor parameters; rank 0
+over Gloo (or HSDP's 2-D one, or with --tp T torchtitan's FSDP x TP mesh of
+(W / T, T): block 0 tensor-parallel by parallelize_module, then fully_shard
+over dp_shard), trained by ShardedMuonAdamW on its DTensor parameters; rank 0
 writes the whole parameters (and which optimizer stepped each) to OUT."""
 
 import argparse
@@ -16,6 +18,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Shard
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fsdp_model
@@ -68,6 +71,10 @@ def main():
         "--die-at", type=int, default=-1, help="rank 1 of a run that did not resume exits hard after this many steps"
     )
     ap.add_argument("--replicas", type=int, default=1, help="HSDP: a (replicas, W / replicas) mesh")
+    ap.add_argument("--tp", type=int, default=1, help="FSDP x TP: a (W / tp, tp) mesh (dp_shard, tp)")
+    ap.add_argument(
+        "--wrong-tiles", action="store_true", help="plans blocks.0.down.weight's tile transposed (a wrong plan)"
+    )
     ap.add_argument("--plan-column", action="store_true", help="plans every split as TP_COLUMN (a wrong plan)")
     ap.add_argument("--experts", action="store_true", help="a 3-D expert stack in every block")
     ap.add_argument(
@@ -77,14 +84,23 @@ def main():
     a = ap.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    if a.replicas == 1:
+    data_rank = rank
+    if a.tp > 1:
+        mesh = init_device_mesh("cpu", (world // a.tp, a.tp), mesh_dim_names=("dp_shard", "tp"))
+        data_rank = mesh.get_coordinate()[0]  # the tp ranks of a dp rank see its data
+    elif a.replicas == 1:
         mesh = init_device_mesh("cpu", (world,))
     else:
         mesh = init_device_mesh("cpu", (a.replicas, world // a.replicas), mesh_dim_names=("replicate", "shard"))
     model = fsdp_model.make_model(a.experts)
     if a.bf16:
         model = model.to(torch.bfloat16)
-    if not a.plain:
+    if a.tp > 1:  # torchtitan's order: TP on the tp submesh, then FSDP2 over dp_shard
+        parallelize_module(model.blocks[0], mesh["tp"], {"up": ColwiseParallel(), "down": RowwiseParallel()})
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh["dp_shard"])
+        fully_shard(model, mesh=mesh["dp_shard"])
+    elif not a.plain:
         for block in model.blocks:
             fully_shard(block, mesh=mesh, shard_placement_fn=shard_placement)
         fully_shard(model, mesh=mesh, shard_placement_fn=shard_placement)
@@ -93,6 +109,10 @@ def main():
     if a.plan_column:  # a plan that disagrees with the placements: shard_placement's Shard(1) planned as Shard(0)
         for t in manifest["tensors"]:
             t["tpSplit"] = "TP_COLUMN" if t.get("tpSplit") == "TP_ROW" else t.get("tpSplit")
+    if a.wrong_tiles:  # rows split over tp and columns over dp_shard: another tile than the rank holds
+        for t in manifest["tensors"]:
+            if t["name"] == "blocks.0.down.weight":
+                t["tpMeshSplit"] = ["TP_ROW", "TP_COLUMN"]
     topology = mst.topology_of(model) or {"world_size": world}
     version = muonshard.Coordinator(a.coordinator).submit(manifest, policy=a.policy, **topology)
     opt = mst.ShardedMuonAdamW(
@@ -110,7 +130,7 @@ def main():
     start = load(a, model, opt) if a.resume_dir else opt.start_step
     first_attempt = start == 0
     for step in range(start, a.steps):
-        x, y = fsdp_model.batch(step, rank)
+        x, y = fsdp_model.batch(step, data_rank)
         fsdp_model.loss(model, x, y).backward()
         opt.step()
         opt.zero_grad()
@@ -120,7 +140,7 @@ def main():
             os._exit(3)  # killed: the job is started again and every rank resumes
     memory = opt.memory()
     refused = None
-    if a.replicas > 1:
+    if a.replicas > 1 or a.tp > 1:
         try:
             opt.state_dict()
         except ValueError as e:
@@ -139,6 +159,7 @@ def main():
                 "state_dict_refused": refused,
                 "topology": mst.topology_of(model),
                 "splits": {t["name"]: t.get("tpSplit") for t in manifest["tensors"]},
+                "mesh_splits": {t["name"]: t.get("tpMeshSplit") for t in manifest["tensors"]},
             },
             f,
         )

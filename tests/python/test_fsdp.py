@@ -2,7 +2,8 @@
 DeviceMesh over Gloo, each run W processes started by torch.distributed.run
 (NOTE [Sharded parameters] in muonshard/torch/dtensor.py): the result equals
 the unsharded pure-torch reference (reference_optimizer.py) fed the mean of
-the ranks' gradients, within 1e-5 relative in fp32, at W = 1, 2 and 4."""
+the ranks' gradients, within 1e-5 relative in fp32, at W = 1, 2 and 4, on
+HSDP's 2 x 2 mesh and on torchtitan's 2 x 2 FSDP x TP mesh."""
 
 import json
 import os
@@ -137,6 +138,61 @@ def test_hsdp_on_a_2x2_mesh_equals_the_unsharded_reference(coordinator, tmp_path
     assert all("HSDP" in r["state_dict_refused"] and "save_checkpoint" in r["state_dict_refused"] for r in ranks)
 
 
+def test_fsdp_x_tp_on_a_2x2_mesh_equals_the_unsharded_reference(coordinator, tmp_path):
+    """torchtitan's FSDP x TP: a (dp_shard 2, tp 2) mesh, block 0's up colwise
+    and down rowwise (then (_StridedShard(0), Shard(0)) and (Shard(0),
+    Shard(1)) tiles), block 1 and the rest FSDP2's Shard(0) over dp_shard,
+    replicated over tp. Planned as one replica of tp 4 on tp_mesh [2, 2]; the
+    result is the reference on the 2 dp ranks' data, every rank's state is
+    the plan's (1 / 4 of each TP weight, 1 / 2 of the rest), and the DCP
+    state_dict is offered."""
+    code, log = torchrun(coordinator, "fsdp-tp", 4, str(tmp_path), "--tp", "2")
+    assert code == 0, log
+    got, ranks = results(str(tmp_path), 4)
+    assert ranks[0]["topology"] == {"world_size": 4, "tp": 4, "tp_mesh": [2, 2]}
+    splits = ranks[0]["mesh_splits"]
+    assert splits["blocks.0.up.weight"] == ["TP_COLUMN", "TP_COLUMN"]
+    assert splits["blocks.0.down.weight"] == ["TP_COLUMN", "TP_ROW"]
+    assert splits["blocks.1.up.weight"] == ["TP_COLUMN", "TP_REPLICATED"]
+    kinds = ranks[0]["kinds"]
+    assert kinds["blocks.0.up.weight"] == "MUON" and kinds["blocks.1.down.weight"] == "MUON"
+    want = reference([2] * fsdp_model.STEPS, kinds)
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
+    states = [r["memory"]["optimizer_state"] for r in ranks]
+    assert max(states) == min(states), states
+    assert all(r["memory"]["optimizer_state"] == r["memory"]["plan_optimizer_state"] for r in ranks)
+    assert all(r["state_dict_refused"] is None for r in ranks)
+
+
+def test_fsdp_x_tp_checkpoints_through_dcp_and_resumes_on_a_1d_mesh(coordinator, tmp_path):
+    """Saved by DCP after 3 steps on the 2x2 FSDP x TP mesh, loaded into
+    plain FSDP2 at W = 2 (other placements, other plan), 3 more steps: the
+    reference on the 2 data ranks throughout. The project's own format holds
+    one split dimension per tensor and refuses the tiled plan, naming a
+    tensor."""
+    ckpt = str(tmp_path / "ckpt")
+    flags = ("--steps", "3", "--save-at", "3", "--save-dir", ckpt)
+    code, log = torchrun(coordinator, "tp-save-dcp", 4, str(tmp_path / "w4"), "--tp", "2", *flags)
+    assert code == 0, log
+    code, log = torchrun(coordinator, "tp-load-dcp", 2, str(tmp_path / "w2"), "--resume-dir", ckpt)
+    assert code == 0, log
+    got, ranks = results(str(tmp_path / "w2"), 2)
+    want = reference([2] * fsdp_model.STEPS, ranks[0]["kinds"])
+    for name, value in want.items():
+        assert relative_error(got[name], value) <= 1e-5, name
+    flags = ("--steps", "1", "--save-at", "1", "--save-dir", str(tmp_path / "own"), "--format", "muonshard")
+    code, log = torchrun(coordinator, "tp-save-own", 4, str(tmp_path / "own-out"), "--tp", "2", *flags)
+    assert code != 0
+    assert "is tiled over a multi-dimensional tp mesh" in log and "torch.distributed.checkpoint" in log, log
+
+
+def test_an_fsdp_x_tp_plan_whose_tiles_disagree_is_refused_naming_the_parameter(coordinator, tmp_path):
+    code, log = torchrun(coordinator, "wrong-tiles", 4, str(tmp_path), "--tp", "2", "--wrong-tiles")
+    assert code != 0
+    assert "parameter 'blocks.0.down.weight' (placements" in log and "but the plan's tile for it is at" in log, log
+
+
 @pytest.mark.parametrize("fmt,layout", [("dcp", "fsdp"), ("muonshard", "fsdp"), ("dcp", "plain")])
 def test_a_checkpoint_saved_at_4_ranks_resumes_at_2(coordinator, tmp_path, fmt, layout):
     """Saved after 3 steps at W = 4 (DCP: get_state_dict + dcp.save; or
@@ -209,6 +265,45 @@ def test_a_plan_that_disagrees_with_the_placements_is_refused_naming_the_paramet
     code, log = torchrun(coordinator, "wrong-plan", 2, str(tmp_path), "--plan-column")
     assert code != 0
     assert "parameter 'blocks.0.down.weight' has placement S(1) (TP_ROW) but the plan splits it TP_COLUMN" in log, log
+
+
+@pytest.fixture
+def mesh2d():
+    """A 1 x 1 (dp_shard, tp) CPU DeviceMesh of this process."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.distributed.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    try:
+        yield init_device_mesh("cpu", (1, 1), mesh_dim_names=("dp_shard", "tp"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_fsdp_x_tp_placements_map_onto_mesh_splits_or_are_refused_naming_the_parameter(mesh2d):
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    def param(value, placements):
+        return torch.nn.Parameter(DTensor.from_local(value, mesh2d, placements))
+
+    colwise = param(torch.ones(8, 4), [_StridedShard(0, split_factor=2), Shard(0)])
+    assert dtensor.mesh_splits("up", colwise, mesh2d) == ["TP_COLUMN", "TP_COLUMN"]
+    tile = param(torch.ones(8, 4), [Shard(0), Shard(1)])
+    assert dtensor.mesh_splits("down", tile, mesh2d) == ["TP_COLUMN", "TP_ROW"]
+    norm = param(torch.ones(8), [Shard(0), Replicate()])
+    assert dtensor.mesh_splits("norm", norm, mesh2d) == ["TP_COLUMN", "TP_REPLICATED"]
+    with pytest.raises(ValueError, match=r"'p' has placements .*Partial|'p' has placements .*P"):
+        dtensor.mesh_splits("p", param(torch.ones(8, 4), [Shard(0), Partial()]), mesh2d)
+    with pytest.raises(ValueError, match=r"'stack' \(shape \(4, 8, 8\)\) is a 3-D tensor"):
+        dtensor.mesh_splits("stack", param(torch.ones(4, 8, 8), [Shard(0), Shard(1)]), mesh2d)
+    named = [("up", colwise), ("down", tile), ("norm", norm)]
+    assert dtensor.is_fsdp_tp(mesh2d, named)
+    assert mst.topology_of(named) == {"world_size": 1, "tp": 1, "tp_mesh": [1, 1]}
+    held = {"local_shape": (8, 4), "tile_offset": (0, 0)}
+    dtensor.check_tile_against_plan("down", tile, held, mesh2d, (1, 1))
+    with pytest.raises(ValueError, match=r"'down' is on an FSDP x TP DeviceMesh of shape \(1, 1\) but the plan's"):
+        dtensor.check_tile_against_plan("down", tile, held, mesh2d, (2, 2))
+    with pytest.raises(ValueError, match=r"'down' \(placements .*the plan's tile for it is at \(0, 0\) of shape"):
+        dtensor.check_tile_against_plan("down", tile, {"local_shape": (4, 4), "tile_offset": (0, 0)}, mesh2d, (1, 1))
 
 
 @pytest.fixture

@@ -36,6 +36,9 @@ struct HeldTensor {
   // tp is 1 otherwise.
   int tp = 1;
   int tp_rank = 0;
+  // The tp group as a mesh (planner::TpMeshOf); a tile's place there is
+  // planner::TpTileOf (NOTE [TP mesh tiles] in plan/tp_mesh.h).
+  std::vector<int> tp_mesh;
 
   int64_t numel() const { return element_end - element_begin; }
 };

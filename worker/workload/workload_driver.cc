@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/tp_mesh.h"
 
 namespace muonshard::worker {
 
@@ -13,7 +14,9 @@ namespace {
 
 // The held part's elements of `whole` (the whole tensor's values).
 void CutShard(const HeldTensor& h, absl::Span<const float> whole, absl::Span<float> out) {
-  const planner::TpShardRuns runs = planner::TpShardRunsOf(*h.spec, h.tp, h.tp_rank);
+  const planner::TpShardRuns runs =
+      h.tp_mesh.size() > 1 ? planner::RunsOfTile(h.spec->shape(), planner::TpTileOf(*h.spec, h.tp_mesh, h.tp_rank))
+                           : planner::TpShardRunsOf(*h.spec, h.tp, h.tp_rank);
   for (int64_t i = 0; i < h.numel(); ++i) out[i] = whole[runs.WholeIndex(h.element_begin + i)];
 }
 

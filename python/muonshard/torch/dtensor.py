@@ -29,6 +29,27 @@ already all-reduced over the replicas: redundant bytes, the same values. A
 step that skips it is not built yet; FSDP2's set_requires_all_reduce(False)
 is no way around it, as it keeps the gradients out of `.grad` until the
 all-reduce runs.)
+(FSDP x TP, torchtitan's 2-D mesh: init_device_mesh(.., (D, T),
+mesh_dim_names=("dp_shard", "tp")), parallelize_module over mesh["tp"],
+fully_shard over mesh["dp_shard"]. Parameters are DTensors on the 2-D mesh,
+or on its dp_shard submesh (those tensor parallelism left whole: read as
+Replicate() over tp), and every rank holds a different block of a TP
+weight: (_StridedShard(0), Shard(0)) rows t * D + d of D * T for a colwise
+one, (Shard(0), Shard(1)) a 2-D tile for a rowwise one, (Shard(0),
+Replicate()) half the rows for the rest. So the whole mesh is the tp group:
+one replica of tp = D * T with topology.tp_mesh = [D, T], each tensor split
+per mesh dimension (TensorSpec.tp_mesh_split: Shard(0) TP_COLUMN, Shard(1)
+of a matrix TP_ROW, Replicate() TP_REPLICATED), and the planner's one
+definition of the tile rank k holds (NOTE [TP mesh tiles] in
+plan/tp_mesh.h) is the block FSDP2 gives it: checked on every rank against
+compute_local_shape_and_global_offset, a ValueError naming the parameter
+where they differ. Newton-Schulz gathers each Muon matrix's tiles to its
+owner (balanced by the planner), which assembles them in place (ranks
+replicating a tile send it twice, equal), orthogonalises and scatters back;
+AdamW tensors update their tiles where they are. muonshard's own
+checkpoint format holds one split dimension per tensor and refuses such
+plans (UNIMPLEMENTED); DCP's get/set_optimizer_state_dict work. Refused:
+3-D tensors, Partial, per-block Newton-Schulz (ns_blocks) on tiled tensors.)
 The step does what the plan says: AdamW updates each rank's shard
 where it is (a group of one rank: no communication beyond FSDP2's own);
 each Muon matrix is gathered to the one rank the planner chose for it
@@ -45,12 +66,14 @@ shard; the plan's shards are even), a 3-D tensor sharded along another
 dimension or not planned as an expert stack (the planner's name rule:
 "experts." then a name), per-expert 2-D tensors ("experts.N.") beside such
 stacks (ep would give them whole to one rank), stacks on an HSDP mesh,
-DTensors on different meshes or beside plain tensors, a
-2-D mesh whose first dimension shards (FSDP x TP: not yet) or a larger mesh,
-or a parameter whose mesh or split disagrees with the plan.
+DTensors on different meshes (other than a 2-D mesh and its submeshes) or
+beside plain tensors, a mesh of more than 2 dimensions, or a parameter
+whose mesh, split or block disagrees with the plan.
 """
 
 from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 over TP's (not a Shard)
 
 # The plan's TpSplit of each split name (manifest_from_module's tp_split too).
 TP_SPLITS = {"column": "TP_COLUMN", "row": "TP_ROW", "replicated": "TP_REPLICATED"}
@@ -78,11 +101,27 @@ def local_grad(param):
     return grad.to_local()
 
 
+def _root(mesh):
+    """The mesh `mesh` was sliced from (itself when it was not)."""
+    root = mesh._get_root_mesh()
+    return mesh if root is None else root
+
+
+def placements_on(param, mesh):
+    """A DTensor parameter's placements on `mesh`: its own, or, on a submesh
+    of it (FSDP2's dp_shard submesh of an FSDP x TP mesh), its placement per
+    named dimension and Replicate() on the others."""
+    if param.device_mesh == mesh:
+        return tuple(param.placements)
+    by_name = dict(zip(param.device_mesh.mesh_dim_names, param.placements, strict=True))
+    return tuple(by_name.get(dim, Replicate()) for dim in mesh.mesh_dim_names)
+
+
 def mesh_of(named):
     """The DeviceMesh every parameter of `named` ((name, parameter) pairs) is
-    on, None when none is a DTensor. ValueError naming a parameter that is
-    not a DTensor beside ones that are, or is on another mesh, or on a mesh
-    other than a 1-D one or HSDP's 2-D (replicate, shard) one."""
+    on (the 2-D mesh when some are on its submeshes), None when none is a
+    DTensor. ValueError naming a parameter that is not a DTensor beside ones
+    that are, or is on another mesh, or on a mesh of more than 2 dimensions."""
     mesh = None
     first = None
     plain = None
@@ -90,9 +129,15 @@ def mesh_of(named):
         if not isinstance(param, DTensor):
             plain = plain or name
             continue
+        root = _root(param.device_mesh)
+        if root != param.device_mesh and (root.mesh_dim_names is None or root.ndim != 2):
+            raise ValueError(
+                "parameter %r is on a submesh %s of a %d-D DeviceMesh: muonshard takes a submesh of a 2-D "
+                "mesh with named dimensions only" % (name, param.device_mesh, root.ndim)
+            )
         if mesh is None:
-            mesh, first = param.device_mesh, name
-        elif param.device_mesh != mesh:
+            mesh, first = root, name
+        elif root != mesh:
             raise ValueError(
                 "parameter %r is on DeviceMesh %s but %r is on %s: every DTensor parameter must be on "
                 "one mesh" % (name, param.device_mesh, first, mesh)
@@ -107,16 +152,66 @@ def mesh_of(named):
     if mesh.ndim > 2:
         raise ValueError(
             "parameter %r is on a %d-D DeviceMesh %s: muonshard plans DTensor parameters on a 1-D mesh "
-            "(FSDP2) or a 2-D (replicate, shard) one (HSDP)" % (first, mesh.ndim, tuple(mesh.shape))
+            "(FSDP2), a 2-D (replicate, shard) one (HSDP) or (dp_shard, tp) one (FSDP x TP)"
+            % (first, mesh.ndim, tuple(mesh.shape))
         )
-    if mesh.ndim == 2:
+    if mesh.ndim == 2 and not is_fsdp_tp(mesh, named):
         for name, param in named:
-            if not isinstance(param.placements[0], Replicate):
+            if param.device_mesh != mesh:
                 raise ValueError(
-                    "parameter %r has placements %s on a 2-D mesh: muonshard takes HSDP's (Replicate(), "
-                    "shard) only; FSDP x TP meshes are not supported yet" % (name, param.placements)
+                    "parameter %r is on a submesh %s of an HSDP mesh: muonshard takes every HSDP parameter "
+                    "on the 2-D mesh" % (name, param.device_mesh)
                 )
     return mesh
+
+
+def is_fsdp_tp(mesh, named):
+    """Whether DTensor parameters `named` on mesh_of() `mesh` are FSDP x TP's:
+    a 2-D mesh whose first dimension shards some parameter (HSDP's
+    replicates every one)."""
+    if mesh is None or mesh.ndim != 2:
+        return False
+    return any(not isinstance(placements_on(param, mesh)[0], Replicate) for _, param in named)
+
+
+def mesh_splits(name, param, mesh):
+    """The plan's TpSplit per dimension of an FSDP x TP `mesh` of a DTensor
+    parameter (TensorSpec.tp_mesh_split; NOTE [Sharded parameters]):
+    Shard(0) (strided or not) TP_COLUMN, Shard(1) of a matrix TP_ROW,
+    Replicate() TP_REPLICATED. ValueError naming the parameter for another
+    placement, a tensor of more than 2 dimensions, or a dimension its mesh
+    ranks do not divide."""
+    placements = placements_on(param, mesh)
+    shape = tuple(param.shape)
+    splits, ranks = [], [1] * len(shape)
+    for m, placement in enumerate(placements):
+        if isinstance(placement, Replicate):
+            splits.append("TP_REPLICATED")
+            continue
+        if (
+            not isinstance(placement, (Shard, _StridedShard))
+            or placement.dim not in (0, 1)
+            or placement.dim >= len(shape)
+        ):
+            raise ValueError(
+                "parameter %r has placements %s on an FSDP x TP mesh: muonshard takes Shard(0), Shard(1) of a "
+                "matrix (each possibly strided) or Replicate() per mesh dimension" % (name, placements)
+            )
+        if len(shape) > 2:
+            raise ValueError(
+                "parameter %r (shape %s) is a %d-D tensor sharded on an FSDP x TP mesh: muonshard tiles 1-D "
+                "and 2-D tensors only there" % (name, shape, len(shape))
+            )
+        splits.append("TP_COLUMN" if placement.dim == 0 else "TP_ROW")
+        ranks[placement.dim] *= mesh.size(m)
+    for dim, n in enumerate(ranks):
+        if shape[dim] % n:
+            raise ValueError(
+                "parameter %r: dim %d (%d) is not divisible by the %d mesh ranks that shard it; FSDP2 pads, "
+                "muonshard's plan holds even tiles: pad the dimension to a multiple of %d"
+                % (name, dim, shape[dim], n, n)
+            )
+    return splits
 
 
 def shard_ranks(mesh):
@@ -128,6 +223,10 @@ def topology(mesh, named):
     """The plan topology of DTensor parameters `named` on mesh_of() mesh: world
     size, tp (HSDP's replicas are the rest) and, with expert stacks sharded
     along their experts, ep."""
+    if is_fsdp_tp(mesh, named):
+        for name, param in named:
+            mesh_splits(name, param, mesh)  # ValueError naming what cannot be tiled
+        return {"world_size": mesh.size(), "tp": mesh.size(), "tp_mesh": [int(d) for d in mesh.shape]}
     out = {"world_size": mesh.size(), "tp": shard_ranks(mesh)}
     stacks = [name for name, param in named if is_expert_shard(param)]
     if stacks and shard_ranks(mesh) > 1:
@@ -214,6 +313,28 @@ def check_against_plan(name, param, held, tp):
     if local != tuple(int(d) for d in held["local_shape"]):
         raise ValueError(
             "parameter %r: this rank's shard is %s but the plan's is %s" % (name, local, tuple(held["local_shape"]))
+        )
+
+
+def check_tile_against_plan(name, param, held, mesh, tp_mesh):
+    """ValueError naming `param` (on FSDP x TP `mesh`) when the plan's tp mesh
+    is not the mesh's shape, or the block this rank holds (its global offset
+    and local shape, as DTensor computes them) is not the plan's tile for it
+    (held: a dict of RankSession.held())."""
+    if tuple(tp_mesh) != tuple(mesh.shape):
+        raise ValueError(
+            "parameter %r is on an FSDP x TP DeviceMesh of shape %s but the plan's tp mesh is %s (plan it with "
+            "topology_of(module))" % (name, tuple(mesh.shape), tuple(tp_mesh))
+        )
+    local, offset = compute_local_shape_and_global_offset(param.shape, param.device_mesh, param.placements)
+    planned_shape = tuple(int(d) for d in held["local_shape"])
+    planned_offset = tuple(int(d) for d in held.get("tile_offset", (0,) * len(planned_shape)))
+    real = (tuple(offset), tuple(local))
+    if real != (planned_offset, planned_shape) or tuple(param.to_local().shape) != planned_shape:
+        raise ValueError(
+            "parameter %r (placements %s): this rank holds the block at %s of shape %s, but the plan's tile for "
+            "it is at %s of shape %s: build the manifest from the sharded module (manifest_from_module)"
+            % (name, tuple(param.placements), real[0], real[1], planned_offset, planned_shape)
         )
 
 

@@ -96,6 +96,7 @@ def manifest_from_module(
     use_muon = use_muon_of(groups)
     named = [pair for g in groups for pair in g.named]
     mesh = dtensor.mesh_of(named)
+    tiles = None  # FSDP x TP: {name: tp_mesh_split}
     if mesh is not None:
         if tp != 1 or tp_split is not None or shards:
             raise ValueError(
@@ -105,6 +106,8 @@ def manifest_from_module(
         by_name = dict(named)
         tp, shards = dtensor.shard_ranks(mesh), False
         tp_split = lambda n: _placement_split(n, by_name[n])  # noqa: E731
+        if dtensor.is_fsdp_tp(mesh, named):
+            tiles = {n: dtensor.mesh_splits(n, p, mesh) for n, p in named}
     tensors = []
     for pname, param in named:
         if requires_grad_only and not param.requires_grad:
@@ -122,7 +125,10 @@ def manifest_from_module(
     if not tensors:
         raise ValueError("module %r has no trainable parameters" % name)
     manifest = {"model": name, "tensors": tensors}
-    if tp > 1:
+    if tiles is not None:  # split per mesh dimension (topology_of gives the mesh)
+        for spec in tensors:
+            spec["tpMeshSplit"] = tiles[spec["name"]]
+    elif tp > 1:
         manifest = _mark_tensor_parallel(manifest, tp, tp_split, tp_experts, shards)
     if ns_blocks is not None:
         _set_ns_blocks(manifest["tensors"], ns_blocks)
@@ -236,7 +242,8 @@ def _placement_split(name, param):
 def topology_of(model):
     """The plan's topology for `model` (what ShardedMuonAdamW will find):
     {"world_size": W, "tp": S} for DTensor parameters on a mesh of S ranks,
-    or of R x S (HSDP: W = R * S; NOTE [Sharded parameters]), with "ep": S
+    or of R x S (HSDP: W = R * S; NOTE [Sharded parameters]), {"world_size":
+    W, "tp": W, "tp_mesh": [D, T]} on an FSDP x TP mesh of D x T, with "ep": S
     when expert stacks are sharded along their experts, else {} (give
     world_size yourself). For
     `Coordinator.submit(manifest, **topology_of(model))`."""

@@ -408,6 +408,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 "checkpoint there, and a rank's replacement process must start from the same one"
             )
         self._mesh = dtensor.mesh_of(named)  # NOTE [Sharded parameters]; ValueError for mixed ones
+        self._fsdp_tp = dtensor.is_fsdp_tp(self._mesh, named)
         if self._mesh is not None and overlap_backward:
             raise ValueError(
                 "overlap_backward with DTensor parameters: FSDP2 writes each .grad after its own "
@@ -594,7 +595,14 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                     "rank %d of plan version %d (model %s) holds tensor %r, which is not a parameter "
                     "of the module" % (info["rank"], info["plan_version"], info["model"], name)
                 )
-            if self._mesh is not None:
+            if self._fsdp_tp:
+                dtensor.check_tile_against_plan(name, param, h, self._mesh, info["tp_mesh"])
+            elif self._mesh is not None:
+                if len(info["tp_mesh"]) > 1:
+                    raise ValueError(
+                        "parameter %r is on a DeviceMesh %s that is no FSDP x TP mesh, but the plan's tp mesh is "
+                        "%s (plan it with topology_of(module))" % (name, param.device_mesh, tuple(info["tp_mesh"]))
+                    )
                 dtensor.check_against_plan(name, param, h, info["tp"])
             else:
                 _check_plain_shape(name, param, h, info)
@@ -827,7 +835,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         """Whether state_dict() has NOTE [DCP state]'s shape here; ValueError
         where it cannot say the plan's split."""
         if self._mesh is not None:
-            if self._mesh.ndim > 1:
+            if self._mesh.ndim > 1 and not self._fsdp_tp:
                 raise ValueError(
                     "HSDP: the optimizer state is sharded over the replicas as well, which a DTensor of "
                     "the parameters' placements cannot say; use save_checkpoint / load_checkpoint "

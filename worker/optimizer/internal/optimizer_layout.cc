@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/tp_mesh.h"
 #include "worker/optimizer/internal/bucket_split.h"
 
 namespace muonshard::worker::internal {
@@ -55,6 +56,7 @@ void OptimizerLayout::IndexHeldAndOwned() {
     if (planner::IsTpSplit(Spec(p))) {
       h.tp = view_.topology().tp();
       h.tp_rank = view_.rank().tp_rank();
+      h.tp_mesh = planner::TpMeshOf(view_.topology());
     }
     held_.push_back(h);
   }

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "plan/model.h"
 #include "plan/plan_stats.h"
+#include "plan/tp_mesh.h"
 #include "worker/optimizer/internal/ns_block_spec.h"
 #include "worker/optimizer/internal/typed_buffer.h"
 #include "worker/optimizer/optimizer_config.h"
@@ -365,6 +366,7 @@ class LayoutBuilder {
       }
       tp.ns_rank = o.ns_tp_rank();
     }
+    if (t.tp_mesh_split_size() > 0) return TpMeshLayoutOf(t, shard, what, tp);
     const int dim = planner::TpSplitDim(t.shape_size(), t.layout(), t.tp_split()) - (t.shape_size() - 2);
     if (dim < 0 || dim > 1) return Invalid(absl::StrCat(what, ": the TP split is not on a matrix dimension"));
     tp.dim = dim;
@@ -372,6 +374,27 @@ class LayoutBuilder {
     tp.cols = dim == 1 ? shard.cols * tp_size : shard.cols;
     const int64_t whole[2] = {tp.rows, tp.cols};
     for (int r = 0; r < tp_size; ++r) tp.all_runs.push_back(planner::TpShardRunsOf(whole, dim, tp_size, r));
+    return tp;
+  }
+
+  // A matrix tiled over a tp mesh (NOTE [TP mesh tiles] in plan/tp_mesh.h):
+  // every TP rank's tile of it, from the plan's one definition. Tiles of
+  // ranks that replicate one are the same block (gathered twice, equal).
+  absl::StatusOr<TpMuonLayout> TpMeshLayoutOf(const v1::PlannedTensor& t, const kernels::MatrixBatchShape& shard,
+                                              absl::string_view what, TpMuonLayout tp) const {
+    if (t.shape_size() != 2 || shard.batch != 1) {
+      return Invalid(absl::StrCat(what, ": a tp mesh tile of a tensor that is not one 2-D matrix"));
+    }
+    const int tp_size = view_.topology().tp();
+    tp.rows = t.shape(0);
+    tp.cols = t.shape(1);
+    for (int r = 0; r < tp_size; ++r) {
+      const planner::TpTile tile = planner::TpTileOf(t, view_.topology(), r);
+      if (tile.shape[0] != shard.rows || tile.shape[1] != shard.cols) {
+        return Invalid(absl::StrCat(what, ": tp rank ", r, "'s tile is not the shard's shape"));
+      }
+      tp.all_runs.push_back(planner::RunsOfTile(t.shape(), tile));
+    }
     return tp;
   }
 
