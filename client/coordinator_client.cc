@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "client/coordinator_channel.h"
 #include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "common/tls_pem.h"
@@ -165,6 +166,35 @@ void ConnectionOptions::Register(FlagSet& flags) {
   flags.Double("timeout", &timeout_s, "seconds before a call fails with DEADLINE_EXCEEDED");
 }
 
+grpc::ChannelArguments CoordinatorChannelArguments(const ConnectionOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);  // whole plans can be large
+  // Watch streams idle for long; ping within the server's allowance (5 s).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // A restarted coordinator must be found again within a heartbeat period
+  // or two (NOTE [Adoption]): gRPC's reconnect backoff would otherwise grow
+  // to tens of seconds while it is down. MIN is also the shortest connect
+  // attempt: one to an address nobody holds any more is given up quickly.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kCoordinatorReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kCoordinatorReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kCoordinatorMaxReconnectBackoffMs);
+  // ... and it may come back at another address under the same name: a
+  // restarted container gets a new IP (podman, Docker; a rescheduled pod
+  // behind a headless service). gRPC re-resolves the name when the
+  // connection fails, but by default not sooner than 30 s after the last
+  // resolution, and dials the old address until then. A worker whose last
+  // resolution was recent (a process restarted shortly before the
+  // coordinator, or one that resolved while the coordinator was stopping)
+  // came back after the adoption grace (two heartbeat timeouts) had moved
+  // the generation. Once a second bounds that wait by the DNS answer's own
+  // delay; resolutions happen only on connection failures, not per call.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, kCoordinatorDnsMinTimeBetweenResolutionsMs);
+  if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel, std::string authorization,
                                      absl::Duration timeout)
     : channel_(std::move(channel)),
@@ -183,19 +213,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(co
     if (!token.ok()) return token.status();
     authorization = absl::StrCat("Bearer ", absl::StripAsciiWhitespace(*token));
   }
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);  // whole plans can be large
-  // Watch streams idle for long; ping within the server's allowance (5 s).
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 20'000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10'000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // A restarted coordinator must be found again within a heartbeat period
-  // or two (NOTE [Adoption]): gRPC's reconnect backoff would otherwise grow
-  // to tens of seconds while it is down.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  if (options.dedicated_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  grpc::ChannelArguments args = CoordinatorChannelArguments(options);
   const std::string target = WithDefaultPort(options.coordinator);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<NameTargetInterceptorFactory>(target));

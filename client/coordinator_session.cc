@@ -1,6 +1,7 @@
 #include "client/coordinator_session.h"
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -52,9 +53,32 @@ JoinedJob ToJoinedJob(const std::string& job, uint64_t incarnation, const v1::Jo
   return joined;
 }
 
-absl::StatusOr<v1::JoinJobResponse> JoinOnce(CoordinatorClient& client, const v1::JoinJobRequest& request) {
-  v1::JoinJobResponse response;
+// A heartbeat's (or adoption's) context: the client's deadline, cut to
+// `bound` from now. A heartbeat sent while the coordinator stops can stay
+// unanswered until its deadline (the client's --timeout, 30 s) although the
+// channel reaches the restarted coordinator at once; it held the heartbeat
+// thread past the adoption grace (two heartbeat timeouts), so the rank was
+// declared lost (the container stack test, worker crash then coordinator
+// restart). An answer later than a period is of no use anyway: the next
+// heartbeat is due.
+std::unique_ptr<grpc::ClientContext> BoundedContext(CoordinatorClient& client, std::optional<absl::Duration> bound) {
   std::unique_ptr<grpc::ClientContext> ctx = client.NewContext();
+  if (bound.has_value()) {
+    const absl::Time until = absl::Now() + *bound;
+    if (absl::FromChrono(ctx->deadline()) > until) ctx->set_deadline(absl::ToChronoTime(until));
+  }
+  return ctx;
+}
+
+// Deadline of a heartbeat or adoption RPC: the heartbeat period, at least a
+// second (short test periods must not turn slow answers on a loaded machine
+// into failures).
+absl::Duration HeartbeatRpcBound(absl::Duration period) { return std::max(period, absl::Seconds(1)); }
+
+absl::StatusOr<v1::JoinJobResponse> JoinOnce(CoordinatorClient& client, const v1::JoinJobRequest& request,
+                                             std::optional<absl::Duration> bound = std::nullopt) {
+  v1::JoinJobResponse response;
+  std::unique_ptr<grpc::ClientContext> ctx = BoundedContext(client, bound);
   absl::Status s = FromGrpcStatus(client.stub().JoinJob(ctx.get(), request, &response));
   if (!s.ok()) return s;
   return response;
@@ -156,7 +180,7 @@ absl::Status CoordinatorSession::SendHeartbeat() {
   request.set_generation(joined_.generation);
   request.set_incarnation(joined_.incarnation);
   v1::HeartbeatResponse response;
-  std::unique_ptr<grpc::ClientContext> ctx = client_->NewContext();
+  std::unique_ptr<grpc::ClientContext> ctx = BoundedContext(*client_, HeartbeatRpcBound(period_));
   return FromGrpcStatus(client_->stub().Heartbeat(ctx.get(), request, &response));
 }
 
@@ -169,7 +193,7 @@ absl::Status CoordinatorSession::Adopt() {
   request.set_rank(joined_.rank);
   request.set_plan_version(joined_.plan_version);
   request.set_adopt_generation(joined_.generation);
-  absl::StatusOr<v1::JoinJobResponse> response = JoinOnce(*client_, request);
+  absl::StatusOr<v1::JoinJobResponse> response = JoinOnce(*client_, request, HeartbeatRpcBound(period_));
   if (!response.ok()) return response.status();
   absl::MutexLock lock(&mu_);
   ++adoptions_;
