@@ -11,21 +11,36 @@ with podman (ctest label `containers`).
    do (`up -d` of the coordinator with its SQLite volume, the plan
    submission, the 4 CPU workers and Prometheus; Grafana's image is not
    built here). Only these settings differ, through docker-compose.yml's own
-   variables: free loopback host ports, MUONSHARD_DEMO_STEPS and
-   MUONSHARD_DEMO_CHECKPOINT_EVERY; and tests/deploy/compose.containers.yml
+   variables: free loopback host ports, MUONSHARD_DEMO_STEPS,
+   MUONSHARD_DEMO_CHECKPOINT_EVERY, MUONSHARD_DEMO_REDUCE_ORDER (rank) and
+   MUONSHARD_DEMO_DUMP_PARAMS; and tests/deploy/compose.containers.yml
    names the Prometheus image built in step 1.
 3. Checks, with bounded waits: every scrape target is up and every rank
    steps; Prometheus's HTTP API returns the per-rank imbalance
    (muonshard_worker_plan_memory_imbalance_ratio) and step-phase
    (muonshard_worker_step_seconds) series of every rank; the coordinator
-   container restarted (`podman restart`) with its volume adopts the running
-   job (the same generation, all 4 ranks back, "adopted" in its log, steps
-   go on); then, after a checkpoint, a worker container's process killed
-   with SIGKILL is restarted by the restart policy and the job recovers by
-   itself (the survivors re-form the group, --max-restarts, and every rank
-   restores the checkpoint); training finishes on every rank;
-   `docker-compose down -v` leaves no container, volume or network of the
-   project and frees the ports.
+   container restarted (`podman restart`, which gives it another address
+   under its name) with its volume adopts the running job (the same
+   generation, all 4 ranks back, "adopted" in its log, steps go on); then,
+   after a checkpoint, a worker container's process killed with SIGKILL is
+   restarted by the restart policy and the job recovers by itself (the
+   survivors re-form the group, --max-restarts, and every rank restores the
+   checkpoint) (MUONSHARD_CONTAINERS_FAULT_ORDER=crash-first: the other
+   order); training finishes on every rank, and its final
+   fp32 parameters (rank 0's --dump-params, in the checkpoint volume) equal
+   those of the unsharded reference run of the same steps
+   (`muonshard-worker --reference` on the host against the stack's
+   coordinator, then `muonshard-compare-params --rtol 1e-5`, the demo's
+   bound; the log says whether they are bit-identical, which the rank-order
+   reduction and an exact recovery make them); `docker-compose down -v`
+   leaves no container, volume or network of the project and frees the
+   ports.
+
+The workers sum gradients in rank order (MUONSHARD_DEMO_REDUCE_ORDER=rank,
+as scripts/demo.sh and the fault-tolerance tests do): with Gloo's ring order
+the regression workload's bf16 forward pass amplifies last-ulp summation
+differences step after step (NOTE [Process tolerance] in
+tests/worker/worker_process_test.cc), so no tolerance would be justified.
 
 Limits of THIS TEST ENVIRONMENT (nothing a user deploys depends on them):
 - OCI runtimes here may not set rlimits ("setrlimit RLIMIT_NOFILE: Operation
@@ -70,6 +85,14 @@ SERVICES = ["coordinator", "submit-plan"] + [f"worker-{r}" for r in range(WORLD)
 # About 1 step/s on a busy 2-core machine.
 STEPS = int(os.environ.get("MUONSHARD_CONTAINERS_STEPS", "150"))
 CHECKPOINT_EVERY = int(os.environ.get("MUONSHARD_CONTAINERS_CHECKPOINT_EVERY", "20"))
+# Rank 0's merged dump of the final fp32 parameters, in the workers' shared
+# checkpoint volume (every rank writes its part file next to it).
+DUMP_IN_CONTAINER = "/var/lib/muonshard/checkpoints/final-params.safetensors"
+# The demo's bound (scripts/demo.sh): max |a - e| / max |e| per tensor.
+RTOL = "1e-5"
+# restart-first (default): coordinator restart, then worker crash;
+# crash-first: the other way round (see run_stack).
+FAULT_ORDER = os.environ.get("MUONSHARD_CONTAINERS_FAULT_ORDER", "restart-first")
 T0 = time.monotonic()
 
 
@@ -97,11 +120,14 @@ class Stack:
             COMPOSE_PROJECT_NAME=self.project,
             MUONSHARD_DEMO_STEPS=str(STEPS),
             MUONSHARD_DEMO_CHECKPOINT_EVERY=str(CHECKPOINT_EVERY),
+            MUONSHARD_DEMO_REDUCE_ORDER="rank",
+            MUONSHARD_DEMO_DUMP_PARAMS=DUMP_IN_CONTAINER,
             **{k: str(v) for k, v in self.ports.items()},
         )
         self.env.pop("COMPOSE_FILE", None)
         self.stop_pump = threading.Event()
         self.pump = None
+        self.reference = None  # the unsharded reference run (Popen)
         self.prom = f"http://127.0.0.1:{self.ports['MUONSHARD_PROMETHEUS_PORT']}"
         self.coord = f"127.0.0.1:{self.ports['MUONSHARD_COORDINATOR_PORT']}"
 
@@ -200,8 +226,31 @@ class Stack:
             raise RuntimeError(f"muonshardctl workers: {r.stderr.strip()}")
         return json.loads(r.stdout)
 
+    def start_reference(self):
+        """The same training unsharded in one host process (plain Muon +
+        AdamW; the plan fetched from the stack's coordinator once, at its
+        start), in the background while the stack trains: its dump is
+        scratch/reference.safetensors. The same workload, steps, lr and seed
+        as the compose workers (their defaults)."""
+        self.reference_dump = os.path.join(self.scratch, "reference.safetensors")
+        self.reference_log = os.path.join(self.scratch, "reference.log")
+        argv = [os.path.join(dc.bin_dir(), "muonshard-worker"), "--reference", "--coordinator", self.coord]
+        argv += ["--plan-version", "latest", "--workload", "regression", "--steps", str(STEPS)]
+        # One BLAS thread: less contention on a small machine (the result does
+        # not depend on it: the demo's workers and reference differ in it too).
+        argv += ["--blas-threads", "1", "--log-every", "25", "--dump-params", self.reference_dump]
+        self.reference = subprocess.Popen(
+            argv,
+            stdout=open(self.reference_log, "w"),
+            stderr=subprocess.STDOUT,
+            preexec_fn=dc._die_with_parent,
+        )
+
     def close(self):
         self.stop_pump.set()
+        if self.reference is not None and self.reference.poll() is None:
+            self.reference.kill()
+            self.reference.wait(timeout=10)
         if self.service is not None:
             try:
                 self.compose("down", "-v", "-t", "5", timeout=120)
@@ -358,6 +407,10 @@ def run_stack(c, stack, timings):
     )
     timings["up+first steps"] = time.monotonic() - t
     log(f"training: steps by rank {first}")
+    # The plan is the job's (one submission): the reference fetches it now,
+    # before the coordinator restart, and trains on its own meanwhile.
+    stack.start_reference()
+    log("reference run started (muonshard-worker --reference, in the background)")
 
     # Per-rank series through Prometheus's HTTP API.
     imb = wait_for(
@@ -384,23 +437,118 @@ def run_stack(c, stack, timings):
     c.check({"step", "reduce"} <= common, f"every rank has the step and reduce phases: {by_rank}")
     log(f"Prometheus: imbalance {[s['value'][1] for s in imb]}, phases {sorted(common)}")
 
-    # ------------------------------------------------ coordinator restart
+    # ------------------------------------------------ faults
+    # MUONSHARD_CONTAINERS_FAULT_ORDER=crash-first puts the worker crash
+    # before the coordinator restart: the order in which a rank once missed
+    # the adoption grace (docs/deploy.md: a stuck heartbeat and gRPC's DNS
+    # re-resolution delay, both bounded in client/ since; it passed once).
+    if FAULT_ORDER == "crash-first":
+        crash_worker(c, stack, timings)
+        restart_coordinator(c, stack, timings)
+    else:
+        restart_coordinator(c, stack, timings)
+        crash_worker(c, stack, timings)
+
+    # ------------------------------------------------ the end of training
+    t = time.monotonic()
+    done = wait_for(
+        f"every rank finished {STEPS} steps",
+        lambda: (lambda logs: logs if all("trained " in text for text in logs.values()) else None)(
+            {r: stack.logs(f"worker-{r}", 40) for r in range(WORLD)}
+        ),
+        timeout=max(240, 3 * STEPS),
+        interval=3,
+    )
+    rank0 = done[0]
+    c.check(f"{STEPS}/{STEPS}" in rank0 or re.search(rf"\bstep {STEPS}\b", rank0), f"rank 0 logged step {STEPS}")
+    timings["training to the end"] = time.monotonic() - t
+    for r in range(WORLD):
+        info = stack.inspect(stack.container(f"worker-{r}"))
+        c.check(info["State"]["Running"], f"worker-{r} lingers (serves /metrics) after training")
+    log("training finished on every rank")
+
+    # ------------------------------------------------ equal to the reference
+    t = time.monotonic()
+    wrote = wait_for(
+        "rank 0's merged parameter dump",
+        lambda: re.search(
+            r"wrote (\d+) tensors \(fp32 masters\) to " + re.escape(DUMP_IN_CONTAINER), stack.logs("worker-0")
+        ),
+        timeout=60,
+    )
+    mount = stack.pod(
+        "volume", "inspect", f"{stack.project}_worker-checkpoints", "--format", "{{.Mountpoint}}", check=True
+    ).stdout.strip()
+    actual = os.path.join(mount, os.path.basename(DUMP_IN_CONTAINER))
+    c.check(os.path.isfile(actual), f"the dump is in the checkpoint volume: {actual}")
+    try:
+        rc = stack.reference.wait(timeout=max(120, 4 * STEPS))
+    except subprocess.TimeoutExpired:
+        rc = None
+    with open(stack.reference_log) as f:
+        ref_log = f.read()
+    c.check(rc == 0, f"the reference run finished (exit {rc}): {ref_log.strip()[-800:]}")
+    if rc == 0:
+        r = dc.run(
+            [os.path.join(dc.bin_dir(), "muonshard-compare-params"), actual, stack.reference_dump, "--rtol", RTOL],
+            timeout=120,
+        )
+        summary = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr.strip()
+        c.check(
+            r.returncode == 0,
+            f"the containers' final parameters ({wrote.group(1)} tensors) equal the unsharded reference within "
+            f"rtol {RTOL}: {r.stdout.strip()[-1500:]} {r.stderr.strip()[-500:]}",
+        )
+        log(f"compare with the reference: {summary}")
+    timings["reference + compare (after training)"] = time.monotonic() - t
+
+    # ------------------------------------------------ down
+    t = time.monotonic()
+    r = stack.compose("down", "-v", "-t", "10", timeout=180)
+    c.check(r.returncode == 0, f"docker-compose down -v: {r.stderr.strip()[-800:]}")
+    left = stack.containers()
+    c.check(not left, f"no container of the project left: {left}")
+    vols = stack.pod(
+        "volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={stack.project}"
+    ).stdout.split()
+    c.check(not vols, f"no volume of the project left: {vols}")
+    nets = stack.pod("network", "ls", "--format", "{{.Name}}").stdout.split()
+    c.check(f"{stack.project}_default" not in nets, f"the project's network is gone: {nets}")
+    for k, port in stack.ports.items():
+        with socket.socket() as s:
+            s.settimeout(1)
+            c.check(s.connect_ex(("127.0.0.1", port)) != 0, f"nothing listens on {k} {port} after down")
+    timings["down"] = time.monotonic() - t
+
+
+def restart_coordinator(c, stack, timings):
+    """`podman restart` of the coordinator container: the job is adopted at
+    its generation (every rank re-registers within the adoption grace, two
+    heartbeat timeouts) and training goes on."""
     t = time.monotonic()
     if any("trained " in stack.logs(f"worker-{r}", 5) for r in range(WORLD)):
         raise RuntimeError(f"training ended before the coordinator restart: raise MUONSHARD_CONTAINERS_STEPS ({STEPS})")
     before = wait_for("muonshardctl workers (before the restart)", stack.workers, timeout=60)
     gen_before = job_generation(before)
     coord = stack.container("coordinator")
-    coord_id_before = stack.inspect(coord)["Id"]
+    info = stack.inspect(coord)
+    coord_id_before = info["Id"]
+    ip_before = container_ips(info)
     r = stack.pod("restart", "-t", "10", coord, timeout=60)
     c.check(r.returncode == 0, f"podman restart {coord}: {r.stderr.strip()}")
     wait_for("the restarted coordinator healthy", lambda: stack.ctl("health", "--timeout", "3").returncode == 0, 60)
-    c.check(stack.inspect(coord)["Id"] == coord_id_before, "the coordinator restarted in place (its volume kept)")
+    healthy = time.monotonic()
+    info = stack.inspect(coord)
+    c.check(info["Id"] == coord_id_before, "the coordinator restarted in place (its volume kept)")
+    # podman gives the restarted container another address under the same
+    # name: the workers must re-resolve it (client/coordinator_channel.h).
+    log(f"coordinator address {ip_before} before the restart, {container_ips(info)} after")
     after = wait_for(
         "all 4 ranks re-registered with the restarted coordinator",
         lambda: (lambda w: w if len(alive_ranks(w)) == WORLD else None)(stack.workers()),
         timeout=60,
     )
+    log(f"all {WORLD} ranks re-registered {time.monotonic() - healthy:.1f} s after the coordinator was healthy")
     c.check(
         job_generation(after) == gen_before,
         f"the job adopted at its generation {gen_before} (now {job_generation(after)})",
@@ -418,7 +566,10 @@ def run_stack(c, stack, timings):
     timings["coordinator restart"] = time.monotonic() - t
     log(f"coordinator restarted: job adopted at generation {gen_before}")
 
-    # ------------------------------------------------ worker crash
+
+def crash_worker(c, stack, timings):
+    """After a checkpoint, worker-2's process SIGKILLed: its restart policy
+    restarts it, the group re-forms and resumes from the checkpoint."""
     t = time.monotonic()
     victim = stack.container("worker-2")
     info = stack.inspect(victim)
@@ -459,41 +610,11 @@ def run_stack(c, stack, timings):
     timings["worker crash + recovery"] = time.monotonic() - t
     log(f"{victim} restarted and the job recovered")
 
-    # ------------------------------------------------ the end of training
-    t = time.monotonic()
-    done = wait_for(
-        f"every rank finished {STEPS} steps",
-        lambda: (lambda logs: logs if all("trained " in text for text in logs.values()) else None)(
-            {r: stack.logs(f"worker-{r}", 40) for r in range(WORLD)}
-        ),
-        timeout=max(240, 3 * STEPS),
-        interval=3,
-    )
-    rank0 = done[0]
-    c.check(f"{STEPS}/{STEPS}" in rank0 or re.search(rf"\bstep {STEPS}\b", rank0), f"rank 0 logged step {STEPS}")
-    timings["training to the end"] = time.monotonic() - t
-    for r in range(WORLD):
-        info = stack.inspect(stack.container(f"worker-{r}"))
-        c.check(info["State"]["Running"], f"worker-{r} lingers (serves /metrics) after training")
-    log("training finished on every rank")
 
-    # ------------------------------------------------ down
-    t = time.monotonic()
-    r = stack.compose("down", "-v", "-t", "10", timeout=180)
-    c.check(r.returncode == 0, f"docker-compose down -v: {r.stderr.strip()[-800:]}")
-    left = stack.containers()
-    c.check(not left, f"no container of the project left: {left}")
-    vols = stack.pod(
-        "volume", "ls", "-q", "--filter", f"label=com.docker.compose.project={stack.project}"
-    ).stdout.split()
-    c.check(not vols, f"no volume of the project left: {vols}")
-    nets = stack.pod("network", "ls", "--format", "{{.Name}}").stdout.split()
-    c.check(f"{stack.project}_default" not in nets, f"the project's network is gone: {nets}")
-    for k, port in stack.ports.items():
-        with socket.socket() as s:
-            s.settimeout(1)
-            c.check(s.connect_ex(("127.0.0.1", port)) != 0, f"nothing listens on {k} {port} after down")
-    timings["down"] = time.monotonic() - t
+def container_ips(info):
+    """The container's addresses on its networks (from podman inspect)."""
+    nets = (info.get("NetworkSettings") or {}).get("Networks") or {}
+    return sorted(n.get("IPAddress", "") for n in nets.values())
 
 
 def _jobs(workers_json):
