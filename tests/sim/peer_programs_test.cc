@@ -15,6 +15,7 @@
 #include "sim/plan_program.h"
 #include "sim/simulator.h"
 #include "sim/step_program.h"
+#include "tests/sim/tp_decoder_manifest.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -47,26 +48,10 @@ v1::Plan Tiny(v1::Policy policy = v1::BALANCED) {
 constexpr int64_t kGradBytes = (8192 + 64) * 4;
 constexpr int64_t kParamBytes = (8192 + 64) * 2;
 
-// The dense decoder of simulate_step_test (q/up column, o/down row, a
-// replicated mixer per layer) on 4 ranks, tp 2.
+// TpDecoderManifest (q/up column, o/down row, a replicated mixer per layer)
+// on 4 ranks, tp 2.
 v1::Plan TpPlan() {
-  ManifestBuilder b("tp");
-  b.Add("model.embed_tokens.weight", {512, 64});
-  for (int l = 0; l < 3; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    b.Add(p + "self_attn.q_proj.weight", {64, 64})
-        .Add(p + "self_attn.o_proj.weight", {64, 64})
-        .Add(p + "mlp.up_proj.weight", {128, 64})
-        .Add(p + "mlp.down_proj.weight", {64, 128})
-        .Add(p + "mlp.mixer.weight", {64, 64})
-        .Add(p + "input_layernorm.weight", {64});
-  }
-  v1::ModelManifest m = b.Build();
-  for (v1::TensorSpec& t : *m.mutable_tensors()) {
-    const std::string& n = t.name();
-    if (n.find("q_proj") != std::string::npos || n.find("up_proj") != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
-    if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos) t.set_tp_split(v1::TP_ROW);
-  }
+  v1::ModelManifest m = testing::TpDecoderManifest();
   v1::PlanRequest request = MakeRequest(m, 4, 1, 1, v1::BALANCED, 1);
   request.mutable_topology()->set_tp(2);
   request.mutable_policy()->set_tp_muon(v1::TP_MUON_DISTRIBUTED);

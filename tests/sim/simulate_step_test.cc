@@ -11,6 +11,7 @@
 #include "plan/planner.h"
 #include "sim/cluster.h"
 #include "sim/step_program.h"
+#include "tests/sim/tp_decoder_manifest.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -18,7 +19,6 @@ namespace muonshard::sim {
 namespace {
 
 using ::muonshard::testing::MakeRequest;
-using ::muonshard::testing::ManifestBuilder;
 using ::muonshard::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -38,26 +38,9 @@ v1::Plan MoePlan(int world, int ep) {
   return PlanOf(MakeRequest(testing::MoeManifest(2, 128, 64, 8, 1000), world, 1, ep, v1::BALANCED, 1));
 }
 
-// A dense decoder marked as Megatron splits it (q/k/v/gate/up column, o/down
-// row) with a replicated Muon matrix per layer.
+// TpDecoderManifest planned on `world` ranks with `tp` and `mode`.
 v1::Plan TpPlan(int world, int tp, v1::TpMuonMode mode) {
-  ManifestBuilder b("tp");
-  b.Add("model.embed_tokens.weight", {512, 64});
-  for (int l = 0; l < 3; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    b.Add(p + "self_attn.q_proj.weight", {64, 64})
-        .Add(p + "self_attn.o_proj.weight", {64, 64})
-        .Add(p + "mlp.up_proj.weight", {128, 64})
-        .Add(p + "mlp.down_proj.weight", {64, 128})
-        .Add(p + "mlp.mixer.weight", {64, 64})
-        .Add(p + "input_layernorm.weight", {64});
-  }
-  v1::ModelManifest m = b.Build();
-  for (v1::TensorSpec& t : *m.mutable_tensors()) {
-    const std::string& n = t.name();
-    if (n.find("q_proj") != std::string::npos || n.find("up_proj") != std::string::npos) t.set_tp_split(v1::TP_COLUMN);
-    if (n.find("o_proj") != std::string::npos || n.find("down_proj") != std::string::npos) t.set_tp_split(v1::TP_ROW);
-  }
+  v1::ModelManifest m = testing::TpDecoderManifest();
   v1::PlanRequest request = MakeRequest(m, world, 1, 1, v1::BALANCED, 1);
   request.mutable_topology()->set_tp(tp);
   request.mutable_policy()->set_tp_muon(mode);
