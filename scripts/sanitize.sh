@@ -107,12 +107,13 @@ build_tsan_abseil() {
 }
 
 # --- configure and build -----------------------------------------------------
+# -g1: line tables are all a report's stack needs; ~30% faster to compile than -g.
 t0=$(now)
 if [[ $mode == tsan ]]; then build_tsan_abseil; fi
 if [[ ! -f $BUILD_DIR/build.ninja ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DMUONSHARD_SANITIZE=$sanitizer -DMUONSHARD_PYTHON_PACKAGE=OFF \
     -DMUONSHARD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" >&2
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" >&2
 fi
 # shellcheck disable=SC2086  # a list of targets
 targets=${SANITIZE_TESTS:-${SANITIZE_TARGETS:-}}
