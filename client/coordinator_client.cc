@@ -175,10 +175,10 @@ grpc::ChannelArguments CoordinatorChannelArguments(const ConnectionOptions& opti
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // A restarted coordinator must be found again within a heartbeat period
   // or two (NOTE [Adoption]): gRPC's reconnect backoff would otherwise grow
-  // to tens of seconds while it is down. MIN is also the shortest connect
-  // attempt: one to an address nobody holds any more is given up quickly.
+  // to tens of seconds while it is down. MIN is gRPC's connect timeout (see
+  // kCoordinatorConnectTimeoutMs), not a backoff.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kCoordinatorReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kCoordinatorReconnectBackoffMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kCoordinatorConnectTimeoutMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kCoordinatorMaxReconnectBackoffMs);
   // ... and it may come back at another address under the same name: a
   // restarted container gets a new IP (podman, Docker; a rescheduled pod
