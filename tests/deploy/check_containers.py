@@ -83,7 +83,7 @@ SERVICES = ["coordinator", "submit-plan"] + [f"worker-{r}" for r in range(WORLD)
 # Long enough for the coordinator restart and the worker kill to land while
 # training runs; checkpoints along the way for the killed rank to resume from.
 # About 1 step/s on a busy 2-core machine.
-STEPS = int(os.environ.get("MUONSHARD_CONTAINERS_STEPS", "150"))
+STEPS = int(os.environ.get("MUONSHARD_CONTAINERS_STEPS", "100"))
 CHECKPOINT_EVERY = int(os.environ.get("MUONSHARD_CONTAINERS_CHECKPOINT_EVERY", "20"))
 # Rank 0's merged dump of the final fp32 parameters, in the workers' shared
 # checkpoint volume (every rank writes its part file next to it).
