@@ -92,7 +92,7 @@ class ExcludeMatcher {
   // For each byte, the literals whose first character it is (lower case), so
   // one pass over a name tests every literal at the positions that matter.
   std::vector<std::vector<int>> by_first_char_;
-  std::shared_ptr<const re2::RE2> regex_;  // Defined in model.cc: no re2 in this header.
+  std::shared_ptr<const re2::RE2> regex_;  // Defined in name_scanner.cc: no re2 in this header.
   bool digit_free_ = true;
 };
 
