@@ -69,21 +69,6 @@ struct BalancedOptions {
 std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
                                              const BalancedOptions& options);
 
-// Water-filling of one group's AdamW buffers. `bucket_numels` are the group's
-// buckets (elements, each a multiple of its `bucket_align` elements);
-// `bucket_state_bytes` their optimizer-state bytes per element
-// (AdamwStateBytesPerElem of the bucket's dtype); `base_bytes[i]` the
-// optimizer-state bytes group rank i already holds. Finds the level L with
-// sum_i max(0, L - base_i) = the buckets' state bytes and cuts the
-// concatenated buffers into contiguous per-rank ranges of those bytes, at
-// aligned positions. Returns each bucket's shard offsets (group size + 1);
-// adds what it assigns to `base_bytes`.
-std::vector<ShardOffsets> WaterFill(const std::vector<int64_t>& bucket_numels, const std::vector<int64_t>& bucket_align,
-                                    const std::vector<int64_t>& bucket_state_bytes, std::vector<int64_t>& base_bytes);
-
-// The water level L with sum_i max(0, L - base_i) = water.
-double WaterLevel(const std::vector<int64_t>& base, double water);
-
 // The balanced objective of an assignment, max over stages of
 // max(max F / LB_F, max M / LB_M), with M after AdamW water-filling over the
 // stage (estimated as one pool) and LB = max(stage mean, largest matrix).

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/bucketing.h"
+#include "plan/water_fill.h"
 
 namespace muonshard::planner {
 

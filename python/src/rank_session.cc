@@ -47,6 +47,7 @@
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
 #include "python/src/session_options.h"
+#include "python/src/session_values.h"
 #include "python/src/status.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/step_trace.h"
@@ -56,127 +57,6 @@ namespace muonshard::python {
 namespace {
 
 namespace py = pybind11;
-using FloatArray = py::array_t<float, py::array::c_style>;
-
-// Gradients as spans of arrays the caller keeps alive for the step.
-class SpanGradients : public worker::GradientSource {
- public:
-  void Set(int tensor, absl::Span<const float> values) { spans_[tensor] = values; }
-  absl::StatusOr<absl::Span<const float>> PartGradient(int tensor) override {
-    auto it = spans_.find(tensor);
-    if (it == spans_.end()) return absl::NotFoundError(absl::StrCat("no gradient for plan tensor ", tensor));
-    return it->second;
-  }
-
- private:
-  absl::flat_hash_map<int, absl::Span<const float>> spans_;
-};
-
-// The numpy dtype an array over `dtype` elements uses: 16-bit floats other
-// than fp16 have no numpy type, so bf16 travels as int16 words (torch views
-// them as bfloat16).
-py::dtype NumpyDType(v1::DType dtype) {
-  switch (dtype) {
-    case v1::BF16:
-      return py::dtype("int16");
-    case v1::FP16:
-      return py::dtype("float16");
-    default:
-      return py::dtype::of<float>();
-  }
-}
-
-py::array ArrayOver(void* data, v1::DType dtype, int64_t numel, py::handle owner) {
-  py::dtype type = NumpyDType(dtype);
-  const py::ssize_t item = type.itemsize();
-  return py::array(type, {static_cast<py::ssize_t>(numel)}, {item}, data, owner);
-}
-
-// The tensor parts `view`'s rank holds, as Python dicts (what held() returns).
-py::list HeldParts(const v1::RankView& view) {
-  absl::flat_hash_set<int> my_groups;
-  for (const v1::CommGroup& g : view.groups()) {
-    for (int r : g.ranks()) {
-      if (r == view.rank().rank()) my_groups.insert(g.id());
-    }
-  }
-  py::list out;
-  for (const v1::IndexedTensor& t : view.tensors()) {
-    for (const v1::TensorPart& p : t.tensor().parts()) {
-      if (!my_groups.contains(p.group())) continue;
-      py::dict d;
-      d["index"] = t.index();
-      d["name"] = t.tensor().name();
-      d["shape"] = py::tuple(py::cast(std::vector<int64_t>(t.tensor().shape().begin(), t.tensor().shape().end())));
-      d["dtype"] = planner::DTypeName(t.tensor().dtype());
-      d["optimizer"] = v1::Optimizer_Name(t.tensor().optimizer());
-      d["layout"] = v1::Layout_Name(t.tensor().layout());
-      d["expert"] = t.tensor().expert();
-      d["group"] = p.group();
-      d["element_begin"] = p.element_begin();
-      d["element_end"] = p.element_end();
-      d["numel"] = t.tensor().numel();
-      // With tp > 1: how the tensor is split, and the shard a tp rank holds
-      // (the whole tensor when it is not split).
-      d["tp_split"] = v1::TpSplit_Name(t.tensor().tp_split());
-      const bool split = t.tensor().local_shape_size() > 0;
-      d["local_shape"] = split ? py::tuple(py::cast(std::vector<int64_t>(t.tensor().local_shape().begin(),
-                                                                         t.tensor().local_shape().end())))
-                               : d["shape"];
-      d["local_numel"] = split ? t.tensor().local_numel() : t.tensor().numel();
-      // Where this rank's shard (a tile on a tp mesh) lies in the whole
-      // tensor (NOTE [TP mesh tiles] in plan/tp_mesh.h).
-      if (planner::IsTpSplit(t.tensor())) {
-        const planner::TpTile tile = planner::TpTileOf(t.tensor(), view.topology(), view.rank().tp_rank());
-        d["tile_offset"] = py::tuple(py::cast(tile.offset));
-      }
-      out.append(std::move(d));
-    }
-  }
-  return out;
-}
-
-py::dict StatsDict(const worker::StepStats& s) {
-  py::dict d;
-  d["reduce_seconds"] = s.reduce_seconds;
-  d["muon_seconds"] = s.muon_seconds;
-  d["adamw_seconds"] = s.adamw_seconds;
-  d["sync_seconds"] = s.sync_seconds;
-  d["total_seconds"] = s.total_seconds;
-  d["grad_reduce_bytes"] = s.comm.grad_reduce;
-  d["grad_reduce_scatter_bytes"] = s.comm.grad_reduce_scatter;
-  d["param_broadcast_bytes"] = s.comm.param_broadcast;
-  d["param_all_gather_bytes"] = s.comm.param_all_gather;
-  d["tp_bytes"] = s.comm.tp;  // sent + received by the tensor-parallel Muon gathers and scatters
-  d["collectives"] = s.comm.collectives;
-  return d;
-}
-
-std::string StateKey(const checkpoint::ShardSpec& spec) {
-  return absl::StrCat(spec.name, "/", checkpoint::StateKindName(spec.kind), "/", spec.begin, ":", spec.end);
-}
-
-FloatArray CheckedFloats(py::handle value, const std::string& what) {
-  if (!py::isinstance<py::array>(value)) {
-    RaiseStatus(absl::InvalidArgumentError(absl::StrCat(what, ": not a numpy array")));
-  }
-  py::array a = py::reinterpret_borrow<py::array>(value);
-  if (!a.dtype().is(py::dtype::of<float>()) || !(a.flags() & py::array::c_style)) {
-    RaiseStatus(absl::InvalidArgumentError(absl::StrCat(what, ": needs a C-contiguous float32 array")));
-  }
-  return py::reinterpret_borrow<FloatArray>(a);
-}
-
-// The status code whose name (absl::StatusCodeToString, what muonshard.Error
-// .code holds) is `name`.
-absl::StatusOr<absl::StatusCode> StatusCodeNamed(const std::string& name) {
-  for (int c = 0; c <= static_cast<int>(absl::StatusCode::kUnauthenticated); ++c) {
-    const auto code = static_cast<absl::StatusCode>(c);
-    if (absl::StatusCodeToString(code) == name) return code;
-  }
-  return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not a status code name"));
-}
-
 class PyRankSession {
  public:
   explicit PyRankSession(py::kwargs kwargs) : PyRankSession(ParseSessionKwargs(kwargs), kwargs) {}

@@ -12,6 +12,8 @@
 // The only place the project raises C++ exceptions: pybind11 turns a thrown
 // py::error_already_set into the pending Python exception.
 
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "pybind11/pybind11.h"
@@ -24,6 +26,10 @@ namespace muonshard::python {
 inline void ThrowIfError(const absl::Status& status) {
   if (!status.ok()) RaiseStatus(status);
 }
+
+// The status code whose name (absl::StatusCodeToString, what muonshard.Error
+// .code holds) is `name`; INVALID_ARGUMENT for no code's name.
+absl::StatusOr<absl::StatusCode> StatusCodeNamed(const std::string& name);
 
 template <typename T>
 T ValueOrThrow(absl::StatusOr<T> value) {

@@ -9,6 +9,7 @@
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
 #include "plan/transfer.h"
+#include "plan/water_fill.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
