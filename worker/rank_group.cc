@@ -1,10 +1,12 @@
 #include "worker/rank_group.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/blas_core.h"
 #include "worker/internal/nccl_factory.h"
 #include "worker/internal/runner_util.h"
 #include "worker/rank_order_communicator.h"
@@ -184,8 +186,10 @@ std::string RankGroup::Describe() const {
     absl::StrAppend(&out, "CUDA device ", cuda_device_, " of ", cuda_devices_, ", Newton-Schulz precision ",
                     internal::NsPrecisionName(config_.ns.precision));
   } else {
-    absl::StrAppend(&out, blas_threads_, " BLAS thread(s), ", optimizer_->pipelined() ? "pipelined" : "sequential",
-                    " step");
+    absl::StrAppend(&out, blas_threads_, " BLAS thread(s) (OpenBLAS ", kernels::OpenBlasCore(), " kernels), ",
+                    optimizer_->pipelined() ? "pipelined" : "sequential", " step");
+    const std::string advice = kernels::BlasCoreAdvice();
+    if (!advice.empty()) absl::StrAppend(&out, "; warning: ", advice);
   }
   if (buddy_channel_ != nullptr) {
     absl::StrAppend(&out, ", buddy copies every ", options_.buddy_every, " steps (about 2 x ",

@@ -26,6 +26,7 @@
 
 #include "bench/kernels/bench_util.h"
 #include "common/flags.h"
+#include "kernels/blas_core.h"
 #include "kernels/newton_schulz.h"
 
 namespace muonshard::kernels {
@@ -105,6 +106,7 @@ int Run(const Flags& flags) {
       "# muonshard-bench-kernels: CPU NS5 (fp32, simple) vs sgemm, "
       "OpenBLAS %s, %d threads, best of %d\n",
       openblas_get_corename(), openblas_get_num_threads(), flags.reps);
+  if (const std::string advice = BlasCoreAdvice(); !advice.empty()) std::printf("# warning: %s\n", advice.c_str());
   double headline_ns = 0, headline_sgemm = 0;
   for (const BenchCase& c : Cases(flags.quick)) {
     CaseRunner runner(c.shape);

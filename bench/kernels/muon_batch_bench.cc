@@ -44,6 +44,7 @@
 #include "bench/kernels/bench_util.h"
 #include "common/flags.h"
 #include "kernels/bf16.h"
+#include "kernels/blas_core.h"
 #include "kernels/kernel_backend.h"
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
@@ -195,6 +196,7 @@ int Run(Flags flags) {
       "median of %d, load average %.2f\n",
       openblas_get_corename(), openblas_get_num_threads(), std::thread::hardware_concurrency(), flags.reps,
       LoadAverage());
+  if (const std::string advice = BlasCoreAdvice(); !advice.empty()) std::printf("# warning: %s\n", advice.c_str());
   Result headline{0, 0};
   for (const BenchCase& c : Cases(flags)) {
     const Result r = RunCase(*backend, c, flags);

@@ -44,6 +44,7 @@
 #include "common/status_macros.h"
 #include "importer/hf_import.h"
 #include "importer/tp_split.h"
+#include "kernels/blas_core.h"
 #include "kernels/kernel_backend.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
@@ -285,6 +286,8 @@ void PrintHeader(const v1::Plan& plan, const Flags& flags) {
               max_state / 1e6, max_flops / 1e9, max_bytes / 1e6);
   std::printf("synthetic gradients, %d warm-up + %d timed steps, %u hardware threads, %d OpenBLAS threads\n\n",
               flags.warmup, flags.steps, std::thread::hardware_concurrency(), openblas_get_num_threads());
+  if (const std::string advice = kernels::BlasCoreAdvice(); !advice.empty())
+    std::printf("warning: %s\n\n", advice.c_str());
   std::printf("%-10s %9s %10s %9s %13s %10s %9s\n", "backend", "step_ms", "reduce_ms", "muon_ms", "muon_max_ms",
               "adamw_ms", "sync_ms");
 }

@@ -14,6 +14,7 @@ void BindCoordinator(pybind11::module_& m);
 void BindRankSession(pybind11::module_& m);
 // Manifests from checkpoints and configs (module.cc).
 void BindImporters(pybind11::module_& m);
+void BindKernelInfo(pybind11::module_& m);
 
 }  // namespace muonshard::python
 

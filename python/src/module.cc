@@ -8,6 +8,7 @@
 #include "importer/hf_import.h"
 #include "importer/safetensors_files.h"
 #include "importer/tp_split.h"
+#include "kernels/blas_core.h"
 #include "pybind11/stl.h"
 #include "python/src/bindings.h"
 #include "python/src/status.h"
@@ -70,6 +71,18 @@ void BindImporters(py::module_& m) {
       "already marked keep their mark.");
 }
 
+// Which BLAS kernels the CPU path runs (kernels/blas_core.h).
+void BindKernelInfo(py::module_& m) {
+  m.def(
+      "openblas_core", [] { return kernels::OpenBlasCore(); },
+      "The OpenBLAS core whose kernels this process runs (\"SkylakeX\", \"Haswell\", \"Prescott\", ...).");
+  m.def(
+      "blas_core_advice", [] { return kernels::BlasCoreAdvice(); },
+      "One line when OpenBLAS runs slower kernels than the CPU could (a CPU model it does not know, as many "
+      "VMs report): which OPENBLAS_CORETYPE to start with. Empty when the choice is fine or "
+      "OPENBLAS_CORETYPE is set.");
+}
+
 }  // namespace muonshard::python
 
 PYBIND11_MODULE(_muonshard, m) {
@@ -77,4 +90,5 @@ PYBIND11_MODULE(_muonshard, m) {
   muonshard::python::BindCoordinator(m);
   muonshard::python::BindRankSession(m);
   muonshard::python::BindImporters(m);
+  muonshard::python::BindKernelInfo(m);
 }

@@ -5,10 +5,14 @@ arguments default to; and nothing a caller passes to a RankSession is
 ignored."""
 
 import inspect
+import os
 import re
 import subprocess
+import sys
+import warnings
 
 import pytest
+import torch
 
 import muonshard
 import muonshard.torch as mst
@@ -84,3 +88,29 @@ def test_unknown_or_mistyped_session_keywords_raise_type_error():
         _muonshard.RankSession(job="j", ns_precision="fp8")
     with pytest.raises(TypeError):
         mst.ShardedMuonAdamW([], job="j", comm_timout=5.0)
+
+
+def test_openblas_kernels_slower_than_the_cpu_allows_warn_at_construction():
+    """kernels/blas_core.h: OpenBLAS takes its generic kernels on a CPU model it does not know (many VMs
+    report one); ShardedMuonAdamW (gloo) warns with the OPENBLAS_CORETYPE to start with, exactly when the
+    C++ check finds it so (on the development VM of 2026-12-06: Prescott kernels on an AVX-512 CPU)."""
+    core = _muonshard.openblas_core()
+    assert core
+    advice = _muonshard.blas_core_advice()
+    if advice:
+        assert core in advice and "OPENBLAS_CORETYPE=" in advice
+    model = torch.nn.Linear(4, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ValueError, match="max_restarts"):
+            mst.ShardedMuonAdamW(model.named_parameters(), job="j", max_restarts=-1)
+    said = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert said == ([advice] if advice else [])
+
+
+def test_openblas_coretype_set_by_the_user_silences_the_advice():
+    env = dict(os.environ, OPENBLAS_CORETYPE="Prescott", PYTHONPATH=os.pathsep.join(sys.path))
+    code = "from muonshard import _muonshard as m; print(m.openblas_core()); print(repr(m.blas_core_advice()))"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["Prescott", "''"]
