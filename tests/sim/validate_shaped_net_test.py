@@ -1,0 +1,45 @@
+"""bench/sim/validate_shaped_net.py on recorded inputs (tests/sim/data: the shaped-network benchmark's
+summary lines at 1 and 2 Gbit/s and the kernels bench of the same session, 2026-12-06): the link fitted on
+the calibration model's comm-only figures reproduces them, every configuration gets a prediction, and bad
+input exits 2 naming it. Usage: validate_shaped_net_test.py BIN_DIR"""
+
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "sim", "validate_shaped_net.py")
+DATA = os.path.join(HERE, "data")
+ROW = re.compile(r"^(\S+)\s+(\S+)\s+(sequential|pipelined|comm|compute)\s+([0-9.]+)\s+([0-9.]+)\s+([+-][0-9.]+)%")
+
+
+def run(bin_dir, *args):
+    return subprocess.run(
+        [sys.executable, SCRIPT, "--bin", bin_dir, *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def main():
+    bin_dir = sys.argv[1]
+    logs = ["--log", os.path.join(DATA, "shaped_net_1gbit.log"), "--log", os.path.join(DATA, "shaped_net_2gbit.log")]
+    kernels = ["--kernels", os.path.join(DATA, "kernels_skylakex.txt"), "--host-cores", "2"]
+    r = run(bin_dir, *logs, *kernels)
+    assert r.returncode == 0, r.stderr
+    rows = [m.groups() for m in map(ROW.match, r.stdout.splitlines()) if m]
+    assert len(rows) == 16, r.stdout  # 2 models x 2 rates x 4 terms
+    for model, rate, term, measured, predicted, _ in rows:
+        if model == "Qwen3-30B-A3B" and term == "comm":  # the calibration: reproduced
+            assert abs(float(predicted) - float(measured)) <= 0.005 * float(measured), (rate, measured, predicted)
+        assert float(predicted) > 0, (model, rate, term)
+    assert "cap 0.18" in r.stdout and "efficiency 0.90" in r.stdout, r.stdout
+    # Bad input: exit 2, naming it.
+    r = run(bin_dir, "--log", os.path.join(DATA, "kernels_skylakex.txt"), *kernels)
+    assert r.returncode == 2 and "kernels_skylakex.txt: no rate check" in r.stderr, (r.returncode, r.stderr)
+    r = run(bin_dir, *logs, "--kernels", os.path.join(DATA, "missing.txt"))
+    assert r.returncode == 2 and "missing.txt" in r.stderr, (r.returncode, r.stderr)
+    print("validate_shaped_net_test: passed")
+
+
+if __name__ == "__main__":
+    main()
