@@ -22,7 +22,9 @@ Inputs, none fitted to the figures it validates:
   --calibrate model at the logs' lowest and highest rate (efficiency from
   the lowest, the cap from the highest when it falls below efficiency x
   link). Those two comm figures are the calibration; every sequential and
-  pipelined step, and the other models' terms, are predictions.
+  pipelined step, and the other models' terms, are predictions. The cap is
+  CPU time: at another world size it scales with the cores a rank gets,
+  min(1, cores / ranks).
 
 Predicted terms: comm = the slowest rank's busy time in reduce, sync and
 TP exchange; compute = in Newton-Schulz and the element-wise updates.
@@ -197,10 +199,18 @@ def cluster_file(kernels, ranks, host_cores, work):
     return path, cluster
 
 
+def core_share(ranks, host_cores):
+    """The cores one of `ranks` ranks on `host_cores` cores gets."""
+    return min(1.0, host_cores / ranks)
+
+
 def fit_link(configs, model, clusters, bin_dir, work):
-    """(efficiency, cap GB/s) of the link from `model`'s comm-only figures (see the module's docstring)."""
+    """(efficiency, cap GB/s, the world size it was fitted at) of the link from `model`'s comm-only figures
+    at its largest world size in the logs (see the module's docstring)."""
+    ranks = max((c["ranks"] for c in configs if c["model"] == model), default=None)
     points = []
-    for c in sorted((c for c in configs if c["model"] == model), key=lambda c: c["gbit_payload"]):
+    chosen = (c for c in configs if c["model"] == model and c["ranks"] == ranks)
+    for c in sorted(chosen, key=lambda c: c["gbit_payload"]):
         b = c["gbit_payload"] / 8.0
         at_b = predict(c, clusters[c["ranks"]], bin_dir, work, b)["comm"]
         latency = predict(c, clusters[c["ranks"]], bin_dir, work, 1e4)["comm"]  # the bandwidth term gone
@@ -214,7 +224,7 @@ def fit_link(configs, model, clusters, bin_dir, work):
         raise BadInput("--calibrate %s: no such model in the logs" % model)
     efficiency = points[0][1] / points[0][0]
     cap = min((r for b, r in points[1:] if r < efficiency * b), default=float("inf"))
-    return efficiency, cap
+    return efficiency, cap, ranks
 
 
 def main():
@@ -244,25 +254,30 @@ def main():
             if a.cluster_out:
                 with open(a.cluster_out, "w") as f:
                     json.dump(shown, f, indent=1)
-            efficiency, cap = fit_link(configs, a.calibrate, clusters, a.bin, work)
+            efficiency, cap, fit_ranks = fit_link(configs, a.calibrate, clusters, a.bin, work)
             print(
-                "link, fitted on %s's comm-only figures: efficiency %.3f of the payload rate, cap %s GB/s per rank"
-                % (a.calibrate, efficiency, "none" if cap == float("inf") else "%.4f" % cap)
+                "link, fitted on %s's comm-only figures at %d ranks: efficiency %.3f of the payload rate, "
+                "cap %s GB/s per rank"
+                % (a.calibrate, fit_ranks, efficiency, "none" if cap == float("inf") else "%.4f" % cap)
             )
-            print("%-16s %-6s %-10s %10s %10s %8s" % ("model", "rate", "term", "measured", "predicted", "error"))
+            print(
+                "%-16s %5s %-6s %-10s %10s %10s %8s"
+                % ("model", "ranks", "rate", "term", "measured", "predicted", "error")
+            )
             worst = 0.0
             for c in configs:
-                bandwidth = min(efficiency * c["gbit_payload"] / 8.0, cap)
+                scale = core_share(c["ranks"], a.host_cores) / core_share(fit_ranks, a.host_cores)
+                bandwidth = min(efficiency * c["gbit_payload"] / 8.0, cap * scale)
                 pred = predict(c, clusters[c["ranks"]], a.bin, work, bandwidth)
                 for term in ("sequential", "pipelined", "comm", "compute"):
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
-                    fitted = term == "comm" and c["model"] == a.calibrate
+                    fitted = term == "comm" and c["model"] == a.calibrate and c["ranks"] == fit_ranks
                     if term in ("sequential", "pipelined") and err == err:
                         worst = max(worst, abs(err))
                     print(
-                        "%-16s %-6s %-10s %10.1f %10.1f %+7.1f%%%s"
-                        % (c["model"], c["rate"], term, m, q, err, "  (calibration)" if fitted else "")
+                        "%-16s %5d %-6s %-10s %10.1f %10.1f %+7.1f%%%s"
+                        % (c["model"], c["ranks"], c["rate"], term, m, q, err, "  (calibration)" if fitted else "")
                     )
             print("worst step error: %.1f %%" % worst)
             if a.goal is not None and worst > a.goal:

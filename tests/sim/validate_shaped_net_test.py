@@ -11,7 +11,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "sim", "validate_shaped_net.py")
 DATA = os.path.join(HERE, "data")
-ROW = re.compile(r"^(\S+)\s+(\S+)\s+(sequential|pipelined|comm|compute)\s+([0-9.]+)\s+([0-9.]+)\s+([+-][0-9.]+)%")
+ROW = re.compile(r"^(\S+)\s+\d+\s+(\S+)\s+(sequential|pipelined|comm|compute)\s+([0-9.]+)\s+([0-9.]+)\s+([+-][0-9.]+)%")
 
 
 def run(bin_dir, *args):
