@@ -15,14 +15,18 @@ Inputs, none fitted to the figures it validates:
 - GEMM rate and Newton-Schulz efficiency by shape: the kernels bench (the
   machine, 2 BLAS threads). A rank runs 1 BLAS thread and the benchmark's
   ranks share the host's cores (--host-cores, default this machine's), so
-  a rank's rate is the machine's / cores x min(1, cores / ranks).
+  a rank's rate starts as the machine's / cores x min(1, cores / ranks),
+  scaled per world size so that the --calibrate model's `compute`-only
+  figure (the mean over the logs' rates) is reproduced: how much of the
+  host a rank's updates really get is measured, not assumed.
 - The link: the run's rate check (one TCP flow's payload rate) times an
   efficiency, capped by a rate the ranks' CPUs allow (Gloo over TCP, ranks
   sharing the cores): both fitted on the `comm`-only mode of the
   --calibrate model at the logs' lowest and highest rate (efficiency from
   the lowest, the cap from the highest when it falls below efficiency x
-  link). Those two comm figures are the calibration; every sequential and
-  pipelined step, and the other models' terms, are predictions. The cap is
+  link). Those comm figures and the compute figure above are the
+  calibration (marked in the table); every sequential and pipelined step,
+  and the other models' terms, are predictions. The cap is
   CPU time: at another world size it scales with the cores a rank gets,
   min(1, cores / ranks).
 
@@ -188,15 +192,27 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s):
     return out
 
 
-def cluster_file(kernels, ranks, host_cores, work):
-    """The cpu preset with the kernels bench's rates, as one rank of `ranks` on `host_cores` cores gets them."""
+def cluster_file(kernels, ranks, host_cores, work, scale=1.0):
+    """The cpu preset with the kernels bench's rates, as one rank of `ranks` on `host_cores` cores gets them
+    (times `scale`, the compute calibration)."""
     gemm, table = kernel_terms(kernels)
     share = min(1.0, host_cores / ranks) / host_cores
-    cluster = {"preset": "cpu", "gemm_tflops": round(gemm * share, 5), "ns_efficiency": table}
+    cluster = {"preset": "cpu", "gemm_tflops": round(gemm * share * scale, 5), "ns_efficiency": table}
     path = os.path.join(work, "cpu-measured-%d.json" % ranks)
     with open(path, "w") as f:
         json.dump(cluster, f, indent=1)
     return path, cluster
+
+
+def fit_compute(configs, model, ranks, cluster, bin_dir, work):
+    """The factor on the GEMM rate that makes `model`'s compute-only figure at `ranks` ranks (mean over the
+    rates) the predicted one; 1 when the logs have none."""
+    runs = [c for c in configs if c["model"] == model and c["ranks"] == ranks]
+    if not runs:
+        return 1.0
+    measured = sum(c["measured"]["compute"] for c in runs) / len(runs)
+    predicted = predict(runs[0], cluster, bin_dir, work, 1e4)["compute"]
+    return predicted / measured if measured > 0 else 1.0
 
 
 def core_share(ranks, host_cores):
@@ -248,9 +264,14 @@ def main():
         with tempfile.TemporaryDirectory(prefix="muonshard-validate-") as work:
             clusters, shown = {}, None
             for ranks in sorted({c["ranks"] for c in configs}):
-                clusters[ranks], cluster = cluster_file(a.kernels, ranks, a.host_cores, work)
+                first, _ = cluster_file(a.kernels, ranks, a.host_cores, work)
+                scale = fit_compute(configs, a.calibrate, ranks, first, a.bin, work)
+                clusters[ranks], cluster = cluster_file(a.kernels, ranks, a.host_cores, work, scale)
                 shown = shown or cluster
-                print("cluster for %d ranks on %d cores: %s" % (ranks, a.host_cores, json.dumps(cluster)))
+                print(
+                    "cluster for %d ranks on %d cores (GEMM rate x %.3f, from %s's compute-only figure): %s"
+                    % (ranks, a.host_cores, scale, a.calibrate, json.dumps(cluster))
+                )
             if a.cluster_out:
                 with open(a.cluster_out, "w") as f:
                     json.dump(shown, f, indent=1)
@@ -272,7 +293,9 @@ def main():
                 for term in ("sequential", "pipelined", "comm", "compute"):
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
-                    fitted = term == "comm" and c["model"] == a.calibrate and c["ranks"] == fit_ranks
+                    fitted = c["model"] == a.calibrate and (
+                        term == "compute" or (term == "comm" and c["ranks"] == fit_ranks)
+                    )
                     if term in ("sequential", "pipelined") and err == err:
                         worst = max(worst, abs(err))
                     print(

@@ -1,5 +1,5 @@
 """bench/sim/validate_shaped_net.py on recorded inputs (tests/sim/data: the shaped-network benchmark's
-summary lines at 1 and 2 Gbit/s and the kernels bench of the same session, 2026-12-06): the link fitted on
+summary lines at 1 and 2 Gbit/s, 4 and 2 ranks, and the kernels bench of the same session, 2026-12-06): the link fitted on
 the calibration model's comm-only figures reproduces them, every configuration gets a prediction, and bad
 input exits 2 naming it. Usage: validate_shaped_net_test.py BIN_DIR"""
 
@@ -22,16 +22,21 @@ def run(bin_dir, *args):
 
 def main():
     bin_dir = sys.argv[1]
-    logs = ["--log", os.path.join(DATA, "shaped_net_1gbit.log"), "--log", os.path.join(DATA, "shaped_net_2gbit.log")]
+    logs = []
+    for name in ("1gbit", "2gbit", "1gbit_2ranks", "2gbit_2ranks"):
+        logs += ["--log", os.path.join(DATA, "shaped_net_%s.log" % name)]
     kernels = ["--kernels", os.path.join(DATA, "kernels_skylakex.txt"), "--host-cores", "2"]
     r = run(bin_dir, *logs, *kernels)
     assert r.returncode == 0, r.stderr
     rows = [m.groups() for m in map(ROW.match, r.stdout.splitlines()) if m]
-    assert len(rows) == 16, r.stdout  # 2 models x 2 rates x 4 terms
-    for model, rate, term, measured, predicted, _ in rows:
-        if model == "Qwen3-30B-A3B" and term == "comm":  # the calibration: reproduced
-            assert abs(float(predicted) - float(measured)) <= 0.005 * float(measured), (rate, measured, predicted)
+    assert len(rows) == 32, r.stdout  # 2 models x 2 rates x 2 world sizes x 4 terms
+    for line in r.stdout.splitlines():
+        m = ROW.match(line)
+        if m and line.endswith("(calibration)") and m.group(3) == "comm":  # the link fit: reproduced
+            assert abs(float(m.group(5)) - float(m.group(4))) <= 0.005 * float(m.group(4)), line
+    for model, rate, term, _, predicted, _ in rows:
         assert float(predicted) > 0, (model, rate, term)
+    assert r.stdout.count("(calibration)") == 6, r.stdout  # comm at 4 ranks x 2 rates, compute x 4
     assert "cap 0.18" in r.stdout and "efficiency 0.90" in r.stdout, r.stdout
     # Bad input: exit 2, naming it.
     r = run(bin_dir, "--log", os.path.join(DATA, "kernels_skylakex.txt"), *kernels)
