@@ -37,6 +37,7 @@ TP exchange; compute = in Newton-Schulz and the element-wise updates.
 """
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -119,11 +120,18 @@ def kernel_terms(path):
     return gemm / 1000.0, table
 
 
+@functools.cache
+def shaped_net():
+    """bench/worker/shaped_net.py as a module (its model configs), loaded once."""
+    spec = importlib.util.spec_from_file_location("shaped_net", os.path.join(ROOT, "bench", "worker", "shaped_net.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def manifest_for(c, bin_dir, work):
     """The scaled manifest shaped_net.py trained (the same import and scaling)."""
-    spec = importlib.util.spec_from_file_location("shaped_net", os.path.join(ROOT, "bench", "worker", "shaped_net.py"))
-    sn = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sn)
+    sn = shaped_net()
     name = MODEL_CONFIGS.get(c["model"])
     if name is None:
         raise BadInput("model %s: not one of shaped_net.py's (%s)" % (c["model"], ", ".join(MODEL_CONFIGS)))

@@ -387,9 +387,10 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             raise ValueError("job is required: the name every rank of this training run joins")
         if backend not in ("gloo", "nccl"):
             raise ValueError("backend %r is not gloo or nccl" % (backend,))
-        if backend == "gloo" and _muonshard.blas_core_advice():
-            # A CPU model OpenBLAS does not know (many VMs) gets its slowest kernels (kernels/blas_core.h).
-            warnings.warn(_muonshard.blas_core_advice(), RuntimeWarning, stacklevel=2)
+        # A CPU model OpenBLAS does not know (many VMs) gets its slowest kernels (kernels/blas_core.h).
+        blas_advice = _muonshard.blas_core_advice() if backend == "gloo" else ""
+        if blas_advice:
+            warnings.warn(blas_advice, RuntimeWarning, stacklevel=2)
         if int(max_restarts) < 0:
             raise ValueError("max_restarts must be >= 0")
         if int(min_workers) < 0:
