@@ -138,6 +138,9 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.String("device-memory", &device_memory,
                "device memory per rank, e.g. 80GiB, or one per rank (80GiB,80GiB,40GiB,...): states each rank's "
                "headroom and refuses a plan that does not fit (default: not checked)");
+  flags.Int("gpus-per-node", &gpus_per_node,
+            "ranks per machine (rank r on node r / N): the workers' Gloo groups reduce and broadcast inside each "
+            "node first (default 0: not known, flat rings)");
 }
 
 void PrintFitHint(const absl::Status& status, const v1::PlanRequest& request) {
@@ -175,6 +178,9 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   }
   if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
   if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
+  if (gpus_per_node < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --gpus-per-node: must be >= 0, got ", gpus_per_node));
+  }
   v1::PlanRequest request;
   absl::Status s = ReadMessageFile(manifest, request.mutable_manifest());
   if (!s.ok()) return s;
@@ -182,6 +188,7 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   request.mutable_topology()->set_pp(pp);
   request.mutable_topology()->set_ep(ep);
   request.mutable_topology()->set_tp(tp);
+  request.mutable_topology()->set_gpus_per_node(gpus_per_node);
   auto p = ParsePolicy(policy);
   if (!p.ok()) return p.status();
   v1::PlanPolicy* policy_proto = request.mutable_policy();

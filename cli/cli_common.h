@@ -97,6 +97,7 @@ struct PlanFlags {
   bool per_dtype = false;
   std::vector<std::string> exclude;
   std::string device_memory;  // "80GiB" or one size per rank, comma-separated
+  int gpus_per_node = 0;      // 0: not known
 
   void Register(FlagSet& flags);
   // Reads the manifest and builds the request; INVALID_ARGUMENT on bad input.

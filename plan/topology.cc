@@ -75,7 +75,11 @@ absl::StatusOr<RankLayout> RankLayout::Create(const v1::Topology& t) {
   if (mesh->size() > 1 && *ep > 1) {
     return absl::InvalidArgumentError("topology.tp_mesh: a multi-dimensional tp mesh with ep > 1 is not supported");
   }
-  return RankLayout(w, *pp, *ep, *tp, *std::move(mesh));
+  if (t.gpus_per_node() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("topology.gpus_per_node: must be >= 0 (0 = not known), got ", t.gpus_per_node()));
+  }
+  return RankLayout(w, *pp, *ep, *tp, *std::move(mesh), t.gpus_per_node());
 }
 
 v1::Colour RankLayout::GroupColour(int group) const {
@@ -149,6 +153,7 @@ v1::Topology RankLayout::Resolved() const {
   t.set_dp(1);
   t.set_tp(tp_);
   if (tp_mesh_.size() > 1) t.mutable_tp_mesh()->Add(tp_mesh_.begin(), tp_mesh_.end());
+  t.set_gpus_per_node(gpus_per_node_);
   return t;
 }
 

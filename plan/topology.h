@@ -38,6 +38,8 @@ class RankLayout {
   // The tp group as a mesh (Topology.tp_mesh; NOTE [TP mesh tiles] in
   // tp_mesh.h): {tp} unless the topology gives more than one dimension.
   const std::vector<int>& tp_mesh() const { return tp_mesh_; }
+  // Topology.gpus_per_node: 0 when not known.
+  int gpus_per_node() const { return gpus_per_node_; }
   // Ranks per (ms, p) block: ep, or tp when ep = 1.
   int block() const { return ep_ > 1 ? ep_ : tp_; }
   // Ranks with one moe_sharding rank ms, pp * block(): its pipeline stages,
@@ -76,8 +78,13 @@ class RankLayout {
   v1::Topology Resolved() const;
 
  private:
-  RankLayout(int world_size, int pp, int ep, int tp, std::vector<int> tp_mesh)
-      : world_size_(world_size), pp_(pp), ep_(ep), tp_(tp), tp_mesh_(std::move(tp_mesh)) {}
+  RankLayout(int world_size, int pp, int ep, int tp, std::vector<int> tp_mesh, int gpus_per_node)
+      : world_size_(world_size),
+        pp_(pp),
+        ep_(ep),
+        tp_(tp),
+        tp_mesh_(std::move(tp_mesh)),
+        gpus_per_node_(gpus_per_node) {}
 
   int num_default_groups() const { return pp_ * tp_; }
   int num_moe_groups() const { return ep_ > 1 ? pp_ * ep_ : 0; }
@@ -88,6 +95,7 @@ class RankLayout {
   int ep_;
   int tp_;
   std::vector<int> tp_mesh_;
+  int gpus_per_node_;
 };
 
 }  // namespace muonshard::planner

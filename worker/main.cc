@@ -77,6 +77,9 @@ struct Flags {
           "else rank modulo --local-world-size, else rank)");
     f.String("reduce-order", &o.reduce_order,
              "gloo: ring (Gloo's) | rank (sums in rank order: bit-identical to --reference, more traffic)");
+    f.String("collectives", &o.collectives,
+             "gloo: auto (inside each node first, one copy between nodes, where the plan's topology gives "
+             "gpus_per_node) | flat (rings over all of a group's ranks in rank order). The same on every rank");
     f.String("step-schedule", &o.step_schedule,
              "auto (pipelined with gloo, sequential with nccl) | pipelined (collectives of each bucket overlap the "
              "Newton-Schulz of others; gloo only) | sequential (reduce all, update all, sync all)");

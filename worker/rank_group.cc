@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/blas_core.h"
+#include "plan/node_grid.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/internal/nccl_factory.h"
 #include "worker/internal/runner_util.h"
 #include "worker/rank_order_communicator.h"
@@ -66,6 +68,7 @@ void RankGroup::Dissolve() {
   optimizer_.reset();
   comm_groups_.clear();
   comms_.clear();
+  hierarchical_groups_ = 0;
   buddy_channel_.reset();
   store_.reset();
 }
@@ -112,14 +115,7 @@ absl::Status RankGroup::CreateCommunicator(const v1::CommGroup& group) {
     // backend_ outlives the communicators (member order).
     comm = internal::CreateNcclGroupCommunicator(o, backend_.get(), store_.get());
   } else {
-    GlooOptions o;
-    o.rank = group_rank;
-    o.size = group.ranks_size();
-    o.hostname = options_.hostname;
-    o.interface = options_.interface;
-    o.key_prefix = prefix;
-    o.timeout = options_.comm_timeout;
-    comm = CreateGlooCommunicator(o, store_.get());
+    comm = CreateGlooGroupCommunicator(group, group_rank, prefix);
   }
   if (!comm.ok()) {
     return Annotate(comm.status(),
@@ -131,6 +127,46 @@ absl::Status RankGroup::CreateCommunicator(const v1::CommGroup& group) {
   comm_groups_[group.id()] = comm->get();
   comms_.push_back(*std::move(comm));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> RankGroup::CreateGloo(int rank, int size, const std::string& prefix) {
+  GlooOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.hostname = options_.hostname;
+  o.interface = options_.interface;
+  o.key_prefix = prefix;
+  o.timeout = options_.comm_timeout;
+  return CreateGlooCommunicator(o, store_.get());
+}
+
+// NOTE [Node-local collectives] (plan/node_grid.h): the group over all its
+// ranks, and where they form a grid also its node's row and its column,
+// each a Gloo group of its own under the group's prefix.
+absl::StatusOr<std::unique_ptr<Communicator>> RankGroup::CreateGlooGroupCommunicator(const v1::CommGroup& group,
+                                                                                     int group_rank,
+                                                                                     const std::string& prefix) {
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> flat, CreateGloo(group_rank, group.ranks_size(), prefix));
+  std::vector<std::vector<int>> grid;
+  if (options_.collectives == "auto") {
+    grid = planner::NodeGridOf(group.ranks(), membership_.view().topology().gpus_per_node());
+  }
+  if (grid.empty()) return flat;
+  int node = 0;
+  int local = 0;
+  for (int i = 0; i < static_cast<int>(grid.size()); ++i) {
+    auto at = std::find(grid[i].begin(), grid[i].end(), group_rank);
+    if (at == grid[i].end()) continue;
+    node = i;
+    local = static_cast<int>(at - grid[i].begin());
+  }
+  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> row, CreateGloo(local, static_cast<int>(grid[node].size()),
+                                                                           absl::StrCat(prefix, "node", node, "/")));
+  MUONSHARD_ASSIGN_OR_RETURN(
+      std::unique_ptr<Communicator> column,
+      CreateGloo(node, static_cast<int>(grid.size()), absl::StrCat(prefix, "column", local, "/")));
+  ++hierarchical_groups_;
+  return HierarchicalCommunicator::Create(std::move(grid), std::move(flat), std::move(row), std::move(column));
 }
 
 // NOTE [Buddy copies]: a ring over every rank of the job, which no comm
@@ -177,7 +213,12 @@ std::string RankGroup::Describe() const {
   if (nccl()) {
     absl::StrAppend(&out, " NCCL communicator(s), ");
   } else {
-    absl::StrAppend(&out, " Gloo communicator(s) (reduce order ", options_.reduce_order, "), ");
+    absl::StrAppend(&out, " Gloo communicator(s) (reduce order ", options_.reduce_order);
+    if (hierarchical_groups_ > 0) {
+      absl::StrAppend(&out, "; ", hierarchical_groups_, " inside each of their nodes first, gpus_per_node ",
+                      membership_.view().topology().gpus_per_node());
+    }
+    absl::StrAppend(&out, "), ");
   }
   absl::StrAppend(&out, optimizer_->held_tensors().size(), " tensor parts, optimizer state ",
                   optimizer_->optimizer_state_bytes(), " bytes (plan ",

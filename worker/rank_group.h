@@ -88,6 +88,9 @@ class RankGroup {
   absl::Status WaitForGroup(absl::Duration timeout);
   absl::Status CreateCommunicators();
   absl::Status CreateCommunicator(const v1::CommGroup& group);
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateGloo(int rank, int size, const std::string& prefix);
+  absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooGroupCommunicator(const v1::CommGroup& group, int group_rank,
+                                                                            const std::string& prefix);
   absl::Status CreateBuddyChannel();
   absl::Status CreateOptimizer();
 
@@ -103,6 +106,7 @@ class RankGroup {
   std::unique_ptr<kernels::KernelBackend> backend_;
   std::unique_ptr<client::GrpcRendezvousStore> store_;
   std::vector<std::unique_ptr<Communicator>> comms_;
+  int hierarchical_groups_ = 0;                 // of comms_, those inside each node first
   std::unique_ptr<ByteChannel> buddy_channel_;  // NOTE [Buddy copies]
   ShardedOptimizer::CommGroups comm_groups_;
   std::unique_ptr<ShardedOptimizer> optimizer_;

@@ -34,6 +34,10 @@ absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --reduce-order: \"", options.reduce_order, "\" is not ring or rank"));
   }
+  if (options.collectives != "auto" && options.collectives != "flat") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag --collectives: \"", options.collectives, "\" is not auto or flat"));
+  }
   if (options.backend == "nccl" && options.reduce_order == "rank") {
     return absl::InvalidArgumentError(
         "flag --reduce-order rank is for --backend gloo only (it wraps host-memory communicators; NCCL reduces on "

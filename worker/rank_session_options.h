@@ -40,6 +40,13 @@ struct RankSessionOptions {
   // (sums in group-rank order: bit-identical to the reference, at n x the
   // reduction traffic; for verification). Gloo only.
   std::string reduce_order = "ring";
+  // NOTE [Node-local collectives] (plan/node_grid.h): "auto" runs a group
+  // inside each node first where the plan's topology gives gpus_per_node
+  // and the group's ranks form a grid; "flat": rings over all of a group's
+  // ranks in rank order whatever the plan says (placement-oblivious, for
+  // comparison). Gloo only (NCCL builds its own hierarchy). The same on
+  // every rank of a job.
+  std::string collectives = "auto";
   // NOTE [Pipelined step] (sharded_optimizer.h): "auto" (pipelined with
   // gloo, sequential with nccl), "sequential" or "pipelined" (gloo only).
   std::string step_schedule = "auto";

@@ -43,6 +43,7 @@ def plan_request(
     tp=1,
     tp_muon=None,
     tp_mesh=None,
+    gpus_per_node=0,
 ):
     """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send.
 
@@ -52,6 +53,8 @@ def plan_request(
     "duplicated" (every tp rank does). `tp_mesh` is the tp group's shape as a
     mesh (product tp; NOTE [TP mesh tiles] in plan/tp_mesh.h), for DTensor
     parameters on an FSDP x TP DeviceMesh (topology_of(module) gives it).
+    `gpus_per_node` (ranks per machine, rank r on node r // gpus_per_node; 0:
+    not known) lets the workers reduce and broadcast inside each node first.
     """
     if policy not in _POLICIES:
         raise ValueError("policy %r is not one of %s" % (policy, ", ".join(sorted(_POLICIES))))
@@ -75,6 +78,10 @@ def plan_request(
         topology["tp"] = int(tp)
     if tp_mesh is not None and len(tp_mesh) > 1:
         topology["tp_mesh"] = [int(d) for d in tp_mesh]
+    if int(gpus_per_node) < 0:
+        raise ValueError("gpus_per_node must be >= 0 (0: not known), got %d" % int(gpus_per_node))
+    if int(gpus_per_node) > 0:
+        topology["gpus_per_node"] = int(gpus_per_node)
     return {"manifest": _manifest_dict(manifest), "topology": topology, "policy": policy_msg}
 
 

@@ -120,6 +120,7 @@ const std::vector<Option>& Options() {
       Plain<std::string>("backend", MUONSHARD_FIELD(options.backend)),
       Plain<int>("cuda_device", MUONSHARD_FIELD(options.cuda_device)),
       Plain<std::string>("reduce_order", MUONSHARD_FIELD(options.reduce_order)),
+      Plain<std::string>("collectives", MUONSHARD_FIELD(options.collectives)),
       Plain<std::string>("step_schedule", MUONSHARD_FIELD(options.step_schedule)),
       Plain<int>("step_piece_kib", MUONSHARD_FIELD(options.step_piece_kib)),
       Plain<std::string>("step_trace_dir", MUONSHARD_FIELD(options.step_trace_dir)),

@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/proto_json.h"
 #include "gmock/gmock.h"
@@ -21,7 +22,6 @@ namespace {
 
 using testing::CommandResult;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::RunCtl;
 
 std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
@@ -206,6 +206,25 @@ TEST(PlanCliTest, ZeroPipelineOrExpertDegreeExitsTwoNamingTheFlag) {
       }
     }
   }
+}
+
+// --gpus-per-node lands in the plan's topology (and so in its hash); a
+// negative value exits 2 naming the flag.
+TEST(PlanCliTest, GpusPerNode_RecordedInThePlanNegativeExitsTwo) {
+  const std::string manifest = WriteManifest(testing::DenseManifest(2, 64, 96, 100), "dense-nodes.json");
+  const std::string base = absl::StrCat("plan --manifest ", manifest, " --world-size 4 --output json");
+  CommandResult with = RunCtl(base + " --gpus-per-node 2");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_THAT(with.out, HasSubstr("\"gpus_per_node\": 2"));
+  CommandResult without = RunCtl(base);
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  EXPECT_TRUE(absl::StrContains(without.out, "\"gpus_per_node\": 0"));
+  // The same owners, another plan: the content hash tells them apart.
+  const auto hash = [](const std::string& json) { return json.substr(json.find("sha256:"), 71); };
+  EXPECT_NE(hash(with.out), hash(without.out));
+  CommandResult bad = RunCtl(base + " --gpus-per-node -2");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--gpus-per-node: must be >= 0, got -2"));
 }
 
 // A manifest marked by `import-hf --tp` plans with --tp: the table says the

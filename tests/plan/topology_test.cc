@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/node_grid.h"
 #include "tests/testing/status_matchers.h"
 
 namespace muonshard::planner {
@@ -69,6 +70,43 @@ TEST(RankLayoutTest, RejectsBadTopologies) {
   t = Topo(8, 1, 1);
   t.set_dp(2);
   EXPECT_THAT(RankLayout::Create(t), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dp")));
+  t = Topo(8, 1, 1);
+  t.set_gpus_per_node(-8);
+  EXPECT_THAT(RankLayout::Create(t),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("topology.gpus_per_node: must be >= 0 (0 = not known), got -8")));
+}
+
+TEST(RankLayoutTest, GpusPerNode_RecordedWhenGiven) {
+  v1::Topology t = Topo(16, 2, 2);
+  EXPECT_EQ(RankLayout::Create(t)->Resolved().gpus_per_node(), 0);
+  t.set_gpus_per_node(8);
+  EXPECT_EQ(RankLayout::Create(t)->Resolved().gpus_per_node(), 8);
+}
+
+// NOTE [Node-local collectives]: grid[i][l] is the group rank of the l-th of
+// the group's ranks on its i-th node.
+TEST(NodeGridTest, EvenSpread_RowsByNodeInGroupRankOrder) {
+  // Paddle's layout with ep 2 on 8 ranks: DEFAULT group 0..7, the MOE_EXPERT
+  // group of e = 1 is {1, 3, 5, 7}.
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(NodeGridOf(all, 4), (std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(NodeGridOf(all, 2), (std::vector<std::vector<int>>{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  const std::vector<int32_t> experts = {1, 3, 5, 7};
+  EXPECT_EQ(NodeGridOf(experts, 4), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  // Group-rank order need not be rank order: rows follow the nodes.
+  const std::vector<int32_t> shuffled = {6, 0, 7, 1};
+  EXPECT_EQ(NodeGridOf(shuffled, 4), (std::vector<std::vector<int>>{{1, 3}, {0, 2}}));
+}
+
+TEST(NodeGridTest, NoGrid_RunsFlat) {
+  const std::vector<int32_t> all = {0, 1, 2, 3, 4, 5};
+  EXPECT_TRUE(NodeGridOf(all, 0).empty());  // not known
+  EXPECT_TRUE(NodeGridOf(all, 1).empty());  // one rank per node
+  EXPECT_TRUE(NodeGridOf(all, 8).empty());  // one node
+  EXPECT_TRUE(NodeGridOf(all, 4).empty());  // 4 + 2: uneven
+  const std::vector<int32_t> one_each = {0, 4, 8};
+  EXPECT_TRUE(NodeGridOf(one_each, 4).empty());
 }
 
 TEST(RankLayoutTest, TensorParallelIsTheFastestAxis) {

@@ -143,6 +143,15 @@ def test_plan_request_with_tensor_parallelism():
         plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="blockwise")
 
 
+def test_plan_request_with_gpus_per_node():
+    from muonshard.coordinator import plan_request
+
+    assert plan_request({"model": "m", "tensors": []}, 8, gpus_per_node=4)["topology"]["gpus_per_node"] == 4
+    assert "gpus_per_node" not in plan_request({"model": "m", "tensors": []}, 8)["topology"]
+    with pytest.raises(ValueError, match="gpus_per_node must be >= 0"):
+        plan_request({"model": "m", "tensors": []}, 8, gpus_per_node=-1)
+
+
 def write_safetensors(path, header):
     """A safetensors file of `header` with a zero data section of the right size."""
     import struct

@@ -146,7 +146,7 @@ std::string Label(absl::string_view what, CommDType dtype, ReduceOp op, int rank
 // Uneven per-rank counts, the first 'size' of {3, 5, 0, 1} and of
 // {0, 2, 7, 0}: zeros at the start, middle and end, all distinct offsets.
 std::vector<std::vector<int64_t>> UnevenCountPatterns(int size) {
-  const int64_t patterns[2][4] = {{3, 5, 0, 1}, {0, 2, 7, 0}};
+  const int64_t patterns[2][6] = {{3, 5, 0, 1, 4, 0}, {0, 2, 7, 0, 1, 3}};
   std::vector<std::vector<int64_t>> result;
   for (const auto& pattern : patterns) {
     result.emplace_back(pattern, pattern + size);

@@ -1,9 +1,15 @@
 #include "tests/worker/comm_test_util.h"
 
 #include <cstring>
+#include <numeric>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/rendezvous_store.h"
+#include "common/status_macros.h"
+#include "plan/node_grid.h"
 #include "worker/comm/gloo_communicator.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/in_process_communicator.h"
 #include "worker/comm/internal/host_float.h"
 
@@ -46,6 +52,35 @@ absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout, cons
   for (auto& c : comms) {
     if (!c.ok()) return c.status();
     group.push_back(std::move(*c));
+  }
+  return group;
+}
+
+absl::StatusOr<CommGroup> CreateHierarchicalGroup(int size, int per_node, absl::Duration timeout,
+                                                  const GroupFactory& create) {
+  std::vector<int32_t> ranks(size);
+  std::iota(ranks.begin(), ranks.end(), 0);
+  const std::vector<std::vector<int>> grid = planner::NodeGridOf(ranks, per_node);
+  MUONSHARD_ASSIGN_OR_RETURN(CommGroup flat, create(size, timeout, "flat"));
+  if (grid.empty()) return flat;
+  const int nodes = static_cast<int>(grid.size()), m = static_cast<int>(grid[0].size());
+  std::vector<CommGroup> rows, columns;
+  for (int i = 0; i < nodes; ++i) {
+    MUONSHARD_ASSIGN_OR_RETURN(CommGroup row, create(m, timeout, absl::StrCat("node", i)));
+    rows.push_back(std::move(row));
+  }
+  for (int l = 0; l < m; ++l) {
+    MUONSHARD_ASSIGN_OR_RETURN(CommGroup column, create(nodes, timeout, absl::StrCat("column", l)));
+    columns.push_back(std::move(column));
+  }
+  CommGroup group(size);
+  for (int i = 0; i < nodes; ++i) {
+    for (int l = 0; l < m; ++l) {
+      const int g = grid[i][l];
+      MUONSHARD_ASSIGN_OR_RETURN(
+          group[g],
+          HierarchicalCommunicator::Create(grid, std::move(flat[g]), std::move(rows[i][l]), std::move(columns[l][i])));
+    }
   }
   return group;
 }

@@ -50,6 +50,17 @@ absl::StatusOr<CommGroup> CreateInProcessGroup(int size, absl::Duration timeout)
 absl::StatusOr<CommGroup> CreateGlooGroup(int size, absl::Duration timeout,
                                           const std::string& key_prefix = "test/gloo/");
 
+// Creates a connected group of `size` ranks; `tag` tells groups made for
+// one test apart (Gloo: the rendezvous key prefix).
+using GroupFactory = std::function<absl::StatusOr<CommGroup>(int size, absl::Duration timeout, const std::string& tag)>;
+
+// A group of `size` ranks on nodes of `per_node` (rank r on node r /
+// per_node): HierarchicalCommunicators built of groups from `create` where
+// the ranks form a grid (NOTE [Node-local collectives] in plan/node_grid.h),
+// the flat group from `create` where they do not.
+absl::StatusOr<CommGroup> CreateHierarchicalGroup(int size, int per_node, absl::Duration timeout,
+                                                  const GroupFactory& create);
+
 // Encodes values of `dtype` (rounded to nearest even for 16-bit types).
 std::string EncodeFloats(const std::vector<float>& values, CommDType dtype);
 // Decodes bytes of `dtype` into floats.

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
@@ -103,6 +104,9 @@ struct Case {
   std::string reduce_order;
   int tp = 1;
   int piece_kib = 0;  // --step-piece-kib (NOTE [Step pieces])
+  // Topology.gpus_per_node: groups that form a grid over nodes run inside
+  // each node first (NOTE [Node-local collectives] in plan/node_grid.h).
+  int gpus_per_node = 0;
 
   // Groups of 2 sum a + b either way round.
   bool bit_identical() const { return world / tp == 2 || reduce_order == "rank"; }
@@ -141,6 +145,12 @@ std::vector<Case> Cases() {
       // Muon buckets in pieces of 1 KiB: one collective per matrix or two.
       {"Moe_W4_Ep2_Balanced_RankOrder_Pieces", moe, 4, 2, v1::BALANCED, "regression", "rank", 1, 1},
       {"Dense_Tp2W4_Balanced_Ring_Pieces", TpMarked(dense, false), 4, 1, v1::BALANCED, "synthetic", "ring", 2, 1},
+      // Two nodes of two ranks: the DEFAULT group is a 2 x 2 grid (both
+      // levels); with ep 2 the expert groups have one rank per node (flat).
+      {"Dense_W4_Nodes2_Seed_Ring", dense, 4, 1, v1::SEED, "synthetic", "ring", 1, 0, 2},
+      {"Moe_W4_Ep2_Nodes2_Balanced_Ring_Pieces", moe, 4, 2, v1::BALANCED, "synthetic", "ring", 1, 1, 2},
+      // Three nodes of two: the cross level runs Gloo's ring reduce.
+      {"Dense_W6_Nodes3_Balanced_Ring", dense, 6, 1, v1::BALANCED, "synthetic", "ring", 1, 0, 2},
   };
 }
 
@@ -158,10 +168,11 @@ class WorkerProcessTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::pair<int64_t, v1::Plan>> Submit(const v1::ModelManifest& manifest, int world, int ep,
-                                                      v1::Policy policy, int tp = 1) {
+                                                      v1::Policy policy, int tp = 1, int gpus_per_node = 0) {
     v1::SubmitPlanRequest submit;
     *submit.mutable_request() = ::muonshard::testing::MakeRequest(manifest, world, 1, ep, policy);
     submit.mutable_request()->mutable_topology()->set_tp(tp);
+    submit.mutable_request()->mutable_topology()->set_gpus_per_node(gpus_per_node);
     v1::SubmitPlanResponse response;
     auto ctx = client_->NewContext();
     absl::Status s = client::FromGrpcStatus(client_->stub().SubmitPlan(ctx.get(), submit, &response));
@@ -303,7 +314,8 @@ void ExpectStepTrace(const std::string& path, int rank) {
 
 TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
   const Case& c = GetParam();
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy, c.tp));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy, c.tp, c.gpus_per_node));
+  EXPECT_EQ(submitted.second.topology().gpus_per_node(), c.gpus_per_node);
   const auto& [version, plan] = submitted;
   const std::string dump = dir_.Join("sharded.safetensors");
   std::vector<ChildProcess> workers;
@@ -329,6 +341,11 @@ TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
     workers[r].Signal(SIGTERM);
     MUONSHARD_ASSERT_OK_AND_ASSIGN(int code, workers[r].WaitForExit(kRunBound));
     EXPECT_EQ(code, 0) << "rank " << r << ":\n" << workers[r].Err();
+    // The worker's start line says which groups went inside each node first.
+    EXPECT_EQ(absl::StrContains(workers[r].Err(), "inside each of their nodes first, gpus_per_node 2"),
+              c.gpus_per_node == 2)
+        << "rank " << r << ":\n"
+        << workers[r].Err();
   }
   for (int r = 0; r < c.world; ++r) ExpectStepTrace(dir_.Join(absl::StrCat("trace/step-trace-rank", r, ".json")), r);
   std::vector<std::string> ref = WorkerArgs("", version, c.workload);

@@ -112,7 +112,12 @@ absl::Status GlooCommunicator::CheckUsable() {
 
 absl::Status GlooCommunicator::ReduceFloats(float* data, int64_t count, ReduceOp op, int root) {
   if (count == 0) return absl::OkStatus();
-  if (size() > 1) {
+  if (size() == 2 && root != kAllRanks) {
+    std::vector<float> theirs(rank() == root ? count : 0);
+    const uint32_t tag = next_tag_++;
+    MUONSHARD_RETURN_IF_ERROR(
+        Run("reduce", [&] { return internal::ReduceOfTwo(peers_, tag, data, count, root, theirs.data()); }));
+  } else if (size() > 1) {
     // Ring reduce-scatter of near-equal segments, then the segments to the
     // root (reduce) or to every rank (all-reduce).
     const std::vector<int64_t> counts = internal::EvenCounts(count, size());
@@ -169,12 +174,8 @@ absl::Status GlooCommunicator::Broadcast(void* buf, int64_t count, CommDType dty
 
 absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
                                              CommDType dtype, ReduceOp op) {
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, internal::CheckCounts(counts, size()));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes, internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes,
-                             internal::CheckBuffer(out, counts[rank()], dtype, "ReduceScatter output"));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
+                             internal::CheckReduceScatterArgs(in, out, counts, dtype, op, rank(), size()));
   MUONSHARD_RETURN_IF_ERROR(CheckUsable());
   if (total == 0) return absl::OkStatus();
   // A ring reduce-scatter of an fp32 copy of the input: (n-1)/n of it on the

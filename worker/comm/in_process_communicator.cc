@@ -197,16 +197,12 @@ absl::Status InProcessCommunicator::AllReduce(void* buf, int64_t count, CommDTyp
 
 absl::Status InProcessCommunicator::ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
                                                   CommDType dtype, ReduceOp op) {
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, internal::CheckCounts(counts, size_));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes, internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes,
-                             internal::CheckBuffer(out, counts[rank_], dtype, "ReduceScatter output"));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
+                             internal::CheckReduceScatterArgs(in, out, counts, dtype, op, rank_, size_));
   MUONSHARD_ASSIGN_OR_RETURN(const internal::Payloads all,
                              Exchange(absl::StrCat("ReduceScatter(counts=[", absl::StrJoin(counts, ","), "], ",
                                                    CommDTypeName(dtype), ", ", ReduceOpName(op), ")"),
-                                      CopyBytes(in, in_bytes)));
+                                      CopyBytes(in, total * *CommDTypeSize(dtype))));
   const std::vector<int64_t> offsets = internal::Offsets(counts);
   ReduceInto(all, offsets[rank_], counts[rank_], dtype, op, out);
   return absl::OkStatus();

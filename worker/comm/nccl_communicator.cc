@@ -189,12 +189,8 @@ absl::Status NcclCommunicator::AllReduce(void* buf, int64_t count, CommDType dty
 
 absl::Status NcclCommunicator::ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
                                              CommDType dtype, ReduceOp op) {
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, internal::CheckCounts(counts, size_));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes, internal::CheckBuffer(in, total, dtype, "ReduceScatter input"));
-  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes,
-                             internal::CheckBuffer(out, counts[rank_], dtype, "ReduceScatter output"));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckReduceOp(op));
-  MUONSHARD_RETURN_IF_ERROR(internal::CheckNoOverlap(in, in_bytes, out, out_bytes));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total,
+                             internal::CheckReduceScatterArgs(in, out, counts, dtype, op, rank_, size_));
   MUONSHARD_RETURN_IF_ERROR(Enter());
   if (total == 0) return absl::OkStatus();
   if (!internal::AllEqual(counts)) {

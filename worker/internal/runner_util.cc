@@ -225,7 +225,8 @@ std::string FirstDifference(absl::string_view stated_first, absl::string_view st
 
 std::string StepAgreement(const RankSessionOptions& options, const OptimizerConfig& config) {
   absl::StatusOr<StepSchedule> schedule = ParseStepSchedule(options.step_schedule);  // validated before
-  return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order, " --step-schedule=",
+  return absl::StrCat("--backend=", options.backend, " --reduce-order=", options.reduce_order,
+                      " --collectives=", options.collectives, " --step-schedule=",
                       schedule.ok() ? StepScheduleName(ResolveStepSchedule(*schedule, options.backend == "gloo"))
                                     : options.step_schedule,
                       " --step-phases=", options.step_phases, " --step-piece-kib=", options.step_piece_kib,

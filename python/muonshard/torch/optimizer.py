@@ -255,8 +255,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     (`step_schedule` "auto" or "pipelined"; "sequential" for comparison): each
     bucket's Newton-Schulz overlaps the other buckets' collectives. Muon
     buckets are cut into pieces of at most `step_piece_kib` KiB of gradients
-    for that (NOTE [Step pieces]; 0: the plan's buckets). `backend`,
-    `reduce_order`, `step_schedule`, `step_piece_kib` and the hyper-parameters
+    for that (NOTE [Step pieces]; 0: the plan's buckets). With a plan whose
+    topology gives `gpus_per_node` (ranks per machine), `collectives` "auto"
+    reduces and broadcasts inside each node first and sends one copy between
+    nodes (NOTE [Node-local collectives] in plan/node_grid.h); "flat" runs
+    rings over all ranks. `backend`, `reduce_order`, `collectives`,
+    `step_schedule`, `step_piece_kib` and the hyper-parameters
     (lr, betas, eps, weight_decay, the Muon and Newton-Schulz settings) must be
     the same on every rank: the constructor raises InvalidArgumentError naming
     the one that differs and a rank (NOTE [Step agreement]). With
@@ -358,6 +362,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         backend: str = _DEFAULTS["backend"],
         rank: int | None = None,
         reduce_order: str = _DEFAULTS["reduce_order"],
+        collectives: str = _DEFAULTS["collectives"],
         metrics_port: int | None = None,
         metrics_host: str | None = None,
         hostname: str | None = None,
@@ -484,6 +489,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 rank=rank,
                 backend=backend,
                 reduce_order=reduce_order,
+                collectives=collectives,
                 step_schedule=step_schedule,
                 step_piece_kib=int(step_piece_kib),
                 step_trace_dir=os.fspath(step_trace_dir) if step_trace_dir is not None else None,

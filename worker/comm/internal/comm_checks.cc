@@ -121,4 +121,14 @@ absl::Status StickyError::Record(absl::Status s) {
   return s;
 }
 
+absl::StatusOr<int64_t> CheckReduceScatterArgs(const void* in, void* out, absl::Span<const int64_t> counts,
+                                               CommDType dtype, ReduceOp op, int rank, int size) {
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t total, CheckCounts(counts, size));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t in_bytes, CheckBuffer(in, total, dtype, "ReduceScatter input"));
+  MUONSHARD_ASSIGN_OR_RETURN(const int64_t out_bytes, CheckBuffer(out, counts[rank], dtype, "ReduceScatter output"));
+  MUONSHARD_RETURN_IF_ERROR(CheckReduceOp(op));
+  MUONSHARD_RETURN_IF_ERROR(CheckNoOverlap(in, in_bytes, out, out_bytes));
+  return total;
+}
+
 }  // namespace muonshard::worker::internal

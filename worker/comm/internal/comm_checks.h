@@ -39,6 +39,12 @@ absl::Status CheckReduceOp(ReduceOp op);
 // count >= 0 and the sum does not overflow.
 absl::StatusOr<int64_t> CheckCounts(absl::Span<const int64_t> counts, int size);
 
+// ReduceScatter's arguments on group rank `rank` of `size`: the counts, both
+// buffers (`in` of sum(counts), `out` of counts[rank]), the op, no overlap.
+// Returns sum(counts).
+absl::StatusOr<int64_t> CheckReduceScatterArgs(const void* in, void* out, absl::Span<const int64_t> counts,
+                                               CommDType dtype, ReduceOp op, int rank, int size);
+
 // INVALID_ARGUMENT when [a, a + a_bytes) and [b, b + b_bytes) overlap.
 absl::Status CheckNoOverlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes);
 

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "gloo/types.h"
+#include "worker/comm/internal/host_float.h"
 
 namespace muonshard::worker::internal {
 namespace {
@@ -109,6 +110,14 @@ absl::Status RingAllGather(GlooPeers& peers, uint32_t tag, void* data, absl::Spa
     MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, Mod(r + 1, n), bytes + at[send_seg], at[send_seg + 1] - at[send_seg],
                                              Mod(r - 1, n), bytes + at[recv_seg], at[recv_seg + 1] - at[recv_seg]));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReduceOfTwo(GlooPeers& peers, uint32_t tag, float* data, int64_t count, int root, float* scratch) {
+  const size_t bytes = static_cast<size_t>(count) * sizeof(float);
+  if (peers.rank() != root) return peers.Exchange(tag, root, data, bytes, root, nullptr, 0);
+  MUONSHARD_RETURN_IF_ERROR(peers.Exchange(tag, 1 - root, nullptr, 0, 1 - root, scratch, bytes));
+  AddFloats(data, scratch, count);
   return absl::OkStatus();
 }
 

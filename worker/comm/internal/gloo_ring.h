@@ -21,7 +21,8 @@
 //                  k: ranks k+1, k+2, ..., k).
 //   AllGather      ring: n-1 steps forwarding segment r-s to the right.
 //   Reduce         ReduceScatter of n near-equal segments, then every rank
-//                  sends its segment to the root.
+//                  sends its segment to the root; two ranks: the other's
+//                  whole buffer to the root (ReduceOfTwo).
 //   AllReduce      ReduceScatter then AllGather of the same segments.
 //   Gather/Scatter every rank to / from the root directly.
 //   Broadcast      binomial tree from the root (scatter + all-gather moves
@@ -98,6 +99,12 @@ absl::Status RingReduceScatter(GlooPeers& peers, uint32_t tag, float* data, absl
 // `data`, rank r's own already in place) to every rank.
 absl::Status RingAllGather(GlooPeers& peers, uint32_t tag, void* data, absl::Span<const int64_t> counts,
                            size_t elem_bytes);
+
+// A reduce of two ranks: the other rank's `count` fp32 of `data` straight to
+// the root, which adds them into its own (`scratch`: count floats, on the
+// root). One copy crosses, where the ring's reduce-scatter and gather move
+// 1.5 in the same time; a + b == b + a, so the sum is the ring's.
+absl::Status ReduceOfTwo(GlooPeers& peers, uint32_t tag, float* data, int64_t count, int root, float* scratch);
 
 // The root gathers every rank's segment of `data` (segments as above).
 absl::Status GatherToRoot(GlooPeers& peers, uint32_t tag, void* data, absl::Span<const int64_t> counts,
