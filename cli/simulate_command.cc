@@ -385,7 +385,7 @@ std::string Title(const v1::Plan& plan) {
                          v1::Policy_Name(plan.policy().policy()), plan.content_hash().substr(0, 19));
 }
 
-int Simulate(const FlagSet& flags, const SimulateFlags& f) {
+int Simulate(const FlagSet& flags, SimulateFlags f) {
   if (f.format != "table" && f.format != "json") {
     return ReportError(
         absl::InvalidArgumentError(absl::StrCat("flag --format: \"", f.format, "\" is not one of table, json")));
@@ -395,6 +395,9 @@ int Simulate(const FlagSet& flags, const SimulateFlags& f) {
   if (!schedules.ok()) return ReportError(schedules.status());
   absl::StatusOr<sim::ClusterSpec> cluster = ClusterOf(flags, f);
   if (!cluster.ok()) return ReportError(cluster.status());
+  // A plan made here is made for the cluster's nodes (NOTE [Node-local
+  // collectives] in plan/node_grid.h).
+  f.plan_flags.gpus_per_node = cluster->gpus_per_node;
   if (flags.WasSet("strategies")) return Compare(flags, f, *cluster, *schedules);
   absl::StatusOr<v1::Plan> plan = PlanOf(flags, f);
   if (!plan.ok()) return ReportError(plan.status());

@@ -65,7 +65,11 @@ struct ClusterSpec {
   LinkSpec inter_node;
   CollectiveLibrary library = CollectiveLibrary::kNccl;
   Algorithm algorithm = Algorithm::kAuto;
-  bool nvls = false;                             // NVLink SHARP inside a node (NVSwitch reductions)
+  bool nvls = false;  // NVLink SHARP inside a node (NVSwitch reductions)
+  // One link per node that all its GPUs share (inter_node's bandwidth is
+  // the node's), not one NIC per GPU: collectives that run on every GPU of
+  // a node at once between nodes split it.
+  bool inter_node_shared = false;
   double collective_base_us = 0;                 // fixed cost of every collective call
   double gemm_tflops = 0;                        // dense bf16 (fp32 on CPU) per GPU
   std::vector<NsEfficiencyPoint> ns_efficiency;  // ascending min_dim

@@ -104,6 +104,7 @@ const std::vector<std::string>& KnownFields() {
                                                                   "collective_library",
                                                                   "algorithm",
                                                                   "nvls",
+                                                                  "inter_node_shared",
                                                                   "collective_base_us",
                                                                   "gemm_tflops",
                                                                   "ns_efficiency",
@@ -148,9 +149,9 @@ absl::Status ApplyField(const JsonMember& m, ClusterSpec& c) {
   if (key == "intra_node") return ApplyLink(m.value, key, c.intra_node);
   if (key == "inter_node") return ApplyLink(m.value, key, c.inter_node);
   if (key == "ns_efficiency") return ApplyNsTable(m.value, c.ns_efficiency);
-  if (key == "nvls") {
+  if (key == "nvls" || key == "inter_node_shared") {
     if (m.value.kind() != JsonValue::Kind::kBool) return WrongType(key, "a boolean", m.value);
-    c.nvls = m.value.bool_value();
+    (key == "nvls" ? c.nvls : c.inter_node_shared) = m.value.bool_value();
     return absl::OkStatus();
   }
   if (key == "name" || key == "collective_library" || key == "algorithm") return ApplyChoice(m, c);
@@ -218,6 +219,7 @@ std::string ClusterToJson(const ClusterSpec& c) {
       .Raw("collective_library", JsonString(LibraryName(c.library)))
       .Raw("algorithm", JsonString(AlgorithmName(c.algorithm)))
       .Raw("nvls", c.nvls ? "true" : "false")
+      .Raw("inter_node_shared", c.inter_node_shared ? "true" : "false")
       .Number("collective_base_us", c.collective_base_us)
       .Number("gemm_tflops", c.gemm_tflops)
       .Raw("ns_efficiency", JsonArrayText(table))

@@ -5,11 +5,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "plan/node_grid.h"
 
 namespace muonshard::sim {
 
-GroupShape ShapeOf(const ClusterSpec& cluster, absl::Span<const int> ranks) {
+GroupShape ShapeOf(const ClusterSpec& cluster, absl::Span<const int> ranks, int plan_gpus_per_node) {
   GroupShape shape;
+  const std::vector<int32_t> members(ranks.begin(), ranks.end());
+  shape.grid = !planner::NodeGridOf(members, plan_gpus_per_node).empty();
   shape.size = static_cast<int>(ranks.size());
   std::vector<int> nodes;
   nodes.reserve(ranks.size());
@@ -87,6 +90,7 @@ LevelCost Gloo(OpKind kind, int n, double s, const LinkSpec& link) {
   const double a = link.LatencySeconds();
   const double b = link.BytesPerSecond();
   const double frac = (n - 1.0) / n;
+  if (kind == OpKind::kReduce && n == 2) return {a + s / b, s / 2, Algorithm::kRing};  // one send to the root
   if (kind == OpKind::kReduce) {  // ring reduce-scatter, then segments to the root
     return {n * a + 2 * frac * s / b, frac * s + frac * s / n, Algorithm::kRing};
   }
@@ -112,8 +116,9 @@ LevelCost CollectiveLevelCost(CollectiveLibrary library, Algorithm algorithm, Op
   }
 }
 
-LevelCost BestLevelCost(const ClusterSpec& cluster, OpKind kind, int n, double bytes, bool intra) {
-  const LinkSpec& link = intra ? cluster.intra_node : cluster.inter_node;
+LevelCost BestLevelCost(const ClusterSpec& cluster, OpKind kind, int n, double bytes, bool intra, int ways) {
+  LinkSpec link = intra ? cluster.intra_node : cluster.inter_node;
+  if (!intra && cluster.inter_node_shared && ways > 1) link.bandwidth_gb_s /= ways;
   const bool nvls = intra && cluster.nvls && NvlsApplies(kind);
   if (cluster.library == CollectiveLibrary::kGloo || cluster.algorithm != Algorithm::kAuto) {
     Algorithm a = cluster.algorithm;
@@ -142,21 +147,41 @@ struct Part {
   bool intra;
   int n;
   double bytes;
+  int ways = 1;        // columns crossing between nodes at once (inter_node_shared splits the link)
+  double share = 1.0;  // of the group's members that take part
 };
 
 // The levels of a collective on k nodes of m ranks each (both > 1).
 std::vector<Part> HierarchicalParts(OpKind kind, int m, int k, double s) {
   switch (kind) {
     case OpKind::kReduceScatter:
-      return {{kind, true, m, s}, {kind, false, k, s / m}};
+      return {{kind, true, m, s}, {kind, false, k, s / m, m}};
     case OpKind::kAllGather:
-      return {{kind, false, k, s / m}, {kind, true, m, s}};
+      return {{kind, false, k, s / m, m}, {kind, true, m, s}};
     case OpKind::kAllReduce:
-      return {{OpKind::kReduceScatter, true, m, s}, {kind, false, k, s / m}, {OpKind::kAllGather, true, m, s}};
+      return {{OpKind::kReduceScatter, true, m, s}, {kind, false, k, s / m, m}, {OpKind::kAllGather, true, m, s}};
     case OpKind::kReduce:
-      return {{OpKind::kReduceScatter, true, m, s}, {kind, false, k, s / m}, {OpKind::kGather, true, m, s}};
+      return {{OpKind::kReduceScatter, true, m, s}, {kind, false, k, s / m, m}, {OpKind::kGather, true, m, s}};
     default:  // broadcast
-      return {{OpKind::kScatter, true, m, s}, {kind, false, k, s / m}, {OpKind::kAllGather, true, m, s}};
+      return {{OpKind::kScatter, true, m, s}, {kind, false, k, s / m, m}, {OpKind::kAllGather, true, m, s}};
+  }
+}
+
+// The Gloo workers' levels on a grid (HierarchicalCommunicator): reductions
+// and broadcasts cross between nodes in the root's column only.
+std::vector<Part> GlooGridParts(OpKind kind, int m, int k, double s) {
+  const double column = 1.0 / m;
+  switch (kind) {
+    case OpKind::kReduceScatter:
+      return {{kind, true, m, s}, {kind, false, k, s / m, m}};
+    case OpKind::kAllGather:
+      return {{kind, false, k, s / m, m}, {kind, true, m, s}};
+    case OpKind::kAllReduce:
+      return {{OpKind::kReduce, true, m, s}, {kind, false, k, s, 1, column}, {OpKind::kBroadcast, true, m, s}};
+    case OpKind::kReduce:
+      return {{kind, true, m, s}, {kind, false, k, s, 1, column}};
+    default:  // broadcast
+      return {{kind, false, k, s, 1, column}, {kind, true, m, s}};
   }
 }
 
@@ -181,16 +206,32 @@ CollectiveCost Concurrent(const ClusterSpec& c, OpKind kind, const GroupShape& s
   return cost;
 }
 
+// A flat Gloo collective over a group spanning nodes: its rings and trees
+// run at the pace of the slowest hop, between nodes; `nodes` of its n ring
+// hops (rank order, contiguous per node) cross.
+CollectiveCost GlooFlat(const ClusterSpec& c, OpKind kind, const GroupShape& shape, double s) {
+  const LevelCost level = BestLevelCost(c, kind, shape.size, s, /*intra=*/false);
+  const double crossing = static_cast<double>(shape.nodes) / shape.size;
+  CollectiveCost cost;
+  cost.seconds = level.seconds;
+  cost.bytes_sent = {level.bytes_sent * (1 - crossing), level.bytes_sent * crossing};
+  cost.algorithm = "gloo flat";
+  return cost;
+}
+
 CollectiveCost Hierarchical(const ClusterSpec& c, OpKind kind, const GroupShape& shape, double s) {
+  const bool gloo = c.library == CollectiveLibrary::kGloo;
   if (kind == OpKind::kAllToAll || kind == OpKind::kGather || kind == OpKind::kScatter) {
-    return Concurrent(c, kind, shape, s);
+    return gloo ? GlooFlat(c, kind, shape, s) : Concurrent(c, kind, shape, s);
   }
   CollectiveCost cost;
   std::string intra_name, inter_name;
-  for (const Part& p : HierarchicalParts(kind, shape.per_node, shape.nodes, s)) {
-    const LevelCost level = BestLevelCost(c, p.kind, p.n, p.bytes, p.intra);
+  const std::vector<Part> parts = gloo ? GlooGridParts(kind, shape.per_node, shape.nodes, s)
+                                       : HierarchicalParts(kind, shape.per_node, shape.nodes, s);
+  for (const Part& p : parts) {
+    const LevelCost level = BestLevelCost(c, p.kind, p.n, p.bytes, p.intra, p.ways);
     cost.seconds += level.seconds;
-    cost.bytes_sent[p.intra ? 0 : 1] += level.bytes_sent;
+    cost.bytes_sent[p.intra ? 0 : 1] += level.bytes_sent * p.share;
     std::string& name = p.intra ? intra_name : inter_name;
     if (name.empty()) name = LevelName(c, level.algorithm);
   }
@@ -209,6 +250,8 @@ CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const G
     cost.seconds = level.seconds;
     cost.bytes_sent[intra ? 0 : 1] = level.bytes_sent;
     cost.algorithm = LevelName(cluster, level.algorithm);
+  } else if (cluster.library == CollectiveLibrary::kGloo && !shape.grid) {
+    cost = GlooFlat(cluster, kind, shape, bytes);
   } else {
     cost = Hierarchical(cluster, kind, shape, bytes);
   }

@@ -18,13 +18,15 @@
 //               reduce, broadcast                           α + S/B
 //   Gloo        (worker/comm/internal/gloo_ring.h) reduce-scatter, all-gather,
 //               all-reduce, all-to-all as the ring; reduce = ring
-//               reduce-scatter then gather to the root; broadcast =
+//               reduce-scatter then gather to the root (two ranks: one
+//               send, α + S/B); broadcast =
 //               binomial tree L(α + S/B); gather, scatter as above.
 //
 // Other (algorithm, collective) pairs fall back to the ring. Every call adds
-// collective_base_us. A group spanning k nodes with m ranks on a node goes
-// hierarchically, each level with its own link class and algorithm (m
-// rails in parallel between nodes):
+// collective_base_us. With NCCL a group spanning k nodes with m ranks on a
+// node goes hierarchically, each level with its own link class and
+// algorithm (m rails in parallel between nodes; with inter_node_shared the
+// node's one link split m ways):
 //   reduce-scatter  intra RS(m, S), inter RS(k, S/m)
 //   all-gather      inter AG(k, S/m), intra AG(m, S)
 //   all-reduce      intra RS(m, S), inter AR(k, S/m), intra AG(m, S)
@@ -34,6 +36,17 @@
 //                   (m-1)α_i + S(m-1)/n/B_i and (k-1)α_e + S(n-m)/n/B_e
 //   gather, scatter the root's two links at once: α_e + the slower of
 //                   S(m-1)/n/B_i and S(n-m)/n/B_e
+// Gloo (the worker's HierarchicalCommunicator, NOTE [Node-local
+// collectives] in plan/node_grid.h) on a group that forms a grid:
+//   reduce          intra reduce(m, S), then in the root's column inter
+//                   reduce(k, S)
+//   broadcast       inter broadcast(k, S) in the root's column, intra
+//                   broadcast(m, S)
+//   reduce-scatter  intra RS(m, S), inter RS(k, S/m) in every column
+//   all-gather      inter AG(k, S/m), intra AG(m, S)
+//   all-reduce      intra reduce(m, S), inter AR(k, S), intra broadcast(m, S)
+// and on any other group spanning nodes flat: the Gloo algorithm over all n
+// ranks at the inter-node link's pace, `nodes` of its n ring hops crossing.
 // Bytes sent per member (wire bytes) follow the same terms: the bandwidth
 // term times B, averaged over the members, booked per link class.
 //
@@ -55,8 +68,13 @@ struct GroupShape {
   int size = 1;
   int nodes = 1;     // distinct nodes
   int per_node = 1;  // most ranks of the group on one node
+  // Gloo: the workers run it inside each node first (planner::NodeGridOf
+  // of the plan's gpus_per_node is not empty); otherwise rings over all its
+  // ranks in rank order. NCCL goes hierarchically whenever it can.
+  bool grid = false;
 };
-GroupShape ShapeOf(const ClusterSpec& cluster, absl::Span<const int> ranks);
+// `plan_gpus_per_node`: the plan's Topology.gpus_per_node (0: not known).
+GroupShape ShapeOf(const ClusterSpec& cluster, absl::Span<const int> ranks, int plan_gpus_per_node = 0);
 
 // One level: time and bytes each member sends (averaged over members).
 struct LevelCost {
@@ -71,7 +89,9 @@ LevelCost CollectiveLevelCost(CollectiveLibrary library, Algorithm algorithm, Op
                               const LinkSpec& link);
 // The algorithm the cluster uses for `kind` on one level (`intra`: inside a
 // node, where NVLS may apply): the cluster's own, or with kAuto the fastest.
-LevelCost BestLevelCost(const ClusterSpec& cluster, OpKind kind, int n, double bytes, bool intra);
+// `ways`: collectives crossing between nodes at once on each node (a node's
+// columns); with inter_node_shared they split the node's link.
+LevelCost BestLevelCost(const ClusterSpec& cluster, OpKind kind, int n, double bytes, bool intra, int ways = 1);
 
 struct CollectiveCost {
   double seconds = 0;

@@ -54,6 +54,7 @@ int64_t MinDim(const v1::PlannedTensor& t) {
 // The plan's references, resolved and checked once.
 struct PlanIndex {
   int world_size = 0;
+  int gpus_per_node = 0;
   std::vector<std::vector<int>> groups;  // by position
   std::vector<int> muon_group, muon_root, muon_last;
   std::vector<int> adamw_group, adamw_last;
@@ -73,6 +74,7 @@ int LastTensor(const Entries& entries) {
 
 absl::Status IndexGroups(const v1::Plan& plan, PlanIndex& x) {
   x.world_size = plan.topology().world_size() > 0 ? plan.topology().world_size() : plan.ranks_size();
+  x.gpus_per_node = plan.topology().gpus_per_node();
   x.rank_groups.assign(x.world_size, {});
   for (int g = 0; g < plan.groups_size(); ++g) {
     const v1::CommGroup& group = plan.groups(g);
@@ -538,6 +540,7 @@ absl::Status Builder::BuildPipelined() {
 absl::StatusOr<StepProgram> Builder::Build() {
   p_.name = absl::StrCat("muonshard ", ScheduleName(schedule_));
   p_.world_size = x_.world_size;
+  p_.gpus_per_node = x_.gpus_per_node;
   p_.groups = x_.groups;
   OrderExchanges();
   MUONSHARD_RETURN_IF_ERROR(schedule_ == Schedule::kSequential ? BuildSequential() : BuildPipelined());

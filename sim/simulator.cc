@@ -426,7 +426,13 @@ absl::StatusOr<StepResult> RunStepProgram(StepProgram program, const ClusterSpec
   MUONSHARD_RETURN_IF_ERROR(CheckWorldFits(cluster, program.world_size));
   std::vector<GroupShape> shapes;
   shapes.reserve(program.groups.size());
-  for (const std::vector<int>& g : program.groups) shapes.push_back(ShapeOf(cluster, g));
+  if (program.gpus_per_node > 0 && program.gpus_per_node != cluster.gpus_per_node) {
+    return absl::InvalidArgumentError(absl::StrCat("the plan's topology.gpus_per_node is ", program.gpus_per_node,
+                                                   ", the cluster's gpus_per_node ", cluster.gpus_per_node,
+                                                   ": plan for the cluster's nodes (--gpus-per-node ",
+                                                   cluster.gpus_per_node, "), or give the cluster the plan's"));
+  }
+  for (const std::vector<int>& g : program.groups) shapes.push_back(ShapeOf(cluster, g, program.gpus_per_node));
   std::vector<OpCost> costs;
   costs.reserve(program.ops.size());
   for (const StepOp& op : program.ops) costs.push_back(CostOf(cluster, program, shapes, op));

@@ -110,6 +110,10 @@ struct Lane {
 struct StepProgram {
   std::string name;  // "muonshard pipelined"
   int world_size = 0;
+  // The plan's Topology.gpus_per_node (0: not known). Gloo workers run a
+  // group that forms a grid over these nodes inside each node first (NOTE
+  // [Node-local collectives] in plan/node_grid.h), any other flat.
+  int gpus_per_node = 0;
   std::vector<std::vector<int>> groups;  // global ranks, in group-rank order
   std::vector<Lane> lanes;
   std::vector<StepOp> ops;

@@ -61,6 +61,12 @@ TEST(ClusterTest, FileOverridesItsPreset) {
   EXPECT_EQ(c->algorithm, Algorithm::kRing);
   ASSERT_EQ(c->ns_efficiency.size(), 2u);
   EXPECT_EQ(c->ns_efficiency[1].min_dim, 4096);
+  EXPECT_FALSE(c->inter_node_shared);
+  absl::StatusOr<ClusterSpec> shared = ParseClusterJson(R"({"preset": "cpu", "inter_node_shared": true})");
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  EXPECT_TRUE(shared->inter_node_shared);
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "cpu", "inter_node_shared": 1})"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("inter_node_shared")));
 }
 
 TEST(ClusterTest, ToJsonParsesBackToTheSameCluster) {

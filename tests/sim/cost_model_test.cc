@@ -143,6 +143,52 @@ TEST(CostModelTest, ReduceScatterOverTwoNodesIsHierarchical) {
   EXPECT_NEAR(CostOfCollective(c, OpKind::kAllGather, shape, s).seconds, cost.seconds, 1e-15);
 }
 
+// NOTE [Node-local collectives]: Gloo workers go inside each node first only
+// where the plan's gpus_per_node makes the group a grid.
+TEST(CostModelTest, ShapeOfAGroup_GridOnlyWithThePlansNodes) {
+  const ClusterSpec c = RoundCluster(2);
+  const std::vector<int> four = {0, 1, 2, 3};
+  EXPECT_FALSE(ShapeOf(c, four).grid);
+  EXPECT_TRUE(ShapeOf(c, four, 2).grid);
+  const std::vector<int> one_each = {0, 2};
+  EXPECT_FALSE(ShapeOf(c, one_each, 2).grid);
+}
+
+// Gloo over 2 nodes of 2, 64 MiB: flat rings run at the inter-node link's
+// pace with 2 of their 4 hops crossing; on the grid a reduce sends one copy
+// between the nodes (the root's column), a reduce-scatter a column's half
+// in each column.
+TEST(CostModelTest, GlooOverTwoNodes_FlatRingsOrTheGrid) {
+  ClusterSpec c = RoundCluster(2);
+  c.library = CollectiveLibrary::kGloo;
+  const double s = 64 * kMiB;
+  const GroupShape flat{4, 2, 2, false};
+  const GroupShape grid{4, 2, 2, true};
+  // Flat reduce: ring reduce-scatter then segments to the root, at 10 GB/s.
+  const CollectiveCost fr = CostOfCollective(c, OpKind::kReduce, flat, s);
+  EXPECT_NEAR(fr.seconds, 4 * 20e-6 + 2 * 0.75 * s / 10e9, 1e-12);
+  const double flat_reduce_sent = 0.75 * s + 0.75 * s / 4;
+  EXPECT_DOUBLE_EQ(fr.bytes_sent[1], flat_reduce_sent * 0.5);
+  EXPECT_DOUBLE_EQ(fr.bytes_sent[0], flat_reduce_sent * 0.5);
+  EXPECT_EQ(fr.algorithm, "gloo flat");
+  // Grid reduce: inside the node, then the other node's sum: Gloo's reduce
+  // of two ranks is one send at each level.
+  const CollectiveCost gr = CostOfCollective(c, OpKind::kReduce, grid, s);
+  EXPECT_NEAR(gr.seconds, (5e-6 + s / 100e9) + (20e-6 + s / 10e9), 1e-12);
+  EXPECT_DOUBLE_EQ(gr.bytes_sent[0], s / 2);  // one of each node's two sends s
+  EXPECT_DOUBLE_EQ(gr.bytes_sent[1], s / 4);  // one of 4 members sends s
+  EXPECT_LT(gr.bytes_sent[1], 0.7 * fr.bytes_sent[1]);
+  // Grid reduce-scatter: inside (2 ranks, all of s), then each column its half over 2 nodes.
+  const CollectiveCost grs = CostOfCollective(c, OpKind::kReduceScatter, grid, s);
+  EXPECT_NEAR(grs.seconds, (5e-6 + 0.5 * s / 100e9) + (20e-6 + 0.5 * (s / 2) / 10e9), 1e-12);
+  EXPECT_DOUBLE_EQ(grs.bytes_sent[1], 0.5 * s / 2);
+  // One link per node: both columns share it.
+  c.inter_node_shared = true;
+  EXPECT_NEAR(CostOfCollective(c, OpKind::kReduceScatter, grid, s).seconds,
+              (5e-6 + 0.5 * s / 100e9) + (20e-6 + 0.5 * (s / 2) / 5e9), 1e-12);
+  EXPECT_NEAR(CostOfCollective(c, OpKind::kReduce, grid, s).seconds, gr.seconds, 1e-15);
+}
+
 TEST(CostModelTest, OneRankPerNodeUsesTheNetworkOnly) {
   const ClusterSpec c = RoundCluster(1);
   const double s = 10 * kMiB;

@@ -65,13 +65,27 @@ TEST(SimulateCliTest, JsonParsesAndAPlanFileGivesTheSameStep) {
   EXPECT_EQ(s.at("ranks").list_value().values_size(), 4);
   EXPECT_GT(s.at("step_seconds").number_value(), 0);
 
-  CommandResult plan = RunCtl(absl::StrCat("plan --output json ", PlanArgs()));
+  // A plan made with --manifest is made for the cluster's nodes (8 per H200
+  // node): the same plan from a file gives the same step.
+  CommandResult plan = RunCtl(absl::StrCat("plan --output json --gpus-per-node 8 ", PlanArgs()));
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   const std::string plan_file = Write("sim_plan.json", plan.out);
   CommandResult from_file =
       RunCtl(absl::StrCat("simulate --cluster h200 --schedule pipelined --output json --plan ", plan_file));
   ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
-  EXPECT_EQ(from_file.out, direct.out);
+  EXPECT_TRUE(from_file.out == direct.out) << "the step differs between --manifest and --plan";
+}
+
+// A plan made for other nodes than the cluster's is refused, naming both.
+TEST(SimulateCliTest, PlanForOtherNodesThanTheClusters_ExitTwoNamingBoth) {
+  CommandResult plan = RunCtl(absl::StrCat("plan --output json --gpus-per-node 2 ", PlanArgs()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const std::string plan_file = Write("sim_plan_nodes2.json", plan.out);
+  CommandResult r = RunCtl(absl::StrCat("simulate --cluster h200 --plan ", plan_file));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the plan's topology.gpus_per_node is 2, the cluster's gpus_per_node 8"));
+  CommandResult same = RunCtl(absl::StrCat("simulate --cluster h200 --gpus-per-node 2 --plan ", plan_file));
+  EXPECT_EQ(same.exit_code, 0) << same.err;
 }
 
 TEST(SimulateCliTest, SvgHasOneBandPerRank) {
