@@ -52,9 +52,20 @@ RATE_RE = re.compile(r"^rate check: .*?: ([0-9.]+) Gbit/s payload")
 WORKERS_RE = re.compile(r"^workers: (\d+) ranks, .*policy (\S+?);")
 MODEL_RE = re.compile(r"^  (\S+) \(/(\d+), (\d+) layers, ep (\d+)[,)]")
 SHAPED_RE = re.compile(
-    r"^    shaped \((\S+) each way.*\): sequential ([0-9.nan]+) \| pipelined ([0-9.nan]+) \| "
-    r"comm ([0-9.nan]+) \| compute ([0-9.nan]+)"
+    r"^    shaped \((\S+) each way.*\): sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| "
+    r"comm ([0-9.nan/]+) \| compute ([0-9.nan/]+)"
 )
+# shaped_net.py --nodes N: N namespaces as machines, a node's ranks on its own lo.
+NODES_RE = re.compile(
+    r"^    shaped over (\d+) nodes x (\d+) ranks, collectives (\S+) \((\S+) each way.*\): "
+    r"sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| compute ([0-9.nan/]+)"
+)
+
+
+def figure(text):
+    return float("nan") if text == "n/a" else float(text)
+
+
 KERNEL_RE = re.compile(
     r"^case=\S+ batch=\d+ rows=(\d+) cols=(\d+) sgemm_gflops=([0-9.]+) ns_symmetric_gflops=([0-9.]+)"
 )
@@ -85,11 +96,24 @@ def parse_log(path):
         elif in_summary and (m := MODEL_RE.match(line)):
             model = {"model": m.group(1), "divisor": int(m.group(2)), "layers": int(m.group(3)), "ep": int(m.group(4))}
         elif in_summary and model and (m := SHAPED_RE.match(line)):
-            values = [float(x) for x in m.groups()[1:]]
+            values = [figure(x) for x in m.groups()[1:]]
             configs.append(
                 dict(
                     model,
                     rate=m.group(1),
+                    nodes=0,
+                    measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
+                )
+            )
+        elif in_summary and model and (m := NODES_RE.match(line)):
+            values = [figure(x) for x in m.groups()[4:]]
+            configs.append(
+                dict(
+                    model,
+                    rate=m.group(4),
+                    nodes=int(m.group(1)),
+                    per_node=int(m.group(2)),
+                    collectives=m.group(3),
                     measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
                 )
             )
@@ -166,17 +190,9 @@ def manifest_for(c, bin_dir, work):
     return out
 
 
-def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s):
-    """{schedule: ms, comm: ms, compute: ms} from muonshardctl simulate."""
-    argv = [
-        os.path.join(bin_dir, "muonshardctl"),
-        "simulate",
-        "--cluster",
-        cluster_file,
-        "--gpus-per-node",
-        "1",  # shaped_net.py: one network namespace per rank
-        "--inter-bandwidth",
-        "%.6f" % bandwidth_gb_s,
+def plan_inputs(c, bin_dir, work):
+    """`muonshardctl plan`'s flags for the model, world size, ep and policy shaped_net.py ran."""
+    return [
         "--manifest",
         manifest_for(c, bin_dir, work),
         "--world-size",
@@ -185,9 +201,36 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s):
         str(c["ep"]),
         "--policy",
         c["policy"],
-        "--format",
-        "json",
     ]
+
+
+def plan_file(c, bin_dir, work):
+    """A two-node config's plan, as shaped_net.py submitted it: gpus_per_node set for the hierarchical
+    workers; for the flat ones the same owners without it (the simulator then runs flat rings)."""
+    path = os.path.join(work, "plan-%s-%d-%s.json" % (c["model"], c["ranks"], c["collectives"]))
+    if not os.path.exists(path):
+        argv = [os.path.join(bin_dir, "muonshardctl"), "plan", *plan_inputs(c, bin_dir, work), "--output", "json"]
+        if c["collectives"] == "hierarchical":
+            argv += ["--gpus-per-node", str(c["per_node"])]
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BadInput("muonshardctl plan: %s" % r.stderr.strip()[-500:])
+        with open(path, "w") as f:
+            f.write(r.stdout)
+    return path
+
+
+def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
+    """{schedule: ms, comm: ms, compute: ms} from muonshardctl simulate. One network namespace per rank
+    (every rank a node of its own) unless the config ran on --nodes: then the node's ranks share its one
+    link (inter_node_shared) and talk over its lo at `intra_gb_s`."""
+    argv = [os.path.join(bin_dir, "muonshardctl"), "simulate", "--cluster", cluster_file]
+    if c.get("nodes"):
+        argv += ["--gpus-per-node", str(c["per_node"]), "--plan", plan_file(c, bin_dir, work)]
+        argv += ["--intra-bandwidth", "%.6f" % intra_gb_s]
+    else:  # shaped_net.py: one network namespace per rank
+        argv += ["--gpus-per-node", "1", *plan_inputs(c, bin_dir, work)]
+    argv += ["--inter-bandwidth", "%.6f" % bandwidth_gb_s, "--format", "json"]
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.returncode != 0:
         raise BadInput("muonshardctl simulate: %s" % r.stderr.strip()[-500:])
@@ -205,7 +248,13 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0):
     (times `scale`, the compute calibration)."""
     gemm, table = kernel_terms(kernels)
     share = min(1.0, host_cores / ranks) / host_cores
-    cluster = {"preset": "cpu", "gemm_tflops": round(gemm * share * scale, 5), "ns_efficiency": table}
+    # Every namespace of shaped_net.py has one link (a rank's, or with --nodes a node's, shared).
+    cluster = {
+        "preset": "cpu",
+        "gemm_tflops": round(gemm * share * scale, 5),
+        "ns_efficiency": table,
+        "inter_node_shared": True,
+    }
     path = os.path.join(work, "cpu-measured-%d.json" % ranks)
     with open(path, "w") as f:
         json.dump(cluster, f, indent=1)
@@ -215,7 +264,7 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0):
 def fit_compute(configs, model, ranks, cluster, bin_dir, work):
     """The factor on the GEMM rate that makes `model`'s compute-only figure at `ranks` ranks (mean over the
     rates) the predicted one; 1 when the logs have none."""
-    runs = [c for c in configs if c["model"] == model and c["ranks"] == ranks]
+    runs = [c for c in configs if c["model"] == model and c["ranks"] == ranks and not c["nodes"]]
     if not runs:
         return 1.0
     measured = sum(c["measured"]["compute"] for c in runs) / len(runs)
@@ -231,9 +280,10 @@ def core_share(ranks, host_cores):
 def fit_link(configs, model, clusters, bin_dir, work):
     """(efficiency, cap GB/s, the world size it was fitted at) of the link from `model`'s comm-only figures
     at its largest world size in the logs (see the module's docstring)."""
-    ranks = max((c["ranks"] for c in configs if c["model"] == model), default=None)
+    per_rank = [c for c in configs if not c["nodes"]]
+    ranks = max((c["ranks"] for c in per_rank if c["model"] == model), default=None)
     points = []
-    chosen = (c for c in configs if c["model"] == model and c["ranks"] == ranks)
+    chosen = (c for c in per_rank if c["model"] == model and c["ranks"] == ranks)
     for c in sorted(chosen, key=lambda c: c["gbit_payload"]):
         b = c["gbit_payload"] / 8.0
         at_b = predict(c, clusters[c["ranks"]], bin_dir, work, b)["comm"]
@@ -290,25 +340,31 @@ def main():
                 % (a.calibrate, fit_ranks, efficiency, "none" if cap == float("inf") else "%.4f" % cap)
             )
             print(
-                "%-16s %5s %-6s %-10s %10s %10s %8s"
+                "%-16s %5s %-18s %-10s %10s %10s %8s"
                 % ("model", "ranks", "rate", "term", "measured", "predicted", "error")
             )
             worst = 0.0
             for c in configs:
                 scale = core_share(c["ranks"], a.host_cores) / core_share(fit_ranks, a.host_cores)
                 bandwidth = min(efficiency * c["gbit_payload"] / 8.0, cap * scale)
-                pred = predict(c, clusters[c["ranks"]], a.bin, work, bandwidth)
+                # --nodes: a node's lo carries its ranks' traffic as fast as their CPUs allow (the cap).
+                pred = predict(c, clusters[c["ranks"]], a.bin, work, bandwidth, cap * scale)
+                label = c["rate"]
+                if c["nodes"]:
+                    label = "%s@%dx%d-%s" % (c["rate"], c["nodes"], c["per_node"], c["collectives"][:4])
                 for term in ("sequential", "pipelined", "comm", "compute"):
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
-                    fitted = c["model"] == a.calibrate and (
-                        term == "compute" or (term == "comm" and c["ranks"] == fit_ranks)
+                    fitted = (
+                        c["model"] == a.calibrate
+                        and not c["nodes"]
+                        and (term == "compute" or (term == "comm" and c["ranks"] == fit_ranks))
                     )
                     if term in ("sequential", "pipelined") and err == err:
                         worst = max(worst, abs(err))
                     print(
-                        "%-16s %5d %-6s %-10s %10.1f %10.1f %+7.1f%%%s"
-                        % (c["model"], c["ranks"], c["rate"], term, m, q, err, "  (calibration)" if fitted else "")
+                        "%-16s %5d %-18s %-10s %10.1f %10.1f %+7.1f%%%s"
+                        % (c["model"], c["ranks"], label, term, m, q, err, "  (calibration)" if fitted else "")
                     )
             print("worst step error: %.1f %%" % worst)
             if a.goal is not None and worst > a.goal:

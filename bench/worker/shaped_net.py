@@ -14,9 +14,16 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
     --no-ingress-shaping. A short TCP blast between two namespaces checks the
     rate (printed). Everything is named ms-*/msbr0, removed on exit and, under
     a lock, also on start (leftovers of a killed run).
+    --nodes N (two-host emulation; N >= 2 dividing --ranks): N namespaces
+    ms-n<k> (10.77.0.<11+k>) act as N machines, node k holding the ranks
+    k*P..k*P+P-1 (P = ranks / N) on its one address. A node's ranks reach each
+    other over its own lo (unshaped: the same address in one namespace), and
+    every byte between nodes crosses the node's eth0 and the bridge, shaped as
+    above (--rate, --delay, ingress): each node has one link, as a machine's NIC.
  2. Starts a muonshard-coordinator in the root namespace on 10.77.0.1 and, per
     model and step mode, one muonshard-worker per rank in its namespace
-    (ip netns exec, --hostname 10.77.0.<11+i>, /metrics on that address),
+    (ip netns exec, --hostname 10.77.0.<11+i>, /metrics on that address; with
+    --nodes its node's namespace and address, /metrics on a free port each),
     SyntheticWorkload gradients, WARMUP + STEPS steps, --linger.
  3. Models: Qwen3-30B-A3B (its config.json fields, scaled by
     muonshard-scale-manifest: --moe-divisor 16 --moe-layers 2, ep 2) and a
@@ -44,7 +51,8 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
       AllGather (AdamW params)     sum(counts) - counts[r+1] elements, dtype
       Reduce (Muon grads)          ring reduce-scatter of EvenCounts(numel, n)
                                    (numel - e[r]) + e[r] to the root unless
-                                   r is the root, fp32
+                                   r is the root, fp32; two ranks: numel
+                                   from the other rank to the root
       Broadcast (Muon params)      numel x (children in the binomial tree), dtype
     With --step-piece-kib K the Muon rows count each piece of a bucket (NOTE
     [Step pieces] in worker/optimizer/internal/bucket_split.h) as a bucket.
@@ -52,6 +60,11 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
     gloo's message headers and the connection setup; it is shown per transfer.
     The API bytes (muonshard_worker_comm_bytes_total) are checked against the
     plan's per-rank figures on the way.
+    With --nodes the same sockets are split by the peer's address: inter-node
+    bytes (peers on another node: the shaped links) and intra-node (the node's
+    own address: lo), summed over ranks per step, each against its theory
+    (flat rings: a ring step, tree edge or send to the root is inter-node when
+    its two global ranks are on different nodes).
  7. With --loopback (default) the same models also run on unshaped 127.0.0.1
     in the root namespace (as process_bench.sh) for the sequential and
     pipelined modes: the overlapped step must be no slower there.
@@ -60,15 +73,42 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
  8. Every job prints how busy the machine's CPUs were between its two
     scrapes (/proc/stat, every process: on a shared machine, others too):
     on 2 cores with 4 ranks, near 2 means the step is CPU-bound.
+ 9. --collectives flat,hierarchical (with --nodes; default: flat only, today's
+    plan and workers): a bench dimension. Both variants run one plan per model,
+    submitted with --gpus-per-node P (the topology's gpus_per_node): flat
+    workers get --collectives flat (placement-oblivious rings on that plan: the
+    same owners and balance), hierarchical ones --collectives hierarchical
+    where the worker's --help lists that value, else no flag (the plan's nodes
+    decide). Needs a muonshard-worker with --collectives and a muonshardctl
+    submit with --gpus-per-node (checked only then; exit 2 without). Theory of
+    the hierarchical collectives (a group of n ranks, p on each of its m = n/p
+    nodes, local index l = position among the group's ranks on its node;
+    "local": a node's ranks, "cross": the ranks of one local index, by node;
+    each level the flat algorithms above, reductions fp32):
+      Reduce(root R)      local Reduce to the rank of R's local index, then
+                          cross Reduce among those to R's node
+      Broadcast(root R)   cross Broadcast from R, then local Broadcast from
+                          that rank on every node
+      ReduceScatter       local ReduceScatter of the buffer permuted into parts
+                          l = the (node k, index l) segments over k (counts:
+                          their sums), then cross ReduceScatter of part l
+                          (counts: the (k, l) segments')
+      AllGather           cross AllGather, then local AllGather
+    A group not spread evenly over its nodes, on one node, or with one rank
+    per node runs flat. Only the cross level crosses nodes. The summary puts
+    flat and hierarchical side by side per model and mode: step time (slowest
+    rank), inter-node bytes per step, and hierarchical / flat of those bytes.
 
 Goals (issue): pipelined <= 1.15 x max(comm, compute) on the shaped network;
-wire bytes = theory +-1 %; pipelined no slower than sequential on loopback.
-They are reported; --check-goals makes a missed goal exit 1.
+wire bytes = theory +-1 % (with --nodes also the inter-node bytes); pipelined
+no slower than sequential on loopback; with --collectives flat,hierarchical:
+hierarchical / flat inter-node bytes per step <= 0.70 (>= 30 % fewer). They
+are reported; --check-goals makes a missed goal exit 1.
 
 Exit: 0 done; 2 bad flags or cannot run here (not root, no ip netns, a
-worker without the needed flags, another run holds the lock); 1 a run failed
-(the workers' log tails are printed). Every wait is bounded; the whole run
-by --max-seconds.
+worker or muonshardctl without the needed flags, another run holds the
+lock); 1 a run failed (the workers' log tails are printed). Every wait is
+bounded; the whole run by --max-seconds.
 
 A rank that no collective holds back (compute mode) runs ahead of the
 scrapes; its figure is then its mean over the whole run (marked *).
@@ -78,7 +118,7 @@ the medians (the load on a shared machine drifts between jobs).
 Usage: sudo /usr/bin/python3 bench/worker/shaped_net.py [--rate 2gbit] [--delay 0.1ms]
            [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback | --loopback-only]
            [--steps 10] [--warmup 2] [--repeats 1] [--ranks 4] [--policy seed] [--comm-buffer-mb MB]
-           [--step-piece-kib K]
+           [--step-piece-kib K] [--nodes N [--collectives flat,hierarchical]]
            [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep] [--trace]
 
 --trace: the workers record every timed step's spans (NOTE [Step trace] in
@@ -108,7 +148,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BRIDGE = "msbr0"
 SUBNET = "10.77.0"
 BRIDGE_IP = SUBNET + ".1"
-NS_RE = re.compile(r"^ms-r\d+$")
+NS_RE = re.compile(r"^ms-[rn]\d+$")  # ms-r<rank> (a namespace per rank), ms-n<node> (--nodes)
 LINK_RE = re.compile(r"^(ms-v\d+|ms-p\d+|msbr0)$")
 LOCK_PATH = "/run/lock/muonshard-shaped-net.lock"
 
@@ -321,8 +361,9 @@ def parse_delay(text):
     return seconds
 
 
-def ns_name(i):
-    return "ms-r%d" % i
+def ns_name(i, node=False):
+    """The namespace of rank i (ms-r<i>), or of node i with --nodes (ms-n<i>)."""
+    return ("ms-n%d" if node else "ms-r%d") % i
 
 
 def ns_ip(i):
@@ -330,7 +371,7 @@ def ns_ip(i):
 
 
 def teardown_network(kill_stale=False):
-    """Removes every ms-r* namespace, ms-v*/ms-p* link and msbr0. Returns what it removed."""
+    """Removes every ms-r*/ms-n* namespace, ms-v*/ms-p* link and msbr0. Returns what it removed."""
     removed = []
 
     def do(argv):
@@ -449,12 +490,13 @@ def netem_available():
         run(["ip", "link", "del", "ms-p999"], check=False)
 
 
-def setup_network(n, rate_bps, delay_s, ingress, netem):
+def setup_network(n, rate_bps, delay_s, ingress, netem, nodes=False):
+    """n namespaces on the bridge: one per rank (ms-r<i>), or one per node with nodes (ms-n<i>)."""
     run(["ip", "link", "add", BRIDGE, "type", "bridge"])
     run(["ip", "addr", "add", BRIDGE_IP + "/24", "dev", BRIDGE])
     run(["ip", "link", "set", BRIDGE, "up"])
     for i in range(n):
-        ns, host_end, ns_end = ns_name(i), "ms-v%d" % i, "ms-p%d" % i
+        ns, host_end, ns_end = ns_name(i, nodes), "ms-v%d" % i, "ms-p%d" % i
         run(["ip", "netns", "add", ns])
         run(["ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end])
         run(["ip", "link", "set", ns_end, "netns", ns])
@@ -474,9 +516,9 @@ def setup_network(n, rate_bps, delay_s, ingress, netem):
     py = sys.executable or "/usr/bin/python3"
     for i in range(n):
         wait_until(
-            lambda i=i: run([py, "-c", REACH, BRIDGE_IP], ns=ns_name(i), check=False).returncode == 0,
+            lambda i=i: run([py, "-c", REACH, BRIDGE_IP], ns=ns_name(i, nodes), check=False).returncode == 0,
             15,
-            "ms-r%d to reach %s" % (i, BRIDGE_IP),
+            "%s to reach %s" % (ns_name(i, nodes), BRIDGE_IP),
         )
 
 
@@ -524,11 +566,12 @@ print(json.dumps({"rtt_median": rtts[len(rtts) // 2]}), flush=True)
 PING_PONGS = 200
 
 
-def rate_check(seconds, py):
-    """One TCP connection ms-r0 -> ms-r1: the median round trip of one byte (idle
-    link), then `seconds` of bulk: (payload Gbit/s at the receiver, RTT s)."""
+def rate_check(seconds, py, nodes=False):
+    """One TCP connection ms-r0 -> ms-r1 (ms-n0 -> ms-n1 with nodes): the median round
+    trip of one byte (idle link), then `seconds` of bulk: (payload Gbit/s at the
+    receiver, RTT s)."""
     server = subprocess.Popen(
-        ["ip", "netns", "exec", ns_name(1), py, "-c", RATE_SERVER, ns_ip(1), str(seconds + 20), str(PING_PONGS)],
+        ["ip", "netns", "exec", ns_name(1, nodes), py, "-c", RATE_SERVER, ns_ip(1), str(seconds + 20), str(PING_PONGS)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -539,7 +582,9 @@ def rate_check(seconds, py):
         if not port.isdigit():
             raise Failure("rate check: the receiver did not start: " + server.stderr.read()[-400:])
         client = run(
-            [py, "-c", RATE_CLIENT, ns_ip(1), port, str(seconds), str(PING_PONGS)], ns=ns_name(0), timeout=seconds + 30
+            [py, "-c", RATE_CLIENT, ns_ip(1), port, str(seconds), str(PING_PONGS)],
+            ns=ns_name(0, nodes),
+            timeout=seconds + 30,
         )
         out, _err = server.communicate(timeout=DEADLINE.bound(30))
         result = json.loads(out.strip().splitlines()[-1])
@@ -626,21 +671,6 @@ def even_counts(count, n):
     return out
 
 
-def tree_children(me, n):
-    mask = 1
-    while mask < n:
-        if me & mask:
-            break
-        mask <<= 1
-    children = 0
-    mask >>= 1
-    while mask > 0:
-        if me + mask < n:
-            children += 1
-        mask >>= 1
-    return children
-
-
 def grad_bytes(plan):
     """Bytes per element of the plan's gradient buffers (policy.grad_dtype, FP32 unless set)."""
     return DTYPE_BYTES.get(plan.get("policy", {}).get("grad_dtype", "FP32"), 4)
@@ -662,40 +692,145 @@ def muon_pieces(bucket, grad_elem, max_bytes):
     return [end - begin for begin, end in zip(starts, starts[1:] + [numel], strict=True)]
 
 
-def wire_theory(plan, piece_bytes=0):
-    """Per global rank: {"bytes": sent per step, "transfers": data messages per step}, by the rings' algorithms."""
+def hierarchy(ranks, node_of):
+    """(local, cross) of a group for the hierarchical collectives, or None when it runs flat.
+
+    ranks: the group's global ranks in group-rank order. local[k]: the ranks of
+    the group's k-th node (nodes in ascending order), in group-rank order; cross[l]:
+    the ranks of local index l, one per node, ordered by node. None unless every
+    node of the group holds the same number p >= 2 of its ranks on m >= 2 nodes."""
+    by_node = {}
+    for r in ranks:
+        by_node.setdefault(node_of(r), []).append(r)
+    local = [by_node[k] for k in sorted(by_node)]
+    p = len(local[0])
+    if len(local) < 2 or p < 2 or any(len(x) != p for x in local):
+        return None
+    return local, [[x[lr] for x in local] for lr in range(p)]
+
+
+class WireTally:
+    """Bytes and data messages each global rank sends, split by where the receiver is."""
+
+    def __init__(self, world, node_of):
+        self.node_of = node_of
+        self.sent = [0] * world
+        self.transfers = [0] * world
+        self.inter = [0] * world  # to a rank on another node
+
+    def send(self, src, dst, nbytes):
+        if nbytes <= 0:  # zero-length segments are skipped on both sides
+            return
+        self.sent[src] += nbytes
+        self.transfers[src] += 1
+        if self.node_of(src) != self.node_of(dst):
+            self.inter[src] += nbytes
+
+    # The algorithms of worker/comm/internal/gloo_ring.h over `rs` (global ranks
+    # in the collective's rank order: ring step i -> i+1).
+    def reduce_scatter(self, rs, counts, elem):
+        n = len(rs)
+        for k in range(n):
+            for s in range(n - 1):  # step s: the partial sum of segment k-1-s to the right
+                self.send(rs[k], rs[(k + 1) % n], counts[(k - 1 - s) % n] * elem)
+
+    def all_gather(self, rs, counts, elem):
+        n = len(rs)
+        for k in range(n):
+            for s in range(n - 1):  # step s: segment k-s to the right
+                self.send(rs[k], rs[(k + 1) % n], counts[(k - s) % n] * elem)
+
+    def reduce(self, rs, numel, root, elem):
+        if len(rs) == 2:  # ReduceOfTwo: the other rank's buffer straight to the root
+            self.send(rs[1 - root], rs[root], numel * elem)
+            return
+        e = even_counts(numel, len(rs))
+        self.reduce_scatter(rs, e, elem)
+        for k in range(len(rs)):
+            if k != root:
+                self.send(rs[k], rs[root], e[k] * elem)
+
+    def broadcast(self, rs, numel, root, elem):
+        n = len(rs)
+        for k in range(n):
+            me = (k - root) % n
+            mask = 1
+            while mask < n and not me & mask:
+                mask <<= 1
+            mask >>= 1
+            while mask > 0:  # binomial tree: the children below my lowest set bit
+                if me + mask < n:
+                    self.send(rs[k], rs[(me + mask + root) % n], numel * elem)
+                mask >>= 1
+
+    # The hierarchical collectives (a group spread evenly over nodes, see hierarchy()).
+    def h_reduce(self, local, cross, numel, root, elem):
+        li = next(i for i, x in enumerate(local) if root in x)
+        lr = local[li].index(root)
+        for x in local:  # to the rank of the root's local index on every node
+            self.reduce(x, numel, lr, elem)
+        self.reduce(cross[lr], numel, li, elem)  # then among those, to the root's node
+
+    def h_broadcast(self, local, cross, numel, root, elem):
+        li = next(i for i, x in enumerate(local) if root in x)
+        lr = local[li].index(root)
+        self.broadcast(cross[lr], numel, li, elem)
+        for x in local:
+            self.broadcast(x, numel, lr, elem)
+
+    def h_parts(self, local, counts_of):
+        p = len(local[0])
+        return [[counts_of[x[lr]] for x in local] for lr in range(p)]
+
+    def h_reduce_scatter(self, local, cross, counts_of, elem):
+        parts = self.h_parts(local, counts_of)  # parts[l][k]: the count of (node k, local index l)
+        for x in local:
+            self.reduce_scatter(x, [sum(c) for c in parts], elem)
+        for lr, c in enumerate(parts):
+            self.reduce_scatter(cross[lr], c, elem)
+
+    def h_all_gather(self, local, cross, counts_of, elem):
+        parts = self.h_parts(local, counts_of)
+        for lr, c in enumerate(parts):
+            self.all_gather(cross[lr], c, elem)
+        for x in local:
+            self.all_gather(x, [sum(c) for c in parts], elem)
+
+
+def wire_theory(plan, piece_bytes=0, node_of=None, hierarchical=False):
+    """Per global rank, by the rings' algorithms: {"bytes": sent per step, "transfers": data
+    messages per step, "inter": bytes sent to ranks on other nodes per step}.
+
+    node_of: rank -> node (None: every rank a node of its own). hierarchical: the
+    groups spread evenly over nodes run the hierarchical collectives, the plan's
+    topology.gpus_per_node ranks a node."""
     groups = {g["id"]: [int(r) for r in g["ranks"]] for g in plan["groups"]}
     world = int(plan["topology"]["world_size"])
-    sent = [0] * world
-    transfers = [0] * world
+    tally = WireTally(world, node_of or (lambda r: r))
     reduce_elem = 4  # reductions travel as fp32 (bf16/fp16 widened)
+    per_node = int(plan["topology"].get("gpus_per_node", 0) or 0)
 
-    def ring_send(k, counts, skip, elem):
-        # Rank k of the ring sends every segment but `skip` (zero-length ones skipped).
-        b = sum(c for j, c in enumerate(counts) if j != skip) * elem
-        t = sum(1 for j, c in enumerate(counts) if j != skip and c > 0)
-        return b, t
+    def levels(ranks):
+        if not hierarchical or per_node < 1:
+            return None
+        return hierarchy(ranks, lambda r: r // per_node)
 
     grad_elem = grad_bytes(plan)
     for b in plan.get("muon_buckets", []):
         ranks = groups[b["group"]]
-        n = len(ranks)
-        if n < 2:
+        if len(ranks) < 2:
             continue
         elem = DTYPE_BYTES.get(b.get("dtype", "FP32"), 4)
-        root = ranks.index(int(b["owner"]))
+        owner = int(b["owner"])
+        h = levels(ranks)
         for numel in muon_pieces(b, grad_elem, piece_bytes):
-            e = even_counts(numel, n)
-            for k, r in enumerate(ranks):
-                # Reduce: ring reduce-scatter, then every segment to the root.
-                by, t = ring_send(k, e, k, reduce_elem)
-                if k != root and e[k] > 0:
-                    by += e[k] * reduce_elem
-                    t += 1
-                # Broadcast: binomial tree from the root.
-                c = tree_children((k - root) % n, n) if numel > 0 else 0
-                sent[r] += by + c * numel * elem
-                transfers[r] += t + c
+            if h is None:
+                root = ranks.index(owner)
+                tally.reduce(ranks, numel, root, reduce_elem)  # Reduce: ring reduce-scatter + gather
+                tally.broadcast(ranks, numel, root, elem)  # Broadcast: binomial tree
+            else:
+                tally.h_reduce(h[0], h[1], numel, owner, reduce_elem)
+                tally.h_broadcast(h[0], h[1], numel, owner, elem)
     for b in plan.get("adamw_buckets", []):
         ranks = groups[b["group"]]
         n = len(ranks)
@@ -704,12 +839,15 @@ def wire_theory(plan, piece_bytes=0):
         offsets = [int(x) for x in b["shard_offsets"]]
         counts = [offsets[i + 1] - offsets[i] for i in range(n)]
         elem = DTYPE_BYTES.get(b.get("dtype", "FP32"), 4)
-        for k, r in enumerate(ranks):
-            by1, t1 = ring_send(k, counts, k, reduce_elem)  # ReduceScatter
-            by2, t2 = ring_send(k, counts, (k + 1) % n, elem)  # AllGather
-            sent[r] += by1 + by2
-            transfers[r] += t1 + t2
-    return [{"bytes": sent[r], "transfers": transfers[r]} for r in range(world)]
+        h = levels(ranks)
+        if h is None:
+            tally.reduce_scatter(ranks, counts, reduce_elem)
+            tally.all_gather(ranks, counts, elem)
+        else:
+            counts_of = dict(zip(ranks, counts, strict=True))
+            tally.h_reduce_scatter(h[0], h[1], counts_of, reduce_elem)
+            tally.h_all_gather(h[0], h[1], counts_of, elem)
+    return [{"bytes": tally.sent[r], "transfers": tally.transfers[r], "inter": tally.inter[r]} for r in range(world)]
 
 
 def plan_api_bytes(plan):
@@ -742,12 +880,21 @@ class Network:
         self.coordinator = None
         self.address = None
         self.coord_host = BRIDGE_IP if kind == "shaped" else "127.0.0.1"
+        # --nodes: a namespace per node, ranks // nodes consecutive ranks on each.
+        self.nodes = a.nodes if kind == "shaped" else 0
+        self.per_node = ranks // self.nodes if self.nodes else 1
+
+    def node(self, rank):
+        """The rank's node: its namespace's index (every rank its own without --nodes; 0 on loopback)."""
+        if self.kind != "shaped":
+            return 0
+        return rank // self.per_node
 
     def host(self, rank):
-        return ns_ip(rank) if self.kind == "shaped" else "127.0.0.1"
+        return ns_ip(self.node(rank)) if self.kind == "shaped" else "127.0.0.1"
 
     def ns(self, rank):
-        return ns_name(rank) if self.kind == "shaped" else None
+        return ns_name(self.node(rank), self.nodes > 0) if self.kind == "shaped" else None
 
     def start(self):
         port_file = os.path.join(self.work, "coordinator-%s.port" % self.kind)
@@ -779,7 +926,9 @@ class Network:
         self.coord_port = int(wait_until(ready, 30, "the coordinator's port file"))
         self.address = "%s:%d" % (self.coord_host, self.coord_port)
 
-    def submit(self, manifest, ep):
+    def submit(self, manifest, ep, gpus_per_node=0):
+        """Submits the plan request (topology: --world-size, --ep, --tp and, when
+        gpus_per_node, --gpus-per-node); (version, the plan as JSON)."""
         out = run(
             [
                 os.path.join(self.bin, "muonshardctl"),
@@ -796,6 +945,7 @@ class Network:
                 self.a.policy,
             ]
             + (["--tp", str(self.a.tp)] if self.a.tp > 1 else [])
+            + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
             + (["--comm-buffer-mb", str(self.a.comm_buffer_mb)] if self.a.comm_buffer_mb else []),
             timeout=60,
         )
@@ -818,6 +968,14 @@ class Network:
                 timeout=60,
             )
         )
+        if gpus_per_node:
+            t = plan.get("topology", {})
+            got = int(t.get("gpus_per_node", t.get("gpusPerNode", 0)) or 0)
+            if got != gpus_per_node:
+                raise Failure(
+                    "plan version %d: topology.gpus_per_node is %d, submitted %d (the coordinator or "
+                    "muonshardctl drops the field?)" % (version, got, gpus_per_node)
+                )
         return version, plan
 
     def close(self):
@@ -829,19 +987,22 @@ FAILED_RE = re.compile(r"rank \d+: failed: ")
 
 
 class Job:
-    """One worker per rank for one (model, mode) on a network."""
+    """One worker per rank for one (model, mode, collectives) on a network."""
 
-    def __init__(self, net, model, mode, version, repeat=0):
+    def __init__(self, net, model, mode, version, repeat=0, collectives="flat"):
         self.net = net
         self.model = model
         self.mode = mode
+        self.collectives = collectives
         a = net.a
-        self.name = "%s-%s-%s-%d" % (model["key"], mode, net.kind, repeat)
+        # The variant is in the name only when --collectives asks for them.
+        coll = "-" + collectives if net.kind == "shaped" and a.collectives_given else ""
+        self.name = "%s-%s%s-%s-%d" % (model["key"], mode, coll, net.kind, repeat)
         self.total_steps = a.warmup + a.steps
         self.cpu_busy = float("nan")
         self.workers = []
         self.ports = {}
-        flags = a.mode_flags[mode]
+        flags = a.mode_flags[mode] + (a.collectives_flags[collectives] if net.kind == "shaped" else [])
         for r in range(net.ranks):
             port_file = os.path.join(net.work, "%s.w%d.port" % (self.name, r))
             argv = (
@@ -941,9 +1102,19 @@ class Job:
             check=self.check_finished,
         )
         wire = []
-        peer_ips = {self.net.host(r) for r in range(self.net.ranks)}
+        net = self.net
+        peer_ips = {net.host(r) for r in range(net.ranks)}
         for r, w in enumerate(self.workers):
-            wire.append(socket_counters(w.p.pid, self.net.ns(r), {self.net.coord_port}, {self.ports[r]}, peer_ips))
+            counters = socket_counters(w.p.pid, net.ns(r), {net.coord_port}, {self.ports[r]}, peer_ips)
+            if net.nodes:
+                # The same sockets split by the peer's node: another node's
+                # address (the shaped link) or this node's own (lo).
+                other = peer_ips - {net.host(r)}
+                counters["inter"] = socket_counters(w.p.pid, net.ns(r), {net.coord_port}, {self.ports[r]}, other)
+                counters["intra"] = socket_counters(
+                    w.p.pid, net.ns(r), {net.coord_port}, {self.ports[r]}, {net.host(r)}
+                )
+            wire.append(counters)
         final = [scrape(self.net.host(r), self.ports[r]) for r in range(self.net.ranks)]
         if any(f is None for f in final):
             raise Failure("%s: a worker's /metrics went away while lingering" % self.name)
@@ -995,10 +1166,10 @@ def step_means(b, e, names):
     ]
 
 
-def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
-    """Per-rank figures of one job."""
+def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes, node_of=None, hierarchical=False):
+    """Per-rank figures of one job (with node_of, --nodes: the wire split by the peer's node)."""
     rows = []
-    theory = wire_theory(plan, piece_bytes)
+    theory = wire_theory(plan, piece_bytes, node_of, hierarchical)
     api = plan_api_bytes(plan)
     for r, (b, e, f) in enumerate(zip(before, after, final, strict=True)):
         step_name = "muonshard_worker_step_seconds"
@@ -1020,6 +1191,15 @@ def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
             for op in ("reduce", "reduce_scatter", "broadcast", "all_gather")
         }
         expect_wire = 0 if mode == "compute" else theory[r]["bytes"]
+        expect_inter = 0 if mode == "compute" else theory[r]["inter"]
+        split = {}
+        if "inter" in wire[r]:
+            split = {
+                "inter": wire[r]["inter"]["sent"] / steps_run if steps_run else float("nan"),
+                "intra": wire[r]["intra"]["sent"] / steps_run if steps_run else float("nan"),
+                "theory_inter": expect_inter,
+                "theory_intra": expect_wire - expect_inter,
+            }
         expect_api = {op: 0 for op in api[r]} if mode == "compute" else api[r]
         rows.append(
             {
@@ -1039,6 +1219,7 @@ def per_rank(before, after, final, wire, plan, mode, steps, piece_bytes):
                 "theory": expect_wire,
                 "transfers": 0 if mode == "compute" else theory[r]["transfers"],
                 "api_ok": all(abs(api_per_step[op] - expect_api[op]) < 0.5 for op in expect_api),
+                **split,
             }
         )
     return rows
@@ -1052,8 +1233,15 @@ def fmt_ms(v):
     return "%.1f" % v if v == v else "n/a"
 
 
+def diff_text(measured, theory, unit=""):
+    """measured against theory: "+0.006" (percent), or "+123B" where the theory is 0."""
+    return ("%+.3f%s" % (pct(measured, theory), unit)) if theory else "%+.0fB" % measured
+
+
 def print_job(title, rows, shaped):
     print(title)
+    nodes = "inter" in rows[0]  # --nodes: the wire split by the peer's node
+    extra = " %13s %13s %8s %13s" % ("inter_MB/step", "inter_theory", "diff%", "intra_MB/step") if nodes else ""
     print(
         "  %-4s %5s %9s %8s %8s %8s %8s %13s %13s %8s %7s"
         % (
@@ -1069,9 +1257,18 @@ def print_job(title, rows, shaped):
             "diff%",
             "retrMB",
         )
+        + extra
     )
     for x in rows:
         p = x["phases"]
+        extra = ""
+        if nodes:
+            extra = " %13.4f %13.4f %8s %13.4f" % (
+                x["inter"] / 1e6,
+                x["theory_inter"] / 1e6,
+                diff_text(x["inter"], x["theory_inter"]),
+                x["intra"] / 1e6,
+            )
         print(
             "  %-4d %5s %9.1f %8.1f %8.1f %8.1f %8.1f %13.4f %13.4f %8s %7.2f"
             % (
@@ -1084,9 +1281,10 @@ def print_job(title, rows, shaped):
                 p["sync"],
                 x["sent"] / 1e6,
                 x["theory"] / 1e6,
-                ("%+.3f" % pct(x["sent"], x["theory"])) if x["theory"] else "%+.0fB" % x["sent"],
+                diff_text(x["sent"], x["theory"]),
                 x["retrans"] / 1e6,
             )
+            + extra
         )
     sent = sum(x["sent"] for x in rows)
     recv = sum(x["received"] for x in rows)
@@ -1116,6 +1314,27 @@ def print_job(title, rows, shaped):
             transfers,
         )
     print(line)
+    split = {}
+    if nodes:
+        split = {k: sum(x[k] for x in rows) for k in ("inter", "intra", "theory_inter", "theory_intra")}
+        split["inter_max_abs_pct"] = max(
+            (abs(pct(x["inter"], x["theory_inter"])) for x in rows if x["theory_inter"]), default=float("nan")
+        )
+        print(
+            "  inter-node (the shaped links) %.4f MB/step sent, theory %.4f (%s; worst rank %s %%); "
+            "intra-node (a node's lo) %.4f MB/step, theory %.4f (%s)"
+            % (
+                split["inter"] / 1e6,
+                split["theory_inter"] / 1e6,
+                diff_text(split["inter"], split["theory_inter"], " %"),
+                "%.3f" % split["inter_max_abs_pct"]
+                if split["inter_max_abs_pct"] == split["inter_max_abs_pct"]
+                else "n/a",
+                split["intra"] / 1e6,
+                split["theory_intra"] / 1e6,
+                diff_text(split["intra"], split["theory_intra"], " %"),
+            )
+        )
     print(
         "  API bytes (muonshard_worker_comm_bytes_total) = the plan's per rank: %s"
         % ("yes" if all(x["api_ok"] for x in rows) else "NO")
@@ -1127,6 +1346,7 @@ def print_job(title, rows, shaped):
         "per_rank_max_abs_pct": max(
             (abs(pct(x["sent"], x["theory"])) for x in rows if x["theory"]), default=float("nan")
         ),
+        **split,
     }
 
 
@@ -1211,6 +1431,25 @@ def worker_flags_supported(bin_dir):
     return ("--step-schedule" in text, "--step-phases" in text, "--step-piece-kib" in text, "--step-trace-dir" in text)
 
 
+def help_text(argv):
+    p = run(argv + ["--help"], check=False, timeout=30)
+    return (p.stdout or "") + (p.stderr or "")
+
+
+def flag_values(text, flag):
+    """The values a --help text lists for `flag` ("a (...) | b | c (...)": {a, b, c}); None: no such flag."""
+    m = re.search(r"^\s*%s\b[^\n]*\n((?:[ \t]{4,}[^\n]*\n?)*)" % re.escape(flag), text, re.M)
+    if not m:
+        return None
+    body, depth, top = m.group(1), 0, ""
+    for ch in body:  # the text outside parentheses
+        depth += ch == "("
+        if not depth:
+            top += ch
+        depth -= ch == ")" and depth > 0
+    return {w.split()[0] for w in top.split("|") if w.split()}
+
+
 def prepare_models(a, work):
     models = []
     for key in a.models:
@@ -1265,10 +1504,15 @@ def run_network(kind, a, work, models, modes, results, failures):
     try:
         net.start()
         for model in models:
-            version, plan = net.submit(model["manifest"], model["ep"])
-            # Repeats go round the modes, so a change of load hits them alike.
-            for rep, mode in [(rep, mode) for rep in range(a.repeats) for mode in modes]:
-                job = Job(net, model, mode, version, rep)
+            # --collectives: one plan with the nodes in its topology for both variants
+            # (the same owners and balance; only the workers' --collectives differs).
+            shaped_nodes = kind == "shaped" and a.collectives_given
+            version, plan = net.submit(model["manifest"], model["ep"], net.per_node if shaped_nodes else 0)
+            colls = a.collectives if kind == "shaped" else ["flat"]
+            # Repeats go round the modes (and the collectives), so a change of
+            # load hits them alike.
+            for rep, mode, coll in [(r, m, c) for r in range(a.repeats) for m in modes for c in colls]:
+                job = Job(net, model, mode, version, rep, coll)
                 try:
                     before, after, final, wire = job.run()
                 except Failure as e:
@@ -1278,12 +1522,29 @@ def run_network(kind, a, work, models, modes, results, failures):
                     raise
                 finally:
                     job.stop()
-                rows = per_rank(before, after, final, wire, plan, mode, a.steps, a.piece_bytes)
+                rows = per_rank(
+                    before,
+                    after,
+                    final,
+                    wire,
+                    plan,
+                    mode,
+                    a.steps,
+                    a.piece_bytes,
+                    net.node if net.nodes else None,
+                    coll == "hierarchical",
+                )
                 grad_elem = grad_bytes(plan)
                 pieces = sum(len(muon_pieces(b, grad_elem, a.piece_bytes)) for b in plan.get("muon_buckets", []))
-                title = "%s, %s network, mode %s%s%s (plan: %d Muon buckets in %d pieces + %d AdamW buckets):" % (
+                title = "%s, %s network%s, mode %s%s%s (plan: %d Muon buckets in %d pieces + %d AdamW buckets):" % (
                     model["label"],
                     kind,
+                    (
+                        " (%d nodes x %d ranks), collectives %s" % (net.nodes, net.per_node, coll)
+                        + ("" if a.collectives_given else " (no flag)")
+                    )
+                    if net.nodes
+                    else "",
                     mode,
                     "" if a.mode_flags[mode] else " (today's step: no flag)",
                     ", repeat %d of %d" % (rep + 1, a.repeats) if a.repeats > 1 else "",
@@ -1291,7 +1552,9 @@ def run_network(kind, a, work, models, modes, results, failures):
                     pieces,
                     len(plan.get("adamw_buckets", [])),
                 )
-                results.setdefault((model["key"], kind, mode), []).append(print_job(title, rows, kind == "shaped"))
+                results.setdefault((model["key"], kind, mode, coll), []).append(
+                    print_job(title, rows, kind == "shaped")
+                )
                 print(
                     "  machine CPU between the scrapes (timed steps; every process): %.2f of %d cores busy"
                     % (job.cpu_busy, os.cpu_count() or 0)
@@ -1337,6 +1600,19 @@ def parse_args(argv):
         help="only the loopback runs: no namespaces, no shaping (sequential/pipelined of --modes)",
     )
     p.add_argument("--ranks", type=int, default=4)
+    p.add_argument(
+        "--nodes",
+        type=int,
+        default=0,
+        help="two-host emulation: N namespaces ms-n<k> as N machines, --ranks / N consecutive ranks on each "
+        "(unshaped among themselves, shaped links between nodes); default 0: a namespace per rank",
+    )
+    p.add_argument(
+        "--collectives",
+        default=None,
+        help="with --nodes: comma-separated flat, hierarchical (a plan with gpus_per_node = ranks / N; the "
+        "workers' --collectives); default: flat only, today's plan and workers",
+    )
     p.add_argument("--ep", type=int, default=2, help="expert-parallel degree of the MoE model (default 2)")
     p.add_argument(
         "--tp",
@@ -1418,6 +1694,18 @@ def parse_args(argv):
         p.error("divisors, layers, --ep and --tp must be >= 1")
     if a.ranks % a.ep or a.ranks % a.tp:
         p.error("--ep and --tp must divide --ranks")
+    if a.nodes and (a.nodes < 2 or a.ranks % a.nodes):
+        p.error("--nodes must be 0 or >= 2 and divide --ranks")
+    if a.nodes and a.loopback_only:
+        p.error("--nodes shapes the namespaces' network: not with --loopback-only")
+    a.collectives_given = a.collectives is not None
+    a.collectives = [c for c in (a.collectives or "flat").split(",") if c]
+    if a.collectives_given and not a.nodes:
+        p.error("--collectives needs --nodes")
+    if not a.collectives or [c for c in a.collectives if c not in ("flat", "hierarchical")]:
+        p.error("--collectives: comma-separated flat, hierarchical")
+    if len(set(a.collectives)) != len(a.collectives):
+        p.error("--collectives repeats an entry")
     if a.comm_buffer_mb < 0:
         p.error("--comm-buffer-mb must be >= 0")
     if a.step_piece_kib < 0:
@@ -1481,14 +1769,41 @@ def preflight_worker(a):
         if "--step-phases" in flags and not phases and m in a.modes:
             raise CannotRun("this muonshard-worker has no --step-phases: mode %s needs it" % m)
         a.mode_flags[m] = flags
+    a.collectives_flags = {"flat": []}  # today's workers and plan: no flag
+    if a.collectives_given:
+        # Only when --collectives asks for the variants: the plan's gpus_per_node
+        # (muonshardctl submit --gpus-per-node) and the workers' --collectives.
+        text = help_text([os.path.join(a.bin, "muonshard-worker")])
+        values = flag_values(text, "--collectives") or set()
+        if "--collectives" not in text:
+            raise CannotRun(
+                "this muonshard-worker has no --collectives (flat vs hierarchical collectives): "
+                "run without --collectives (flat only)"
+            )
+        if "--gpus-per-node" not in help_text([os.path.join(a.bin, "muonshardctl"), "submit"]):
+            raise CannotRun(
+                "this muonshardctl submit has no --gpus-per-node (the plan's topology.gpus_per_node): "
+                "run without --collectives (flat only)"
+            )
+        # flat: placement-oblivious rings on the same plan. hierarchical: by
+        # name where the worker lists it, else its default (the plan's nodes).
+        a.collectives_flags = {
+            "flat": ["--collectives", "flat"],
+            "hierarchical": ["--collectives", "hierarchical"] if "hierarchical" in values else [],
+        }
 
 
-def shaped_summary(a, k, get, netem):
-    """The shaped network's line for model k; False when the overlap goal is missed."""
-    seq, pip, com, cmp_ = (get(k, "shaped", m) for m in ("sequential", "pipelined", "comm", "compute"))
+def shaped_summary(a, k, get, netem, coll="flat"):
+    """The shaped network's line for model k (and collectives coll); False when the overlap goal is missed."""
+    seq, pip, com, cmp_ = (get(k, "shaped", m, coll) for m in ("sequential", "pipelined", "comm", "compute"))
+    where = "shaped"
+    if a.nodes:
+        # Not "shaped (": bench/sim/validate_shaped_net.py reads those lines as a namespace per rank.
+        where = "shaped over %d nodes x %d ranks, collectives %s" % (a.nodes, a.ranks // a.nodes, coll)
     print(
-        "    shaped (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s"
+        "    %s (%s each way, %s): sequential %s | pipelined %s | comm %s | compute %s"
         % (
+            where,
             a.rate,
             ("delay %s" % a.delay) if netem and a.delay_s > 0 else "no added delay",
             fmt_ms(seq),
@@ -1507,6 +1822,13 @@ def shaped_summary(a, k, get, netem):
     return not (r1 == r1 and r1 > 1.15)
 
 
+HIERARCHICAL_GOAL = 0.70  # hierarchical / flat inter-node bytes per step: >= 30 % fewer
+
+
+def ratio_text(r):
+    return "%.3f" % r if r == r else "n/a"
+
+
 def summary(a, models, results, netem):
     print()
     print(
@@ -1515,17 +1837,19 @@ def summary(a, models, results, netem):
     )
     ok = True
 
-    def get(key, kind, mode):
-        v = sorted(x["step_ms"] for x in results.get((key, kind, mode), []) if x["step_ms"] == x["step_ms"])
+    def get(key, kind, mode, coll="flat", field="step_ms"):
+        v = sorted(x[field] for x in results.get((key, kind, mode, coll), []) if x.get(field) == x.get(field))
         if not v:
             return float("nan")
         return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
+    colls = a.collectives if a.nodes else ["flat"]
     for model in models:
         k = model["key"]
         print("  %s" % model["label"])
         if not a.loopback_only:
-            ok = shaped_summary(a, k, get, netem) and ok
+            for coll in colls:
+                ok = shaped_summary(a, k, get, netem, coll) and ok
         if a.loopback:
             lseq, lpip = get(k, "loopback", "sequential"), get(k, "loopback", "pipelined")
             r3 = lpip / lseq if lpip == lpip and lseq == lseq else float("nan")
@@ -1536,18 +1860,63 @@ def summary(a, models, results, netem):
             if r3 == r3 and r3 > 1.0:
                 ok = False
         for mode in a.modes:
-            runs = [x for x in results.get((k, "shaped", mode), []) if x["theory"]]
-            if not runs:
-                continue
-            # The repeat furthest from the theory (they agree to the byte so far).
-            res = max(runs, key=lambda x: abs(pct(x["sent"], x["theory"])))
-            d = pct(res["sent"], res["theory"])
-            print(
-                "    wire bytes, %s: %.4f MB/step measured vs %.4f theory (%+.3f %%; worst rank %.3f %%; "
-                "goal +-1 %%)" % (mode, res["sent"] / 1e6, res["theory"] / 1e6, d, res["per_rank_max_abs_pct"])
-            )
-            if abs(d) > 1.0:
-                ok = False
+            for coll in colls:
+                label = mode + (", collectives " + coll if len(colls) > 1 or a.collectives_given else "")
+                runs = [x for x in results.get((k, "shaped", mode, coll), []) if x["theory"]]
+                if not runs:
+                    continue
+                # The repeat furthest from the theory (they agree to the byte so far).
+                res = max(runs, key=lambda x: abs(pct(x["sent"], x["theory"])))
+                d = pct(res["sent"], res["theory"])
+                print(
+                    "    wire bytes, %s: %.4f MB/step measured vs %.4f theory (%+.3f %%; worst rank %.3f %%; "
+                    "goal +-1 %%)" % (label, res["sent"] / 1e6, res["theory"] / 1e6, d, res["per_rank_max_abs_pct"])
+                )
+                if abs(d) > 1.0:
+                    ok = False
+                if not a.nodes:
+                    continue
+                res = max(runs, key=lambda x: abs(pct(x["inter"], x["theory_inter"])) if x["theory_inter"] else 0)
+                d = pct(res["inter"], res["theory_inter"])
+                print(
+                    "    inter-node bytes, %s: %.4f MB/step measured vs %.4f theory (%s; worst rank %s %%; "
+                    "goal +-1 %%); intra-node %.4f MB/step vs %.4f theory"
+                    % (
+                        label,
+                        res["inter"] / 1e6,
+                        res["theory_inter"] / 1e6,
+                        diff_text(res["inter"], res["theory_inter"], " %"),
+                        ratio_text(res["inter_max_abs_pct"]),
+                        res["intra"] / 1e6,
+                        res["theory_intra"] / 1e6,
+                    )
+                )
+                if d == d and abs(d) > 1.0:
+                    ok = False
+            if "flat" in colls and "hierarchical" in colls and mode != "compute":
+                fs, hs = get(k, "shaped", mode, "flat"), get(k, "shaped", mode, "hierarchical")
+                fi, hi = (get(k, "shaped", mode, c, "inter") for c in ("flat", "hierarchical"))
+                ft, ht = (get(k, "shaped", mode, c, "theory_inter") for c in ("flat", "hierarchical"))
+                r = hi / fi if fi else float("nan")
+                print(
+                    "    flat vs hierarchical, %s: step %s vs %s ms (hierarchical / flat %s); inter-node %.4f vs "
+                    "%.4f MB/step: hierarchical / flat = %s (goal <= %.2f; theory %.4f vs %.4f = %s)"
+                    % (
+                        mode,
+                        fmt_ms(fs),
+                        fmt_ms(hs),
+                        ratio_text(hs / fs if fs == fs and hs == hs and fs else float("nan")),
+                        fi / 1e6,
+                        hi / 1e6,
+                        ratio_text(r),
+                        HIERARCHICAL_GOAL,
+                        ft / 1e6,
+                        ht / 1e6,
+                        ratio_text(ht / ft if ft else float("nan")),
+                    )
+                )
+                if r == r and r > HIERARCHICAL_GOAL:
+                    ok = False
     return ok
 
 
@@ -1559,30 +1928,45 @@ def set_up_shaped_network(a):
             "note: this kernel has no sch_netem: no added delay (the --delay %s is not applied); "
             "latency is the veth + bridge path's own" % a.delay
         )
-    setup_network(a.ranks, a.rate_bps, a.delay_s, a.ingress, netem)
+    nodes = a.nodes > 0
+    count = a.nodes or a.ranks  # namespaces: one per node with --nodes, else one per rank
+    setup_network(count, a.rate_bps, a.delay_s, a.ingress, netem, nodes)
     leaf = ("netem delay %s" % a.delay) if netem and a.delay_s > 0 else "bfifo"
     print(
-        "network: bridge %s (%s/24), %d namespaces ms-r0..ms-r%d (%s.11..%d), veth pairs; tc htb rate %s "
+        "network: bridge %s (%s/24), %d namespaces %s..%s (%s.11..%d), veth pairs; tc htb rate %s "
         "(+ %s leaf) on each namespace's egress%s"
         % (
             BRIDGE,
             BRIDGE_IP,
-            a.ranks,
-            a.ranks - 1,
+            count,
+            ns_name(0, nodes),
+            ns_name(count - 1, nodes),
             SUBNET,
-            10 + a.ranks,
+            10 + count,
             a.rate,
             leaf,
             " and on the bridge side (ingress)" if a.ingress else "",
         )
     )
+    if nodes:
+        per = a.ranks // a.nodes
+        print(
+            "nodes: %s; a node's ranks share its address and talk over its lo (unshaped), every byte between "
+            "nodes crosses the shaped links"
+            % "; ".join(
+                "%s (%s) ranks %d..%d" % (ns_name(k, True), ns_ip(k), k * per, k * per + per - 1)
+                for k in range(a.nodes)
+            )
+        )
     if a.rate_check_seconds > 0:
-        g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3")
+        g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3", nodes)
         # Full-size frames: 1448 payload bytes of 1514 on the wire (timestamps on).
         print(
-            "rate check: one TCP flow ms-r0 -> ms-r1 for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
+            "rate check: one TCP flow %s -> %s for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
             "(%.1f %% with Ethernet/IP/TCP headers); idle round trip (1 byte, median of %d) %.0f us"
             % (
+                ns_name(0, nodes),
+                ns_name(1, nodes),
                 a.rate_check_seconds,
                 g,
                 100 * g * 1e9 / a.rate_bps,
@@ -1635,7 +2019,7 @@ def main(argv):
         models = prepare_models(a, work)
         lmodes = [m for m in ("sequential", "pipelined") if m in a.modes]
         print(
-            "workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s"
+            "workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s%s"
             % (
                 a.ranks,
                 a.warmup,
@@ -1643,6 +2027,24 @@ def main(argv):
                 a.policy,
                 ", ".join(lmodes if a.loopback_only else a.modes),
                 " (loopback only)" if a.loopback_only else "",
+                (
+                    "; %d nodes, collectives %s%s"
+                    % (
+                        a.nodes,
+                        ", ".join(a.collectives),
+                        " (plans with gpus_per_node %d; workers: %s)"
+                        % (
+                            a.ranks // a.nodes,
+                            ", ".join(
+                                "%s: %s" % (c, " ".join(a.collectives_flags[c]) or "no flag") for c in a.collectives
+                            ),
+                        )
+                        if a.collectives_given
+                        else " (today's plan and workers)",
+                    )
+                )
+                if a.nodes
+                else "",
             )
         )
         sys.stdout.flush()

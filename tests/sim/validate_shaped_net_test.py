@@ -1,7 +1,8 @@
 """bench/sim/validate_shaped_net.py on recorded inputs (tests/sim/data: the shaped-network benchmark's
-summary lines at 1 and 2 Gbit/s, 4 and 2 ranks, and the kernels bench of the same session, 2026-12-06): the link fitted on
-the calibration model's comm-only figures reproduces them, every configuration gets a prediction, and bad
-input exits 2 naming it. Usage: validate_shaped_net_test.py BIN_DIR"""
+summary lines at 1 and 2 Gbit/s, 4 and 2 ranks, and the kernels bench of the same session, 2026-12-06; and
+nodes2_*: two nodes of two ranks, flat and hierarchical, with that session's calibration runs): the link
+fitted on the calibration model's comm-only figures reproduces them, every configuration gets a prediction,
+and bad input exits 2 naming it. Usage: validate_shaped_net_test.py BIN_DIR"""
 
 import os
 import re
@@ -38,6 +39,27 @@ def main():
         assert float(predicted) > 0, (model, rate, term)
     assert r.stdout.count("(calibration)") == 6, r.stdout  # comm at 4 ranks x 2 rates, compute x 4
     assert "cap 0.18" in r.stdout and "efficiency 0.90" in r.stdout, r.stdout
+    # Two nodes of two ranks (shaped_net.py --nodes 2, flat and hierarchical collectives), predicted from the
+    # per-rank network's calibration of the same session (the MoE model's comm and compute only).
+    nodes2 = [
+        os.path.join(DATA, "nodes2_%s.log" % n) for n in ("calibration_1gbit", "calibration_2gbit", "shaped_net_1gbit")
+    ]
+    r = run(
+        bin_dir,
+        *[x for path in nodes2 for x in ("--log", path)],
+        "--kernels",
+        os.path.join(DATA, "nodes2_kernels_skylakex.txt"),
+        "--host-cores",
+        "2",
+    )
+    assert r.returncode == 0, r.stderr
+    rows = [m.groups() for m in map(ROW.match, r.stdout.splitlines()) if m]
+    two_node = [row for row in rows if "@2x2-" in row[1]]
+    assert len(two_node) == 16, r.stdout  # 2 models x flat, hierarchical x 4 terms
+    assert {row[1] for row in two_node} == {"1gbit@2x2-flat", "1gbit@2x2-hier"}, r.stdout
+    for model, label, term, measured, predicted, _ in two_node:
+        assert float(measured) > 0 and float(predicted) > 0, (model, label, term)
+    assert r.stdout.count("(calibration)") == 4, r.stdout  # comm and compute at 1 and 2 Gbit/s, per rank
     # Bad input: exit 2, naming it.
     r = run(bin_dir, "--log", os.path.join(DATA, "kernels_skylakex.txt"), *kernels)
     assert r.returncode == 2 and "kernels_skylakex.txt: no rate check" in r.stderr, (r.returncode, r.stderr)
