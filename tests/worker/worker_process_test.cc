@@ -538,6 +538,11 @@ TEST_F(WorkerProcessTest, BadUsage_ExitTwoNamingTheFlag) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult r, RunCommand(args, dir_.path()));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--workload"));
+  std::vector<std::string> collectives = WorkerArgs("usage", 1);
+  collectives.insert(collectives.end(), {"--collectives", "ring"});
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult c, RunCommand(collectives, dir_.path()));
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_THAT(c.err, HasSubstr("flag --collectives: \"ring\" is not auto or flat"));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(CommandResult compare,
                                  RunCommand({BinaryPath("muonshard-compare-params"), dir_.Join("nope")}, dir_.path()));
   EXPECT_EQ(compare.exit_code, 2);

@@ -292,8 +292,9 @@ TEST(StepAgreementTest, StatesStepOptionsAndHyperParameters_AutoResolvedByBacken
   o.step_piece_kib = 64;
   o.buddy_every = 5;
   EXPECT_EQ(internal::StepAgreement(o, OptimizerConfig()),
-            "--backend=gloo --reduce-order=ring --step-schedule=pipelined --step-phases=all --step-piece-kib=64 "
-            "--buddy-every=5 lr=0.0199999996 weight_decay=0.00999999978 muon_momentum=0.949999988 nesterov=true "
+            "--backend=gloo --reduce-order=ring --collectives=auto --step-schedule=pipelined --step-phases=all "
+            "--step-piece-kib=64 --buddy-every=5 lr=0.0199999996 weight_decay=0.00999999978 muon_momentum=0.949999988 "
+            "nesterov=true "
             "ns_steps=5 ns_coefficients=3.44449997/-4.7750001/2.0315001 ns_eps=9.99999972e-10 "
             "ns_precision=default muon_scale_version=1 muon_extra_scale=0.200000003 adamw_betas=0.899999976,"
             "0.949999988 adamw_eps=9.99999972e-10");
@@ -305,6 +306,12 @@ TEST(StepAgreementTest, StatesStepOptionsAndHyperParameters_AutoResolvedByBacken
   pipelined.step_schedule = "pipelined";
   MUONSHARD_EXPECT_OK(internal::CheckStepAgreement(
       {internal::StepAgreement(automatic, OptimizerConfig()), internal::StepAgreement(pipelined, OptimizerConfig())}));
+  // Flat and node-first collectives would not pair up (NOTE [Node-local collectives]).
+  RankSessionOptions flat;
+  flat.collectives = "flat";
+  EXPECT_THAT(internal::CheckStepAgreement({internal::StepAgreement(automatic, OptimizerConfig()),
+                                            internal::StepAgreement(flat, OptimizerConfig())}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--collectives")));
 }
 
 TEST(StepAgreementTest, OneRankDiffers_InvalidArgumentNamingRankFlagAndBothValues) {
