@@ -168,14 +168,14 @@ std::vector<Part> HierarchicalParts(OpKind kind, int m, int k, double s) {
 }
 
 // The Gloo workers' levels on a grid (HierarchicalCommunicator): reductions
-// and broadcasts cross between nodes in the root's column only.
+// and broadcasts cross between nodes in the root's column only;
+// reduce-scatter and all-gather are NCCL's levels.
 std::vector<Part> GlooGridParts(OpKind kind, int m, int k, double s) {
   const double column = 1.0 / m;
   switch (kind) {
     case OpKind::kReduceScatter:
-      return {{kind, true, m, s}, {kind, false, k, s / m, m}};
     case OpKind::kAllGather:
-      return {{kind, false, k, s / m, m}, {kind, true, m, s}};
+      return HierarchicalParts(kind, m, k, s);
     case OpKind::kAllReduce:
       return {{OpKind::kReduce, true, m, s}, {kind, false, k, s, 1, column}, {OpKind::kBroadcast, true, m, s}};
     case OpKind::kReduce:
