@@ -117,7 +117,7 @@ t0=$(now)
 if [[ $mode == tsan ]]; then build_tsan_abseil; fi
 if [[ ! -f $BUILD_DIR/build.ninja ]]; then
   cmake -S . -B "$BUILD_DIR" -G Ninja -DMUONSHARD_SANITIZE=$sanitizer -DMUONSHARD_PYTHON_PACKAGE=OFF \
-    -DMUONSHARD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DMUONSHARD_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DMUONSHARD_TEST_OPT=$opt" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=$opt -g1 -DNDEBUG" >&2
 fi
 # shellcheck disable=SC2086  # a list of targets
