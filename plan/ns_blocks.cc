@@ -1,6 +1,7 @@
 #include "plan/ns_blocks.h"
 
 #include <algorithm>
+#include <map>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -188,6 +189,22 @@ double BlockedNsFlops(const v1::NsBlocks* blocks, int64_t rows, int64_t cols, in
   }
   const double groups = static_cast<double>(std::max<int64_t>(1, b.groups()));
   return steps * (groups * GroupFlops(b, 0, b.sizes_size(), rows, cols));
+}
+
+std::vector<NsBlockShape> NsBlockShapes(const v1::NsBlocks& b, int64_t rows, int64_t cols) {
+  std::map<int64_t, int64_t> count_by_size;  // blocked-axis length -> blocks
+  if (b.stride() > 0) {
+    count_by_size[AxisLength(b, rows, cols) / b.stride()] = b.stride();
+  } else {
+    const int64_t groups = std::max<int64_t>(1, b.groups());
+    for (int64_t size : b.sizes()) count_by_size[size] += groups;
+  }
+  std::vector<NsBlockShape> out;
+  for (const auto& [size, count] : count_by_size) {
+    const bool cols_axis = b.axis() == v1::NsBlocks::COLS;
+    out.push_back({cols_axis ? rows : size, cols_axis ? size : cols, count});
+  }
+  return out;
 }
 
 bool NsBlocksAlignWithTp(const v1::NsBlocks& blocks, absl::Span<const int64_t> shape, int split_dim, int tp) {

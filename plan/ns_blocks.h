@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +51,18 @@ absl::Status CheckNsBlocks(const v1::NsBlocks& blocks, absl::Span<const int64_t>
 // is null). steps x the FLOPs of one iteration, exactly as NsFlops(rows,
 // cols, steps) without blocks. REQUIRES: CheckNsBlocks passed.
 double BlockedNsFlops(const v1::NsBlocks* blocks, int64_t rows, int64_t cols, int steps);
+
+// The block shapes of one rows x cols matrix cut by `blocks`, one entry per
+// distinct shape (the worker batches the blocks of a shape into one
+// Newton-Schulz call: kernels/blocked_newton_schulz.h), ascending by the
+// blocked axis' length, with how many blocks of that shape the matrix has.
+// REQUIRES: CheckNsBlocks passed.
+struct NsBlockShape {
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t count = 0;
+};
+std::vector<NsBlockShape> NsBlockShapes(const v1::NsBlocks& blocks, int64_t rows, int64_t cols);
 
 // Whether the blocks align with a TP split of dimension `split_dim` of
 // `shape` into `tp` equal shards: the split is along the blocked axis, the

@@ -57,6 +57,15 @@ struct NsEfficiencyPoint {
   double efficiency = 0;
 };
 
+// One measured batched Newton-Schulz call: `matrices` same-shape matrices
+// whose smaller dimension is min_dim reached `efficiency` of gemm_tflops.
+// matrices 0: none measured (a batched call is as efficient as one matrix).
+struct NsBatchPoint {
+  int64_t matrices = 0;
+  int64_t min_dim = 0;
+  double efficiency = 0;
+};
+
 struct ClusterSpec {
   std::string name;
   int gpus_per_node = 0;
@@ -73,8 +82,10 @@ struct ClusterSpec {
   double collective_base_us = 0;                 // fixed cost of every collective call
   double gemm_tflops = 0;                        // dense bf16 (fp32 on CPU) per GPU
   std::vector<NsEfficiencyPoint> ns_efficiency;  // ascending min_dim
-  // Fixed cost of one Newton-Schulz call (one owned tensor; a 3-D stack is
-  // one batched call) besides its FLOPs: launches, norms, the worker's own.
+  // NOTE [Batched NS cost]: what one call of many same-shape matrices gains.
+  NsBatchPoint ns_batched;
+  // Fixed cost of one Newton-Schulz call (the worker's calls: NOTE [Batched
+  // NS cost]) besides its FLOPs: launches, norms, the worker's own.
   double ns_call_us = 0;
   double hbm_gb_s = 0;          // memory bandwidth per GPU, GB/s
   double hbm_efficiency = 1;    // fraction element-wise kernels reach
@@ -98,8 +109,20 @@ absl::Status CheckWorldFits(const ClusterSpec& cluster, int world_size);
 int NodesUsed(const ClusterSpec& cluster, int world_size);
 int NodeOf(const ClusterSpec& cluster, int rank);
 
-// The NS efficiency for `min_dim` (ns_efficiency interpolated).
-double NsEfficiency(const ClusterSpec& cluster, int64_t min_dim);
+// NOTE [Batched NS cost]: the worker runs the same-shape Muon matrices of a
+// bucket as one batched Newton-Schulz call (NOTE [Batched Muon] in
+// worker/optimizer/internal/bucket_updater.cc), and a GPU reaches more of
+// its GEMM rate on a batch of small matrices than on one. A call of
+// `matrices` > 1 closes a fraction of the gap between the per-matrix
+// efficiency e(min_dim) and the table's best: the fraction ns_batched
+// measured, (b - e(b.min_dim)) / (best - e(b.min_dim)) clamped to [0, 1],
+// scaled by log2(matrices) / log2(b.matrices) up to 1 (a batch fills the
+// GPU's units about as the log of its size, and a batch of 2 gains little).
+// One measured point sets it; without one, no gain.
+
+// The NS efficiency of one call of `matrices` matrices of smaller dimension
+// `min_dim` (ns_efficiency interpolated; NOTE [Batched NS cost] above 1).
+double NsEfficiency(const ClusterSpec& cluster, int64_t min_dim, int64_t matrices = 1);
 
 }  // namespace muonshard::sim
 

@@ -84,6 +84,23 @@ absl::Status ApplyNsTable(const JsonValue& v, std::vector<NsEfficiencyPoint>& ta
   return absl::OkStatus();
 }
 
+absl::Status ApplyNsBatch(const JsonValue& v, NsBatchPoint& point) {
+  if (!v.is_object()) return WrongType("ns_batched", "an object", v);
+  point = {};
+  for (const JsonMember& m : v.members()) {
+    const std::string name = absl::StrCat("ns_batched.", m.key);
+    if (m.key == "matrices" || m.key == "min_dim") {
+      MUONSHARD_ASSIGN_OR_RETURN(const int n, Integer(m.value, name));
+      (m.key == "matrices" ? point.matrices : point.min_dim) = n;
+    } else if (m.key == "efficiency") {
+      MUONSHARD_ASSIGN_OR_RETURN(point.efficiency, Number(m.value, name));
+    } else {
+      return UnknownField(name, {"matrices", "min_dim", "efficiency"});
+    }
+  }
+  return absl::OkStatus();
+}
+
 double* NumberField(ClusterSpec& c, const std::string& key) {
   if (key == "collective_base_us") return &c.collective_base_us;
   if (key == "gemm_tflops") return &c.gemm_tflops;
@@ -108,6 +125,7 @@ const std::vector<std::string>& KnownFields() {
                                                                   "collective_base_us",
                                                                   "gemm_tflops",
                                                                   "ns_efficiency",
+                                                                  "ns_batched",
                                                                   "ns_call_us",
                                                                   "hbm_gb_s",
                                                                   "hbm_efficiency",
@@ -149,6 +167,7 @@ absl::Status ApplyField(const JsonMember& m, ClusterSpec& c) {
   if (key == "intra_node") return ApplyLink(m.value, key, c.intra_node);
   if (key == "inter_node") return ApplyLink(m.value, key, c.inter_node);
   if (key == "ns_efficiency") return ApplyNsTable(m.value, c.ns_efficiency);
+  if (key == "ns_batched") return ApplyNsBatch(m.value, c.ns_batched);
   if (key == "nvls" || key == "inter_node_shared") {
     if (m.value.kind() != JsonValue::Kind::kBool) return WrongType(key, "a boolean", m.value);
     (key == "nvls" ? c.nvls : c.inter_node_shared) = m.value.bool_value();
@@ -223,6 +242,11 @@ std::string ClusterToJson(const ClusterSpec& c) {
       .Number("collective_base_us", c.collective_base_us)
       .Number("gemm_tflops", c.gemm_tflops)
       .Raw("ns_efficiency", JsonArrayText(table))
+      .Raw("ns_batched", JsonObjectWriter()
+                             .Number("matrices", static_cast<double>(c.ns_batched.matrices))
+                             .Number("min_dim", static_cast<double>(c.ns_batched.min_dim))
+                             .Number("efficiency", c.ns_batched.efficiency)
+                             .Finish())
       .Number("ns_call_us", c.ns_call_us)
       .Number("hbm_gb_s", c.hbm_gb_s)
       .Number("hbm_efficiency", c.hbm_efficiency)

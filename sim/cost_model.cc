@@ -262,7 +262,7 @@ CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const G
 double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix> matrices) {
   double seconds = 0;
   for (const NsMatrix& m : matrices) {
-    seconds += m.flops / (cluster.gemm_tflops * 1e12 * NsEfficiency(cluster, m.min_dim));
+    seconds += m.flops / (cluster.gemm_tflops * 1e12 * NsEfficiency(cluster, m.min_dim, m.count));
     seconds += cluster.ns_call_us * 1e-6;
   }
   return seconds;

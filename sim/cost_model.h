@@ -50,7 +50,7 @@
 // Bytes sent per member (wire bytes) follow the same terms: the bandwidth
 // term times B, averaged over the members, booked per link class.
 //
-// Compute: Newton-Schulz flops / (gemm_tflops · NsEfficiency(min_dim)) +
+// Compute: Newton-Schulz flops / (gemm_tflops · NsEfficiency(min_dim, matrices)) +
 // ns_call_us per call; element-wise memory_bytes / (hbm_gb_s ·
 // hbm_efficiency) + kernel_launch_us per kernel call.
 

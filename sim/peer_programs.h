@@ -48,7 +48,8 @@
 //                          all-gathered.
 //
 // Paddle's seed (greedy 2-D, reduce / broadcast) is muonshard's seed plan
-// run sequentially: BuildPaddleSeedProgram.
+// run sequentially, one Newton-Schulz call per parameter:
+// BuildPaddleSeedProgram.
 //
 // Pure.
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 
 namespace muonshard::sim {
@@ -49,6 +51,51 @@ int64_t MinDim(const v1::PlannedTensor& t) {
   const int n = t.shape_size();
   if (n >= 2) return std::max<int64_t>(1, std::min(t.shape(n - 2), t.shape(n - 1)));
   return n == 1 ? std::max<int64_t>(1, t.shape(0)) : 1;
+}
+
+// NOTE [Batched NS cost] (sim/cluster.h): the Newton-Schulz calls of one
+// rank's owned tensors in one bucket, as the worker's BucketUpdater makes
+// them (NOTE [Batched Muon]): with fp32 gradients, the unblocked tensors of
+// one shape (rows, cols and matrices: a stack goes with stacks of its size)
+// and layout go into one call (the worker also splits by the decay flag,
+// which the plan does not hold);
+// a blocked tensor is a call per block shape of its own (its blocks batched
+// inside: planner::NsBlockShapes); a TP-exchanged or TP-local one, or any
+// tensor with 16-bit gradients, a call of its own (a 3-D stack's matrices
+// batched inside).
+using NsCallsByShape = std::map<std::tuple<int64_t, int64_t, int64_t, int>, NsMatrix>;
+
+void AddNsCalls(const v1::OwnedTensor& o, const v1::PlannedTensor& t, bool batch_across, NsCallsByShape& batched,
+                std::vector<NsMatrix>& own) {
+  if (o.ns_flops() <= 0) return;
+  const int n = t.shape_size();
+  const int64_t rows = n >= 2 ? t.shape(n - 2) : 1;
+  const int64_t cols = n >= 1 ? t.shape(n - 1) : 1;
+  const int64_t per_matrix = std::max<int64_t>(1, rows * cols);
+  const int64_t matrices = o.matrix_end() > o.matrix_begin() ? o.matrix_end() - o.matrix_begin()
+                                                             : std::max<int64_t>(1, o.numel() / per_matrix);
+  if (o.tp_op() != v1::TP_OP_NONE || n < 2) {
+    own.push_back({o.ns_flops(), MinDim(t), matrices});
+    return;
+  }
+  if (t.has_ns_blocks() && t.ns_blocks().axis() != v1::NsBlocks::AXIS_UNSPECIFIED) {
+    const std::vector<planner::NsBlockShape> shapes = planner::NsBlockShapes(t.ns_blocks(), rows, cols);
+    double total = 0;
+    for (const planner::NsBlockShape& b : shapes) total += b.count * planner::NsFlops(b.rows, b.cols, 1);
+    for (const planner::NsBlockShape& b : shapes) {
+      const double share = total > 0 ? b.count * planner::NsFlops(b.rows, b.cols, 1) / total : 0;
+      own.push_back({o.ns_flops() * share, std::max<int64_t>(1, std::min(b.rows, b.cols)), b.count * matrices});
+    }
+    return;
+  }
+  if (!batch_across) {
+    own.push_back({o.ns_flops(), MinDim(t), matrices});
+    return;
+  }
+  NsMatrix& call = batched.try_emplace({rows, cols, matrices, static_cast<int>(t.layout())}, NsMatrix{0, MinDim(t), 0})
+                       .first->second;
+  call.flops += o.ns_flops();
+  call.count += matrices;
 }
 
 // The plan's references, resolved and checked once.
@@ -182,8 +229,8 @@ struct ExchangeBytes {
 
 class Builder {
  public:
-  Builder(const v1::Plan& plan, const PlanIndex& index, Schedule schedule)
-      : plan_(plan), x_(index), schedule_(schedule), grad_(planner::GradDType(plan.policy())) {}
+  Builder(const v1::Plan& plan, const PlanIndex& index, Schedule schedule, NsCalls ns_calls)
+      : plan_(plan), x_(index), schedule_(schedule), ns_calls_(ns_calls), grad_(planner::GradDType(plan.policy())) {}
 
   absl::StatusOr<StepProgram> Build();
 
@@ -213,6 +260,7 @@ class Builder {
   const v1::Plan& plan_;
   const PlanIndex& x_;
   const Schedule schedule_;
+  const NsCalls ns_calls_;
   const v1::DType grad_;
   StepProgram p_;
   std::vector<int> lane_of_rank_;
@@ -400,13 +448,19 @@ absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, int bucket) {
   int calls = 0;
   bool exchanges = false;
   StepOp ns;
+  NsCallsByShape calls_of_shape;
   for (int j : x_.owned[rank].at(bucket)) {
     const v1::OwnedTensor& o = rp.owned(j);
     numel += o.numel();
     calls += 2;  // momentum, apply
     exchanges = exchanges || Exchanges(o);
-    if (o.ns_flops() > 0) ns.matrices.push_back({o.ns_flops(), MinDim(plan_.tensors(o.tensor()))});
+    if (ns_calls_ == NsCalls::kPerTensor) {
+      if (o.ns_flops() > 0) ns.matrices.push_back({o.ns_flops(), MinDim(plan_.tensors(o.tensor()))});
+    } else {
+      AddNsCalls(o, plan_.tensors(o.tensor()), grad_ == v1::FP32, calls_of_shape, ns.matrices);
+    }
   }
+  for (const auto& [shape, call] : calls_of_shape) ns.matrices.push_back(call);
   StepOp ew;
   ew.kind = OpKind::kElementwise;
   ew.phase = Phase::kMuonElementwise;
@@ -549,14 +603,14 @@ absl::StatusOr<StepProgram> Builder::Build() {
 
 }  // namespace
 
-absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule) {
+absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule, NsCalls ns_calls) {
   MUONSHARD_ASSIGN_OR_RETURN(const PlanIndex index, IndexPlan(plan));
   for (int r = 0; r < index.world_size; ++r) {
     if (index.rank_plan[r] == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("plan: rank ", r, " has no RankPlan"));
     }
   }
-  return Builder(plan, index, schedule).Build();
+  return Builder(plan, index, schedule, ns_calls).Build();
 }
 
 }  // namespace muonshard::sim

@@ -8,8 +8,9 @@
 //   Muon bucket b of group g   reduce to the owner (numel x grad dtype
 //                              bytes); on the owner: the element-wise
 //                              momentum and apply, Newton-Schulz of its
-//                              owned matrices (their ns_flops, the efficiency
-//                              of each tensor's smaller dimension), with
+//                              owned matrices (their ns_flops, in the
+//                              worker's batched calls: NOTE [Batched NS
+//                              cost] in sim/cluster.h), with
 //                              tp > 1 the TP gathers and scatters of the
 //                              split matrices around it (one per NS rank of
 //                              the bucket, per-member bytes from the owned
@@ -52,10 +53,17 @@ enum class Schedule { kSequential, kPipelined };
 const char* ScheduleName(Schedule schedule);  // "sequential", "pipelined"
 absl::StatusOr<Schedule> ParseSchedule(absl::string_view name);
 
+// How a rank's owned Muon tensors of a bucket become Newton-Schulz calls:
+// kWorker as muonshard's worker batches them (NOTE [Batched Muon]); kPerTensor
+// one call per owned tensor at the per-matrix efficiency, as code that loops
+// over its parameters does (Paddle's seed: BuildPaddleSeedProgram).
+enum class NsCalls { kWorker, kPerTensor };
+
 // INVALID_ARGUMENT on a plan whose references do not resolve (a bucket's
 // group, an owned tensor's bucket), naming them; or whose TP group's ranks
 // exchange in different numbers of buckets.
-absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule);
+absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule,
+                                             NsCalls ns_calls = NsCalls::kWorker);
 
 // Bytes an update reads and writes per element: the gradient; Muon the
 // fp32 momentum (read, write) and update (write, read back by the apply);

@@ -1,5 +1,7 @@
 #include "sim/step_program.h"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -7,6 +9,22 @@
 #include "common/status_macros.h"
 
 namespace muonshard::sim {
+
+std::vector<NsMatrix> MergeSameShape(const std::vector<NsMatrix>& calls) {
+  std::vector<NsMatrix> out;
+  std::map<std::pair<int64_t, double>, size_t> at;  // (min_dim, FLOPs per matrix) -> index in out
+  for (const NsMatrix& c : calls) {
+    const int64_t count = std::max<int64_t>(1, c.count);
+    const auto [it, fresh] = at.try_emplace({c.min_dim, c.flops / count}, out.size());
+    if (fresh) {
+      out.push_back(c);
+    } else {
+      out[it->second].flops += c.flops;
+      out[it->second].count += count;
+    }
+  }
+  return out;
+}
 
 bool IsCollective(OpKind kind) {
   return kind != OpKind::kNewtonSchulz && kind != OpKind::kElementwise && kind != OpKind::kFixed;

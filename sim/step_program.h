@@ -64,12 +64,20 @@ constexpr int kPhaseCount = 7;
 // "reduce", "ns", "muon", "adamw", "sync", "tp", "other".
 const char* PhaseName(Phase phase);
 
-// Newton-Schulz work of one call: `flops` (all its matrices) on matrices
-// whose smaller dimension is `min_dim` (it sets the GEMM efficiency).
+// Newton-Schulz work of one call: `flops` (all its matrices) on `count`
+// matrices of one shape whose smaller dimension is `min_dim` (they set the
+// GEMM efficiency: NOTE [Batched NS cost] in sim/cluster.h).
 struct NsMatrix {
   double flops = 0;
   int64_t min_dim = 1;
+  int64_t count = 1;
 };
+
+// `calls` with every set of equal-shape calls (the same smaller dimension
+// and FLOPs per matrix) merged into one batched call, in first-seen order:
+// what code that batches its same-shape matrices runs (Megatron's
+// --muon-ns-batch-size).
+std::vector<NsMatrix> MergeSameShape(const std::vector<NsMatrix>& calls);
 
 struct StepOp {
   OpKind kind = OpKind::kFixed;

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -287,6 +288,26 @@ TEST(NsBlocksFlopsTest, ThePlanCountsEachBlock) {
   EXPECT_GT(BlockedNsFlops(&halves, 128, 64, kSteps), NsFlops(128, 64, kSteps));
   // Without blocks: NsFlops exactly.
   EXPECT_EQ(BlockedNsFlops(nullptr, 96, 64, kSteps), NsFlops(96, 64, kSteps));
+}
+
+// One entry per block shape (the worker's batched calls), with its count.
+TEST(NsBlocksFlopsTest, BlockShapesGroupEqualBlocks) {
+  auto shapes = [](absl::string_view text, int64_t rows, int64_t cols) {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> out;
+    for (const NsBlockShape& b : NsBlockShapes(Blocks(text), rows, cols)) out.emplace_back(b.rows, b.cols, b.count);
+    return out;
+  };
+  using T = std::tuple<int64_t, int64_t, int64_t>;
+  EXPECT_THAT(shapes("rows:32,32,32", 96, 64), ElementsAre(T{32, 64, 3}));
+  EXPECT_THAT(shapes("rows:3072,1024,1024", 5120, 4096), ElementsAre(T{1024, 4096, 2}, T{3072, 4096, 1}));
+  EXPECT_THAT(shapes("rows:16,16,16x8", 384, 64), ElementsAre(T{16, 64, 24}));
+  EXPECT_THAT(shapes("cols:stride2", 32, 64), ElementsAre(T{32, 32, 2}));
+  EXPECT_THAT(shapes("cols:8,24", 16, 32), ElementsAre(T{16, 8, 1}, T{16, 24, 1}));
+  // The shapes' FLOPs are the blocked FLOPs.
+  const v1::NsBlocks b = Blocks("rows:3072,1024,1024");
+  double sum = 0;
+  for (const NsBlockShape& s : NsBlockShapes(b, 5120, 4096)) sum += s.count * NsFlops(s.rows, s.cols, kSteps);
+  EXPECT_DOUBLE_EQ(sum, BlockedNsFlops(&b, 5120, 4096, kSteps));
 }
 
 TEST(NsBlocksFlopsTest, ExpertStackIsCountedPerExpertAndPerBlock) {

@@ -2,6 +2,7 @@
 // sim/cluster_json.h).
 #include "sim/cluster.h"
 
+#include <cmath>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -103,6 +104,48 @@ TEST(ClusterTest, BadFilesNameTheField) {
   EXPECT_THAT(ParseClusterJson("{}"), StatusIs(code, HasSubstr("cluster.gpus_per_node: must be >= 1, got 0")));
   EXPECT_THAT(ParseClusterJson("[1]"), StatusIs(code, HasSubstr("must be an object")));
   EXPECT_THAT(ParseClusterJson("{"), StatusIs(code, HasSubstr("cluster: ")));
+}
+
+// NOTE [Batched NS cost]: the measured batch is reproduced, smaller batches
+// gain with log2 of their size, nothing passes the table's best, one matrix
+// and a cluster without a measured batch gain nothing.
+TEST(ClusterTest, BatchedNsCallsCloseAFractionOfTheGapMeasuredOnce) {
+  const ClusterSpec h200 = *Preset("h200");
+  const double one = NsEfficiency(h200, 768);
+  EXPECT_NEAR(one, 0.16 + (std::log2(768.0) - 9) * 0.16, 1e-12);  // 512 -> 0.16, 1024 -> 0.32
+  EXPECT_EQ(NsEfficiency(h200, 768, 1), one);
+  EXPECT_NEAR(NsEfficiency(h200, 768, 64), 0.554, 1e-12);  // the H200's batch of 64 experts
+  EXPECT_NEAR(NsEfficiency(h200, 768, 8), one + 0.5 * (0.554 - one), 1e-12);
+  EXPECT_NEAR(NsEfficiency(h200, 768, 4096), 0.554, 1e-12);
+  const double closed = (0.554 - one) / (0.88 - one);
+  EXPECT_NEAR(NsEfficiency(h200, 128, 64), 0.04 + closed * (0.88 - 0.04), 1e-12);
+  EXPECT_EQ(NsEfficiency(h200, 8192, 64), 0.88);
+  EXPECT_GT(NsEfficiency(h200, 4096, 64), NsEfficiency(h200, 4096));
+  const ClusterSpec cpu = *Preset("cpu");
+  EXPECT_EQ(cpu.ns_batched.matrices, 0);
+  EXPECT_EQ(NsEfficiency(cpu, 128, 64), NsEfficiency(cpu, 128));
+
+  absl::StatusOr<ClusterSpec> c =
+      ParseClusterJson(R"({"preset": "cpu", "ns_batched": {"matrices": 16, "min_dim": 128, "efficiency": 0.385}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(NsEfficiency(*c, 128, 16), 0.385, 1e-12);  // half of 0.22 -> 0.55
+  EXPECT_NEAR(NsEfficiency(*c, 128, 4), 0.22 + 0.5 * 0.165, 1e-12);
+  const auto code = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(
+      ParseClusterJson(R"({"preset": "h200", "ns_batched": {"matrices": 1, "min_dim": 768, "efficiency": 0.5}})"),
+      StatusIs(code, HasSubstr("cluster.ns_batched.matrices: must be >= 2")));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "ns_batched": {"matrices": 8, "min_dim": 0, "efficiency": 0.5}})"),
+              StatusIs(code, HasSubstr("cluster.ns_batched.min_dim: must be >= 1, got 0")));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "ns_batched": {"matrices": 8, "min_dim": 64, "efficiency": 3}})"),
+              StatusIs(code, HasSubstr("cluster.ns_batched.efficiency: must be in (0, 2], got 3")));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "ns_batched": {"size": 8}})"),
+              StatusIs(code, AllOf(HasSubstr("cluster.ns_batched.size: unknown field"), HasSubstr("matrices"))));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "ns_batched": [64, 768, 0.5]})"),
+              StatusIs(code, HasSubstr("cluster.ns_batched: must be an object, got an array")));
+  // The whole point 0: none measured.
+  c = ParseClusterJson(R"({"preset": "h200", "ns_batched": {"matrices": 0, "min_dim": 0, "efficiency": 0}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(NsEfficiency(*c, 768, 64), NsEfficiency(*c, 768));
 }
 
 TEST(ClusterTest, WorldMustFitTheNodes) {

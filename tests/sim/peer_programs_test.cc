@@ -114,6 +114,31 @@ TEST(PeerProgramsTest, MegatronAssignsWholeTensorsOverTheLayerWiseBuffer) {
   EXPECT_GT(r.step_seconds, 0);
 }
 
+// The matrices each Newton-Schulz call of `rank` batches, in program order.
+std::vector<int64_t> CallSizes(const StepProgram& p, int rank) {
+  std::vector<int64_t> out;
+  for (const StepOp& op : p.ops) {
+    if (op.kind != OpKind::kNewtonSchulz || op.rank != rank) continue;
+    for (const NsMatrix& m : op.matrices) out.push_back(m.count);
+  }
+  return out;
+}
+
+// #6683's layer_sharded ran with --muon-ns-batch-size: a and b (64x32 and
+// 32x64, both NS'd as 32x64) are one call there, two in the other modes.
+TEST(PeerProgramsTest, LayerShardedBatchesSameShapeMatricesTheOtherModesDoNot) {
+  EXPECT_THAT(CallSizes(Build(Tiny(), PeerStrategy::kMegatronLayerSharded), 1), ElementsAre(2));
+  EXPECT_THAT(CallSizes(Build(Tiny(), PeerStrategy::kMegatronDistributed), 1), ElementsAre(1, 1));
+  EXPECT_DOUBLE_EQ(NsFlops(Build(Tiny(), PeerStrategy::kMegatronLayerSharded), 1), kA + kB);
+  const std::vector<NsMatrix> merged = MergeSameShape({{10, 32, 1}, {20, 64, 1}, {10, 32, 1}, {40, 32, 2}});
+  ASSERT_EQ(merged.size(), 3u);
+  EXPECT_EQ(merged[0].flops, 20);
+  EXPECT_EQ(merged[0].count, 2);
+  EXPECT_EQ(merged[1].min_dim, 64);
+  EXPECT_EQ(merged[2].flops, 40);  // 20 per matrix: another shape
+  EXPECT_EQ(merged[2].count, 2);
+}
+
 TEST(PeerProgramsTest, RoundRobinAllGathersEveryRoundAndRunsAdamwEverywhere) {
   const StepProgram p = Build(Tiny(), PeerStrategy::kRoundRobinAllGather);
   EXPECT_THAT(Sizes(p, OpKind::kAllReduce, Phase::kReduce), ElementsAre(kGradBytes));

@@ -2,14 +2,20 @@
 #include "sim/simulate_step.h"
 
 #include <numeric>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/ns_blocks.h"
 #include "plan/planner.h"
 #include "sim/cluster.h"
+#include "sim/cost_model.h"
+#include "sim/plan_program.h"
 #include "sim/step_program.h"
 #include "tests/sim/tp_decoder_manifest.h"
 #include "tests/testing/manifest_builder.h"
@@ -162,6 +168,50 @@ TEST(SimulateStepTest, SlowGemmPutsNewtonSchulzOnTheCriticalPath) {
   ASSERT_FALSE(r.critical_path.empty());
   EXPECT_EQ(r.timing[r.critical_path.front()].start, 0);
   EXPECT_NEAR(r.timing[r.critical_path.back()].end, r.step_seconds, 1e-15);
+}
+
+// NOTE [Batched NS cost]: a rank's Newton-Schulz calls in a bucket are the
+// worker's (NOTE [Batched Muon]): tensors of one shape together (a stack
+// with stacks of its size), a blocked tensor per block shape; with bf16
+// gradients one call per tensor.
+TEST(SimulateStepTest, NsCallsOfABucketAreTheWorkersBatches) {
+  testing::ManifestBuilder b("calls");
+  for (int i = 0; i < 4; ++i) b.Add(absl::StrCat("model.layers.", i, ".mlp.down_proj.weight"), {64, 32});
+  b.Add("model.layers.0.mlp.up_proj.weight", {32, 64})
+      .Add("model.layers.0.self_attn.qkv_proj.weight", {96, 64})
+      .Add("model.layers.0.mlp.experts.gate_up_proj", {4, 32, 64});
+  v1::ModelManifest m = b.Build();
+  *m.mutable_tensors(5)->mutable_ns_blocks() = *planner::ParseNsBlocks("rows:32,32,32");
+  auto calls_of = [&](v1::DType grad, NsCalls ns_calls = NsCalls::kWorker) {
+    v1::PlanRequest request = MakeRequest(m, 1, 1, 1, v1::BALANCED, 1);
+    request.mutable_policy()->set_grad_dtype(grad);
+    const v1::Plan plan = PlanOf(request);
+    absl::StatusOr<StepProgram> program = BuildPlanProgram(plan, Schedule::kSequential, ns_calls);
+    EXPECT_TRUE(program.ok()) << program.status();
+    std::multiset<std::pair<int64_t, int64_t>> calls;  // (min_dim, matrices)
+    double flops = 0;
+    for (const StepOp& op : program.ok() ? program->ops : std::vector<StepOp>{}) {
+      if (op.kind != OpKind::kNewtonSchulz) continue;
+      for (const NsMatrix& call : op.matrices) {
+        calls.insert({call.min_dim, call.count});
+        flops += call.flops;
+      }
+    }
+    EXPECT_DOUBLE_EQ(flops, plan.ranks(0).ns_flops());
+    return calls;
+  };
+  using Calls = std::multiset<std::pair<int64_t, int64_t>>;
+  // down x 4 and the stack of 4: one call each of 4; up; q | k | v: one of 3.
+  EXPECT_EQ(calls_of(v1::FP32), (Calls{{32, 4}, {32, 4}, {32, 1}, {32, 3}}));
+  EXPECT_EQ(calls_of(v1::BF16), (Calls{{32, 1}, {32, 1}, {32, 1}, {32, 1}, {32, 4}, {32, 1}, {32, 3}}));
+  // Paddle's seed: a call per tensor at its whole matrices' smaller dimension (q | k | v as one 96 x 64).
+  EXPECT_EQ(calls_of(v1::FP32, NsCalls::kPerTensor),
+            (Calls{{32, 1}, {32, 1}, {32, 1}, {32, 1}, {32, 1}, {64, 1}, {32, 1}}));
+  // A batched call costs less than its matrices one by one on a GPU.
+  ClusterSpec h200 = *Preset("h200");
+  h200.ns_call_us = 0;
+  const double one = NewtonSchulzSeconds(h200, std::vector<NsMatrix>{{1e9, 32, 1}});
+  EXPECT_LT(NewtonSchulzSeconds(h200, std::vector<NsMatrix>{{4e9, 32, 4}}), 4 * one);
 }
 
 TEST(SimulateStepTest, BadClustersAndPlansAreRefused) {
