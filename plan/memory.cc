@@ -6,6 +6,7 @@
 
 #include "plan/model.h"
 #include "plan/plan_stats.h"
+#include "plan/tp_rounds.h"
 
 namespace muonshard::planner {
 namespace {
@@ -78,26 +79,31 @@ int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r, const st
   return largest;
 }
 
-// With tp > 1 (internal::TpMuonExchange::AllocateScratch): per Muon bucket, the
-// fp32 updates of the rank's TP-split shards, and for each batch it
-// orthogonalises (one per NS tp rank) tp x the batch's shards twice, for the
-// gathered inputs and the whole matrices. The buffers are sized by the
-// largest bucket.
+// With tp > 1 (internal::TpMuonExchange::AllocateScratch): per exchange
+// round (NOTE [TP exchange rounds] in tp_rounds.h), the fp32 updates of the
+// rank's TP-split shards, and for each batch it orthogonalises (one per NS
+// tp rank) tp x the batch's shards twice, for the gathered inputs and the
+// whole matrices. The buffers are sized by the largest round.
 int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   const int64_t tp = std::max(1, plan.topology().tp());
-  std::map<int, int64_t> update;                   // bucket -> shard elements
-  std::map<std::pair<int, int>, int64_t> batches;  // (bucket, ns tp rank) -> elements
+  std::map<int, int64_t> update;   // muon bucket id -> exchanged shard elements
+  std::map<int, int64_t> scratch;  // muon bucket id -> tp x elements this rank orthogonalises
   for (const v1::OwnedTensor& o : r.owned()) {
     if (o.tp_op() == v1::TP_OP_NONE || o.tp_op() == v1::TP_OP_LOCAL) continue;  // nothing exchanged
     update[o.bucket()] += o.numel();
-    if (RunsNs(o, r.tp_rank())) batches[{o.bucket(), o.ns_tp_rank()}] += o.numel();
+    if (RunsNs(o, r.tp_rank())) scratch[o.bucket()] += tp * o.numel();
   }
-  int64_t max_update = 0;
-  for (const auto& [bucket, numel] : update) max_update = std::max(max_update, numel);
-  std::map<int, int64_t> scratch;
-  for (const auto& [key, numel] : batches) scratch[key.first] += tp * numel;
-  int64_t max_scratch = 0;
-  for (const auto& [bucket, numel] : scratch) max_scratch = std::max(max_scratch, numel);
+  int64_t max_update = 0, max_scratch = 0;
+  for (const std::vector<int>& round : TpExchangeRoundsOf(plan, r)) {
+    int64_t round_update = 0, round_scratch = 0;
+    for (int b : round) {
+      const int id = plan.muon_buckets(b).id();
+      round_update += update[id];
+      round_scratch += scratch[id];
+    }
+    max_update = std::max(max_update, round_update);
+    max_scratch = std::max(max_scratch, round_scratch);
+  }
   return Fp32Bytes() * (max_update + 2 * max_scratch);
 }
 

@@ -14,6 +14,7 @@
 #include "plan/model.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
+#include "plan/tp_rounds.h"
 
 namespace muonshard::sim {
 
@@ -239,6 +240,12 @@ class Builder {
     return absl::StrCat(k.muon ? "M" : "A",
                         k.muon ? plan_.muon_buckets(k.index).id() : plan_.adamw_buckets(k.index).id());
   }
+  // A Muon bucket's name, or a round's: its first bucket's and how many more.
+  std::string RoundName(const std::vector<int>& buckets) const {
+    std::string name = Name({true, buckets[0]});
+    if (buckets.size() > 1) absl::StrAppend(&name, "+", buckets.size() - 1);
+    return name;
+  }
   int GroupOfKey(const BucketKey& k) const { return k.muon ? x_.muon_group[k.index] : x_.adamw_group[k.index]; }
   bool Shared(int group) const { return x_.groups[group].size() > 1; }
   std::vector<BucketKey> HandOffOrder(int group) const;
@@ -247,8 +254,10 @@ class Builder {
   int ReduceOp(const BucketKey& k);
   int SyncOp(const BucketKey& k, std::vector<int> deps);
   int AdamwOp(int rank, int bucket, int member);
-  absl::StatusOr<std::vector<int>> MuonBlock(int rank, int bucket);
-  absl::StatusOr<const Exchange*> ExchangeOf(int rank, int bucket);
+  // The update of a rank's Muon buckets `buckets` (one bucket, or an
+  // exchange round) as one block of ops.
+  absl::StatusOr<std::vector<int>> MuonBlock(int rank, const std::vector<int>& buckets);
+  absl::StatusOr<const Exchange*> ExchangeOf(int rank, int round);
   absl::Status AddExchangeBytes(int member, int rank, int bucket, int tp, ExchangeBytes& bytes) const;
   void AddExchangeOps(int tp_group, const std::string& name, const ExchangeBytes& bytes, Exchange& ex);
 
@@ -264,11 +273,13 @@ class Builder {
   const v1::DType grad_;
   StepProgram p_;
   std::vector<int> lane_of_rank_;
-  // TP: per rank its buckets with exchanges, in the order it updates them,
-  // and where each is in it; the exchanges made so far, by (TP group, turn).
-  std::vector<std::vector<int>> exchange_order_;
-  std::vector<absl::flat_hash_map<int, int>> exchange_turn_;
+  // TP: per rank its exchange rounds (NOTE [TP exchange rounds]), in the
+  // order it updates them, and the round of each bucket in them; the
+  // exchanges made so far, by (TP group, round).
+  std::vector<std::vector<std::vector<int>>> exchange_rounds_;
+  std::vector<absl::flat_hash_map<int, int>> exchange_round_of_;
   std::map<std::pair<int, int>, Exchange> exchanges_;
+  int next_call_group_ = 0;  // StepOp::call_group
 };
 
 std::vector<BucketKey> Builder::HandOffOrder(int group) const {
@@ -282,21 +293,15 @@ std::vector<BucketKey> Builder::HandOffOrder(int group) const {
   return keys;
 }
 
+// The same rounds in both schedules, as the worker runs them.
 void Builder::OrderExchanges() {
-  exchange_order_.assign(x_.world_size, {});
-  exchange_turn_.assign(x_.world_size, {});
+  exchange_rounds_.assign(x_.world_size, {});
+  exchange_round_of_.assign(x_.world_size, {});
   for (int r = 0; r < x_.world_size; ++r) {
-    const v1::RankPlan* rp = x_.rank_plan[r];
-    std::vector<int>& order = exchange_order_[r];
-    for (const auto& [bucket, owned] : x_.owned[r]) {
-      if (std::any_of(owned.begin(), owned.end(), [&](int j) { return Exchanges(rp->owned(j)); })) {
-        order.push_back(bucket);
-      }
+    exchange_rounds_[r] = planner::TpExchangeRoundsOf(plan_, *x_.rank_plan[r]);
+    for (size_t k = 0; k < exchange_rounds_[r].size(); ++k) {
+      for (int bucket : exchange_rounds_[r][k]) exchange_round_of_[r][bucket] = static_cast<int>(k);
     }
-    if (schedule_ == Schedule::kPipelined) {
-      std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return x_.muon_last[a] > x_.muon_last[b]; });
-    }
-    for (size_t k = 0; k < order.size(); ++k) exchange_turn_[r][order[k]] = static_cast<int>(k);
   }
 }
 
@@ -378,11 +383,15 @@ int64_t Sum(const std::vector<int64_t>& v) {
   return s;
 }
 
+// The worker issues a round's gathers as one group call and its scatters as
+// another (RunGrouped in TpMuonExchange).
 void Builder::AddExchangeOps(int tp_group, const std::string& name, const ExchangeBytes& bytes, Exchange& ex) {
   const int tp = static_cast<int>(x_.groups[tp_group].size());
+  const int gathers = next_call_group_++, scatters = next_call_group_++;
   auto add = [&](OpKind kind, int root, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
                  int64_t total) {
     StepOp op;
+    if (root >= 0) op.call_group = kind == OpKind::kGather ? gathers : scatters;
     op.kind = kind;
     op.phase = Phase::kTpExchange;
     op.group = tp_group;
@@ -413,72 +422,80 @@ void Builder::AddExchangeOps(int tp_group, const std::string& name, const Exchan
   }
 }
 
-absl::StatusOr<const Exchange*> Builder::ExchangeOf(int rank, int bucket) {
+absl::StatusOr<const Exchange*> Builder::ExchangeOf(int rank, int round) {
   const v1::RankPlan& rp = *x_.rank_plan[rank];
+  const std::vector<int>& buckets = exchange_rounds_[rank][round];
   int tp_group = -1;
-  for (int j : x_.owned[rank].at(bucket)) {
+  for (int j : x_.owned[rank].at(buckets[0])) {
     if (Exchanges(rp.owned(j))) {
       tp_group = x_.group_of_id.at(rp.owned(j).tp_group());
       break;
     }
   }
-  const int turn = exchange_turn_[rank].at(bucket);
-  auto [it, inserted] = exchanges_.try_emplace({tp_group, turn});
+  auto [it, inserted] = exchanges_.try_emplace({tp_group, round});
   if (!inserted) return &it->second;
   const std::vector<int>& members = x_.groups[tp_group];
   const int tp = static_cast<int>(members.size());
   ExchangeBytes bytes(tp);
   for (int i = 0; i < tp; ++i) {
     const int m = members[i];
-    if (exchange_order_[m].size() != exchange_order_[rank].size()) {
+    if (exchange_rounds_[m].size() != exchange_rounds_[rank].size()) {
       return absl::InvalidArgumentError(absl::StrCat("plan: TP group ", plan_.groups(tp_group).id(), ": rank ", rank,
-                                                     " exchanges TP shards in ", exchange_order_[rank].size(),
-                                                     " Muon buckets, rank ", m, " in ", exchange_order_[m].size()));
+                                                     " exchanges TP shards in ", exchange_rounds_[rank].size(),
+                                                     " rounds, rank ", m, " in ", exchange_rounds_[m].size()));
     }
-    MUONSHARD_RETURN_IF_ERROR(AddExchangeBytes(i, m, exchange_order_[m][turn], tp, bytes));
+    for (int bucket : exchange_rounds_[m][round]) {
+      MUONSHARD_RETURN_IF_ERROR(AddExchangeBytes(i, m, bucket, tp, bytes));
+    }
   }
-  AddExchangeOps(tp_group, Name({true, exchange_order_[members[0]][turn]}), bytes, it->second);
+  AddExchangeOps(tp_group, RoundName(exchange_rounds_[members[0]][round]), bytes, it->second);
   return &it->second;
 }
 
-absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, int bucket) {
+absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, const std::vector<int>& buckets) {
   const v1::RankPlan& rp = *x_.rank_plan[rank];
-  const v1::MuonBucket& mb = plan_.muon_buckets(bucket);
-  int64_t numel = 0;
+  int64_t memory_bytes = 0;
   int calls = 0;
   bool exchanges = false;
   StepOp ns;
-  NsCallsByShape calls_of_shape;
-  for (int j : x_.owned[rank].at(bucket)) {
-    const v1::OwnedTensor& o = rp.owned(j);
-    numel += o.numel();
-    calls += 2;  // momentum, apply
-    exchanges = exchanges || Exchanges(o);
-    if (ns_calls_ == NsCalls::kPerTensor) {
-      if (o.ns_flops() > 0) ns.matrices.push_back({o.ns_flops(), MinDim(plan_.tensors(o.tensor()))});
-    } else {
-      AddNsCalls(o, plan_.tensors(o.tensor()), grad_ == v1::FP32, calls_of_shape, ns.matrices);
+  for (int bucket : buckets) {
+    const v1::MuonBucket& mb = plan_.muon_buckets(bucket);
+    int64_t numel = 0;
+    // The worker batches same-shape matrices inside a bucket (NOTE [Batched Muon]).
+    NsCallsByShape calls_of_shape;
+    for (int j : x_.owned[rank].at(bucket)) {
+      const v1::OwnedTensor& o = rp.owned(j);
+      numel += o.numel();
+      calls += 2;  // momentum, apply
+      exchanges = exchanges || Exchanges(o);
+      if (ns_calls_ == NsCalls::kPerTensor) {
+        if (o.ns_flops() > 0) ns.matrices.push_back({o.ns_flops(), MinDim(plan_.tensors(o.tensor()))});
+      } else {
+        AddNsCalls(o, plan_.tensors(o.tensor()), grad_ == v1::FP32, calls_of_shape, ns.matrices);
+      }
     }
+    for (const auto& [shape, call] : calls_of_shape) ns.matrices.push_back(call);
+    memory_bytes += numel * MuonBytesPerElement(mb.dtype(), grad_);
   }
-  for (const auto& [shape, call] : calls_of_shape) ns.matrices.push_back(call);
+  const std::string name = RoundName(buckets);
   StepOp ew;
   ew.kind = OpKind::kElementwise;
   ew.phase = Phase::kMuonElementwise;
   ew.rank = rank;
-  ew.memory_bytes = numel * MuonBytesPerElement(mb.dtype(), grad_);
+  ew.memory_bytes = memory_bytes;
   ew.calls = calls;
-  ew.label = absl::StrCat("muon ", Name({true, bucket}), " r", rank);
+  ew.label = absl::StrCat("muon ", name, " r", rank);
   std::vector<int> block = {p_.AddOp(std::move(ew))};
   const Exchange* ex = nullptr;
   if (exchanges) {
-    MUONSHARD_ASSIGN_OR_RETURN(ex, ExchangeOf(rank, bucket));
+    MUONSHARD_ASSIGN_OR_RETURN(ex, ExchangeOf(rank, exchange_round_of_[rank].at(buckets[0])));
     block.insert(block.end(), ex->before_ns.begin(), ex->before_ns.end());
   }
   if (!ns.matrices.empty()) {
     ns.kind = OpKind::kNewtonSchulz;
     ns.phase = Phase::kNewtonSchulz;
     ns.rank = rank;
-    ns.label = absl::StrCat("ns ", Name({true, bucket}), " r", rank);
+    ns.label = absl::StrCat("ns ", name, " r", rank);
     block.push_back(p_.AddOp(std::move(ns)));
   }
   if (ex != nullptr) block.insert(block.end(), ex->after_ns.begin(), ex->after_ns.end());
@@ -513,8 +530,14 @@ absl::Status Builder::BuildSequential() {
     }
   }
   for (int r = 0; r < x_.world_size; ++r) {
+    // As the worker: the exchange rounds, then the other buckets ascending.
+    for (const std::vector<int>& round : exchange_rounds_[r]) {
+      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, round));
+      AppendBlock(lane_of_rank_[r], block);
+    }
     for (const auto& [bucket, owned] : x_.owned[r]) {
-      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, bucket));
+      if (exchange_round_of_[r].contains(bucket)) continue;
+      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, {bucket}));
       AppendBlock(lane_of_rank_[r], block);
     }
     for (const auto& [bucket, member] : AdamwOfRank(x_, r)) {
@@ -531,24 +554,27 @@ absl::Status Builder::BuildSequential() {
   return absl::OkStatus();
 }
 
-// The rank's Muon updates: the buckets with TP exchanges in their turn,
-// each after the one before it, then the others. Records each bucket's last
-// op in `muon_done`.
+// The rank's Muon updates: its exchange rounds in turn, each once its
+// buckets are reduced and after the round before it, then the other buckets
+// as they are reduced. Records each bucket's last op in `muon_done`.
 absl::Status Builder::PipelinedMuonBlocks(int rank, const std::vector<int>& muon_reduce, std::vector<int>& muon_done) {
-  std::vector<int> buckets = exchange_order_[rank];
+  std::vector<std::vector<int>> blocks = exchange_rounds_[rank];
+  const size_t rounds = blocks.size();
   for (const auto& [bucket, owned] : x_.owned[rank]) {
-    if (exchange_turn_[rank].count(bucket) == 0) buckets.push_back(bucket);
+    if (!exchange_round_of_[rank].contains(bucket)) blocks.push_back({bucket});
   }
   int previous = -1;
-  for (int bucket : buckets) {
-    MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(rank, bucket));
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(rank, blocks[k]));
     std::vector<int>& deps = p_.ops[block[0]].deps;
-    if (muon_reduce[bucket] >= 0) deps.push_back(muon_reduce[bucket]);
-    if (exchange_turn_[rank].count(bucket) > 0) {
+    for (int bucket : blocks[k]) {
+      if (muon_reduce[bucket] >= 0) deps.push_back(muon_reduce[bucket]);
+      muon_done[bucket] = block.back();
+    }
+    if (k < rounds) {
       if (previous >= 0) deps.push_back(previous);
       previous = block.back();
     }
-    muon_done[bucket] = block.back();
     AppendBlock(lane_of_rank_[rank], block);
   }
   return absl::OkStatus();

@@ -24,8 +24,10 @@
 //
 // Sequential: one in-order lane per rank, as the caller's thread runs the
 // step: the reduces of its groups (ascending group, each group's Muon then
-// AdamW buckets), every owned Muon bucket's update (ascending bucket), every
-// AdamW shard's, then the broadcasts and all-gathers in the reduces' order.
+// AdamW buckets), every owned Muon bucket's update (the buckets with TP
+// exchanges round by round, NOTE [TP exchange rounds], then the others
+// ascending), every AdamW shard's, then the broadcasts and all-gathers in
+// the reduces' order.
 // A collective occupies its members' lanes.
 //
 // Pipelined (NOTE [Pipelined step]): one in-order comm lane per group of two
@@ -34,9 +36,10 @@
 // then position), then its broadcasts and all-gathers in the same order,
 // each once its update is done (the owner's; every member's for AdamW).
 // One as-ready compute lane per rank: each bucket's update is a block that
-// starts once the bucket is reduced; buckets with TP exchanges go in the
-// hand-off order, each after the one before it, on every rank of the TP
-// group (TpMuonExchange::order()).
+// starts once the bucket is reduced; buckets with TP exchanges go round by
+// round, a round one block that starts once its buckets are reduced and the
+// round before it is done, on every rank of the TP group
+// (TpMuonExchange::rounds()).
 //
 // Pure.
 

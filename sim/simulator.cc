@@ -1,7 +1,9 @@
 #include "sim/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
+#include <map>
 #include <queue>
 #include <tuple>
 #include <utility>
@@ -50,6 +52,59 @@ OpCost RootCentricCost(const ClusterSpec& c, const StepOp& op, const std::vector
                  std::max(total[0] / c.intra_node.BytesPerSecond(), total[1] / c.inter_node.BytesPerSecond());
   cost.algorithm = c.library == CollectiveLibrary::kGloo ? "gloo" : "p2p";
   return cost;
+}
+
+// The gathers and scatters of one group call on an NCCL cluster
+// (StepOp::call_group): every member sends and receives its share of all of
+// them at once, so the call lasts as long as the busiest member's busiest
+// link direction takes, one latency for all.
+double GroupCallSeconds(const ClusterSpec& c, const StepProgram& p, const std::vector<int>& ops) {
+  const std::vector<int>& members = p.groups[p.ops[ops[0]].group];
+  std::vector<std::array<double, kLinkClassCount>> send(members.size()), recv(members.size());
+  bool crosses = false;
+  for (int index : ops) {
+    const StepOp& op = p.ops[index];
+    const int root_node = NodeOf(c, members[op.root]);
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (static_cast<int>(i) == op.root) continue;
+      const int cls = NodeOf(c, members[i]) == root_node ? 0 : 1;
+      crosses = crosses || cls == 1;
+      if (op.kind == OpKind::kGather) {
+        const double b = static_cast<double>(MemberBytes(op.member_send, i));
+        send[i][cls] += b;
+        recv[op.root][cls] += b;
+      } else {
+        const double b = static_cast<double>(MemberBytes(op.member_recv, i));
+        send[op.root][cls] += b;
+        recv[i][cls] += b;
+      }
+    }
+  }
+  const double bandwidth[kLinkClassCount] = {c.intra_node.BytesPerSecond(), c.inter_node.BytesPerSecond()};
+  double busiest = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    for (int cls = 0; cls < kLinkClassCount; ++cls) {
+      busiest = std::max(busiest, std::max(send[i][cls], recv[i][cls]) / bandwidth[cls]);
+    }
+  }
+  const LinkSpec& first = crosses ? c.inter_node : c.intra_node;
+  return c.collective_base_us * 1e-6 + first.LatencySeconds() + busiest;
+}
+
+// NCCL: each group call's cost on its first op, none on the others (their
+// wire bytes stay theirs). Gloo runs the ops of a group call one by one.
+void PriceGroupCalls(const ClusterSpec& c, const StepProgram& p, std::vector<OpCost>& costs) {
+  if (c.library == CollectiveLibrary::kGloo) return;
+  std::map<int, std::vector<int>> ops_of_call;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    if (p.ops[i].call_group >= 0) ops_of_call[p.ops[i].call_group].push_back(static_cast<int>(i));
+  }
+  for (const auto& [call, ops] : ops_of_call) {
+    if (p.groups[p.ops[ops[0]].group].size() < 2) continue;
+    costs[ops[0]].seconds = GroupCallSeconds(c, p, ops);
+    costs[ops[0]].algorithm = "p2p group";
+    for (size_t k = 1; k < ops.size(); ++k) costs[ops[k]].seconds = 0;
+  }
 }
 
 OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<GroupShape>& shapes, const StepOp& op) {
@@ -436,6 +491,7 @@ absl::StatusOr<StepResult> RunStepProgram(StepProgram program, const ClusterSpec
   std::vector<OpCost> costs;
   costs.reserve(program.ops.size());
   for (const StepOp& op : program.ops) costs.push_back(CostOf(cluster, program, shapes, op));
+  PriceGroupCalls(cluster, program, costs);
   const std::vector<Lane> lanes = WithLinkLanes(program, shapes);
   Engine engine(program, lanes, costs);
   MUONSHARD_RETURN_IF_ERROR(engine.Run());

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -162,6 +163,12 @@ absl::Status CheckOp(const StepProgram& p, int index) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": dependency ", d, " out of range"));
     }
   }
+  const bool member_p2p = (op.kind == OpKind::kGather || op.kind == OpKind::kScatter) &&
+                          (!op.member_send.empty() || !op.member_recv.empty());
+  if (op.call_group >= 0 && !member_p2p) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": only gathers and scatters with member bytes join a group call"));
+  }
   return IsCollective(op.kind) ? CheckCollective(p, op, name) : CheckCompute(p, op, name);
 }
 
@@ -194,12 +201,28 @@ absl::Status CheckLanes(const StepProgram& p) {
   return absl::OkStatus();
 }
 
+// The ops of one group call are collectives of one group.
+absl::Status CheckCallGroups(const StepProgram& p) {
+  absl::flat_hash_map<int, int> group_of_call;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const StepOp& op = p.ops[i];
+    if (op.call_group < 0) continue;
+    auto [it, inserted] = group_of_call.try_emplace(op.call_group, op.group);
+    if (!inserted && it->second != op.group) {
+      return absl::InvalidArgumentError(absl::StrCat("step program: op ", i, " (", op.label, "): group call ",
+                                                     op.call_group, " spans groups ", it->second, " and ", op.group));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateProgram(const StepProgram& program) {
   if (program.world_size < 1) return absl::InvalidArgumentError("step program: world size must be >= 1");
   MUONSHARD_RETURN_IF_ERROR(CheckGroups(program));
   for (size_t i = 0; i < program.ops.size(); ++i) MUONSHARD_RETURN_IF_ERROR(CheckOp(program, static_cast<int>(i)));
+  MUONSHARD_RETURN_IF_ERROR(CheckCallGroups(program));
   return CheckLanes(program);
 }
 

@@ -96,6 +96,12 @@ struct StepOp {
   // bytes instead of `bytes`.
   std::vector<int64_t> member_send;
   std::vector<int64_t> member_recv;
+  // Gathers and scatters with member bytes that the code issues as one
+  // group call (Communicator::GroupStart / GroupEnd) share an id >= 0, and
+  // sit next to each other on their lanes: an NCCL cluster runs them at once
+  // (priced together on the group's first op, the others take no time);
+  // Gloo runs them one after another, each priced alone. -1: none.
+  int call_group = -1;
   // Compute: the rank, and the work of its kind.
   int rank = -1;
   std::vector<NsMatrix> matrices;

@@ -9,6 +9,7 @@
 #include "plan/fit_search.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
+#include "plan/tp_rounds.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 
@@ -20,6 +21,7 @@ using ::muonshard::testing::ManifestBuilder;
 using ::muonshard::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::SizeIs;
 
 // planner_test's HandComputedTwoRanks model: Muon a (64x64) -> rank 0 and
 // b (32x64) -> rank 1 (seed-all); AdamW buckets bf16 256 and fp32 128.
@@ -172,6 +174,29 @@ TEST(MemoryTest, TensorParallelStagingAndWorkspaceOnTheNsRank) {
       EXPECT_EQ(r.memory().ns_workspace_bytes(), runs_ns ? 4 * (3 * 2048 + 2 * 32 * 32) : 0) << r.rank();
       EXPECT_EQ(r.memory().muon_momentum_bytes(), 4 * 1024);
     }
+  }
+}
+
+// Two 1024x512 matrices in buckets of their own (1 MiB each way), one per NS
+// tp rank: one exchange round (NOTE [TP exchange rounds]), so each rank
+// stages both shards' updates and gathers both shards of its own matrix.
+TEST(MemoryTest, TensorParallelStagingIsSizedByTheLargestRound) {
+  v1::ModelManifest m = ManifestBuilder()
+                            .Add("model.layers.0.mlp.up_proj.weight", {1024, 512}, v1::FP32)
+                            .Add("model.layers.1.mlp.up_proj.weight", {1024, 512}, v1::FP32)
+                            .Build();
+  for (v1::TensorSpec& t : *m.mutable_tensors()) t.set_tp_split(v1::TP_COLUMN);
+  v1::PlanRequest request = MakeRequest(m, 2, /*pp=*/1, /*ep=*/1, v1::SEED, /*comm_buffer_mb=*/1);
+  request.mutable_topology()->set_tp(2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  constexpr int64_t kShard = 512 * 512;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    ASSERT_EQ(r.owned_size(), 2);
+    ASSERT_NE(r.owned(0).ns_tp_rank(), r.owned(1).ns_tp_rank());
+    ASSERT_NE(r.owned(0).bucket(), r.owned(1).bucket());
+    ASSERT_THAT(TpExchangeRoundsOf(plan, r), ElementsAre(SizeIs(2)));
+    EXPECT_EQ(r.memory().comm_buffer_bytes(), 4 * (2 * kShard + 2 * 2 * kShard)) << r.rank();
   }
 }
 

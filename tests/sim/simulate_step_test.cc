@@ -1,6 +1,8 @@
 // Plans simulated end to end (sim/simulate_step.h, sim/plan_program.h).
 #include "sim/simulate_step.h"
 
+#include <array>
+#include <map>
 #include <numeric>
 #include <set>
 #include <string>
@@ -13,6 +15,7 @@
 #include "muonshard/v1/plan.pb.h"
 #include "plan/ns_blocks.h"
 #include "plan/planner.h"
+#include "plan/tp_rounds.h"
 #include "sim/cluster.h"
 #include "sim/cost_model.h"
 #include "sim/plan_program.h"
@@ -50,6 +53,21 @@ v1::Plan TpPlan(int world, int tp, v1::TpMuonMode mode) {
   v1::PlanRequest request = MakeRequest(m, world, 1, 1, v1::BALANCED, 1);
   request.mutable_topology()->set_tp(tp);
   request.mutable_policy()->set_tp_muon(mode);
+  return PlanOf(request);
+}
+
+// World 2, tp 2: four layers of column-split fp32 matrices, each shard a
+// 1 MiB bucket or larger, so a rank's TP buckets form exchange rounds.
+v1::Plan TpRoundsPlan() {
+  testing::ManifestBuilder b("rounds");
+  for (int l = 0; l < 4; ++l) {
+    b.Add(absl::StrCat("model.layers.", l, ".self_attn.q_proj.weight"), {1024, 512}, v1::FP32)
+        .Add(absl::StrCat("model.layers.", l, ".mlp.up_proj.weight"), {2048, 512}, v1::FP32);
+  }
+  v1::ModelManifest m = b.Build();
+  for (v1::TensorSpec& t : *m.mutable_tensors()) t.set_tp_split(v1::TP_COLUMN);
+  v1::PlanRequest request = MakeRequest(m, 2, 1, 1, v1::BALANCED, 1);
+  request.mutable_topology()->set_tp(2);
   return PlanOf(request);
 }
 
@@ -146,6 +164,71 @@ TEST(SimulateStepTest, TensorParallelBucketsExchangeOverTheirTpGroup) {
     EXPECT_GT(sent, 0);
     EXPECT_GT(r.ranks[0].busy_seconds[static_cast<int>(Phase::kTpExchange)], 0);
   }
+}
+
+// NOTE [TP exchange rounds]: the program exchanges as the worker does, one
+// gather and one scatter per NS rank of each round (planner::TpExchangeRoundsOf),
+// the round's matrices in one block, on both schedules -- fewer gathers than
+// one per NS rank of each bucket.
+TEST(SimulateStepTest, TensorParallelBucketsExchangeInRounds) {
+  const v1::Plan plan = TpRoundsPlan();
+  // Rank 0's rounds (rank 1 has the same), the gathers they need, and what
+  // one bucket at a time would need.
+  int64_t gathers = 0, per_bucket = 0;
+  bool joined = false;
+  std::map<int, std::set<int>> roots_of_bucket;  // muon bucket id -> NS tp ranks
+  for (const v1::OwnedTensor& o : plan.ranks(0).owned()) roots_of_bucket[o.bucket()].insert(o.ns_tp_rank());
+  for (const std::vector<int>& round : planner::TpExchangeRoundsOf(plan, plan.ranks(0))) {
+    std::set<int> roots;
+    for (int bucket : round) {
+      const std::set<int>& r = roots_of_bucket[plan.muon_buckets(bucket).id()];
+      roots.insert(r.begin(), r.end());
+      per_bucket += static_cast<int64_t>(r.size());
+    }
+    gathers += static_cast<int64_t>(roots.size());
+    joined = joined || round.size() > 1;
+  }
+  ASSERT_TRUE(joined);
+  ASSERT_LT(gathers, per_bucket);
+  for (Schedule schedule : {Schedule::kSequential, Schedule::kPipelined}) {
+    const StepResult r = Simulate(plan, *Preset("h200"), schedule);
+    std::array<int64_t, kOpKindCount> ops{};
+    for (const StepOp& op : r.program.ops) {
+      if (op.phase == Phase::kTpExchange) ++ops[Index(op.kind)];
+    }
+    EXPECT_EQ(ops[Index(OpKind::kGather)], gathers) << ScheduleName(schedule);
+    EXPECT_EQ(ops[Index(OpKind::kScatter)], gathers) << ScheduleName(schedule);
+  }
+}
+
+// StepOp::call_group: the worker issues a round's gathers as one group call
+// and its scatters as another. NCCL runs each at once (priced on its first
+// op: the busiest member's share), Gloo one after another: the same bytes,
+// less time on NCCL.
+TEST(SimulateStepTest, ARoundsGathersAreOneGroupCallThatNcclRunsAtOnce) {
+  const v1::Plan plan = TpRoundsPlan();
+  const ClusterSpec nccl = *Preset("h200");
+  ClusterSpec gloo = nccl;
+  gloo.library = CollectiveLibrary::kGloo;
+  const StepResult n = Simulate(plan, nccl, Schedule::kSequential);
+  const StepResult g = Simulate(plan, gloo, Schedule::kSequential);
+  const int tp = static_cast<int>(Phase::kTpExchange);
+  EXPECT_LT(n.ranks[0].busy_seconds[tp], g.ranks[0].busy_seconds[tp]);
+  EXPECT_EQ(n.ranks[0].p2p_sent_bytes, g.ranks[0].p2p_sent_bytes);
+  std::map<int, std::vector<int>> ops_of_call;
+  for (size_t i = 0; i < n.program.ops.size(); ++i) {
+    if (n.program.ops[i].call_group >= 0) ops_of_call[n.program.ops[i].call_group].push_back(static_cast<int>(i));
+  }
+  int joined = 0;
+  for (const auto& [call, ops] : ops_of_call) {
+    EXPECT_GT(n.timing[ops[0]].end, n.timing[ops[0]].start);
+    for (size_t k = 1; k < ops.size(); ++k) {
+      ++joined;
+      EXPECT_EQ(n.timing[ops[k]].end, n.timing[ops[k]].start) << n.program.ops[ops[k]].label;
+      EXPECT_GT(g.timing[ops[k]].end, g.timing[ops[k]].start) << g.program.ops[ops[k]].label;
+    }
+  }
+  EXPECT_GT(joined, 0);
 }
 
 TEST(SimulateStepTest, OneRankRunsItsOpsBackToBack) {

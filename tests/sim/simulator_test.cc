@@ -211,6 +211,36 @@ TEST(SimulatorTest, GatherWithMemberBytesIsPricedByTheRootsLinks) {
   EXPECT_EQ(r.ranks[1].wire_bytes[0], 0);
 }
 
+// StepOp::call_group: gathers to two roots issued as one group call. NCCL
+// runs them at once: each root receives 3 GB at 1 GB/s while every member
+// sends its 2 GB, 3 s for both, on the first op; Gloo one after the other.
+TEST(SimulatorTest, AGroupCallOfGathersRunsAtOnceOnNcclOneByOneOnGloo) {
+  for (CollectiveLibrary library : {CollectiveLibrary::kNccl, CollectiveLibrary::kGloo}) {
+    Maker m(4);
+    m.p.groups = {{0, 1, 2, 3}};
+    const int lane = m.Lane(LaneOrder::kInOrder, {0, 1, 2, 3});
+    for (int root : {1, 2}) {
+      StepOp gather;
+      gather.kind = OpKind::kGather;
+      gather.phase = Phase::kTpExchange;
+      gather.group = 0;
+      gather.root = root;
+      gather.call_group = 0;
+      gather.member_send.assign(4, 1'000'000'000);
+      gather.member_send[root] = 0;
+      m.p.Append(lane, m.p.AddOp(gather), true);
+    }
+    ClusterSpec c = Cluster();
+    c.library = library;
+    absl::StatusOr<StepResult> r = RunStepProgram(m.p, c);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const bool nccl = library == CollectiveLibrary::kNccl;
+    EXPECT_DOUBLE_EQ(r->step_seconds, nccl ? 3 : 6);
+    EXPECT_DOUBLE_EQ(r->timing[1].end - r->timing[1].start, nccl ? 0 : 3);
+    EXPECT_EQ(r->ranks[0].p2p_sent_bytes, 2'000'000'000);
+  }
+}
+
 TEST(SimulatorTest, MalformedProgramsAreRefused) {
   const auto code = absl::StatusCode::kInvalidArgument;
   Maker m(1);
@@ -233,6 +263,17 @@ TEST(SimulatorTest, MalformedProgramsAreRefused) {
   bad.member_send = {1, 2};
   m.p.Append(lane, m.p.AddOp(bad), true);
   EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("member bytes for 2 ranks, group has 1")));
+  m.p.ops.back().member_send = {1};
+  m.p.ops[0].call_group = 4;  // a fixed op
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()),
+              StatusIs(code, HasSubstr("only gathers and scatters with member bytes join a group call")));
+  m.p.ops[0].call_group = -1;
+  m.p.groups = {{0}, {0}};
+  m.p.ops.back().call_group = 4;
+  StepOp other = m.p.ops.back();
+  other.group = 1;
+  m.p.Append(lane, m.p.AddOp(other), true);
+  EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("group call 4 spans groups 0 and 1")));
 }
 
 TEST(SimulatorTest, ProgramMustFitTheCluster) {

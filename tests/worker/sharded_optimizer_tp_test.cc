@@ -4,6 +4,7 @@
 // reference on the whole matrices -- the replica plan (tp 1, W / tp ranks)
 // with the same data (NOTE [Workloads on TP shards] in workload_driver.h).
 
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "plan/planner.h"
 #include "plan/tensor_parallel.h"
 #include "plan/tp_mesh.h"
+#include "plan/tp_rounds.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/optimizer_test_util.h"
@@ -328,6 +330,50 @@ std::vector<TpCase> Cases() {
 
 INSTANTIATE_TEST_SUITE_P(Plans, TensorParallelEquivalenceTest, ::testing::ValuesIn(Cases()),
                          [](const ::testing::TestParamInfo<TpCase>& info) { return info.param.name; });
+
+// NOTE [TP exchange rounds]: with dp 1 the TP exchanges are a step's only
+// collectives, one gather and one scatter per NS rank of each round. Each
+// matrix its own bucket (step pieces), one large matrix and small ones: the
+// planner gives the large one a tp rank of its own and the small ones the
+// other, so the small ones' buckets share a round with the large one's and
+// the round exchanges with fewer collectives than one bucket at a time --
+// with the masters still the whole-matrix reference's, bit for bit.
+TEST(TensorParallelRoundsTest, AStepGathersAndScattersOncePerNsRankOfEachRound) {
+  muonshard::testing::ManifestBuilder b("tp-rounds");
+  b.Add("model.layers.0.mlp.up_proj.weight", {96, 16}, v1::FP32);
+  for (int l = 1; l <= 3; ++l) b.Add(absl::StrCat("model.layers.", l, ".self_attn.q_proj.weight"), {16, 16}, v1::FP32);
+  const v1::ModelManifest marked = Marked(b.Build(), 2);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plan, TpPlan(marked, 2, 2, 1, v1::BALANCED, v1::TP_MUON_DISTRIBUTED));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan replica, ReplicaPlan(marked, 2, 2, 1));
+  // What the rounds and one bucket at a time would cost, from the plan: a
+  // piece per matrix, its last tensor the matrix.
+  std::vector<planner::TpExchangeBucket> pieces;
+  for (const v1::OwnedTensor& o : plan.ranks(0).owned()) {
+    ASSERT_EQ(o.tp_op(), v1::TP_OP_GATHER_SCATTER) << o.name();
+    pieces.push_back({o.tensor(), {o.ns_tp_rank()}});
+  }
+  ASSERT_EQ(pieces.size(), 4u);
+  int64_t per_round = 0;
+  for (const std::vector<int>& round : planner::TpExchangeRounds(pieces, 2)) {
+    std::set<int> roots;
+    for (int k : round) roots.insert(pieces[k].ns_ranks[0]);
+    per_round += 2 * static_cast<int64_t>(roots.size());
+  }
+  ASSERT_LT(per_round, 2 * static_cast<int64_t>(pieces.size())) << "the planner gave every tp rank a large matrix";
+  for (StepSchedule schedule : {StepSchedule::kSequential, StepSchedule::kPipelined}) {
+    RunOptions options;
+    options.steps = 2;
+    options.step.schedule = schedule;
+    options.step.muon_piece_bytes = 1;  // one matrix per bucket
+    const SyntheticWorkload workload;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<RankResult> ranks, RunSharded(plan, workload, options));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const ReferenceRun reference, RunReference(replica, workload, options));
+    ExpectTpMatchesReference(plan, ranks, reference, 0);
+    for (int r = 0; r < 2; ++r) {
+      for (const StepStats& s : ranks[r].steps) EXPECT_EQ(s.comm.collectives, per_round) << "rank " << r;
+    }
+  }
+}
 
 // Blockwise Muon (NS of each shard alone) is another optimizer: on a
 // column- and a row-split matrix its result differs from the whole

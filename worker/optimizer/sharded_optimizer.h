@@ -99,10 +99,11 @@
 // optimizer runs its view with the pieces as buckets, on both schedules.
 // With tp > 1 a bucket whose matrices are TP-split exchanges their shards
 // over the TP group while it is updated (NOTE [Tensor-parallel Muon]). The
-// updating thread takes those buckets in one order on every rank of the TP
-// group, the hand-off order (TpMuonExchange::order()): one reduced out of
-// turn waits until the buckets before it are updated, while other buckets
-// are updated as they come. Nothing waits in a cycle: reduces wait for gradients only, and every
+// updating thread takes those buckets round by round (NOTE [TP exchange
+// rounds] in plan/tp_rounds.h), in one order on every rank of the TP group
+// (TpMuonExchange::rounds()): a round is updated once all its buckets and
+// the rounds before it are reduced, while other buckets are updated as
+// they come. Nothing waits in a cycle: reduces wait for gradients only, and every
 // rank of the TP group takes the same buckets in the same order.
 //
 // NOTE [Tensor-parallel Muon]
@@ -122,15 +123,19 @@
 //   the apply on each shard with the whole matrix's scale (MuonApply).
 // Element for element this is MuonUpdate on the whole matrix, so with the
 // same reductions the masters are bit-identical to the unsharded
-// reference's shards. Batched per bucket: one Gather per NS rank (and one
-// AllGather) carries every matrix of the bucket's TP shards, each rank
-// then orthogonalises the matrices it was given (batched per shard, so a
-// stack's experts go through one call), and one Scatter per NS rank
-// returns them: 2 x tp collectives per bucket, not per matrix. These
-// collectives run in the Muon phase, on the updating thread, bucket after
-// bucket in one order on every rank of the TP group: ascending bucket in the
-// sequential schedule; in the pipelined one the hand-off order, each such
-// bucket waiting until the ones before it are done (NOTE [Pipelined step]).
+// reference's shards. Batched per exchange round (NOTE [TP exchange rounds]
+// in plan/tp_rounds.h: consecutive buckets in the hand-off order, until
+// every TP rank has a matrix to orthogonalise): one Gather per NS rank (and
+// one AllGather) carries every matrix of the round's TP shards, each rank
+// then orthogonalises the matrices it was given side by side with the
+// others (batched per shard, so a stack's experts go through one call), and
+// one Scatter per NS rank returns them: 2 x tp collectives per round, not
+// per matrix or bucket, each direction one group call (RunGrouped: NCCL
+// runs a round's gathers at once). These collectives run in the Muon phase, on the
+// updating thread, round after round in one order on every rank of the TP
+// group, on both schedules; in the pipelined one each round waits until its
+// buckets are reduced and the rounds before it are done (NOTE [Pipelined
+// step]).
 //
 // NOTE [Gradient hand-off]
 // Step(grads) takes every gradient at once. A trainer can instead hand them

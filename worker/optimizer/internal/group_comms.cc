@@ -38,18 +38,20 @@ absl::StatusOr<std::unique_ptr<GroupComms>> GroupComms::Create(const OptimizerLa
   return out;
 }
 
+absl::Status RunGrouped(Communicator& comm, absl::FunctionRef<absl::Status()> issue) {
+  MUONSHARD_RETURN_IF_ERROR(comm.GroupStart());
+  absl::Status s = issue();
+  absl::Status end = comm.GroupEnd();
+  MUONSHARD_RETURN_IF_ERROR(s);
+  MUONSHARD_RETURN_IF_ERROR(end);
+  return comm.Synchronize();
+}
+
 absl::Status GroupComms::ForEach(absl::FunctionRef<absl::Status(int group, Communicator& comm)> issue) {
   for (size_t g = 0; g < comms_.size(); ++g) {
     Communicator* comm = comms_[g].get();
     if (comm == nullptr) continue;
-    MUONSHARD_RETURN_IF_ERROR(comm->GroupStart());
-    absl::Status s = issue(static_cast<int>(g), *comm);
-    // Close the group even after a failed op, so the communicator's group
-    // state stays balanced; the first error wins.
-    absl::Status end = comm->GroupEnd();
-    MUONSHARD_RETURN_IF_ERROR(s);
-    MUONSHARD_RETURN_IF_ERROR(end);
-    MUONSHARD_RETURN_IF_ERROR(comm->Synchronize());
+    MUONSHARD_RETURN_IF_ERROR(RunGrouped(*comm, [&] { return issue(static_cast<int>(g), *comm); }));
   }
   return absl::OkStatus();
 }

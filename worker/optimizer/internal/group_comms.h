@@ -28,6 +28,12 @@ namespace muonshard::worker::internal {
 // The communicator of every group the rank is in, by plan group id.
 using CommGroups = absl::flat_hash_map<int, Communicator*>;
 
+// Runs `issue` (collectives on `comm`) as one group call
+// (Communicator::GroupStart / GroupEnd: NCCL launches them together), then
+// Synchronize. The group is closed even after a failed op, so the
+// communicator's group state stays balanced; the first error wins.
+absl::Status RunGrouped(Communicator& comm, absl::FunctionRef<absl::Status()> issue);
+
 class GroupComms {
  public:
   // Possible errors: INVALID_ARGUMENT (a communicator for a group the rank

@@ -142,7 +142,13 @@ absl::Status StepScheduler::ReduceGradients() {
 }
 
 absl::Status StepScheduler::RunMuon() {
+  // The buckets with TP exchanges round by round, in one order on every rank
+  // of the TP group (NOTE [TP exchange rounds]), then the others ascending.
+  std::vector<int> buckets = tp_.order();
   for (int b = 0; b < layout_.view().muon_buckets_size(); ++b) {
+    if (!tp_.Exchanges(b)) buckets.push_back(b);
+  }
+  for (int b : buckets) {
     // Traced where the rank updates the bucket, as the pipelined schedule
     // does (elsewhere the call does nothing).
     auto update = [&] { return updater_.UpdateMuonBucket(b); };

@@ -107,7 +107,8 @@ class StepScheduler {
   // The updating thread's part of a pipelined step: every bucket this rank
   // updates, as it is reduced, until all are done or the step failed.
   void UpdateAsReduced();
-  // The TP buckets reduced so far and the next one's position in tp.order().
+  // The TP buckets reduced so far and the next round's position in
+  // tp.rounds().
   struct TpTurns {
     std::vector<bool> reduced;  // per muon bucket
     size_t next = 0;

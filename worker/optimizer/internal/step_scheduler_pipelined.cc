@@ -119,15 +119,19 @@ void StepScheduler::UpdateAsReduced() {
   }
 }
 
-// A bucket with TP exchanges waits for its turn in tp.order(); the others
-// are updated as soon as they are reduced.
+// A bucket with TP exchanges waits until its round and every round before
+// it in tp.rounds() are reduced, then the round is updated, its buckets in
+// order (NOTE [TP exchange rounds]); the others are updated as soon as they
+// are reduced.
 std::vector<BucketKey> StepScheduler::InTurn(const BucketKey& reduced, TpTurns* turns) const {
   if (!reduced.muon || !tp_.Exchanges(reduced.bucket)) return {reduced};
   turns->reduced[reduced.bucket] = true;
-  const std::vector<int>& order = tp_.order();
+  const std::vector<std::vector<int>>& rounds = tp_.rounds();
   std::vector<BucketKey> now;
-  for (; turns->next < order.size() && turns->reduced[order[turns->next]]; ++turns->next) {
-    now.push_back({true, order[turns->next]});
+  for (; turns->next < rounds.size(); ++turns->next) {
+    const std::vector<int>& round = rounds[turns->next];
+    if (!std::all_of(round.begin(), round.end(), [&](int b) { return turns->reduced[b]; })) break;
+    for (int b : round) now.push_back({true, b});
   }
   return now;
 }

@@ -6,6 +6,7 @@
 #include "absl/memory/memory.h"
 #include "common/status_macros.h"
 #include "kernels/blocked_newton_schulz.h"
+#include "plan/tp_rounds.h"
 
 namespace muonshard::worker::internal {
 namespace {
@@ -19,33 +20,63 @@ absl::StatusOr<std::unique_ptr<TpMuonExchange>> TpMuonExchange::Create(const Opt
                                                                        ParameterBuffers& params, GradientBuffers& grads,
                                                                        GroupComms& comms) {
   auto exchange = absl::WrapUnique(new TpMuonExchange(layout, backend, params, grads, comms));
+  exchange->PlanRounds();
   exchange->PlanBatches();
   MUONSHARD_RETURN_IF_ERROR(exchange->AllocateScratch());
-  exchange->OrderBuckets();
   return exchange;
 }
 
+// NOTE [TP exchange rounds]; NOTE [Pipelined step]: the ranks of a TP group
+// hold the same buckets (shards of the same tensors), so the rounds, and the
+// hand-off order inside them, are the same on each of them.
+void TpMuonExchange::PlanRounds() {
+  const int buckets = layout_.view().muon_buckets_size();
+  std::vector<planner::TpExchangeBucket> exchanging;
+  std::vector<int> bucket_of;
+  for (int b = 0; b < buckets; ++b) {
+    planner::TpExchangeBucket e{layout_.LastTensor({true, b}), {}};
+    for (int shard : layout_.OwnedIn(b)) {
+      if (layout_.IsTp(shard)) e.ns_ranks.push_back(layout_.index().owned[shard].tp.ns_rank);
+    }
+    if (e.ns_ranks.empty()) continue;
+    exchanging.push_back(std::move(e));
+    bucket_of.push_back(b);
+  }
+  round_of_.assign(buckets, -1);
+  rounds_.clear();
+  order_.clear();
+  for (const std::vector<int>& positions : planner::TpExchangeRounds(exchanging, layout_.tp_size())) {
+    std::vector<int>& round = rounds_.emplace_back();
+    for (int k : positions) {
+      round.push_back(bucket_of[k]);
+      order_.push_back(bucket_of[k]);
+      round_of_[bucket_of[k]] = static_cast<int>(rounds_.size()) - 1;
+    }
+  }
+}
+
 // Batches in one order on every rank of a TP group (they own the same
-// shards): NS rank ascending, the all-gathered batch last; shards in owned
-// order. One pass over the owned shards, then the offsets.
+// shards): NS rank ascending, the all-gathered batch last; shards bucket by
+// bucket in the round's order, each bucket's in owned order. One pass over
+// the round's shards, then the offsets.
 void TpMuonExchange::PlanBatches() {
   const int tp = layout_.tp_size();
-  const int buckets = layout_.view().muon_buckets_size();
-  const std::vector<MuonShardLayout>& owned = layout_.index().owned;
-  std::vector<std::vector<Batch>> slots(buckets, std::vector<Batch>(tp + 1));
-  for (size_t i = 0; i < owned.size(); ++i) {
-    const MuonShardLayout& o = owned[i];
-    if (!layout_.IsTp(static_cast<int>(i))) continue;
-    Batch& batch = slots[o.bucket][o.tp.ns_rank < 0 ? tp : o.tp.ns_rank];
-    batch.root = o.tp.ns_rank;
-    batch.shards.push_back(static_cast<int>(i));
-    batch.shard_offsets.push_back(batch.numel);
-    batch.numel += o.shape.elements();
-  }
-  batches_.assign(buckets, {});
-  for (int b = 0; b < buckets; ++b) {
+  batches_.assign(rounds_.size(), {});
+  for (size_t r = 0; r < rounds_.size(); ++r) {
+    std::vector<Batch> slots(tp + 1);
+    for (int bucket : rounds_[r]) {
+      for (int shard : layout_.OwnedIn(bucket)) {
+        if (!layout_.IsTp(shard)) continue;
+        const MuonShardLayout& o = layout_.index().owned[shard];
+        Batch& batch = slots[o.tp.ns_rank < 0 ? tp : o.tp.ns_rank];
+        batch.root = o.tp.ns_rank;
+        batch.shards.push_back(shard);
+        batch.shard_offsets.push_back(batch.numel);
+        batch.numel += o.shape.elements();
+      }
+    }
     int64_t offset = 0, scratch = 0;
-    for (Batch& batch : slots[b]) {
+    for (Batch& batch : slots) {
       if (batch.shards.empty()) continue;
       batch.offset = offset;
       offset += batch.numel;
@@ -53,7 +84,7 @@ void TpMuonExchange::PlanBatches() {
         batch.scratch = scratch;
         scratch += tp * batch.numel;
       }
-      batches_[b].push_back(std::move(batch));
+      batches_[r].push_back(std::move(batch));
     }
   }
 }
@@ -93,27 +124,19 @@ int64_t TpMuonExchange::BlockedNsScratchFloats(int shard) const {
   return o.blocked ? kernels::BlockedNsScratchFloats(WholeShape(shard), o.blocks) : 0;
 }
 
-// NOTE [Pipelined step]: the Muon buckets that exchange TP shards, in one
-// order on every rank of a TP group. The ranks of a TP group hold the same
-// buckets (shards of the same tensors), so the hand-off order (descending
-// last tensor, then position) is the same on each of them.
-void TpMuonExchange::OrderBuckets() {
-  std::vector<std::pair<int, int>> by_last;
-  for (int b = 0; b < layout_.view().muon_buckets_size(); ++b) {
-    if (Exchanges(b)) by_last.push_back({-layout_.LastTensor({true, b}), b});
-  }
-  std::sort(by_last.begin(), by_last.end());
-  order_.clear();
-  for (const auto& [negated_last, bucket] : by_last) order_.push_back(bucket);
+absl::Status TpMuonExchange::UpdateBucket(int bucket, const OptimizerConfig& config) {
+  const int round = round_of_[bucket];
+  if (round < 0 || rounds_[round].front() != bucket) return absl::OkStatus();
+  return UpdateRound(round, config);
 }
 
-absl::Status TpMuonExchange::UpdateBucket(int bucket, const OptimizerConfig& config) {
-  const std::vector<Batch>& batches = batches_[bucket];
-  if (batches.empty()) return absl::OkStatus();
+absl::Status TpMuonExchange::UpdateRound(int round, const OptimizerConfig& config) {
+  const std::vector<Batch>& batches = batches_[round];
   for (const Batch& batch : batches) {
     for (size_t k = 0; k < batch.shards.size(); ++k) {
       const v1::BucketEntry& e = layout_.OwnedEntry(batch.shards[k]);
       MuonShardState& s = params_.shard(batch.shards[k]);
+      const int bucket = layout_.index().owned[batch.shards[k]].bucket;
       MUONSHARD_ASSIGN_OR_RETURN(const float* grad, grads_.MuonFloats(bucket, e.offset(), e.numel()));
       MUONSHARD_RETURN_IF_ERROR(backend_.MuonMomentum(grad, s.momentum.floats(),
                                                       update_.floats() + batch.offset + batch.shard_offsets[k],
@@ -148,37 +171,42 @@ absl::Status TpMuonExchange::UpdateBucket(int bucket, const OptimizerConfig& con
   return absl::OkStatus();
 }
 
-// Every batch's NS inputs to the ranks that orthogonalise them.
+// Every batch's NS inputs to the ranks that orthogonalise them, and back:
+// one group call each way (RunGrouped: NCCL runs the gathers to every NS
+// rank at once, an all-to-all; Gloo one after another).
 absl::Status TpMuonExchange::ExchangeInputs(const std::vector<Batch>& batches) {
   Communicator& comm = *comms_.comm(layout_.index().owned[batches[0].shards[0]].tp.group);
-  for (const Batch& batch : batches) {
-    void* segments = RunsNs(batch) ? segments_.floats() + batch.scratch : nullptr;
-    const float* in = update_.floats() + batch.offset;
-    if (batch.root >= 0) {
-      MUONSHARD_RETURN_IF_ERROR(comm.Gather(in, segments, batch.numel, CommDType::kFloat32, batch.root));
-    } else {
-      const std::vector<int64_t> counts(comm.size(), batch.numel);
-      MUONSHARD_RETURN_IF_ERROR(comm.AllGather(in, segments, counts, CommDType::kFloat32));
+  return RunGrouped(comm, [&]() -> absl::Status {
+    for (const Batch& batch : batches) {
+      void* segments = RunsNs(batch) ? segments_.floats() + batch.scratch : nullptr;
+      const float* in = update_.floats() + batch.offset;
+      if (batch.root >= 0) {
+        MUONSHARD_RETURN_IF_ERROR(comm.Gather(in, segments, batch.numel, CommDType::kFloat32, batch.root));
+      } else {
+        const std::vector<int64_t> counts(comm.size(), batch.numel);
+        MUONSHARD_RETURN_IF_ERROR(comm.AllGather(in, segments, counts, CommDType::kFloat32));
+      }
     }
-  }
-  return comm.Synchronize();
+    return absl::OkStatus();
+  });
 }
 
-// Every batch's orthogonalised shards back to their ranks.
 absl::Status TpMuonExchange::ReturnResults(const std::vector<Batch>& batches) {
   Communicator& comm = *comms_.comm(layout_.index().owned[batches[0].shards[0]].tp.group);
-  for (const Batch& batch : batches) {
-    float* out = update_.floats() + batch.offset;
-    const float* segments = segments_.floats() + batch.scratch;
-    if (batch.root >= 0) {
-      MUONSHARD_RETURN_IF_ERROR(
-          comm.Scatter(RunsNs(batch) ? segments : nullptr, out, batch.numel, CommDType::kFloat32, batch.root));
-    } else {
-      MUONSHARD_RETURN_IF_ERROR(
-          update_.ConvertFrom(batch.offset, segments_, batch.scratch + comm.rank() * batch.numel, batch.numel));
+  return RunGrouped(comm, [&]() -> absl::Status {
+    for (const Batch& batch : batches) {
+      float* out = update_.floats() + batch.offset;
+      const float* segments = segments_.floats() + batch.scratch;
+      if (batch.root >= 0) {
+        MUONSHARD_RETURN_IF_ERROR(
+            comm.Scatter(RunsNs(batch) ? segments : nullptr, out, batch.numel, CommDType::kFloat32, batch.root));
+      } else {  // all-gathered: this rank's own part of the result
+        MUONSHARD_RETURN_IF_ERROR(
+            update_.ConvertFrom(batch.offset, segments_, batch.scratch + comm.rank() * batch.numel, batch.numel));
+      }
     }
-  }
-  return comm.Synchronize();
+    return absl::OkStatus();
+  });
 }
 
 absl::Status TpMuonExchange::Orthogonalize(const Batch& batch, const OptimizerConfig& config) {

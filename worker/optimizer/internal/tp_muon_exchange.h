@@ -1,15 +1,17 @@
 #ifndef MUONSHARD_WORKER_OPTIMIZER_INTERNAL_TP_MUON_EXCHANGE_H_
 #define MUONSHARD_WORKER_OPTIMIZER_INTERNAL_TP_MUON_EXCHANGE_H_
 
-// TpMuonExchange: Muon on the tensor-parallel shards of a Muon bucket (NOTE
-// [Tensor-parallel Muon] in sharded_optimizer.h). Plans, per bucket, the
-// batches of owned TP shards that go to one NS rank (or are all-gathered),
-// owns the fp32 scratch they are exchanged and assembled in (sized for the
-// largest bucket), and runs a bucket's update: momentum on each shard, the
-// NS inputs gathered, whole matrices orthogonalised, the results scattered
-// back and applied to each shard's master with the whole matrix's scale.
-// Also fixes the one order in which every rank of a TP group updates such
-// buckets (order(): NOTE [Pipelined step]).
+// TpMuonExchange: Muon on the tensor-parallel shards of the Muon buckets
+// (NOTE [Tensor-parallel Muon] in sharded_optimizer.h). Groups the buckets
+// with TP-split shards into exchange rounds (NOTE [TP exchange rounds] in
+// plan/tp_rounds.h), plans per round the batches of owned TP shards that go
+// to one NS rank (or are all-gathered), owns the fp32 scratch they are
+// exchanged and assembled in (sized for the largest round), and runs a
+// round's update: momentum on each shard, the NS inputs gathered, whole
+// matrices orthogonalised, the results scattered back and applied to each
+// shard's master with the whole matrix's scale. The rounds fix the one
+// order in which every rank of a TP group updates such buckets (order():
+// NOTE [Pipelined step]).
 //
 // Thread-compatible. Everything given to Create must outlive it.
 
@@ -42,19 +44,25 @@ class TpMuonExchange {
   TpMuonExchange& operator=(const TpMuonExchange&) = delete;
 
   // Whether Muon bucket `bucket` holds owned TP shards (and so exchanges them).
-  bool Exchanges(int bucket) const { return !batches_[bucket].empty(); }
-  // The Muon buckets that exchange, in the order every rank of the TP group
-  // updates them: descending last tensor (the hand-off order), then position.
+  bool Exchanges(int bucket) const { return round_of_[bucket] >= 0; }
+  // The exchange rounds, in the order every rank of the TP group updates
+  // them, each its Muon buckets in order; order() is them one after another.
+  const std::vector<std::vector<int>>& rounds() const { return rounds_; }
   const std::vector<int>& order() const { return order_; }
 
-  // The TP shards of Muon bucket `bucket`, updated (a collective over the
-  // TP group; nothing when the bucket has none), with `config`'s options.
+  // Called for Muon bucket `bucket` in its turn: when it is the first bucket
+  // of its round, the TP shards of the whole round are updated (collectives
+  // over the TP group) with `config`'s options; otherwise nothing (a later
+  // bucket of a round, or one without TP shards). REQUIRES: every bucket of
+  // the round reduced, and each round's buckets taken in order() from its
+  // first on every rank of the TP group.
   absl::Status UpdateBucket(int bucket, const OptimizerConfig& config);
 
  private:
-  // The owned TP shards of one Muon bucket that share a TP op and NS rank
-  // (-1: all-gathered), in owned order; their NS inputs lie together in
-  // update_ from `offset` (shard k at offset + shard_offsets[k]).
+  // The owned TP shards of one round that share a TP op and NS rank (-1:
+  // all-gathered), bucket by bucket in the round's order, each bucket's in
+  // owned order; their NS inputs lie together in update_ from `offset`
+  // (shard k at offset + shard_offsets[k]).
   struct Batch {
     int root = -1;
     std::vector<int> shards;
@@ -70,9 +78,10 @@ class TpMuonExchange {
                  GradientBuffers& grads, GroupComms& comms)
       : layout_(layout), backend_(backend), params_(params), grads_(grads), comms_(comms) {}
 
+  void PlanRounds();
   void PlanBatches();
   absl::Status AllocateScratch();
-  void OrderBuckets();
+  absl::Status UpdateRound(int round, const OptimizerConfig& config);
   bool RunsNs(const Batch& batch) const;
   absl::Status ExchangeInputs(const std::vector<Batch>& batches);
   absl::Status ReturnResults(const std::vector<Batch>& batches);
@@ -90,16 +99,18 @@ class TpMuonExchange {
   ParameterBuffers& params_;
   GradientBuffers& grads_;
   GroupComms& comms_;
-  // Sized for the largest bucket: one shard's NS input / result, every TP
-  // rank's shards in rank order, a whole matrix.
+  // Sized for the largest round: its shards' NS inputs / results, every TP
+  // rank's shards in rank order, the whole matrices.
   BackendBuffer update_;
   BackendBuffer segments_;
   BackendBuffer whole_;
   // Per-block NS scratch, for the largest blocked whole matrix this rank
   // orthogonalises; empty without one.
   BackendBuffer blocked_;
-  std::vector<std::vector<Batch>> batches_;  // per muon bucket
+  std::vector<std::vector<int>> rounds_;
   std::vector<int> order_;
+  std::vector<int> round_of_;                // per muon bucket; -1: none
+  std::vector<std::vector<Batch>> batches_;  // per round
 };
 
 }  // namespace muonshard::worker::internal

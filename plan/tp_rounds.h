@@ -1,0 +1,51 @@
+#ifndef MUONSHARD_PLAN_TP_ROUNDS_H_
+#define MUONSHARD_PLAN_TP_ROUNDS_H_
+
+// NOTE [TP exchange rounds]
+// With tp > 1 the Muon buckets whose matrices are TP-split exchange their
+// shards over the TP group: the NS inputs go to the tp rank that
+// orthogonalises each matrix (the plan's ns_tp_rank) and the results come
+// back. Exchanged one bucket at a time, a bucket's step lasts as long as
+// its largest matrix's Newton-Schulz, and the other tp ranks wait: the
+// planner balances the NS ranks over a rank's whole step, not inside each
+// bucket (a 405B model's bucket holds one MLP matrix or two). So the
+// buckets are exchanged in rounds: consecutive buckets in the hand-off
+// order (descending last tensor, then position), a round closing with the
+// bucket at which every tp rank has a matrix of the round to orthogonalise
+// (an all-gathered matrix counts for every rank), the last round with the
+// last bucket. A round is one gather per NS rank there and one scatter per
+// NS rank back, and the tp ranks orthogonalise its matrices side by side;
+// the next round's buckets are reduced meanwhile on the pipelined schedule.
+// Every rank of a TP group holds shards of the same tensors, so it computes
+// the same rounds. One definition for the worker (TpMuonExchange), the
+// memory estimate (TP staging) and the simulator (BuildPlanProgram).
+
+#include <vector>
+
+#include "muonshard/v1/plan.pb.h"
+
+namespace muonshard::planner {
+
+// One Muon bucket with TP-exchanged shards, as TpExchangeRounds sees it.
+struct TpExchangeBucket {
+  // The largest tensor index of the bucket's entries (its hand-off place).
+  int last_tensor = -1;
+  // The NS tp rank of each exchanged shard; -1 for an all-gathered one
+  // (every rank orthogonalises it). Repeats are allowed.
+  std::vector<int> ns_ranks;
+};
+
+// The rounds, in order, each the positions in `buckets` it exchanges, in
+// order (NOTE [TP exchange rounds]). `buckets` in ascending bucket position;
+// tp >= 1. Every position is in exactly one round.
+std::vector<std::vector<int>> TpExchangeRounds(const std::vector<TpExchangeBucket>& buckets, int tp);
+
+// The rounds of rank `r` of `plan` (on the plan's buckets, as a worker
+// without step pieces runs them), each the positions in plan.muon_buckets()
+// of its buckets. Owned tensors naming a bucket not in the plan are left
+// out (ValidatePlan reports them).
+std::vector<std::vector<int>> TpExchangeRoundsOf(const v1::Plan& plan, const v1::RankPlan& r);
+
+}  // namespace muonshard::planner
+
+#endif  // MUONSHARD_PLAN_TP_ROUNDS_H_
