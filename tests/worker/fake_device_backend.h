@@ -54,6 +54,8 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   // Calls refused for a pointer on the wrong side.
   int violations() const { return violations_; }
+  // Copies made between host and "device" (CopyFromHost, CopyToHost).
+  int host_copies() const { return host_copies_; }
 
  private:
   // OK when [p, p + bytes) lies inside one live allocation (`device`) or
@@ -63,6 +65,7 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   std::unique_ptr<kernels::KernelBackend> cpu_;
   int violations_ = 0;
+  int host_copies_ = 0;
 };
 
 }  // namespace muonshard::worker::testing

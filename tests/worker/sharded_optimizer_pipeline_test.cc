@@ -416,6 +416,72 @@ TEST(BatchedMuonTest, SameShapeMatricesOfABucket_GoThroughOneBatchedCall) {
   EXPECT_GE(backend.largest_batch, 8);  // at least one projection of all 8 experts of a layer
 }
 
+// NOTE [Part storage] on a device backend: the program writes its gradients
+// into their slots in the backend's memory (as a backward pass into a CUDA
+// tensor over the slot would) and hands the slots back as BackendGradients;
+// the step then moves no tensor data between host and device (the fake
+// counts every copy), and ends with the CPU backend's model copies, bit for
+// bit, for two ranks over in-process collectives.
+TEST(DevicePartStorageTest, AStepFromGradientsInTheirSlots_CopiesNothingBetweenHostAndDevice) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 2, 1, PolicyKind::kSeed));
+  const SyntheticWorkload workload;
+  std::vector<FakeDeviceBackend> devices(2);
+  std::vector<std::unique_ptr<kernels::KernelBackend>> cpus(2);
+  std::vector<std::unique_ptr<ShardedOptimizer>> on_device(2), on_cpu(2);
+  std::vector<int> step_copies(2, 0);
+  auto create = [&](int r, const PlanComms& comms, kernels::KernelBackend* backend,
+                    std::unique_ptr<ShardedOptimizer>& out) -> absl::Status {
+    MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, r));
+    MUONSHARD_ASSIGN_OR_RETURN(out, ShardedOptimizer::Create(view, comms.by_rank[r], backend, {}));
+    return InitializeParameters(workload, *out);
+  };
+  auto device_step = [&](int r, int step) -> absl::Status {
+    ShardedOptimizer& opt = *on_device[r];
+    auto read = [&](const HeldTensor& h, absl::Span<float> out) { return opt.ReadModelCopy(h.tensor, out); };
+    MUONSHARD_ASSIGN_OR_RETURN(LocalGradients local,
+                               ComputeLocalGradients(workload, opt.held_tensors(), DataRank(opt), step, read));
+    BackendGradientMap grads;
+    for (const HeldTensor& h : opt.held_tensors()) {
+      MUONSHARD_ASSIGN_OR_RETURN(const ShardedOptimizer::PartStorage slot, opt.BackendPartStorage(h.tensor));
+      MUONSHARD_ASSIGN_OR_RETURN(absl::Span<const float> grad, local.grads.PartGradient(h.tensor));
+      if (slot.grad_dtype != v1::FP32 || slot.numel != h.numel()) return absl::InternalError(h.spec->name());
+      std::copy(grad.begin(), grad.end(), static_cast<float*>(slot.grads));  // the "backward pass"
+      grads.Set(h.tensor, BackendGradient{slot.grads, kernels::ElementType::kFloat32, h.numel()});
+    }
+    const int before = devices[r].host_copies();
+    MUONSHARD_RETURN_IF_ERROR(opt.Step(grads).status());
+    step_copies[r] += devices[r].host_copies() - before;
+    return absl::OkStatus();
+  };
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(PlanComms device_comms, CreateInProcessPlanComms(plan));
+  for (const absl::Status& s : RunRanksStatus(2, [&](int r) -> absl::Status {
+         MUONSHARD_RETURN_IF_ERROR(create(r, device_comms, &devices[r], on_device[r]));
+         for (int step = 0; step < 2; ++step) MUONSHARD_RETURN_IF_ERROR(device_step(r, step));
+         return absl::OkStatus();
+       })) {
+    MUONSHARD_ASSERT_OK(s);
+  }
+  // The same steps on the CPU backend, the gradients copied in as host spans.
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(PlanComms cpu_comms, CreateInProcessPlanComms(plan));
+  for (const absl::Status& s : RunRanksStatus(2, [&](int r) -> absl::Status {
+         cpus[r] = kernels::CreateCpuKernelBackend();
+         MUONSHARD_RETURN_IF_ERROR(create(r, cpu_comms, cpus[r].get(), on_cpu[r]));
+         for (int step = 0; step < 2; ++step) MUONSHARD_RETURN_IF_ERROR(TrainStep(workload, *on_cpu[r], step).status());
+         return absl::OkStatus();
+       })) {
+    MUONSHARD_ASSERT_OK(s);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(step_copies[r], 0) << "rank " << r;
+    EXPECT_EQ(devices[r].violations(), 0) << "rank " << r;
+    for (const HeldTensor& h : on_cpu[r]->held_tensors()) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<float> want, on_cpu[r]->ModelCopy(h.tensor));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<float> got, on_device[r]->ModelCopy(h.tensor));
+      EXPECT_TRUE(BitEqual(got, want)) << "rank " << r << " " << h.spec->name();
+    }
+  }
+}
+
 TEST(StepOptionsTest, PipelinedOnADeviceBackend_IsInvalidArgument) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 1, 1, PolicyKind::kSeed));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));

@@ -152,11 +152,17 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishStep() {
 }
 
 absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::HostPartStorage(int tensor) {
-  MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
+  MUONSHARD_ASSIGN_OR_RETURN(const PartStorage storage, BackendPartStorage(tensor));
   if (backend_->device_kind() != kernels::DeviceKind::kCpu) {
+    MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
     return absl::FailedPreconditionError(
         absl::StrCat("tensor \"", layout_->Spec(*part).name(), "\": the optimizer's buffers are in device memory"));
   }
+  return storage;
+}
+
+absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::BackendPartStorage(int tensor) {
+  MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
   if (part->entries.size() != 1) {
     return absl::FailedPreconditionError(absl::StrCat("tensor \"", layout_->Spec(*part).name(), "\": its part spans ",
                                                       part->entries.size(), " bucket entries"));

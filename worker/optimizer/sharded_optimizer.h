@@ -283,10 +283,14 @@ class ShardedOptimizer {
   // there instead of in memory of its own (as Paddle's parameters and
   // gradients are views of its fused param_storage / grad_storage): then a
   // step reads the gradients and writes the parameters in place, with no
-  // copy at all. Set only with the CPU backend (host memory) and when one
-  // bucket entry covers the whole part (always, except a 3-D expert stack
-  // whose matrices have several owners); otherwise the program copies in
-  // (PartGradient spans) and out (ReadModelCopy).
+  // copy at all. Set when one bucket entry covers the whole part (always,
+  // except a 3-D expert stack whose matrices have several owners); otherwise
+  // the program copies in (PartGradient spans) and out (ReadModelCopy). The
+  // memory is the kernel backend's (BackendPartStorage): device memory on a
+  // device backend, where a program keeps its tensors over it (a CUDA
+  // tensor's storage) and hands the gradient slot back as a BackendGradient,
+  // so a step moves no tensor data between host and device; HostPartStorage
+  // only where that memory is the host's (the CPU backend).
   //   params: the part's model copy, `numel` elements of the tensor's dtype
   //     (float for FP32, 16-bit words for BF16/FP16), written by every
   //     Step() and RestoreFromState(); the program may read it at any time
@@ -304,8 +308,11 @@ class ShardedOptimizer {
     v1::DType grad_dtype = v1::FP32;
     int64_t numel = 0;
   };
-  // NOT_FOUND (not held), FAILED_PRECONDITION (not in host memory, or split
-  // over several bucket entries: see above).
+  // NOT_FOUND (not held), FAILED_PRECONDITION (split over several bucket
+  // entries: see above).
+  absl::StatusOr<PartStorage> BackendPartStorage(int tensor);
+  // BackendPartStorage, and FAILED_PRECONDITION when the backend's memory is
+  // not the host's.
   absl::StatusOr<PartStorage> HostPartStorage(int tensor);
 
   // The model copy of the rank's part of `tensor` as fp32 values.
