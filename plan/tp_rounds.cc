@@ -37,11 +37,16 @@ std::vector<std::vector<int>> TpExchangeRounds(const std::vector<TpExchangeBucke
 }
 
 std::vector<std::vector<int>> TpExchangeRoundsOf(const v1::Plan& plan, const v1::RankPlan& r) {
+  auto exchanged = [](const v1::OwnedTensor& o) {
+    return o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_ALL_GATHER;
+  };
+  // Most plans exchange nothing (tp = 1): no pass over the plan's buckets.
+  if (std::none_of(r.owned().begin(), r.owned().end(), exchanged)) return {};
   absl::flat_hash_map<int, int> position_of_id;
   for (int b = 0; b < plan.muon_buckets_size(); ++b) position_of_id[plan.muon_buckets(b).id()] = b;
   std::vector<std::vector<int>> ns_ranks(plan.muon_buckets_size());
   for (const v1::OwnedTensor& o : r.owned()) {
-    if (o.tp_op() != v1::TP_OP_GATHER_SCATTER && o.tp_op() != v1::TP_OP_ALL_GATHER) continue;
+    if (!exchanged(o)) continue;
     auto it = position_of_id.find(o.bucket());
     if (it == position_of_id.end()) continue;
     ns_ranks[it->second].push_back(o.tp_op() == v1::TP_OP_ALL_GATHER ? -1 : o.ns_tp_rank());
