@@ -63,6 +63,13 @@ absl::StatusOr<internal::NsBuffers> ReserveNsBuffers(internal::DeviceBuffer& wor
   return internal::CarveNsBuffers(workspace.data(), shape, bf16, with_update);
 }
 
+absl::StatusOr<internal::NsShardBuffers> ReserveNsShardBuffers(internal::DeviceBuffer& workspace,
+                                                               const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                                               bool bf16, cudaStream_t stream) {
+  MUONSHARD_RETURN_IF_ERROR(workspace.Reserve(internal::NsShardWorkspaceBytes(shard_shape, split, bf16), stream));
+  return internal::CarveNsShardBuffers(workspace.data(), shard_shape, split, bf16);
+}
+
 absl::Status ZeroSums(const internal::NsBuffers& buffers, int64_t batch, cudaStream_t stream) {
   return CudaToStatus(cudaMemsetAsync(buffers.sums, 0, sizeof(double) * batch, stream),
                       "clearing the norm accumulators");
@@ -161,6 +168,23 @@ absl::Status CudaKernelBackend::NewtonSchulz(const float* in, float* out, const 
   return CudaToStatus(cudaMemcpy2DAsync(out, sizeof(float) * per_matrix, result, sizeof(float) * buffers.x_stride,
                                         sizeof(float) * per_matrix, shape.batch, cudaMemcpyDeviceToDevice, stream_),
                       "copying the NS output");
+}
+
+absl::Status CudaKernelBackend::NewtonSchulzShard(const float* in, float* out, const MatrixBatchShape& shard_shape,
+                                                  NsShardSplit split, const NewtonSchulzOptions& options,
+                                                  NsAllReduce all_reduce) {
+  if (in == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("NewtonSchulzShard: null input or output");
+  }
+  MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shard_shape));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CudaNsConfig config,
+                             internal::MakeCudaNsShardConfig(options, shard_shape, split, bf16_by_default_));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevicePointers(device_, {{in, "input"}, {out, "output"}}));
+  internal::ScopedCudaDevice scope(device_);
+  MUONSHARD_ASSIGN_OR_RETURN(internal::NsShardBuffers buffers,
+                             ReserveNsShardBuffers(*workspace_, shard_shape, split, config.bf16, stream_));
+  return internal::OrthogonalizeShardOnDevice(in, out, buffers, shard_shape, split, config, *gemm_, stream_,
+                                              all_reduce);
 }
 
 absl::Status CudaKernelBackend::MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape,

@@ -9,8 +9,9 @@
 // arguments on the host, checks that tensor pointers are device (or managed)
 // memory of this device, enqueues its work on stream() and returns without
 // waiting: Newton–Schulz never synchronises with the host between
-// iterations. Work buffers are reused, so the first call for a larger shape
-// allocates (stream-ordered, no device-wide sync).
+// iterations (except NewtonSchulzShard, which waits for the stream before
+// each all-reduce). Work buffers are reused, so the first call for a larger
+// shape allocates (stream-ordered, no device-wide sync).
 //
 // Matmul precision kDefault follows Paddle: bf16 (bf16 operands and results,
 // fp32 accumulation) on devices of compute capability >= 8, fp32 below.
@@ -53,6 +54,15 @@ class CudaKernelBackend final : public KernelBackend {
 
   absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                             const NewtonSchulzOptions& options) override;
+  // Waits for stream() before each all_reduce call and returns with the
+  // last step enqueued. The Gram matrices are fp32 GEMMs of an fp32 copy of
+  // the iterate kept in `out` (they are summed before rounding); B and the
+  // update run at the NS precision. The work buffer grows to two iterates at
+  // the NS precision, the fp32 Gram matrices (batch · m² floats), A (bf16
+  // only) and B at the NS precision, and the norms. `all_reduce` must not
+  // call this backend's NewtonSchulz or Muon methods: they share the buffer.
+  absl::Status NewtonSchulzShard(const float* in, float* out, const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                 const NewtonSchulzOptions& options, NsAllReduce all_reduce) override;
   absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override;
   // Validates every item (and its pointers' memory space) before enqueuing

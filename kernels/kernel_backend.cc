@@ -62,6 +62,11 @@ class CpuKernelBackend final : public KernelBackend {
     return NewtonSchulzCpu(in, out, shape, options);
   }
 
+  absl::Status NewtonSchulzShard(const float* in, float* out, const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                 const NewtonSchulzOptions& options, NsAllReduce all_reduce) override {
+    return NewtonSchulzShardCpu(in, out, shard_shape, split, options, all_reduce);
+  }
+
   absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override {
     return MuonUpdateCpu(tensors, shape, layout, options);

@@ -69,6 +69,16 @@ class KernelBackend {
   virtual absl::Status NewtonSchulz(const float* in, float* out, const MatrixBatchShape& shape,
                                     const NewtonSchulzOptions& options) = 0;
 
+  // Orthogonalises this rank's shards `in` (shard_shape.elements() floats)
+  // of shard_shape.batch matrices split over several ranks into `out` (may
+  // equal `in`): NOTE [Sharded Newton–Schulz] in newton_schulz.h.
+  // `all_reduce` gets backend memory and is called with every kernel issued
+  // before it complete (the CUDA backend waits for its stream first).
+  // Possible errors: INVALID_ARGUMENT, INTERNAL, and `all_reduce`'s.
+  virtual absl::Status NewtonSchulzShard(const float* in, float* out, const MatrixBatchShape& shard_shape,
+                                         NsShardSplit split, const NewtonSchulzOptions& options,
+                                         NsAllReduce all_reduce) = 0;
+
   // One Muon step on a parameter (see muon_update.h).
   // Possible errors: INVALID_ARGUMENT, INTERNAL.
   virtual absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,

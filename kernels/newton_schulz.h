@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -109,6 +110,40 @@ absl::StatusOr<std::vector<NsCoefficients>> ResolveNsCoefficients(const NewtonSc
 // batch · steps · (4m²n + 2m³), m = min(rows, cols), n = max(rows, cols).
 double NewtonSchulzFlops(const MatrixBatchShape& shape, int steps);
 
+// NOTE [Sharded Newton–Schulz]: Newton–Schulz of a matrix whose shards lie
+// on several ranks (its tensor-parallel shards, Megatron's `distributed` TP
+// mode), without gathering it. The shards split the whole matrix G along
+// its long side n, so the Gram matrix of the iteration is a sum over them:
+//
+//   kCols: G = [S_1 ... S_k] (rows <= cols), A = Σ S_t·S_tᵀ, S_t ← a·S_t + B·S_t
+//   kRows: G = [S_1; ...; S_k] (rows >= cols), A = Σ S_tᵀ·S_t, S_t ← a·S_t + S_t·B
+//
+// (kRows is the transposed iteration X = Gᵀ written in G's layout; for a
+// square G it computes p(GᵀG)·G where NewtonSchulz computes p(GGᵀ)·G, the
+// same matrix.) Each rank iterates its own shard: the squared Frobenius norm
+// and, every step, the m x m Gram matrix (m = min(rows, cols) of G) are
+// summed over the ranks by `all_reduce`; B = b·A + c·A·A is computed on every
+// rank. The rounding points are NewtonSchulz's (the Gram matrix is rounded to
+// bf16 after the sum), so the result is the whole matrix's NS up to the order
+// of the sums (bit-identical for one shard). Per step and rank:
+// 4m²(n/k) + 2m³ FLOPs and one all-reduce of m² floats per matrix.
+enum class NsShardSplit {
+  kCols,  // shards are column blocks of a wide (or square) matrix
+  kRows,  // shards are row blocks of a tall (or square) matrix
+};
+
+// Sums `n` floats at `data` (backend memory) over the ranks that hold the
+// shards, in place, and returns when the sum is there. Called with every
+// earlier kernel of the call complete.
+using NsAllReduce = absl::FunctionRef<absl::Status(float* data, int64_t n)>;
+
+// The side m of the Gram matrix of a shard of `shard_shape` split `split`.
+int64_t NsShardGramSide(const MatrixBatchShape& shard_shape, NsShardSplit split);
+
+// FLOPs of one sharded Newton–Schulz call on one rank, as NewtonSchulzFlops
+// counts them: batch · steps · (4m²n_local + 2m³).
+double NsShardFlops(const MatrixBatchShape& shard_shape, NsShardSplit split, int steps);
+
 // CPU implementation (OpenBLAS). `in` and `out` are host pointers to
 // shape.elements() floats; `out` may equal `in` (in-place) but must not
 // otherwise overlap it. Blocks until done. Large matrices run one after
@@ -119,6 +154,16 @@ double NewtonSchulzFlops(const MatrixBatchShape& shape, int steps);
 // Possible errors: INVALID_ARGUMENT (null pointer, bad shape or options).
 absl::Status NewtonSchulzCpu(const float* in, float* out, const MatrixBatchShape& shape,
                              const NewtonSchulzOptions& options);
+
+// CPU implementation of NOTE [Sharded Newton–Schulz]: `in` and `out` are
+// host pointers to shard_shape.elements() floats, this rank's shard of each
+// of shard_shape.batch matrices; `out` may equal `in`. `all_reduce` is
+// called 1 + steps times, with batch floats (the squared norms) and then
+// batch · m² floats (the Gram matrices), on every rank in the same order.
+// Possible errors: INVALID_ARGUMENT (null pointer, bad shape or options),
+// and whatever `all_reduce` returns.
+absl::Status NewtonSchulzShardCpu(const float* in, float* out, const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                  const NewtonSchulzOptions& options, NsAllReduce all_reduce);
 
 }  // namespace muonshard::kernels
 

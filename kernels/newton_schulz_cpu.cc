@@ -32,6 +32,20 @@ namespace muonshard::kernels {
 namespace internal {
 namespace {
 
+double SumSquares(const float* x, int64_t n) {
+  double sum_squares = 0;
+  for (int64_t i = 0; i < n; ++i) sum_squares += double{x[i]} * x[i];
+  return sum_squares;
+}
+
+float InverseNorm(double sum_squares, float eps) {
+  return static_cast<float>(1.0 / std::max(std::sqrt(sum_squares), static_cast<double>(eps)));
+}
+
+void ScaleBy(float* x, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
+}
+
 // Up to this many multiply-adds per X·Xᵀ (m·m·n), the matrices of a batch run
 // one per thread: OpenBLAS splits such small calls poorly. Measured on 2 cores
 // (bench/kernels, experts64x128x512): 92 vs 63 GFLOP/s at m²n = 2^23, 89 vs 76
@@ -102,12 +116,7 @@ void ReleaseIfLarge(CpuNsScratch& scratch) {
   if (sizeof(float) * floats > kMaxKeptScratchBytes) scratch = CpuNsScratch();
 }
 
-void NormalizeFrobenius(float* x, int64_t n, float eps) {
-  double sum_squares = 0;
-  for (int64_t i = 0; i < n; ++i) sum_squares += double{x[i]} * x[i];
-  const float scale = static_cast<float>(1.0 / std::max(std::sqrt(sum_squares), static_cast<double>(eps)));
-  for (int64_t i = 0; i < n; ++i) x[i] *= scale;
-}
+void NormalizeFrobenius(float* x, int64_t n, float eps) { ScaleBy(x, n, InverseNorm(SumSquares(x, n), eps)); }
 
 // Copies the upper triangle of the row-major m x m matrix `a` into its lower
 // triangle, in tiles so both the reads and the writes stay in cache.
@@ -184,32 +193,35 @@ void MaybeRoundToBf16(bool bf16, float* data, int64_t n) {
   if (bf16) RoundToBf16InPlace(data, n);
 }
 
+// One step of the iteration on `x` given its Gram matrix `gram` (full, both
+// triangles; rounded here): x = a·x + (b·A + c·A·A)·x in G's layout.
+void IterateWithGram(float* x, float* gram, const IterShape& s, const NsCoefficients& k, const CpuNsConfig& cfg,
+                     CpuNsScratch& scratch) {
+  const int64_t gram_elements = int64_t{s.m} * s.m;
+  const int64_t elements = int64_t{s.rows} * s.cols;
+  MaybeRoundToBf16(cfg.bf16, gram, gram_elements);
+  scratch.poly.resize(gram_elements);
+  scratch.next.resize(elements);
+  Polynomial(gram, s.m, k, cfg.symmetric, scratch.poly.data());
+  MaybeRoundToBf16(cfg.bf16, scratch.poly.data(), gram_elements);
+  Update(x, scratch.poly.data(), s, k.a, cfg.symmetric, scratch.next.data());
+  MaybeRoundToBf16(cfg.bf16, scratch.next.data(), elements);
+  std::memcpy(x, scratch.next.data(), sizeof(float) * elements);
+}
+
 }  // namespace
 
 void OrthogonalizeMatrixCpu(float* g, int64_t rows, int64_t cols, const CpuNsConfig& cfg, CpuNsScratch& scratch) {
   const IterShape s = MakeIterShape(rows, cols);
   const int64_t elements = rows * cols;
-  const int64_t gram_elements = int64_t{s.m} * s.m;
   NormalizeFrobenius(g, elements, cfg.eps);
   MaybeRoundToBf16(cfg.bf16, g, elements);
-  if (cfg.steps == 0) return;
-  scratch.gram.resize(gram_elements);
-  scratch.poly.resize(gram_elements);
-  scratch.next.resize(elements);
-  float* current = g;
-  float* next = scratch.next.data();
+  scratch.gram.resize(int64_t{s.m} * s.m);
   for (int step = 0; step < cfg.steps; ++step) {
-    const NsCoefficients& k = cfg.coefficients[step % cfg.coefficients.size()];
-    Gram(current, s, cfg.symmetric, scratch.gram.data());
+    Gram(g, s, cfg.symmetric, scratch.gram.data());
     if (cfg.symmetric) MirrorUpperToLower(scratch.gram.data(), s.m);
-    MaybeRoundToBf16(cfg.bf16, scratch.gram.data(), gram_elements);
-    Polynomial(scratch.gram.data(), s.m, k, cfg.symmetric, scratch.poly.data());
-    MaybeRoundToBf16(cfg.bf16, scratch.poly.data(), gram_elements);
-    Update(current, scratch.poly.data(), s, k.a, cfg.symmetric, next);
-    MaybeRoundToBf16(cfg.bf16, next, elements);
-    std::swap(current, next);
+    IterateWithGram(g, scratch.gram.data(), s, cfg.coefficients[step % cfg.coefficients.size()], cfg, scratch);
   }
-  if (current != g) std::memcpy(g, current, sizeof(float) * elements);
 }
 
 absl::StatusOr<CpuNsConfig> MakeCpuNsConfig(const NewtonSchulzOptions& options) {
@@ -262,6 +274,58 @@ void OrthogonalizeBatchCpu(float* data, const MatrixBatchShape& shape, const Cpu
 }
 
 }  // namespace internal
+
+namespace {
+
+// The iteration of a shard (NOTE [Sharded Newton–Schulz]): kCols iterates
+// X = S (m = rows), kRows X = Sᵀ (m = cols), whatever the shard's own aspect.
+internal::IterShape ShardIterShape(const MatrixBatchShape& shape, NsShardSplit split) {
+  const int r = static_cast<int>(shape.rows);
+  const int c = static_cast<int>(shape.cols);
+  return split == NsShardSplit::kCols ? internal::IterShape{r, c, r, c, false} : internal::IterShape{r, c, c, r, true};
+}
+
+}  // namespace
+
+absl::Status NewtonSchulzShardCpu(const float* in, float* out, const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                  const NewtonSchulzOptions& options, NsAllReduce all_reduce) {
+  if (in == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("NewtonSchulzShardCpu: null input or output");
+  }
+  MUONSHARD_RETURN_IF_ERROR(ValidateMatrixBatchShape(shard_shape));
+  MUONSHARD_ASSIGN_OR_RETURN(internal::CpuNsConfig config, internal::MakeCpuNsConfig(options));
+  if (out != in) std::memcpy(out, in, sizeof(float) * shard_shape.elements());
+  const internal::IterShape s = ShardIterShape(shard_shape, split);
+  const int64_t batch = shard_shape.batch;
+  const int64_t per_matrix = shard_shape.matrix_elements();
+  const int64_t gram_elements = int64_t{s.m} * s.m;
+
+  std::vector<float> norms(batch);
+  for (int64_t i = 0; i < batch; ++i)
+    norms[i] = static_cast<float>(internal::SumSquares(out + i * per_matrix, per_matrix));
+  MUONSHARD_RETURN_IF_ERROR(all_reduce(norms.data(), batch));
+  for (int64_t i = 0; i < batch; ++i) {
+    internal::ScaleBy(out + i * per_matrix, per_matrix, internal::InverseNorm(norms[i], config.eps));
+    internal::MaybeRoundToBf16(config.bf16, out + i * per_matrix, per_matrix);
+  }
+
+  std::vector<float> grams(batch * gram_elements);
+  for (int step = 0; step < config.steps; ++step) {
+    const NsCoefficients& k = config.coefficients[step % config.coefficients.size()];
+    internal::ForEachMatrixCpu(batch, shard_shape.rows, shard_shape.cols, config,
+                               [&](int64_t i, internal::CpuNsScratch&) {
+                                 float* gram = grams.data() + i * gram_elements;
+                                 internal::Gram(out + i * per_matrix, s, config.symmetric, gram);
+                                 if (config.symmetric) internal::MirrorUpperToLower(gram, s.m);
+                               });
+    MUONSHARD_RETURN_IF_ERROR(all_reduce(grams.data(), batch * gram_elements));
+    internal::ForEachMatrixCpu(
+        batch, shard_shape.rows, shard_shape.cols, config, [&](int64_t i, internal::CpuNsScratch& scratch) {
+          internal::IterateWithGram(out + i * per_matrix, grams.data() + i * gram_elements, s, k, config, scratch);
+        });
+  }
+  return absl::OkStatus();
+}
 
 absl::Status NewtonSchulzCpu(const float* in, float* out, const MatrixBatchShape& shape,
                              const NewtonSchulzOptions& options) {

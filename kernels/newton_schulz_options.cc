@@ -105,4 +105,14 @@ double NewtonSchulzFlops(const MatrixBatchShape& shape, int steps) {
   return static_cast<double>(shape.batch) * steps * (4.0 * m * m * n + 2.0 * m * m * m);
 }
 
+int64_t NsShardGramSide(const MatrixBatchShape& shard_shape, NsShardSplit split) {
+  return split == NsShardSplit::kCols ? shard_shape.rows : shard_shape.cols;
+}
+
+double NsShardFlops(const MatrixBatchShape& shard_shape, NsShardSplit split, int steps) {
+  const double m = static_cast<double>(NsShardGramSide(shard_shape, split));
+  const double n = static_cast<double>(split == NsShardSplit::kCols ? shard_shape.cols : shard_shape.rows);
+  return static_cast<double>(shard_shape.batch) * steps * (4.0 * m * m * n + 2.0 * m * m * m);
+}
+
 }  // namespace muonshard::kernels

@@ -1,8 +1,9 @@
 // Fused elementwise CUDA kernels of the optimizer step: Frobenius sums,
 // momentum, normalise-and-cast, triangle mirroring, the Muon and AdamW
-// updates and bf16 casts. All are memory-bound grid-stride loops; batched
-// kernels put the matrix index on gridDim.y (or z) so each block works inside
-// one matrix and per-matrix scalars are loaded once.
+// updates, bf16 casts and float/double casts of per-matrix scalars. All are
+// memory-bound grid-stride loops; batched kernels put the matrix index on
+// gridDim.y (or z) so each block works inside one matrix and per-matrix
+// scalars are loaded once.
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -189,6 +190,13 @@ __global__ void CastToBf16Kernel(const float* in, Bf16Bits* out, int64_t n) {
   }
 }
 
+template <typename From, typename To>
+__global__ void CastKernel(const From* in, To* out, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    out[i] = static_cast<To>(in[i]);
+  }
+}
+
 // Element types as in kernels::ElementType.
 constexpr int kConvertFloat32 = 0;
 constexpr int kConvertBFloat16 = 1;
@@ -240,6 +248,13 @@ cudaError_t LaunchMuonApplyT(const T* ortho, int64_t batch, int64_t per_matrix, 
                              float* master, Bf16Bits* model, cudaStream_t stream) {
   MuonApplyKernel<T><<<BatchedGrid(batch, per_matrix), kThreads, 0, stream>>>(ortho, batch, per_matrix, stride, decay,
                                                                               step, master, model);
+  return cudaGetLastError();
+}
+
+template <typename From, typename To>
+cudaError_t LaunchCastT(const From* in, To* out, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastKernel<From, To><<<FlatGrid(n), kThreads, 0, stream>>>(in, out, n);
   return cudaGetLastError();
 }
 
@@ -302,6 +317,14 @@ cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n, cudaStre
   if (n == 0) return cudaSuccess;
   CastToBf16Kernel<<<FlatGrid(n), kThreads, 0, stream>>>(in, out, n);
   return cudaGetLastError();
+}
+
+cudaError_t LaunchDoubleToFloat(const double* in, float* out, int64_t n, cudaStream_t stream) {
+  return LaunchCastT(in, out, n, stream);
+}
+
+cudaError_t LaunchFloatToDouble(const float* in, double* out, int64_t n, cudaStream_t stream) {
+  return LaunchCastT(in, out, n, stream);
 }
 
 cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type, int64_t n, cudaStream_t stream) {

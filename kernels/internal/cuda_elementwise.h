@@ -57,6 +57,11 @@ cudaError_t LaunchAdamW(const float* grad, float* master, float* moment1, float*
 // out[i] = bf16(in[i]).
 cudaError_t LaunchCastToBf16(const float* in, Bf16Bits* out, int64_t n, cudaStream_t stream);
 
+// out[i] = float(in[i]) (round to nearest) and out[i] = double(in[i]) (exact),
+// for small per-matrix scalars such as the squared norms.
+cudaError_t LaunchDoubleToFloat(const double* in, float* out, int64_t n, cudaStream_t stream);
+cudaError_t LaunchFloatToDouble(const float* in, double* out, int64_t n, cudaStream_t stream);
+
 // out[i] = out_type(float(in[i])) for i < n; types are ElementType values
 // (0 fp32, 1 bf16, 2 fp16), rounding to nearest even.
 cudaError_t LaunchConvert(const void* in, int in_type, void* out, int out_type, int64_t n, cudaStream_t stream);

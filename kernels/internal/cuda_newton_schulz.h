@@ -17,6 +17,16 @@
 // FLOPs for T panels), then mirrors the upper triangle onto the lower one.
 // Panel boundaries are multiples of 128 elements so every panel pointer keeps
 // cuBLASLt's 256-byte alignment.
+//
+// Sharded (NOTE [Sharded Newton–Schulz] in newton_schulz.h): a shard iterates
+// X = S for kCols and X = Sᵀ for kRows (m = NsShardGramSide), whatever its own
+// aspect, through the same GEMMs. The Gram matrices must be summed over the
+// ranks in fp32 before they are rounded, and the GEMMs here read and write
+// one element type, so A is an fp32 GEMM of an fp32 copy of the iterate
+// (kept in the caller's output, which thereby holds the result at the end);
+// after the all-reduce A is rounded to bf16 (bf16 precision) and B and X'
+// run as above. fp32 products of bf16 values are exact, so this rounds where
+// NewtonSchulz does.
 
 #include <cuda_runtime_api.h>
 
@@ -86,6 +96,46 @@ NsBuffers CarveNsBuffers(void* workspace, const MatrixBatchShape& shape, bool bf
 absl::StatusOr<const void*> OrthogonalizeOnDevice(const float* source, const NsBuffers& buffers,
                                                   const MatrixBatchShape& shape, const CudaNsConfig& config,
                                                   CublasLtGemm& gemm, cudaStream_t stream);
+
+// --- Sharded Newton–Schulz.
+
+// NewtonSchulzOptions resolved for a shard of `shard_shape` split `split`:
+// MakeCudaNsConfig for the batch of m x m products (m = NsShardGramSide),
+// which picks the symmetric panels by m.
+// Possible errors: INVALID_ARGUMENT (bad options, or more than 2^48 Gram
+// elements in all).
+absl::StatusOr<CudaNsConfig> MakeCudaNsShardConfig(const NewtonSchulzOptions& options,
+                                                   const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                                   bool bf16_by_default);
+
+// Device work buffers of one sharded call. The m x m buffers are contiguous
+// (m² elements apart) so that the all-reduced Gram matrices are exactly
+// batch · m² floats.
+struct NsShardBuffers {
+  // sums (batch), x and y (the iterate at the GEMM precision, x_stride
+  // apart), gram (A at the GEMM precision) and poly (B), gram_stride = m²;
+  // no update.
+  NsBuffers ns;
+  float* norms = nullptr;  // Squared norms, batch floats; all-reduced.
+  float* grams = nullptr;  // fp32 Gram matrices, batch · m²; all-reduced.
+                           // Also ns.gram in fp32.
+};
+
+// Bytes of workspace CarveNsShardBuffers needs. REQUIRES: a shape that
+// MakeCudaNsShardConfig accepts.
+size_t NsShardWorkspaceBytes(const MatrixBatchShape& shard_shape, NsShardSplit split, bool bf16);
+NsShardBuffers CarveNsShardBuffers(void* workspace, const MatrixBatchShape& shard_shape, NsShardSplit split, bool bf16);
+
+// Orthogonalises the shards `in` into `out` (shard_shape.elements() fp32
+// each; `out` may equal `in`). Enqueues on `stream` and waits for it before
+// each of the 1 + config.steps calls of `all_reduce` (the squared norms,
+// then the Gram matrices of every step); returns with the last step
+// enqueued. `out` holds the fp32 iterate from the normalisation on.
+// Possible errors: INTERNAL, and whatever `all_reduce` returns.
+absl::Status OrthogonalizeShardOnDevice(const float* in, float* out, const NsShardBuffers& buffers,
+                                        const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                        const CudaNsConfig& config, CublasLtGemm& gemm, cudaStream_t stream,
+                                        NsAllReduce all_reduce);
 
 }  // namespace muonshard::kernels::internal
 

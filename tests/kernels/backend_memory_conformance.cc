@@ -69,12 +69,13 @@ void ExpectSameFloat(float actual, float expected, const std::string& what) {
 
 std::string BackendFactoryName(const ::testing::TestParamInfo<BackendFactory>& info) { return info.param.name; }
 
+bool BackendUnavailable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable || status.code() == absl::StatusCode::kFailedPrecondition;
+}
+
 void BackendMemoryConformanceTest::SetUp() {
   absl::StatusOr<std::unique_ptr<KernelBackend>> backend = GetParam().create();
-  if (!backend.ok() && (backend.status().code() == absl::StatusCode::kUnavailable ||
-                        backend.status().code() == absl::StatusCode::kFailedPrecondition)) {
-    GTEST_SKIP() << "backend not available here: " << backend.status();
-  }
+  if (BackendUnavailable(backend.status())) GTEST_SKIP() << "backend not available here: " << backend.status();
   MUONSHARD_ASSERT_OK(backend);
   backend_ = *std::move(backend);
 }

@@ -33,6 +33,9 @@ inline void PrintTo(const BackendFactory& factory, std::ostream* os) { *os << fa
 
 std::string BackendFactoryName(const ::testing::TestParamInfo<BackendFactory>& info);
 
+// Whether a factory's error means "no such device here" (the suites skip).
+bool BackendUnavailable(const absl::Status& status);
+
 class BackendMemoryConformanceTest : public ::testing::TestWithParam<BackendFactory> {
  protected:
   void SetUp() override;

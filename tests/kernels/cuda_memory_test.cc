@@ -11,6 +11,7 @@
 #include "kernels/cuda_kernel_backend.h"
 #include "kernels/kernel_backend.h"
 #include "tests/kernels/backend_memory_conformance.h"
+#include "tests/kernels/sharded_ns_conformance.h"
 #include "tests/testing/status_matchers.h"
 
 namespace muonshard::kernels::testing {
@@ -28,6 +29,8 @@ absl::StatusOr<std::unique_ptr<KernelBackend>> CreateCuda() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendMemoryConformanceTest, ::testing::Values(BackendFactory{"Cuda", CreateCuda}),
+                         BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(Cuda, ShardedNsConformanceTest, ::testing::Values(BackendFactory{"Cuda", CreateCuda}),
                          BackendFactoryName);
 
 TEST(CudaBackendMemoryTest, HostPointersWhereDeviceMemoryBelongs_AreInvalidArgument) {

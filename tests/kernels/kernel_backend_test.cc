@@ -13,6 +13,7 @@
 #include "kernels/newton_schulz.h"
 #include "tests/kernels/backend_memory_conformance.h"
 #include "tests/kernels/kernel_test_util.h"
+#include "tests/kernels/sharded_ns_conformance.h"
 #include "tests/testing/status_matchers.h"
 
 namespace muonshard::kernels {
@@ -101,6 +102,7 @@ std::vector<MuonItem> RandomItems(int count, int64_t n, uint32_t seed) {
 
 std::vector<MuonTensors> TensorsOf(std::vector<MuonItem>& items) {
   std::vector<MuonTensors> tensors;
+  tensors.reserve(items.size());
   for (MuonItem& item : items) tensors.push_back(item.Tensors());
   return tensors;
 }
@@ -193,6 +195,10 @@ class PerItemBackend final : public KernelBackend {
                             const NewtonSchulzOptions& options) override {
     return cpu_->NewtonSchulz(in, out, shape, options);
   }
+  absl::Status NewtonSchulzShard(const float* in, float* out, const MatrixBatchShape& shard_shape, NsShardSplit split,
+                                 const NewtonSchulzOptions& options, NsAllReduce all_reduce) override {
+    return cpu_->NewtonSchulzShard(in, out, shard_shape, split, options, all_reduce);
+  }
   absl::Status MuonUpdate(const MuonTensors& tensors, const MatrixBatchShape& shape, WeightLayout layout,
                           const MuonOptions& options) override {
     ++muon_calls_;
@@ -266,6 +272,12 @@ namespace muonshard::kernels::testing {
 namespace {
 
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendMemoryConformanceTest,
+                         ::testing::Values(BackendFactory{"Cpu",
+                                                          []() -> absl::StatusOr<std::unique_ptr<KernelBackend>> {
+                                                            return CreateCpuKernelBackend();
+                                                          }}),
+                         BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(Cpu, ShardedNsConformanceTest,
                          ::testing::Values(BackendFactory{"Cpu",
                                                           []() -> absl::StatusOr<std::unique_ptr<KernelBackend>> {
                                                             return CreateCpuKernelBackend();

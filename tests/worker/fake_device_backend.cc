@@ -1,6 +1,7 @@
 #include "tests/worker/fake_device_backend.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <iterator>
 #include <map>
 
@@ -63,6 +64,26 @@ absl::Status FakeDeviceBackend::NewtonSchulz(const float* in, float* out, const 
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(in, bytes, "NewtonSchulz input"));
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(out, bytes, "NewtonSchulz output"));
   return cpu_->NewtonSchulz(in, out, shape, options);
+}
+
+absl::Status FakeDeviceBackend::NewtonSchulzShard(const float* in, float* out,
+                                                  const kernels::MatrixBatchShape& shard_shape,
+                                                  kernels::NsShardSplit split,
+                                                  const kernels::NewtonSchulzOptions& options,
+                                                  kernels::NsAllReduce all_reduce) {
+  const int64_t bytes = shard_shape.elements() * static_cast<int64_t>(sizeof(float));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(in, bytes, "NewtonSchulzShard input"));
+  MUONSHARD_RETURN_IF_ERROR(CheckDevice(out, bytes, "NewtonSchulzShard output"));
+  // The CPU kernel sums in its own host scratch; hand the collective
+  // "device" memory, as a device backend does.
+  return cpu_->NewtonSchulzShard(in, out, shard_shape, split, options, [&](float* host, int64_t n) -> absl::Status {
+    MUONSHARD_ASSIGN_OR_RETURN(kernels::BackendMemory device, Allocate(n * 4));
+    float* values = static_cast<float*>(device.get());
+    std::memcpy(values, host, n * 4);
+    MUONSHARD_RETURN_IF_ERROR(all_reduce(values, n));
+    std::memcpy(host, values, n * 4);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status FakeDeviceBackend::MuonUpdate(const kernels::MuonTensors& t, const kernels::MatrixBatchShape& shape,

@@ -33,6 +33,9 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   absl::Status NewtonSchulz(const float* in, float* out, const kernels::MatrixBatchShape& shape,
                             const kernels::NewtonSchulzOptions& options) override;
+  absl::Status NewtonSchulzShard(const float* in, float* out, const kernels::MatrixBatchShape& shard_shape,
+                                 kernels::NsShardSplit split, const kernels::NewtonSchulzOptions& options,
+                                 kernels::NsAllReduce all_reduce) override;
   absl::Status MuonUpdate(const kernels::MuonTensors& tensors, const kernels::MatrixBatchShape& shape,
                           kernels::WeightLayout layout, const kernels::MuonOptions& options) override;
   absl::Status AdamW(const kernels::AdamWTensors& tensors, int64_t n, const kernels::AdamWBetaPows& pows,

@@ -9,16 +9,25 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/kernels/backend_memory_conformance.h"
+#include "tests/kernels/sharded_ns_conformance.h"
 #include "tests/testing/status_matchers.h"
 
 namespace muonshard::worker::testing {
 namespace {
 
 using ::muonshard::kernels::testing::BackendMemoryConformanceTest;
+using ::muonshard::kernels::testing::ShardedNsConformanceTest;
 using ::muonshard::testing::StatusIs;
 using ::testing::_;
 
 INSTANTIATE_TEST_SUITE_P(FakeDevice, BackendMemoryConformanceTest,
+                         ::testing::Values(kernels::testing::BackendFactory{
+                             "FakeDevice",
+                             []() -> absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> {
+                               return std::make_unique<FakeDeviceBackend>();
+                             }}),
+                         kernels::testing::BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(FakeDevice, ShardedNsConformanceTest,
                          ::testing::Values(kernels::testing::BackendFactory{
                              "FakeDevice",
                              []() -> absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> {

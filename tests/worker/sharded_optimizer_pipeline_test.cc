@@ -129,7 +129,7 @@ TEST_F(HandOffTest, GradReady_OutsideAStep_TwiceOrBadSize_IsRejectedAndTheStepSt
     MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, Create(rank, backend.get(), StepSchedule::kPipelined));
     const std::vector<HeldTensor>& held = optimizer->held_tensors();
     std::vector<float> grad(held[0].numel(), 0.25f);
-    auto expect = [](absl::Status s, absl::StatusCode code, absl::string_view what) -> absl::Status {
+    auto expect = [](const absl::Status& s, absl::StatusCode code, absl::string_view what) -> absl::Status {
       if (s.code() == code) return absl::OkStatus();
       return absl::InternalError(absl::StrCat(what, ": ", s.ToString()));
     };
@@ -214,6 +214,11 @@ class CountingCpuBackend final : public kernels::KernelBackend {
   absl::Status NewtonSchulz(const float* in, float* out, const kernels::MatrixBatchShape& shape,
                             const kernels::NewtonSchulzOptions& options) override {
     return inner_->NewtonSchulz(in, out, shape, options);
+  }
+  absl::Status NewtonSchulzShard(const float* in, float* out, const kernels::MatrixBatchShape& shard_shape,
+                                 kernels::NsShardSplit split, const kernels::NewtonSchulzOptions& options,
+                                 kernels::NsAllReduce all_reduce) override {
+    return inner_->NewtonSchulzShard(in, out, shard_shape, split, options, all_reduce);
   }
   absl::Status MuonUpdate(const kernels::MuonTensors& t, const kernels::MatrixBatchShape& shape,
                           kernels::WeightLayout layout, const kernels::MuonOptions& options) override {
