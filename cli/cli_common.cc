@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <iostream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -129,7 +130,8 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.Int("ep", &ep, "expert parallel degree");
   flags.Int("tp", &tp, "tensor parallel degree (the manifest's tp_split marks the split tensors)");
   flags.String("tp-muon", &tp_muon,
-               "with --tp: distributed (one tp rank orthogonalises each split matrix) | duplicated (every one)");
+               "with --tp: distributed (one tp rank orthogonalises each split matrix) | duplicated (every one) | "
+               "sharded (every tp rank its shard, Gram matrices all-reduced)");
   flags.String("policy", &policy, "partition policy: seed | seed-all | balanced");
   flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
   flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");
@@ -164,6 +166,14 @@ absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name) {
       absl::StrCat("flag --policy: \"", name, "\" is not one of seed, seed-all, balanced"));
 }
 
+absl::StatusOr<v1::TpMuonMode> ParseTpMuon(const std::string& name) {
+  if (name == "distributed") return v1::TP_MUON_DISTRIBUTED;
+  if (name == "duplicated") return v1::TP_MUON_DUPLICATED;
+  if (name == "sharded") return v1::TP_MUON_SHARDED;
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --tp-muon: \"", name, "\" is not one of distributed, duplicated, sharded"));
+}
+
 absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   if (manifest.empty()) return absl::InvalidArgumentError("flag --manifest is required");
   if (world_size <= 0) return absl::InvalidArgumentError("flag --world-size is required and must be >= 1");
@@ -172,10 +182,8 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   if (pp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --pp: must be >= 1, got ", pp));
   if (ep < 1) return absl::InvalidArgumentError(absl::StrCat("flag --ep: must be >= 1, got ", ep));
   if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --tp: must be >= 1, got ", tp));
-  if (tp_muon != "distributed" && tp_muon != "duplicated") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag --tp-muon: \"", tp_muon, "\" is not one of distributed, duplicated"));
-  }
+  const absl::StatusOr<v1::TpMuonMode> mode = ParseTpMuon(tp_muon);
+  if (!mode.ok()) return mode.status();
   if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
   if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
   if (gpus_per_node < 0) {
@@ -196,7 +204,7 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   policy_proto->set_comm_buffer_mb(comm_buffer_mb);
   policy_proto->set_ns_steps(ns_steps);
   policy_proto->set_per_dtype(per_dtype);
-  if (tp > 1) policy_proto->set_tp_muon(tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED : v1::TP_MUON_DISTRIBUTED);
+  if (tp > 1) policy_proto->set_tp_muon(*mode);
   for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
   if (!device_memory.empty()) {
     absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizeList(device_memory);

@@ -105,6 +105,8 @@ struct PlanFlags {
 };
 
 absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name);
+// --tp-muon: distributed | duplicated | sharded.
+absl::StatusOr<v1::TpMuonMode> ParseTpMuon(const std::string& name);
 
 // After `status` refused `request` because a rank does not fit its device
 // memory (planner::IsFitError), prints on stderr the smallest world size that

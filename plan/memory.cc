@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "plan/model.h"
@@ -68,6 +69,7 @@ int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r, const st
   int64_t largest = 0;
   for (const v1::OwnedTensor& o : r.owned()) {
     if (!RunsNs(o, r.tp_rank()) || o.tensor() < 0 || o.tensor() >= plan.tensors_size()) continue;
+    if (o.tp_op() == v1::TP_OP_SHARDED_NS) continue;  // its Gram matrices are in TpStagingBytes
     if (o.tp_op() != v1::TP_OP_LOCAL) {
       largest = std::max(largest, terms[o.tensor()].ns_workspace);
       continue;
@@ -83,28 +85,39 @@ int64_t LargestNsWorkspace(const v1::Plan& plan, const v1::RankPlan& r, const st
 // round (NOTE [TP exchange rounds] in tp_rounds.h), the fp32 updates of the
 // rank's TP-split shards, and for each batch it orthogonalises (one per NS
 // tp rank) tp x the batch's shards twice, for the gathered inputs and the
-// whole matrices. The buffers are sized by the largest round.
+// whole matrices; for a shard orthogonalised in place (TP_OP_SHARDED_NS), its
+// Gram and polynomial matrices and the next iterate instead. The buffers
+// are sized by the largest round.
 int64_t TpStagingBytes(const v1::Plan& plan, const v1::RankPlan& r) {
   const int64_t tp = std::max(1, plan.topology().tp());
   std::map<int, int64_t> update;   // muon bucket id -> exchanged shard elements
   std::map<int, int64_t> scratch;  // muon bucket id -> tp x elements this rank orthogonalises
+  std::map<int, int64_t> sharded;  // muon bucket id -> sharded NS work floats
   for (const v1::OwnedTensor& o : r.owned()) {
     if (o.tp_op() == v1::TP_OP_NONE || o.tp_op() == v1::TP_OP_LOCAL) continue;  // nothing exchanged
     update[o.bucket()] += o.numel();
-    if (RunsNs(o, r.tp_rank())) scratch[o.bucket()] += tp * o.numel();
+    if (o.tp_op() == v1::TP_OP_SHARDED_NS) {
+      const std::optional<ShardedNs> ns = ShardedNsOf(plan.tensors(o.tensor()));
+      const int64_t m = ns.has_value() ? ns->m : 0;
+      sharded[o.bucket()] += 2 * (o.matrix_end() - o.matrix_begin()) * m * m + o.numel();
+    } else if (RunsNs(o, r.tp_rank())) {
+      scratch[o.bucket()] += tp * o.numel();
+    }
   }
-  int64_t max_update = 0, max_scratch = 0;
+  int64_t max_update = 0, max_scratch = 0, max_sharded = 0;
   for (const std::vector<int>& round : TpExchangeRoundsOf(plan, r)) {
-    int64_t round_update = 0, round_scratch = 0;
+    int64_t round_update = 0, round_scratch = 0, round_sharded = 0;
     for (int b : round) {
       const int id = plan.muon_buckets(b).id();
       round_update += update[id];
       round_scratch += scratch[id];
+      round_sharded += sharded[id];
     }
     max_update = std::max(max_update, round_update);
     max_scratch = std::max(max_scratch, round_scratch);
+    max_sharded = std::max(max_sharded, round_sharded);
   }
-  return Fp32Bytes() * (max_update + 2 * max_scratch);
+  return Fp32Bytes() * (max_update + 2 * max_scratch + max_sharded);
 }
 
 // Per rank: the bytes of its fp32 masters, which only BF16/FP16 parameters

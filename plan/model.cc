@@ -356,6 +356,30 @@ int TpSplitDim(int dims, v1::Layout layout, v1::TpSplit split) {
   return split == v1::TP_COLUMN ? out_dim : in_dim;
 }
 
+double ShardedNs::Flops(int steps) const {
+  const double a = static_cast<double>(m);
+  return steps * (4.0 * a * a * static_cast<double>(n_local) + 2.0 * a * a * a);
+}
+
+std::optional<ShardedNs> ShardedNsOf(const v1::PlannedTensor& tensor) {
+  const int n = tensor.shape_size();
+  if (!IsTpSplit(tensor) || n < 2 || tensor.local_shape_size() != n || tensor.has_ns_blocks()) return std::nullopt;
+  for (int d = 0; d < n - 2; ++d) {
+    if (tensor.local_shape(d) != tensor.shape(d)) return std::nullopt;
+  }
+  const int64_t rows = tensor.shape(n - 2), cols = tensor.shape(n - 1);
+  const bool rows_split = tensor.local_shape(n - 2) != rows;
+  const bool cols_split = tensor.local_shape(n - 1) != cols;
+  if (rows_split == cols_split) return std::nullopt;
+  if (rows_split ? rows < cols : cols < rows) return std::nullopt;  // split along the short side
+  const int64_t local = rows_split ? tensor.local_shape(n - 2) : tensor.local_shape(n - 1);
+  return ShardedNsGeometry(rows, cols, rows_split, static_cast<int>((rows_split ? rows : cols) / local));
+}
+
+ShardedNs ShardedNsGeometry(int64_t rows, int64_t cols, bool rows_split, int tp) {
+  return ShardedNs{rows_split, rows_split ? cols : rows, (rows_split ? rows : cols) / std::max(1, tp)};
+}
+
 double NsFlops(int64_t rows, int64_t cols, int steps) {
   double a = static_cast<double>(std::min(rows, cols));
   double b = static_cast<double>(std::max(rows, cols));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,31 @@ TpShardRuns TpShardRunsOf(const v1::PlannedTensor& tensor, int tp, int t);
 // Newton-Schulz FLOPs of one m x n matrix: steps * (4 a^2 b + 2 a^3) with
 // a = min(m, n), b = max(m, n).
 double NsFlops(int64_t rows, int64_t cols, int steps);
+
+// How each tp rank runs Newton-Schulz on its own shard of one matrix of a
+// split Muon tensor under TP_MUON_SHARDED (NOTE [Sharded Newton-Schulz] in
+// kernels/newton_schulz.h): the shard splits the matrix (the last two
+// dimensions) along `rows` or its columns; the Gram matrices are m x m, m =
+// min(rows, cols) of the whole matrix, and a shard's long side is
+// n_local = max(rows, cols) / tp.
+struct ShardedNs {
+  bool rows = false;
+  int64_t m = 0;
+  int64_t n_local = 0;
+  // Per rank and matrix: steps * (4 m^2 n_local + 2 m^3) FLOPs, and the
+  // floats of the all-reduces (steps Gram matrices and the norm).
+  double Flops(int steps) const;
+  int64_t AllReducedFloats(int steps) const { return steps * m * m + 1; }
+};
+// Sharded NS of a rows x cols matrix split `tp` ways along its rows (else
+// its columns): the Gram matrix sums over the split axis, so its side is the
+// other one, whichever is shorter (Megatron's `distributed` mode does this
+// for any split; muonshard only for a split along the long side, ShardedNsOf).
+ShardedNs ShardedNsGeometry(int64_t rows, int64_t cols, bool rows_split, int tp);
+// A split Muon tensor that can: split along one of its matrices' two axes
+// only (not a tp mesh's tile), the long one (either of a square matrix), and
+// no NS blocks. Else nullopt: such a tensor is gathered (TP_OP_GATHER_SCATTER).
+std::optional<ShardedNs> ShardedNsOf(const v1::PlannedTensor& tensor);
 
 // The Muon exclusion patterns (case-insensitive regexes) compiled for speed:
 // a pattern that is a plain literal (optionally anchored by ^ or $, with

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "plan/model.h"
 #include "plan/ns_blocks.h"
@@ -204,7 +205,9 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
   // group) and its NS one task on the whole matrix (distributed: counted
   // with tp rank 0's group; duplicated: run by every tp rank; blocks aligned
   // with the split, ns_local: each tp rank's own blocks, in its group).
+  // Sharded: every tp rank runs its own shard's part.
   const bool every_tp_rank_runs_ns = plan.policy().tp_muon() == v1::TP_MUON_DUPLICATED;
+  const bool sharded_mode = plan.policy().tp_muon() == v1::TP_MUON_SHARDED;
   const int tp = std::max(1, plan.topology().tp());
   const int steps = plan.policy().ns_steps();
   std::vector<std::vector<double>> bytes(plan.groups_size()), flops(plan.groups_size());
@@ -219,8 +222,11 @@ TightBounds ComputeTightBounds(const v1::Plan& plan) {
       }
       const int tp_rank = plan.groups(part.group()).tp_rank();
       const bool local = split && t.ns_local();
-      const bool runs_ns = !split || local || every_tp_rank_runs_ns || tp_rank <= 0;
-      const double matrix_flops = PlannedMatrixNsFlops(t, steps, tp, local ? std::max(tp_rank, 0) : 0);
+      const std::optional<ShardedNs> sharded = split && sharded_mode ? ShardedNsOf(t) : std::nullopt;
+      const bool runs_ns = !split || local || every_tp_rank_runs_ns || sharded.has_value() || tp_rank <= 0;
+      const double matrix_flops = sharded.has_value()
+                                      ? sharded->Flops(steps)
+                                      : PlannedMatrixNsFlops(t, steps, tp, local ? std::max(tp_rank, 0) : 0);
       for (int m = part.matrix_begin(); m < part.matrix_end(); ++m) {
         bytes[part.group()].push_back(matrix_bytes);
         if (runs_ns) flops[part.group()].push_back(matrix_flops);

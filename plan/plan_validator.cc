@@ -220,6 +220,12 @@ absl::Status CheckTpOps(const v1::Plan& plan) {
           plan.groups(o.tp_group()).colour() != v1::TENSOR_PARALLEL || !InGroup(plan.groups(o.tp_group()), r.rank())) {
         return Invalid(absl::StrCat(what, " through TP group ", o.tp_group(), ", which is not its own"));
       }
+      if (o.tp_op() == v1::TP_OP_SHARDED_NS &&
+          (plan.policy().tp_muon() != v1::TP_MUON_SHARDED || !ShardedNsOf(plan.tensors(o.tensor())).has_value())) {
+        return Invalid(absl::StrCat(what,
+                                    ": TP_OP_SHARDED_NS needs TP_MUON_SHARDED and a matrix split along its "
+                                    "long side alone"));
+      }
       if (o.tp_op() == v1::TP_OP_GATHER_SCATTER && (o.ns_tp_rank() < 0 || o.ns_tp_rank() >= tp)) {
         return Invalid(absl::StrCat(what, ": Newton-Schulz on tp rank ", o.ns_tp_rank()));
       }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -138,6 +139,7 @@ void ExpandBuckets(const google::protobuf::RepeatedPtrField<Bucket>& dense,
 // load per rank is known before they are planned.
 std::vector<int> AssignNsRanks(const v1::RankPlan& owner, const v1::Plan& out, const RankLayout& layout,
                                std::vector<double>& across) {
+  const bool sharded = out.policy().tp_muon() == v1::TP_MUON_SHARDED;
   const int tp = layout.tp();
   // The `across` entry of each tp rank: its ep rank's (its moe_sharding
   // group's), or the tp rank itself with ep = 1.
@@ -148,7 +150,7 @@ std::vector<int> AssignNsRanks(const v1::RankPlan& owner, const v1::Plan& out, c
   std::vector<int> split;
   for (int k = 0; k < owner.owned_size(); ++k) {
     const v1::PlannedTensor& t = out.tensors(owner.owned(k).tensor());
-    if (IsTpSplit(t) && !t.ns_local()) split.push_back(k);
+    if (IsTpSplit(t) && !t.ns_local() && !(sharded && ShardedNsOf(t).has_value())) split.push_back(k);
   }
   std::stable_sort(split.begin(), split.end(),
                    [&](int a, int b) { return owner.owned(a).ns_flops() > owner.owned(b).ns_flops(); });
@@ -186,6 +188,20 @@ void SetTpOp(v1::TpMuonMode mode, int tp, int t, int ns_rank, int tp_group, v1::
   o.set_tp_send_bytes(runs_ns ? (tp - 1) * shard : shard);  // scatter out, or its shard in
   o.set_tp_recv_bytes(runs_ns ? (tp - 1) * shard : shard);
   if (!runs_ns) o.set_ns_flops(0);
+}
+
+// Rank `q * tp + t`'s copy of replica rank q's owned matrix under
+// TP_MUON_SHARDED: NS on its own shard, the Gram matrices all-reduced (a
+// ring: 2 (tp - 1) / tp of them through every rank).
+void SetTpSharded(const ShardedNs& ns, int steps, int tp, int tp_group, v1::OwnedTensor& o) {
+  const int64_t matrices = o.matrix_end() - o.matrix_begin();
+  const int64_t bytes = 2 * (tp - 1) * matrices * ns.AllReducedFloats(steps) * kTpOpBytesPerElem / tp;
+  o.set_tp_op(v1::TP_OP_SHARDED_NS);
+  o.set_tp_group(tp_group);
+  o.set_ns_tp_rank(-1);
+  o.set_tp_send_bytes(bytes);
+  o.set_tp_recv_bytes(bytes);
+  o.set_ns_flops(static_cast<double>(matrices) * ns.Flops(steps));
 }
 
 // Rank `q * tp + t`'s copy of replica rank q's owned matrix whose blocks
@@ -228,8 +244,11 @@ void ExpandRanks(const TpParts& parts, const RankLayout& layout, v1::Plan* out) 
         v1::OwnedTensor& o = *r->mutable_owned(k);
         o.set_bucket(o.bucket() * tp + t);
         const v1::PlannedTensor& tensor = out->tensors(o.tensor());
+        const std::optional<ShardedNs> sharded = mode == v1::TP_MUON_SHARDED ? ShardedNsOf(tensor) : std::nullopt;
         if (tensor.ns_local()) {
           SetTpLocal(tensor, out->policy().ns_steps(), tp, t, layout.TpGroupOf(rank), o);
+        } else if (sharded.has_value()) {
+          SetTpSharded(*sharded, out->policy().ns_steps(), tp, layout.TpGroupOf(rank), o);
         } else {
           SetTpOp(mode, tp, t, ns_rank[k], layout.TpGroupOf(rank), o);
         }

@@ -38,7 +38,8 @@ std::vector<std::vector<int>> TpExchangeRounds(const std::vector<TpExchangeBucke
 
 std::vector<std::vector<int>> TpExchangeRoundsOf(const v1::Plan& plan, const v1::RankPlan& r) {
   auto exchanged = [](const v1::OwnedTensor& o) {
-    return o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_ALL_GATHER;
+    return o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_ALL_GATHER ||
+           o.tp_op() == v1::TP_OP_SHARDED_NS;
   };
   // Most plans exchange nothing (tp = 1): no pass over the plan's buckets.
   if (std::none_of(r.owned().begin(), r.owned().end(), exchanged)) return {};
@@ -49,7 +50,7 @@ std::vector<std::vector<int>> TpExchangeRoundsOf(const v1::Plan& plan, const v1:
     if (!exchanged(o)) continue;
     auto it = position_of_id.find(o.bucket());
     if (it == position_of_id.end()) continue;
-    ns_ranks[it->second].push_back(o.tp_op() == v1::TP_OP_ALL_GATHER ? -1 : o.ns_tp_rank());
+    ns_ranks[it->second].push_back(o.ns_tp_rank());  // -1: every tp rank (all-gathered, sharded)
   }
   std::vector<TpExchangeBucket> exchanging;
   std::vector<int> position;

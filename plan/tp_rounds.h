@@ -30,7 +30,7 @@ namespace muonshard::planner {
 struct TpExchangeBucket {
   // The largest tensor index of the bucket's entries (its hand-off place).
   int last_tensor = -1;
-  // The NS tp rank of each exchanged shard; -1 for an all-gathered one
+  // The NS tp rank of each exchanged shard; -1 for an all-gathered or sharded one
   // (every rank orthogonalises it). Repeats are allowed.
   std::vector<int> ns_ranks;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -14,6 +15,7 @@
 #include "plan/model.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
+#include "plan/tensor_parallel.h"
 #include "plan/tp_rounds.h"
 
 namespace muonshard::sim {
@@ -44,8 +46,11 @@ struct BucketKey {
   int index = 0;  // position in plan.muon_buckets() / adamw_buckets()
 };
 
+// Takes part in its round's TP collectives: gathered (or all-gathered) and
+// scattered, or orthogonalised in place with its Gram matrices all-reduced.
 bool Exchanges(const v1::OwnedTensor& o) {
-  return o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_ALL_GATHER;
+  return o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_ALL_GATHER ||
+         o.tp_op() == v1::TP_OP_SHARDED_NS;
 }
 
 int64_t MinDim(const v1::PlannedTensor& t) {
@@ -218,14 +223,18 @@ struct Exchange {
   std::vector<int> after_ns;
 };
 
-// Per-member payload of one exchange, by batch (NS tp rank; tp = all-gather).
+// Per-member payload of one exchange, by batch (NS tp rank; tp = all-gather),
+// and the bytes of the Gram matrices and norms each member all-reduces
+// (TP_OP_SHARDED_NS).
 struct ExchangeBytes {
   std::vector<std::vector<int64_t>> gather_send, gather_recv, scatter_send, scatter_recv;
+  std::vector<int64_t> all_reduce;
   explicit ExchangeBytes(int tp)
       : gather_send(tp + 1, std::vector<int64_t>(tp, 0)),
         gather_recv(tp + 1, std::vector<int64_t>(tp, 0)),
         scatter_send(tp + 1, std::vector<int64_t>(tp, 0)),
-        scatter_recv(tp + 1, std::vector<int64_t>(tp, 0)) {}
+        scatter_recv(tp + 1, std::vector<int64_t>(tp, 0)),
+        all_reduce(tp, 0) {}
 };
 
 class Builder {
@@ -356,6 +365,16 @@ absl::Status Builder::AddExchangeBytes(int member, int rank, int bucket, int tp,
   for (int j : x_.owned[rank].at(bucket)) {
     const v1::OwnedTensor& o = rp.owned(j);
     if (!Exchanges(o)) continue;
+    if (o.tp_op() == v1::TP_OP_SHARDED_NS) {
+      const std::optional<planner::ShardedNs> ns = planner::ShardedNsOf(plan_.tensors(o.tensor()));
+      if (!ns.has_value()) {
+        return absl::InvalidArgumentError(absl::StrCat("plan: rank ", rank, ": owned tensor ", o.tensor(),
+                                                       ": TP_OP_SHARDED_NS on a matrix it cannot shard"));
+      }
+      bytes.all_reduce[member] += (o.matrix_end() - o.matrix_begin()) *
+                                  ns->AllReducedFloats(plan_.policy().ns_steps()) * planner::kTpOpBytesPerElem;
+      continue;
+    }
     if (o.tp_op() == v1::TP_OP_ALL_GATHER) {
       bytes.gather_send[tp][member] += o.tp_send_bytes();
       bytes.gather_recv[tp][member] += o.tp_recv_bytes();
@@ -413,6 +432,19 @@ void Builder::AddExchangeOps(int tp_group, const std::string& name, const Exchan
   if (all > 0) {  // the assembled matrices: every member's shards
     ex.before_ns.push_back(
         add(OpKind::kAllGather, -1, bytes.gather_send[tp], bytes.gather_recv[tp], all / std::max(1, tp - 1)));
+  }
+  // NOTE [Sharded Newton-Schulz]: after the round's NS, its Gram matrices
+  // summed over the group; one all-reduce of them all (the worker makes
+  // steps + 1 calls per shard shape, whose latencies this leaves out).
+  const int64_t all_reduced = *std::max_element(bytes.all_reduce.begin(), bytes.all_reduce.end());
+  if (all_reduced > 0) {
+    StepOp op;
+    op.kind = OpKind::kAllReduce;
+    op.phase = Phase::kTpExchange;
+    op.group = tp_group;
+    op.bytes = all_reduced;
+    op.label = absl::StrCat("tp all-reduce gram ", name);
+    ex.after_ns.push_back(p_.AddOp(std::move(op)));
   }
   for (int t = 0; t < tp; ++t) {
     if (Sum(bytes.scatter_send[t]) + Sum(bytes.scatter_recv[t]) > 0) {

@@ -21,7 +21,7 @@
 // process per rank.
 //
 // Usage: muonshard-bench-worker [--ranks 4] [--ep 2] [--policy seed]
-//          [--tp 1 [--tp-muon distributed|duplicated]]
+//          [--tp 1 [--tp-muon distributed|duplicated|sharded]]
 //          [--divisor 16] [--layers 2] [--steps 5] [--warmup 1]
 //          [--backend both|inprocess|gloo] [--blas-threads N]
 //          [--hf-config PATH] [--quick]
@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "cli/cli_common.h"
 #include "common/file_util.h"
 #include "common/flags.h"
 #include "common/rendezvous_store.h"
@@ -89,13 +90,6 @@ enum class Backend { kInProcess, kGloo };
 
 const char* BackendName(Backend b) { return b == Backend::kInProcess ? "inprocess" : "gloo"; }
 
-absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name) {
-  if (name == "seed") return v1::SEED;
-  if (name == "seed-all") return v1::SEED_ALL;
-  if (name == "balanced") return v1::BALANCED;
-  return absl::InvalidArgumentError(absl::StrCat("--policy: \"", name, "\" is not seed, seed-all or balanced"));
-}
-
 absl::StatusOr<v1::Plan> MakePlan(const Flags& flags) {
   std::string config = kQwen3MoeConfig;
   if (!flags.hf_config.empty()) {
@@ -108,18 +102,14 @@ absl::StatusOr<v1::Plan> MakePlan(const Flags& flags) {
   *request.mutable_manifest() = std::move(manifest);
   request.mutable_topology()->set_world_size(flags.ranks);
   request.mutable_topology()->set_ep(flags.ep);
-  MUONSHARD_ASSIGN_OR_RETURN(const v1::Policy policy, ParsePolicy(flags.policy));
+  MUONSHARD_ASSIGN_OR_RETURN(const v1::Policy policy, cli::ParsePolicy(flags.policy));
   request.mutable_policy()->set_policy(policy);
   if (flags.tp > 1) {
     // Megatron's splits, the experts' too (tp needs ep 1).
     MUONSHARD_RETURN_IF_ERROR(importer::MarkTensorParallel({flags.tp, true}, request.mutable_manifest()));
     request.mutable_topology()->set_tp(flags.tp);
-    if (flags.tp_muon != "distributed" && flags.tp_muon != "duplicated") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tp-muon: \"", flags.tp_muon, "\" is not distributed or duplicated"));
-    }
-    request.mutable_policy()->set_tp_muon(flags.tp_muon == "duplicated" ? v1::TP_MUON_DUPLICATED
-                                                                        : v1::TP_MUON_DISTRIBUTED);
+    MUONSHARD_ASSIGN_OR_RETURN(const v1::TpMuonMode mode, cli::ParseTpMuon(flags.tp_muon));
+    request.mutable_policy()->set_tp_muon(mode);
   }
   return planner::ComputePlan(request);
 }
@@ -222,6 +212,7 @@ absl::StatusOr<std::vector<std::vector<StepStats>>> RunBackend(const v1::Plan& p
     MUONSHARD_ASSIGN_OR_RETURN(in_process, CreateInProcessComms(plan));
   }
   std::vector<std::thread> threads;
+  threads.reserve(world);
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       if (backend == Backend::kInProcess) {
@@ -328,15 +319,15 @@ int main(int argc, char** argv) {
   using muonshard::worker::Flags;
   Flags flags;
   muonshard::FlagSet set(
-      "muonshard-bench-worker [--ranks 4] [--ep 2] [--tp 1 [--tp-muon distributed|duplicated]] [--policy seed]\n"
-      "    [--divisor 16] [--layers 2]\n"
+      "muonshard-bench-worker [--ranks 4] [--ep 2] [--tp 1 [--tp-muon distributed|duplicated|sharded]]\n"
+      "    [--policy seed] [--divisor 16] [--layers 2]\n"
       "    [--steps 5] [--warmup 1] [--backend both|inprocess|gloo] [--blas-threads N]\n"
       "    [--step-schedule auto|sequential|pipelined]\n"
       "    [--hf-config PATH] [--quick]");
   set.Int("ranks", &flags.ranks, "ranks (threads)");
   set.Int("ep", &flags.ep, "expert parallelism");
   set.Int("tp", &flags.tp, "tensor parallelism (Megatron's splits; needs --ep 1)");
-  set.String("tp-muon", &flags.tp_muon, "with --tp: distributed | duplicated");
+  set.String("tp-muon", &flags.tp_muon, "with --tp: distributed | duplicated | sharded");
   set.String("policy", &flags.policy, "seed | seed-all | balanced");
   set.Int("divisor", &flags.divisor, "divide every dimension by this");
   set.Int("layers", &flags.layers, "keep the first N layers (-1: all)");

@@ -27,7 +27,11 @@ def _manifest_dict(manifest):
     raise TypeError("manifest must be a dict, a JSON string or a path, not %s" % type(manifest).__name__)
 
 
-_TP_MUON = {"distributed": "TP_MUON_DISTRIBUTED", "duplicated": "TP_MUON_DUPLICATED"}
+_TP_MUON = {
+    "distributed": "TP_MUON_DISTRIBUTED",
+    "duplicated": "TP_MUON_DUPLICATED",
+    "sharded": "TP_MUON_SHARDED",
+}
 
 
 def plan_request(
@@ -49,8 +53,9 @@ def plan_request(
 
     `tp` > 1 plans tensor parallelism over the manifest's tp_split marks
     (manifest_from_module(tp=...), import-hf --tp); `tp_muon` is
-    "distributed" (default: one tp rank orthogonalises each split matrix) or
-    "duplicated" (every tp rank does). `tp_mesh` is the tp group's shape as a
+    "distributed" (default: one tp rank orthogonalises each split matrix),
+    "duplicated" (every tp rank does) or "sharded" (every tp rank its own
+    shard, the Gram matrices all-reduced: Megatron's distributed mode). `tp_mesh` is the tp group's shape as a
     mesh (product tp; NOTE [TP mesh tiles] in plan/tp_mesh.h), for DTensor
     parameters on an FSDP x TP DeviceMesh (topology_of(module) gives it).
     `gpus_per_node` (ranks per machine, rank r on node r // gpus_per_node; 0:

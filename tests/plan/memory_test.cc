@@ -180,7 +180,8 @@ TEST(MemoryTest, TensorParallelStagingAndWorkspaceOnTheNsRank) {
 // Two 1024x512 matrices in buckets of their own (1 MiB each way), one per NS
 // tp rank: one exchange round (NOTE [TP exchange rounds]), so each rank
 // stages both shards' updates and gathers both shards of its own matrix.
-TEST(MemoryTest, TensorParallelStagingIsSizedByTheLargestRound) {
+// Two 1024 x 512 matrices split over tp 2 (one replica, one bucket each).
+v1::PlanRequest TwoSplitMatricesOnTp2(v1::TpMuonMode mode) {
   v1::ModelManifest m = ManifestBuilder()
                             .Add("model.layers.0.mlp.up_proj.weight", {1024, 512}, v1::FP32)
                             .Add("model.layers.1.mlp.up_proj.weight", {1024, 512}, v1::FP32)
@@ -188,7 +189,12 @@ TEST(MemoryTest, TensorParallelStagingIsSizedByTheLargestRound) {
   for (v1::TensorSpec& t : *m.mutable_tensors()) t.set_tp_split(v1::TP_COLUMN);
   v1::PlanRequest request = MakeRequest(m, 2, /*pp=*/1, /*ep=*/1, v1::SEED, /*comm_buffer_mb=*/1);
   request.mutable_topology()->set_tp(2);
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
+  request.mutable_policy()->set_tp_muon(mode);
+  return request;
+}
+
+TEST(MemoryTest, TensorParallelStagingIsSizedByTheLargestRound) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TwoSplitMatricesOnTp2(v1::TP_MUON_DISTRIBUTED)));
   MUONSHARD_ASSERT_OK(ValidatePlan(plan));
   constexpr int64_t kShard = 512 * 512;
   for (const v1::RankPlan& r : plan.ranks()) {
@@ -197,6 +203,21 @@ TEST(MemoryTest, TensorParallelStagingIsSizedByTheLargestRound) {
     ASSERT_NE(r.owned(0).bucket(), r.owned(1).bucket());
     ASSERT_THAT(TpExchangeRoundsOf(plan, r), ElementsAre(SizeIs(2)));
     EXPECT_EQ(r.memory().comm_buffer_bytes(), 4 * (2 * kShard + 2 * 2 * kShard)) << r.rank();
+  }
+}
+
+// TP_MUON_SHARDED: each rank orthogonalises its own shard of both matrices
+// (a round each: every tp rank has a matrix in one), with the m x m Gram
+// and polynomial matrices and the next iterate beside its NS input.
+TEST(MemoryTest, ShardedNsStagingIsTheShardItsGramMatricesAndTheNextIterate) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TwoSplitMatricesOnTp2(v1::TP_MUON_SHARDED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  constexpr int64_t kShard = 512 * 512, kGram = 512 * 512;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    ASSERT_EQ(r.owned_size(), 2);
+    ASSERT_EQ(r.owned(0).tp_op(), v1::TP_OP_SHARDED_NS);
+    ASSERT_THAT(TpExchangeRoundsOf(plan, r), ElementsAre(SizeIs(1), SizeIs(1)));
+    EXPECT_EQ(r.memory().comm_buffer_bytes(), 4 * (kShard + 2 * kGram + kShard)) << r.rank();
   }
 }
 

@@ -25,7 +25,7 @@ using ::testing::HasSubstr;
 using testing::RunCtl;
 
 std::string WriteManifest(const v1::ModelManifest& m, const std::string& name) {
-  const std::string path = absl::StrCat(testing::ProcessTempDir(), "/", name);
+  std::string path = absl::StrCat(testing::ProcessTempDir(), "/", name);
   std::ofstream(path) << *ToJson(m);
   return path;
 }
@@ -244,9 +244,13 @@ TEST(PlanCliTest, TensorParallelPlanTableAndJson) {
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_THAT(json.out, HasSubstr("\"TENSOR_PARALLEL\""));
   EXPECT_THAT(json.out, HasSubstr("\"TP_OP_ALL_GATHER\""));
+  CommandResult sharded =
+      RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon sharded --output json"));
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.err;
+  EXPECT_THAT(sharded.out, HasSubstr("\"TP_MUON_SHARDED\""));
   CommandResult mode = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 4 --tp 2 --tp-muon twice"));
   EXPECT_EQ(mode.exit_code, 2);
-  EXPECT_THAT(mode.err, HasSubstr("--tp-muon"));
+  EXPECT_THAT(mode.err, HasSubstr("--tp-muon: \"twice\" is not one of distributed, duplicated, sharded"));
   CommandResult three = RunCtl(absl::StrCat("plan --manifest ", manifest, " --world-size 6 --tp 3"));
   EXPECT_EQ(three.exit_code, 2);
   EXPECT_THAT(three.err, HasSubstr("is not divisible by tp 3"));

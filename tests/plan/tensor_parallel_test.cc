@@ -485,6 +485,73 @@ TEST(TensorParallelPlanTest, DenseRunsOwnGatheredMatricesInRunsOfTp) {
   EXPECT_GT(split_pairs, 0);
 }
 
+// TP_MUON_SHARDED (NOTE [Sharded Newton-Schulz]): a matrix split along its
+// long side (either side of a square one) is orthogonalised by every tp rank
+// on its own shard, its Gram matrices all-reduced; k/v, split along their
+// short side, are gathered as in the distributed mode.
+TEST(TensorParallelPlanTest, ShardedModeRunsNsOnEveryTpRanksOwnShardOfMatricesSplitAlongTheLongSide) {
+  const int tp = 4, steps = 5;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan,
+                                 ComputePlan(TpRequest(TpModel(4), 8, tp, v1::BALANCED, v1::TP_MUON_SHARDED)));
+  MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+  // name part -> {m, n_local} of its shards (whole: q/o 16 x 16, gate/up
+  // 32 x 16 split along rows, down 16 x 32 along cols).
+  const std::map<std::string, std::pair<int64_t, int64_t>> sharded = {
+      {"q_proj", {16, 4}}, {"o_proj", {16, 4}}, {"gate_proj", {16, 8}}, {"up_proj", {16, 8}}, {"down_proj", {16, 8}}};
+  int sharded_ops = 0, gathered_ops = 0;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) {
+      const std::string& name = plan.tensors(o.tensor()).name();
+      std::pair<int64_t, int64_t> mn{0, 0};
+      for (const auto& [part, shape] : sharded) {
+        if (name.find(part) != std::string::npos) mn = shape;
+      }
+      if (name.find("k_proj") != std::string::npos || name.find("v_proj") != std::string::npos) {
+        EXPECT_EQ(o.tp_op(), v1::TP_OP_GATHER_SCATTER) << name;
+        ++gathered_ops;
+        continue;
+      }
+      if (mn.first == 0) {
+        EXPECT_EQ(o.tp_op(), v1::TP_OP_NONE) << name;  // the replicated mixer
+        continue;
+      }
+      ++sharded_ops;
+      const double m = static_cast<double>(mn.first), n_local = static_cast<double>(mn.second);
+      EXPECT_EQ(o.tp_op(), v1::TP_OP_SHARDED_NS) << name;
+      EXPECT_EQ(o.ns_tp_rank(), -1) << name;
+      EXPECT_EQ(o.ns_flops(), steps * (4 * m * m * n_local + 2 * m * m * m)) << name;
+      // A ring all-reduce of the norm and 5 Gram matrices: 2 (tp - 1) / tp each way.
+      const int64_t floats = steps * mn.first * mn.first + 1;
+      EXPECT_EQ(o.tp_send_bytes(), 2 * (tp - 1) * floats * 4 / tp) << name;
+      EXPECT_EQ(o.tp_recv_bytes(), o.tp_send_bytes()) << name;
+    }
+  }
+  EXPECT_EQ(sharded_ops, 4 * 5 * tp);  // every layer's five matrices on each of its owner's tp ranks
+  EXPECT_EQ(gathered_ops, 4 * 2 * tp);
+  // The op is the sharded mode's only.
+  plan.mutable_policy()->set_tp_muon(v1::TP_MUON_DISTRIBUTED);
+  EXPECT_THAT(ValidatePlan(plan), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("TP_OP_SHARDED_NS needs")));
+}
+
+TEST(TensorParallelPlanTest, ShardedNsOfTakesOneSplitAlongTheLongSideWithoutBlocks) {
+  v1::PlannedTensor t;
+  for (int64_t d : {32, 16}) t.add_shape(d);
+  t.set_tp_split(v1::TP_COLUMN);
+  for (int64_t d : {8, 16}) t.add_local_shape(d);  // rows split, rows >= cols
+  ASSERT_TRUE(ShardedNsOf(t).has_value());
+  EXPECT_TRUE(ShardedNsOf(t)->rows);
+  EXPECT_EQ(ShardedNsOf(t)->m, 16);
+  EXPECT_EQ(ShardedNsOf(t)->n_local, 8);
+  t.set_local_shape(0, 32);
+  t.set_local_shape(1, 4);  // cols split, the short side
+  EXPECT_FALSE(ShardedNsOf(t).has_value());
+  t.set_local_shape(0, 8);  // both split (a mesh tile)
+  EXPECT_FALSE(ShardedNsOf(t).has_value());
+  t.set_local_shape(1, 16);
+  t.mutable_ns_blocks();  // per-block NS
+  EXPECT_FALSE(ShardedNsOf(t).has_value());
+}
+
 TEST(TensorParallelPlanTest, ValidatorRejectsOwnersThatAreNotOneReplica) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(TpRequest(TpModel(1), 4, 2)));
   // Move one shard's Newton-Schulz rank on one owner only.

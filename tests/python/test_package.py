@@ -139,6 +139,8 @@ def test_plan_request_with_tensor_parallelism():
     r = plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="duplicated")
     assert r["topology"]["tp"] == 2 and r["policy"]["tp_muon"] == "TP_MUON_DUPLICATED"
     assert "tp" not in plan_request({"model": "m", "tensors": []}, 4)["topology"]
+    sharded = plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="sharded")
+    assert sharded["policy"]["tp_muon"] == "TP_MUON_SHARDED"
     with pytest.raises(ValueError, match="blockwise"):
         plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="blockwise")
 

@@ -4,6 +4,7 @@
 #include <array>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -13,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/model.h"
 #include "plan/ns_blocks.h"
 #include "plan/planner.h"
 #include "plan/tp_rounds.h"
@@ -58,7 +60,7 @@ v1::Plan TpPlan(int world, int tp, v1::TpMuonMode mode) {
 
 // World 2, tp 2: four layers of column-split fp32 matrices, each shard a
 // 1 MiB bucket or larger, so a rank's TP buckets form exchange rounds.
-v1::Plan TpRoundsPlan() {
+v1::Plan TpRoundsPlan(v1::TpMuonMode mode = v1::TP_MUON_DISTRIBUTED) {
   testing::ManifestBuilder b("rounds");
   for (int l = 0; l < 4; ++l) {
     b.Add(absl::StrCat("model.layers.", l, ".self_attn.q_proj.weight"), {1024, 512}, v1::FP32)
@@ -68,6 +70,7 @@ v1::Plan TpRoundsPlan() {
   for (v1::TensorSpec& t : *m.mutable_tensors()) t.set_tp_split(v1::TP_COLUMN);
   v1::PlanRequest request = MakeRequest(m, 2, 1, 1, v1::BALANCED, 1);
   request.mutable_topology()->set_tp(2);
+  request.mutable_policy()->set_tp_muon(mode);
   return PlanOf(request);
 }
 
@@ -198,6 +201,34 @@ TEST(SimulateStepTest, TensorParallelBucketsExchangeInRounds) {
     }
     EXPECT_EQ(ops[Index(OpKind::kGather)], gathers) << ScheduleName(schedule);
     EXPECT_EQ(ops[Index(OpKind::kScatter)], gathers) << ScheduleName(schedule);
+  }
+}
+
+// NOTE [Sharded Newton-Schulz]: with TP_MUON_SHARDED every shard is
+// orthogonalised where it is; a round moves its Gram matrices and norms in
+// one all-reduce over the TP group instead of gathers and scatters.
+TEST(SimulateStepTest, ShardedNsAllReducesARoundsGramMatricesInsteadOfGathering) {
+  const v1::Plan plan = TpRoundsPlan(v1::TP_MUON_SHARDED);
+  int64_t all_reduced = 0;
+  for (const v1::OwnedTensor& o : plan.ranks(0).owned()) {
+    ASSERT_EQ(o.tp_op(), v1::TP_OP_SHARDED_NS);
+    const std::optional<planner::ShardedNs> ns = planner::ShardedNsOf(plan.tensors(o.tensor()));
+    ASSERT_TRUE(ns.has_value());
+    all_reduced += (o.matrix_end() - o.matrix_begin()) * ns->AllReducedFloats(plan.policy().ns_steps()) * 4;
+  }
+  const int64_t rounds = static_cast<int64_t>(planner::TpExchangeRoundsOf(plan, plan.ranks(0)).size());
+  ASSERT_GT(rounds, 0);
+  for (Schedule schedule : {Schedule::kSequential, Schedule::kPipelined}) {
+    const StepResult r = Simulate(plan, *Preset("h200"), schedule);
+    std::array<int64_t, kOpKindCount> ops{};
+    for (const StepOp& op : r.program.ops) {
+      if (op.phase == Phase::kTpExchange) ++ops[Index(op.kind)];
+    }
+    EXPECT_EQ(ops[Index(OpKind::kGather)] + ops[Index(OpKind::kScatter)], 0) << ScheduleName(schedule);
+    EXPECT_EQ(ops[Index(OpKind::kAllReduce)], rounds) << ScheduleName(schedule);
+    for (const RankResult& rank : r.ranks) {
+      EXPECT_EQ(rank.collective_bytes[Index(OpKind::kAllReduce)], all_reduced) << ScheduleName(schedule);
+    }
   }
 }
 

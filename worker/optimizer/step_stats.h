@@ -20,7 +20,8 @@ struct StepCommBytes {
   int64_t param_all_gather = 0;     // AdamW parameters, AllGather
   // Tensor-parallel Muon (TENSOR_PARALLEL groups): bytes this rank sends
   // plus receives in the gathers, scatters and all-gathers of the NS
-  // inputs and results, the plan's tp_send_bytes + tp_recv_bytes.
+  // inputs and results and the all-reduces of sharded Newton-Schulz (ring
+  // wire bytes), the plan's tp_send_bytes + tp_recv_bytes.
   int64_t tp = 0;
   int64_t collectives = 0;  // calls of any kind
 

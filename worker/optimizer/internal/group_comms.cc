@@ -70,10 +70,12 @@ StepCommBytes GroupComms::Snapshot() const {
     const CommCounters c = comm->Snapshot();
     bytes.collectives += c.gather.calls + c.scatter.calls;
     if (layout_.view().groups(layout_.index().groups[i].view_group).colour() == v1::TENSOR_PARALLEL) {
-      // A ring all-gather sends and receives (n - 1) / n of its output.
+      // A ring all-gather sends and receives (n - 1) / n of its output, a
+      // ring all-reduce (sharded Newton-Schulz) 2 (n - 1) / n of its buffer.
       const int n = comm->size();
-      bytes.tp += c.gather.bytes + c.scatter.bytes + c.all_gather.bytes / n * 2 * (n - 1);
-      bytes.collectives += c.all_gather.calls;
+      bytes.tp += c.gather.bytes + c.scatter.bytes + c.all_gather.bytes / n * 2 * (n - 1) +
+                  c.all_reduce.bytes * 4 * (n - 1) / n;
+      bytes.collectives += c.all_gather.calls + c.all_reduce.calls;
       continue;
     }
     bytes.grad_reduce += c.reduce.bytes;

@@ -56,18 +56,25 @@ void TpMuonExchange::PlanRounds() {
 }
 
 // Batches in one order on every rank of a TP group (they own the same
-// shards): NS rank ascending, the all-gathered batch last; shards bucket by
-// bucket in the round's order, each bucket's in owned order. One pass over
-// the round's shards, then the offsets.
+// shards): NS rank ascending, the all-gathered batch last, then the sharded
+// batches in order of first appearance; shards bucket by bucket in the
+// round's order, each bucket's in owned order. One pass over the round's
+// shards, then the offsets.
 void TpMuonExchange::PlanBatches() {
   const int tp = layout_.tp_size();
   batches_.assign(rounds_.size(), {});
+  sharded_.assign(rounds_.size(), {});
   for (size_t r = 0; r < rounds_.size(); ++r) {
     std::vector<Batch> slots(tp + 1);
+    std::vector<ShardedBatch>& sharded = sharded_[r];
     for (int bucket : rounds_[r]) {
       for (int shard : layout_.OwnedIn(bucket)) {
         if (!layout_.IsTp(shard)) continue;
         const MuonShardLayout& o = layout_.index().owned[shard];
+        if (o.tp.op == v1::TP_OP_SHARDED_NS) {
+          AddSharded(shard, sharded);
+          continue;
+        }
         Batch& batch = slots[o.tp.ns_rank < 0 ? tp : o.tp.ns_rank];
         batch.root = o.tp.ns_rank;
         batch.shards.push_back(shard);
@@ -86,7 +93,24 @@ void TpMuonExchange::PlanBatches() {
       }
       batches_[r].push_back(std::move(batch));
     }
+    for (ShardedBatch& batch : sharded) {
+      batch.offset = offset;
+      offset += batch.shape.elements();
+    }
   }
+}
+
+void TpMuonExchange::AddSharded(int shard, std::vector<ShardedBatch>& sharded) const {
+  const MuonShardLayout& o = layout_.index().owned[shard];
+  const kernels::NsShardSplit split = o.tp.sharded_rows ? kernels::NsShardSplit::kRows : kernels::NsShardSplit::kCols;
+  auto same = [&](const ShardedBatch& b) {
+    return b.split == split && b.shape.rows == o.shape.rows && b.shape.cols == o.shape.cols;
+  };
+  auto it = std::find_if(sharded.begin(), sharded.end(), same);
+  if (it == sharded.end()) it = sharded.insert(sharded.end(), ShardedBatch{{0, o.shape.rows, o.shape.cols}, split});
+  it->shards.push_back(shard);
+  it->shard_offsets.push_back(it->shape.elements());
+  it->shape.batch += o.shape.batch;
 }
 
 bool TpMuonExchange::RunsNs(const Batch& batch) const {
@@ -96,9 +120,12 @@ bool TpMuonExchange::RunsNs(const Batch& batch) const {
 absl::Status TpMuonExchange::AllocateScratch() {
   const int64_t tp = layout_.tp_size();
   int64_t update = 0, scratch = 0, blocked = 0;
-  for (const std::vector<Batch>& batches : batches_) {
-    if (batches.empty()) continue;
-    update = std::max(update, batches.back().offset + batches.back().numel);
+  for (size_t r = 0; r < batches_.size(); ++r) {
+    const std::vector<Batch>& batches = batches_[r];
+    if (!batches.empty()) update = std::max(update, batches.back().offset + batches.back().numel);
+    if (!sharded_[r].empty()) {
+      update = std::max(update, sharded_[r].back().offset + sharded_[r].back().shape.elements());
+    }
     for (const Batch& batch : batches) {
       if (!RunsNs(batch)) continue;
       scratch = std::max(scratch, batch.scratch + tp * batch.numel);
@@ -133,49 +160,85 @@ absl::Status TpMuonExchange::UpdateBucket(int bucket, const OptimizerConfig& con
 absl::Status TpMuonExchange::UpdateRound(int round, const OptimizerConfig& config) {
   const std::vector<Batch>& batches = batches_[round];
   for (const Batch& batch : batches) {
-    for (size_t k = 0; k < batch.shards.size(); ++k) {
-      const v1::BucketEntry& e = layout_.OwnedEntry(batch.shards[k]);
-      MuonShardState& s = params_.shard(batch.shards[k]);
-      const int bucket = layout_.index().owned[batch.shards[k]].bucket;
-      MUONSHARD_ASSIGN_OR_RETURN(const float* grad, grads_.MuonFloats(bucket, e.offset(), e.numel()));
-      MUONSHARD_RETURN_IF_ERROR(backend_.MuonMomentum(grad, s.momentum.floats(),
-                                                      update_.floats() + batch.offset + batch.shard_offsets[k],
-                                                      e.numel(), MuonOptionsFor(config, s.with_decay)));
-    }
+    MUONSHARD_RETURN_IF_ERROR(Momentum(batch.shards, batch.shard_offsets, batch.offset, config));
+  }
+  for (const ShardedBatch& batch : sharded_[round]) {
+    MUONSHARD_RETURN_IF_ERROR(Momentum(batch.shards, batch.shard_offsets, batch.offset, config));
   }
   MUONSHARD_RETURN_IF_ERROR(backend_.Synchronize());
   MUONSHARD_RETURN_IF_ERROR(ExchangeInputs(batches));
   for (const Batch& batch : batches) {
     if (RunsNs(batch)) MUONSHARD_RETURN_IF_ERROR(Orthogonalize(batch, config));
   }
+  for (const ShardedBatch& batch : sharded_[round]) MUONSHARD_RETURN_IF_ERROR(OrthogonalizeSharded(batch, config));
   MUONSHARD_RETURN_IF_ERROR(backend_.Synchronize());
   MUONSHARD_RETURN_IF_ERROR(ReturnResults(batches));
   for (const Batch& batch : batches) {
-    for (size_t k = 0; k < batch.shards.size(); ++k) {
-      const int shard = batch.shards[k];
-      const MuonShardLayout& o = layout_.index().owned[shard];
-      const v1::BucketEntry& e = layout_.OwnedEntry(shard);
-      BackendBuffer& params = params_.muon_params(o.bucket);
-      MuonShardState& s = params_.shard(shard);
-      kernels::Bf16Bits* model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
-      const kernels::MuonOptions options = MuonOptionsFor(config, s.with_decay);
-      // Per-block NS scaled each block already (Orthogonalize).
-      const kernels::MuonApplyScalars scalars =
-          o.blocked ? kernels::BlockedMuonApplyScalars(options)
-                    : kernels::MuonApplyScalarsFor(o.tp.rows, o.tp.cols, o.layout, options);
-      MUONSHARD_RETURN_IF_ERROR(backend_.MuonApply(update_.floats() + batch.offset + batch.shard_offsets[k],
-                                                   s.master.floats(), model, e.numel(), scalars));
-      MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
-    }
+    MUONSHARD_RETURN_IF_ERROR(Apply(batch.shards, batch.shard_offsets, batch.offset, config));
+  }
+  for (const ShardedBatch& batch : sharded_[round]) {
+    MUONSHARD_RETURN_IF_ERROR(Apply(batch.shards, batch.shard_offsets, batch.offset, config));
   }
   return absl::OkStatus();
+}
+
+absl::Status TpMuonExchange::Momentum(const std::vector<int>& shards, const std::vector<int64_t>& shard_offsets,
+                                      int64_t offset, const OptimizerConfig& config) {
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const v1::BucketEntry& e = layout_.OwnedEntry(shards[k]);
+    MuonShardState& s = params_.shard(shards[k]);
+    const int bucket = layout_.index().owned[shards[k]].bucket;
+    MUONSHARD_ASSIGN_OR_RETURN(const float* grad, grads_.MuonFloats(bucket, e.offset(), e.numel()));
+    MUONSHARD_RETURN_IF_ERROR(backend_.MuonMomentum(grad, s.momentum.floats(),
+                                                    update_.floats() + offset + shard_offsets[k], e.numel(),
+                                                    MuonOptionsFor(config, s.with_decay)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TpMuonExchange::Apply(const std::vector<int>& shards, const std::vector<int64_t>& shard_offsets,
+                                   int64_t offset, const OptimizerConfig& config) {
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const int shard = shards[k];
+    const MuonShardLayout& o = layout_.index().owned[shard];
+    const v1::BucketEntry& e = layout_.OwnedEntry(shard);
+    BackendBuffer& params = params_.muon_params(o.bucket);
+    MuonShardState& s = params_.shard(shard);
+    kernels::Bf16Bits* model = params.dtype() == v1::BF16 ? params.words() + e.offset() : nullptr;
+    const kernels::MuonOptions options = MuonOptionsFor(config, s.with_decay);
+    // Per-block NS scaled each block already (Orthogonalize).
+    const kernels::MuonApplyScalars scalars =
+        o.blocked ? kernels::BlockedMuonApplyScalars(options)
+                  : kernels::MuonApplyScalarsFor(o.tp.rows, o.tp.cols, o.layout, options);
+    MUONSHARD_RETURN_IF_ERROR(
+        backend_.MuonApply(update_.floats() + offset + shard_offsets[k], s.master.floats(), model, e.numel(), scalars));
+    MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
+  }
+  return absl::OkStatus();
+}
+
+Communicator& TpMuonExchange::TpComm(int shard) const { return *comms_.comm(layout_.index().owned[shard].tp.group); }
+
+// NOTE [Sharded Newton–Schulz]: every rank of the TP group calls this for
+// the same batches in the same order (PlanBatches), so their all-reduces
+// pair up.
+absl::Status TpMuonExchange::OrthogonalizeSharded(const ShardedBatch& batch, const OptimizerConfig& config) {
+  Communicator& comm = TpComm(batch.shards[0]);
+  float* data = update_.floats() + batch.offset;
+  return backend_.NewtonSchulzShard(
+      data, data, batch.shape, batch.split, MuonOptionsFor(config, true).ns,
+      [&](float* values, int64_t n) -> absl::Status {
+        MUONSHARD_RETURN_IF_ERROR(comm.AllReduce(values, n, CommDType::kFloat32, ReduceOp::kSum));
+        return comm.Synchronize();
+      });
 }
 
 // Every batch's NS inputs to the ranks that orthogonalise them, and back:
 // one group call each way (RunGrouped: NCCL runs the gathers to every NS
 // rank at once, an all-to-all; Gloo one after another).
 absl::Status TpMuonExchange::ExchangeInputs(const std::vector<Batch>& batches) {
-  Communicator& comm = *comms_.comm(layout_.index().owned[batches[0].shards[0]].tp.group);
+  if (batches.empty()) return absl::OkStatus();
+  Communicator& comm = TpComm(batches[0].shards[0]);
   return RunGrouped(comm, [&]() -> absl::Status {
     for (const Batch& batch : batches) {
       void* segments = RunsNs(batch) ? segments_.floats() + batch.scratch : nullptr;
@@ -192,7 +255,8 @@ absl::Status TpMuonExchange::ExchangeInputs(const std::vector<Batch>& batches) {
 }
 
 absl::Status TpMuonExchange::ReturnResults(const std::vector<Batch>& batches) {
-  Communicator& comm = *comms_.comm(layout_.index().owned[batches[0].shards[0]].tp.group);
+  if (batches.empty()) return absl::OkStatus();
+  Communicator& comm = TpComm(batches[0].shards[0]);
   return RunGrouped(comm, [&]() -> absl::Status {
     for (const Batch& batch : batches) {
       float* out = update_.floats() + batch.offset;

@@ -9,7 +9,11 @@
 // exchanged and assembled in (sized for the largest round), and runs a
 // round's update: momentum on each shard, the NS inputs gathered, whole
 // matrices orthogonalised, the results scattered back and applied to each
-// shard's master with the whole matrix's scale. The rounds fix the one
+// shard's master with the whole matrix's scale. Shards with TP_OP_SHARDED_NS
+// are not exchanged: every TP rank orthogonalises its own, summing the Gram
+// matrices over the group (NOTE [Sharded Newton–Schulz] in
+// kernels/newton_schulz.h), in batches of one shard shape and split. The
+// rounds fix the one
 // order in which every rank of a TP group updates such buckets (order():
 // NOTE [Pipelined step]).
 //
@@ -74,14 +78,35 @@ class TpMuonExchange {
     int64_t scratch = 0;
   };
 
+  // The owned TP_OP_SHARDED_NS shards of one round with one shard shape
+  // and split, orthogonalised by one NewtonSchulzShard call; their NS
+  // inputs lie together in update_ from `offset`, after the round's Batches.
+  struct ShardedBatch {
+    kernels::MatrixBatchShape shape;  // one matrix's shard; batch: all of them
+    kernels::NsShardSplit split = kernels::NsShardSplit::kCols;
+    std::vector<int> shards;
+    std::vector<int64_t> shard_offsets;
+    int64_t offset = 0;
+  };
+
   TpMuonExchange(const OptimizerLayout& layout, kernels::KernelBackend& backend, ParameterBuffers& params,
                  GradientBuffers& grads, GroupComms& comms)
       : layout_(layout), backend_(backend), params_(params), grads_(grads), comms_(comms) {}
 
   void PlanRounds();
   void PlanBatches();
+  // Shard `shard` (TP_OP_SHARDED_NS) into the batch of its shape and split.
+  void AddSharded(int shard, std::vector<ShardedBatch>& sharded) const;
   absl::Status AllocateScratch();
   absl::Status UpdateRound(int round, const OptimizerConfig& config);
+  // Momentum into, and the master from, update_ for `shards` (shard k's at
+  // offset + shard_offsets[k]).
+  absl::Status Momentum(const std::vector<int>& shards, const std::vector<int64_t>& shard_offsets, int64_t offset,
+                        const OptimizerConfig& config);
+  absl::Status Apply(const std::vector<int>& shards, const std::vector<int64_t>& shard_offsets, int64_t offset,
+                     const OptimizerConfig& config);
+  absl::Status OrthogonalizeSharded(const ShardedBatch& batch, const OptimizerConfig& config);
+  Communicator& TpComm(int shard) const;
   bool RunsNs(const Batch& batch) const;
   absl::Status ExchangeInputs(const std::vector<Batch>& batches);
   absl::Status ReturnResults(const std::vector<Batch>& batches);
@@ -109,8 +134,9 @@ class TpMuonExchange {
   BackendBuffer blocked_;
   std::vector<std::vector<int>> rounds_;
   std::vector<int> order_;
-  std::vector<int> round_of_;                // per muon bucket; -1: none
-  std::vector<std::vector<Batch>> batches_;  // per round
+  std::vector<int> round_of_;                       // per muon bucket; -1: none
+  std::vector<std::vector<Batch>> batches_;         // per round
+  std::vector<std::vector<ShardedBatch>> sharded_;  // per round
 };
 
 }  // namespace muonshard::worker::internal

@@ -1,6 +1,7 @@
 #include "worker/optimizer/internal/view_layout.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -345,8 +346,16 @@ class LayoutBuilder {
       }
       return tp;
     }
-    if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER && tp.op != v1::TP_OP_LOCAL) {
+    if (tp.op != v1::TP_OP_GATHER_SCATTER && tp.op != v1::TP_OP_ALL_GATHER && tp.op != v1::TP_OP_LOCAL &&
+        tp.op != v1::TP_OP_SHARDED_NS) {
       return Invalid(absl::StrCat(what, ": unknown tp_op ", tp.op));
+    }
+    if (tp.op == v1::TP_OP_SHARDED_NS) {
+      const std::optional<planner::ShardedNs> ns = planner::ShardedNsOf(t);
+      if (!ns.has_value()) {
+        return Invalid(absl::StrCat(what, ": TP_OP_SHARDED_NS on a matrix not split along its long side alone"));
+      }
+      tp.sharded_rows = ns->rows;
     }
     if ((tp.op == v1::TP_OP_LOCAL) != t.ns_local() || (tp.op == v1::TP_OP_LOCAL && !t.has_ns_blocks())) {
       return Invalid(absl::StrCat(what, ": TP_OP_LOCAL goes with an ns_local tensor with ns_blocks, and only there"));

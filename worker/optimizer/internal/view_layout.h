@@ -55,6 +55,8 @@ struct TpMuonLayout {
   int group = -1;    // the TP group: position in ViewLayout::groups
   int ns_rank = -1;  // GATHER_SCATTER: the TP group rank that runs NS
   int dim = -1;      // the split matrix dimension: 0 rows, 1 cols
+  // TP_OP_SHARDED_NS: the NS side the shards split (planner::ShardedNs).
+  bool sharded_rows = false;
   int64_t rows = 0;  // one whole matrix
   int64_t cols = 0;
   // Each TP rank's shard of one whole matrix, in TP group rank order.
