@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +53,7 @@ void RegisterPlanInputs(FlagSet& flags, PlanFlags& p) {
   flags.Int("pp", &p.pp, "with --manifest: pipeline stages");
   flags.Int("ep", &p.ep, "with --manifest: expert parallel degree");
   flags.Int("tp", &p.tp, "with --manifest: tensor parallel degree");
-  flags.String("tp-muon", &p.tp_muon, "with --manifest and --tp: distributed | duplicated");
+  flags.String("tp-muon", &p.tp_muon, "with --manifest and --tp: distributed | duplicated | sharded");
   flags.String("policy", &p.policy, "with --manifest: seed | seed-all | balanced");
   flags.Int("comm-buffer-mb", &p.comm_buffer_mb, "with --manifest: fusion bucket size in MiB");
   flags.Int("ns-steps", &p.ns_steps, "with --manifest: Newton-Schulz iterations in the FLOP model");
@@ -206,26 +207,25 @@ class PlanSource {
   absl::StatusOr<const v1::Plan*> Of(v1::Policy policy) {
     auto it = plans_.find(policy);
     if (it != plans_.end()) return &it->second;
-    v1::Plan plan;
-    if (!f_.plan.empty()) {
-      MUONSHARD_RETURN_IF_ERROR(ReadMessageFile(f_.plan, &plan));
-      if (plan.policy().policy() != policy) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --strategies: the plan file's policy is ",
-                                                       v1::Policy_Name(plan.policy().policy()), "; a ",
-                                                       v1::Policy_Name(policy), " plan needs --manifest"));
-      }
-    } else {
-      PlanFlags p = f_.plan_flags;
-      p.policy = absl::AsciiStrToLower(v1::Policy_Name(policy));
-      MUONSHARD_ASSIGN_OR_RETURN(const v1::PlanRequest request, p.ToRequest());
-      absl::StatusOr<v1::Plan> computed = planner::ComputePlan(request);
-      if (!computed.ok()) {
-        PrintFitHint(computed.status(), request);
-        return computed.status();
-      }
-      plan = *std::move(computed);
-    }
+    MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, Load(policy, f_.plan_flags.tp_muon));
     return &plans_.emplace(policy, std::move(plan)).first->second;
+  }
+
+  // The seed plan Paddle runs: TP-split matrices gathered to one tp rank
+  // (Paddle has no sharded Newton-Schulz), so under --tp-muon sharded the
+  // job planned again with the distributed mode.
+  absl::StatusOr<const v1::Plan*> PaddleSeed() {
+    MUONSHARD_ASSIGN_OR_RETURN(const v1::Plan* seed, Of(v1::SEED));
+    if (seed->policy().tp_muon() != v1::TP_MUON_SHARDED) return seed;
+    if (!paddle_.has_value()) {
+      if (!f_.plan.empty()) {
+        return absl::InvalidArgumentError(
+            "flag --strategies: paddle-seed of a TP_MUON_SHARDED plan file needs --manifest (Paddle gathers "
+            "TP-split matrices)");
+      }
+      MUONSHARD_ASSIGN_OR_RETURN(paddle_, Load(v1::SEED, "distributed"));
+    }
+    return &*paddle_;
   }
 
   // Any plan of the job (the peers read its tensors and groups only).
@@ -241,8 +241,33 @@ class PlanSource {
   }
 
  private:
+  absl::StatusOr<v1::Plan> Load(v1::Policy policy, const std::string& tp_muon) {
+    v1::Plan plan;
+    if (!f_.plan.empty()) {
+      MUONSHARD_RETURN_IF_ERROR(ReadMessageFile(f_.plan, &plan));
+      if (plan.policy().policy() != policy) {
+        return absl::InvalidArgumentError(absl::StrCat("flag --strategies: the plan file's policy is ",
+                                                       v1::Policy_Name(plan.policy().policy()), "; a ",
+                                                       v1::Policy_Name(policy), " plan needs --manifest"));
+      }
+    } else {
+      PlanFlags p = f_.plan_flags;
+      p.policy = absl::AsciiStrToLower(v1::Policy_Name(policy));
+      p.tp_muon = tp_muon;
+      MUONSHARD_ASSIGN_OR_RETURN(const v1::PlanRequest request, p.ToRequest());
+      absl::StatusOr<v1::Plan> computed = planner::ComputePlan(request);
+      if (!computed.ok()) {
+        PrintFitHint(computed.status(), request);
+        return computed.status();
+      }
+      plan = *std::move(computed);
+    }
+    return plan;
+  }
+
   const SimulateFlags& f_;
   std::map<v1::Policy, v1::Plan> plans_;
+  std::optional<v1::Plan> paddle_;
 };
 
 struct Row {
@@ -267,7 +292,7 @@ absl::StatusOr<std::vector<Row>> RunStrategies(const std::vector<Strategy>& stra
         programs.emplace_back(sim::ScheduleName(sched), std::move(p));
       }
     } else if (s.kind == Strategy::Kind::kPaddle) {
-      MUONSHARD_ASSIGN_OR_RETURN(const v1::Plan* plan, plans.Of(v1::SEED));
+      MUONSHARD_ASSIGN_OR_RETURN(const v1::Plan* plan, plans.PaddleSeed());
       MUONSHARD_ASSIGN_OR_RETURN(sim::StepProgram p, sim::BuildPaddleSeedProgram(*plan));
       programs.emplace_back("sequential", std::move(p));
     } else {

@@ -20,18 +20,23 @@ trap 'rm -rf "$work"' EXIT
 
 # name: config, world, plan flags (TP / EP / PP as the model's trainers
 # describe them; docs/simulator.md gives the sources).
-declare -A CONFIG=([kimi]=Kimi-K2-Instruct [dsv3]=DeepSeek-V3 [qwen]=Qwen3-235B-A22B [llama]=Llama-3.1-405B)
+# llama and llamash: the same model, muonshard with each of its TP modes.
+declare -A CONFIG=([kimi]=Kimi-K2-Instruct [dsv3]=DeepSeek-V3 [qwen]=Qwen3-235B-A22B [llama]=Llama-3.1-405B
+  [llamash]=Llama-3.1-405B)
 declare -A FLAGS=(
   [kimi-256]="--pp 16 --ep 16" [kimi-1024]="--pp 16 --ep 16" [kimi-8192]="--pp 16 --ep 16"
   [dsv3-256]="--pp 8 --ep 32" [dsv3-1024]="--pp 16 --ep 64" [dsv3-8192]="--pp 16 --ep 64"
   [qwen-256]="--pp 8 --ep 32" [qwen-1024]="--pp 16 --ep 64" [qwen-8192]="--pp 16 --ep 64"
   [llama-256]="--tp 8 --pp 16 --tp-muon distributed" [llama-1024]="--tp 8 --pp 16 --tp-muon distributed"
   [llama-8192]="--tp 8 --pp 16 --tp-muon distributed"
+  [llamash-256]="--tp 8 --pp 16 --tp-muon sharded" [llamash-1024]="--tp 8 --pp 16 --tp-muon sharded"
+  [llamash-8192]="--tp 8 --pp 16 --tp-muon sharded"
 )
-ROWS=${ROWS:-"kimi-256 kimi-1024 kimi-8192 dsv3-256 dsv3-1024 dsv3-8192 qwen-256 qwen-1024 qwen-8192 llama-256 llama-1024 llama-8192"}
+ROWS=${ROWS:-"kimi-256 kimi-1024 kimi-8192 dsv3-256 dsv3-1024 dsv3-8192 qwen-256 qwen-1024 qwen-8192 llama-256 llama-1024
+  llama-8192 llamash-256 llamash-1024 llamash-8192"}
 
 import_args() {  # Llama's Megatron TP split marks; the MoE rows run tp 1
-  if [[ $1 == llama ]]; then echo "--tp 8"; fi
+  if [[ $1 == llama* ]]; then echo "--tp 8"; fi
 }
 
 echo "| workload | GPUs | TP/EP/PP | muonshard best (ms) | best peer (ms) | ratio | every strategy (ms) |"

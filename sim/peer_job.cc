@@ -31,6 +31,15 @@ Matrix MatrixOf(const v1::PlannedTensor& t, int steps) {
   m.full = {planner::BlockedNsFlops(t.has_ns_blocks() ? &t.ns_blocks() : nullptr, rows, cols, steps), min_dim};
   m.shard = {planner::NsFlops(held_rows, held_cols, steps), std::max<int64_t>(1, std::min(held_rows, held_cols))};
   m.gram_bytes = min_dim * min_dim * kFp32;
+  const bool rows_split = held_rows != rows, cols_split = held_cols != cols;
+  if (rows_split != cols_split) {  // the Gram sums over the split axis, whichever it is
+    const planner::ShardedNs ns = planner::ShardedNsGeometry(
+        rows, cols, rows_split, static_cast<int>(rows_split ? rows / held_rows : cols / held_cols));
+    m.distributed_step = {ns.Flops(1), std::max<int64_t>(1, ns.m)};
+    m.gram_bytes = ns.m * ns.m * kFp32;
+  } else {
+    m.distributed_step = {m.full.flops / std::max(1, steps), min_dim};
+  }
   return m;
 }
 

@@ -163,7 +163,7 @@ class Megatron {
         for (int i = 0; i < tp; ++i) ns[i].push_back(m->full);
       } else {  // distributed: each iteration on the shard, the Gram all-reduced
         for (int step = 0; step < job_.ns_steps; ++step) {
-          for (int i = 0; i < tp; ++i) ns[i].push_back({m->full.flops / (job_.ns_steps * tp), m->full.min_dim});
+          for (int i = 0; i < tp; ++i) ns[i].push_back(m->distributed_step);
           flush();
           s_.Collective(OpKind::kAllReduce, Phase::kTpExchange, tp_group, m->gram_bytes,
                         absl::StrCat("tp all_reduce gram t", m->tensor));

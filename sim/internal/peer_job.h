@@ -30,9 +30,14 @@ struct Matrix {
   int64_t numel = 0;           // rows x cols
   v1::DType dtype = v1::BF16;
   bool tp_split = false;
-  NsMatrix full;           // Newton-Schulz of the whole matrix
-  NsMatrix shard;          // of the held shard alone (blockwise)
-  int64_t gram_bytes = 0;  // the whole matrix's fp32 Gram (min_dim^2)
+  NsMatrix full;   // Newton-Schulz of the whole matrix
+  NsMatrix shard;  // of the held shard alone (blockwise)
+  // Megatron's `distributed` mode on the held shard of a split matrix: one
+  // step's work on each tp rank and the fp32 Gram it all-reduces (the
+  // whole matrix's, min_dim^2, for a matrix that is not split along one
+  // axis). planner::ShardedNsGeometry.
+  NsMatrix distributed_step;
+  int64_t gram_bytes = 0;
 };
 
 // An AdamW tensor (part) as the ranks of its group hold it.

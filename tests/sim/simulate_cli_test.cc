@@ -3,6 +3,7 @@
 // input.
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -153,6 +154,37 @@ TEST(SimulateCliTest, StrategiesPrintsEveryStrategySideBySide) {
   const double ours = json.fields().at("best_muonshard").struct_value().fields().at("step_seconds").number_value();
   const double peer = json.fields().at("best_peer").struct_value().fields().at("step_seconds").number_value();
   EXPECT_NEAR(json.fields().at("ratio").number_value(), ours / peer, 1e-5);
+}
+
+double StepOf(const google::protobuf::Struct& json, const std::string& strategy) {
+  for (const auto& row : json.fields().at("strategies").list_value().values()) {
+    const auto& f = row.struct_value().fields();
+    if (f.at("strategy").string_value() == strategy) return f.at("step_seconds").number_value();
+  }
+  ADD_FAILURE() << "no row " << strategy;
+  return 0;
+}
+
+// Paddle has no sharded Newton-Schulz: under --tp-muon sharded its row is
+// the seed plan of the distributed mode, which muonshard's own seed row
+// (sharded) no longer is.
+TEST(SimulateCliTest, PaddleGathersTpShardsWhateverTheTpMode) {
+  v1::ModelManifest m = testing::DenseManifest(2, 64, 96, 80);
+  for (v1::TensorSpec& t : *m.mutable_tensors()) {
+    if (t.shape_size() == 2) t.set_tp_split(v1::TP_COLUMN);
+  }
+  const std::string args = absl::StrCat("simulate --cluster h200 --format json --schedule sequential ",
+                                        "--strategies muonshard-seed,paddle-seed --manifest ",
+                                        Write("sim_tp.json", *ToJson(m)), " --world-size 4 --tp 2 --tp-muon ");
+  std::map<std::string, google::protobuf::Struct> json;
+  for (const char* mode : {"distributed", "sharded"}) {
+    CommandResult r = RunCtl(args + mode);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json[mode]).ok()) << r.out;
+  }
+  EXPECT_EQ(StepOf(json["distributed"], "paddle-seed"), StepOf(json["distributed"], "muonshard-seed"));
+  EXPECT_EQ(StepOf(json["sharded"], "paddle-seed"), StepOf(json["distributed"], "paddle-seed"));
+  EXPECT_NE(StepOf(json["sharded"], "muonshard-seed"), StepOf(json["distributed"], "muonshard-seed"));
 }
 
 TEST(SimulateCliTest, BadStrategiesExitTwoNamingThem) {
