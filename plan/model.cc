@@ -372,8 +372,9 @@ std::optional<ShardedNs> ShardedNsOf(const v1::PlannedTensor& tensor) {
   const bool cols_split = tensor.local_shape(n - 1) != cols;
   if (rows_split == cols_split) return std::nullopt;
   if (rows_split ? rows < cols : cols < rows) return std::nullopt;  // split along the short side
-  const int64_t local = rows_split ? tensor.local_shape(n - 2) : tensor.local_shape(n - 1);
-  return ShardedNsGeometry(rows, cols, rows_split, static_cast<int>((rows_split ? rows : cols) / local));
+  // The Gram side is the unsplit (short) axis; a shard holds n_local of the other.
+  return ShardedNs{rows_split, rows_split ? cols : rows,
+                   rows_split ? tensor.local_shape(n - 2) : tensor.local_shape(n - 1)};
 }
 
 ShardedNs ShardedNsGeometry(int64_t rows, int64_t cols, bool rows_split, int tp) {
