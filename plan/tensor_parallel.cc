@@ -6,11 +6,14 @@
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 #include "plan/tp_mesh.h"
+#include "plan/tp_rounds.h"
 
 namespace muonshard::planner {
 namespace {
@@ -130,41 +133,113 @@ void ExpandBuckets(const google::protobuf::RepeatedPtrField<Bucket>& dense,
   }
 }
 
-// The tp rank that orthogonalises each of `owned` (-1 for replicated
-// matrices): longest first onto the least-loaded tp rank of the replica,
-// ties to the one whose moe_sharding group is least loaded over the
-// replicas so far (`across`, per ep rank; per tp rank with ep = 1): with
-// ep > 1 a group's experts can level its ranks' dense load only if every
-// group carries its share. Independent of the experts, so the dense part's
-// load per rank is known before they are planned.
+// The most buckets PlanNsRounds puts in one round, per tp rank: enough to
+// balance a round, few enough for the next round's reduce to overlap it.
+constexpr int kMaxRoundBuckets = 4;
+
+// The hand-off place of each of the replica's Muon buckets, by id: its
+// largest tensor index in the whole model, and its position (NOTE [TP
+// exchange rounds]).
+using HandOff = absl::flat_hash_map<int, std::pair<int, int>>;
+
+HandOff HandOffOf(const v1::Plan& dense, const std::vector<int>& dense_index) {
+  HandOff hand_off;
+  for (int b = 0; b < dense.muon_buckets_size(); ++b) {
+    int last = -1;
+    for (const v1::BucketEntry& e : dense.muon_buckets(b).entries()) last = std::max(last, dense_index[e.tensor()]);
+    hand_off[dense.muon_buckets(b).id()] = {last, b};
+  }
+  return hand_off;
+}
+
+// Replica rank `owner`'s TP-exchanged buckets in hand-off order, for
+// PlanNsRounds: a gathered matrix's id is its position in owned().
+std::vector<NsRoundBucket> ExchangedBuckets(const v1::RankPlan& owner, const v1::Plan& out, const HandOff& hand_off) {
+  const v1::TpMuonMode mode = out.policy().tp_muon();
+  absl::flat_hash_map<int, NsRoundBucket> by_id;
+  for (int k = 0; k < owner.owned_size(); ++k) {
+    const v1::OwnedTensor& o = owner.owned(k);
+    const v1::PlannedTensor& t = out.tensors(o.tensor());
+    if (!IsTpSplit(t) || t.ns_local()) continue;
+    NsRoundBucket& b = by_id[o.bucket()];
+    const std::optional<ShardedNs> sharded = mode == v1::TP_MUON_SHARDED ? ShardedNsOf(t) : std::nullopt;
+    if (sharded.has_value()) {
+      b.covers_all = true;
+      b.every_rank += (o.matrix_end() - o.matrix_begin()) * sharded->Flops(out.policy().ns_steps());
+    } else if (mode == v1::TP_MUON_DUPLICATED) {
+      b.covers_all = true;
+      b.every_rank += o.ns_flops();
+    } else {
+      b.gathered.emplace_back(k, o.ns_flops());
+    }
+  }
+  std::vector<std::pair<std::pair<int, int>, NsRoundBucket*>> order;
+  for (auto& [id, b] : by_id) {
+    const std::pair<int, int>& place = hand_off.at(id);
+    order.push_back({{-place.first, place.second}, &b});  // last tensor descending, then position
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<NsRoundBucket> buckets;
+  buckets.reserve(order.size());
+  for (auto& [place, b] : order) buckets.push_back(std::move(*b));
+  return buckets;
+}
+
+// Each of `round`'s bins, largest first, onto the tp rank (one per bin)
+// least loaded over the step so far, ties to the one whose moe_sharding
+// group is least loaded over the replicas so far (`across`, per ep rank;
+// per tp rank with ep = 1, `key` of each tp rank): with ep > 1 a group's
+// experts can level its ranks' dense load only if every group carries its
+// share.
+void PlaceRound(const NsRound& round, const v1::RankPlan& owner, const std::vector<int>& key, std::vector<double>& load,
+                std::vector<double>& across, std::vector<int>& ns_rank) {
+  std::vector<std::pair<double, int>> bins;  // (-FLOPs, bin): largest first
+  for (int b = 0; b < static_cast<int>(round.bins.size()); ++b) {
+    double flops = 0;
+    for (int k : round.bins[b]) flops += owner.owned(k).ns_flops();
+    bins.emplace_back(-flops, b);
+  }
+  std::sort(bins.begin(), bins.end());
+  std::vector<bool> used(load.size(), false);
+  for (const auto& [minus_flops, b] : bins) {
+    int t = -1;
+    for (int u = 0; u < static_cast<int>(load.size()); ++u) {
+      if (!used[u] && (t < 0 || std::tie(load[u], across[key[u]]) < std::tie(load[t], across[key[t]]))) t = u;
+    }
+    used[t] = true;
+    load[t] -= minus_flops;
+    across[key[t]] -= minus_flops;
+    for (int k : round.bins[b]) ns_rank[k] = t;
+  }
+}
+
+// The tp rank that orthogonalises each of `owned` (-1 for replicated,
+// local and sharded matrices; any rank for all-gathered ones), round by
+// round (NOTE [TP exchange rounds], PlaceRound). Independent of the
+// experts, so the dense part's load per rank is known before they are
+// planned.
 std::vector<int> AssignNsRanks(const v1::RankPlan& owner, const v1::Plan& out, const RankLayout& layout,
-                               std::vector<double>& across) {
-  const bool sharded = out.policy().tp_muon() == v1::TP_MUON_SHARDED;
+                               const HandOff& hand_off, std::vector<double>& across) {
   const int tp = layout.tp();
+  std::vector<int> ns_rank(owner.owned_size(), -1);
+  if (out.policy().tp_muon() == v1::TP_MUON_DUPLICATED) {
+    for (int k = 0; k < owner.owned_size(); ++k) {
+      const v1::PlannedTensor& t = out.tensors(owner.owned(k).tensor());
+      if (IsTpSplit(t) && !t.ns_local()) ns_rank[k] = 0;  // every tp rank runs it
+    }
+    return ns_rank;
+  }
   // The `across` entry of each tp rank: its ep rank's (its moe_sharding
   // group's), or the tp rank itself with ep = 1.
   std::vector<int> key(tp);
   for (int t = 0; t < tp; ++t) key[t] = (owner.rank() * tp + t) % layout.block();
   std::vector<double> load(tp, 0);
-  std::vector<int> ns_rank(owner.owned_size(), -1);
-  std::vector<int> split;
-  for (int k = 0; k < owner.owned_size(); ++k) {
-    const v1::PlannedTensor& t = out.tensors(owner.owned(k).tensor());
-    if (IsTpSplit(t) && !t.ns_local() && !(sharded && ShardedNsOf(t).has_value())) split.push_back(k);
-  }
-  std::stable_sort(split.begin(), split.end(),
-                   [&](int a, int b) { return owner.owned(a).ns_flops() > owner.owned(b).ns_flops(); });
-  for (int k : split) {
-    int t = 0;
-    for (int u = 1; u < tp; ++u) {
-      if (std::tie(load[u], across[key[u]]) < std::tie(load[t], across[key[t]])) t = u;
-    }
-    ns_rank[k] = t;
-    load[t] += owner.owned(k).ns_flops();
-    across[key[t]] += owner.owned(k).ns_flops();
+  for (const NsRound& round : PlanNsRounds(ExchangedBuckets(owner, out, hand_off), tp, kMaxRoundBuckets * tp)) {
+    PlaceRound(round, owner, key, load, across, ns_rank);
   }
   return ns_rank;
 }
+
 // Rank `q * tp + t`'s copy of replica rank q's owned matrix.
 void SetTpOp(v1::TpMuonMode mode, int tp, int t, int ns_rank, int tp_group, v1::OwnedTensor& o) {
   const int64_t shard = o.numel() * kTpOpBytesPerElem;
@@ -224,11 +299,12 @@ void ExpandRanks(const TpParts& parts, const RankLayout& layout, v1::Plan* out) 
   const int muon_base = parts.dense->muon_buckets_size() * tp;
   const int adamw_base = parts.dense->adamw_buckets_size() * tp;
   std::vector<double> across(layout.block(), 0);
+  const HandOff hand_off = HandOffOf(*parts.dense, parts.dense_index);
   for (const v1::RankPlan& q : parts.dense->ranks()) {
     v1::RankPlan remapped = q;
     for (v1::OwnedTensor& o : *remapped.mutable_owned()) RemapTensor(parts.dense_index, o);
     for (v1::TensorSlice& s : *remapped.mutable_slices()) RemapTensor(parts.dense_index, s);
-    const std::vector<int> ns_rank = AssignNsRanks(remapped, *out, layout, across);
+    const std::vector<int> ns_rank = AssignNsRanks(remapped, *out, layout, hand_off, across);
     for (int t = 0; t < tp; ++t) {
       v1::RankPlan* r = out->add_ranks();
       *r = remapped;

@@ -19,7 +19,19 @@
 // Every rank of a TP group holds shards of the same tensors, so it computes
 // the same rounds. One definition for the worker (TpMuonExchange), the
 // memory estimate (TP staging) and the simulator (BuildPlanProgram).
+//
+// The planner chooses the NS ranks round by round (PlanNsRounds): the step's
+// NS time on the TP group is the sum of its rounds' longest NS, not its
+// busiest rank's total, so balancing the whole step (LPT over a rank's
+// matrices) can leave every round as long as its two largest matrices on one
+// rank (Llama-3.1-405B at 256 GPUs: 2 rounds of 532 ms where the busiest
+// rank's total is 758 ms). The rounds are cut where the sum of their
+// longest NS is least, and each is cut where the rule above closes it: a
+// round not closed by a matrix every rank runs gives its last bucket's
+// matrices a tp rank of their own and spreads the others (at least tp - 1)
+// over the rest, so that rank is covered, and the round closed, only there.
 
+#include <utility>
 #include <vector>
 
 #include "muonshard/v1/plan.pb.h"
@@ -45,6 +57,32 @@ std::vector<std::vector<int>> TpExchangeRounds(const std::vector<TpExchangeBucke
 // of its buckets. Owned tensors naming a bucket not in the plan are left
 // out (ValidatePlan reports them).
 std::vector<std::vector<int>> TpExchangeRoundsOf(const v1::Plan& plan, const v1::RankPlan& r);
+
+// A TP-exchanged bucket of one replica rank, as PlanNsRounds sees it.
+struct NsRoundBucket {
+  // The gathered matrices: an id of the caller's, and its NS FLOPs.
+  std::vector<std::pair<int, double>> gathered;
+  // The NS FLOPs every tp rank runs for the bucket's sharded (or
+  // all-gathered) matrices; such a matrix closes its round (`covers_all`).
+  double every_rank = 0;
+  bool covers_all = false;
+};
+
+// One round as PlanNsRounds cuts it: its buckets' positions [begin, end),
+// and the gathered matrices' ids in bins (at most tp, in no particular
+// order), each bin for one tp rank to orthogonalise.
+struct NsRound {
+  int begin = 0;
+  int end = 0;
+  std::vector<std::vector<int>> bins;
+};
+
+// The rounds of `buckets` (in hand-off order, NOTE [TP exchange rounds]),
+// cut and binned so that the sum of the rounds' longest bin (plus their
+// every-rank FLOPs) is least among the cuts that TpExchangeRounds reproduces
+// (rounds of at most `max_round_buckets` buckets). tp >= 2; every bucket has a
+// gathered matrix or covers all.
+std::vector<NsRound> PlanNsRounds(const std::vector<NsRoundBucket>& buckets, int tp, int max_round_buckets);
 
 }  // namespace muonshard::planner
 

@@ -17,6 +17,7 @@
 #include "plan/plan_validator.h"
 #include "plan/plan_view.h"
 #include "plan/planner.h"
+#include "plan/tp_rounds.h"
 #include "plan/transfer.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
@@ -31,23 +32,25 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A dense decoder cut small, marked as Megatron splits it: `layers` layers of
-// q/k/v/gate/up (column), o/down (row), norms and a replicated Muon matrix.
-v1::ModelManifest TpModel(int layers) {
+// q/k/v/gate/up (column), o/down (row), norms and a replicated Muon matrix;
+// hidden size `width`, the MLP twice that.
+v1::ModelManifest TpModel(int layers, int64_t width = 16) {
+  const int64_t w = width, half = width / 2, twice = 2 * width;
   ManifestBuilder b;
-  b.Add("model.embed_tokens.weight", {64, 16});
+  b.Add("model.embed_tokens.weight", {64, w});
   for (int l = 0; l < layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    b.Add(p + "self_attn.q_proj.weight", {16, 16})
-        .Add(p + "self_attn.k_proj.weight", {8, 16})
-        .Add(p + "self_attn.v_proj.weight", {8, 16})
-        .Add(p + "self_attn.o_proj.weight", {16, 16})
-        .Add(p + "mlp.gate_proj.weight", {32, 16})
-        .Add(p + "mlp.up_proj.weight", {32, 16})
-        .Add(p + "mlp.down_proj.weight", {16, 32})
-        .Add(p + "mlp.mixer.weight", {16, 16})  // replicated Muon
-        .Add(p + "input_layernorm.weight", {16});
+    b.Add(p + "self_attn.q_proj.weight", {w, w})
+        .Add(p + "self_attn.k_proj.weight", {half, w})
+        .Add(p + "self_attn.v_proj.weight", {half, w})
+        .Add(p + "self_attn.o_proj.weight", {w, w})
+        .Add(p + "mlp.gate_proj.weight", {twice, w})
+        .Add(p + "mlp.up_proj.weight", {twice, w})
+        .Add(p + "mlp.down_proj.weight", {w, twice})
+        .Add(p + "mlp.mixer.weight", {w, w})  // replicated Muon
+        .Add(p + "input_layernorm.weight", {w});
   }
-  b.Add("model.norm.weight", {16}).Add("lm_head.weight", {64, 16});
+  b.Add("model.norm.weight", {w}).Add("lm_head.weight", {64, w});
   v1::ModelManifest m = b.Build();
   for (v1::TensorSpec& t : *m.mutable_tensors()) {
     const std::string& n = t.name();
@@ -483,6 +486,81 @@ TEST(TensorParallelPlanTest, DenseRunsOwnGatheredMatricesInRunsOfTp) {
     split_pairs += alone[gathered[k]] != alone[gathered[k + 1]];
   }
   EXPECT_GT(split_pairs, 0);
+}
+
+// The NS FLOPs of a TP group's rounds as its ranks run them: per round of
+// TpExchangeRoundsOf, the busiest tp rank's gathered NS, plus what every
+// rank runs (sharded matrices).
+double RoundsNsFlops(const v1::Plan& plan, int replica_rank, int tp) {
+  const v1::RankPlan& first = plan.ranks(replica_rank * tp);
+  double sum = 0;
+  for (const std::vector<int>& round : TpExchangeRoundsOf(plan, first)) {
+    double longest = 0;
+    for (int t = 0; t < tp; ++t) {
+      const v1::RankPlan& r = plan.ranks(replica_rank * tp + t);
+      double load = 0;
+      for (int position : round) {
+        const int id = plan.muon_buckets(position + t).id();  // rank t's copy of the bucket
+        for (const v1::OwnedTensor& o : r.owned()) {
+          const bool exchanged = o.tp_op() == v1::TP_OP_GATHER_SCATTER || o.tp_op() == v1::TP_OP_SHARDED_NS;
+          if (o.bucket() == id && exchanged) load += o.ns_flops();
+        }
+      }
+      longest = std::max(longest, load);
+    }
+    sum += longest;
+  }
+  return sum;
+}
+
+// NOTE [TP exchange rounds]: the planner picks NS ranks round by round, and
+// the rounds the worker and the simulator cut from the plan are the ones it
+// planned: their sum of longest NS is what PlanNsRounds computed, from
+// buckets read back from the plan here.
+TEST(TensorParallelPlanTest, PlanNsRanksMakeTheRoundsThePlannerBalanced) {
+  for (const v1::TpMuonMode mode : {v1::TP_MUON_DISTRIBUTED, v1::TP_MUON_SHARDED}) {
+    for (const int world : {4, 8}) {
+      SCOPED_TRACE(absl::StrCat(v1::TpMuonMode_Name(mode), " world ", world));
+      v1::PlanRequest request = TpRequest(TpModel(8, /*width=*/512), world, 4, v1::SEED, mode);
+      request.mutable_policy()->set_comm_buffer_mb(1);  // a bucket per matrix or two
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
+      MUONSHARD_ASSERT_OK(ValidatePlan(plan));
+      for (int q = 0; q < world / 4; ++q) {
+        const v1::RankPlan& first = plan.ranks(q * 4);
+        std::vector<NsRoundBucket> buckets;
+        for (const std::vector<int>& round : TpExchangeRoundsOf(plan, first)) {
+          for (int position : round) {
+            NsRoundBucket& b = buckets.emplace_back();
+            for (int k = 0; k < first.owned_size(); ++k) {
+              if (first.owned(k).bucket() != plan.muon_buckets(position).id()) continue;
+              const v1::OwnedTensor& o = first.owned(k);
+              if (o.tp_op() == v1::TP_OP_SHARDED_NS) {
+                b.covers_all = true;
+                b.every_rank += o.ns_flops();
+              } else if (o.tp_op() == v1::TP_OP_GATHER_SCATTER) {
+                b.gathered.emplace_back(k, plan.ranks(q * 4 + o.ns_tp_rank()).owned(k).ns_flops());
+              }
+            }
+          }
+        }
+        ASSERT_GT(buckets.size(), 4u);
+        double planned = 0;
+        for (const NsRound& round : PlanNsRounds(buckets, 4, 16)) {
+          double longest = 0;
+          for (const std::vector<int>& bin : round.bins) {
+            double load = 0;
+            for (int k : bin) {
+              for (int t = 0; t < 4; ++t) load += plan.ranks(q * 4 + t).owned(k).ns_flops();
+            }
+            longest = std::max(longest, load);
+          }
+          for (int b = round.begin; b < round.end; ++b) longest += buckets[b].every_rank;
+          planned += longest;
+        }
+        EXPECT_DOUBLE_EQ(RoundsNsFlops(plan, q, 4), planned) << "replica rank " << q;
+      }
+    }
+  }
 }
 
 // TP_MUON_SHARDED (NOTE [Sharded Newton-Schulz]): a matrix split along its

@@ -59,12 +59,15 @@ v1::Plan TpPlan(int world, int tp, v1::TpMuonMode mode) {
 }
 
 // World 2, tp 2: four layers of column-split fp32 matrices, each shard a
-// 1 MiB bucket or larger, so a rank's TP buckets form exchange rounds.
+// 1 MiB bucket or larger, so a rank's TP buckets form exchange rounds (an up
+// projection as large as the q and k before it: one tp rank orthogonalises
+// the up projection while the other does q and k).
 v1::Plan TpRoundsPlan(v1::TpMuonMode mode = v1::TP_MUON_DISTRIBUTED) {
   testing::ManifestBuilder b("rounds");
   for (int l = 0; l < 4; ++l) {
     b.Add(absl::StrCat("model.layers.", l, ".self_attn.q_proj.weight"), {1024, 512}, v1::FP32)
-        .Add(absl::StrCat("model.layers.", l, ".mlp.up_proj.weight"), {2048, 512}, v1::FP32);
+        .Add(absl::StrCat("model.layers.", l, ".self_attn.k_proj.weight"), {1024, 512}, v1::FP32)
+        .Add(absl::StrCat("model.layers.", l, ".mlp.up_proj.weight"), {4096, 512}, v1::FP32);
   }
   v1::ModelManifest m = b.Build();
   for (v1::TensorSpec& t : *m.mutable_tensors()) t.set_tp_split(v1::TP_COLUMN);
