@@ -38,12 +38,14 @@ if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" ]]; then
 fi
 # ---- container engine (deploy_containers, scripts/images.sh) ----------------
 # podman (Docker-compatible API for docker-compose), runc, debootstrap for the
-# Debian base image, netavark + aardvark-dns (container networks with DNS),
+# Debian base image, netavark + aardvark-dns (container networks with DNS)
+# and iptables, which netavark runs to set a bridge network up (without it
+# every `RUN` of an image build fails: "netavark: No such file or directory"),
 # uidmap, slirp4netns, fuse-overlayfs, catatonit. About 30 s on a fresh
 # machine. MUONSHARD_CONTAINERS=0 (and MUONSHARD_DEPLOY_TOOLS=0, the images'
 # build stages) skips them.
 if [[ "${MUONSHARD_DEPLOY_TOOLS:-1}" == "1" && "${MUONSHARD_CONTAINERS:-1}" == "1" ]]; then
-  PACKAGES+=(podman runc debootstrap netavark aardvark-dns uidmap slirp4netns fuse-overlayfs catatonit)
+  PACKAGES+=(podman runc debootstrap netavark aardvark-dns iptables uidmap slirp4netns fuse-overlayfs catatonit)
 fi
 # ---- end of container engine ------------------------------------------------
 
