@@ -80,8 +80,9 @@ struct NsRound {
 // The rounds of `buckets` (in hand-off order, NOTE [TP exchange rounds]),
 // cut and binned so that the sum of the rounds' longest bin (plus their
 // every-rank FLOPs) is least among the cuts that TpExchangeRounds reproduces
-// (rounds of at most `max_round_buckets` buckets). tp >= 2; every bucket has a
-// gathered matrix or covers all.
+// (rounds of at most `max_round_buckets` buckets, but the step's last round,
+// which may reach back to the first bucket so that every cut ends). tp >= 2;
+// every bucket has a gathered matrix or covers all.
 std::vector<NsRound> PlanNsRounds(const std::vector<NsRoundBucket>& buckets, int tp, int max_round_buckets);
 
 }  // namespace muonshard::planner
