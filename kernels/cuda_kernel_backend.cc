@@ -139,6 +139,7 @@ CudaKernelBackend::~CudaKernelBackend() {
   workspace_->Release();
   gemm_.reset();
   (void)cudaStreamSynchronize(stream_);
+  if (stream_event_ != nullptr) (void)cudaEventDestroy(stream_event_);
   (void)cudaStreamDestroy(stream_);
 }
 
@@ -336,8 +337,21 @@ absl::Status CudaKernelBackend::EnqueueCopy(const char* op, const void* src, voi
   MUONSHARD_RETURN_IF_ERROR(
       CheckDevicePointers(device_, {to_device ? NamedPointer{dst, "destination"} : NamedPointer{src, "source"}}));
   internal::ScopedCudaDevice scope(device_);
+  ++host_copies_;
   return CudaToStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind, stream_),
                       to_device ? "copying to the device" : "copying to the host");
+}
+
+absl::Status CudaKernelBackend::WaitForStream(std::uintptr_t stream) {
+  internal::ScopedCudaDevice scope(device_);
+  if (stream_event_ == nullptr) {
+    MUONSHARD_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&stream_event_, cudaEventDisableTiming),
+                                   "creating the stream-ordering event");
+  }
+  // The handle is a cudaStream_t of this device, as torch.cuda.Stream.cuda_stream gives it.
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stream_event_, reinterpret_cast<cudaStream_t>(stream)),
+                                 "recording an event on the caller's stream");
+  return CudaToStatus(cudaStreamWaitEvent(stream_, stream_event_, 0), "ordering the kernel stream after the caller's");
 }
 
 absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst, int64_t bytes) {

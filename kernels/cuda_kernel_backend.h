@@ -80,10 +80,12 @@ class CudaKernelBackend final : public KernelBackend {
                      const AdamWOptions& options) override;
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
+  absl::Status WaitForStream(std::uintptr_t stream) override;
 
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override;
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;
+  int64_t host_copies() const override { return host_copies_; }
   absl::Status SetZero(void* dst, int64_t bytes) override;
   absl::Status Copy2D(const void* src, int64_t src_pitch, void* dst, int64_t dst_pitch, int64_t row_bytes,
                       int64_t rows) override;
@@ -108,6 +110,9 @@ class CudaKernelBackend final : public KernelBackend {
   cudaStream_t stream_;
   std::unique_ptr<internal::CublasLtGemm> gemm_;
   std::unique_ptr<internal::DeviceBuffer> workspace_;
+  // WaitForStream's event, created on first use.
+  cudaEvent_t stream_event_ = nullptr;
+  int64_t host_copies_ = 0;
 };
 
 }  // namespace muonshard::kernels

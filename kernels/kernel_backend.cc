@@ -138,6 +138,14 @@ class CpuKernelBackend final : public KernelBackend {
     return Copy("CopyToHost", src, host, bytes);
   }
 
+  int64_t host_copies() const override { return host_copies_; }
+
+  absl::Status WaitForStream(std::uintptr_t stream) override {
+    if (stream == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("WaitForStream: the CPU backend has no streams (stream handle ", stream, ")"));
+  }
+
   absl::Status SetZero(void* dst, int64_t bytes) override {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs("SetZero", bytes, dst, dst));
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
@@ -161,11 +169,15 @@ class CpuKernelBackend final : public KernelBackend {
   }
 
  private:
-  static absl::Status Copy(const char* what, const void* from, void* to, int64_t bytes) {
+  absl::Status Copy(const char* what, const void* from, void* to, int64_t bytes) {
     MUONSHARD_RETURN_IF_ERROR(internal::CheckMemoryArgs(what, bytes, from, to));
-    if (bytes > 0) std::memcpy(to, from, static_cast<size_t>(bytes));
+    if (bytes == 0) return absl::OkStatus();
+    std::memcpy(to, from, static_cast<size_t>(bytes));
+    ++host_copies_;
     return absl::OkStatus();
   }
+
+  int64_t host_copies_ = 0;
 };
 
 }  // namespace

@@ -145,6 +145,19 @@ class KernelBackend {
   // Possible errors: INTERNAL.
   virtual absl::Status Synchronize() = 0;
 
+  // Orders this backend's later work after all work issued so far on
+  // `stream`, a stream of another user of the backend's device given by its
+  // handle (a cudaStream_t as an integer, as PyTorch's
+  // torch.cuda.Stream.cuda_stream gives it; 0 is the legacy default stream),
+  // without waiting on the host: the CUDA backend records an event on
+  // `stream` and makes its own stream wait for it. A PyTorch program calls
+  // it before a step reads gradients its backward pass wrote. The CPU
+  // backend has no streams (its calls, and its caller's, complete before
+  // they return) and accepts only 0.
+  // Possible errors: INVALID_ARGUMENT (a stream on the CPU backend),
+  // INTERNAL.
+  virtual absl::Status WaitForStream(std::uintptr_t stream) = 0;
+
   // --- Memory of the backend's space, for callers that keep their buffers
   // there (the sharded optimizer). Ordered with the kernels like any call.
 
@@ -163,6 +176,12 @@ class KernelBackend {
   // Possible errors: INVALID_ARGUMENT, INTERNAL (including an earlier
   // device error).
   virtual absl::Status CopyToHost(const void* src, void* host, int64_t bytes) = 0;
+
+  // The CopyFromHost and CopyToHost calls that moved bytes so far: tensor
+  // data crossing between the caller's host memory and the backend's (over
+  // the bus on CUDA; a memcpy on the CPU backend). A caller that keeps its
+  // tensors in the backend's memory makes none in a step; tests count them.
+  virtual int64_t host_copies() const = 0;
 
   // dst[0, bytes) = 0.
   // Possible errors: INVALID_ARGUMENT, INTERNAL.

@@ -151,6 +151,31 @@ TEST_P(BackendMemoryConformanceTest, ZeroSizes_AreNoOps) {
   MUONSHARD_EXPECT_OK(backend_->Convert(nullptr, ElementType::kFloat32, nullptr, ElementType::kBFloat16, 0));
 }
 
+TEST_P(BackendMemoryConformanceTest, HostCopies_CountTheCopiesBetweenHostAndBackendThatMovedBytes) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, backend_->Allocate(256));
+  const int64_t before = backend_->host_copies();
+  std::vector<float> host(16, 1.5f);
+  MUONSHARD_ASSERT_OK(backend_->CopyFromHost(host.data(), memory.get(), 64));
+  MUONSHARD_ASSERT_OK(backend_->CopyToHost(memory.get(), host.data(), 64));
+  EXPECT_EQ(backend_->host_copies(), before + 2);
+  // Zero bytes, and work inside the backend's memory, move nothing over the bus.
+  MUONSHARD_ASSERT_OK(backend_->CopyFromHost(host.data(), memory.get(), 0));
+  MUONSHARD_ASSERT_OK(backend_->SetZero(memory.get(), 64));
+  char* base = static_cast<char*>(memory.get());
+  MUONSHARD_ASSERT_OK(backend_->Convert(base, ElementType::kFloat32, base + 128, ElementType::kBFloat16, 16));
+  MUONSHARD_ASSERT_OK(backend_->Copy2D(base, 32, base + 64, 32, 16, 2));
+  MUONSHARD_ASSERT_OK(backend_->Synchronize());
+  EXPECT_EQ(backend_->host_copies(), before + 2);
+}
+
+TEST_P(BackendMemoryConformanceTest, WaitForStream_TheDefaultStreamOrdersTheNextWork) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, backend_->Allocate(64));
+  MUONSHARD_ASSERT_OK(backend_->WaitForStream(0));
+  std::vector<uint8_t> out(64, 0xab);
+  MUONSHARD_ASSERT_OK(backend_->CopyToHost(memory.get(), out.data(), 64));
+  EXPECT_EQ(out, std::vector<uint8_t>(64, 0));
+}
+
 TEST_P(BackendMemoryConformanceTest, BadArguments_AreInvalidArgument) {
   EXPECT_THAT(backend_->Allocate(-1), StatusIs(absl::StatusCode::kInvalidArgument, _));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, backend_->Allocate(64));

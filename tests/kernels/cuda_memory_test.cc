@@ -1,7 +1,11 @@
 // KernelBackend's memory conformance suite on the CUDA backend (skipped
 // without a device), plus what only a device can get wrong: host pointers
-// refused where device memory is required.
+// refused where device memory is required, and ordering after a caller's
+// stream.
 
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -43,6 +47,26 @@ TEST(CudaBackendMemoryTest, HostPointersWhereDeviceMemoryBelongs_AreInvalidArgum
   EXPECT_THAT((*backend)->Convert(host.data(), ElementType::kFloat32, other.data(), ElementType::kBFloat16, 16),
               StatusIs(absl::StatusCode::kInvalidArgument, _));
   MUONSHARD_EXPECT_OK((*backend)->Synchronize());
+}
+
+// A caller's stream (a PyTorch program's): work it enqueued before
+// WaitForStream is done before the backend's next work reads its memory.
+TEST(CudaBackendMemoryTest, WaitForStream_OrdersTheBackendAfterTheCallersStream) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = CreateCuda();
+  if (!backend.ok()) GTEST_SKIP() << "no CUDA device: " << backend.status();
+  constexpr int64_t kBytes = 64 << 20;  // long enough to be running when the backend's copy is issued
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, (*backend)->Allocate(kBytes));
+  cudaStream_t caller = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&caller, cudaStreamNonBlocking), cudaSuccess);
+  for (int i = 1; i <= 8; ++i) ASSERT_EQ(cudaMemsetAsync(memory.get(), i, kBytes, caller), cudaSuccess);
+  MUONSHARD_ASSERT_OK((*backend)->WaitForStream(reinterpret_cast<std::uintptr_t>(caller)));
+  std::vector<uint8_t> out(kBytes);
+  MUONSHARD_ASSERT_OK((*backend)->CopyToHost(memory.get(), out.data(), kBytes));
+  EXPECT_EQ(out.front(), 8);
+  EXPECT_EQ(out.back(), 8);
+  EXPECT_EQ((*backend)->host_copies(), 1);
+  ASSERT_EQ(cudaStreamSynchronize(caller), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(caller), cudaSuccess);
 }
 
 }  // namespace

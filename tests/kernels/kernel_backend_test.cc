@@ -222,6 +222,8 @@ class PerItemBackend final : public KernelBackend {
   }
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override { return cpu_->CastToBf16(in, out, n); }
   absl::Status Synchronize() override { return cpu_->Synchronize(); }
+  absl::Status WaitForStream(std::uintptr_t stream) override { return cpu_->WaitForStream(stream); }
+  int64_t host_copies() const override { return cpu_->host_copies(); }
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override { return cpu_->Allocate(bytes); }
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
     return cpu_->CopyFromHost(host, dst, bytes);
@@ -263,6 +265,13 @@ TEST(KernelBackendTest, DefaultMuonUpdateBatchValidatesAllThenUpdatesPerItem) {
   MUONSHARD_ASSERT_OK(backend.MuonUpdateBatch(TensorsOf(items), shape, WeightLayout::kInOut, MuonOptions()));
   EXPECT_EQ(backend.muon_calls(), 5);
   ExpectSameItems(items, expected);
+}
+
+TEST(CpuKernelBackendTest, WaitForStream_RefusesAStreamItDoesNotHave) {
+  std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend();
+  MUONSHARD_EXPECT_OK(backend->WaitForStream(0));
+  EXPECT_THAT(backend->WaitForStream(0x1234),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the CPU backend has no streams")));
 }
 
 }  // namespace

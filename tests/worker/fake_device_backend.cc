@@ -157,14 +157,14 @@ absl::StatusOr<kernels::BackendMemory> FakeDeviceBackend::Allocate(int64_t bytes
 absl::Status FakeDeviceBackend::CopyFromHost(const void* host, void* dst, int64_t bytes) {
   MUONSHARD_RETURN_IF_ERROR(Check(host, bytes, false, "CopyFromHost source"));
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(dst, bytes, "CopyFromHost destination"));
-  ++host_copies_;
+  if (bytes > 0) ++host_copies_;
   return cpu_->CopyFromHost(host, dst, bytes);
 }
 
 absl::Status FakeDeviceBackend::CopyToHost(const void* src, void* host, int64_t bytes) {
   MUONSHARD_RETURN_IF_ERROR(CheckDevice(src, bytes, "CopyToHost source"));
   MUONSHARD_RETURN_IF_ERROR(Check(host, bytes, false, "CopyToHost destination"));
-  ++host_copies_;
+  if (bytes > 0) ++host_copies_;
   return cpu_->CopyToHost(src, host, bytes);
 }
 

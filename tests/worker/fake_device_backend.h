@@ -48,6 +48,8 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
                       int64_t rows) override;
   absl::Status CastToBf16(const float* in, kernels::Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
+  // Any handle: the fake's calls complete before they return.
+  absl::Status WaitForStream(std::uintptr_t /*stream*/) override { return absl::OkStatus(); }
   absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override;
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;
@@ -57,8 +59,9 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   // Calls refused for a pointer on the wrong side.
   int violations() const { return violations_; }
-  // Copies made between host and "device" (CopyFromHost, CopyToHost).
-  int host_copies() const { return host_copies_; }
+  // Copies that moved bytes between host and "device" (CopyFromHost,
+  // CopyToHost).
+  int64_t host_copies() const override { return host_copies_; }
 
  private:
   // OK when [p, p + bytes) lies inside one live allocation (`device`) or
@@ -68,7 +71,7 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
 
   std::unique_ptr<kernels::KernelBackend> cpu_;
   int violations_ = 0;
-  int host_copies_ = 0;
+  int64_t host_copies_ = 0;
 };
 
 }  // namespace muonshard::worker::testing

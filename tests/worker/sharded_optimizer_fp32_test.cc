@@ -197,7 +197,7 @@ TEST(Fp32MastersStorageTest, MasterShardsAreTheModelCopy) {
       if (h.spec->name() == s.spec.name) tensor = h.tensor;
     }
     ASSERT_GE(tensor, 0);
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const ShardedOptimizer::PartStorage storage, opt->HostPartStorage(tensor));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const ShardedOptimizer::PartStorage storage, opt->BackendPartStorage(tensor));
     const float* params = static_cast<const float*>(storage.params);
     ASSERT_GE(s.data.data(), params);
     ASSERT_LE(s.data.data() + s.data.size(), params + storage.numel);

@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/bf16.h"
 #include "kernels/kernel_backend.h"
 #include "plan/plan_view.h"
 #include "tests/testing/manifest_builder.h"
@@ -253,6 +254,8 @@ class CountingCpuBackend final : public kernels::KernelBackend {
     return inner_->CastToBf16(in, out, n);
   }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
+  absl::Status WaitForStream(std::uintptr_t stream) override { return inner_->WaitForStream(stream); }
+  int64_t host_copies() const override { return inner_->host_copies(); }
   absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
     return inner_->CopyFromHost(host, dst, bytes);
@@ -453,7 +456,7 @@ TEST(DevicePartStorageTest, AStepFromGradientsInTheirSlots_CopiesNothingBetweenH
       std::copy(grad.begin(), grad.end(), static_cast<float*>(slot.grads));  // the "backward pass"
       grads.Set(h.tensor, BackendGradient{slot.grads, kernels::ElementType::kFloat32, h.numel()});
     }
-    const int before = devices[r].host_copies();
+    const int64_t before = devices[r].host_copies();
     MUONSHARD_RETURN_IF_ERROR(opt.Step(grads).status());
     step_copies[r] += devices[r].host_copies() - before;
     return absl::OkStatus();
@@ -485,6 +488,59 @@ TEST(DevicePartStorageTest, AStepFromGradientsInTheirSlots_CopiesNothingBetweenH
       EXPECT_TRUE(BitEqual(got, want)) << "rank " << r << " " << h.spec->name();
     }
   }
+}
+
+// The parameters a program keeps in device memory of its own (an FSDP2
+// shard on the GPU) get the model copies converted there in the backend: no
+// host copy, each target checked.
+TEST(DevicePartStorageTest, CopyModelCopiesTo_ConvertsIntoDeviceMemoryWithoutAHostCopy) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 1, 1, PolicyKind::kSeed));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
+  FakeDeviceBackend device;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, ShardedOptimizer::Create(view, {}, &device, {}));
+  const SyntheticWorkload workload;
+  MUONSHARD_ASSERT_OK(InitializeParameters(workload, *optimizer));
+  MUONSHARD_ASSERT_OK(TrainStep(workload, *optimizer, 0).status());
+  std::vector<kernels::BackendMemory> memory;
+  std::vector<ShardedOptimizer::ModelCopyTarget> targets;
+  int n = 0;
+  for (const HeldTensor& h : optimizer->held_tensors()) {  // fp32 and bf16 targets, alternately
+    const kernels::ElementType type = n++ % 2 == 0 ? kernels::ElementType::kFloat32 : kernels::ElementType::kBFloat16;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(kernels::BackendMemory m, device.Allocate(h.numel() * kernels::ElementBytes(type)));
+    targets.push_back({h.tensor, m.get(), type, h.numel()});
+    memory.push_back(std::move(m));
+  }
+  const int64_t copies = device.host_copies();
+  MUONSHARD_ASSERT_OK(optimizer->CopyModelCopiesTo(targets));
+  EXPECT_EQ(device.host_copies(), copies);
+  EXPECT_EQ(device.violations(), 0);
+  for (const ShardedOptimizer::ModelCopyTarget& t : targets) {
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::vector<float> want, optimizer->ModelCopy(t.tensor));
+    std::vector<float> got(t.numel);
+    if (t.type == kernels::ElementType::kFloat32) {
+      MUONSHARD_ASSERT_OK(device.CopyToHost(t.data, got.data(), t.numel * 4));
+      EXPECT_TRUE(BitEqual(got, want)) << t.tensor;
+    } else {
+      std::vector<kernels::Bf16Bits> words(t.numel);
+      MUONSHARD_ASSERT_OK(device.CopyToHost(t.data, words.data(), t.numel * 2));
+      for (int64_t i = 0; i < t.numel; ++i) {
+        ASSERT_EQ(words[i], kernels::FloatToBf16(want[i])) << t.tensor << " element " << i;
+      }
+    }
+  }
+  // A host pointer, a wrong size or a tensor this rank does not hold.
+  std::vector<float> host(targets[0].numel);
+  ShardedOptimizer::ModelCopyTarget bad = targets[0];
+  bad.data = host.data();
+  bad.type = kernels::ElementType::kFloat32;
+  EXPECT_THAT(optimizer->CopyModelCopiesTo({bad}), StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+  EXPECT_EQ(device.violations(), 1);
+  bad = targets[0];
+  --bad.numel;
+  EXPECT_THAT(optimizer->CopyModelCopiesTo({bad}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("output holds")));
+  bad.tensor = 100000;
+  EXPECT_THAT(optimizer->CopyModelCopiesTo({bad}), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
 }
 
 TEST(StepOptionsTest, PipelinedOnADeviceBackend_IsInvalidArgument) {

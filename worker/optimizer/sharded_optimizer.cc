@@ -151,16 +151,6 @@ absl::StatusOr<StepStats> ShardedOptimizer::FinishStep() {
   return stats;
 }
 
-absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::HostPartStorage(int tensor) {
-  MUONSHARD_ASSIGN_OR_RETURN(const PartStorage storage, BackendPartStorage(tensor));
-  if (backend_->device_kind() != kernels::DeviceKind::kCpu) {
-    MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
-    return absl::FailedPreconditionError(
-        absl::StrCat("tensor \"", layout_->Spec(*part).name(), "\": the optimizer's buffers are in device memory"));
-  }
-  return storage;
-}
-
 absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::BackendPartStorage(int tensor) {
   MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
   if (part->entries.size() != 1) {
@@ -183,6 +173,14 @@ absl::StatusOr<ShardedOptimizer::PartStorage> ShardedOptimizer::BackendPartStora
 absl::Status ShardedOptimizer::ReadModelCopy(int tensor, absl::Span<float> out) const {
   MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(tensor));
   return params_->ReadModelCopy(*part, out);
+}
+
+absl::Status ShardedOptimizer::CopyModelCopiesTo(absl::Span<const ModelCopyTarget> targets) {
+  for (const ModelCopyTarget& t : targets) {
+    MUONSHARD_ASSIGN_OR_RETURN(const PartLayout* part, layout_->HeldPart(t.tensor));
+    MUONSHARD_RETURN_IF_ERROR(params_->CopyModelCopyTo(*part, t.data, t.type, t.numel));
+  }
+  return backend_->Synchronize();
 }
 
 absl::StatusOr<std::vector<float>> ShardedOptimizer::ModelCopy(int tensor) const {

@@ -285,12 +285,12 @@ class ShardedOptimizer {
   // step reads the gradients and writes the parameters in place, with no
   // copy at all. Set when one bucket entry covers the whole part (always,
   // except a 3-D expert stack whose matrices have several owners); otherwise
-  // the program copies in (PartGradient spans) and out (ReadModelCopy). The
-  // memory is the kernel backend's (BackendPartStorage): device memory on a
-  // device backend, where a program keeps its tensors over it (a CUDA
-  // tensor's storage) and hands the gradient slot back as a BackendGradient,
-  // so a step moves no tensor data between host and device; HostPartStorage
-  // only where that memory is the host's (the CPU backend).
+  // the program converts in (a BackendGradient) and out (CopyModelCopiesTo)
+  // in the backend. The memory is the kernel backend's: host memory on the
+  // CPU backend, device memory on a device backend, where a program keeps
+  // its tensors over it (muonshard.torch: DLPack views, a CUDA tensor's
+  // storage) and hands the gradient slot back as a BackendGradient, so a
+  // step moves no tensor data between host and device.
   //   params: the part's model copy, `numel` elements of the tensor's dtype
   //     (float for FP32, 16-bit words for BF16/FP16), written by every
   //     Step() and RestoreFromState(); the program may read it at any time
@@ -311,13 +311,38 @@ class ShardedOptimizer {
   // NOT_FOUND (not held), FAILED_PRECONDITION (split over several bucket
   // entries: see above).
   absl::StatusOr<PartStorage> BackendPartStorage(int tensor);
-  // BackendPartStorage, and FAILED_PRECONDITION when the backend's memory is
-  // not the host's.
-  absl::StatusOr<PartStorage> HostPartStorage(int tensor);
 
   // The model copy of the rank's part of `tensor` as fp32 values.
   // Possible errors: NOT_FOUND, INVALID_ARGUMENT (out has the wrong size).
   absl::Status ReadModelCopy(int tensor, absl::Span<float> out) const;
+  // Where CopyModelCopiesTo writes the model copy of the rank's part of
+  // plan tensor `tensor`: `numel` elements of `type` at `data`, memory of the
+  // backend's space (a caller's tensor on the backend's device that cannot
+  // view the part's storage, e.g. an FSDP2 shard).
+  struct ModelCopyTarget {
+    int tensor = -1;
+    void* data = nullptr;
+    kernels::ElementType type = kernels::ElementType::kFloat32;
+    int64_t numel = 0;
+  };
+  // Converts each target's model copy into it in the backend (no host copy)
+  // and returns when all are written (one backend synchronisation).
+  // Possible errors: NOT_FOUND, INVALID_ARGUMENT (a size other than the
+  // part's, a null or, on CUDA, host pointer), INTERNAL.
+  absl::Status CopyModelCopiesTo(absl::Span<const ModelCopyTarget> targets);
+
+  // Orders the backend's later work (the next step's) after all work issued
+  // so far on a stream of the caller's (KernelBackend::WaitForStream): a
+  // PyTorch program's current CUDA stream, before a step or a GradReady
+  // reads what its backward pass wrote. Steps end with the backend
+  // synchronised, so what the caller issues after one sees its results.
+  // Possible errors: INVALID_ARGUMENT (a stream on the CPU backend),
+  // INTERNAL.
+  absl::Status WaitForStream(std::uintptr_t stream) { return backend_->WaitForStream(stream); }
+  // The backend's copies between host memory and its own so far
+  // (KernelBackend::host_copies): none in a step whose gradients and
+  // parameters stay in the backend's memory.
+  int64_t host_copies() const { return backend_->host_copies(); }
   absl::StatusOr<std::vector<float>> ModelCopy(int tensor) const;
 
   // The full fp32 master of every tensor part in the rank's groups, by plan

@@ -109,4 +109,9 @@ absl::Status BackendBuffer::ConvertFrom(int64_t offset, const BackendBuffer& src
   return backend_->Convert(src.At(src_offset), ToElementType(src.dtype_), At(offset), ToElementType(dtype_), n);
 }
 
+absl::Status BackendBuffer::ConvertTo(int64_t offset, int64_t n, void* out, kernels::ElementType type) const {
+  if (n == 0) return absl::OkStatus();
+  return backend_->Convert(At(offset), ToElementType(dtype_), out, type, n);
+}
+
 }  // namespace muonshard::worker::internal

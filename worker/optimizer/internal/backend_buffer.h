@@ -79,6 +79,9 @@ class BackendBuffer {
   // (SameElements). REQUIRES: src in the same backend, not otherwise
   // overlapping.
   absl::Status ConvertFrom(int64_t offset, const BackendBuffer& src, int64_t src_offset, int64_t n);
+  // out[0, n) = type(elements [offset, offset + n)), in the backend: `out`
+  // is memory of the backend's space (a caller's tensor on its device).
+  absl::Status ConvertTo(int64_t offset, int64_t n, void* out, kernels::ElementType type) const;
   // The address of element `offset` (in the backend's memory space).
   void* At(int64_t offset) const;
 

@@ -126,6 +126,23 @@ absl::Status ParameterBuffers::ReadModelCopy(const PartLayout& part, absl::Span<
   return absl::OkStatus();
 }
 
+absl::Status ParameterBuffers::CopyModelCopyTo(const PartLayout& part, void* out, kernels::ElementType type,
+                                               int64_t numel) const {
+  if (numel != part.element_end - part.element_begin) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", layout_.Spec(part).name(), "\": output holds ", numel,
+                                                   " values for a part of ", part.element_end - part.element_begin));
+  }
+  if (numel > 0 && out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor \"", layout_.Spec(part).name(), "\": null output"));
+  }
+  for (const EntryRef& ref : part.entries) {
+    const v1::BucketEntry& e = layout_.Entry(ref);
+    void* at = static_cast<char*>(out) + (e.element_begin() - part.element_begin) * kernels::ElementBytes(type);
+    MUONSHARD_RETURN_IF_ERROR(Params(ref).ConvertTo(e.offset(), e.numel(), at, type));
+  }
+  return absl::OkStatus();
+}
+
 BackendBuffer& ParameterBuffers::AdamwModel(int bucket, int64_t* offset) {
   const AdamwBucketLayout& al = layout_.index().adamw_buckets[bucket];
   AdamwBucketState& s = adamw_[bucket];

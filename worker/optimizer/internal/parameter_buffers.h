@@ -78,6 +78,10 @@ class ParameterBuffers {
   // The part's model copy as fp32 values. INVALID_ARGUMENT when `out` has
   // the wrong size.
   absl::Status ReadModelCopy(const PartLayout& part, absl::Span<float> out) const;
+  // The part's model copy converted into `out`, the part's `numel` elements
+  // of `type` in the backend's memory (no host copy). INVALID_ARGUMENT when
+  // `numel` is not the part's.
+  absl::Status CopyModelCopyTo(const PartLayout& part, void* out, kernels::ElementType type, int64_t numel) const;
 
   // Where an AdamW bucket's update writes its model values: the staging
   // buffer (from 0), or `params` from the shard's begin (a group of one, or
