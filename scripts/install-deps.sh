@@ -13,7 +13,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git ca-certificates
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libre2-dev
   libabsl-dev libgoogle-glog-dev libgflags-dev
-  prometheus-cpp-dev libgloo-dev libsqlite3-dev sqlite3 libssl-dev zlib1g-dev
+  prometheus-cpp-dev libgloo-dev libsqlite3-dev sqlite3 libssl-dev zlib1g-dev libdlpack-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   openssl curl python3
   # The house format and lint (scripts/check-format.sh, scripts/lint.sh).

@@ -117,14 +117,39 @@ class PyRankSession {
 
   void CheckHealth() const { ThrowIfError(session().health()); }
 
-  // (params, grads) arrays over the optimizer's own buffers, or None where
-  // the part cannot be viewed (NOTE [Part storage]).
+  // (params, grads) DLPack capsules over the optimizer's own buffers, in the
+  // backend's memory (the host's or the GPU's), or None where the part
+  // cannot be viewed (NOTE [Part storage]).
   py::object PartStorage(py::object self, int tensor) {
-    absl::StatusOr<worker::ShardedOptimizer::PartStorage> s = optimizer().HostPartStorage(tensor);
+    absl::StatusOr<worker::ShardedOptimizer::PartStorage> s = optimizer().BackendPartStorage(tensor);
     if (s.status().code() == absl::StatusCode::kFailedPrecondition) return py::none();
     worker::ShardedOptimizer::PartStorage storage = ValueOrThrow(std::move(s));
-    return py::make_tuple(ArrayOver(storage.params, storage.param_dtype, storage.numel, self),
-                          ArrayOver(storage.grads, storage.grad_dtype, storage.numel, self));
+    const MemoryDevice device = memory_device();
+    return py::make_tuple(DlpackOver(storage.params, storage.param_dtype, storage.numel, device, self),
+                          DlpackOver(storage.grads, storage.grad_dtype, storage.numel, device, self));
+  }
+
+  // Where the optimizer's memory is: ("cpu", -1) or ("cuda", ordinal).
+  py::tuple backend_device() const {
+    const MemoryDevice d = memory_device();
+    if (d.cuda) return py::make_tuple("cuda", d.ordinal);
+    return py::make_tuple("cpu", -1);
+  }
+
+  int64_t host_copies() const { return optimizer().host_copies(); }
+
+  // Writes each part's model copy into the caller's memory in the backend's
+  // space ({plan tensor index: (address, dtype name, numel)}: a CUDA
+  // tensor's data_ptr() with backend nccl, host memory with gloo); returns
+  // when they are written.
+  void CopyModelCopiesTo(py::dict targets) {
+    std::vector<worker::ShardedOptimizer::ModelCopyTarget> list;
+    for (auto [key, value] : targets) {
+      const int tensor = key.cast<int>();
+      auto [address, dtype, numel] = value.cast<std::tuple<uintptr_t, std::string, int64_t>>();
+      list.push_back({tensor, reinterpret_cast<void*>(address), ValueOrThrow(ElementTypeOf(dtype, tensor)), numel});
+    }
+    Blocking([&](worker::RankSession& rs) { return rs.optimizer().CopyModelCopiesTo(list); });
   }
 
   void SetParameter(int tensor, py::handle values) {
@@ -162,6 +187,18 @@ class PyRankSession {
     Blocking([&](worker::RankSession& rs) { return rs.optimizer().BeginStep(); });
   }
 
+  // GradReady with the gradient in the backend's memory (as
+  // step_addresses), after all work issued so far on `stream` (the caller's
+  // CUDA stream that produced it; 0 with gloo).
+  void GradReadyAddress(int tensor, uintptr_t address, const std::string& dtype, int64_t numel, uintptr_t stream) {
+    const worker::BackendGradient grad{reinterpret_cast<const void*>(address),
+                                       ValueOrThrow(ElementTypeOf(dtype, tensor)), numel};
+    Blocking([&](worker::RankSession& rs) {
+      MUONSHARD_RETURN_IF_ERROR(rs.optimizer().WaitForStream(stream));
+      return rs.optimizer().GradReady(tensor, grad);
+    });
+  }
+
   void GradReady(int tensor, py::handle grad) {
     FloatArray values = CheckedFloats(grad, absl::StrCat("gradient of plan tensor ", tensor));
     Blocking([&](worker::RankSession& rs) {
@@ -176,8 +213,11 @@ class PyRankSession {
   // One step with gradients given by address in the kernel backend's memory
   // ({plan tensor index: (address, dtype name, numel)}): a CUDA tensor's
   // data_ptr() with backend nccl, host memory with gloo. The memory must hold
-  // the gradient until the step returns (the caller keeps the tensors).
-  py::dict StepAddresses(py::dict grads, double loss, double train_seconds) {
+  // the gradient until the step returns (the caller keeps the tensors). The
+  // step runs after all work issued so far on `stream` (the caller's current
+  // CUDA stream, whose backward pass wrote the gradients; 0 with gloo) and
+  // returns with its results written.
+  py::dict StepAddresses(py::dict grads, double loss, double train_seconds, uintptr_t stream) {
     worker::BackendGradientMap source;
     for (auto [key, value] : grads) {
       const int tensor = key.cast<int>();
@@ -185,7 +225,12 @@ class PyRankSession {
       source.Set(tensor, worker::BackendGradient{reinterpret_cast<const void*>(address),
                                                  ValueOrThrow(ElementTypeOf(dtype, tensor)), numel});
     }
-    return RunStep([&](worker::RankSession& rs) { return rs.optimizer().Step(source); }, loss, train_seconds);
+    return RunStep(
+        [&](worker::RankSession& rs) -> absl::StatusOr<worker::StepStats> {
+          MUONSHARD_RETURN_IF_ERROR(rs.optimizer().WaitForStream(stream));
+          return rs.optimizer().Step(source);
+        },
+        loss, train_seconds);
   }
 
   py::dict Memory() const {
@@ -430,8 +475,14 @@ class PyRankSession {
     if (dtype == "float32") return kernels::ElementType::kFloat32;
     if (dtype == "bfloat16") return kernels::ElementType::kBFloat16;
     if (dtype == "float16") return kernels::ElementType::kFloat16;
-    return absl::InvalidArgumentError(absl::StrCat("gradient of plan tensor ", tensor, ": dtype \"", dtype,
-                                                   "\" is not float32, bfloat16 or float16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("plan tensor ", tensor, ": dtype \"", dtype, "\" is not float32, bfloat16 or float16"));
+  }
+
+  // The memory of the session's kernel backend (the CUDA device, or the host).
+  MemoryDevice memory_device() const {
+    const int device = session().cuda_device();
+    return device >= 0 ? MemoryDevice{true, device} : MemoryDevice{false, 0};
   }
 
   // The session; FAILED_PRECONDITION after close(). REQUIRES: the GIL.
@@ -513,7 +564,12 @@ void BindRankSession(py::module_& m) {
       .def("grad_ready", &PyRankSession::GradReady, py::arg("tensor"), py::arg("grad"))
       .def("finish_step", &PyRankSession::FinishStep, py::arg("loss") = NAN, py::arg("train_seconds") = 0.0)
       .def("step_addresses", &PyRankSession::StepAddresses, py::arg("grads"), py::arg("loss") = NAN,
-           py::arg("train_seconds") = 0.0)
+           py::arg("train_seconds") = 0.0, py::arg("stream") = 0)
+      .def("grad_ready_address", &PyRankSession::GradReadyAddress, py::arg("tensor"), py::arg("address"),
+           py::arg("dtype"), py::arg("numel"), py::arg("stream") = 0)
+      .def("copy_model_copies_to", &PyRankSession::CopyModelCopiesTo, py::arg("targets"))
+      .def_property_readonly("backend_device", &PyRankSession::backend_device)
+      .def_property_readonly("host_copies", &PyRankSession::host_copies)
       .def("memory", &PyRankSession::Memory)
       .def("state", &PyRankSession::State)
       .def("load_state", &PyRankSession::LoadState, py::arg("tensors"), py::arg("step"), py::arg("beta1_pow"),

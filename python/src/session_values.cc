@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "dlpack/dlpack.h"
 #include "plan/model.h"
 #include "plan/tp_mesh.h"
 #include "pybind11/stl.h"
@@ -15,18 +16,42 @@ namespace {
 
 namespace py = pybind11;
 
-// The numpy dtype an array over `dtype` elements uses: 16-bit floats other
-// than fp16 have no numpy type, so bf16 travels as int16 words (torch views
-// them as bfloat16).
-py::dtype NumpyDType(v1::DType dtype) {
+DLDataType DlpackType(v1::DType dtype) {
   switch (dtype) {
     case v1::BF16:
-      return py::dtype("int16");
+      return DLDataType{kDLBfloat, 16, 1};
     case v1::FP16:
-      return py::dtype("float16");
+      return DLDataType{kDLFloat, 16, 1};
     default:
-      return py::dtype::of<float>();
+      return DLDataType{kDLFloat, 32, 1};
   }
+}
+
+// A DLManagedTensor with its shape and its owner: freed by its deleter,
+// which the consumer calls when its tensor goes (on any thread, maybe
+// without the GIL), or by the capsule if it was never consumed.
+struct DlpackHolder {
+  DLManagedTensor managed{};
+  int64_t shape[1] = {0};
+  PyObject* owner = nullptr;
+};
+
+void DeleteDlpackHolder(DLManagedTensor* managed) {
+  auto* holder = static_cast<DlpackHolder*>(managed->manager_ctx);
+  if (Py_IsInitialized()) {  // at interpreter exit the owner is gone already
+    const PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XDECREF(holder->owner);
+    PyGILState_Release(gil);
+  }
+  delete holder;
+}
+
+// The capsule's destructor: frees the tensor unless a consumer took it
+// (and renamed the capsule "used_dltensor").
+void DestroyDlpackCapsule(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
 }
 
 }  // namespace
@@ -37,10 +62,27 @@ absl::StatusOr<absl::Span<const float>> SpanGradients::PartGradient(int tensor) 
   return it->second;
 }
 
-py::array ArrayOver(void* data, v1::DType dtype, int64_t numel, py::handle owner) {
-  py::dtype type = NumpyDType(dtype);
-  const py::ssize_t item = type.itemsize();
-  return py::array(type, {static_cast<py::ssize_t>(numel)}, {item}, data, owner);
+py::capsule DlpackOver(void* data, v1::DType dtype, int64_t numel, MemoryDevice device, py::handle owner) {
+  auto* holder = new DlpackHolder;
+  holder->shape[0] = numel;
+  holder->owner = owner.ptr();
+  Py_XINCREF(holder->owner);
+  DLTensor& t = holder->managed.dl_tensor;
+  t.data = data;
+  t.device = device.cuda ? DLDevice{kDLCUDA, device.ordinal} : DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = DlpackType(dtype);
+  t.shape = holder->shape;
+  t.strides = nullptr;  // compact
+  t.byte_offset = 0;
+  holder->managed.manager_ctx = holder;
+  holder->managed.deleter = &DeleteDlpackHolder;
+  PyObject* capsule = PyCapsule_New(&holder->managed, "dltensor", &DestroyDlpackCapsule);
+  if (capsule == nullptr) {
+    DeleteDlpackHolder(&holder->managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(capsule);
 }
 
 py::list HeldParts(const v1::RankView& view) {

@@ -1,7 +1,7 @@
 #ifndef MUONSHARD_PYTHON_SRC_SESSION_VALUES_H_
 #define MUONSHARD_PYTHON_SRC_SESSION_VALUES_H_
 
-// The Python values of a RankSession (rank_session.cc): numpy arrays over
+// The Python values of a RankSession (rank_session.cc): DLPack tensors over
 // the optimizer's own memory and checked arrays from the caller, the held
 // parts and step statistics as dicts, the keys of optimizer-state shards.
 
@@ -32,10 +32,19 @@ class SpanGradients : public worker::GradientSource {
   absl::flat_hash_map<int, absl::Span<const float>> spans_;
 };
 
-// A 1-D array of `numel` elements of `dtype` over `data`, which `owner`
-// keeps alive. 16-bit floats other than fp16 have no numpy type, so bf16
-// travels as int16 words (torch views them as bfloat16).
-pybind11::array ArrayOver(void* data, v1::DType dtype, int64_t numel, pybind11::handle owner);
+// Where memory handed to Python lives: the host (the CPU backend), or CUDA
+// device `ordinal` (the CUDA backend's).
+struct MemoryDevice {
+  bool cuda = false;
+  int ordinal = 0;
+};
+
+// A DLPack capsule ("dltensor", DLPack 0.6's DLManagedTensor) of a 1-D
+// tensor of `numel` elements of `dtype` over `data`, on `device`, which
+// `owner` keeps alive until the consumer (torch.from_dlpack) frees it.
+// Host and device memory alike, so one code path views the optimizer's
+// buffers from PyTorch on either backend.
+pybind11::capsule DlpackOver(void* data, v1::DType dtype, int64_t numel, MemoryDevice device, pybind11::handle owner);
 
 // `value` as a C-contiguous float32 array (no copy); ValueError naming
 // `what` otherwise.

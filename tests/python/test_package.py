@@ -211,6 +211,16 @@ def test_parameters_not_matching_the_plan_raise_value_error_naming_the_tensor(co
     ]
     with pytest.raises(ValueError, match=re.escape("model.norm.weight")):
         mst.ShardedMuonAdamW(retyped, coordinator=coordinator.address, job="j3", plan_version=version)
+    # The backend needs its device: CPU tensors for gloo, CUDA ones for nccl.
+    with pytest.raises(ValueError, match=re.escape("'model.embed_tokens.weight' is on cpu: backend nccl needs CUDA")):
+        mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j4", plan_version=version, backend="nccl")
+    meta = [
+        (n, torch.nn.Parameter(torch.empty(p.shape, device="meta")) if n == "lm_head.weight" else p) for n, p in params
+    ]
+    with pytest.raises(
+        ValueError, match=re.escape("'lm_head.weight' is on meta but 'model.embed_tokens.weight' is on cpu")
+    ):
+        mst.ShardedMuonAdamW(meta, coordinator=coordinator.address, job="j4", plan_version=version)
     # Nothing was left joined: a correct module still joins these jobs as rank 0 of 1.
     opt = mst.ShardedMuonAdamW(params, coordinator=coordinator.address, job="j1", plan_version=version)
     assert opt.rank == 0 and opt.world_size == 1
@@ -305,6 +315,50 @@ def test_single_rank_step_metrics_and_state_dict_round_trip(coordinator, tmp_pat
     opt.close()
     opt.close()  # idempotent
     assert json.loads(json.dumps(c.workers("solo")))  # the job is listed, its worker left
+
+
+@pytest.mark.parametrize(
+    "dtype,alias_buffers,overlap_backward",
+    [
+        (torch.float32, True, False),
+        (torch.bfloat16, True, True),
+        (torch.float32, False, False),
+        (torch.bfloat16, False, True),
+    ],
+)
+def test_steps_move_no_tensor_data_through_the_host(coordinator, dtype, alias_buffers, overlap_backward):
+    """The step path is the device one on every backend (issue 34): gradients go
+    to the step by address in the backend's memory, parameters are DLPack views
+    of the fused buffers (or, not aliased, get the model copy converted in the
+    backend), so a step makes no host copy -- here on the CPU backend, whose
+    copies into and out of its memory count as they do over the bus on CUDA. The
+    fp32 parameters' gradients are the fused slots themselves."""
+    c = muonshard.Coordinator(coordinator.address)
+    params = [(n, torch.nn.Parameter(p.detach().to(dtype))) for n, p in dense_params()]
+    job = "copies-%s-%d-%d" % (str(dtype)[6:], alias_buffers, overlap_backward)
+    version = c.submit(mst.manifest_from_module(params, "dense"), world_size=1)
+    opt = mst.ShardedMuonAdamW(
+        params,
+        coordinator=coordinator.address,
+        job=job,
+        plan_version=version,
+        alias_buffers=alias_buffers,
+        overlap_backward=overlap_backward,
+        blas_threads=1,
+    )
+    before = {n: p.detach().clone() for n, p in params}
+    addresses = {n: p.data_ptr() for n, p in params}
+    copies = opt.host_copies
+    for _ in range(3):
+        loss = sum((p.float() ** 2).sum() for _, p in params)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    assert opt.host_copies == copies
+    for n, p in params:
+        assert not torch.equal(p.detach(), before[n]), n
+        assert p.data_ptr() == addresses[n], n  # written in place, aliased or not
+    opt.close()
 
 
 def test_pip_installs_the_built_tree_without_network(tmp_path):

@@ -102,20 +102,21 @@ def assert_identical(a, b):
 
 
 class FaultySession:
-    """The real RankSession, with errors raised from step() at chosen calls and
-    the recovery loop's reports and re-joins counted."""
+    """The real RankSession, with errors raised from its step (step_addresses,
+    which ShardedMuonAdamW calls) at chosen calls and the recovery loop's
+    reports and re-joins counted."""
 
     def __init__(self, inner, faults):
         self.inner = inner
-        self.faults = dict(faults)  # step() call number (from 0) -> exception
+        self.faults = dict(faults)  # step call number (from 0) -> exception
         self.calls = {"step": 0, "report_error": [], "recover": 0}
 
-    def step(self, *args, **kwargs):
+    def step_addresses(self, *args, **kwargs):
         n = self.calls["step"]
         self.calls["step"] += 1
         if n in self.faults:
             raise self.faults.pop(n)
-        return self.inner.step(*args, **kwargs)
+        return self.inner.step_addresses(*args, **kwargs)
 
     def recover_from(self, code, message, detect, before_teardown, restore):
         """The recovery loop (worker/recovery_driver.h): reports `code`, then
@@ -294,6 +295,10 @@ def test_a_session_without_a_group_raises_instead_of_crashing(tmp_path):
         index = session.held()[0]["index"]
         calls = [
             lambda: session.step({}),
+            lambda: session.step_addresses({}),
+            lambda: session.grad_ready_address(index, 0, "float32", 0),
+            lambda: session.copy_model_copies_to({}),
+            lambda: session.host_copies,
             session.describe,
             session.memory,
             session.state,

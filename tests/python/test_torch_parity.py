@@ -52,9 +52,9 @@ class Net(torch.nn.Module):
         return self.lm_head(h)
 
 
-def make_net():
+def make_net(device="cpu"):
     torch.manual_seed(3)
-    return Net()
+    return Net().to(device)
 
 
 def batches():
@@ -65,7 +65,9 @@ def batches():
 
 
 def train(model, step_fn, zero_fn):
+    device = next(model.parameters()).device
     for x, y in batches():
+        x, y = x.to(device), y.to(device)
         loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()
         step_fn()
@@ -86,8 +88,8 @@ def fp32_zeropower(grad, ns_coefficients, ns_steps, eps):
     return x.T if grad.size(0) > grad.size(1) else x
 
 
-def torch_reference(adjust_lr_fn, muon_names):
-    model = make_net()
+def torch_reference(adjust_lr_fn, muon_names, device="cpu"):
+    model = make_net(device)
     named = dict(model.named_parameters())
     muon = torch.optim.Muon(
         [named[n] for n in muon_names], lr=LR, weight_decay=WD, momentum=0.95, nesterov=True, adjust_lr_fn=adjust_lr_fn
@@ -107,8 +109,10 @@ def torch_reference(adjust_lr_fn, muon_names):
     return train(model, step, zero)
 
 
-def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default"):
-    model = make_net()
+def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default", device="cpu", **options):
+    """The trained parameters, after asserting that the steps moved no tensor
+    data through the host (on CUDA: over the bus)."""
+    model = make_net(device)
     client = muonshard.Coordinator(coord.address)
     version = client.submit(mst.manifest_from_module(model, "parity"), world_size=1)
     scale = {
@@ -131,10 +135,15 @@ def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default"):
         ns_precision=ns_precision,
         blas_threads=1,
         reduce_order="rank",
+        backend="nccl" if torch.device(device).type == "cuda" else "gloo",
         **scale,
+        **options,
     )
     try:
-        return train(model, opt.step, opt.zero_grad)
+        copies = opt.host_copies
+        trained = train(model, opt.step, opt.zero_grad)
+        assert opt.host_copies == copies, "%d host copies in the steps" % (opt.host_copies - copies)
+        return trained
     finally:
         opt.close()
 
@@ -169,3 +178,28 @@ def test_bf16_newton_schulz_is_no_farther_from_exact_than_torchs_bf16_muon(coord
         ours = relative_error(got[name] - initial[name], exact[name] - initial[name])
         torchs = relative_error(torch_bf16[name] - initial[name], exact[name] - initial[name])
         assert 0 < ours <= 1.5 * torchs, "%s: %.3g from exact, torch's bf16 Muon %.3g" % (name, ours, torchs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (issue 34's GPU run)")
+@pytest.mark.parametrize("overlap_backward", [False, True])
+def test_on_cuda_tensors_over_nccl_equals_torchs_own_on_the_same_gpu(coordinator, monkeypatch, overlap_backward):
+    """Issue 34 (a): the model on cuda:0, the step on the CUDA backend over NCCL
+    (world 1: NCCL refuses two ranks on one GPU), Newton-Schulz in fp32, against
+    torch's own Muon (fp32 Newton-Schulz) and AdamW on the same GPU: within 1e-5
+    relative, with no host copy in any step."""
+    device = "cuda:0"
+    got = muonshard_run(
+        coordinator,
+        "parity-cuda-%d" % overlap_backward,
+        "original",
+        ns_precision="fp32",
+        device=device,
+        overlap_backward=overlap_backward,
+    )
+    monkeypatch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", fp32_zeropower)
+    want = torch_reference("original", Net.MUON, device)
+    initial = dict(make_net(device).named_parameters())
+    for name, w in want.items():
+        assert got[name].device == w.device, name
+        err = relative_error(got[name] - initial[name], w - initial[name])
+        assert err <= 1e-5, "%s: the update differs by %.3g relative" % (name, err)

@@ -6,7 +6,6 @@ import time
 import warnings
 from typing import Any
 
-import numpy as np
 import torch
 
 from muonshard import _muonshard
@@ -16,6 +15,7 @@ from muonshard.torch.groups import check_group_options, no_decay_names, parse_gr
 from muonshard.torch.manifest import dtype_name
 
 _TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 # The one source of defaults: the C++ option structs' (worker::RankSessionOptions,
 # worker::OptimizerConfig), the ones muonshard-worker's flags take too.
 _DEFAULTS = _muonshard.session_defaults()
@@ -88,7 +88,6 @@ class _Part:
         # fp32 view of the part's gradient slot in the fused buffer, and
         # whether it is also the parameter's .grad (fp32 parameters).
         self.slot = None
-        self.slot_numpy = None
         self.grad_is_slot = False
         self._zeros = None
 
@@ -98,7 +97,7 @@ class _Part:
 
     def values(self):
         """The parameter's current values as float32 numpy (for set_parameter)."""
-        return self.local().detach().reshape(-1).to(torch.float32).contiguous().numpy()
+        return self.local().detach().reshape(-1).to(device="cpu", dtype=torch.float32).contiguous().numpy()
 
     def master_values(self, begin, end):
         """Elements [begin, end) of the tensor's element space, of an fp32
@@ -108,51 +107,44 @@ class _Part:
     def alias(self, storage):
         """Makes the parameter a view of the optimizer's model copy, and keeps a view
         of its gradient slot: no copies in or out of a step (NOTE [Part storage]).
-        fp32 parameters get the slot as their .grad (backward accumulates into the
-        fused buffer); others are converted into it in one pass."""
-        params, grads = storage
-        view = torch.from_numpy(params)
-        if self.param.dtype == torch.bfloat16:
-            view = view.view(torch.bfloat16)
-        if view.dtype == self.param.dtype:
-            self.param.data = view.view(self.param.shape)
+        `storage` is the optimizer's (params, grads) as DLPack capsules, in its
+        backend's memory: the host's, or the parameter's GPU. fp32 parameters get
+        the slot as their .grad (backward accumulates into the fused buffer);
+        others are converted into it by the step."""
+        params, grads = (torch.utils.dlpack.from_dlpack(c) for c in storage)
+        if params.dtype == self.param.dtype:
+            self.param.data = params.view(self.param.shape)
             self.aliased = True
-        if grads.dtype == np.float32:
-            self.slot = torch.from_numpy(grads).view(self.param.shape)
-            self.slot_numpy = grads
+        if grads.dtype == torch.float32:
+            self.slot = grads.view(self.param.shape)
             self.slot.copy_(self.param.grad if self.param.grad is not None else torch.zeros_like(self.slot))
             if self.param.dtype == torch.float32:
                 self.param.grad = self.slot
                 self.grad_is_slot = True
 
     def gradient(self):
-        """This step's local gradient as float32 numpy (None counts as zeros)."""
+        """This step's local gradient as a contiguous tensor on the parameter's
+        device (None counts as zeros): the fused slot itself when backward wrote
+        into it, else the gradient, which the step converts into the slot."""
         grad = dtensor.local_grad(self.param)
-        if self.slot is not None:
-            if grad is None:
+        if grad is None:
+            if self.slot is not None:
                 self.slot.zero_()
                 if self.grad_is_slot:
                     self.param.grad = self.slot
-            elif grad.data_ptr() != self.slot.data_ptr():
-                self.slot.copy_(grad)  # one pass: converted (bf16) or copied into the fused buffer
-            return self.slot_numpy
-        if grad is None:
+                return self.slot
             if self._zeros is None:
-                self._zeros = np.zeros(self.numel, dtype=np.float32)
+                self._zeros = torch.zeros(self.numel, dtype=torch.float32, device=self.local().device)
             return self._zeros
-        return grad.detach().reshape(-1).to(torch.float32).contiguous().numpy()
+        return grad.detach().reshape(-1).contiguous()
 
-    def write_back(self, session):
-        """After a step or load: the model copy into a parameter that is not aliased."""
-        if self.aliased:
-            return
+    def write_target(self):
+        """Where the step's model copy goes in a parameter that does not view
+        it: (the tensor to write, the one to copy it into afterwards or None)."""
         data = self.local().data
-        if data.dtype == torch.float32 and data.is_contiguous():
-            session.read_model_copy(self.index, data.view(-1).numpy())
-            return
-        values = np.empty(self.numel, dtype=np.float32)
-        session.read_model_copy(self.index, values)
-        data.copy_(torch.from_numpy(values).view(data.shape))
+        if data.is_contiguous():
+            return data, None
+        return torch.empty(data.shape, dtype=data.dtype, device=data.device), data
 
     def zero_grad(self, set_to_none):
         if self.grad_is_slot:
@@ -174,8 +166,42 @@ class _Part:
             self.aliased = False
         if self.grad_is_slot:
             self.param.grad = self.slot.clone()
-        self.slot = self.slot_numpy = None
+        self.slot = None
         self.grad_is_slot = False
+
+
+def _device_of(named, backend):
+    """The one device every parameter is on, as `backend` needs it: the CPU for
+    gloo, one CUDA device for nccl (the optimizer's buffers, the step's kernels
+    and NCCL's communicators are on it). ValueError naming a parameter
+    elsewhere."""
+    if not named:
+        return torch.device("cpu")  # the plan check names what is missing
+    first_name, first = named[0]
+    device = first.device
+    if backend == "gloo" and device.type != "cpu":
+        raise ValueError("parameter %r is on %s: backend gloo needs CPU tensors" % (first_name, device))
+    if backend == "nccl":
+        if device.type != "cuda":
+            raise ValueError(
+                "parameter %r is on %s: backend nccl needs CUDA tensors (the model on cuda:LOCAL_RANK)"
+                % (first_name, device)
+            )
+        device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+    for name, param in named:
+        if param.device != device:
+            raise ValueError(
+                "parameter %r is on %s but %r is on %s: every parameter of a rank must be on one device"
+                % (name, param.device, first_name, device)
+            )
+    return device
+
+
+def _address(tensor):
+    """(address, dtype name, numel) of a contiguous tensor, as the extension's
+    address entry points take it (in the backend's memory: this rank's GPU, or
+    the host)."""
+    return (tensor.data_ptr(), _DTYPE_NAMES[tensor.dtype], tensor.numel())
 
 
 class ShardedMuonAdamW(torch.optim.Optimizer):
@@ -199,13 +225,24 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
 
     Gradients: each parameter's `.grad` is this rank's local gradient; the step
     averages it over the ranks holding the tensor. A parameter whose `.grad` is
-    None counts as a zero gradient. CPU parameters live inside the optimizer's
+    None counts as a zero gradient. Parameters live inside the optimizer's
     fused buffers (`param.data` is a view of the model copy, as Paddle's
     parameters are views of its param storage), so the step writes them in
     place. float32 parameters' `.grad` is a view of the fused gradient buffer
     too (backward accumulates into it, and the step copies nothing); bf16/fp16
     gradients are converted into that buffer in one pass. A part that cannot be
-    a view (a 3-D stack whose experts have several owners) is copied in and out.
+    a view (a 3-D stack whose experts have several owners) is converted in and
+    out.
+
+    Devices: with `backend="gloo"` the parameters are CPU tensors; with
+    `backend="nccl"` they are CUDA tensors on one device (`cuda:LOCAL_RANK`),
+    the fused buffers, the fp32 masters and the optimizer state are on that
+    device, Newton-Schulz runs as the project's CUDA kernels and the
+    collectives on its NCCL communicators. The step is ordered after the work
+    torch issued on its current CUDA stream (an event, no device-wide
+    synchronisation) and returns with the parameters written; no tensor data
+    crosses between host and device in a step (`host_copies` counts the
+    copies: checkpoints and construction make them).
     After `step()` the gradients are unspecified: call `zero_grad()` (which
     keeps the fused gradient buffers and zeroes them; `set_to_none` applies only
     to gradients outside them).
@@ -428,14 +465,8 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         self._by_name = {}
         for name, param in named:
             dtype_name(param.dtype)  # ValueError for unsupported dtypes
-            if backend == "gloo" and param.device.type != "cpu":
-                raise ValueError("parameter %r is on %s: backend gloo needs CPU tensors" % (name, param.device))
-            if backend == "nccl":
-                raise ValueError(
-                    "backend nccl needs CUDA tensors, which this torch build cannot hold; the CUDA "
-                    "path runs through muonshard-worker --backend nccl"
-                )
             self._by_name[name] = param
+        self._device = _device_of(named, backend)
         defaults = dict(
             lr=lr,
             betas=tuple(betas),
@@ -471,7 +502,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         # NOTE [Gradient hand-off]: backward hooks hand gradients over.
         self._overlap = bool(overlap_backward)
         self._step_open = False
-        self._handed = set()
+        self._handed = {}
         self._hook_error = None
         self._hooks = []
         self.hooked_gradients = 0  # handed over by the hooks in the last step
@@ -505,6 +536,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 rejoin_grace=0.0 if rejoin_grace is None else float(rejoin_grace),
                 min_workers=int(min_workers),
                 blas_threads=int(blas_threads),
+                **({"cuda_device": self._device.index} if self._device.type == "cuda" else {}),
                 lr=float(lr),
                 weight_decay=float(weight_decay),
                 muon_momentum=float(muon_momentum),
@@ -572,8 +604,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 self._session.check_health()
                 self._session.begin_step()
                 self._step_open = True
-            self._session.grad_ready(part.index, part.gradient())
-            self._handed.add(part.index)
+            self._hand_over(self._session, part)
         except Exception as e:  # raised by step(), which recovers from it like from its own errors
             self._hook_error = e
 
@@ -665,7 +696,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             storage = self._session.part_storage(part.index) if aliasing else None
             if storage is not None:
                 part.alias(storage)
-            part.write_back(self._session)
+        self._write_back(self._session)
         self._lr = float("nan")  # the next step applies param_groups' lr
         self._steps.fill_(float(self._session.steps_done))
         return 0 if loaded is None else int(loaded["step"])
@@ -705,6 +736,12 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def restarts(self):
         """Recoveries (and restarted starts) of this process so far."""
         return self._session.restarts if self._session is not None else self._restarts
+
+    @property
+    def host_copies(self):
+        """Copies of tensor data between host memory and the optimizer's so far
+        (on CUDA, transfers over the bus): a step makes none."""
+        return self._live_session().host_copies
 
     @property
     def max_restarts(self):
@@ -747,14 +784,14 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             else:
                 session.check_health()  # the generation moved since the last step: recover before touching anything
                 self._apply_lr()
-                grads = {part.index: part.gradient() for part in self._parts}
-                self.last_step_stats = session.step(grads, loss_value, train_seconds)
-            for part in self._parts:
-                part.write_back(session)
+                grads = {part.index: part.gradient() for part in self._parts}  # alive until the step returns
+                addresses = {index: _address(grad) for index, grad in grads.items()}
+                self.last_step_stats = session.step_addresses(addresses, loss_value, train_seconds, self._stream())
+            self._write_back(session)
             self._steps.fill_(float(session.steps_done))
         except Exception as e:
             self._step_open = False
-            self._handed = set()
+            self._handed = {}
             self._hook_error = None
             self._failed(e, started)
         self._last_step_end = time.perf_counter()
@@ -771,13 +808,25 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
             session.begin_step()
             self._step_open = True
         self._apply_lr()
+        hooked = len(self._handed)
         for part in self._parts:
             if part.index not in self._handed:
-                session.grad_ready(part.index, part.gradient())
+                self._hand_over(session, part)
         self._step_open = False
-        self.hooked_gradients = len(self._handed)
-        self._handed = set()
-        return session.finish_step(loss_value, train_seconds)
+        self.hooked_gradients = hooked
+        try:
+            return session.finish_step(loss_value, train_seconds)
+        finally:
+            self._handed = {}
+
+    def _hand_over(self, session, part):
+        """Hands `part`'s gradient to the open step, ordered after the work torch
+        issued so far on its current stream (which produced the gradient). The
+        gradient is kept until the step finishes: on a GPU the step may read it
+        later."""
+        grad = part.gradient()
+        session.grad_ready_address(part.index, *_address(grad), stream=self._stream())
+        self._handed[part.index] = grad
 
     def _apply_lr(self):
         self._check_group_changes(self.param_groups)
@@ -996,8 +1045,31 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     def _after_load(self):
         self._lr = float("nan")  # the next step re-applies param_groups' lr
         self._steps.fill_(float(self._session.steps_done))
+        self._write_back(self._session)
+
+    def _write_back(self, session):
+        """After a step or a load: the model copies into the parameters that do
+        not view them, converted in the backend (on the GPU with nccl: no host
+        copy)."""
+        targets, later = {}, []
         for part in self._parts:
-            part.write_back(self._session)
+            if part.aliased:
+                continue
+            target, into = part.write_target()
+            targets[part.index] = _address(target)
+            if into is not None:
+                later.append((target, into))
+        if targets:
+            session.copy_model_copies_to(targets)
+        for target, into in later:
+            into.copy_(target)
+
+    def _stream(self):
+        """The handle of torch's current CUDA stream on this rank's device (what
+        the step orders itself after), or 0 on the CPU."""
+        if self._device.type != "cuda":
+            return 0
+        return torch.cuda.current_stream(self._device).cuda_stream
 
     # ------------------------------------------------------------------ recovery
 
