@@ -5,6 +5,7 @@ resume under another plan and world size, an LR scheduler. Each rank is a
 separate process (this interpreter, sys.executable) running sharded_rank.py, as torchrun would
 start it (RANK, WORLD_SIZE, LOCAL_RANK set)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -278,21 +279,23 @@ def test_ranks_with_different_step_options_both_raise_naming_the_option(coordina
     job's failure, its peer's reason (NOTE [Job failure])."""
     _, version = submit(coordinator, "dense", 2)
     job = "job-disagree-%d" % held
-    ended = wait_ranks(
-        start_ranks(
-            coordinator,
-            job,
-            version,
-            2,
-            str(tmp_path),
-            per_rank=lambda r: {"step_piece_kib": r},
-            env_of=lambda r: {"MUONSHARD_TEST_HOLD_BARRIER": "group=1500"} if r == held else {},
-            model="dense",
-            steps=2,
-            seed=SEED,
-        ),
+    released = tmp_path / "peer-left"
+    procs = start_ranks(
+        coordinator,
+        job,
+        version,
+        2,
         str(tmp_path),
+        per_rank=lambda r: {"step_piece_kib": r},
+        env_of=lambda r: {"MUONSHARD_TEST_HOLD_BARRIER": "group=until:%s" % released} if r == held else {},
+        model="dense",
+        steps=2,
+        seed=SEED,
     )
+    with contextlib.suppress(subprocess.TimeoutExpired):  # wait_ranks kills what is left
+        procs[1 - held][0].wait(TIMEOUT)  # the peer compared, reported and left
+    released.touch()
+    ended = wait_ranks(procs, str(tmp_path))
     for rank, (code, tail) in enumerate(ended):
         assert code == 1, "rank %d exited %s:\n%s" % (rank, code, tail)
         assert "muonshard._errors.InvalidArgumentError" in tail, tail

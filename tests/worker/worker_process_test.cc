@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "client/coordinator_client.h"
+#include "common/file_util.h"
 #include "common/grpc_status.h"
 #include "common/ordered_json.h"
 #include "common/status_macros.h"
@@ -409,16 +410,24 @@ TEST_F(WorkerProcessTest, RanksWithDifferentStepOptions_BothExitTwoNamingTheFlag
   for (int held = 0; held < 2; ++held) {
     SCOPED_TRACE(absl::StrCat("rank ", held, " held at the barrier"));
     const std::string job = absl::StrCat("disagree-", held);
+    const std::string released = absl::StrCat(dir_.path(), "/", job, "-peer-left");
     std::vector<ChildProcess> workers;
     for (int r = 0; r < 2; ++r) {
       std::vector<std::string> args = WorkerArgs(job, submitted.first);
       args.insert(args.end(), {"--rank", absl::StrCat(r), "--step-piece-kib", r == 0 ? "0" : "1"});
-      if (r == held) args.insert(args.begin(), {"/usr/bin/env", "MUONSHARD_TEST_HOLD_BARRIER=group=1500"});
+      if (r == held) {
+        args.insert(args.begin(), {"/usr/bin/env", absl::StrCat("MUONSHARD_TEST_HOLD_BARRIER=group=until:", released)});
+      }
       MUONSHARD_ASSERT_OK_AND_ASSIGN(ChildProcess w, StartWorker(args, absl::StrCat(job, "-", r)));
       workers.push_back(std::move(w));
     }
+    // The held rank goes on once its peer compared, reported and left.
+    std::vector<int> codes(2, -1);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(codes[1 - held], workers[1 - held].WaitForExit(kRunBound));
+    MUONSHARD_ASSERT_OK(WriteFileAtomic(released, ""));
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(codes[held], workers[held].WaitForExit(kRunBound));
     for (int r = 0; r < 2; ++r) {
-      MUONSHARD_ASSERT_OK_AND_ASSIGN(const int code, workers[r].WaitForExit(kRunBound));
+      const int code = codes[r];
       const std::string err = workers[r].Err();
       EXPECT_EQ(code, 2) << err;
       EXPECT_THAT(err, HasSubstr("step options differ across ranks: rank 1 runs --step-piece-kib=\"1\" where rank 0 "

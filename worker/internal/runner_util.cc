@@ -2,17 +2,20 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/quote.h"
 #include "common/retry.h"
@@ -130,9 +133,17 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
 void HoldAtBarrierForTest(absl::string_view name) {
   const char* hold = std::getenv("MUONSHARD_TEST_HOLD_BARRIER");
   if (hold == nullptr) return;
-  const std::pair<absl::string_view, absl::string_view> at = absl::StrSplit(hold, absl::MaxSplits('=', 1));
+  std::pair<absl::string_view, absl::string_view> at = absl::StrSplit(hold, absl::MaxSplits('=', 1));
+  if (at.first != name) return;
+  if (absl::ConsumePrefix(&at.second, "until:")) {
+    const std::filesystem::path flag{std::string(at.second)};
+    const absl::Time deadline = absl::Now() + absl::Minutes(2);
+    std::error_code ignored;
+    while (!std::filesystem::exists(flag, ignored) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    return;
+  }
   int ms = 0;
-  if (at.first == name && absl::SimpleAtoi(at.second, &ms) && ms > 0) absl::SleepFor(absl::Milliseconds(ms));
+  if (absl::SimpleAtoi(at.second, &ms) && ms > 0) absl::SleepFor(absl::Milliseconds(ms));
 }
 
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,

@@ -76,7 +76,10 @@ absl::Status StoreBarrier(RendezvousStore& store, const std::string& name, int r
 // environment a process sleeps MS milliseconds between setting its key of
 // barrier NAME and waiting for the others': a multi-process test makes that
 // rank the slower one at the barrier (its peers may have read every value
-// and left meanwhile) whatever the machine's load. For tests only.
+// and left meanwhile). Under a heavy load a peer may take longer than MS:
+// with "NAME=until:PATH" the process waits there until the file PATH exists
+// (at most 2 minutes), which the test creates once the peers it must trail
+// have exited, whatever the machine's load. For tests only.
 void HoldAtBarrierForTest(absl::string_view name);
 absl::StatusOr<std::vector<std::string>> StoreExchange(RendezvousStore& store, const std::string& name, int rank,
                                                        int world, const std::string& value, absl::Duration timeout,
