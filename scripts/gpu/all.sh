@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check in sequence on one build: scripts/gpu/kernels.sh (CUDA
-# kernels vs the CPU, NS5 benchmark), comm.sh (NCCL conformance) and
-# worker.sh (muonshard-worker --backend nccl, end to end). Each runs even
+# kernels vs the CPU, NS5 benchmark), comm.sh (NCCL conformance),
+# worker.sh (muonshard-worker --backend nccl, end to end) and torch.sh
+# (muonshard.torch on CUDA tensors, with the checkout's .venv). Each runs even
 # when an earlier one failed, so one pass over a lent GPU machine reports
 # everything.
 #
@@ -48,6 +49,7 @@ run() {
 run kernels "$BUILD_DIR"
 run comm "$BUILD_DIR/full"
 run worker "$BUILD_DIR/full"
+run torch "$BUILD_DIR/full"
 
 echo "all: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)" | tee -a "$OUT/summary.txt" >&2
 echo "logs: $OUT" >&2

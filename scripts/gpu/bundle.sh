@@ -27,11 +27,26 @@
 #   e2e       scripts/gpu/worker_e2e.sh (coordinator + nccl worker processes
 #             against the unsharded CPU reference)
 #   bench     muonshard-bench-kernels-gpu (NS5 against the cuBLAS GEMM rate)
-# MUONSHARD_GPU_PARTS (default "kernels comm worker e2e bench") picks parts.
+#   torch     scripts/gpu/torch.sh under this machine's python3 with the
+#             bundle's package: muonshard.torch on CUDA tensors over NCCL
+#             (issue 34) against torch's own Muon + AdamW on the same GPU,
+#             and its step against plain single-GPU torch
+# MUONSHARD_GPU_PARTS (default "kernels comm worker e2e bench torch") picks parts.
 #   memcheck  with MUONSHARD_GPU_SANITIZE=1: the kernel tests under
 #             compute-sanitizer memcheck
-# Writes at most 8 files to $OUT: summary.txt, env.txt, kernels.log,
-# comm.log, worker.log, bench.log, e2e.tar.gz and sanitizer.log. Exit status: 0 when every
+#
+# The Python package (torch part): the GPU machine's python3 is another
+# version than the build machine's .venv (3.12 there), so pack also builds
+# the extension for Python 3.12 -- $MUONSHARD_BUNDLE_PYTHON, else python3.12
+# on PATH or pyenv's -- in BUILD_DIR-py312 (pybind11 pinned as
+# python/requirements.txt, in a venv there), and carries it with the
+# package's Python files, the libraries it loads, and the wheels of numpy and
+# pytest for 3.12 (installed there only when its python3 lacks them). The
+# extension needs no torch headers: it hands PyTorch the optimizer's buffers
+# as DLPack capsules, so one build serves any torch of that Python.
+#
+# Writes at most 9 files to $OUT: summary.txt, env.txt, kernels.log,
+# comm.log, worker.log, bench.log, torch.log, e2e.tar.gz and sanitizer.log. Exit status: 0 when every
 # part passed and the single-GPU cases really ran; 1 otherwise.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -60,7 +75,10 @@ pack() {
   for b in "${BINARIES[@]}" "$PLUGIN"; do
     strip --strip-debug -o "$stage/bin/$b" "$build/bin/$b" || return 1
   done
-  for lib in $(for b in "${BINARIES[@]}" "$PLUGIN"; do ldd "$build/bin/$b"; done |
+  local carried=("${BINARIES[@]/#/$build/bin/}" "$build/bin/$PLUGIN")
+  pack_python "$build" "$stage" || return 1
+  [[ -d "$stage/python" ]] && carried+=("$stage"/python/muonshard/_muonshard*.so)
+  for lib in $(for b in "${carried[@]}"; do ldd "$b"; done |
     awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u); do
     is_system_lib "$lib" || cp -L "$lib" "$stage/lib/"
   done
@@ -68,9 +86,45 @@ pack() {
   # tree may carry another .git, or none).
   echo "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo +changes)" \
     >"$stage/commit"
-  tar -C "$stage" -czf "$BUNDLE" bin lib commit || return 1
+  local contents=(bin lib commit)
+  [[ -d "$stage/python" ]] && contents+=(python wheels)
+  tar -C "$stage" -czf "$BUNDLE" "${contents[@]}" || return 1
   rm -rf "$stage"
   echo "bundle: $BUNDLE ($(du -h "$BUNDLE" | cut -f1); carry build-gpu-bundle)"
+}
+
+# pin NAME: NAME's version in python/requirements.txt.
+pin() { sed -n "s/^$1==//p" "$REPO/python/requirements.txt"; }
+
+# pack_python BUILD STAGE: the extension for Python 3.12 with the package's
+# files into STAGE/python, the wheels of numpy and pytest into STAGE/wheels;
+# nothing (and a note) without a Python 3.12 here.
+pack_python() {
+  local build=$1 stage=$2 py=${MUONSHARD_BUNDLE_PYTHON:-} candidate
+  if [[ -z "$py" ]]; then
+    py=$(command -v python3.12)
+    for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
+      [[ -n "$py" ]] || py=$candidate
+    done
+  fi
+  if [[ ! -x "$py" ]]; then
+    echo "bundle: no Python 3.12 here (set MUONSHARD_BUNDLE_PYTHON): no Python package in the bundle" >&2
+    return 0
+  fi
+  local pybuild=$build-py312
+  local venv=$pybuild/venv
+  [[ -x "$venv/bin/python" ]] || "$py" -m venv "$venv" || return 1
+  "$venv/bin/python" -m pip install -q "pybind11==$(pin pybind11)" || return 1
+  if [[ ! -f "$pybuild/build.ninja" ]]; then
+    cmake -S "$REPO" -B "$pybuild" -G Ninja -DMUONSHARD_PYTHON="$venv/bin/python" >/dev/null || return 1
+  fi
+  ninja -C "$pybuild" _muonshard || return 1
+  mkdir -p "$stage/python" "$stage/wheels"
+  cp -r "$pybuild/python/muonshard" "$stage/python/" || return 1
+  find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
+  strip --strip-debug "$stage"/python/muonshard/_muonshard*.so || return 1
+  "$venv/bin/python" -m pip download -q --only-binary=:all: -d "$stage/wheels" \
+    "numpy==$(pin numpy)" "pytest==$(pin pytest)" || return 1
 }
 
 # ---- run
@@ -169,6 +223,23 @@ part_bench() {
   fi
 }
 
+part_torch() {
+  local rc=0 site=$work/site
+  if [[ ! -d "$work/python" ]]; then
+    note "torch: the bundle carries no Python package (pack found no Python 3.12)"
+    return 1
+  fi
+  if ! python3 -c 'import numpy, pytest' 2>/dev/null; then
+    python3 -m pip install -q --no-index --find-links "$work/wheels" --target "$site" numpy pytest \
+      >"$work/pip.log" 2>&1 || { note "torch: cannot install the carried wheels: $(tail -n 1 "$work/pip.log")"; return 1; }
+  fi
+  PYTHON=python3 MUONSHARD_PYTHONPATH=$work/python MUONSHARD_BIN_DIR=$BIN OUT=$work/torch \
+    PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} timeout 1300 bash scripts/gpu/torch.sh >"$work/torch.out" 2>&1 || rc=1
+  sed 's/^/  /' "$work/torch.out" | tee -a "$OUT/summary.txt"
+  cat "$work/torch.out" "$work"/torch/pytest.log "$work"/torch/gpu_step.log >"$OUT/torch.log" 2>/dev/null
+  return $rc
+}
+
 part_memcheck() {
   command -v compute-sanitizer >/dev/null || { note "memcheck: no compute-sanitizer on this machine"; return 0; }
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/kernels_gpu_test" \
@@ -215,7 +286,7 @@ run() {
   note "# muonshard GPU checks (bundle), $(date -u +%FT%TZ), binaries of commit $(cat "$work/commit" 2>/dev/null || echo unknown)"
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
 
-  local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench}
+  local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench torch}
   [[ "${MUONSHARD_GPU_SANITIZE:-0}" == "1" ]] && parts+=" memcheck"
   for part in $parts; do
     "part_$part" || status=1
