@@ -100,14 +100,19 @@ pin() { sed -n "s/^$1==//p" "$REPO/python/requirements.txt"; }
 # files into STAGE/python, the wheels of numpy and pytest into STAGE/wheels;
 # nothing (and a note) without a Python 3.12 here.
 pack_python() {
-  local build=$1 stage=$2 py=${MUONSHARD_BUNDLE_PYTHON:-} candidate
-  if [[ -z "$py" ]]; then
-    py=$(command -v python3.12)
-    for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12; do
-      [[ -n "$py" ]] || py=$candidate
-    done
+  local build=$1 stage=$2 py="" candidate candidates
+  if [[ -n "${MUONSHARD_BUNDLE_PYTHON:-}" ]]; then
+    candidates=("$MUONSHARD_BUNDLE_PYTHON")
+  else
+    candidates=(python3.12 "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3.12)
   fi
-  if [[ ! -x "$py" ]]; then
+  for candidate in "${candidates[@]}"; do  # the first that runs as 3.12 (a pyenv shim may not)
+    if "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+      py=$candidate
+      break
+    fi
+  done
+  if [[ -z "$py" ]]; then
     echo "bundle: no Python 3.12 here (set MUONSHARD_BUNDLE_PYTHON): no Python package in the bundle" >&2
     return 0
   fi
@@ -118,7 +123,7 @@ pack_python() {
   if [[ ! -f "$pybuild/build.ninja" ]]; then
     cmake -S "$REPO" -B "$pybuild" -G Ninja -DMUONSHARD_PYTHON="$venv/bin/python" >/dev/null || return 1
   fi
-  ninja -C "$pybuild" _muonshard || return 1
+  ninja -C "$pybuild" muonshard_python || return 1  # the extension and the package's files
   mkdir -p "$stage/python" "$stage/wheels"
   cp -r "$pybuild/python/muonshard" "$stage/python/" || return 1
   find "$stage/python" -name __pycache__ -prune -exec rm -rf {} +
