@@ -78,6 +78,10 @@ std::vector<BenchCase> Cases(bool quick) {
           {"2048x8192", {1, 2048, 8192}},
           // Qwen3-30B-A3B experts are 768 x 2048 (64 of 128 per layer).
           {"experts64x768x2048", {64, 768, 2048}},
+          // Issue 34's other expert stacks: 128 x 1408 x 2048, and Kimi-K2's
+          // 384 experts of 2048 x 7168 as one EP-16 rank's shard (24 of them).
+          {"experts128x1408x2048", {128, 1408, 2048}},
+          {"experts24x2048x7168", {24, 2048, 7168}},
           {"8192x8192", {1, 8192, 8192}}};
 }
 
