@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+from step_overhead import set_grads  # this script's folder is on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LR, WD, BETAS, EPS, MOMENTUM = 0.02, 0.1, (0.9, 0.95), 1e-8, 0.95
 
@@ -71,12 +73,7 @@ def time_steps(step, params, grads, warmup, steps):
 
     times = []
     for i in range(warmup + steps):
-        with torch.no_grad():
-            for (_, p), g in zip(params, grads, strict=True):
-                if p.grad is None:
-                    p.grad = g.clone()
-                else:
-                    p.grad.copy_(g)
+        set_grads(params, grads)
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         step()

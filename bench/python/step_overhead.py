@@ -56,19 +56,24 @@ def parameters(manifest):
     return params, grads
 
 
+def set_grads(params, grads):
+    """Copies `grads` into the parameters' .grad (what backward would write)."""
+    import torch
+
+    with torch.no_grad():
+        for (_, p), g in zip(params, grads, strict=True):
+            if p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.copy_(g)
+
+
 def time_steps(opt, params, grads, warmup, steps, stats_of=None):
     """Median wall seconds of opt.step() (grads copied in before each, untimed),
     and the median of stats_of(opt) when given."""
-    import torch
-
     walls, inner = [], []
     for i in range(warmup + steps):
-        with torch.no_grad():
-            for (_, p), g in zip(params, grads, strict=True):
-                if p.grad is None:
-                    p.grad = g.clone()
-                else:
-                    p.grad.copy_(g)
+        set_grads(params, grads)
         t0 = time.perf_counter()
         opt.step()
         wall = time.perf_counter() - t0

@@ -129,13 +129,6 @@ class PyRankSession {
                           DlpackOver(storage.grads, storage.grad_dtype, storage.numel, device, self));
   }
 
-  // Where the optimizer's memory is: ("cpu", -1) or ("cuda", ordinal).
-  py::tuple backend_device() const {
-    const MemoryDevice d = memory_device();
-    if (d.cuda) return py::make_tuple("cuda", d.ordinal);
-    return py::make_tuple("cpu", -1);
-  }
-
   int64_t host_copies() const { return optimizer().host_copies(); }
 
   // Writes each part's model copy into the caller's memory in the backend's
@@ -146,8 +139,8 @@ class PyRankSession {
     std::vector<worker::ShardedOptimizer::ModelCopyTarget> list;
     for (auto [key, value] : targets) {
       const int tensor = key.cast<int>();
-      auto [address, dtype, numel] = value.cast<std::tuple<uintptr_t, std::string, int64_t>>();
-      list.push_back({tensor, reinterpret_cast<void*>(address), ValueOrThrow(ElementTypeOf(dtype, tensor)), numel});
+      const TensorAddress t = AddressOf(value, tensor);
+      list.push_back({tensor, reinterpret_cast<void*>(t.address), t.type, t.numel});
     }
     Blocking([&](worker::RankSession& rs) { return rs.optimizer().CopyModelCopiesTo(list); });
   }
@@ -191,8 +184,8 @@ class PyRankSession {
   // step_addresses), after all work issued so far on `stream` (the caller's
   // CUDA stream that produced it; 0 with gloo).
   void GradReadyAddress(int tensor, uintptr_t address, const std::string& dtype, int64_t numel, uintptr_t stream) {
-    const worker::BackendGradient grad{reinterpret_cast<const void*>(address),
-                                       ValueOrThrow(ElementTypeOf(dtype, tensor)), numel};
+    const worker::BackendGradient grad =
+        TensorAddress{address, ValueOrThrow(ElementTypeOf(dtype, tensor)), numel}.gradient();
     Blocking([&](worker::RankSession& rs) {
       MUONSHARD_RETURN_IF_ERROR(rs.optimizer().WaitForStream(stream));
       return rs.optimizer().GradReady(tensor, grad);
@@ -221,9 +214,7 @@ class PyRankSession {
     worker::BackendGradientMap source;
     for (auto [key, value] : grads) {
       const int tensor = key.cast<int>();
-      auto [address, dtype, numel] = value.cast<std::tuple<uintptr_t, std::string, int64_t>>();
-      source.Set(tensor, worker::BackendGradient{reinterpret_cast<const void*>(address),
-                                                 ValueOrThrow(ElementTypeOf(dtype, tensor)), numel});
+      source.Set(tensor, AddressOf(value, tensor).gradient());
     }
     return RunStep(
         [&](worker::RankSession& rs) -> absl::StatusOr<worker::StepStats> {
@@ -471,6 +462,24 @@ class PyRankSession {
     return StatsDict(ValueOrThrow(std::move(stats)));
   }
 
+  // A tensor in the backend's memory as Python names it: (address, dtype
+  // name, numel), e.g. a CUDA tensor's data_ptr().
+  struct TensorAddress {
+    uintptr_t address = 0;
+    kernels::ElementType type = kernels::ElementType::kFloat32;
+    int64_t numel = 0;
+    worker::BackendGradient gradient() const {
+      return worker::BackendGradient{reinterpret_cast<const void*>(address), type, numel};
+    }
+  };
+
+  // `value`, an (address, dtype name, numel) tuple of plan tensor `tensor`'s
+  // part; ValueError for an unknown dtype.
+  static TensorAddress AddressOf(py::handle value, int tensor) {
+    auto [address, dtype, numel] = value.cast<std::tuple<uintptr_t, std::string, int64_t>>();
+    return TensorAddress{address, ValueOrThrow(ElementTypeOf(dtype, tensor)), numel};
+  }
+
   static absl::StatusOr<kernels::ElementType> ElementTypeOf(const std::string& dtype, int tensor) {
     if (dtype == "float32") return kernels::ElementType::kFloat32;
     if (dtype == "bfloat16") return kernels::ElementType::kBFloat16;
@@ -568,7 +577,6 @@ void BindRankSession(py::module_& m) {
       .def("grad_ready_address", &PyRankSession::GradReadyAddress, py::arg("tensor"), py::arg("address"),
            py::arg("dtype"), py::arg("numel"), py::arg("stream") = 0)
       .def("copy_model_copies_to", &PyRankSession::CopyModelCopiesTo, py::arg("targets"))
-      .def_property_readonly("backend_device", &PyRankSession::backend_device)
       .def_property_readonly("host_copies", &PyRankSession::host_copies)
       .def("memory", &PyRankSession::Memory)
       .def("state", &PyRankSession::State)
