@@ -88,6 +88,15 @@ absl::Status CheckMuonPointers(int device, const MuonTensors& tensors) {
       {{tensors.grad, "grad"}, {tensors.momentum, "momentum"}, {tensors.master, "master"}, {tensors.model, "model"}});
 }
 
+void DestroyEvent(void* event) {
+  if (event != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+absl::Status CheckEvent(const StreamEvent& event, const char* op) {
+  if (event != nullptr) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": null event (not from this backend's CreateEvent)"));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaKernelBackend>> CudaKernelBackend::Create(int device_ordinal) {
@@ -352,6 +361,28 @@ absl::Status CudaKernelBackend::WaitForStream(std::uintptr_t stream) {
   MUONSHARD_CUDA_RETURN_IF_ERROR(cudaEventRecord(stream_event_, reinterpret_cast<cudaStream_t>(stream)),
                                  "recording an event on the caller's stream");
   return CudaToStatus(cudaStreamWaitEvent(stream_, stream_event_, 0), "ordering the kernel stream after the caller's");
+}
+
+absl::StatusOr<StreamEvent> CudaKernelBackend::CreateEvent() {
+  internal::ScopedCudaDevice scope(device_);
+  cudaEvent_t event = nullptr;
+  MUONSHARD_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "creating a stream event");
+  return StreamEvent(event, &DestroyEvent);
+}
+
+absl::Status CudaKernelBackend::RecordEvent(const StreamEvent& event, std::uintptr_t stream) {
+  MUONSHARD_RETURN_IF_ERROR(CheckEvent(event, "RecordEvent"));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(cudaEventRecord(static_cast<cudaEvent_t>(event.get()), reinterpret_cast<cudaStream_t>(stream)),
+                      "recording a stream event");
+}
+
+absl::Status CudaKernelBackend::WaitEvent(std::uintptr_t stream, const StreamEvent& event) {
+  MUONSHARD_RETURN_IF_ERROR(CheckEvent(event, "WaitEvent"));
+  internal::ScopedCudaDevice scope(device_);
+  return CudaToStatus(
+      cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event.get()), 0),
+      "ordering a stream after an event");
 }
 
 absl::Status CudaKernelBackend::CopyFromHost(const void* host, void* dst, int64_t bytes) {

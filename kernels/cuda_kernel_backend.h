@@ -81,6 +81,12 @@ class CudaKernelBackend final : public KernelBackend {
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override;
   absl::Status Synchronize() override;
   absl::Status WaitForStream(std::uintptr_t stream) override;
+  std::uintptr_t stream_handle() const override { return reinterpret_cast<std::uintptr_t>(stream_); }
+  // cudaEventCreateWithFlags(cudaEventDisableTiming); destroyed with the
+  // StreamEvent. Record / Wait: cudaEventRecord / cudaStreamWaitEvent.
+  absl::StatusOr<StreamEvent> CreateEvent() override;
+  absl::Status RecordEvent(const StreamEvent& event, std::uintptr_t stream) override;
+  absl::Status WaitEvent(std::uintptr_t stream, const StreamEvent& event) override;
 
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override;
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override;

@@ -52,6 +52,15 @@ void StoreFloat(void* p, ElementType type, int64_t i, float v) {
   }
 }
 
+// The CPU backend's stream calls: it has no streams, only the handle 0
+// (its calls, and its callers', complete before they return).
+absl::Status NoStream(const char* op, std::uintptr_t stream) {
+  if (stream == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(op, ": the CPU backend has no streams (stream handle ", stream, ")"));
+}
+
+void NoEvent(void* /*event*/) {}
+
 // Thin adapter over the *Cpu functions: they already validate and block.
 class CpuKernelBackend final : public KernelBackend {
  public:
@@ -140,10 +149,15 @@ class CpuKernelBackend final : public KernelBackend {
 
   int64_t host_copies() const override { return host_copies_; }
 
-  absl::Status WaitForStream(std::uintptr_t stream) override {
-    if (stream == 0) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat("WaitForStream: the CPU backend has no streams (stream handle ", stream, ")"));
+  absl::Status WaitForStream(std::uintptr_t stream) override { return NoStream("WaitForStream", stream); }
+
+  std::uintptr_t stream_handle() const override { return 0; }
+  absl::StatusOr<StreamEvent> CreateEvent() override { return StreamEvent(nullptr, &NoEvent); }
+  absl::Status RecordEvent(const StreamEvent& /*event*/, std::uintptr_t stream) override {
+    return NoStream("RecordEvent", stream);
+  }
+  absl::Status WaitEvent(std::uintptr_t stream, const StreamEvent& /*event*/) override {
+    return NoStream("WaitEvent", stream);
   }
 
   absl::Status SetZero(void* dst, int64_t bytes) override {

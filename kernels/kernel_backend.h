@@ -57,6 +57,20 @@ int ElementBytes(ElementType type);
 // not outlive the process's use of that device.
 using BackendMemory = std::unique_ptr<void, void (*)(void*)>;
 
+// NOTE [Stream events]
+// A point in one stream's work, for ordering another stream after it
+// without a host wait: how a device backend's stream and the other streams
+// of its device (a communicator's, a training program's) hand buffers to
+// each other. RecordEvent marks everything issued on a stream so far; a
+// WaitEvent issued later makes another stream's later work wait until that
+// point is done. An event may be recorded again and again: each record moves
+// its point, and a wait already issued keeps the point that was current
+// when it was issued, so a caller keeps a few events and reuses them step
+// after step (CUDA's cudaEventRecord / cudaStreamWaitEvent semantics).
+// Backends without streams (the CPU backend: every call completes before it
+// returns) hand out empty events and accept only stream 0.
+using StreamEvent = std::unique_ptr<void, void (*)(void*)>;
+
 class KernelBackend {
  public:
   virtual ~KernelBackend() = default;
@@ -157,6 +171,23 @@ class KernelBackend {
   // Possible errors: INVALID_ARGUMENT (a stream on the CPU backend),
   // INTERNAL.
   virtual absl::Status WaitForStream(std::uintptr_t stream) = 0;
+
+  // The handle of the stream this backend issues its work on (a
+  // cudaStream_t as an integer); 0 for a backend without streams.
+  virtual std::uintptr_t stream_handle() const = 0;
+
+  // NOTE [Stream events]. A new event, not recorded yet (a wait on it waits
+  // for nothing).
+  // Possible errors: INTERNAL.
+  virtual absl::StatusOr<StreamEvent> CreateEvent() = 0;
+  // `event` (from this backend's CreateEvent) marks the work issued on
+  // `stream` (a stream handle of the backend's device) so far.
+  // Possible errors: INVALID_ARGUMENT (a stream on a backend without
+  // streams; on one with streams, a null event), INTERNAL.
+  virtual absl::Status RecordEvent(const StreamEvent& event, std::uintptr_t stream) = 0;
+  // `stream`'s work issued from now on runs after the point `event` marks.
+  // Possible errors: as RecordEvent.
+  virtual absl::Status WaitEvent(std::uintptr_t stream, const StreamEvent& event) = 0;
 
   // --- Memory of the backend's space, for callers that keep their buffers
   // there (the sharded optimizer). Ordered with the kernels like any call.

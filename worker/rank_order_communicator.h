@@ -23,6 +23,7 @@
 // Byte accounting (CountingCommunicator) counts API bytes and so is
 // unchanged. Same contract and errors as Communicator; one caller thread.
 
+#include <cstdint>
 #include <memory>
 
 #include "worker/comm/communicator.h"
@@ -35,6 +36,7 @@ class RankOrderCommunicator : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  std::uintptr_t stream_handle() const override { return inner_->stream_handle(); }
   absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
   absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override {
     return inner_->Broadcast(buf, count, dtype, root);

@@ -1,5 +1,6 @@
 #include "tests/kernels/backend_memory_conformance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -174,6 +175,27 @@ TEST_P(BackendMemoryConformanceTest, WaitForStream_TheDefaultStreamOrdersTheNext
   std::vector<uint8_t> out(64, 0xab);
   MUONSHARD_ASSERT_OK(backend_->CopyToHost(memory.get(), out.data(), 64));
   EXPECT_EQ(out, std::vector<uint8_t>(64, 0));
+}
+
+// NOTE [Stream events] on the backend's own stream: a wait on an event not
+// recorded yet waits for nothing, an event is recorded again and again, and
+// the work after a wait sees the work before the record.
+TEST_P(BackendMemoryConformanceTest, StreamEvents_OrderTheBackendsStreamAfterARecordedPoint) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, backend_->Allocate(64));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(StreamEvent event, backend_->CreateEvent());
+  const std::uintptr_t stream = backend_->stream_handle();
+  MUONSHARD_ASSERT_OK(backend_->WaitEvent(stream, event));
+  std::vector<float> host(16);
+  for (int round = 1; round <= 3; ++round) {
+    std::fill(host.begin(), host.end(), static_cast<float>(round));
+    MUONSHARD_ASSERT_OK(backend_->CopyFromHost(host.data(), memory.get(), 64));
+    MUONSHARD_ASSERT_OK(backend_->RecordEvent(event, stream));
+    MUONSHARD_ASSERT_OK(backend_->WaitEvent(stream, event));
+    std::vector<float> out(16);
+    MUONSHARD_ASSERT_OK(backend_->CopyToHost(memory.get(), out.data(), 64));
+    EXPECT_EQ(out, host) << "round " << round;
+  }
+  MUONSHARD_EXPECT_OK(backend_->Synchronize());
 }
 
 TEST_P(BackendMemoryConformanceTest, BadArguments_AreInvalidArgument) {

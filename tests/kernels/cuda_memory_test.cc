@@ -69,5 +69,35 @@ TEST(CudaBackendMemoryTest, WaitForStream_OrdersTheBackendAfterTheCallersStream)
   ASSERT_EQ(cudaStreamDestroy(caller), cudaSuccess);
 }
 
+// The other direction (NOTE [Stream events]): a stream of another user (a
+// communicator's) waits for an event the backend recorded on its own
+// stream, and sees the backend's work before it.
+TEST(CudaBackendMemoryTest, StreamEvents_OrderAnotherStreamAfterTheBackends) {
+  absl::StatusOr<std::unique_ptr<KernelBackend>> backend = CreateCuda();
+  if (!backend.ok()) GTEST_SKIP() << "no CUDA device: " << backend.status();
+  constexpr int64_t kBytes = 64 << 20;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(BackendMemory memory, (*backend)->Allocate(kBytes));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(StreamEvent event, (*backend)->CreateEvent());
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  const auto other_handle = reinterpret_cast<std::uintptr_t>(other);
+  std::vector<uint8_t> host(kBytes, 7);
+  for (int i = 0; i < 4; ++i) {
+    MUONSHARD_ASSERT_OK((*backend)->SetZero(memory.get(), kBytes));
+    MUONSHARD_ASSERT_OK((*backend)->CopyFromHost(host.data(), memory.get(), kBytes));
+  }
+  MUONSHARD_ASSERT_OK((*backend)->RecordEvent(event, (*backend)->stream_handle()));
+  MUONSHARD_ASSERT_OK((*backend)->WaitEvent(other_handle, event));
+  std::vector<uint8_t> out(kBytes, 0);
+  ASSERT_EQ(cudaMemcpyAsync(out.data(), memory.get(), kBytes, cudaMemcpyDeviceToHost, other), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(out.front(), 7);
+  EXPECT_EQ(out.back(), 7);
+  EXPECT_THAT((*backend)->RecordEvent(StreamEvent(nullptr, [](void*) {}), other_handle),
+              StatusIs(absl::StatusCode::kInvalidArgument, _));
+  MUONSHARD_EXPECT_OK((*backend)->Synchronize());
+  ASSERT_EQ(cudaStreamDestroy(other), cudaSuccess);
+}
+
 }  // namespace
 }  // namespace muonshard::kernels::testing

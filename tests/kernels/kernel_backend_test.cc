@@ -223,6 +223,14 @@ class PerItemBackend final : public KernelBackend {
   absl::Status CastToBf16(const float* in, Bf16Bits* out, int64_t n) override { return cpu_->CastToBf16(in, out, n); }
   absl::Status Synchronize() override { return cpu_->Synchronize(); }
   absl::Status WaitForStream(std::uintptr_t stream) override { return cpu_->WaitForStream(stream); }
+  std::uintptr_t stream_handle() const override { return cpu_->stream_handle(); }
+  absl::StatusOr<StreamEvent> CreateEvent() override { return cpu_->CreateEvent(); }
+  absl::Status RecordEvent(const StreamEvent& event, std::uintptr_t stream) override {
+    return cpu_->RecordEvent(event, stream);
+  }
+  absl::Status WaitEvent(std::uintptr_t stream, const StreamEvent& event) override {
+    return cpu_->WaitEvent(stream, event);
+  }
   int64_t host_copies() const override { return cpu_->host_copies(); }
   absl::StatusOr<BackendMemory> Allocate(int64_t bytes) override { return cpu_->Allocate(bytes); }
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {

@@ -142,6 +142,10 @@ absl::Status FakeDeviceBackend::CastToBf16(const float* in, kernels::Bf16Bits* o
 
 absl::Status FakeDeviceBackend::Synchronize() { return cpu_->Synchronize(); }
 
+absl::StatusOr<kernels::StreamEvent> FakeDeviceBackend::CreateEvent() {
+  return kernels::StreamEvent(nullptr, [](void*) {});
+}
+
 absl::StatusOr<kernels::BackendMemory> FakeDeviceBackend::Allocate(int64_t bytes) {
   kernels::BackendMemory memory(nullptr, &FreeFake);
   if (bytes < 0) return absl::InvalidArgumentError(absl::StrCat("Allocate: negative size ", bytes));

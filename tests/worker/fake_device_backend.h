@@ -50,6 +50,15 @@ class FakeDeviceBackend final : public kernels::KernelBackend {
   absl::Status Synchronize() override;
   // Any handle: the fake's calls complete before they return.
   absl::Status WaitForStream(std::uintptr_t /*stream*/) override { return absl::OkStatus(); }
+  // No stream of its own; empty events, any handle.
+  std::uintptr_t stream_handle() const override { return 0; }
+  absl::StatusOr<kernels::StreamEvent> CreateEvent() override;
+  absl::Status RecordEvent(const kernels::StreamEvent& /*event*/, std::uintptr_t /*stream*/) override {
+    return absl::OkStatus();
+  }
+  absl::Status WaitEvent(std::uintptr_t /*stream*/, const kernels::StreamEvent& /*event*/) override {
+    return absl::OkStatus();
+  }
   absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override;
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override;
   absl::Status CopyToHost(const void* src, void* host, int64_t bytes) override;

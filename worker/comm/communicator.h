@@ -95,6 +95,13 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
 
+  // The handle of the CUDA stream this communicator enqueues its ops on (a
+  // cudaStream_t as an integer), so that other work on the device can be
+  // ordered with them (NOTE [Stream events] in kernels/kernel_backend.h);
+  // 0 for implementations whose ops complete before they return. Decorators
+  // return their inner communicator's.
+  virtual std::uintptr_t stream_handle() const { return 0; }
+
   // Reduces `count` elements of `buf` over all ranks into `buf` on `root`, in
   // place. On other ranks `buf` is unspecified afterwards (Gloo uses it as
   // scratch). A count of 0 is a no-op.

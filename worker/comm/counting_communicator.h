@@ -71,6 +71,7 @@ class CountingCommunicator : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
+  std::uintptr_t stream_handle() const override { return inner_->stream_handle(); }
   absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
   absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
   absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;

@@ -44,6 +44,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -80,6 +81,7 @@ class NcclCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::uintptr_t stream_handle() const override { return reinterpret_cast<std::uintptr_t>(stream()); }
   absl::Status Reduce(void* buf, int64_t count, CommDType dtype, ReduceOp op, int root) override;
   absl::Status Broadcast(void* buf, int64_t count, CommDType dtype, int root) override;
   absl::Status AllReduce(void* buf, int64_t count, CommDType dtype, ReduceOp op) override;
