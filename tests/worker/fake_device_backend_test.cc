@@ -11,6 +11,7 @@
 #include "tests/kernels/backend_memory_conformance.h"
 #include "tests/kernels/sharded_ns_conformance.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/worker/fake_streams.h"
 
 namespace muonshard::worker::testing {
 namespace {
@@ -20,13 +21,20 @@ using ::muonshard::kernels::testing::ShardedNsConformanceTest;
 using ::muonshard::testing::StatusIs;
 using ::testing::_;
 
-INSTANTIATE_TEST_SUITE_P(FakeDevice, BackendMemoryConformanceTest,
-                         ::testing::Values(kernels::testing::BackendFactory{
-                             "FakeDevice",
-                             []() -> absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> {
-                               return std::make_unique<FakeDeviceBackend>();
-                             }}),
-                         kernels::testing::BackendFactoryName);
+INSTANTIATE_TEST_SUITE_P(
+    FakeDevice, BackendMemoryConformanceTest,
+    ::testing::Values(kernels::testing::BackendFactory{"FakeDevice",
+                                                       []() -> absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> {
+                                                         return std::make_unique<FakeDeviceBackend>();
+                                                       }},
+                      // The same on a fake stream (fake_streams.h).
+                      kernels::testing::BackendFactory{"DeferredFakeDevice",
+                                                       []() -> absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> {
+                                                         return std::make_unique<DeferredDeviceBackend>(
+                                                             std::make_unique<FakeStreams>(FakeStreamOptions{}),
+                                                             std::make_unique<FakeDeviceBackend>());
+                                                       }}),
+    kernels::testing::BackendFactoryName);
 INSTANTIATE_TEST_SUITE_P(FakeDevice, ShardedNsConformanceTest,
                          ::testing::Values(kernels::testing::BackendFactory{
                              "FakeDevice",

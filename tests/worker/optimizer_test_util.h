@@ -17,6 +17,7 @@
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
 #include "muonshard/v1/plan.pb.h"
+#include "tests/worker/fake_streams.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/in_process_communicator.h"
 #include "worker/optimizer/optimizer_config.h"
@@ -43,6 +44,19 @@ v1::ModelManifest WithDType(v1::ModelManifest manifest, v1::DType dtype);
 absl::StatusOr<v1::Plan> BuildPlan(const v1::ModelManifest& manifest, int world, int ep, PolicyKind policy,
                                    int comm_buffer_mb = 0);
 
+// A named plan of a parameterised suite (BuildPlan's arguments).
+struct PlanCase {
+  std::string name;
+  v1::ModelManifest manifest;
+  int world;
+  int ep;
+  PolicyKind policy;
+  int comm_buffer_mb;
+};
+inline absl::StatusOr<v1::Plan> BuildPlan(const PlanCase& c) {
+  return BuildPlan(c.manifest, c.world, c.ep, c.policy, c.comm_buffer_mb);
+}
+
 // Communicators of every group of a plan, indexed for each rank.
 struct PlanComms {
   std::vector<std::unique_ptr<Communicator>> owned;
@@ -53,7 +67,10 @@ absl::StatusOr<PlanComms> CreateInProcessPlanComms(const v1::Plan& plan, const I
 enum class CommBackend { kInProcess, kGloo };
 // kFakeDevice: FakeDeviceBackend, the device code paths on the CPU kernels.
 // kCuda: the CUDA backend on device 0 (through the GPU plugin).
-enum class KernelKind { kCpu, kFakeDevice, kCuda };
+// kStreamedDevice: a FakeDeviceBackend behind a DeferredDeviceBackend, with
+// the rank's communicators behind DeferredCommunicators (fake_streams.h):
+// kernels and collectives run asynchronously on streams of their own.
+enum class KernelKind { kCpu, kFakeDevice, kCuda, kStreamedDevice };
 
 struct RunOptions {
   CommBackend backend = CommBackend::kInProcess;
@@ -70,6 +87,9 @@ struct RunOptions {
   OptimizerConfig config;
   StepOptions step;
   absl::Duration timeout = absl::Seconds(60);
+  // kStreamedDevice only: the fake streams' random delays, seed (plus the
+  // rank) and negative control.
+  FakeStreamOptions streams;
 };
 
 // What one rank ends with.
