@@ -64,9 +64,13 @@ __attribute__((visibility("default"))) void muonshard_gpu_visible_devices(absl::
 // buffer before the kernel writing it has run (or a kernel a buffer a
 // collective still fills) unless the optimizer synchronises or records
 // events at every hand-over; on the backend's one stream both run in issue
-// order, which is the order the optimizer issues them in. Kernels and
-// collectives of one step depend on each other in sequence anyway, so the
-// shared stream costs no overlap the step could use.
+// order, which is the order the optimizer issues them in. That is what the
+// sequential step needs: its kernels and collectives depend on each other
+// in sequence. The pipelined step overlaps one bucket's Newton-Schulz with
+// other buckets' collectives, so its communicators are created without a
+// backend (each on a stream of its own) and it records the events itself
+// (NOTE [Stream-pipelined step] in
+// worker/optimizer/internal/step_scheduler_streamed.cc).
 __attribute__((visibility("default"))) void muonshard_gpu_create_nccl_communicator(
     const muonshard::worker::internal::NcclGroupOptions* options, muonshard::kernels::KernelBackend* backend,
     muonshard::worker::RendezvousStore* store, absl::StatusOr<std::unique_ptr<muonshard::worker::Communicator>>* out) {

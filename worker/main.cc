@@ -82,7 +82,8 @@ struct Flags {
              "gpus_per_node) | flat (rings over all of a group's ranks in rank order). The same on every rank");
     f.String("step-schedule", &o.step_schedule,
              "auto (pipelined with gloo, sequential with nccl) | pipelined (collectives of each bucket overlap the "
-             "Newton-Schulz of others; gloo only) | sequential (reduce all, update all, sync all)");
+             "Newton-Schulz of others: lane threads with gloo, CUDA streams and events with nccl, tp = 1) | "
+             "sequential (reduce all, update all, sync all)");
     f.Int("step-piece-kib", &o.step_piece_kib,
           "Muon buckets cut into pieces of at most this many KiB of gradients, each reduced, orthogonalised and "
           "broadcast on its own so they overlap; 0 (default): the plan's buckets. The same on every rank");

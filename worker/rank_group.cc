@@ -111,9 +111,13 @@ absl::Status RankGroup::CreateCommunicator(const v1::CommGroup& group) {
     // rendezvous's keys of the same group.
     o.key_prefix = absl::StrCat(prefix, "nccl/");
     o.timeout = options_.comm_timeout;
-    // On the backend's stream (NOTE [One stream] in nccl_factory.cc);
-    // backend_ outlives the communicators (member order).
-    comm = internal::CreateNcclGroupCommunicator(o, backend_.get(), store_.get());
+    // The sequential step runs on the backend's stream (NOTE [One stream] in
+    // gpu/gpu_plugin.cc); the pipelined one needs a stream per communicator,
+    // which it orders with events (NOTE [Stream-pipelined step]). backend_
+    // outlives the communicators (member order).
+    MUONSHARD_ASSIGN_OR_RETURN(const StepOptions step, StepOptionsOf(options_));
+    const bool own_stream = ResolveStepSchedule(step.schedule, /*host_memory=*/false) == StepSchedule::kPipelined;
+    comm = internal::CreateNcclGroupCommunicator(o, own_stream ? nullptr : backend_.get(), store_.get());
   } else {
     comm = CreateGlooGroupCommunicator(group, group_rank, prefix);
   }
@@ -121,7 +125,10 @@ absl::Status RankGroup::CreateCommunicator(const v1::CommGroup& group) {
     return Annotate(comm.status(),
                     absl::StrCat("rendezvous of comm group ", group.id(), " (", nccl() ? "NCCL" : "Gloo", ")"));
   }
-  if (options_.reduce_order == "rank") *comm = std::make_unique<RankOrderCommunicator>(*std::move(comm));
+  if (options_.reduce_order == "rank") {
+    std::unique_ptr<Communicator> inner = *std::move(comm);
+    comm = std::make_unique<RankOrderCommunicator>(std::move(inner));
+  }
   Communicator* raw = comm->get();
   aborts_.Add([raw](const absl::Status& reason) { raw->Abort(reason); });
   comm_groups_[group.id()] = comm->get();

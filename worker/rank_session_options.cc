@@ -43,11 +43,7 @@ absl::Status ValidateRankSessionOptions(const RankSessionOptions& options) {
         "flag --reduce-order rank is for --backend gloo only (it wraps host-memory communicators; NCCL reduces on "
         "the device in its own order)");
   }
-  MUONSHARD_ASSIGN_OR_RETURN(StepOptions step, StepOptionsOf(options));
-  if (options.backend == "nccl" && step.schedule == StepSchedule::kPipelined) {
-    return absl::InvalidArgumentError(
-        "flag --step-schedule pipelined is for --backend gloo only (NCCL's collectives are stream-ordered)");
-  }
+  MUONSHARD_RETURN_IF_ERROR(StepOptionsOf(options).status());
   if (options.cuda_device < -1) return absl::InvalidArgumentError("flag --cuda-device must be >= 0 (or -1: auto)");
   if (options.cuda_device >= 0 && options.backend != "nccl") {
     return absl::InvalidArgumentError("flag --cuda-device is for --backend nccl only");

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every GPU check in sequence on one build: scripts/gpu/kernels.sh (CUDA
 # kernels vs the CPU, NS5 benchmark), comm.sh (NCCL conformance),
-# worker.sh (muonshard-worker --backend nccl, end to end) and torch.sh
-# (muonshard.torch on CUDA tensors, with the checkout's .venv). Each runs even
+# worker.sh (muonshard-worker --backend nccl, end to end), torch.sh
+# (muonshard.torch on CUDA tensors, with the checkout's .venv) and overlap.sh
+# (the pipelined nccl step against its halves; 2+ GPUs). Each runs even
 # when an earlier one failed, so one pass over a lent GPU machine reports
 # everything.
 #
@@ -20,7 +21,7 @@
 #
 # Writes $OUT/kernels, $OUT/comm and $OUT/worker (each script's own files)
 # and $OUT/summary.txt (each script's exit status and time). Exit status: 0
-# when all three passed, 1 otherwise.
+# when all passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 REPO=$(pwd)
@@ -50,6 +51,7 @@ run kernels "$BUILD_DIR"
 run comm "$BUILD_DIR/full"
 run worker "$BUILD_DIR/full"
 run torch "$BUILD_DIR/full"
+run overlap "$BUILD_DIR/full"
 
 echo "all: $([[ $status -eq 0 ]] && echo PASS || echo FAIL)" | tee -a "$OUT/summary.txt" >&2
 echo "logs: $OUT" >&2

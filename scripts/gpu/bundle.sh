@@ -31,7 +31,10 @@
 #             bundle's package: muonshard.torch on CUDA tensors over NCCL
 #             (issue 34) against torch's own Muon + AdamW on the same GPU,
 #             and its step against plain single-GPU torch
-# MUONSHARD_GPU_PARTS (default "kernels comm worker e2e bench torch") picks parts.
+#   overlap   scripts/gpu/overlap.sh: the pipelined nccl step (CUDA streams
+#             and events) against its comm-only and compute-only halves, one
+#             rank per GPU; needs 2 or more GPUs (says so and passes on one)
+# MUONSHARD_GPU_PARTS (default "kernels comm worker e2e bench torch overlap") picks parts.
 #   memcheck  with MUONSHARD_GPU_SANITIZE=1: the kernel tests under
 #             compute-sanitizer memcheck
 #
@@ -45,8 +48,9 @@
 # extension needs no torch headers: it hands PyTorch the optimizer's buffers
 # as DLPack capsules, so one build serves any torch of that Python.
 #
-# Writes at most 9 files to $OUT: summary.txt, env.txt, kernels.log,
-# comm.log, worker.log, bench.log, torch.log, e2e.tar.gz and sanitizer.log. Exit status: 0 when every
+# Writes at most 10 files to $OUT: summary.txt, env.txt, kernels.log,
+# comm.log, worker.log, bench.log, torch.log, e2e.tar.gz, overlap.txt and
+# sanitizer.log. Exit status: 0 when every
 # part passed and the single-GPU cases really ran; 1 otherwise.
 set -uo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -218,6 +222,14 @@ part_e2e() {
   return $rc
 }
 
+part_overlap() {
+  local rc=0
+  BIN=$BIN OUT=$work/overlap timeout 900 bash scripts/gpu/overlap.sh >"$work/overlap.out" 2>&1 || rc=1
+  sed 's/^/  /' "$work/overlap/summary.txt" 2>/dev/null | tee -a "$OUT/summary.txt"
+  [[ -f "$work/overlap/overlap.txt" ]] && cp "$work/overlap/overlap.txt" "$OUT/overlap.txt"
+  return $rc
+}
+
 part_bench() {
   if timeout 150 "$BIN/muonshard-bench-kernels-gpu" >"$OUT/bench.log" 2>&1; then
     note "bench (TFLOP/s; ratio = NS / cuBLAS bf16 GEMM on B·X; goal >= 0.75):"
@@ -291,7 +303,7 @@ run() {
   note "# muonshard GPU checks (bundle), $(date -u +%FT%TZ), binaries of commit $(cat "$work/commit" 2>/dev/null || echo unknown)"
   note "device: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'nvidia-smi unavailable')"
 
-  local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench torch}
+  local part parts=${MUONSHARD_GPU_PARTS:-kernels comm worker e2e bench torch overlap}
   [[ "${MUONSHARD_GPU_SANITIZE:-0}" == "1" ]] && parts+=" memcheck"
   for part in $parts; do
     "part_$part" || status=1

@@ -48,17 +48,9 @@ note() { echo "$*" | tee -a "$OUT/summary.txt"; }
 fail() { note "worker_e2e.sh: $*"; exit 1; }
 
 # Stops the coordinator (and anything else still running) on exit.
-# shellcheck disable=SC2317  # invoked by the trap
-cleanup() {
-  local pids
-  pids=$(jobs -pr)
-  if [[ -n "$pids" ]]; then
-    # shellcheck disable=SC2086  # one pid per word
-    kill $pids 2>/dev/null || true
-    wait 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
+# shellcheck source=scripts/lib/stop_jobs.sh
+source scripts/lib/stop_jobs.sh
+trap stop_jobs EXIT
 trap 'exit 130' INT TERM
 
 # shellcheck source=scripts/lib/wait_for.sh
@@ -132,25 +124,21 @@ fi
 # 3. The same regression run on the CPU, for the step times.
 run_worker gloo --backend gloo --workload regression --lr "$REGRESSION_LR" || note "gloo worker: FAILED (e2e/gloo.log)"
 
-# Step times from the progress lines ("step 3/10  loss ...  step 12.3 ms
-# (reduce ..., orthogonalise ..., adamw ..., sync ... ms)"); the median
-# leaves out step 1 (CUDA/cuBLAS warm-up, first allocations).
-step_rows() {
-  grep -E 'step [0-9]+/[0-9]+ .* ms' "$1" |
-    sed -nE 's/.*step ([0-9]+)\/[0-9]+ .*step ([0-9.]+) ms  \(reduce ([0-9.]+), orthogonalise ([0-9.]+), adamw ([0-9.]+), sync ([0-9.]+) ms\).*/\1 \2 \3 \4 \5 \6/p'
-}
+# Step times from the progress lines (scripts/lib/step_times.sh); the
+# median leaves out step 1 (CUDA/cuBLAS warm-up, first allocations).
+# shellcheck source=scripts/lib/step_times.sh
+source scripts/lib/step_times.sh
 {
   echo "# run  step  ms  (reduce orthogonalise adamw sync ms); median over steps 2..$STEPS"
   for run in nccl-fp32 nccl-default gloo; do
     [[ -f "$E2E/$run.log" ]] || continue
     step_rows "$E2E/$run.log" | awk -v run="$run" '{ printf "%-13s step %3d  %9.3f  (%s %s %s %s)\n", run, $1, $2, $3, $4, $5, $6 }'
-    step_rows "$E2E/$run.log" | awk '$1 > 1 { print $2 }' | sort -g |
-      awk -v run="$run" '{ t[NR] = $1 }
-        END {
-          if (NR == 0) { printf "%-13s median: no steps\n", run; exit }
-          m = (NR % 2) ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2
-          printf "%-13s median %.3f ms over %d steps\n", run, m, NR
-        }'
+    median=$(median_step_ms "$E2E/$run.log")
+    if [[ -n "$median" ]]; then
+      printf "%-13s median %s ms\n" "$run" "$median"
+    else
+      printf "%-13s median: no steps\n" "$run"
+    fi
   done
 } >"$OUT/step-times.txt"
 grep ' median' "$OUT/step-times.txt" | sed 's/^/step time: /' | tee -a "$OUT/summary.txt"

@@ -113,6 +113,7 @@ def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default", device="cpu"
     """The trained parameters, after asserting that the steps moved no tensor
     data through the host (on CUDA: over the bus)."""
     model = make_net(device)
+    on_cuda = torch.device(device).type == "cuda"
     client = muonshard.Coordinator(coord.address)
     version = client.submit(mst.manifest_from_module(model, "parity"), world_size=1)
     scale = {
@@ -134,8 +135,9 @@ def muonshard_run(coord, job, adjust_lr_fn, ns_precision="default", device="cpu"
         ns_coefficients="simple",
         ns_precision=ns_precision,
         blas_threads=1,
-        reduce_order="rank",
-        backend="nccl" if torch.device(device).type == "cuda" else "gloo",
+        # Rank order is for host-memory groups only (NCCL sums on the device).
+        reduce_order="ring" if on_cuda else "rank",
+        backend="nccl" if on_cuda else "gloo",
         **scale,
         **options,
     )
@@ -181,20 +183,24 @@ def test_bf16_newton_schulz_is_no_farther_from_exact_than_torchs_bf16_muon(coord
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (issue 34's GPU run)")
-@pytest.mark.parametrize("overlap_backward", [False, True])
-def test_on_cuda_tensors_over_nccl_equals_torchs_own_on_the_same_gpu(coordinator, monkeypatch, overlap_backward):
+@pytest.mark.parametrize(("overlap_backward", "step_schedule"), [(False, "auto"), (True, "auto"), (True, "pipelined")])
+def test_on_cuda_tensors_over_nccl_equals_torchs_own_on_the_same_gpu(
+    coordinator, monkeypatch, overlap_backward, step_schedule
+):
     """Issue 34 (a): the model on cuda:0, the step on the CUDA backend over NCCL
     (world 1: NCCL refuses two ranks on one GPU), Newton-Schulz in fp32, against
     torch's own Muon (fp32 Newton-Schulz) and AdamW on the same GPU: within 1e-5
-    relative, with no host copy in any step."""
+    relative, with no host copy in any step; sequential, and pipelined on the
+    device's streams."""
     device = "cuda:0"
     got = muonshard_run(
         coordinator,
-        "parity-cuda-%d" % overlap_backward,
+        "parity-cuda-%d-%s" % (overlap_backward, step_schedule),
         "original",
         ns_precision="fp32",
         device=device,
         overlap_backward=overlap_backward,
+        step_schedule=step_schedule,
     )
     monkeypatch.setattr(torch.optim._muon, "_zeropower_via_newtonschulz", fp32_zeropower)
     want = torch_reference("original", Net.MUON, device)

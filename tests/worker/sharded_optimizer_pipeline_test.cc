@@ -38,14 +38,7 @@ using ::muonshard::testing::IsOk;
 using ::muonshard::testing::StatusIs;
 using ::testing::HasSubstr;
 
-struct Case {
-  std::string name;
-  v1::ModelManifest manifest;
-  int world;
-  int ep;
-  PolicyKind policy;
-  int comm_buffer_mb;
-};
+using Case = PlanCase;
 
 std::vector<Case> Cases() {
   return {
@@ -60,7 +53,7 @@ class PipelineEquivalenceTest : public ::testing::TestWithParam<std::tuple<int, 
 
 TEST_P(PipelineEquivalenceTest, Pipelined_IsBitIdenticalToSequential) {
   const Case c = Cases()[std::get<0>(GetParam())];
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(c.manifest, c.world, c.ep, c.policy, c.comm_buffer_mb));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(c));
   SyntheticWorkload workload;
   RunOptions options;
   options.backend = std::get<1>(GetParam());
@@ -255,6 +248,14 @@ class CountingCpuBackend final : public kernels::KernelBackend {
   }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
   absl::Status WaitForStream(std::uintptr_t stream) override { return inner_->WaitForStream(stream); }
+  std::uintptr_t stream_handle() const override { return inner_->stream_handle(); }
+  absl::StatusOr<kernels::StreamEvent> CreateEvent() override { return inner_->CreateEvent(); }
+  absl::Status RecordEvent(const kernels::StreamEvent& event, std::uintptr_t stream) override {
+    return inner_->RecordEvent(event, stream);
+  }
+  absl::Status WaitEvent(std::uintptr_t stream, const kernels::StreamEvent& event) override {
+    return inner_->WaitEvent(stream, event);
+  }
   int64_t host_copies() const override { return inner_->host_copies(); }
   absl::StatusOr<kernels::BackendMemory> Allocate(int64_t bytes) override { return inner_->Allocate(bytes); }
   absl::Status CopyFromHost(const void* host, void* dst, int64_t bytes) override {
@@ -543,17 +544,16 @@ TEST(DevicePartStorageTest, CopyModelCopiesTo_ConvertsIntoDeviceMemoryWithoutAHo
   EXPECT_THAT(optimizer->CopyModelCopiesTo({bad}), StatusIs(absl::StatusCode::kNotFound, ::testing::_));
 }
 
-TEST(StepOptionsTest, PipelinedOnADeviceBackend_IsInvalidArgument) {
+TEST(StepOptionsTest, OnADeviceBackend_AutoIsSequentialAndPipelinedRunsOnStreams) {
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 1, 1, PolicyKind::kSeed));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
   std::unique_ptr<kernels::KernelBackend> backend = std::make_unique<FakeDeviceBackend>();
   StepOptions step;
-  step.schedule = StepSchedule::kPipelined;
-  EXPECT_THAT(ShardedOptimizer::Create(view, {}, backend.get(), {}, step).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host-memory")));
-  step.schedule = StepSchedule::kAuto;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, ShardedOptimizer::Create(view, {}, backend.get(), {}, step));
   EXPECT_FALSE(optimizer->pipelined());
+  step.schedule = StepSchedule::kPipelined;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(optimizer, ShardedOptimizer::Create(view, {}, backend.get(), {}, step));
+  EXPECT_TRUE(optimizer->pipelined());
 }
 
 TEST(StepOptionsTest, Parse_NamesTheBadValue) {

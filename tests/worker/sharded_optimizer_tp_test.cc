@@ -24,6 +24,7 @@
 #include "plan/tp_rounds.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
+#include "tests/worker/fake_device_backend.h"
 #include "tests/worker/optimizer_test_util.h"
 #include "worker/workload/regression_workload.h"
 #include "worker/workload/synthetic_workload.h"
@@ -454,6 +455,18 @@ TEST_F(TensorParallelCreateTest, Create_SequentialScheduleAsked_RunsIt) {
   StepOptions step;
   step.schedule = StepSchedule::kSequential;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer, Create(view_, step));
+  EXPECT_FALSE(optimizer->pipelined());
+}
+
+TEST_F(TensorParallelCreateTest, Create_PipelinedOnADeviceBackend_IsInvalidArgumentNamingTp) {
+  FakeDeviceBackend device;
+  StepOptions step;
+  step.schedule = StepSchedule::kPipelined;
+  EXPECT_THAT(ShardedOptimizer::Create(view_, comms_.by_rank[1], &device, OptimizerConfig(), step).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp = 2")));
+  step.schedule = StepSchedule::kAuto;  // sequential on a device
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto optimizer,
+                                 ShardedOptimizer::Create(view_, comms_.by_rank[1], &device, OptimizerConfig(), step));
   EXPECT_FALSE(optimizer->pipelined());
 }
 

@@ -50,6 +50,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -189,13 +190,18 @@ ParamsComparison CompareWithReference(const WorkerOptions& o, const std::string&
 // is the CUDA kernels on device buffers with no communicator.
 TEST(WorkerNcclTest, OneRank_Fp32NewtonSchulz_MatchesTheCpuReference) {
   SKIP_WITHOUT_DEVICES(1);
-  for (const auto& [name, manifest] : {std::pair("dense", ::muonshard::testing::DenseManifest(2, 64, 96, 80)),
-                                       std::pair("moe", ::muonshard::testing::MoeManifest(2, 64, 32, 4, 80))}) {
-    SCOPED_TRACE(name);
+  for (const auto& [name, manifest, schedule] :
+       {std::tuple("dense", ::muonshard::testing::DenseManifest(2, 64, 96, 80), "auto"),
+        std::tuple("moe", ::muonshard::testing::MoeManifest(2, 64, 32, 4, 80), "auto"),
+        // No communicator at one rank: the kernels alone, with the events of
+        // NOTE [Stream-pipelined step] on the backend's stream.
+        std::tuple("moe", ::muonshard::testing::MoeManifest(2, 64, 32, 4, 80), "pipelined")}) {
+    SCOPED_TRACE(absl::StrCat(name, ", ", schedule));
     MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t version, Submit(::muonshard::testing::MakeRequest(manifest, 1)));
     TempDir dir;
     WorkerOptions o = NcclRunOptions(version, dir.Join("nccl.safetensors"));
     o.ns_precision = "fp32";
+    o.step_schedule = schedule;
     std::ostringstream log;
     o.log = &log;
     MUONSHARD_ASSERT_OK(RunWorker(o)) << log.str();
@@ -237,6 +243,25 @@ TEST(WorkerNcclTest, CudaDevicePastTheVisibleOnes_UnavailableNamingTheDevice) {
                                                            HasSubstr(absl::StrCat("device ", o.cuda_device))));
 }
 
+// Two nccl ranks of `request` at fp32 Newton-Schulz on `schedule`, one GPU
+// each, against the CPU reference.
+void RunTwoRanksAgainstTheReference(const v1::PlanRequest& request, const std::string& schedule) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t version, Submit(request));
+  TempDir dir;
+  WorkerOptions o = NcclRunOptions(version, dir.Join("nccl.safetensors"));
+  o.ns_precision = "fp32";
+  o.step_schedule = schedule;
+  // Rank r runs on device r (rank modulo the devices).
+  const std::vector<testing::RankRun> runs = testing::RunRanksAsThreads(o, 2);
+  for (int r = 0; r < 2; ++r) {
+    MUONSHARD_ASSERT_OK(runs[r].status) << runs[r].log;
+    EXPECT_THAT(runs[r].log, HasSubstr(absl::StrCat("CUDA device ", r, " of ")));
+    EXPECT_THAT(runs[r].log, ::testing::Not(HasSubstr(" 0 NCCL communicator(s)")));
+  }
+  const ParamsComparison cmp = CompareWithReference(o, "fp32", kFp32Rtol, dir);
+  EXPECT_TRUE(cmp.ok()) << "failed " << cmp.failed();
+}
+
 // Two ranks as threads, one GPU each: a dense plan (one group of two: one
 // NCCL communicator per rank) and a MoE plan with expert parallelism 2.
 TEST(WorkerNcclTest, TwoRanksOneGpuEach_Fp32NewtonSchulz_MatchesTheCpuReference) {
@@ -249,21 +274,13 @@ TEST(WorkerNcclTest, TwoRanksOneGpuEach_Fp32NewtonSchulz_MatchesTheCpuReference)
       {"dense", ::muonshard::testing::MakeRequest(::muonshard::testing::DenseManifest(2, 64, 96, 80), 2)},
       {"moe_ep2", ::muonshard::testing::MakeRequest(::muonshard::testing::MoeManifest(2, 64, 32, 4, 80), 2, 1, 2)},
   };
+  // Sequential on one stream, and pipelined: each communicator on a stream
+  // of its own, ordered by events (NOTE [Stream-pipelined step]).
   for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    MUONSHARD_ASSERT_OK_AND_ASSIGN(const int64_t version, Submit(c.request));
-    TempDir dir;
-    WorkerOptions o = NcclRunOptions(version, dir.Join("nccl.safetensors"));
-    o.ns_precision = "fp32";
-    // Rank r runs on device r (rank modulo the devices).
-    const std::vector<testing::RankRun> runs = testing::RunRanksAsThreads(o, 2);
-    for (int r = 0; r < 2; ++r) {
-      MUONSHARD_ASSERT_OK(runs[r].status) << runs[r].log;
-      EXPECT_THAT(runs[r].log, HasSubstr(absl::StrCat("CUDA device ", r, " of ")));
-      EXPECT_THAT(runs[r].log, ::testing::Not(HasSubstr(" 0 NCCL communicator(s)")));
+    for (const char* schedule : {"auto", "pipelined"}) {
+      SCOPED_TRACE(absl::StrCat(c.name, ", ", schedule));
+      RunTwoRanksAgainstTheReference(c.request, schedule);
     }
-    const ParamsComparison cmp = CompareWithReference(o, "fp32", kFp32Rtol, dir);
-    EXPECT_TRUE(cmp.ok()) << "failed " << cmp.failed();
   }
 }
 

@@ -39,7 +39,8 @@ struct NcclGroupOptions {
 // `backend` is the CUDA kernel backend of options.device, the communicator
 // enqueues on the backend's stream (see NOTE [One stream] in
 // gpu/gpu_plugin.cc); `backend` must then outlive it. Otherwise (null, or
-// another backend) it creates its own stream.
+// another backend) it creates its own stream: for the pipelined step, which
+// orders the streams with events.
 // Possible errors: CreateNcclCommunicator's; FAILED_PRECONDITION (built
 // without CUDA).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclGroupCommunicator(const NcclGroupOptions& options,

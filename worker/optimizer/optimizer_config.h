@@ -83,7 +83,9 @@ struct StepOptions {
 };
 
 // What a schedule runs as: kAuto is kPipelined on a host-memory backend and
-// kSequential on a device backend (whose collectives are stream-ordered).
+// kSequential on a device backend, where kPipelined runs on the device's
+// streams (NOTE [Stream-pipelined step]) and is asked for explicitly until
+// GPU measurements make it the default.
 StepSchedule ResolveStepSchedule(StepSchedule schedule, bool host_memory);
 
 // The name ParseStepSchedule reads: "auto", "sequential" or "pipelined".

@@ -92,8 +92,10 @@
 // rank's communicators (NOTE [Abort]), so no lane waits out its timeout.
 // StepStats holds busy times (reduce/sync: time in those collectives,
 // of the busiest lane; muon/adamw: compute), which overlap: each is at most
-// total_seconds, their sum may exceed it. Device backends run the sequential schedule, whose
-// collectives are stream-ordered already.
+// total_seconds, their sum may exceed it. On a device backend the same
+// order is issued onto streams, ordered by events instead of lanes (NOTE
+// [Stream-pipelined step] in internal/step_scheduler_streamed.cc; there
+// `auto` is the sequential schedule, and tp = 1 only).
 // The unit of overlap is the bucket, and a Muon bucket may be cut into
 // pieces for it (NOTE [Step pieces] in internal/bucket_split.h): the
 // optimizer runs its view with the pieces as buckets, on both schedules.

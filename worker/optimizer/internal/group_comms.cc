@@ -38,12 +38,15 @@ absl::StatusOr<std::unique_ptr<GroupComms>> GroupComms::Create(const OptimizerLa
   return out;
 }
 
-absl::Status RunGrouped(Communicator& comm, absl::FunctionRef<absl::Status()> issue) {
+absl::Status RunGroupedAsync(Communicator& comm, absl::FunctionRef<absl::Status()> issue) {
   MUONSHARD_RETURN_IF_ERROR(comm.GroupStart());
   absl::Status s = issue();
-  absl::Status end = comm.GroupEnd();
-  MUONSHARD_RETURN_IF_ERROR(s);
-  MUONSHARD_RETURN_IF_ERROR(end);
+  s.Update(comm.GroupEnd());
+  return s;
+}
+
+absl::Status RunGrouped(Communicator& comm, absl::FunctionRef<absl::Status()> issue) {
+  MUONSHARD_RETURN_IF_ERROR(RunGroupedAsync(comm, issue));
   return comm.Synchronize();
 }
 

@@ -33,6 +33,9 @@ using CommGroups = absl::flat_hash_map<int, Communicator*>;
 // Synchronize. The group is closed even after a failed op, so the
 // communicator's group state stays balanced; the first error wins.
 absl::Status RunGrouped(Communicator& comm, absl::FunctionRef<absl::Status()> issue);
+// RunGrouped without the Synchronize: the ops are issued (on a device, on
+// the communicator's stream) and may still run.
+absl::Status RunGroupedAsync(Communicator& comm, absl::FunctionRef<absl::Status()> issue);
 
 class GroupComms {
  public:

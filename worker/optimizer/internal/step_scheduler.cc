@@ -79,9 +79,12 @@ absl::Status StepScheduler::Begin() {
   const std::vector<BucketKey> empty = hand_off_.Begin();
   recorder_.Begin(pipeline_ == nullptr ? 0 : pipeline_->lanes(), options_.trace, comms_.Snapshot());
   in_step_ = true;
-  if (pipeline_ == nullptr) return absl::OkStatus();
-  pipeline_->Begin(3 * layout_.BucketCount());
-  PostLaneOps();
+  if (streamed_) {
+    BeginStreamed();
+  } else if (pipeline_ != nullptr) {
+    pipeline_->Begin(3 * layout_.BucketCount());
+    PostLaneOps();
+  }
   for (const BucketKey& key : empty) BucketGradientsIn(key);
   return absl::OkStatus();
 }
@@ -91,6 +94,7 @@ void StepScheduler::HandedOver(const PartLayout& part) {
 }
 
 absl::StatusOr<StepStats> StepScheduler::Finish() {
+  if (streamed_) return FinishStreamed();
   return pipeline_ == nullptr ? FinishSequential() : FinishPipelined();
 }
 
@@ -99,6 +103,9 @@ void StepScheduler::Cancel(const absl::Status& reason) {
     pipeline_->Fail(reason);
     (void)pipeline_->Finish();
   }
+  // Collectives already issued on the streams would pair with the peers'
+  // next ones: the group is broken.
+  if (in_step_ && streamed_ && issued_any_) comms_.AbortAll(reason);
   in_step_ = false;
 }
 

@@ -7,7 +7,9 @@
 // over, and, on the pipelined schedule, the lanes that reduce each bucket
 // as its gradients come in and sync it once it is updated while the
 // caller's thread updates the reduced buckets in turn. The sequential
-// schedule reduces every bucket, then updates them, then syncs them. Either
+// schedule reduces every bucket, then updates them, then syncs them. On a
+// device backend the pipelined schedule runs on streams instead of lanes
+// (NOTE [Stream-pipelined step] in step_scheduler_streamed.cc). Either
 // way each bucket sees the same collectives (GradientBuffers::ReduceBucket,
 // ParameterBuffers::SyncBucket) and the same update (BucketUpdater), so the
 // results are bit-identical. Gradients are packed, and the optimizer's
@@ -16,6 +18,7 @@
 // Thread-compatible: one thread at a time (the lane threads are internal).
 // Everything given to Create must outlive it.
 
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -52,7 +55,7 @@ class StepScheduler {
  public:
   // The schedule `options` asks for on this backend (ResolveStepSchedule).
   // Possible errors: INVALID_ARGUMENT (the pipelined schedule on a device
-  // backend).
+  // backend with tp > 1), INTERNAL (creating stream events).
   static absl::StatusOr<std::unique_ptr<StepScheduler>> Create(const StepParts& parts, const StepOptions& options);
 
   StepScheduler(const StepScheduler&) = delete;
@@ -60,7 +63,7 @@ class StepScheduler {
   // Cancels a step left open (its lanes may wait in collectives).
   ~StepScheduler();
 
-  bool pipelined() const { return pipeline_ != nullptr; }
+  bool pipelined() const { return pipeline_ != nullptr || streamed_; }
   // FAILED_PRECONDITION when a step is open / when none is.
   absl::Status CheckNoOpenStep() const;
   absl::Status CheckOpen() const;
@@ -133,6 +136,32 @@ class StepScheduler {
   // Pipelined schedule only (NOTE [Pipelined step]).
   std::vector<int> lane_of_group_;             // -1: no lane (group of one)
   std::vector<std::vector<BucketKey>> order_;  // per group: hand-off order
+  // The pipelined schedule on a device backend's streams
+  // (step_scheduler_streamed.cc).
+  absl::Status InitStreamed();
+  void BeginStreamed();
+  // Issues the reduces of group `group` whose turn has come: the next ones
+  // in order_ whose gradients are in.
+  void IssueReduces(int group);
+  absl::Status IssueReduce(const BucketKey& key);
+  absl::StatusOr<StepStats> FinishStreamed();
+  absl::Status IssueUpdates();
+  absl::Status IssueSyncs();
+  // Waits for the communicators and the backend; the first error.
+  absl::Status AwaitStreams();
+  // Records `event` on `from` and makes `to` wait for it.
+  absl::Status Order(const kernels::StreamEvent& event, std::uintptr_t from, std::uintptr_t to);
+  bool Communicates(int group) const;
+  bool streamed_ = false;
+  std::vector<BucketKey> update_order_;  // every group's buckets, merged
+  // Per bucket key k of K: its reduce issued (k), its update issued (K + k);
+  // the backend's work before a reduce (2K).
+  std::vector<kernels::StreamEvent> events_;
+  std::vector<bool> grads_in_;          // per key, in the open step
+  std::vector<size_t> reduces_issued_;  // per group: a prefix of order_[g]
+  bool issued_any_ = false;             // a collective of the open step
+  absl::Status stream_error_;           // the open step's first error
+
   // Last: its lanes use everything above.
   std::unique_ptr<StepPipeline> pipeline_;
 };

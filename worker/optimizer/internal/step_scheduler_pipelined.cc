@@ -41,11 +41,7 @@ absl::Status StepScheduler::InitPipeline() {
   if (ResolveStepSchedule(options_.schedule, host_memory) == StepSchedule::kSequential) {
     return absl::OkStatus();
   }
-  if (!host_memory) {
-    return absl::InvalidArgumentError(
-        "the pipelined step schedule needs a host-memory kernel backend (device backends run the sequential one, "
-        "whose collectives are stream-ordered)");
-  }
+  if (!host_memory) return InitStreamed();
   lane_of_group_.assign(groups.size(), -1);
   int lanes = 0;
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -84,6 +80,11 @@ absl::Status StepScheduler::LaneCollective(const BucketKey& key, bool reduce) {
 }
 
 void StepScheduler::BucketGradientsIn(const BucketKey& key) {
+  if (streamed_) {
+    grads_in_[layout_.Key(key)] = true;
+    IssueReduces(layout_.GroupOf(key));
+    return;
+  }
   if (pipeline_ == nullptr) return;  // sequential: Finish reduces
   if (lane_of_group_[layout_.GroupOf(key)] >= 0) {
     pipeline_->Set(GradsIn(layout_.Key(key)), false);
