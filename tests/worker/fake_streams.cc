@@ -251,12 +251,14 @@ absl::Status DeferredDeviceBackend::Convert(const void* in, kernels::ElementType
 
 // --- DeferredCommunicator ---
 
-DeferredCommunicator::DeferredCommunicator(FakeStreams* streams, Communicator* inner)
-    : streams_(streams), inner_(inner), stream_(streams->NewStream()) {}
+DeferredCommunicator::DeferredCommunicator(FakeStreams* streams, Communicator* inner, std::vector<int>* issue_log,
+                                           int label)
+    : streams_(streams), inner_(inner), issue_log_(issue_log), label_(label), stream_(streams->NewStream()) {}
 
 DeferredCommunicator::~DeferredCommunicator() { (void)streams_->Drain(stream_); }
 
 absl::Status DeferredCommunicator::Enqueue(std::function<absl::Status()> op) {
+  if (issue_log_ != nullptr) issue_log_->push_back(label_);
   streams_->Enqueue(stream_, std::move(op));
   return absl::OkStatus();
 }

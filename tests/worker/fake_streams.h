@@ -155,8 +155,10 @@ class DeferredDeviceBackend final : public kernels::KernelBackend {
 
 class DeferredCommunicator final : public Communicator {
  public:
-  // `streams` and `inner` outlive it.
-  DeferredCommunicator(FakeStreams* streams, Communicator* inner);
+  // `streams` and `inner` outlive it. With `issue_log`, every op issued
+  // appends `label` to it (the caller's thread: the order ops were issued
+  // in, across the communicators that share the log).
+  DeferredCommunicator(FakeStreams* streams, Communicator* inner, std::vector<int>* issue_log = nullptr, int label = 0);
   ~DeferredCommunicator() override;
 
   int rank() const override { return inner_->rank(); }
@@ -183,6 +185,8 @@ class DeferredCommunicator final : public Communicator {
 
   FakeStreams* const streams_;
   Communicator* const inner_;
+  std::vector<int>* const issue_log_;
+  const int label_;
   const std::uintptr_t stream_;
 };
 

@@ -4,10 +4,14 @@
 // after a random delay, ordered only by the events the optimizer records.
 // The step is bit-identical to the sequential one on the same fake device,
 // with gradients handed over at once or one by one (reduces issued during
-// "backward"); with the waits ignored it is not (the test can fail); a rank
-// that fails a step aborts its peer's collectives at once.
+// "backward"); with the waits ignored it is not (the test can fail); ranks
+// issue the collectives of groups they share in one order; a rank that
+// fails a step aborts its peer's collectives at once.
 
+#include <algorithm>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -135,6 +139,61 @@ TEST(StreamedStepTest, CommunicationOrComputeOnly_RunTheirHalf) {
   // Neither half alone is the step.
   EXPECT_TRUE(AnyDiffers(comm, all));
   EXPECT_TRUE(AnyDiffers(compute, all));
+}
+
+// NCCL's rule for communicators used concurrently: ranks that share two
+// groups issue their collectives in one order, whatever order backward
+// hands the gradients over in.
+TEST(StreamedStepTest, GroupsThatShareRanks_GetTheirCollectivesInOneOrderOnEveryRank) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      v1::Plan plan, BuildPlan(muonshard::testing::MoeManifest(2, 64, 32, 4, 80), 4, 2, PolicyKind::kBalanced, 1));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(PlanComms comms, CreateInProcessPlanComms(plan, InProcessOptions{}));
+  const SyntheticWorkload workload;
+  std::vector<std::vector<int>> logs(4);  // per rank: the group of each collective issued
+  std::vector<absl::Status> results = RunRanksStatus(4, [&](int rank) -> absl::Status {
+    FakeStreams streams({});
+    ShardedOptimizer::CommGroups groups = comms.by_rank[rank];
+    std::vector<std::unique_ptr<DeferredCommunicator>> deferred;
+    for (auto& [id, comm] : groups) {
+      deferred.push_back(std::make_unique<DeferredCommunicator>(&streams, comm, &logs[rank], id));
+      comm = deferred.back().get();
+    }
+    DeferredDeviceBackend backend(&streams, std::make_unique<FakeDeviceBackend>());
+    MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
+    StepOptions step;
+    step.schedule = StepSchedule::kPipelined;
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, groups, &backend, {}, step));
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
+    std::vector<HeldTensor> held = optimizer->held_tensors();
+    std::mt19937 rng(static_cast<uint32_t>(rank));
+    for (int s = 0; s < 2; ++s) {
+      std::shuffle(held.begin(), held.end(), rng);
+      MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
+      for (const HeldTensor& h : held) {
+        MUONSHARD_RETURN_IF_ERROR(optimizer->GradReady(h.tensor, std::vector<float>(h.numel(), 0.5f)));
+      }
+      MUONSHARD_RETURN_IF_ERROR(optimizer->FinishStep().status());
+    }
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < 4; ++r) MUONSHARD_ASSERT_OK(results[r]) << "rank " << r;
+  // Rank r1's and r2's collectives on the groups both are in, in issue order.
+  auto shared = [&](int r1, int r2, int of) {
+    std::vector<int> out;
+    for (int group : logs[of]) {
+      if (comms.by_rank[r1].contains(group) && comms.by_rank[r2].contains(group)) out.push_back(group);
+    }
+    return out;
+  };
+  int pairs_with_two_groups = 0;
+  for (int r1 = 0; r1 < 4; ++r1) {
+    for (int r2 = r1 + 1; r2 < 4; ++r2) {
+      const std::vector<int> a = shared(r1, r2, r1);
+      EXPECT_EQ(a, shared(r1, r2, r2)) << "ranks " << r1 << " and " << r2;
+      if (std::set<int>(a.begin(), a.end()).size() > 1) ++pairs_with_two_groups;
+    }
+  }
+  EXPECT_GT(pairs_with_two_groups, 0);  // the plan has ranks that share two groups
 }
 
 TEST(StreamedStepTest, MissingGradient_BreaksTheStepAndAbortsThePeerAtOnce) {

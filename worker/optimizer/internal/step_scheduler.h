@@ -140,9 +140,9 @@ class StepScheduler {
   // (step_scheduler_streamed.cc).
   absl::Status InitStreamed();
   void BeginStreamed();
-  // Issues the reduces of group `group` whose turn has come: the next ones
-  // in order_ whose gradients are in.
-  void IssueReduces(int group);
+  // Issues the reduces whose turn has come: the next ones in stream_order_
+  // whose gradients are in.
+  void IssueReduces();
   absl::Status IssueReduce(const BucketKey& key);
   absl::StatusOr<StepStats> FinishStreamed();
   absl::Status IssueUpdates();
@@ -153,14 +153,17 @@ class StepScheduler {
   absl::Status Order(const kernels::StreamEvent& event, std::uintptr_t from, std::uintptr_t to);
   bool Communicates(int group) const;
   bool streamed_ = false;
-  std::vector<BucketKey> update_order_;  // every group's buckets, merged
+  // Every group's buckets in hand-off order, merged: the communicating
+  // groups' (reduces, syncs) and the updated ones.
+  std::vector<BucketKey> stream_order_;
+  std::vector<BucketKey> update_order_;
   // Per bucket key k of K: its reduce issued (k), its update issued (K + k);
   // the backend's work before a reduce (2K).
   std::vector<kernels::StreamEvent> events_;
-  std::vector<bool> grads_in_;          // per key, in the open step
-  std::vector<size_t> reduces_issued_;  // per group: a prefix of order_[g]
-  bool issued_any_ = false;             // a collective of the open step
-  absl::Status stream_error_;           // the open step's first error
+  std::vector<bool> grads_in_;  // per key, in the open step
+  size_t reduces_issued_ = 0;   // a prefix of stream_order_
+  bool issued_any_ = false;     // a collective of the open step
+  absl::Status stream_error_;   // the open step's first error
 
   // Last: its lanes use everything above.
   std::unique_ptr<StepPipeline> pipeline_;

@@ -82,7 +82,7 @@ absl::Status StepScheduler::LaneCollective(const BucketKey& key, bool reduce) {
 void StepScheduler::BucketGradientsIn(const BucketKey& key) {
   if (streamed_) {
     grads_in_[layout_.Key(key)] = true;
-    IssueReduces(layout_.GroupOf(key));
+    IssueReduces();
     return;
   }
   if (pipeline_ == nullptr) return;  // sequential: Finish reduces

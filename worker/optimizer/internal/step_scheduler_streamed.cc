@@ -9,17 +9,22 @@
 // at each hand-over, so the device overlaps what the lanes overlap on the
 // CPU:
 //   - a bucket's reduce is issued on its group's stream once its gradients
-//     are in and every bucket before it in the group's hand-off order was
-//     issued (the order every rank uses), after an event on the backend's
+//     are in and every bucket before it in the step's order was issued:
+//     every group's buckets in hand-off order (descending last tensor),
+//     merged, the same on every rank, after an event on the backend's
 //     stream (the gradients it packed or converted, and whatever it was
 //     ordered after: torch's stream, NOTE [Part storage]); an event marks the
 //     reduce;
-//   - at FinishStep the updates are issued on the backend's stream in the
-//     groups' hand-off orders merged (by last tensor, descending), each after
-//     its bucket's reduce event, each marked by an event;
-//   - then each group's broadcasts / all-gathers, in its hand-off order, each
-//     after its bucket's update event (non-owners of a Muon bucket wait for
-//     nothing: the broadcast follows the reduces on the group's stream).
+//   - at FinishStep the updates are issued on the backend's stream in that
+//     order, each after its bucket's reduce event, each marked by an event;
+//   - then the broadcasts / all-gathers in that order, each after its
+//     bucket's update event (non-owners of a Muon bucket wait for nothing:
+//     the broadcast follows the reduces on the group's stream).
+// One issue order on every rank, across groups too: NCCL kernels of
+// communicators that share ranks, on streams of their own, can deadlock
+// when ranks launch them in different orders (NCCL's rule for using
+// communicators concurrently), so the reduces wait for the step's order
+// rather than for the hand-off's.
 // So Newton-Schulz of the first buckets runs while later buckets are still
 // reduced, and their broadcasts while the rest are orthogonalised; groups
 // communicate side by side on their streams. With gradients handed over one
@@ -57,11 +62,15 @@ absl::Status StepScheduler::InitStreamed() {
   std::vector<std::pair<int, BucketKey>> by_last;
   for (int k = 0; k < keys; ++k) {
     const BucketKey key = layout_.KeyBucket(k);
-    if (layout_.Updates(key)) by_last.push_back({layout_.LastTensor(key), key});
+    by_last.push_back({layout_.LastTensor(key), key});
   }
-  // As each group's order_ (descending last tensor, ties in key order).
+  // As each group's order_ (descending last tensor, ties in key order), so
+  // each group's buckets come in its order_.
   std::stable_sort(by_last.begin(), by_last.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [last, key] : by_last) update_order_.push_back(key);
+  for (const auto& [last, key] : by_last) {
+    if (Communicates(layout_.GroupOf(key))) stream_order_.push_back(key);
+    if (layout_.Updates(key)) update_order_.push_back(key);
+  }
   streamed_ = true;
   return absl::OkStatus();
 }
@@ -72,7 +81,7 @@ bool StepScheduler::Communicates(int group) const {
 
 void StepScheduler::BeginStreamed() {
   grads_in_.assign(layout_.BucketCount(), false);
-  reduces_issued_.assign(order_.size(), 0);
+  reduces_issued_ = 0;
   issued_any_ = false;
   stream_error_ = absl::OkStatus();
 }
@@ -82,12 +91,10 @@ absl::Status StepScheduler::Order(const kernels::StreamEvent& event, std::uintpt
   return backend_.WaitEvent(to, event);
 }
 
-void StepScheduler::IssueReduces(int group) {
-  if (!Communicates(group)) return;
-  const std::vector<BucketKey>& order = order_[group];
-  size_t& next = reduces_issued_[group];
-  for (; stream_error_.ok() && next < order.size() && grads_in_[layout_.Key(order[next])]; ++next) {
-    stream_error_ = IssueReduce(order[next]);
+void StepScheduler::IssueReduces() {
+  size_t& next = reduces_issued_;
+  for (; stream_error_.ok() && next < stream_order_.size() && grads_in_[layout_.Key(stream_order_[next])]; ++next) {
+    stream_error_ = IssueReduce(stream_order_[next]);
   }
   if (!stream_error_.ok()) comms_.AbortAll(stream_error_);
 }
@@ -132,15 +139,12 @@ absl::Status StepScheduler::IssueUpdates() {
 absl::Status StepScheduler::IssueSyncs() {
   const int keys = layout_.BucketCount();
   const bool updated = options_.phases != StepPhases::kCommunicationOnly;
-  for (size_t g = 0; g < order_.size(); ++g) {
-    if (!Communicates(static_cast<int>(g))) continue;
-    Communicator& comm = *comms_.comm(static_cast<int>(g));
-    for (const BucketKey& key : order_[g]) {
-      if (updated && layout_.Updates(key)) {
-        MUONSHARD_RETURN_IF_ERROR(backend_.WaitEvent(comm.stream_handle(), events_[keys + layout_.Key(key)]));
-      }
-      MUONSHARD_RETURN_IF_ERROR(RunGroupedAsync(comm, [&] { return params_.SyncBucket(comm, key); }));
+  for (const BucketKey& key : stream_order_) {
+    Communicator& comm = *comms_.comm(layout_.GroupOf(key));
+    if (updated && layout_.Updates(key)) {
+      MUONSHARD_RETURN_IF_ERROR(backend_.WaitEvent(comm.stream_handle(), events_[keys + layout_.Key(key)]));
     }
+    MUONSHARD_RETURN_IF_ERROR(RunGroupedAsync(comm, [&] { return params_.SyncBucket(comm, key); }));
   }
   return absl::OkStatus();
 }
