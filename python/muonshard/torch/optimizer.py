@@ -290,7 +290,9 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     Overlap (NOTE [Pipelined step], [Gradient hand-off] in
     worker/optimizer/sharded_optimizer.h): the C++ step is pipelined on the CPU
     (`step_schedule` "auto" or "pipelined"; "sequential" for comparison): each
-    bucket's Newton-Schulz overlaps the other buckets' collectives. Muon
+    bucket's Newton-Schulz overlaps the other buckets' collectives. With
+    `backend="nccl"`, "auto" is sequential and "pipelined" runs the same order
+    on CUDA streams ordered by events (NOTE [Stream-pipelined step]; tp = 1). Muon
     buckets are cut into pieces of at most `step_piece_kib` KiB of gradients
     for that (NOTE [Step pieces]; 0: the plan's buckets). With a plan whose
     topology gives `gpus_per_node` (ranks per machine), `collectives` "auto"
