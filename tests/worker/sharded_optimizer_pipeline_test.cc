@@ -11,6 +11,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -26,6 +27,7 @@
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
 #include "tests/worker/fake_device_backend.h"
+#include "tests/worker/fake_streams.h"
 #include "tests/worker/optimizer_test_util.h"
 #include "worker/optimizer/internal/step_pipeline.h"
 #include "worker/workload/synthetic_workload.h"
@@ -200,10 +202,12 @@ TEST_F(HandOffTest, FinishStep_MissingGradient_Pipelined_BreaksAndAbortsThePeerA
 
 // --- overlap, proven by a dependency only a pipeline can satisfy ---
 
-// Counts the kernel updates of a CPU backend.
+// Counts the kernel updates of a backend (the CPU's by default).
 class CountingCpuBackend final : public kernels::KernelBackend {
  public:
-  explicit CountingCpuBackend(std::atomic<int>* updates) : updates_(updates) {}
+  explicit CountingCpuBackend(std::atomic<int>* updates,
+                              std::unique_ptr<kernels::KernelBackend> inner = kernels::CreateCpuKernelBackend())
+      : inner_(std::move(inner)), updates_(updates) {}
   kernels::DeviceKind device_kind() const override { return inner_->device_kind(); }
   absl::Status NewtonSchulz(const float* in, float* out, const kernels::MatrixBatchShape& shape,
                             const kernels::NewtonSchulzOptions& options) override {
@@ -272,7 +276,7 @@ class CountingCpuBackend final : public kernels::KernelBackend {
   }
 
  private:
-  std::unique_ptr<kernels::KernelBackend> inner_ = kernels::CreateCpuKernelBackend();
+  std::unique_ptr<kernels::KernelBackend> inner_;
   std::atomic<int>* updates_;
 };
 
@@ -367,8 +371,11 @@ GateSpec GateFor(const v1::Plan& plan, int group, int rank) {
 // Two ranks, one group. On every rank that updates a bucket reduced before
 // its last one, the last reduction of the first step waits for an update
 // of the same rank: only a schedule that updates early buckets while later
-// ones are still being reduced gets past it.
-absl::Status RunGatedStep(StepSchedule schedule) {
+// ones are still being reduced gets past it. `on_streams`: the kernels and
+// the collectives on fake streams of a device (fake_streams.h), where the
+// pipelined schedule runs on streams and events (NOTE [Stream-pipelined
+// step]) and the gate blocks the communicator's stream.
+absl::Status RunGatedStep(StepSchedule schedule, bool on_streams = false) {
   MUONSHARD_ASSIGN_OR_RETURN(
       v1::Plan plan, BuildPlan(muonshard::testing::DenseManifest(4, 64, 96, 80), 2, 1, PolicyKind::kBalanced, 1));
   if (plan.groups_size() != 1) return absl::InternalError("the test needs one group");
@@ -382,14 +389,22 @@ absl::Status RunGatedStep(StepSchedule schedule) {
   SyntheticWorkload workload;
   std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
     std::atomic<int> updates{0};
-    CountingCpuBackend backend(&updates);
+    FakeStreams streams({});
+    std::unique_ptr<kernels::KernelBackend> backend =
+        on_streams
+            ? std::unique_ptr<kernels::KernelBackend>(std::make_unique<DeferredDeviceBackend>(
+                  &streams, std::make_unique<CountingCpuBackend>(&updates, std::make_unique<FakeDeviceBackend>())))
+            : std::make_unique<CountingCpuBackend>(&updates);
     const GateSpec gate = GateFor(plan, group, rank);
     GatedCommunicator gated(comms.by_rank[rank].at(group), &updates, gate.satisfiable ? gate.reductions - 1 : -1,
                             absl::Seconds(3));
+    DeferredCommunicator deferred(&streams, &gated);
+    Communicator* comm = on_streams ? static_cast<Communicator*>(&deferred) : &gated;
     MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
     StepOptions step;
     step.schedule = schedule;
-    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, {{group, &gated}}, &backend, {}, step));
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer,
+                               ShardedOptimizer::Create(view, {{group, comm}}, backend.get(), {}, step));
     MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
     return TrainStep(workload, *optimizer, 0).status();
   });
@@ -406,6 +421,12 @@ TEST(PipelineOverlapTest, LastReduceWaitingForAnUpdate_CompletesOnlyWhenPipeline
   // The same dependency deadlocks the sequential step (every update waits
   // for every reduce): the gate gives up.
   EXPECT_THAT(RunGatedStep(StepSchedule::kSequential),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gated reduction")));
+}
+
+TEST(PipelineOverlapTest, OnADevicesStreams_LastReduceWaitingForAnUpdate_CompletesOnlyWhenPipelined) {
+  EXPECT_THAT(RunGatedStep(StepSchedule::kPipelined, /*on_streams=*/true), IsOk());
+  EXPECT_THAT(RunGatedStep(StepSchedule::kSequential, /*on_streams=*/true),
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("gated reduction")));
 }
 
