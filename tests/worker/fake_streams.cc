@@ -313,4 +313,13 @@ absl::Status DeferredCommunicator::Synchronize() {
   return inner_->Synchronize();
 }
 
+// --- StreamedRank ---
+
+void StreamedRank::Defer(absl::flat_hash_map<int, Communicator*>* comms, std::vector<int>* issue_log) {
+  for (auto& [id, comm] : *comms) {
+    comms_.push_back(std::make_unique<DeferredCommunicator>(&streams_, comm, issue_log, id));
+    comm = comms_.back().get();
+  }
+}
+
 }  // namespace muonshard::worker::testing

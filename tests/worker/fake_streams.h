@@ -28,9 +28,11 @@
 #include <memory>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -188,6 +190,27 @@ class DeferredCommunicator final : public Communicator {
   std::vector<int>* const issue_log_;
   const int label_;
   const std::uintptr_t stream_;
+};
+
+// One rank's device on fake streams: its communicators behind
+// DeferredCommunicators and its kernel backend behind a
+// DeferredDeviceBackend, all on one FakeStreams.
+class StreamedRank {
+ public:
+  explicit StreamedRank(const FakeStreamOptions& options) : streams_(options) {}
+
+  // Replaces every communicator of `comms` (by group id) with a
+  // DeferredCommunicator over it, owned here; with `issue_log`, each logs
+  // its ops under its group id.
+  void Defer(absl::flat_hash_map<int, Communicator*>* comms, std::vector<int>* issue_log = nullptr);
+  // A DeferredDeviceBackend over `inner`, to be destroyed before this.
+  std::unique_ptr<DeferredDeviceBackend> Backend(std::unique_ptr<kernels::KernelBackend> inner) {
+    return std::make_unique<DeferredDeviceBackend>(&streams_, std::move(inner));
+  }
+
+ private:
+  FakeStreams streams_;  // first: outlives the communicators
+  std::vector<std::unique_ptr<DeferredCommunicator>> comms_;
 };
 
 }  // namespace muonshard::worker::testing

@@ -62,7 +62,7 @@ absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> MakeKernelBackend(Kernel
     case KernelKind::kCuda:
       return kernels::CreateKernelBackend(kernels::DeviceKind::kCuda, 0);
     case KernelKind::kCpu:
-    case KernelKind::kStreamedDevice:  // RunRank's MakeStreamedRank
+    case KernelKind::kStreamedDevice:  // RunRank's StreamedRank
       break;
   }
   return kernels::CreateCpuKernelBackend();
@@ -122,33 +122,19 @@ absl::StatusOr<TrainStepResult> RunTrainStep(const Workload& workload, ShardedOp
   return TrainStep(workload, optimizer, step);
 }
 
-// A rank's kernels and collectives on fake streams (KernelKind::kStreamedDevice).
-struct StreamedRank {
-  std::unique_ptr<FakeStreams> streams;
-  std::vector<std::unique_ptr<Communicator>> comms;
-};
-
-absl::StatusOr<std::unique_ptr<kernels::KernelBackend>> MakeStreamedRank(int rank, const RunOptions& options,
-                                                                         ShardedOptimizer::CommGroups* comms,
-                                                                         StreamedRank* out) {
-  FakeStreamOptions o = options.streams;
-  o.seed += 1000 * static_cast<uint32_t>(rank);
-  out->streams = std::make_unique<FakeStreams>(o);
-  for (auto& [id, comm] : *comms) {
-    out->comms.push_back(std::make_unique<DeferredCommunicator>(out->streams.get(), comm));
-    comm = out->comms.back().get();
-  }
-  return std::make_unique<DeferredDeviceBackend>(out->streams.get(), std::make_unique<FakeDeviceBackend>());
-}
-
 absl::StatusOr<RankResult> RunRank(const v1::Plan& plan, int rank, ShardedOptimizer::CommGroups comms,
                                    const Workload& workload, const RunOptions& options) {
   MUONSHARD_ASSIGN_OR_RETURN(const v1::RankView view, planner::ExtractRankView(plan, rank));
-  StreamedRank streamed;  // outlives the backend and the optimizer
-  MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<kernels::KernelBackend> backend,
-                             options.kernels == KernelKind::kStreamedDevice
-                                 ? MakeStreamedRank(rank, options, &comms, &streamed)
-                                 : MakeKernelBackend(options.kernels));
+  FakeStreamOptions streams = options.streams;
+  streams.seed += 1000 * static_cast<uint32_t>(rank);
+  StreamedRank streamed(streams);  // outlives the backend and the optimizer
+  std::unique_ptr<kernels::KernelBackend> backend;
+  if (options.kernels == KernelKind::kStreamedDevice) {
+    streamed.Defer(&comms);
+    backend = streamed.Backend(std::make_unique<FakeDeviceBackend>());
+  } else {
+    MUONSHARD_ASSIGN_OR_RETURN(backend, MakeKernelBackend(options.kernels));
+  }
   MUONSHARD_ASSIGN_OR_RETURN(std::unique_ptr<ShardedOptimizer> optimizer,
                              ShardedOptimizer::Create(view, comms, backend.get(), options.config, options.step));
   MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));

@@ -389,22 +389,20 @@ absl::Status RunGatedStep(StepSchedule schedule, bool on_streams = false) {
   SyntheticWorkload workload;
   std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
     std::atomic<int> updates{0};
-    FakeStreams streams({});
-    std::unique_ptr<kernels::KernelBackend> backend =
-        on_streams
-            ? std::unique_ptr<kernels::KernelBackend>(std::make_unique<DeferredDeviceBackend>(
-                  &streams, std::make_unique<CountingCpuBackend>(&updates, std::make_unique<FakeDeviceBackend>())))
-            : std::make_unique<CountingCpuBackend>(&updates);
     const GateSpec gate = GateFor(plan, group, rank);
     GatedCommunicator gated(comms.by_rank[rank].at(group), &updates, gate.satisfiable ? gate.reductions - 1 : -1,
                             absl::Seconds(3));
-    DeferredCommunicator deferred(&streams, &gated);
-    Communicator* comm = on_streams ? static_cast<Communicator*>(&deferred) : &gated;
+    ShardedOptimizer::CommGroups groups{{group, &gated}};
+    StreamedRank device({});
+    std::unique_ptr<kernels::KernelBackend> backend = std::make_unique<CountingCpuBackend>(&updates);
+    if (on_streams) {
+      device.Defer(&groups);
+      backend = device.Backend(std::make_unique<CountingCpuBackend>(&updates, std::make_unique<FakeDeviceBackend>()));
+    }
     MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
     StepOptions step;
     step.schedule = schedule;
-    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer,
-                               ShardedOptimizer::Create(view, {{group, comm}}, backend.get(), {}, step));
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, groups, backend.get(), {}, step));
     MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
     return TrainStep(workload, *optimizer, 0).status();
   });

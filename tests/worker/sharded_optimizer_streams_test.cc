@@ -68,6 +68,32 @@ bool AnyDiffers(const std::vector<RankResult>& a, const std::vector<RankResult>&
   return false;
 }
 
+// Rank `rank` of `plan` on fake streams (its `groups` deferred, logging to
+// `issue_log` when given), pipelined, its parameters initialised.
+struct RankOnStreams {
+  RankOnStreams(ShardedOptimizer::CommGroups groups_in, std::vector<int>* issue_log)
+      : device(FakeStreamOptions{}), groups(std::move(groups_in)) {
+    device.Defer(&groups, issue_log);
+    backend = device.Backend(std::make_unique<FakeDeviceBackend>());
+  }
+  StreamedRank device;  // first: outlives the rest
+  ShardedOptimizer::CommGroups groups;
+  std::unique_ptr<DeferredDeviceBackend> backend;
+  std::unique_ptr<ShardedOptimizer> optimizer;
+};
+
+absl::StatusOr<std::unique_ptr<RankOnStreams>> PipelinedOnStreams(const v1::Plan& plan, int rank,
+                                                                  const ShardedOptimizer::CommGroups& groups,
+                                                                  std::vector<int>* issue_log = nullptr) {
+  auto out = std::make_unique<RankOnStreams>(groups, issue_log);
+  MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
+  StepOptions step;
+  step.schedule = StepSchedule::kPipelined;
+  MUONSHARD_ASSIGN_OR_RETURN(out->optimizer, ShardedOptimizer::Create(view, out->groups, out->backend.get(), {}, step));
+  MUONSHARD_RETURN_IF_ERROR(InitializeParameters(SyntheticWorkload(), *out->optimizer));
+  return out;
+}
+
 class StreamedStepTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(StreamedStepTest, Pipelined_IsBitIdenticalToSequential) {
@@ -148,22 +174,10 @@ TEST(StreamedStepTest, GroupsThatShareRanks_GetTheirCollectivesInOneOrderOnEvery
   MUONSHARD_ASSERT_OK_AND_ASSIGN(
       v1::Plan plan, BuildPlan(muonshard::testing::MoeManifest(2, 64, 32, 4, 80), 4, 2, PolicyKind::kBalanced, 1));
   MUONSHARD_ASSERT_OK_AND_ASSIGN(PlanComms comms, CreateInProcessPlanComms(plan, InProcessOptions{}));
-  const SyntheticWorkload workload;
   std::vector<std::vector<int>> logs(4);  // per rank: the group of each collective issued
   std::vector<absl::Status> results = RunRanksStatus(4, [&](int rank) -> absl::Status {
-    FakeStreams streams({});
-    ShardedOptimizer::CommGroups groups = comms.by_rank[rank];
-    std::vector<std::unique_ptr<DeferredCommunicator>> deferred;
-    for (auto& [id, comm] : groups) {
-      deferred.push_back(std::make_unique<DeferredCommunicator>(&streams, comm, &logs[rank], id));
-      comm = deferred.back().get();
-    }
-    DeferredDeviceBackend backend(&streams, std::make_unique<FakeDeviceBackend>());
-    MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
-    StepOptions step;
-    step.schedule = StepSchedule::kPipelined;
-    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, groups, &backend, {}, step));
-    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
+    MUONSHARD_ASSIGN_OR_RETURN(auto rank_on_streams, PipelinedOnStreams(plan, rank, comms.by_rank[rank], &logs[rank]));
+    ShardedOptimizer* optimizer = rank_on_streams->optimizer.get();
     std::vector<HeldTensor> held = optimizer->held_tensors();
     std::mt19937 rng(static_cast<uint32_t>(rank));
     for (int s = 0; s < 2; ++s) {
@@ -201,22 +215,10 @@ TEST(StreamedStepTest, MissingGradient_BreaksTheStepAndAbortsThePeerAtOnce) {
   InProcessOptions o;
   o.timeout = absl::Seconds(20);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(PlanComms comms, CreateInProcessPlanComms(plan, o));
-  const SyntheticWorkload workload;
   const absl::Time start = absl::Now();
   std::vector<absl::Status> results = RunRanksStatus(2, [&](int rank) -> absl::Status {
-    FakeStreams streams({});
-    ShardedOptimizer::CommGroups groups = comms.by_rank[rank];
-    std::vector<std::unique_ptr<DeferredCommunicator>> deferred;
-    for (auto& [id, comm] : groups) {
-      deferred.push_back(std::make_unique<DeferredCommunicator>(&streams, comm));
-      comm = deferred.back().get();
-    }
-    DeferredDeviceBackend backend(&streams, std::make_unique<FakeDeviceBackend>());
-    MUONSHARD_ASSIGN_OR_RETURN(v1::RankView view, planner::ExtractRankView(plan, rank));
-    StepOptions step;
-    step.schedule = StepSchedule::kPipelined;
-    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, groups, &backend, {}, step));
-    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
+    MUONSHARD_ASSIGN_OR_RETURN(auto rank_on_streams, PipelinedOnStreams(plan, rank, comms.by_rank[rank]));
+    ShardedOptimizer* optimizer = rank_on_streams->optimizer.get();
     const std::vector<HeldTensor>& held = optimizer->held_tensors();
     MUONSHARD_RETURN_IF_ERROR(optimizer->BeginStep());
     // Rank 0 forgets its first tensor; rank 1 hands over everything.

@@ -22,6 +22,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/kernel_backend.h"
@@ -92,6 +93,8 @@ class StepScheduler {
   StepScheduler(const StepParts& parts, const StepOptions& options);
 
   absl::Status InitPipeline();
+  // The buckets `keep` selects, in hand-off order (NOTE [Pipelined step]).
+  std::vector<BucketKey> HandOffOrder(absl::FunctionRef<bool(const BucketKey&)> keep) const;
   // Pipelined: the bucket's gradients are all in.
   void BucketGradientsIn(const BucketKey& key);
 

@@ -20,20 +20,26 @@ int Updated(int key, int keys) { return 2 * keys + key; }
 
 }  // namespace
 
-absl::Status StepScheduler::InitPipeline() {
-  const std::vector<GroupLayout>& groups = layout_.index().groups;
-  order_.assign(groups.size(), {});
-  std::vector<std::vector<std::pair<int, BucketKey>>> by_last(groups.size());
+std::vector<BucketKey> StepScheduler::HandOffOrder(absl::FunctionRef<bool(const BucketKey&)> keep) const {
+  std::vector<std::pair<int, BucketKey>> by_last;
   for (int k = 0; k < layout_.BucketCount(); ++k) {
     const BucketKey key = layout_.KeyBucket(k);
-    by_last[layout_.GroupOf(key)].push_back({layout_.LastTensor(key), key});
+    if (keep(key)) by_last.push_back({layout_.LastTensor(key), key});
   }
-  for (size_t g = 0; g < by_last.size(); ++g) {
-    // Descending last tensor; the sort is stable, so ties keep Muon before
-    // AdamW and ascending position: the same order on every rank.
-    std::stable_sort(by_last[g].begin(), by_last[g].end(),
-                     [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (const auto& [last, key] : by_last[g]) order_[g].push_back(key);
+  // Descending last tensor; the sort is stable, so ties keep Muon before
+  // AdamW and ascending position: the same order on every rank.
+  std::stable_sort(by_last.begin(), by_last.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<BucketKey> order;
+  order.reserve(by_last.size());
+  for (const auto& [last, key] : by_last) order.push_back(key);
+  return order;
+}
+
+absl::Status StepScheduler::InitPipeline() {
+  const std::vector<GroupLayout>& groups = layout_.index().groups;
+  order_.clear();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    order_.push_back(HandOffOrder([&](const BucketKey& key) { return layout_.GroupOf(key) == static_cast<int>(g); }));
   }
   // Decided by the backend, not by what this rank owns: every rank of a
   // group must run the same schedule (their collective orders differ).

@@ -37,7 +37,6 @@
 // With tp > 1 the TP exchanges wait on the host inside the update
 // (NewtonSchulzShard), so tp > 1 runs the sequential schedule.
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -59,18 +58,9 @@ absl::Status StepScheduler::InitStreamed() {
     MUONSHARD_ASSIGN_OR_RETURN(kernels::StreamEvent event, backend_.CreateEvent());
     events_.push_back(std::move(event));
   }
-  std::vector<std::pair<int, BucketKey>> by_last;
-  for (int k = 0; k < keys; ++k) {
-    const BucketKey key = layout_.KeyBucket(k);
-    by_last.push_back({layout_.LastTensor(key), key});
-  }
-  // As each group's order_ (descending last tensor, ties in key order), so
-  // each group's buckets come in its order_.
-  std::stable_sort(by_last.begin(), by_last.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (const auto& [last, key] : by_last) {
-    if (Communicates(layout_.GroupOf(key))) stream_order_.push_back(key);
-    if (layout_.Updates(key)) update_order_.push_back(key);
-  }
+  // Sorted as each group's order_, so each group's buckets come in it.
+  stream_order_ = HandOffOrder([&](const BucketKey& key) { return Communicates(layout_.GroupOf(key)); });
+  update_order_ = HandOffOrder([&](const BucketKey& key) { return layout_.Updates(key); });
   streamed_ = true;
   return absl::OkStatus();
 }
@@ -151,7 +141,7 @@ absl::Status StepScheduler::IssueSyncs() {
 
 absl::Status StepScheduler::AwaitStreams() {
   absl::Status first;
-  for (size_t g = 0; g < order_.size(); ++g) {
+  for (size_t g = 0; g < layout_.index().groups.size(); ++g) {
     Communicator* comm = comms_.comm(static_cast<int>(g));
     if (comm != nullptr) first.Update(comm->Synchronize());
   }
