@@ -160,6 +160,9 @@ ClusterSpec CpuHost() {
   c.hbm_gb_s = 10;    // assumption: DRAM per rank, not measured yet
   c.hbm_efficiency = 1.0;
   c.kernel_launch_us = 1;
+  // NOTE [Host CPU]: loopback rings are bound by the ranks' CPUs, so the
+  // loopback rate above is what a rank's CPU moves.
+  c.host_collective_gb_s = 0.5;
   return c;
 }
 
@@ -247,7 +250,8 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
   MUONSHARD_RETURN_IF_ERROR(NonNegative("ns_call_us", c.ns_call_us));
   MUONSHARD_RETURN_IF_ERROR(Positive("hbm_gb_s", c.hbm_gb_s));
   MUONSHARD_RETURN_IF_ERROR(Fraction("hbm_efficiency", c.hbm_efficiency, 1));
-  return NonNegative("kernel_launch_us", c.kernel_launch_us);
+  MUONSHARD_RETURN_IF_ERROR(NonNegative("kernel_launch_us", c.kernel_launch_us));
+  return NonNegative("host_collective_gb_s", c.host_collective_gb_s);
 }
 
 absl::Status CheckWorldFits(const ClusterSpec& c, int world_size) {

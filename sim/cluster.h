@@ -90,9 +90,26 @@ struct ClusterSpec {
   double hbm_gb_s = 0;          // memory bandwidth per GPU, GB/s
   double hbm_efficiency = 1;    // fraction element-wise kernels reach
   double kernel_launch_us = 0;  // per element-wise kernel call
+  // NOTE [Host CPU]: the collective bytes per second one rank's CPU moves,
+  // GB/s, when collectives run on the cores the updates run on (Gloo over
+  // TCP); 0: collectives take no compute from the rank.
+  double host_collective_gb_s = 0;
 
   const LinkSpec& link(LinkClass c) const { return c == LinkClass::kIntraNode ? intra_node : inter_node; }
 };
+
+// NOTE [Host CPU]: on CPU ranks the collectives' copies and the network
+// stack run on the cores that run Newton-Schulz and the updates. With
+// host_collective_gb_s > 0 a collective takes from each member the CPU time
+// of moving its bytes (what the member sends or receives, the larger, over
+// that rate), spread evenly over the collective's duration (at most the
+// whole CPU); a compute op on that rank runs in what the collectives leave
+// it. Collectives go first (the kernel's network stack preempts user
+// threads), so they are not slowed; the compute op that shares the CPU
+// with them ends later, whichever of the two started first. The sequential
+// schedule, whose collectives and compute take turns on one thread, is not
+// changed by it; the pipelined one overlaps them only as far as the CPU
+// allows.
 
 // "h100", "h200", "gb200", "gb300", "cpu".
 std::vector<std::string> PresetNames();

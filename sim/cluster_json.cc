@@ -108,6 +108,7 @@ double* NumberField(ClusterSpec& c, const std::string& key) {
   if (key == "hbm_gb_s") return &c.hbm_gb_s;
   if (key == "hbm_efficiency") return &c.hbm_efficiency;
   if (key == "kernel_launch_us") return &c.kernel_launch_us;
+  if (key == "host_collective_gb_s") return &c.host_collective_gb_s;
   return nullptr;
 }
 
@@ -129,7 +130,8 @@ const std::vector<std::string>& KnownFields() {
                                                                   "ns_call_us",
                                                                   "hbm_gb_s",
                                                                   "hbm_efficiency",
-                                                                  "kernel_launch_us"};
+                                                                  "kernel_launch_us",
+                                                                  "host_collective_gb_s"};
   return *kFields;
 }
 
@@ -251,6 +253,7 @@ std::string ClusterToJson(const ClusterSpec& c) {
       .Number("hbm_gb_s", c.hbm_gb_s)
       .Number("hbm_efficiency", c.hbm_efficiency)
       .Number("kernel_launch_us", c.kernel_launch_us)
+      .Number("host_collective_gb_s", c.host_collective_gb_s)
       .Finish();
 }
 

@@ -134,6 +134,100 @@ OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<Grou
   return cost;
 }
 
+// ---- the host's CPU (NOTE [Host CPU] in sim/cluster.h)
+
+// The bytes member `m` of a collective moves: what it sends or receives,
+// the larger.
+double MovedBytes(const StepProgram& p, const StepOp& op, const OpCost& cost, size_t m) {
+  double sent = 0;
+  if (!cost.sent.empty()) {
+    const std::array<double, kLinkClassCount>& row = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[m];
+    for (double b : row) sent += b;
+  }
+  if (!HasMemberBytes(op)) return sent;  // symmetric: each member receives what it sends
+  double received = static_cast<double>(MemberBytes(op.member_recv, m));
+  if (static_cast<int>(m) == op.root) {
+    for (size_t i = 0; i < p.groups[op.group].size(); ++i) {
+      if (static_cast<int>(i) != op.root && op.kind == OpKind::kGather) {
+        received += static_cast<double>(MemberBytes(op.member_send, i));
+      }
+    }
+  }
+  return std::max(sent, received);
+}
+
+class HostCpu {
+ public:
+  HostCpu(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs);
+
+  bool enabled() const { return enabled_; }
+  // Collective `op` runs over [start, end]: its members' CPU shares.
+  void Book(int op, double start, double end);
+  // The ranks whose CPU collective `op` takes a share of.
+  const std::vector<std::pair<int, double>>& SharesOf(int op) const { return cpu_seconds_[op]; }
+  // When `seconds` of compute on `rank` started at `start` end, in what the
+  // collectives booked so far leave of the rank's CPU.
+  double ComputeEnd(int rank, double start, double seconds) const;
+
+ private:
+  struct Load {
+    double start, end, fraction;
+  };
+  bool enabled_ = false;
+  // Per collective: (rank, CPU seconds) of each member it takes time from.
+  std::vector<std::vector<std::pair<int, double>>> cpu_seconds_;
+  std::vector<std::vector<Load>> loads_;  // per rank, by start
+};
+
+HostCpu::HostCpu(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs)
+    : cpu_seconds_(p.ops.size()), loads_(p.world_size) {
+  if (c.host_collective_gb_s <= 0) return;
+  const double rate = c.host_collective_gb_s * 1e9;
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const StepOp& op = p.ops[i];
+    if (!IsCollective(op.kind) || p.groups[op.group].size() < 2) continue;
+    const std::vector<int>& members = p.groups[op.group];
+    for (size_t m = 0; m < members.size(); ++m) {
+      const double bytes = MovedBytes(p, op, costs[i], m);
+      if (bytes > 0) cpu_seconds_[i].emplace_back(members[m], bytes / rate);
+    }
+    enabled_ = enabled_ || !cpu_seconds_[i].empty();
+  }
+}
+
+void HostCpu::Book(int op, double start, double end) {
+  if (end <= start) return;
+  for (const auto& [rank, seconds] : cpu_seconds_[op]) {
+    loads_[rank].push_back({start, end, std::min(1.0, seconds / (end - start))});
+  }
+}
+
+double HostCpu::ComputeEnd(int rank, double start, double seconds) const {
+  // The loads' fractions change at their starts and ends: between two such
+  // points the op runs at 1 - (their sum, at most 1).
+  std::vector<std::pair<double, double>> steps;  // (time, change of the fraction)
+  double fraction = 0;
+  for (const Load& l : loads_[rank]) {
+    if (l.end <= start) continue;
+    if (l.start <= start) {
+      fraction += l.fraction;
+    } else {
+      steps.emplace_back(l.start, l.fraction);
+    }
+    steps.emplace_back(l.end, -l.fraction);
+  }
+  std::sort(steps.begin(), steps.end());
+  double t = start, left = seconds;
+  for (const auto& [at, change] : steps) {
+    const double rate = std::max(0.0, 1.0 - fraction);
+    if (rate > 0 && left <= rate * (at - t)) return t + left / rate;
+    left -= rate * (at - t);
+    t = at;
+    fraction += change;
+  }
+  return t + left;  // past the last load: the whole CPU
+}
+
 // ---- the event simulation
 
 struct Where {
@@ -145,7 +239,7 @@ struct Where {
 class Engine {
  public:
   // `lanes`: the program's, and the simulator's own (link lanes).
-  Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs);
+  Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs, HostCpu& host);
   absl::Status Run();
   std::vector<OpTiming>& timing() { return timing_; }
 
@@ -162,10 +256,18 @@ class Engine {
   int Pred(int op, double start) const;
   void Occupy(const Where& w, int op, double end);
   void LaneMoved(int lane);
+  // NOTE [Host CPU]: the end of `op` as the host's CPU allows it.
+  double EndOf(int op, double start);
+  // Collective `op` started: the compute ops running on its members' CPUs
+  // end later.
+  void SlowRunningCompute(int op, double start);
+  void MoveEnd(int op, double end);
 
   const StepProgram& p_;
   const std::vector<Lane>& lanes_;
   const std::vector<OpCost>& costs_;
+  HostCpu& host_;
+  std::vector<std::vector<int>> computing_;  // per rank: compute ops that may still run
   std::vector<OpTiming> timing_;
   std::vector<std::vector<Where>> where_;
   std::vector<std::vector<int>> dependents_;
@@ -188,10 +290,12 @@ class Engine {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
 };
 
-Engine::Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs)
+Engine::Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs, HostCpu& host)
     : p_(p),
       lanes_(lanes),
       costs_(costs),
+      host_(host),
+      computing_(p.world_size),
       timing_(p.ops.size()),
       where_(p.ops.size()),
       dependents_(p.ops.size()),
@@ -295,11 +399,54 @@ void Engine::Occupy(const Where& w, int op, double end) {
   }
 }
 
+double Engine::EndOf(int op, double start) {
+  const StepOp& o = p_.ops[op];
+  if (!host_.enabled()) return start + costs_[op].seconds;
+  if (IsCollective(o.kind)) {
+    const double end = start + costs_[op].seconds;
+    host_.Book(op, start, end);
+    SlowRunningCompute(op, start);
+    return end;
+  }
+  std::vector<int>& running = computing_[o.rank];
+  running.erase(std::remove_if(running.begin(), running.end(), [&](int c) { return timing_[c].end <= start; }),
+                running.end());
+  running.push_back(op);
+  return host_.ComputeEnd(o.rank, start, costs_[op].seconds);
+}
+
+void Engine::SlowRunningCompute(int op, double start) {
+  for (const auto& [rank, seconds] : host_.SharesOf(op)) {
+    for (int c : computing_[rank]) {
+      if (!done_[c] || timing_[c].end <= start) continue;
+      MoveEnd(c, host_.ComputeEnd(rank, timing_[c].start, costs_[c].seconds));
+    }
+  }
+}
+
+// Nothing that waits for `op` has started yet (ops start in time order and
+// `op` is still running), so its lanes and dependents only learn the later
+// end; their entries in the heap are checked again when popped.
+void Engine::MoveEnd(int op, double end) {
+  if (end <= timing_[op].end) return;
+  timing_[op].end = end;
+  for (const Where& w : where_[op]) {
+    if (lane_last_[w.lane] == op) lane_free_[w.lane] = end;
+  }
+  for (int d : dependents_[op]) {
+    if (end >= deps_end_[d]) {
+      deps_end_[d] = end;
+      dep_pred_[d] = op;
+    }
+  }
+}
+
 void Engine::Schedule(int op) {
   const double start = Start(op);
-  const double end = start + costs_[op].seconds;
-  timing_[op] = {start, end, Pred(op, start), costs_[op].algorithm};
+  timing_[op] = {start, start, Pred(op, start), costs_[op].algorithm};
   done_[op] = 1;
+  const double end = EndOf(op, start);
+  timing_[op].end = end;
   for (const Where& w : where_[op]) Occupy(w, op, end);
   for (int d : dependents_[op]) {
     --missing_[d];
@@ -493,7 +640,8 @@ absl::StatusOr<StepResult> RunStepProgram(StepProgram program, const ClusterSpec
   for (const StepOp& op : program.ops) costs.push_back(CostOf(cluster, program, shapes, op));
   PriceGroupCalls(cluster, program, costs);
   const std::vector<Lane> lanes = WithLinkLanes(program, shapes);
-  Engine engine(program, lanes, costs);
+  HostCpu host(program, cluster, costs);
+  Engine engine(program, lanes, costs, host);
   MUONSHARD_RETURN_IF_ERROR(engine.Run());
   StepResult result;
   result.timing = std::move(engine.timing());

@@ -11,7 +11,9 @@
 // job's with the last rank's. A rank's link of each class carries one
 // collective at a time: the simulator adds a lane per rank and link class
 // that every collective over it occupies (the program's lanes do not
-// change; timelines show them as they are).
+// change; timelines show them as they are). On CPU ranks a collective
+// takes a share of its members' CPU from their compute (NOTE [Host CPU] in
+// sim/cluster.h).
 //
 // Not modelled (docs/simulator.md): fair sharing of a link (one at a time
 // instead), the backward pass the reduces could overlap, stragglers, and

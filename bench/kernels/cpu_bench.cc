@@ -54,6 +54,13 @@ std::vector<BenchCase> Cases(bool quick) {
           {"experts8x768x2048", {8, 768, 2048}, false},
           // Many small experts: the one-thread-per-matrix path.
           {"experts64x128x512", {64, 128, 512}, false},
+          // The shapes of the shaped-network benchmark's models (Qwen3-30B-A3B
+          // and Llama-3.1-8B at /16), for the simulator's validation
+          // (bench/sim/validate_shaped_net.py): its experts, attention and MLP.
+          {"experts64x48x128", {64, 48, 128}, false},
+          {"64x256", {1, 64, 256}, false},
+          {"256x256", {1, 256, 256}, false},
+          {"256x896", {1, 256, 896}, false},
           {"2048x2048", {1, 2048, 2048}, true}};
 }
 

@@ -12,10 +12,11 @@ sequential and pipelined step and the comm and compute terms:
         --kernels kernels.txt [--calibrate Qwen3-30B-A3B] [--goal 15] [--cluster-out FILE]
 
 Inputs, none fitted to the figures it validates:
-- GEMM rate and Newton-Schulz efficiency by shape: the kernels bench (the
-  machine, 2 BLAS threads). A rank runs 1 BLAS thread and the benchmark's
+- GEMM rate and Newton-Schulz efficiency by shape: the kernels bench, best
+  run as OPENBLAS_NUM_THREADS=1 (its header names its threads; without it
+  the machine's cores). A rank runs 1 BLAS thread and the benchmark's
   ranks share the host's cores (--host-cores, default this machine's), so
-  a rank's rate starts as the machine's / cores x min(1, cores / ranks),
+  a rank's rate starts as the bench's / threads x min(1, cores / ranks),
   scaled per world size so that the --calibrate model's `compute`-only
   figure (the mean over the logs' rates) is reproduced: how much of the
   host a rank's updates really get is measured, not assumed.
@@ -28,10 +29,14 @@ Inputs, none fitted to the figures it validates:
   calibration (marked in the table); every sequential and pipelined step,
   and the other models' terms, are predictions. The cap is
   CPU time: at another world size it scales with the cores a rank gets,
-  min(1, cores / ranks).
+  min(1, cores / ranks), and it is what a rank's CPU moves for the
+  collectives while compute waits (the cluster's host_collective_gb_s:
+  NOTE [Host CPU] in sim/cluster.h), which the pipelined step pays.
 
-Predicted terms: comm = the slowest rank's busy time in reduce, sync and
-TP exchange; compute = in Newton-Schulz and the element-wise updates.
+Predicted terms (of the sequential schedule, as the comm-only and
+compute-only modes run them): comm = the slowest rank's busy time in
+reduce, sync and TP exchange; compute = in Newton-Schulz and the
+element-wise updates.
 --goal PCT: exit 1 when a step prediction is off by more than PCT percent
 (the issue asks +-15 %). Bad input exits 2 naming it.
 """
@@ -69,6 +74,8 @@ def figure(text):
 KERNEL_RE = re.compile(
     r"^case=\S+ batch=\d+ rows=(\d+) cols=(\d+) sgemm_gflops=([0-9.]+) ns_symmetric_gflops=([0-9.]+)"
 )
+FIT_ROUNDS = 6  # fit_compute's fixed-point rounds: the factor settles to 0.1 % in three or four
+THREADS_RE = re.compile(r"OpenBLAS \S+, (\d+) threads")
 MODEL_CONFIGS = {"Qwen3-30B-A3B": "QWEN3_MOE", "Llama-3.1-8B": "LLAMA_DENSE"}
 
 
@@ -125,14 +132,16 @@ def parse_log(path):
 
 
 def kernel_terms(path):
-    """(gemm_tflops, ns_efficiency table) from muonshard-bench-kernels output: the largest sgemm rate, and
-    NS5's rate over it by the smaller matrix dimension (2 BLAS threads: the machine, as the preset's)."""
+    """(gemm_tflops, ns_efficiency table, BLAS threads or None) from muonshard-bench-kernels output: the
+    largest sgemm rate, and NS5's rate over it by the smaller matrix dimension, on the threads its header
+    names (OPENBLAS_NUM_THREADS=1 measures one rank's thread: small matrices gain little from a second)."""
     try:
         with open(path) as f:
-            rows = [KERNEL_RE.match(line) for line in f]
+            lines = f.read().splitlines()
     except OSError as e:
         raise BadInput("--kernels %s: %s" % (path, e.strerror)) from e
-    rows = [r for r in rows if r]
+    threads = next((int(m.group(1)) for m in map(THREADS_RE.search, lines) if m), None)
+    rows = [r for r in map(KERNEL_RE.match, lines) if r]
     if not rows:
         raise BadInput("--kernels %s: no case= lines (muonshard-bench-kernels output?)" % path)
     gemm = max(float(r.group(3)) for r in rows)
@@ -141,7 +150,7 @@ def kernel_terms(path):
         d = min(int(r.group(1)), int(r.group(2)))
         by_dim[d] = max(by_dim.get(d, 0.0), float(r.group(4)) / gemm)
     table = [{"min_dim": d, "efficiency": round(e, 4)} for d, e in sorted(by_dim.items())]
-    return gemm / 1000.0, table
+    return gemm / 1000.0, table, threads
 
 
 @functools.cache
@@ -236,18 +245,25 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
         raise BadInput("muonshardctl simulate: %s" % r.stderr.strip()[-500:])
     out = {}
     for s in json.loads(r.stdout)["schedules"]:
-        out[s["schedule"].split()[-1]] = 1000.0 * s["step_seconds"]
+        schedule = s["schedule"].split()[-1]
+        out[schedule] = 1000.0 * s["step_seconds"]
+        if schedule != "sequential":
+            continue
+        # The terms as the comm-only and compute-only modes run them: from the sequential schedule, where
+        # the collectives take no CPU from compute (NOTE [Host CPU] in sim/cluster.h).
         busy = [rank["busy_seconds"] for rank in s["ranks"]]
         out["comm"] = 1000.0 * max(b["reduce"] + b["sync"] + b["tp"] for b in busy)
         out["compute"] = 1000.0 * max(b["ns"] + b["muon"] + b["adamw"] for b in busy)
     return out
 
 
-def cluster_file(kernels, ranks, host_cores, work, scale=1.0):
+def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
     """The cpu preset with the kernels bench's rates, as one rank of `ranks` on `host_cores` cores gets them
-    (times `scale`, the compute calibration)."""
-    gemm, table = kernel_terms(kernels)
-    share = min(1.0, host_cores / ranks) / host_cores
+    (times `scale`, the compute calibration), and the collective bytes a rank's CPU moves (`host_gb_s`, the
+    link's CPU cap: NOTE [Host CPU] in sim/cluster.h; None: the preset's)."""
+    gemm, table, threads = kernel_terms(kernels)
+    # A thread's rate, times the cores a rank gets (a rank runs one BLAS thread).
+    share = min(1.0, host_cores / ranks) / (threads or host_cores)
     # Every namespace of shaped_net.py has one link (a rank's, or with --nodes a node's, shared).
     cluster = {
         "preset": "cpu",
@@ -255,21 +271,29 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0):
         "ns_efficiency": table,
         "inter_node_shared": True,
     }
+    if host_gb_s is not None:
+        cluster["host_collective_gb_s"] = round(host_gb_s, 5)
     path = os.path.join(work, "cpu-measured-%d.json" % ranks)
     with open(path, "w") as f:
         json.dump(cluster, f, indent=1)
     return path, cluster
 
 
-def fit_compute(configs, model, ranks, cluster, bin_dir, work):
+def fit_compute(configs, model, ranks, kernels, host_cores, bin_dir, work):
     """The factor on the GEMM rate that makes `model`'s compute-only figure at `ranks` ranks (mean over the
-    rates) the predicted one; 1 when the logs have none."""
+    rates) the predicted one; 1 when the logs have none. Only Newton-Schulz scales with the GEMM rate (the
+    element-wise updates are bound by memory), so the factor is found by a few fixed-point rounds."""
     runs = [c for c in configs if c["model"] == model and c["ranks"] == ranks and not c["nodes"]]
     if not runs:
         return 1.0
     measured = sum(c["measured"]["compute"] for c in runs) / len(runs)
-    predicted = predict(runs[0], cluster, bin_dir, work, 1e4)["compute"]
-    return predicted / measured if measured > 0 else 1.0
+    if not measured > 0:
+        return 1.0
+    scale = 1.0
+    for _ in range(FIT_ROUNDS):
+        path, _ = cluster_file(kernels, ranks, host_cores, work, scale)
+        scale *= predict(runs[0], path, bin_dir, work, 1e4)["compute"] / measured
+    return scale
 
 
 def core_share(ranks, host_cores):
@@ -320,15 +344,24 @@ def main():
             raise BadInput("--host-cores: must be >= 1")
         configs = [c for path in a.log for c in parse_log(path)]
         with tempfile.TemporaryDirectory(prefix="muonshard-validate-") as work:
-            clusters, shown = {}, None
+            clusters, scales, shown = {}, {}, None
             for ranks in sorted({c["ranks"] for c in configs}):
-                first, _ = cluster_file(a.kernels, ranks, a.host_cores, work)
-                scale = fit_compute(configs, a.calibrate, ranks, first, a.bin, work)
-                clusters[ranks], cluster = cluster_file(a.kernels, ranks, a.host_cores, work, scale)
+                scales[ranks] = fit_compute(configs, a.calibrate, ranks, a.kernels, a.host_cores, a.bin, work)
+                clusters[ranks], cluster = cluster_file(a.kernels, ranks, a.host_cores, work, scales[ranks])
                 shown = shown or cluster
+                threads = kernel_terms(a.kernels)[2]
                 print(
-                    "cluster for %d ranks on %d cores (GEMM rate x %.3f, from %s's compute-only figure): %s"
-                    % (ranks, a.host_cores, scale, a.calibrate, json.dumps(cluster))
+                    "cluster for %d ranks on %d cores, kernels from %s BLAS thread%s (GEMM rate x %.3f, from %s's "
+                    "compute-only figure): %s"
+                    % (
+                        ranks,
+                        a.host_cores,
+                        threads or a.host_cores,
+                        "" if threads == 1 else "s",
+                        scales[ranks],
+                        a.calibrate,
+                        json.dumps(cluster),
+                    )
                 )
             if a.cluster_out:
                 with open(a.cluster_out, "w") as f:
@@ -339,6 +372,10 @@ def main():
                 "cap %s GB/s per rank"
                 % (a.calibrate, fit_ranks, efficiency, "none" if cap == float("inf") else "%.4f" % cap)
             )
+            if cap != float("inf"):  # the cap is CPU time: what a rank's CPU moves (NOTE [Host CPU])
+                for ranks in clusters:
+                    host = cap * core_share(ranks, a.host_cores) / core_share(fit_ranks, a.host_cores)
+                    clusters[ranks], _ = cluster_file(a.kernels, ranks, a.host_cores, work, scales[ranks], host)
             print(
                 "%-16s %5s %-18s %-10s %10s %10s %8s"
                 % ("model", "ranks", "rate", "term", "measured", "predicted", "error")

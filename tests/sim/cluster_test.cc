@@ -63,6 +63,12 @@ TEST(ClusterTest, FileOverridesItsPreset) {
   ASSERT_EQ(c->ns_efficiency.size(), 2u);
   EXPECT_EQ(c->ns_efficiency[1].min_dim, 4096);
   EXPECT_FALSE(c->inter_node_shared);
+  // NOTE [Host CPU]: only the cpu preset's collectives take its ranks' CPU.
+  EXPECT_EQ(c->host_collective_gb_s, 0);
+  EXPECT_GT(Preset("cpu")->host_collective_gb_s, 0);
+  absl::StatusOr<ClusterSpec> host = ParseClusterJson(R"({"preset": "cpu", "host_collective_gb_s": 0.18})");
+  ASSERT_TRUE(host.ok()) << host.status();
+  EXPECT_EQ(host->host_collective_gb_s, 0.18);
   absl::StatusOr<ClusterSpec> shared = ParseClusterJson(R"({"preset": "cpu", "inter_node_shared": true})");
   ASSERT_TRUE(shared.ok()) << shared.status();
   EXPECT_TRUE(shared->inter_node_shared);
@@ -100,6 +106,8 @@ TEST(ClusterTest, BadFilesNameTheField) {
               StatusIs(code, HasSubstr("cluster.ns_efficiency[1].min_dim: must be >= 1 and ascending")));
   EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "hbm_efficiency": 1.5})"),
               StatusIs(code, HasSubstr("cluster.hbm_efficiency: must be in (0, 1], got 1.5")));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "cpu", "host_collective_gb_s": -0.2})"),
+              StatusIs(code, HasSubstr("cluster.host_collective_gb_s: must be >= 0, got -0.2")));
   // Without a preset every field must be given.
   EXPECT_THAT(ParseClusterJson("{}"), StatusIs(code, HasSubstr("cluster.gpus_per_node: must be >= 1, got 0")));
   EXPECT_THAT(ParseClusterJson("[1]"), StatusIs(code, HasSubstr("must be an object")));

@@ -118,10 +118,19 @@ TEST(SimulateStepTest, PipelinedIsNeverSlowerAndBytesAreThePlans) {
         EXPECT_LE(pipe.step_seconds, seq.step_seconds * (1 + 1e-9));
         ExpectThePlansBytes(plan, seq);
         ExpectThePlansBytes(plan, pipe);
-        // Same ops, same prices: the same busy time and wire bytes per rank.
+        // Same ops, same prices: the same busy time and wire bytes per rank,
+        // but for compute that shares a CPU with collectives on the pipelined
+        // schedule (NOTE [Host CPU]: the cpu preset).
+        const bool shares_cpu = c.host_collective_gb_s > 0;
         for (size_t r = 0; r < seq.ranks.size(); ++r) {
           for (int ph = 0; ph < kPhaseCount; ++ph) {
-            EXPECT_NEAR(seq.ranks[r].busy_seconds[ph], pipe.ranks[r].busy_seconds[ph], 1e-12);
+            const Phase phase = static_cast<Phase>(ph);
+            if (shares_cpu && (phase == Phase::kNewtonSchulz || phase == Phase::kMuonElementwise ||
+                               phase == Phase::kAdamwElementwise)) {
+              EXPECT_GE(pipe.ranks[r].busy_seconds[ph], seq.ranks[r].busy_seconds[ph] - 1e-12);
+            } else {
+              EXPECT_NEAR(seq.ranks[r].busy_seconds[ph], pipe.ranks[r].busy_seconds[ph], 1e-12);
+            }
           }
           EXPECT_NEAR(seq.ranks[r].wire_bytes[1], pipe.ranks[r].wire_bytes[1], 1e-3);
         }

@@ -276,6 +276,93 @@ TEST(SimulatorTest, MalformedProgramsAreRefused) {
   EXPECT_THAT(RunStepProgram(m.p, Cluster()), StatusIs(code, HasSubstr("group call 4 spans groups 0 and 1")));
 }
 
+// NOTE [Host CPU]: ranks 0 and 1 reduce 1 GB over a 1 GB/s link (1 s, each
+// moving 0.5 GB) while rank 0 computes on a lane of its own.
+struct HostCpuCase {
+  Maker m{2};
+  int comm, compute, reduce;
+  HostCpuCase() {
+    m.p.groups = {{0, 1}};
+    comm = m.Lane(LaneOrder::kInOrder, {0, 1});
+    compute = m.Lane(LaneOrder::kInOrder, {0});
+    StepOp op;
+    op.kind = OpKind::kReduce;
+    op.phase = Phase::kReduce;
+    op.group = 0;
+    op.root = 0;
+    op.bytes = 1'000'000'000;
+    reduce = m.p.AddOp(op);
+  }
+  StepResult Run(double host_collective_gb_s) {
+    ClusterSpec c = Cluster();
+    c.host_collective_gb_s = host_collective_gb_s;
+    absl::StatusOr<StepResult> r = RunStepProgram(m.p, c);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *std::move(r) : StepResult{};
+  }
+};
+
+TEST(SimulatorTest, ComputeRunsInTheCpuTheCollectivesLeave) {
+  HostCpuCase h;
+  const int ns = h.m.Fixed(1, {}, Phase::kNewtonSchulz);
+  const int after = h.m.Fixed(1, {ns});
+  h.m.p.Append(h.comm, h.reduce, true);
+  h.m.p.Append(h.compute, ns, true);
+  h.m.p.Append(h.compute, after, true);
+  // Off: the two overlap fully.
+  StepResult r = h.Run(0);
+  EXPECT_DOUBLE_EQ(r.timing[ns].end, 1);
+  // 0.5 s of CPU over the reduce's 1 s: half the CPU for [0, 1], so 0.5 s of
+  // the 1 s of compute is left at 1.
+  r = h.Run(1);
+  EXPECT_DOUBLE_EQ(r.timing[h.reduce].end, 1);  // collectives go first
+  EXPECT_DOUBLE_EQ(r.timing[ns].end, 1.5);
+  EXPECT_DOUBLE_EQ(r.timing[after].start, 1.5);
+  EXPECT_EQ(r.timing[after].pred, ns);
+  EXPECT_DOUBLE_EQ(r.ranks[0].busy_seconds[static_cast<int>(Phase::kNewtonSchulz)], 1.5);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 2.5);
+  // A CPU-bound collective (2 s of CPU in 1 s) takes all of it.
+  r = h.Run(0.25);
+  EXPECT_DOUBLE_EQ(r.timing[ns].end, 2);
+  // Rank 1 computes nothing: its step is the reduce.
+  EXPECT_DOUBLE_EQ(r.ranks[1].finish_seconds, 1);
+}
+
+TEST(SimulatorTest, ACollectiveThatStartsLaterSlowsTheRunningCompute) {
+  // The reduce waits 0.5 s for rank 1; rank 0's 2 s of compute started at 0
+  // runs at full speed until then, at half for [0.5, 1.5], and ends at 2.5.
+  HostCpuCase h;
+  const int late = h.m.Fixed(0.5, {}, Phase::kOther, 1);
+  const int rank1 = h.m.Lane(LaneOrder::kInOrder, {1});
+  h.m.p.Append(rank1, late, true);
+  h.m.p.ops[h.reduce].deps = {late};
+  const int ns = h.m.Fixed(2, {}, Phase::kNewtonSchulz);
+  const int after = h.m.Fixed(1, {ns});
+  h.m.p.Append(h.comm, h.reduce, true);
+  h.m.p.Append(h.compute, ns, true);
+  const int other = h.m.Lane(LaneOrder::kInOrder, {0});
+  h.m.p.Append(other, after, true);
+  const StepResult r = h.Run(1);
+  EXPECT_DOUBLE_EQ(r.timing[h.reduce].start, 0.5);
+  EXPECT_DOUBLE_EQ(r.timing[ns].end, 2.5);
+  EXPECT_DOUBLE_EQ(r.timing[after].start, 2.5);
+  EXPECT_DOUBLE_EQ(r.timing[late].end, 0.5);  // ended before the reduce
+  EXPECT_DOUBLE_EQ(r.step_seconds, 3.5);
+}
+
+TEST(SimulatorTest, OneThreadTakingTurnsIsNotSlowedByTheHostCpu) {
+  // The sequential schedule: the reduce, then the compute, on one lane.
+  HostCpuCase h;
+  const int ns = h.m.Fixed(1, {}, Phase::kNewtonSchulz);
+  h.m.p.Append(h.comm, h.reduce, true);
+  h.m.p.Append(h.comm, ns, true);
+  for (double host : {0.0, 1.0, 0.25}) {
+    const StepResult r = h.Run(host);
+    EXPECT_DOUBLE_EQ(r.timing[ns].start, 1) << host;
+    EXPECT_DOUBLE_EQ(r.step_seconds, 2) << host;
+  }
+}
+
 TEST(SimulatorTest, ProgramMustFitTheCluster) {
   Maker m(16);
   ClusterSpec c = Cluster();
