@@ -36,7 +36,9 @@ Inputs, none fitted to the figures it validates:
 Predicted terms (of the sequential schedule, as the comm-only and
 compute-only modes run them): comm = the slowest rank's busy time in
 reduce, sync and TP exchange; compute = in Newton-Schulz and the
-element-wise updates.
+element-wise updates; with --nodes, inter_node_mb = the MB per step all
+ranks send between nodes (the simulator's wire bytes; measured: the TCP
+payload on the shaped links).
 --goal PCT: exit 1 when a step prediction is off by more than PCT percent
 (the issue asks +-15 %). Bad input exits 2 naming it.
 """
@@ -65,6 +67,9 @@ NODES_RE = re.compile(
     r"^    shaped over (\d+) nodes x (\d+) ranks, collectives (\S+) \((\S+) each way.*\): "
     r"sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| compute ([0-9.nan/]+)"
 )
+
+# Its inter-node bytes (the TCP payload between the nodes), of the sequential mode: the same in every mode.
+NODES_BYTES_RE = re.compile(r"^    inter-node bytes, sequential, collectives (\S+): ([0-9.]+) MB/step measured")
 
 
 def figure(text):
@@ -112,6 +117,10 @@ def parse_log(path):
                     measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
                 )
             )
+        elif in_summary and model and (m := NODES_BYTES_RE.match(line)):
+            for c in configs:  # the model's config of these collectives
+                if c["model"] == model["model"] and c.get("collectives") == m.group(1):
+                    c["measured"]["inter_node_mb"] = float(m.group(2))
         elif in_summary and model and (m := NODES_RE.match(line)):
             values = [figure(x) for x in m.groups()[4:]]
             configs.append(
@@ -254,6 +263,7 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
         busy = [rank["busy_seconds"] for rank in s["ranks"]]
         out["comm"] = 1000.0 * max(b["reduce"] + b["sync"] + b["tp"] for b in busy)
         out["compute"] = 1000.0 * max(b["ns"] + b["muon"] + b["adamw"] for b in busy)
+        out["inter_node_mb"] = sum(rank["wire_bytes"]["inter_node"] for rank in s["ranks"]) / 1e6
     return out
 
 
@@ -380,7 +390,7 @@ def main():
                 "%-16s %5s %-18s %-10s %10s %10s %8s"
                 % ("model", "ranks", "rate", "term", "measured", "predicted", "error")
             )
-            worst = 0.0
+            worst = worst_bytes = 0.0
             for c in configs:
                 scale = core_share(c["ranks"], a.host_cores) / core_share(fit_ranks, a.host_cores)
                 bandwidth = min(efficiency * c["gbit_payload"] / 8.0, cap * scale)
@@ -389,7 +399,10 @@ def main():
                 label = c["rate"]
                 if c["nodes"]:
                     label = "%s@%dx%d-%s" % (c["rate"], c["nodes"], c["per_node"], c["collectives"][:4])
-                for term in ("sequential", "pipelined", "comm", "compute"):
+                terms = ["sequential", "pipelined", "comm", "compute"]
+                if "inter_node_mb" in c["measured"]:
+                    terms.append("inter_node_mb")
+                for term in terms:
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
                     fitted = (
@@ -399,11 +412,15 @@ def main():
                     )
                     if term in ("sequential", "pipelined") and err == err:
                         worst = max(worst, abs(err))
+                    if term == "inter_node_mb" and err == err:
+                        worst_bytes = max(worst_bytes, abs(err))
                     print(
                         "%-16s %5d %-18s %-10s %10.1f %10.1f %+7.1f%%%s"
                         % (c["model"], c["ranks"], label, term, m, q, err, "  (calibration)" if fitted else "")
                     )
             print("worst step error: %.1f %%" % worst)
+            if any("inter_node_mb" in c["measured"] for c in configs):
+                print("worst inter-node bytes error: %.1f %%" % worst_bytes)
             if a.goal is not None and worst > a.goal:
                 return 1
     except BadInput as e:
