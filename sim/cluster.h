@@ -76,8 +76,9 @@ struct ClusterSpec {
   Algorithm algorithm = Algorithm::kAuto;
   bool nvls = false;  // NVLink SHARP inside a node (NVSwitch reductions)
   // One link per node that all its GPUs share (inter_node's bandwidth is
-  // the node's), not one NIC per GPU: collectives that run on every GPU of
-  // a node at once between nodes split it.
+  // the node's, each way), not one NIC per GPU: the columns of one
+  // collective split it (sim/cost_model.h), and collectives of several
+  // groups at once take turns on it (NOTE [Shared node links]).
   bool inter_node_shared = false;
   double collective_base_us = 0;                 // fixed cost of every collective call
   double gemm_tflops = 0;                        // dense bf16 (fp32 on CPU) per GPU
@@ -110,6 +111,17 @@ struct ClusterSpec {
 // schedule, whose collectives and compute take turns on one thread, is not
 // changed by it; the pipelined one overlaps them only as far as the CPU
 // allows.
+
+// NOTE [Shared node links]: with inter_node_shared, each way of a node's
+// link is a resource the collectives between nodes load while they run: a
+// collective's link time there (the bytes it moves through that way over
+// inter_node's rate; a reduce or gather sends what crosses into its root's
+// node, a broadcast or scatter out of it, any other collective both ways
+// at every member) spread over its duration, at most the whole link. As for
+// the host's CPU, the collective that starts first keeps its time; one that
+// starts while others load a way of its links runs its link time in what
+// they leave (two reduces into one node, each bound by the link, end one
+// after the other; into two nodes, at once).
 
 // "h100", "h200", "gb200", "gb300", "cpu".
 std::vector<std::string> PresetNames();

@@ -156,58 +156,19 @@ double MovedBytes(const StepProgram& p, const StepOp& op, const OpCost& cost, si
   return std::max(sent, received);
 }
 
-class HostCpu {
- public:
-  HostCpu(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs);
-
-  bool enabled() const { return enabled_; }
-  // Collective `op` runs over [start, end]: its members' CPU shares.
-  void Book(int op, double start, double end);
-  // The ranks whose CPU collective `op` takes a share of.
-  const std::vector<std::pair<int, double>>& SharesOf(int op) const { return cpu_seconds_[op]; }
-  // When `seconds` of compute on `rank` started at `start` end, in what the
-  // collectives booked so far leave of the rank's CPU.
-  double ComputeEnd(int rank, double start, double seconds) const;
-
- private:
-  struct Load {
-    double start, end, fraction;
-  };
-  bool enabled_ = false;
-  // Per collective: (rank, CPU seconds) of each member it takes time from.
-  std::vector<std::vector<std::pair<int, double>>> cpu_seconds_;
-  std::vector<std::vector<Load>> loads_;  // per rank, by start
+// Loads on a shared resource (a rank's CPU, a node's link): while each
+// runs, it takes `fraction` of the resource.
+struct Load {
+  double start, end, fraction;
 };
 
-HostCpu::HostCpu(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs)
-    : cpu_seconds_(p.ops.size()), loads_(p.world_size) {
-  if (c.host_collective_gb_s <= 0) return;
-  const double rate = c.host_collective_gb_s * 1e9;
-  for (size_t i = 0; i < p.ops.size(); ++i) {
-    const StepOp& op = p.ops[i];
-    if (!IsCollective(op.kind) || p.groups[op.group].size() < 2) continue;
-    const std::vector<int>& members = p.groups[op.group];
-    for (size_t m = 0; m < members.size(); ++m) {
-      const double bytes = MovedBytes(p, op, costs[i], m);
-      if (bytes > 0) cpu_seconds_[i].emplace_back(members[m], bytes / rate);
-    }
-    enabled_ = enabled_ || !cpu_seconds_[i].empty();
-  }
-}
-
-void HostCpu::Book(int op, double start, double end) {
-  if (end <= start) return;
-  for (const auto& [rank, seconds] : cpu_seconds_[op]) {
-    loads_[rank].push_back({start, end, std::min(1.0, seconds / (end - start))});
-  }
-}
-
-double HostCpu::ComputeEnd(int rank, double start, double seconds) const {
-  // The loads' fractions change at their starts and ends: between two such
-  // points the op runs at 1 - (their sum, at most 1).
+// When `work` seconds of the whole resource, started at `start`, end in
+// what `loads` leave of it: between two of their starts and ends the work
+// runs at 1 - (their sum, at most 1).
+double EndInWhatIsLeft(const std::vector<Load>& loads, double start, double work) {
   std::vector<std::pair<double, double>> steps;  // (time, change of the fraction)
   double fraction = 0;
-  for (const Load& l : loads_[rank]) {
+  for (const Load& l : loads) {
     if (l.end <= start) continue;
     if (l.start <= start) {
       fraction += l.fraction;
@@ -217,7 +178,7 @@ double HostCpu::ComputeEnd(int rank, double start, double seconds) const {
     steps.emplace_back(l.end, -l.fraction);
   }
   std::sort(steps.begin(), steps.end());
-  double t = start, left = seconds;
+  double t = start, left = work;
   for (const auto& [at, change] : steps) {
     const double rate = std::max(0.0, 1.0 - fraction);
     if (rate > 0 && left <= rate * (at - t)) return t + left / rate;
@@ -225,7 +186,118 @@ double HostCpu::ComputeEnd(int rank, double start, double seconds) const {
     t = at;
     fraction += change;
   }
-  return t + left;  // past the last load: the whole CPU
+  return t + left;  // past the last load: the whole resource
+}
+
+// A node's link, one way: 2 · node for what leaves it, 2 · node + 1 for
+// what enters it.
+int NodeLinkOut(int node) { return 2 * node; }
+int NodeLinkIn(int node) { return 2 * node + 1; }
+
+// NOTE [Shared node links]: the bytes collective `op` moves through each
+// node's link, each way. A reduce (gather) sends everything crossing into
+// its root's node, a broadcast (scatter) out of it; the others send from
+// and receive at every member what it sends.
+std::map<int, double> NodeLinkBytes(const StepProgram& p, const ClusterSpec& c, const StepOp& op, const OpCost& cost) {
+  std::map<int, double> bytes;
+  if (cost.sent.empty()) return bytes;
+  const std::vector<int>& members = p.groups[op.group];
+  const auto sent = [&](size_t m) {
+    const std::array<double, kLinkClassCount>& row = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[m];
+    return row[static_cast<int>(LinkClass::kInterNode)];
+  };
+  const bool to_root = op.kind == OpKind::kReduce || op.kind == OpKind::kGather;
+  const bool from_root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kScatter;
+  if (!to_root && !from_root) {
+    for (size_t m = 0; m < members.size(); ++m) {
+      bytes[NodeLinkOut(NodeOf(c, members[m]))] += sent(m);
+      bytes[NodeLinkIn(NodeOf(c, members[m]))] += sent(m);
+    }
+    return bytes;
+  }
+  const int root_node = NodeOf(c, members[op.root]);
+  double total = 0;
+  int others = 0;
+  for (size_t m = 0; m < members.size(); ++m) {
+    total += sent(m);
+    others += NodeOf(c, members[m]) != root_node;
+  }
+  if (others == 0) return bytes;
+  bytes[to_root ? NodeLinkIn(root_node) : NodeLinkOut(root_node)] += total;
+  for (int rank : members) {
+    const int node = NodeOf(c, rank);
+    if (node != root_node) bytes[to_root ? NodeLinkOut(node) : NodeLinkIn(node)] += total / others;
+  }
+  return bytes;
+}
+
+// NOTE [Host CPU] and NOTE [Shared node links] in sim/cluster.h: what the
+// collectives take of the ranks' CPUs and of the nodes' links, booked as
+// they start.
+class Contention {
+ public:
+  Contention(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs);
+
+  bool enabled() const { return enabled_; }
+  // Collective `op` starts at `start` and would take `seconds` alone: its
+  // end, its link time run in what earlier collectives leave of its nodes'
+  // links; books its loads.
+  double StartCollective(int op, double start, double seconds);
+  // The ranks whose CPU collective `op` takes a share of.
+  const std::vector<std::pair<int, double>>& CpuSharesOf(int op) const { return cpu_seconds_[op]; }
+  // When `seconds` of compute on `rank` started at `start` end, in what the
+  // collectives booked so far leave of the rank's CPU.
+  double ComputeEnd(int rank, double start, double seconds) const {
+    return EndInWhatIsLeft(cpu_loads_[rank], start, seconds);
+  }
+
+ private:
+  bool enabled_ = false;
+  // Per collective: (rank, CPU seconds) of each member it takes time from,
+  // and (node link one way, its seconds) of each node link it uses.
+  std::vector<std::vector<std::pair<int, double>>> cpu_seconds_;
+  std::vector<std::vector<std::pair<int, double>>> link_seconds_;
+  std::vector<std::vector<Load>> cpu_loads_;   // per rank
+  std::vector<std::vector<Load>> link_loads_;  // per node link one way (NodeLinkOut, NodeLinkIn)
+};
+
+Contention::Contention(const StepProgram& p, const ClusterSpec& c, const std::vector<OpCost>& costs)
+    : cpu_seconds_(p.ops.size()),
+      link_seconds_(p.ops.size()),
+      cpu_loads_(p.world_size),
+      link_loads_(2 * NodesUsed(c, p.world_size)) {
+  const double cpu_rate = c.host_collective_gb_s * 1e9;
+  const double link_rate = c.inter_node.BytesPerSecond();
+  for (size_t i = 0; i < p.ops.size(); ++i) {
+    const StepOp& op = p.ops[i];
+    if (!IsCollective(op.kind) || p.groups[op.group].size() < 2) continue;
+    const std::vector<int>& members = p.groups[op.group];
+    for (size_t m = 0; m < members.size(); ++m) {
+      const double bytes = MovedBytes(p, op, costs[i], m);
+      if (cpu_rate > 0 && bytes > 0) cpu_seconds_[i].emplace_back(members[m], bytes / cpu_rate);
+    }
+    if (c.inter_node_shared) {
+      for (const auto& [direction, bytes] : NodeLinkBytes(p, c, op, costs[i])) {
+        if (bytes > 0) link_seconds_[i].emplace_back(direction, bytes / link_rate);
+      }
+    }
+    enabled_ = enabled_ || !cpu_seconds_[i].empty() || !link_seconds_[i].empty();
+  }
+}
+
+double Contention::StartCollective(int op, double start, double seconds) {
+  double end = start + seconds;
+  for (const auto& [way, link] : link_seconds_[op]) {
+    const double alone = std::min(link, seconds);
+    end = std::max(end, EndInWhatIsLeft(link_loads_[way], start, alone) + (seconds - alone));
+  }
+  if (end <= start) return end;
+  const double duration = end - start;
+  for (const auto& [rank, cpu] : cpu_seconds_[op])
+    cpu_loads_[rank].push_back({start, end, std::min(1.0, cpu / duration)});
+  for (const auto& [way, link] : link_seconds_[op])
+    link_loads_[way].push_back({start, end, std::min(1.0, link / duration)});
+  return end;
 }
 
 // ---- the event simulation
@@ -239,7 +311,8 @@ struct Where {
 class Engine {
  public:
   // `lanes`: the program's, and the simulator's own (link lanes).
-  Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs, HostCpu& host);
+  Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs,
+         Contention& contention);
   absl::Status Run();
   std::vector<OpTiming>& timing() { return timing_; }
 
@@ -266,7 +339,7 @@ class Engine {
   const StepProgram& p_;
   const std::vector<Lane>& lanes_;
   const std::vector<OpCost>& costs_;
-  HostCpu& host_;
+  Contention& contention_;
   std::vector<std::vector<int>> computing_;  // per rank: compute ops that may still run
   std::vector<OpTiming> timing_;
   std::vector<std::vector<Where>> where_;
@@ -290,11 +363,12 @@ class Engine {
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap_;
 };
 
-Engine::Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs, HostCpu& host)
+Engine::Engine(const StepProgram& p, const std::vector<Lane>& lanes, const std::vector<OpCost>& costs,
+               Contention& contention)
     : p_(p),
       lanes_(lanes),
       costs_(costs),
-      host_(host),
+      contention_(contention),
       computing_(p.world_size),
       timing_(p.ops.size()),
       where_(p.ops.size()),
@@ -401,10 +475,9 @@ void Engine::Occupy(const Where& w, int op, double end) {
 
 double Engine::EndOf(int op, double start) {
   const StepOp& o = p_.ops[op];
-  if (!host_.enabled()) return start + costs_[op].seconds;
+  if (!contention_.enabled()) return start + costs_[op].seconds;
   if (IsCollective(o.kind)) {
-    const double end = start + costs_[op].seconds;
-    host_.Book(op, start, end);
+    const double end = contention_.StartCollective(op, start, costs_[op].seconds);
     SlowRunningCompute(op, start);
     return end;
   }
@@ -412,14 +485,14 @@ double Engine::EndOf(int op, double start) {
   running.erase(std::remove_if(running.begin(), running.end(), [&](int c) { return timing_[c].end <= start; }),
                 running.end());
   running.push_back(op);
-  return host_.ComputeEnd(o.rank, start, costs_[op].seconds);
+  return contention_.ComputeEnd(o.rank, start, costs_[op].seconds);
 }
 
 void Engine::SlowRunningCompute(int op, double start) {
-  for (const auto& [rank, seconds] : host_.SharesOf(op)) {
+  for (const auto& [rank, seconds] : contention_.CpuSharesOf(op)) {
     for (int c : computing_[rank]) {
       if (!done_[c] || timing_[c].end <= start) continue;
-      MoveEnd(c, host_.ComputeEnd(rank, timing_[c].start, costs_[c].seconds));
+      MoveEnd(c, contention_.ComputeEnd(rank, timing_[c].start, costs_[c].seconds));
     }
   }
 }
@@ -640,8 +713,8 @@ absl::StatusOr<StepResult> RunStepProgram(StepProgram program, const ClusterSpec
   for (const StepOp& op : program.ops) costs.push_back(CostOf(cluster, program, shapes, op));
   PriceGroupCalls(cluster, program, costs);
   const std::vector<Lane> lanes = WithLinkLanes(program, shapes);
-  HostCpu host(program, cluster, costs);
-  Engine engine(program, lanes, costs, host);
+  Contention contention(program, cluster, costs);
+  Engine engine(program, lanes, costs, contention);
   MUONSHARD_RETURN_IF_ERROR(engine.Run());
   StepResult result;
   result.timing = std::move(engine.timing());

@@ -363,6 +363,45 @@ TEST(SimulatorTest, OneThreadTakingTurnsIsNotSlowedByTheHostCpu) {
   }
 }
 
+// NOTE [Shared node links]: two groups of two ranks, one on each of two
+// nodes, reduce 1 GB each at once over the nodes' one link (1 GB/s each way).
+StepResult TwoGroupsReduceAcrossNodes(int second_root, bool shared) {
+  Maker m(4);
+  m.p.groups = {{0, 2}, {1, 3}};
+  std::vector<int> reduces;
+  for (int g = 0; g < 2; ++g) {
+    const int lane = m.Lane(LaneOrder::kInOrder, m.p.groups[g]);
+    StepOp reduce;
+    reduce.kind = OpKind::kReduce;
+    reduce.phase = Phase::kReduce;
+    reduce.group = g;
+    reduce.root = g == 0 ? 0 : second_root;
+    reduce.bytes = 1'000'000'000;
+    m.p.Append(lane, m.p.AddOp(reduce), true);
+  }
+  ClusterSpec c = Cluster();
+  c.gpus_per_node = 2;
+  c.inter_node_shared = shared;
+  absl::StatusOr<StepResult> r = RunStepProgram(m.p, c);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *std::move(r) : StepResult{};
+}
+
+TEST(SimulatorTest, CollectivesOfTwoGroupsShareANodesLinkOneWayAtATime) {
+  // Both into node 0 (roots rank 0 and rank 1): one after the other.
+  StepResult r = TwoGroupsReduceAcrossNodes(/*second_root=*/0, /*shared=*/true);
+  EXPECT_DOUBLE_EQ(r.timing[0].end, 1);
+  EXPECT_DOUBLE_EQ(r.timing[1].end, 2);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 2);
+  // Opposite ways (the second into node 1, rank 3): both at once.
+  r = TwoGroupsReduceAcrossNodes(/*second_root=*/1, /*shared=*/true);
+  EXPECT_DOUBLE_EQ(r.timing[1].end, 1);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1);
+  // A NIC per GPU: both at once.
+  r = TwoGroupsReduceAcrossNodes(/*second_root=*/0, /*shared=*/false);
+  EXPECT_DOUBLE_EQ(r.step_seconds, 1);
+}
+
 TEST(SimulatorTest, ProgramMustFitTheCluster) {
   Maker m(16);
   ClusterSpec c = Cluster();

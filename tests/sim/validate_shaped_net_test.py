@@ -81,21 +81,17 @@ def main():
         if m and line.endswith("(calibration)") and m.group(3) == "compute":
             assert abs(float(m.group(6))) < 12, line
     assert "kernels from 1 BLAS thread (" in r.stdout, r.stdout
-    # --goal fails where a step is off by more: the two-node run's MoE flat sequential step (the expert groups
-    # share the node's link at once, which the model does not see).
-    r = run(
-        bin_dir,
-        *epyc[:4],
-        "--log",
-        os.path.join(DATA, "epyc_nodes2_shaped_net_1gbit.log"),
-        "--kernels",
-        os.path.join(DATA, "epyc_kernels_1thread.txt"),
-        "--host-cores",
-        "2",
-        "--goal",
-        "15",
-    )
-    assert r.returncode == 1 and "1gbit@2x2-flat" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    # Two nodes (--nodes 2, flat and hierarchical), calibrated on the per-rank 4-rank runs: every step within
+    # +-15 % too (NOTE [Shared node links]: the MoE model's two expert groups take turns on a node's link);
+    # --goal fails where a step is off by more (the hierarchical MoE pipelined step, +14.7 %).
+    nodes2 = [*epyc[:4], "--log", os.path.join(DATA, "epyc_nodes2_shaped_net_1gbit.log")]
+    nodes2 += ["--kernels", os.path.join(DATA, "epyc_kernels_1thread.txt"), "--host-cores", "2"]
+    r = run(bin_dir, *nodes2, "--goal", "10")
+    assert r.returncode == 1 and "worst step error: 14.7 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    r = run(bin_dir, *nodes2, "--goal", "15")
+    assert r.returncode == 0, r.stdout + r.stderr
+    two_node = [row for row in map(ROW.match, r.stdout.splitlines()) if row and "@2x2-" in row.group(2)]
+    assert len(two_node) == 16, r.stdout
     # The bytes between the nodes, flat and hierarchical, as the simulator's algorithms move them: within 5 % of
     # the TCP payload measured (hierarchical to the byte; the flat Gloo ring's crossing hops are averaged).
     inter = [m.groups() for m in map(BYTES_ROW.match, r.stdout.splitlines()) if m]
