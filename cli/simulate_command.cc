@@ -44,6 +44,7 @@ struct SimulateFlags {
   std::string svg;
   int top = 0;
   std::string strategies;
+  std::string collectives = "auto";
 };
 
 // PlanFlags::Register's flags, none required: a plan file replaces them.
@@ -84,6 +85,9 @@ void Register(FlagSet& flags, SimulateFlags& f) {
   flags.Hide("output");
   flags.String("svg", &f.svg, "also write the per-rank timeline here (SVG)");
   flags.Int("top", &f.top, "table: only the N slowest ranks (0: all)");
+  flags.String("collectives", &f.collectives,
+               "gloo clusters: auto (inside each node first where the plan's topology gives gpus_per_node) | flat "
+               "(rings over all of a group's ranks), as the workers' --collectives");
   flags.String("strategies", &f.strategies,
                absl::StrCat("compare strategies side by side instead: all, or a comma-separated list of ",
                             absl::StrJoin(StrategyNames(), ", ")));
@@ -416,6 +420,13 @@ int Simulate(const FlagSet& flags, SimulateFlags f) {
         absl::InvalidArgumentError(absl::StrCat("flag --format: \"", f.format, "\" is not one of table, json")));
   }
   if (f.top < 0) return ReportError(absl::InvalidArgumentError("flag --top: must be >= 0"));
+  if (f.collectives != "auto" && f.collectives != "flat") {
+    return ReportError(absl::InvalidArgumentError(
+        absl::StrCat("flag --collectives: \"", f.collectives, "\" is not one of auto, flat")));
+  }
+  if (f.collectives == "flat" && flags.WasSet("strategies")) {
+    return ReportError(absl::InvalidArgumentError("flag --collectives flat: not with --strategies"));
+  }
   absl::StatusOr<std::vector<sim::Schedule>> schedules = Schedules(f.schedule);
   if (!schedules.ok()) return ReportError(schedules.status());
   absl::StatusOr<sim::ClusterSpec> cluster = ClusterOf(flags, f);
@@ -426,6 +437,9 @@ int Simulate(const FlagSet& flags, SimulateFlags f) {
   if (flags.WasSet("strategies")) return Compare(flags, f, *cluster, *schedules);
   absl::StatusOr<v1::Plan> plan = PlanOf(flags, f);
   if (!plan.ok()) return ReportError(plan.status());
+  // Flat: the plan's owners and buckets, its groups run as rings over their
+  // ranks (NOTE [Node-local collectives] in plan/node_grid.h).
+  if (f.collectives == "flat") plan->mutable_topology()->set_gpus_per_node(0);
   std::vector<sim::StepResult> results;
   for (sim::Schedule s : *schedules) {
     absl::StatusOr<sim::StepResult> r = sim::SimulateStep(*plan, *cluster, s);
@@ -451,6 +465,7 @@ int RunSimulate(const std::vector<std::string>& args) {
       "usage: muonshardctl simulate --cluster PRESET|FILE (--plan PLAN.json | --manifest M.json --world-size W ...)\n"
       "         [--schedule sequential|pipelined|both] [--format table|json] [--svg FILE] [--top N]\n"
       "         [--gpus-per-node N] [--nodes N] [--intra-bandwidth GB/s] [--inter-bandwidth GB/s] [--algorithm A]\n"
+      "         [--collectives auto|flat]\n"
       "         [--strategies all|LIST]\n"
       "Predicts a plan's optimizer step on a cluster: per rank each phase, the sequential and the pipelined\n"
       "step, the critical path and the bytes per link class (docs/simulator.md). With --strategies, the step\n"

@@ -6,6 +6,7 @@
 #include <queue>
 #include <tuple>
 
+#include "plan/node_grid.h"
 #include "plan/plan_stats.h"
 #include "plan/water_fill.h"
 
@@ -396,7 +397,9 @@ std::vector<Item> Runs(const ResolvedModel& model, const std::vector<Item>& item
 }
 
 // Each stack's experts are identical, so only the count per owner matters:
-// relay them as contiguous ranges (ascending owner), then emit shards.
+// relay them as contiguous ranges (ascending owner; NOTE [Expert owners
+// across nodes]: from the group's rotation on, round its ranks), then emit
+// shards.
 void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std::vector<Item>& items,
                 const std::vector<int>& owner, std::vector<MuonShard>& shards) {
   size_t k = 0;
@@ -404,9 +407,18 @@ void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std:
     size_t end = k;
     while (end < items.size() && items[end].unit == items[k].unit) ++end;
     std::vector<int> owners(owner.begin() + k, owner.begin() + end);
-    std::sort(owners.begin(), owners.end());
     const Unit& unit = model.units[items[k].unit];
     const bool moe = unit.group >= layout.pp();
+    int rotation = 0, size = 1;
+    if (moe && layout.gpus_per_node() > 1) {
+      const std::vector<int> ranks = layout.GroupRanks(unit.group);
+      const std::vector<int32_t> ranks32(ranks.begin(), ranks.end());
+      rotation = ExpertOwnerRotation(ranks32, layout.gpus_per_node(), layout.EpRankOf(ranks.front()));
+      size = static_cast<int>(ranks.size());
+    }
+    // Stage-local owners: an expert's owner / ep is its group rank.
+    const auto position = [&](int o) { return moe ? (o / layout.ep() - rotation + size) % size : o; };
+    std::sort(owners.begin(), owners.end(), [&](int a, int b) { return position(a) < position(b); });
     int first = unit.matrix_begin;
     for (size_t a = 0; a < owners.size();) {
       size_t b = a;

@@ -42,6 +42,24 @@ namespace muonshard::planner {
 // 0 (not known) or 1 gives an empty grid.
 std::vector<std::vector<int>> NodeGridOf(absl::Span<const int32_t> ranks, int gpus_per_node);
 
+// NOTE [Expert owners across nodes]
+// The ep expert groups of a stage (MOE_EXPERT, one per ep rank) hold the
+// same shapes and reduce and broadcast their buckets at the same time, each
+// bucket into (out of) its owner's node. Laid out in group-rank order, every
+// group's k-th bucket has its owner on the same node, so the groups' k-th
+// reduces all cross into one node at once, taking turns on its link's way
+// in while the other ways idle (one link per node, as CPU nodes have). When
+// the plan knows its nodes, the planner starts each expert group's owners at
+// another node: group ep_rank e lays out its experts' ranges and emits its
+// buckets from the first of its ranks on the (e mod k)-th of its k nodes,
+// round the group's ranks. Each owner's load is what it was: the balance is
+// unchanged, and so are the bytes.
+//
+// That first position, in group-rank order: 0 when gpus_per_node is 0 (not
+// known) or 1 (no two ranks share a node's link), for ep rank 0, or when the
+// group's ranks lie on one node.
+int ExpertOwnerRotation(absl::Span<const int32_t> ranks, int gpus_per_node, int ep_rank);
+
 }  // namespace muonshard::planner
 
 #endif  // MUONSHARD_PLAN_NODE_GRID_H_

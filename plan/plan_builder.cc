@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/bucketing.h"
+#include "plan/node_grid.h"
 #include "plan/water_fill.h"
 
 namespace muonshard::planner {
@@ -188,7 +189,14 @@ void PlanBuilder::EmitMuonBuckets(const std::vector<MuonShard>& shards) {
   for (const MuonShard& s : shards) sorted[fill[key(s)]++] = Gather(s);
   for (int g = 0; g < plan_->groups_size(); ++g) {
     const v1::CommGroup& group = plan_->groups(g);
-    for (int k = group_base[g]; k < group_base[g + 1]; ++k) {
+    const int size = group_base[g + 1] - group_base[g];
+    // NOTE [Expert owners across nodes]: an expert group's owners from its
+    // rotation on, round its ranks.
+    const int rotation = group.colour() == v1::MOE_EXPERT
+                             ? ExpertOwnerRotation(group.ranks(), layout_.gpus_per_node(), group.ep_rank())
+                             : 0;
+    for (int i = 0; i < size; ++i) {
+      const int k = group_base[g] + (rotation + i) % size;
       if (start[k] == start[k + 1]) continue;
       auto first = sorted.begin() + start[k], last = sorted.begin() + start[k + 1];
       auto by_unit = [](const OwnedShard& a, const OwnedShard& b) {

@@ -223,13 +223,12 @@ def plan_inputs(c, bin_dir, work):
 
 
 def plan_file(c, bin_dir, work):
-    """A two-node config's plan, as shaped_net.py submitted it: gpus_per_node set for the hierarchical
-    workers; for the flat ones the same owners without it (the simulator then runs flat rings)."""
-    path = os.path.join(work, "plan-%s-%d-%s.json" % (c["model"], c["ranks"], c["collectives"]))
+    """A two-node config's plan, as shaped_net.py submitted it: with gpus_per_node, for the flat workers too
+    (they run it with --collectives flat, as predict() does)."""
+    path = os.path.join(work, "plan-%s-%d-%d.json" % (c["model"], c["ranks"], c["per_node"]))
     if not os.path.exists(path):
         argv = [os.path.join(bin_dir, "muonshardctl"), "plan", *plan_inputs(c, bin_dir, work), "--output", "json"]
-        if c["collectives"] == "hierarchical":
-            argv += ["--gpus-per-node", str(c["per_node"])]
+        argv += ["--gpus-per-node", str(c["per_node"])]
         r = subprocess.run(argv, capture_output=True, text=True)
         if r.returncode != 0:
             raise BadInput("muonshardctl plan: %s" % r.stderr.strip()[-500:])
@@ -245,7 +244,12 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
     argv = [os.path.join(bin_dir, "muonshardctl"), "simulate", "--cluster", cluster_file]
     if c.get("nodes"):
         argv += ["--gpus-per-node", str(c["per_node"]), "--plan", plan_file(c, bin_dir, work)]
-        argv += ["--intra-bandwidth", "%.6f" % intra_gb_s]
+        argv += [
+            "--intra-bandwidth",
+            "%.6f" % intra_gb_s,
+            "--collectives",
+            "flat" if c["collectives"] == "flat" else "auto",
+        ]
     else:  # shaped_net.py: one network namespace per rank
         argv += ["--gpus-per-node", "1", *plan_inputs(c, bin_dir, work)]
     argv += ["--inter-bandwidth", "%.6f" % bandwidth_gb_s, "--format", "json"]

@@ -1,10 +1,14 @@
 #include "plan/balanced.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "plan/node_grid.h"
 #include "plan/plan_stats.h"
 #include "plan/plan_validator.h"
 #include "plan/planner.h"
@@ -245,6 +249,100 @@ TEST(TransferTest, AccountsEveryStateByteOnce) {
   v1::ModelManifest other = testing::DenseManifest(2, 64, 96, 100);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan c, ComputePlan(MakeRequest(other, 2)));
   EXPECT_THAT(ComputeTransfers(a, c), testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::_));
+}
+
+// NOTE [Expert owners across nodes]: W 8 on 2 nodes of 4, ep 2: the expert
+// groups {0, 2, 4, 6} and {1, 3, 5, 7} each have two ranks on each node.
+v1::ModelManifest ExpertsAndAStack() {
+  ManifestBuilder b;
+  for (int l = 0; l < 2; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "self_attn.q_proj.weight", {128, 128});
+    for (int e = 0; e < 8; ++e) b.Add(p + "mlp.experts." + std::to_string(e) + ".down_proj.weight", {64, 128});
+  }
+  b.Add("model.layers.2.mlp.experts.gate_up_proj", {8, 64, 128});
+  return b.Build();
+}
+
+// Each MOE_EXPERT group's buckets' owners, in plan order.
+std::map<int, std::vector<int>> ExpertBucketOwners(const v1::Plan& plan) {
+  std::map<int, std::vector<int>> owners;  // ep rank -> owners
+  for (const v1::MuonBucket& b : plan.muon_buckets()) {
+    const v1::CommGroup& g = plan.groups(b.group());
+    if (g.colour() == v1::MOE_EXPERT) owners[g.ep_rank()].push_back(b.owner());
+  }
+  return owners;
+}
+
+TEST(ExpertOwnersAcrossNodesTest, EachExpertGroupStartsOnAnotherNode_LoadsUnchanged) {
+  for (v1::Policy policy : {v1::SEED, v1::BALANCED}) {
+    SCOPED_TRACE(v1::Policy_Name(policy));
+    v1::PlanRequest request = MakeRequest(ExpertsAndAStack(), 8, 1, 2, policy, 1);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan unknown, ComputePlan(request));
+    request.mutable_topology()->set_gpus_per_node(4);
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan nodes, ComputePlan(request));
+    MUONSHARD_ASSERT_OK(ValidatePlan(nodes));
+    // Not knowing the nodes: every group's owners ascending, all from node 0.
+    const std::map<int, std::vector<int>> before = ExpertBucketOwners(unknown);
+    ASSERT_EQ(before.size(), 2u);
+    for (const auto& [e, owners] : before) {
+      EXPECT_TRUE(std::is_sorted(owners.begin(), owners.end())) << e;
+      EXPECT_LT(owners.front(), 4) << e;
+    }
+    // Knowing them: ep rank 1's owners start on node 1, round its ranks (the
+    // seed policy gives each group's experts to one owner: nothing to turn).
+    const std::map<int, std::vector<int>> after = ExpertBucketOwners(nodes);
+    EXPECT_LT(after.at(0).front(), 4);
+    if (policy == v1::BALANCED) EXPECT_GE(after.at(1).front(), 4);
+    std::vector<int> rotated = before.at(1);
+    std::rotate(rotated.begin(), std::find_if(rotated.begin(), rotated.end(), [](int r) { return r >= 4; }),
+                rotated.end());
+    EXPECT_EQ(after.at(1), rotated);
+    EXPECT_EQ(after.at(0), before.at(0));
+    // Every rank carries what it carried: balance and bytes are unchanged.
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_EQ(nodes.ranks(r).muon_numel(), unknown.ranks(r).muon_numel()) << r;
+      EXPECT_EQ(nodes.ranks(r).ns_flops(), unknown.ranks(r).ns_flops()) << r;
+    }
+  }
+}
+
+TEST(ExpertOwnersAcrossNodesTest, BalancedStacksLayTheirRangesFromTheRotation) {
+  v1::PlanRequest request = MakeRequest(ExpertsAndAStack(), 8, 1, 2, v1::BALANCED, 1);
+  request.mutable_topology()->set_gpus_per_node(4);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, ComputePlan(request));
+  // The stack's first experts (matrix 0) of ep rank 1 go to its node-1 rank.
+  int stack = -1;
+  for (int t = 0; t < plan.tensors_size(); ++t) {
+    if (plan.tensors(t).name() == "model.layers.2.mlp.experts.gate_up_proj") stack = t;
+  }
+  ASSERT_GE(stack, 0);
+  std::map<int, int> first_owner;  // ep rank -> owner of the lowest matrix
+  std::map<int, int> lowest;
+  for (const v1::RankPlan& r : plan.ranks()) {
+    for (const v1::OwnedTensor& o : r.owned()) {
+      if (o.tensor() != stack) continue;
+      const int e = r.ep_rank();
+      if (!lowest.count(e) || o.matrix_begin() < lowest[e]) {
+        lowest[e] = o.matrix_begin();
+        first_owner[e] = r.rank();
+      }
+    }
+  }
+  ASSERT_EQ(first_owner.size(), 2u);
+  EXPECT_LT(first_owner[0], 4);
+  EXPECT_GE(first_owner[1], 4);
+}
+
+TEST(ExpertOwnersAcrossNodesTest, RotationByNode) {
+  const std::vector<int32_t> experts = {1, 3, 5, 7};  // ep rank 1 of W 8, ep 2
+  EXPECT_EQ(ExpertOwnerRotation(experts, 4, 1), 2);   // 5: the first on node 1
+  EXPECT_EQ(ExpertOwnerRotation(experts, 2, 1), 1);   // 3: node 1 of 4
+  EXPECT_EQ(ExpertOwnerRotation(experts, 2, 5), 1);   // 5 mod 4 nodes
+  EXPECT_EQ(ExpertOwnerRotation(experts, 4, 0), 0);   // ep rank 0
+  EXPECT_EQ(ExpertOwnerRotation(experts, 0, 1), 0);   // nodes not known
+  EXPECT_EQ(ExpertOwnerRotation(experts, 1, 1), 0);   // a link per rank
+  EXPECT_EQ(ExpertOwnerRotation(experts, 8, 1), 0);   // one node
 }
 
 }  // namespace

@@ -89,6 +89,42 @@ TEST(SimulateCliTest, PlanForOtherNodesThanTheClusters_ExitTwoNamingBoth) {
   EXPECT_EQ(same.exit_code, 0) << same.err;
 }
 
+double InterNodeBytes(const std::string& json_text) {
+  google::protobuf::Struct json;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json_text, &json).ok()) << json_text;
+  double bytes = 0;
+  const auto& schedule = json.fields().at("schedules").list_value().values(0).struct_value().fields();
+  for (const auto& rank : schedule.at("ranks").list_value().values()) {
+    bytes += rank.struct_value().fields().at("wire_bytes").struct_value().fields().at("inter_node").number_value();
+  }
+  return bytes;
+}
+
+// --collectives flat runs the plan's owners and buckets as rings over each
+// group's ranks, as the workers' --collectives flat: more bytes between the
+// nodes than inside each node first, on the same plan.
+TEST(SimulateCliTest, CollectivesFlatRunsThePlanAsRings) {
+  CommandResult plan = RunCtl(absl::StrCat("plan --output json --gpus-per-node 2 ", PlanArgs()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const std::string plan_file = Write("sim_plan_flat.json", plan.out);
+  const std::string args =
+      absl::StrCat("simulate --cluster cpu --gpus-per-node 2 --schedule sequential --format json --plan ", plan_file);
+  CommandResult grid = RunCtl(args);
+  ASSERT_EQ(grid.exit_code, 0) << grid.err;
+  CommandResult flat = RunCtl(absl::StrCat(args, " --collectives flat"));
+  ASSERT_EQ(flat.exit_code, 0) << flat.err;
+  CommandResult same = RunCtl(absl::StrCat(args, " --collectives auto"));
+  EXPECT_EQ(same.out, grid.out);
+  EXPECT_GT(InterNodeBytes(flat.out), 1.1 * InterNodeBytes(grid.out));
+
+  CommandResult bad = RunCtl(absl::StrCat(args, " --collectives tree"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("flag --collectives: \"tree\" is not one of auto, flat"));
+  bad = RunCtl(absl::StrCat("simulate --cluster cpu --collectives flat --strategies all ", PlanArgs()));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("flag --collectives flat: not with --strategies"));
+}
+
 TEST(SimulateCliTest, SvgHasOneBandPerRank) {
   const std::string svg = absl::StrCat(Dir(), "/step.svg");
   CommandResult r = RunCtl(
