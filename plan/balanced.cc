@@ -30,10 +30,14 @@ struct Item {
 class StageBalancer {
  public:
   // `flops` and `bytes`: what each rank already holds (the preload).
+  // `class_order`: per rank, its place among its moe_sharding group's ranks
+  // when their loads tie (empty: by rank; NOTE [Expert owners across
+  // nodes]).
   StageBalancer(int n, int ep, double flops_mean, double bytes_mean, std::vector<double> flops,
-                std::vector<double> bytes)
+                std::vector<double> bytes, std::vector<int> class_order)
       : n_(n),
         ep_(ep),
+        class_order_(std::move(class_order)),
         inv_f_(flops_mean > 0 ? 1 / flops_mean : 0),
         inv_m_(bytes_mean > 0 ? 1 / bytes_mean : 0),
         base_flops_(flops),
@@ -61,7 +65,7 @@ class StageBalancer {
   }
 
  private:
-  using Entry = std::tuple<double, int, int>;  // (load, rank, version)
+  using Entry = std::tuple<double, int, int, int>;  // (load, order among ties, rank, version)
   using MinHeap = std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>;
 
   double Load(double f, double m) const { return std::max(f * inv_f_, m * inv_m_); }
@@ -69,8 +73,8 @@ class StageBalancer {
   bool Eligible(const Item& it, int i) const { return it.cls == 0 || i % ep_ == it.cls - 1; }
 
   void Push(int i) {
-    heaps_[0].emplace(LoadOf(i), i, version_[i]);
-    if (ep_ > 1) heaps_[1 + i % ep_].emplace(LoadOf(i), i, version_[i]);
+    heaps_[0].emplace(LoadOf(i), i, i, version_[i]);
+    if (ep_ > 1) heaps_[1 + i % ep_].emplace(LoadOf(i), class_order_.empty() ? i : class_order_[i], i, version_[i]);
   }
 
   // Cross-colour balance at the level of moe_sharding groups: expert load is
@@ -111,8 +115,8 @@ class StageBalancer {
       return it.previous;
     }
     MinHeap& heap = heaps_[it.home];
-    while (std::get<2>(heap.top()) != version_[std::get<1>(heap.top())]) heap.pop();
-    return std::get<1>(heap.top());
+    while (std::get<3>(heap.top()) != version_[std::get<2>(heap.top())]) heap.pop();
+    return std::get<2>(heap.top());
   }
 
   void Add(int k, int i) {
@@ -306,6 +310,7 @@ class StageBalancer {
 
   const int n_;
   const int ep_;
+  const std::vector<int> class_order_;  // empty: by rank
   const double inv_f_;
   const double inv_m_;
   const std::vector<double> base_flops_;  // the preload
@@ -432,6 +437,25 @@ void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std:
   }
 }
 
+// NOTE [Expert owners across nodes]: the stage-local ranks' order within
+// their expert group from its rotation on (empty: none turns).
+std::vector<int> ExpertClassOrder(const RankLayout& layout, int stage) {
+  const int n = layout.world_size() / layout.pp();
+  if (layout.ep() < 2 || layout.gpus_per_node() < 2) return {};
+  std::vector<int> order(n);
+  bool turned = false;
+  for (int e = 0; e < layout.ep(); ++e) {
+    const std::vector<int> ranks = layout.GroupRanks(layout.MoeGroup(stage, e));
+    const std::vector<int32_t> ranks32(ranks.begin(), ranks.end());
+    const int first = ExpertOwnerRotation(ranks32, layout.gpus_per_node(), e);
+    const int size = n / layout.ep();
+    turned = turned || first != 0;
+    for (int ms = 0; ms < size; ++ms) order[ms * layout.ep() + e] = (ms - first + size) % size;
+  }
+  if (!turned) return {};
+  return order;
+}
+
 }  // namespace
 
 std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const RankLayout& layout,
@@ -497,7 +521,8 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       for (Item& it : placed) {
         it.cost = (f_target > 0 ? it.flops / f_target : 0) + (m_target > 0 ? it.bytes / m_target : 0);
       }
-      StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m));
+      StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m),
+                             ExpertClassOrder(layout, stage));
       std::vector<int> owner = balancer.Place(placed);
       if (options.dense_runs > 1) {
         std::vector<int> each(items.size());

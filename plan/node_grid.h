@@ -50,10 +50,14 @@ std::vector<std::vector<int>> NodeGridOf(absl::Span<const int32_t> ranks, int gp
 // reduces all cross into one node at once, taking turns on its link's way
 // in while the other ways idle (one link per node, as CPU nodes have). When
 // the plan knows its nodes, the planner starts each expert group's owners at
-// another node: group ep_rank e lays out its experts' ranges and emits its
-// buckets from the first of its ranks on the (e mod k)-th of its k nodes,
-// round the group's ranks. Each owner's load is what it was: the balance is
-// unchanged, and so are the bytes.
+// another node: group ep_rank e emits its buckets (the sequential step's
+// order) from the first of its ranks on the (e mod k)-th of its k nodes,
+// round the group's ranks, and the balanced policy breaks its load ties
+// and lays out its stacks' expert ranges in that order too, so the bucket
+// holding a group's latest experts (the pipelined step reduces buckets as
+// backward hands them over) is owned on another node in each group. The
+// loads are what they were, on the same or other ranks of the group; the
+// bytes are the same.
 //
 // That first position, in group-rank order: 0 when gpus_per_node is 0 (not
 // known) or 1 (no two ranks share a node's link), for ep rank 0, or when the

@@ -83,11 +83,11 @@ def main():
     assert "kernels from 1 BLAS thread (" in r.stdout, r.stdout
     # Two nodes (--nodes 2, flat and hierarchical), calibrated on the per-rank 4-rank runs: every step within
     # +-15 % too (NOTE [Shared node links]: the MoE model's two expert groups take turns on a node's link);
-    # --goal fails where a step is off by more (the hierarchical MoE pipelined step, +13.0 %).
+    # --goal fails where a step is off by more (the MoE steps, -12.8 % and +12.8 %).
     nodes2 = [*epyc[:4], "--log", os.path.join(DATA, "epyc_nodes2_shaped_net_1gbit.log")]
     nodes2 += ["--kernels", os.path.join(DATA, "epyc_kernels_1thread.txt"), "--host-cores", "2"]
     r = run(bin_dir, *nodes2, "--goal", "10")
-    assert r.returncode == 1 and "worst step error: 13.0 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 1 and "worst step error: 12.8 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
     r = run(bin_dir, *nodes2, "--goal", "15")
     assert r.returncode == 0, r.stdout + r.stderr
     two_node = [row for row in map(ROW.match, r.stdout.splitlines()) if row and "@2x2-" in row.group(2)]
