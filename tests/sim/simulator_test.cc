@@ -2,6 +2,7 @@
 // programs whose ops take fixed times.
 #include "sim/simulator.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,6 +48,16 @@ struct Maker {
     op.seconds = seconds;
     op.deps = std::move(deps);
     op.label = "op " + std::to_string(p.ops.size());
+    return p.AddOp(std::move(op));
+  }
+  // A reduce of `bytes` over `group` to its member `root`.
+  int Reduce(int group, int root, int64_t bytes = 1'000'000'000) {
+    StepOp op;
+    op.kind = OpKind::kReduce;
+    op.phase = Phase::kReduce;
+    op.group = group;
+    op.root = root;
+    op.bytes = bytes;
     return p.AddOp(std::move(op));
   }
   StepResult Run() {
@@ -150,13 +161,7 @@ TEST(SimulatorTest, CollectivesBookTheirBytesOnEveryMember) {
   Maker m(2);
   m.p.groups = {{0, 1}};
   const int lane = m.Lane(LaneOrder::kInOrder, {0, 1});
-  StepOp reduce;
-  reduce.kind = OpKind::kReduce;
-  reduce.phase = Phase::kReduce;
-  reduce.group = 0;
-  reduce.root = 0;
-  reduce.bytes = 1'000'000'000;
-  m.p.Append(lane, m.p.AddOp(reduce), true);
+  m.p.Append(lane, m.Reduce(0, 0), true);
   const StepResult r = m.Run();
   EXPECT_DOUBLE_EQ(r.step_seconds, 1 + 0.0);  // (n-1) x 0 latency + S / 1 GB/s
   for (const RankResult& rank : r.ranks) {
@@ -174,13 +179,7 @@ TEST(SimulatorTest, ARanksCollectivesShareItsLink) {
   std::vector<int> reduces;
   for (int g = 0; g < 2; ++g) {
     const int lane = m.Lane(LaneOrder::kInOrder, {0, 1});
-    StepOp reduce;
-    reduce.kind = OpKind::kReduce;
-    reduce.phase = Phase::kReduce;
-    reduce.group = g;
-    reduce.root = 0;
-    reduce.bytes = 1'000'000'000;
-    reduces.push_back(m.p.AddOp(reduce));
+    reduces.push_back(m.Reduce(g, 0));
     m.p.Append(lane, reduces.back(), true);
   }
   const StepResult r = m.Run();
@@ -285,13 +284,7 @@ struct HostCpuCase {
     m.p.groups = {{0, 1}};
     comm = m.Lane(LaneOrder::kInOrder, {0, 1});
     compute = m.Lane(LaneOrder::kInOrder, {0});
-    StepOp op;
-    op.kind = OpKind::kReduce;
-    op.phase = Phase::kReduce;
-    op.group = 0;
-    op.root = 0;
-    op.bytes = 1'000'000'000;
-    reduce = m.p.AddOp(op);
+    reduce = m.Reduce(0, 0);
   }
   StepResult Run(double host_collective_gb_s) {
     ClusterSpec c = Cluster();
@@ -371,13 +364,7 @@ StepResult TwoGroupsReduceAcrossNodes(int second_root, bool shared) {
   std::vector<int> reduces;
   for (int g = 0; g < 2; ++g) {
     const int lane = m.Lane(LaneOrder::kInOrder, m.p.groups[g]);
-    StepOp reduce;
-    reduce.kind = OpKind::kReduce;
-    reduce.phase = Phase::kReduce;
-    reduce.group = g;
-    reduce.root = g == 0 ? 0 : second_root;
-    reduce.bytes = 1'000'000'000;
-    m.p.Append(lane, m.p.AddOp(reduce), true);
+    m.p.Append(lane, m.Reduce(g, g == 0 ? 0 : second_root), true);
   }
   ClusterSpec c = Cluster();
   c.gpus_per_node = 2;
