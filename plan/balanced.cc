@@ -403,10 +403,9 @@ std::vector<Item> Runs(const ResolvedModel& model, const std::vector<Item>& item
 
 // Each stack's experts are identical, so only the count per owner matters:
 // relay them as contiguous ranges (ascending owner; NOTE [Expert owners
-// across nodes]: from the group's rotation on, round its ranks), then emit
-// shards.
+// across nodes]: in `class_order`, ExpertClassOrder's), then emit shards.
 void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std::vector<Item>& items,
-                const std::vector<int>& owner, std::vector<MuonShard>& shards) {
+                const std::vector<int>& owner, const std::vector<int>& class_order, std::vector<MuonShard>& shards) {
   size_t k = 0;
   while (k < items.size()) {
     size_t end = k;
@@ -414,15 +413,8 @@ void EmitShards(const ResolvedModel& model, const RankLayout& layout, const std:
     std::vector<int> owners(owner.begin() + k, owner.begin() + end);
     const Unit& unit = model.units[items[k].unit];
     const bool moe = unit.group >= layout.pp();
-    int rotation = 0, size = 1;
-    if (moe && layout.gpus_per_node() > 1) {
-      const std::vector<int> ranks = layout.GroupRanks(unit.group);
-      const std::vector<int32_t> ranks32(ranks.begin(), ranks.end());
-      rotation = ExpertOwnerRotation(ranks32, layout.gpus_per_node(), layout.EpRankOf(ranks.front()));
-      size = static_cast<int>(ranks.size());
-    }
-    // Stage-local owners: an expert's owner / ep is its group rank.
-    const auto position = [&](int o) { return moe ? (o / layout.ep() - rotation + size) % size : o; };
+    // A stack's owners are one expert group's: their places in it order them.
+    const auto position = [&](int o) { return moe && !class_order.empty() ? class_order[o] : o; };
     std::sort(owners.begin(), owners.end(), [&](int a, int b) { return position(a) < position(b); });
     int first = unit.matrix_begin;
     for (size_t a = 0; a < owners.size();) {
@@ -467,6 +459,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
     if (layout.ep() > 1) {
       for (int e = 0; e < layout.ep(); ++e) stage_groups.push_back(layout.MoeGroup(stage, e));
     }
+    const std::vector<int> class_order = ExpertClassOrder(layout, stage);
     std::vector<int> units;
     double adamw_bytes = 0;
     for (int g : stage_groups) {
@@ -521,8 +514,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
       for (Item& it : placed) {
         it.cost = (f_target > 0 ? it.flops / f_target : 0) + (m_target > 0 ? it.bytes / m_target : 0);
       }
-      StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m),
-                             ExpertClassOrder(layout, stage));
+      StageBalancer balancer(n, layout.ep(), f_target, m_target, std::move(base_f), std::move(base_m), class_order);
       std::vector<int> owner = balancer.Place(placed);
       if (options.dense_runs > 1) {
         std::vector<int> each(items.size());
@@ -531,7 +523,7 @@ std::vector<MuonShard> BalancedPartitionMuon(const ResolvedModel& model, const R
         }
         owner = std::move(each);
       }
-      EmitShards(model, layout, items, owner, shards);
+      EmitShards(model, layout, items, owner, class_order, shards);
     }
   }
   return shards;

@@ -136,21 +136,24 @@ OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<Grou
 
 // ---- the host's CPU (NOTE [Host CPU] in sim/cluster.h)
 
+// The wire bytes member `m` sends per link class (REQUIRES: cost.sent not
+// empty): one row for everyone, or one per member.
+const std::array<double, kLinkClassCount>& SentRow(const OpCost& cost, size_t m) {
+  return cost.sent.size() == 1 ? cost.sent[0] : cost.sent[m];
+}
+
 // The bytes member `m` of a collective moves: what it sends or receives,
 // the larger.
 double MovedBytes(const StepProgram& p, const StepOp& op, const OpCost& cost, size_t m) {
   double sent = 0;
   if (!cost.sent.empty()) {
-    const std::array<double, kLinkClassCount>& row = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[m];
-    for (double b : row) sent += b;
+    for (double b : SentRow(cost, m)) sent += b;
   }
   if (!HasMemberBytes(op)) return sent;  // symmetric: each member receives what it sends
   double received = static_cast<double>(MemberBytes(op.member_recv, m));
-  if (static_cast<int>(m) == op.root) {
+  if (op.kind == OpKind::kGather && static_cast<int>(m) == op.root) {
     for (size_t i = 0; i < p.groups[op.group].size(); ++i) {
-      if (static_cast<int>(i) != op.root && op.kind == OpKind::kGather) {
-        received += static_cast<double>(MemberBytes(op.member_send, i));
-      }
+      if (static_cast<int>(i) != op.root) received += static_cast<double>(MemberBytes(op.member_send, i));
     }
   }
   return std::max(sent, received);
@@ -202,10 +205,7 @@ std::map<int, double> NodeLinkBytes(const StepProgram& p, const ClusterSpec& c, 
   std::map<int, double> bytes;
   if (cost.sent.empty()) return bytes;
   const std::vector<int>& members = p.groups[op.group];
-  const auto sent = [&](size_t m) {
-    const std::array<double, kLinkClassCount>& row = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[m];
-    return row[static_cast<int>(LinkClass::kInterNode)];
-  };
+  const auto sent = [&](size_t m) { return SentRow(cost, m)[static_cast<int>(LinkClass::kInterNode)]; };
   const bool to_root = op.kind == OpKind::kReduce || op.kind == OpKind::kGather;
   const bool from_root = op.kind == OpKind::kBroadcast || op.kind == OpKind::kScatter;
   if (!to_root && !from_root) {
@@ -329,7 +329,8 @@ class Engine {
   int Pred(int op, double start) const;
   void Occupy(const Where& w, int op, double end);
   void LaneMoved(int lane);
-  // NOTE [Host CPU]: the end of `op` as the host's CPU allows it.
+  // NOTE [Host CPU], NOTE [Shared node links]: the end of `op` as the
+  // ranks' CPUs and the nodes' links allow it.
   double EndOf(int op, double start);
   // Collective `op` started: the compute ops running on its members' CPUs
   // end later.
@@ -649,7 +650,7 @@ void BookCollective(const StepProgram& p, const StepOp& op, const OpCost& cost, 
     r.collective_bytes[static_cast<int>(op.kind)] += op.bytes;
   }
   if (cost.sent.empty()) return;
-  const std::array<double, kLinkClassCount>& sent = cost.sent.size() == 1 ? cost.sent[0] : cost.sent[member];
+  const std::array<double, kLinkClassCount>& sent = SentRow(cost, member);
   for (int c = 0; c < kLinkClassCount; ++c) r.wire_bytes[c] += sent[c];
 }
 

@@ -140,6 +140,7 @@ def parse_log(path):
     return configs
 
 
+@functools.cache
 def kernel_terms(path):
     """(gemm_tflops, ns_efficiency table, BLAS threads or None) from muonshard-bench-kernels output: the
     largest sgemm rate, and NS5's rate over it by the smaller matrix dimension, on the threads its header
