@@ -20,6 +20,7 @@
 #include "common/file_util.h"
 #include "common/status_macros.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/ns_batches.h"
 #include "plan/planner.h"
 #include "sim/cluster.h"
 #include "sim/cluster_json.h"
@@ -45,6 +46,7 @@ struct SimulateFlags {
   int top = 0;
   std::string strategies;
   std::string collectives = "auto";
+  int muon_batch_mib = static_cast<int>(planner::kDefaultMuonBatchMib);
 };
 
 // PlanFlags::Register's flags, none required: a plan file replaces them.
@@ -88,6 +90,9 @@ void Register(FlagSet& flags, SimulateFlags& f) {
   flags.String("collectives", &f.collectives,
                "gloo clusters: auto (inside each node first where the plan's topology gives gpus_per_node) | flat "
                "(rings over all of a group's ranks), as the workers' --collectives");
+  flags.Int("muon-batch-mib", &f.muon_batch_mib,
+            "as the workers' --muon-batch-mib: the sequential step's Newton-Schulz batches across a rank's buckets, "
+            "MiB of fp32 update each; 0: a bucket's at a time");
   flags.String("strategies", &f.strategies,
                absl::StrCat("compare strategies side by side instead: all, or a comma-separated list of ",
                             absl::StrJoin(StrategyNames(), ", ")));
@@ -284,7 +289,8 @@ struct Row {
 
 absl::StatusOr<std::vector<Row>> RunStrategies(const std::vector<Strategy>& strategies,
                                                const std::vector<sim::Schedule>& schedules,
-                                               const sim::ClusterSpec& cluster, PlanSource& plans) {
+                                               const sim::ClusterSpec& cluster, PlanSource& plans,
+                                               int64_t muon_batch_mib) {
   std::vector<Row> rows;
   for (const Strategy& s : strategies) {
     std::vector<std::pair<std::string, sim::StepProgram>> programs;
@@ -292,7 +298,8 @@ absl::StatusOr<std::vector<Row>> RunStrategies(const std::vector<Strategy>& stra
     if (s.kind == Strategy::Kind::kMuonshard) {
       MUONSHARD_ASSIGN_OR_RETURN(const v1::Plan* plan, plans.Of(s.policy));
       for (sim::Schedule sched : schedules) {
-        MUONSHARD_ASSIGN_OR_RETURN(sim::StepProgram p, sim::BuildPlanProgram(*plan, sched));
+        MUONSHARD_ASSIGN_OR_RETURN(sim::StepProgram p,
+                                   sim::BuildPlanProgram(*plan, sched, sim::NsCalls::kWorker, muon_batch_mib));
         programs.emplace_back(sim::ScheduleName(sched), std::move(p));
       }
     } else if (s.kind == Strategy::Kind::kPaddle) {
@@ -395,7 +402,7 @@ int Compare(const FlagSet& flags, const SimulateFlags& f, const sim::ClusterSpec
   absl::StatusOr<std::vector<Strategy>> strategies = ParseStrategies(f.strategies);
   if (!strategies.ok()) return ReportError(strategies.status());
   PlanSource plans(f);
-  absl::StatusOr<std::vector<Row>> rows = RunStrategies(*strategies, schedules, cluster, plans);
+  absl::StatusOr<std::vector<Row>> rows = RunStrategies(*strategies, schedules, cluster, plans, f.muon_batch_mib);
   if (!rows.ok()) return ReportError(rows.status());
   absl::StatusOr<const v1::Plan*> any = plans.Any();
   if (!any.ok()) return ReportError(any.status());
@@ -420,6 +427,10 @@ int Simulate(const FlagSet& flags, SimulateFlags f) {
         absl::InvalidArgumentError(absl::StrCat("flag --format: \"", f.format, "\" is not one of table, json")));
   }
   if (f.top < 0) return ReportError(absl::InvalidArgumentError("flag --top: must be >= 0"));
+  if (f.muon_batch_mib < 0) {
+    return ReportError(
+        absl::InvalidArgumentError(absl::StrCat("flag --muon-batch-mib: ", f.muon_batch_mib, " is not >= 0")));
+  }
   if (f.collectives != "auto" && f.collectives != "flat") {
     return ReportError(absl::InvalidArgumentError(
         absl::StrCat("flag --collectives: \"", f.collectives, "\" is not one of auto, flat")));
@@ -442,7 +453,7 @@ int Simulate(const FlagSet& flags, SimulateFlags f) {
   if (f.collectives == "flat") plan->mutable_topology()->set_gpus_per_node(0);
   std::vector<sim::StepResult> results;
   for (sim::Schedule s : *schedules) {
-    absl::StatusOr<sim::StepResult> r = sim::SimulateStep(*plan, *cluster, s);
+    absl::StatusOr<sim::StepResult> r = sim::SimulateStep(*plan, *cluster, s, f.muon_batch_mib);
     if (!r.ok()) return ReportError(r.status());
     results.push_back(*std::move(r));
   }

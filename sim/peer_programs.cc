@@ -83,7 +83,7 @@ absl::StatusOr<StepProgram> BuildPaddleSeedProgram(const v1::Plan& seed_plan) {
     return absl::InvalidArgumentError(
         absl::StrCat("paddle seed: the plan's policy is ", v1::Policy_Name(seed_plan.policy().policy()), ", not SEED"));
   }
-  MUONSHARD_ASSIGN_OR_RETURN(StepProgram p, BuildPlanProgram(seed_plan, Schedule::kSequential, NsCalls::kPerTensor));
+  MUONSHARD_ASSIGN_OR_RETURN(StepProgram p, BuildPlanProgram(seed_plan, Schedule::kSequential, NsCalls::kPerTensor, 0));
   p.name = "paddle seed";
   return p;
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/ns_batches.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
 #include "plan/tensor_parallel.h"
@@ -59,19 +60,37 @@ int64_t MinDim(const v1::PlannedTensor& t) {
   return n == 1 ? std::max<int64_t>(1, t.shape(0)) : 1;
 }
 
-// NOTE [Batched NS cost] (sim/cluster.h): the Newton-Schulz calls of one
-// rank's owned tensors in one bucket, as the worker's BucketUpdater makes
-// them (NOTE [Batched Muon]): with fp32 gradients, the unblocked tensors of
-// one shape (rows, cols and matrices: a stack goes with stacks of its size)
-// and layout go into one call (the worker also splits by the decay flag,
-// which the plan does not hold);
-// a blocked tensor is a call per block shape of its own (its blocks batched
-// inside: planner::NsBlockShapes); a TP-exchanged or TP-local one, or any
-// tensor with 16-bit gradients, a call of its own (a 3-D stack's matrices
-// batched inside).
-using NsCallsByShape = std::map<std::tuple<int64_t, int64_t, int64_t, int>, NsMatrix>;
+// NOTE [Batched NS cost] (sim/cluster.h): the Newton-Schulz calls of a
+// rank's owned tensors, as the worker's BucketUpdater makes them (NOTE
+// [Batched Muon], NOTE [Muon batches] in plan/ns_batches.h): with fp32
+// gradients, the unblocked tensors of one shape (rows, cols and matrices: a
+// stack goes with stacks of its size) and layout go into batched calls
+// (planner::NsBatches; the worker also splits by the decay flag, which the
+// plan does not hold); a blocked tensor is a call per block shape of its own
+// (its blocks batched inside: planner::NsBlockShapes); a TP-exchanged or
+// TP-local one, or any tensor with 16-bit gradients, a call of its own (a
+// 3-D stack's matrices batched inside).
+struct NsCallBuilder {
+  std::vector<planner::NsBatchItem> items;  // the batchable tensors
+  std::vector<NsMatrix> of_item;            // their flops, min_dim, matrices
 
-void AddNsCalls(const v1::OwnedTensor& o, const v1::PlannedTensor& t, bool batch_across, NsCallsByShape& batched,
+  // The calls of the items so far, in batches of at most `max_elements`
+  // (<= 0: no limit), appended to `out`; then no items.
+  void Flush(int64_t max_elements, std::vector<NsMatrix>& out) {
+    for (const std::vector<int>& batch : planner::NsBatches(items, max_elements)) {
+      NsMatrix call{0, of_item[batch.front()].min_dim, 0};
+      for (int i : batch) {
+        call.flops += of_item[i].flops;
+        call.count += of_item[i].count;
+      }
+      out.push_back(call);
+    }
+    items.clear();
+    of_item.clear();
+  }
+};
+
+void AddNsCalls(const v1::OwnedTensor& o, const v1::PlannedTensor& t, bool batch_across, NsCallBuilder& batched,
                 std::vector<NsMatrix>& own) {
   if (o.ns_flops() <= 0) return;
   const int n = t.shape_size();
@@ -98,10 +117,8 @@ void AddNsCalls(const v1::OwnedTensor& o, const v1::PlannedTensor& t, bool batch
     own.push_back({o.ns_flops(), MinDim(t), matrices});
     return;
   }
-  NsMatrix& call = batched.try_emplace({rows, cols, matrices, static_cast<int>(t.layout())}, NsMatrix{0, MinDim(t), 0})
-                       .first->second;
-  call.flops += o.ns_flops();
-  call.count += matrices;
+  batched.items.push_back({{rows, cols, matrices, static_cast<int>(t.layout()), 0}, per_matrix * matrices});
+  batched.of_item.push_back({o.ns_flops(), MinDim(t), matrices});
 }
 
 // The plan's references, resolved and checked once.
@@ -239,8 +256,13 @@ struct ExchangeBytes {
 
 class Builder {
  public:
-  Builder(const v1::Plan& plan, const PlanIndex& index, Schedule schedule, NsCalls ns_calls)
-      : plan_(plan), x_(index), schedule_(schedule), ns_calls_(ns_calls), grad_(planner::GradDType(plan.policy())) {}
+  Builder(const v1::Plan& plan, const PlanIndex& index, Schedule schedule, NsCalls ns_calls, int64_t muon_batch_mib)
+      : plan_(plan),
+        x_(index),
+        schedule_(schedule),
+        ns_calls_(ns_calls),
+        max_batch_(planner::MuonBatchElements(muon_batch_mib)),
+        grad_(planner::GradDType(plan.policy())) {}
 
   absl::StatusOr<StepProgram> Build();
 
@@ -263,9 +285,12 @@ class Builder {
   int ReduceOp(const BucketKey& k);
   int SyncOp(const BucketKey& k, std::vector<int> deps);
   int AdamwOp(int rank, int bucket, int member);
-  // The update of a rank's Muon buckets `buckets` (one bucket, or an
-  // exchange round) as one block of ops.
-  absl::StatusOr<std::vector<int>> MuonBlock(int rank, const std::vector<int>& buckets);
+  // The update of a rank's Muon buckets `buckets` (one bucket, an exchange
+  // round, or the sequential step's buckets without exchanges) as one block
+  // of ops; its NS calls batched across the buckets when `across`, else
+  // bucket by bucket, in batches of at most `max_batch` elements (<= 0: no
+  // limit; NOTE [Muon batches]).
+  absl::StatusOr<std::vector<int>> MuonBlock(int rank, const std::vector<int>& buckets, bool across, int64_t max_batch);
   absl::StatusOr<const Exchange*> ExchangeOf(int rank, int round);
   absl::Status AddExchangeBytes(int member, int rank, int bucket, int tp, ExchangeBytes& bytes) const;
   void AddExchangeOps(int tp_group, const std::string& name, const ExchangeBytes& bytes, Exchange& ex);
@@ -279,6 +304,7 @@ class Builder {
   const PlanIndex& x_;
   const Schedule schedule_;
   const NsCalls ns_calls_;
+  const int64_t max_batch_;  // the sequential step's, elements (0: by bucket)
   const v1::DType grad_;
   StepProgram p_;
   std::vector<int> lane_of_rank_;
@@ -484,17 +510,17 @@ absl::StatusOr<const Exchange*> Builder::ExchangeOf(int rank, int round) {
   return &it->second;
 }
 
-absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, const std::vector<int>& buckets) {
+absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, const std::vector<int>& buckets, bool across,
+                                                    int64_t max_batch) {
   const v1::RankPlan& rp = *x_.rank_plan[rank];
   int64_t memory_bytes = 0;
   int calls = 0;
   bool exchanges = false;
   StepOp ns;
+  NsCallBuilder batched;
   for (int bucket : buckets) {
     const v1::MuonBucket& mb = plan_.muon_buckets(bucket);
     int64_t numel = 0;
-    // The worker batches same-shape matrices inside a bucket (NOTE [Batched Muon]).
-    NsCallsByShape calls_of_shape;
     for (int j : x_.owned[rank].at(bucket)) {
       const v1::OwnedTensor& o = rp.owned(j);
       numel += o.numel();
@@ -503,12 +529,13 @@ absl::StatusOr<std::vector<int>> Builder::MuonBlock(int rank, const std::vector<
       if (ns_calls_ == NsCalls::kPerTensor) {
         if (o.ns_flops() > 0) ns.matrices.push_back({o.ns_flops(), MinDim(plan_.tensors(o.tensor()))});
       } else {
-        AddNsCalls(o, plan_.tensors(o.tensor()), grad_ == v1::FP32, calls_of_shape, ns.matrices);
+        AddNsCalls(o, plan_.tensors(o.tensor()), grad_ == v1::FP32, batched, ns.matrices);
       }
     }
-    for (const auto& [shape, call] : calls_of_shape) ns.matrices.push_back(call);
+    if (!across) batched.Flush(max_batch, ns.matrices);
     memory_bytes += numel * MuonBytesPerElement(mb.dtype(), grad_);
   }
+  batched.Flush(max_batch, ns.matrices);
   const std::string name = RoundName(buckets);
   StepOp ew;
   ew.kind = OpKind::kElementwise;
@@ -562,14 +589,20 @@ absl::Status Builder::BuildSequential() {
     }
   }
   for (int r = 0; r < x_.world_size; ++r) {
-    // As the worker: the exchange rounds, then the other buckets ascending.
+    // As the worker: the exchange rounds, then the other buckets ascending,
+    // batched across them unless the limit is 0 (NOTE [Muon batches]).
     for (const std::vector<int>& round : exchange_rounds_[r]) {
-      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, round));
+      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, round, false, max_batch_));
       AppendBlock(lane_of_rank_[r], block);
     }
+    std::vector<std::vector<int>> blocks;
     for (const auto& [bucket, owned] : x_.owned[r]) {
       if (exchange_round_of_[r].contains(bucket)) continue;
-      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, {bucket}));
+      if (max_batch_ <= 0 || blocks.empty()) blocks.emplace_back();
+      blocks.back().push_back(bucket);
+    }
+    for (const std::vector<int>& buckets : blocks) {
+      MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(r, buckets, true, max_batch_));
       AppendBlock(lane_of_rank_[r], block);
     }
     for (const auto& [bucket, member] : AdamwOfRank(x_, r)) {
@@ -597,7 +630,8 @@ absl::Status Builder::PipelinedMuonBlocks(int rank, const std::vector<int>& muon
   }
   int previous = -1;
   for (size_t k = 0; k < blocks.size(); ++k) {
-    MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(rank, blocks[k]));
+    // A bucket at a time (its round's buckets each), as the worker's lanes.
+    MUONSHARD_ASSIGN_OR_RETURN(std::vector<int> block, MuonBlock(rank, blocks[k], false, 0));
     std::vector<int>& deps = p_.ops[block[0]].deps;
     for (int bucket : blocks[k]) {
       if (muon_reduce[bucket] >= 0) deps.push_back(muon_reduce[bucket]);
@@ -661,14 +695,15 @@ absl::StatusOr<StepProgram> Builder::Build() {
 
 }  // namespace
 
-absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule, NsCalls ns_calls) {
+absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule, NsCalls ns_calls,
+                                             int64_t muon_batch_mib) {
   MUONSHARD_ASSIGN_OR_RETURN(const PlanIndex index, IndexPlan(plan));
   for (int r = 0; r < index.world_size; ++r) {
     if (index.rank_plan[r] == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("plan: rank ", r, " has no RankPlan"));
     }
   }
-  return Builder(plan, index, schedule, ns_calls).Build();
+  return Builder(plan, index, schedule, ns_calls, muon_batch_mib).Build();
 }
 
 }  // namespace muonshard::sim

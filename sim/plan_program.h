@@ -26,8 +26,10 @@
 // step: the reduces of its groups (ascending group, each group's Muon then
 // AdamW buckets), every owned Muon bucket's update (the buckets with TP
 // exchanges round by round, NOTE [TP exchange rounds], then the others
-// ascending), every AdamW shard's, then the broadcasts and all-gathers in
-// the reduces' order.
+// ascending: one block, their NS calls batched across them in batches of at
+// most `muon_batch_mib`, NOTE [Muon batches] in plan/ns_batches.h; with 0 a
+// block per bucket), every AdamW shard's, then the broadcasts and
+// all-gathers in the reduces' order.
 // A collective occupies its members' lanes.
 //
 // Pipelined (NOTE [Pipelined step]): one in-order comm lane per group of two
@@ -48,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/ns_batches.h"
 #include "sim/step_program.h"
 
 namespace muonshard::sim {
@@ -62,11 +65,14 @@ absl::StatusOr<Schedule> ParseSchedule(absl::string_view name);
 // over its parameters does (Paddle's seed: BuildPaddleSeedProgram).
 enum class NsCalls { kWorker, kPerTensor };
 
+// `muon_batch_mib`: the worker's StepOptions::muon_batch_mib (its
+// --muon-batch-mib), which the sequential schedule's batches follow.
 // INVALID_ARGUMENT on a plan whose references do not resolve (a bucket's
 // group, an owned tensor's bucket), naming them; or whose TP group's ranks
 // exchange in different numbers of buckets.
 absl::StatusOr<StepProgram> BuildPlanProgram(const v1::Plan& plan, Schedule schedule,
-                                             NsCalls ns_calls = NsCalls::kWorker);
+                                             NsCalls ns_calls = NsCalls::kWorker,
+                                             int64_t muon_batch_mib = planner::kDefaultMuonBatchMib);
 
 // Bytes an update reads and writes per element: the gradient; Muon the
 // fp32 momentum (read, write) and update (write, read back by the apply);

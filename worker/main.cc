@@ -87,6 +87,10 @@ struct Flags {
     f.Int("step-piece-kib", &o.step_piece_kib,
           "Muon buckets cut into pieces of at most this many KiB of gradients, each reduced, orthogonalised and "
           "broadcast on its own so they overlap; 0 (default): the plan's buckets. The same on every rank");
+    f.Int("muon-batch-mib", &o.muon_batch_mib,
+          "the sequential step orthogonalises a rank's same-shape Muon matrices of all its buckets together, in "
+          "batched calls of at most this many MiB of fp32 update (the CUDA workspace is about 2.3x that); 0: a "
+          "bucket's at a time");
     f.String("step-trace-dir", &o.step_trace_dir,
              "record when each bucket's reduce, update and sync ran, and write the last --step-trace-steps steps "
              "to DIR/step-trace-rank<R>.json (Chrome trace events: chrome://tracing, Perfetto) after training");

@@ -18,6 +18,10 @@ absl::StatusOr<StepOptions> StepOptionsOf(const RankSessionOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("flag --step-piece-kib: ", options.step_piece_kib, " is not >= 0"));
   }
   step.muon_piece_bytes = options.step_piece_kib * int64_t{1024};
+  if (options.muon_batch_mib < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --muon-batch-mib: ", options.muon_batch_mib, " is not >= 0"));
+  }
+  step.muon_batch_mib = options.muon_batch_mib;
   if (options.step_trace_steps < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("flag --step-trace-steps: ", options.step_trace_steps, " is not >= 1"));

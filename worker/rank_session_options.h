@@ -19,6 +19,7 @@
 #include "client/joined_job.h"
 #include "common/clock.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/ns_batches.h"
 #include "worker/optimizer/optimizer_config.h"
 
 namespace muonshard::worker {
@@ -56,6 +57,10 @@ struct RankSessionOptions {
   // pieces of at most this many KiB of gradients; 0: the plan's buckets.
   // The same on every rank of a job.
   int step_piece_kib = 0;
+  // NOTE [Muon batches] (plan/ns_batches.h): the sequential step batches a
+  // rank's same-shape Muon matrices across its buckets, at most this many
+  // MiB of fp32 update per batch; 0: a bucket's at a time. A rank's own.
+  int muon_batch_mib = static_cast<int>(planner::kDefaultMuonBatchMib);
   // NOTE [Step trace] (optimizer/step_stats.h): non-empty: each step's
   // spans are recorded, and the worker writes the last step_trace_steps
   // steps to <dir>/step-trace-rank<R>.json after training.

@@ -123,6 +123,7 @@ const std::vector<Option>& Options() {
       Plain<std::string>("collectives", MUONSHARD_FIELD(options.collectives)),
       Plain<std::string>("step_schedule", MUONSHARD_FIELD(options.step_schedule)),
       Plain<int>("step_piece_kib", MUONSHARD_FIELD(options.step_piece_kib)),
+      Plain<int>("muon_batch_mib", MUONSHARD_FIELD(options.muon_batch_mib)),
       Plain<std::string>("step_trace_dir", MUONSHARD_FIELD(options.step_trace_dir)),
       Plain<int>("step_trace_steps", MUONSHARD_FIELD(options.step_trace_steps)),
       Plain<std::string>("hostname", MUONSHARD_FIELD(options.hostname)),

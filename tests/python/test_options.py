@@ -26,6 +26,7 @@ SHARED_FLAGS = {
     "reduce-order": "reduce_order",
     "step-schedule": "step_schedule",
     "step-piece-kib": "step_piece_kib",
+    "muon-batch-mib": "muon_batch_mib",
     "step-trace-steps": "step_trace_steps",
     "comm-timeout": "comm_timeout",
     "join-timeout": "join_timeout",

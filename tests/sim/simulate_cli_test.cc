@@ -125,6 +125,38 @@ TEST(SimulateCliTest, CollectivesFlatRunsThePlanAsRings) {
   EXPECT_THAT(bad.err, HasSubstr("flag --collectives flat: not with --strategies"));
 }
 
+// {schedule: step seconds} of `simulate --format json`.
+std::map<std::string, double> StepSeconds(const std::string& json_text) {
+  google::protobuf::Struct json;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json_text, &json).ok()) << json_text;
+  std::map<std::string, double> out;
+  for (const auto& s : json.fields().at("schedules").list_value().values()) {
+    out[s.struct_value().fields().at("schedule").string_value()] =
+        s.struct_value().fields().at("step_seconds").number_value();
+  }
+  return out;
+}
+
+// NOTE [Muon batches] (plan/ns_batches.h): --muon-batch-mib is the workers'.
+// Batched across buckets, a rank's expert matrices go into fewer, larger
+// Newton-Schulz calls, which a GPU runs faster (NOTE [Batched NS cost]); the
+// pipelined step, bucket by bucket, does not change.
+TEST(SimulateCliTest, MuonBatchMibBatchesTheSequentialStepAcrossBuckets) {
+  const std::string manifest = Write("sim_moe_buckets.json", *ToJson(testing::MoeManifest(4, 128, 256, 8, 80)));
+  const std::string args =
+      absl::StrCat("simulate --cluster h200 --format json --manifest ", manifest, " --world-size 1 --comm-buffer-mb 1");
+  CommandResult batched = RunCtl(args);
+  ASSERT_EQ(batched.exit_code, 0) << batched.err;
+  CommandResult by_bucket = RunCtl(absl::StrCat(args, " --muon-batch-mib 0"));
+  ASSERT_EQ(by_bucket.exit_code, 0) << by_bucket.err;
+  const std::map<std::string, double> a = StepSeconds(batched.out), b = StepSeconds(by_bucket.out);
+  EXPECT_LT(a.at("muonshard sequential"), 0.95 * b.at("muonshard sequential"));
+  EXPECT_EQ(a.at("muonshard pipelined"), b.at("muonshard pipelined"));
+  CommandResult bad = RunCtl(absl::StrCat(args, " --muon-batch-mib -1"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("flag --muon-batch-mib: -1 is not >= 0"));
+}
+
 TEST(SimulateCliTest, SvgHasOneBandPerRank) {
   const std::string svg = absl::StrCat(Dir(), "/step.svg");
   CommandResult r = RunCtl(

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +23,9 @@
 #include "gtest/gtest.h"
 #include "kernels/bf16.h"
 #include "kernels/kernel_backend.h"
+#include "plan/ns_batches.h"
 #include "plan/plan_view.h"
+#include "sim/plan_program.h"
 #include "tests/testing/manifest_builder.h"
 #include "tests/testing/status_matchers.h"
 #include "tests/worker/comm_test_util.h"
@@ -227,6 +230,7 @@ class CountingCpuBackend final : public kernels::KernelBackend {
                                kernels::WeightLayout layout, const kernels::MuonOptions& options) override {
     ++*updates_;
     largest_batch = std::max(largest_batch, static_cast<int>(items.size()));
+    batches.push_back({static_cast<int>(items.size()), static_cast<int64_t>(items.size()) * shape.elements()});
     return inner_->MuonUpdateBatch(items, shape, layout, options);
   }
   absl::Status AdamW(const kernels::AdamWTensors& t, int64_t n, const kernels::AdamWBetaPows& pows,
@@ -270,6 +274,11 @@ class CountingCpuBackend final : public kernels::KernelBackend {
   }
   absl::Status SetZero(void* dst, int64_t bytes) override { return inner_->SetZero(dst, bytes); }
   int largest_batch = 0;  // items of the largest MuonUpdateBatch call
+  struct Batch {
+    int items = 0;
+    int64_t elements = 0;
+  };
+  std::vector<Batch> batches;  // every MuonUpdateBatch call
   absl::Status Convert(const void* in, kernels::ElementType in_type, void* out, kernels::ElementType out_type,
                        int64_t n) override {
     return inner_->Convert(in, in_type, out, out_type, n);
@@ -442,6 +451,88 @@ TEST(BatchedMuonTest, SameShapeMatricesOfABucket_GoThroughOneBatchedCall) {
   MUONSHARD_ASSERT_OK(InitializeParameters(workload, *optimizer));
   MUONSHARD_ASSERT_OK(TrainStep(workload, *optimizer, 0).status());
   EXPECT_GE(backend.largest_batch, 8);  // at least one projection of all 8 experts of a layer
+}
+
+// NOTE [Muon batches]: the sequential step batches a rank's same-shape
+// matrices across its buckets, each batch within muon_batch_mib (a tensor
+// alone may exceed it); 0 keeps a bucket's at a time. The bits are the
+// reference's under every setting (the equivalence suites run the default).
+TEST(BatchedMuonTest, SequentialStep_BatchesAcrossBuckets_WithinTheLimit) {
+  // 4 layers of 8 experts' 256 x 128 matrices (128 KiB of fp32 each) in
+  // 1 MB buckets: 22 batched calls bucket by bucket (64 + 32 matrices).
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(
+      v1::Plan plan, BuildPlan(muonshard::testing::MoeManifest(4, 128, 256, 8, 80), 1, 1, PolicyKind::kSeed, 1));
+  ASSERT_GT(plan.muon_buckets_size(), 4);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
+  auto run = [&](int64_t mib) -> absl::StatusOr<std::vector<CountingCpuBackend::Batch>> {
+    std::atomic<int> updates{0};
+    CountingCpuBackend backend(&updates);
+    StepOptions step;
+    step.schedule = StepSchedule::kSequential;
+    step.muon_batch_mib = mib;
+    MUONSHARD_ASSIGN_OR_RETURN(auto optimizer, ShardedOptimizer::Create(view, {}, &backend, {}, step));
+    SyntheticWorkload workload;
+    MUONSHARD_RETURN_IF_ERROR(InitializeParameters(workload, *optimizer));
+    MUONSHARD_RETURN_IF_ERROR(TrainStep(workload, *optimizer, 0).status());
+    return backend.batches;
+  };
+  auto items = [](const std::vector<CountingCpuBackend::Batch>& batches) {
+    int n = 0;
+    for (const CountingCpuBackend::Batch& b : batches) n += b.items;
+    return n;
+  };
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const auto per_bucket, run(0));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const auto across, run(planner::kDefaultMuonBatchMib));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const auto two_mib, run(2));
+  // The step simulator prices the same calls (sim/plan_program.h).
+  auto simulated = [&](int64_t mib) -> absl::StatusOr<std::multiset<int64_t>> {
+    MUONSHARD_ASSIGN_OR_RETURN(sim::StepProgram program,
+                               sim::BuildPlanProgram(plan, sim::Schedule::kSequential, sim::NsCalls::kWorker, mib));
+    std::multiset<int64_t> matrices;
+    for (const sim::StepOp& op : program.ops) {
+      for (const sim::NsMatrix& call : op.matrices) matrices.insert(call.count);
+    }
+    return matrices;
+  };
+  auto worker = [](const std::vector<CountingCpuBackend::Batch>& batches) {
+    std::multiset<int64_t> matrices;
+    for (const CountingCpuBackend::Batch& b : batches) matrices.insert(b.items);
+    return matrices;
+  };
+  for (const auto& [mib, batches] :
+       {std::pair{int64_t{0}, &per_bucket}, std::pair{planner::kDefaultMuonBatchMib, &across},
+        std::pair{int64_t{2}, &two_mib}}) {
+    SCOPED_TRACE(::testing::Message() << mib << " MiB");
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const std::multiset<int64_t> calls, simulated(mib));
+    EXPECT_EQ(calls, worker(*batches));
+  }
+  EXPECT_EQ(items(across), items(per_bucket));
+  EXPECT_EQ(items(two_mib), items(per_bucket));
+  // The experts' gate and up matrices share a shape, their down matrices
+  // another (attention's two more).
+  EXPECT_LT(across.size(), per_bucket.size());
+  EXPECT_GE(
+      std::max_element(across.begin(), across.end(), [](const auto& a, const auto& b) { return a.items < b.items; })
+          ->items,
+      32);
+  EXPECT_LT(across.size(), two_mib.size());
+  EXPECT_LT(two_mib.size(), per_bucket.size());
+  for (const CountingCpuBackend::Batch& b : two_mib) {
+    if (b.items > 1) {
+      EXPECT_LE(b.elements, planner::MuonBatchElements(2));
+    }
+  }
+}
+
+TEST(BatchedMuonTest, NegativeLimit_IsRejected) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 1, 1, PolicyKind::kSeed));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::RankView view, planner::ExtractRankView(plan, 0));
+  std::atomic<int> updates{0};
+  CountingCpuBackend backend(&updates);
+  StepOptions step;
+  step.muon_batch_mib = -1;
+  EXPECT_THAT(ShardedOptimizer::Create(view, {}, &backend, {}, step).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("muon_batch_mib is -1")));
 }
 
 // NOTE [Part storage] on a device backend: the program writes its gradients

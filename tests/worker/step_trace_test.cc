@@ -98,6 +98,7 @@ TEST(StepTraceTest, BothSchedules_OneSpanPerBucketAndKind_InTheirOrder) {
   options.steps = 2;
   options.step.trace = true;
   options.step.schedule = StepSchedule::kSequential;
+  options.step.muon_batch_mib = 0;  // bucket by bucket, as the pipelined step
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> sequential, RunSharded(plan, workload, options));
   options.step.schedule = StepSchedule::kPipelined;
   options.shuffled_hand_off = true;
@@ -118,6 +119,52 @@ TEST(StepTraceTest, BothSchedules_OneSpanPerBucketAndKind_InTheirOrder) {
       ExpectPipelinedOrder(pip_spans);
     }
   }
+}
+
+// NOTE [Muon batches]: batched across buckets, the sequential step's Muon
+// updates are one span, in the first updated bucket's; the reduces, AdamW
+// updates and syncs keep theirs.
+TEST(StepTraceTest, SequentialBatchedAcrossBuckets_OneMuonUpdateSpan) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 4, 2, PolicyKind::kBalanced, 1));
+  SyntheticWorkload workload;
+  RunOptions options;
+  options.steps = 1;
+  options.step.trace = true;
+  options.step.schedule = StepSchedule::kSequential;
+  options.step.muon_batch_mib = 0;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> per_bucket, RunSharded(plan, workload, options));
+  options.step.muon_batch_mib = 64;
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> batched, RunSharded(plan, workload, options));
+  ASSERT_EQ(per_bucket.size(), batched.size());
+  int ranks_with_several = 0;
+  for (size_t r = 0; r < batched.size(); ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    std::vector<SpanKey> muon_updates, expected_rest;
+    for (const auto& [key, span] : ByKey(per_bucket[r].steps[0])) {
+      const auto& [kind, muon, bucket] = key;
+      if (kind == Kind::kUpdate && muon) {
+        muon_updates.push_back(key);
+      } else {
+        expected_rest.push_back(key);
+      }
+    }
+    std::vector<SpanKey> rest;
+    std::vector<SpanKey> batched_updates;
+    for (const auto& [key, span] : ByKey(batched[r].steps[0])) {
+      const auto& [kind, muon, bucket] = key;
+      (kind == Kind::kUpdate && muon ? batched_updates : rest).push_back(key);
+    }
+    EXPECT_EQ(rest, expected_rest);
+    if (muon_updates.empty()) {
+      EXPECT_TRUE(batched_updates.empty());
+      continue;
+    }
+    ranks_with_several += muon_updates.size() > 1;
+    ASSERT_EQ(batched_updates.size(), 1u);
+    EXPECT_EQ(batched_updates[0], muon_updates[0]);
+    ExpectSequentialPhases(batched[r].steps[0]);
+  }
+  EXPECT_GT(ranks_with_several, 0);
 }
 
 TEST(StepTraceTest, Untraced_RecordsNothing) {

@@ -26,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/kernel_backend.h"
+#include "plan/ns_batches.h"
 #include "plan/plan_view.h"
 #include "prometheus/text_serializer.h"
 #include "tests/testing/fake_clock.h"
@@ -39,6 +40,7 @@
 #include "worker/metrics.h"
 #include "worker/param_dump.h"
 #include "worker/params_file.h"
+#include "worker/rank_session_options.h"
 
 namespace muonshard::worker {
 namespace {
@@ -548,6 +550,22 @@ TEST(WorkerOptionsTest, StepPieceKib_ZeroOrMore) {
   o.step_piece_kib = -1;
   EXPECT_THAT(ValidateWorkerOptions(o),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--step-piece-kib: -1")));
+}
+
+// NOTE [Muon batches]: the flag reaches the step options.
+TEST(WorkerOptionsTest, MuonBatchMib_ZeroOrMore) {
+  WorkerOptions o;
+  o.job = "j";
+  EXPECT_EQ(o.muon_batch_mib, planner::kDefaultMuonBatchMib);
+  for (int mib : {0, 1, 8192}) {
+    o.muon_batch_mib = mib;
+    MUONSHARD_EXPECT_OK(ValidateWorkerOptions(o)) << mib;
+    MUONSHARD_ASSERT_OK_AND_ASSIGN(const StepOptions step, StepOptionsOf(o));
+    EXPECT_EQ(step.muon_batch_mib, mib);
+  }
+  o.muon_batch_mib = -1;
+  EXPECT_THAT(ValidateWorkerOptions(o),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--muon-batch-mib: -1 is not >= 0")));
 }
 
 TEST(WorkerOptionsTest, StepTraceSteps_OneOrMore) {

@@ -21,6 +21,7 @@
 #include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
 #include "muonshard/v1/manifest.pb.h"
+#include "plan/ns_batches.h"
 
 namespace muonshard::worker {
 
@@ -75,6 +76,13 @@ struct StepOptions {
   // internal/bucket_split.h), so that they overlap; 0: the plan's buckets.
   // Every rank of a job must use the same value (the collectives differ).
   int64_t muon_piece_bytes = 0;
+  // NOTE [Muon batches] (plan/ns_batches.h): the sequential schedule
+  // orthogonalises a rank's same-shape Muon matrices of all its buckets
+  // without TP exchanges together, in batches of at most this many MiB of
+  // fp32 update (the CUDA workspace is about 2.3 times that); 0: a bucket's
+  // at a time, as the pipelined schedules do. A rank's own choice: the
+  // collectives do not change.
+  int64_t muon_batch_mib = planner::kDefaultMuonBatchMib;
   StepSchedule schedule = StepSchedule::kAuto;
   StepPhases phases = StepPhases::kAll;
   // Record each step's spans in StepStats::spans (NOTE [Step trace] in

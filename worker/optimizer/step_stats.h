@@ -39,8 +39,10 @@ struct StepCommBytes {
 // --trace, muonshard-worker --step-trace-dir: Chrome trace-event JSON for
 // chrome://tracing or Perfetto). One span per bucket and kind: its Reduce or
 // ReduceScatter, its update (Muon on an owned bucket, TP exchanges included:
-// a round's, NOTE [TP exchange rounds], in its first bucket's span; AdamW on
-// the rank's shard) and its Broadcast or AllGather. Times are the
+// a round's, NOTE [TP exchange rounds], in its first bucket's span; the
+// sequential schedule's batches across buckets, NOTE [Muon batches], in the
+// first updated bucket's; AdamW on the rank's shard) and its Broadcast or
+// AllGather. Times are the
 // host's, in nanoseconds from the step's start: on device backends, whose
 // calls only enqueue, a span is the enqueueing, not the device's work.
 struct StepSpan {

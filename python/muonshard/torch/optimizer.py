@@ -294,7 +294,11 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
     `backend="nccl"`, "auto" is sequential and "pipelined" runs the same order
     on CUDA streams ordered by events (NOTE [Stream-pipelined step]; tp = 1). Muon
     buckets are cut into pieces of at most `step_piece_kib` KiB of gradients
-    for that (NOTE [Step pieces]; 0: the plan's buckets). With a plan whose
+    for that (NOTE [Step pieces]; 0: the plan's buckets). The sequential step
+    orthogonalises a rank's same-shape Muon matrices of all its buckets in
+    batched calls of at most `muon_batch_mib` MiB of fp32 update (NOTE [Muon
+    batches] in plan/ns_batches.h; 0: a bucket's at a time; a rank's own
+    choice). With a plan whose
     topology gives `gpus_per_node` (ranks per machine), `collectives` "auto"
     reduces and broadcasts inside each node first and sends one copy between
     nodes (NOTE [Node-local collectives] in plan/node_grid.h); "flat" runs
@@ -420,6 +424,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
         overlap_backward: bool = False,
         step_schedule: str = _DEFAULTS["step_schedule"],
         step_piece_kib: int = _DEFAULTS["step_piece_kib"],
+        muon_batch_mib: int = _DEFAULTS["muon_batch_mib"],
         step_trace_dir: str | os.PathLike | None = None,
         step_trace_steps: int = _DEFAULTS["step_trace_steps"],
         min_workers: int = _DEFAULTS["min_workers"],
@@ -525,6 +530,7 @@ class ShardedMuonAdamW(torch.optim.Optimizer):
                 collectives=collectives,
                 step_schedule=step_schedule,
                 step_piece_kib=int(step_piece_kib),
+                muon_batch_mib=int(muon_batch_mib),
                 step_trace_dir=os.fspath(step_trace_dir) if step_trace_dir is not None else None,
                 step_trace_steps=int(step_trace_steps),
                 metrics_port=-1 if metrics_port is None else int(metrics_port),

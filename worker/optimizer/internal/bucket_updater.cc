@@ -6,6 +6,7 @@
 #include "absl/memory/memory.h"
 #include "common/status_macros.h"
 #include "kernels/blocked_newton_schulz.h"
+#include "plan/ns_batches.h"
 
 namespace muonshard::worker::internal {
 
@@ -62,53 +63,49 @@ absl::Status BucketUpdater::Update(const BucketKey& key) {
   return key.muon ? UpdateMuonBucket(key.bucket) : UpdateAdamwBucket(key.bucket);
 }
 
-// NOTE [Batched Muon]: the owned shards of one bucket that share a shape, a
-// layout and a decay flag go through one MuonUpdateBatch (one parallel loop
-// over all their matrices on the CPU, one batched Newton-Schulz on CUDA),
-// bit-identical to one MuonUpdate each on the CPU. 16-bit gradients are
-// widened one shard at a time into the gradients' scratch, so they keep the
-// per-shard path.
-absl::Status BucketUpdater::UpdateMuonBucket(int bucket) {
-  const std::vector<int>& owned = layout_.OwnedIn(bucket);
-  // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
-  MUONSHARD_RETURN_IF_ERROR(tp_.UpdateBucket(bucket, config_));
+absl::Status BucketUpdater::UpdateMuonBucket(int bucket) { return UpdateMuonBuckets({bucket}, 0); }
+
+// NOTE [Batched Muon]: the owned shards that share a shape, a layout and a
+// decay flag go through one MuonUpdateBatch (one parallel loop over all
+// their matrices on the CPU, one batched Newton-Schulz on CUDA),
+// bit-identical to one MuonUpdate each on the CPU: a bucket's, or with
+// several buckets theirs together, in batches of at most
+// `max_batch_elements` (NOTE [Muon batches] in plan/ns_batches.h). 16-bit
+// gradients are widened one shard at a time into the gradients' scratch,
+// so they keep the per-shard path, as do blocked shards (their blocks
+// batched inside).
+absl::Status BucketUpdater::UpdateMuonBuckets(absl::Span<const int> buckets, int64_t max_batch_elements) {
   const std::vector<MuonShardLayout>& index = layout_.index().owned;
-  if (layout_.grad_dtype() != v1::FP32) {
-    for (int shard : owned) {
-      if (!layout_.IsTp(shard)) MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
-    }
-    return absl::OkStatus();
-  }
-  std::vector<bool> done(owned.size(), false);
-  for (size_t i = 0; i < owned.size(); ++i) {
-    done[i] = layout_.IsTp(owned[i]);
-    // Per-block NS: each blocked shard on its own (its blocks batched inside).
-    if (!done[i] && index[owned[i]].blocked) {
-      MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(owned[i]));
-      done[i] = true;
-    }
-  }
-  std::vector<kernels::MuonTensors> items;
-  for (size_t i = 0; i < owned.size(); ++i) {
-    if (done[i]) continue;
-    const MuonShardLayout& first = layout_.index().owned[owned[i]];
-    const bool decay = params_.shard(owned[i]).with_decay;
-    items.clear();
-    for (size_t j = i; j < owned.size(); ++j) {
-      const MuonShardLayout& o = layout_.index().owned[owned[j]];
-      if (done[j] || o.shape.rows != first.shape.rows || o.shape.cols != first.shape.cols ||
-          o.shape.batch != first.shape.batch || o.layout != first.layout ||
-          params_.shard(owned[j]).with_decay != decay) {
+  std::vector<int> batched;  // owned shards, bucket by bucket
+  std::vector<planner::NsBatchItem> items;
+  for (int bucket : buckets) {
+    // NOTE [Tensor-parallel Muon]: in owned order, the same on every TP rank.
+    MUONSHARD_RETURN_IF_ERROR(tp_.UpdateBucket(bucket, config_));
+    for (int shard : layout_.OwnedIn(bucket)) {
+      if (layout_.IsTp(shard)) continue;
+      const MuonShardLayout& o = index[shard];
+      if (layout_.grad_dtype() != v1::FP32 || o.blocked) {
+        MUONSHARD_RETURN_IF_ERROR(UpdateMuonShard(shard));
         continue;
       }
-      done[j] = true;
-      MUONSHARD_ASSIGN_OR_RETURN(kernels::MuonTensors t, MuonTensorsOf(owned[j]));
-      items.push_back(t);
+      batched.push_back(shard);
+      const int decay = params_.shard(shard).with_decay ? 1 : 0;
+      items.push_back(
+          {{o.shape.rows, o.shape.cols, o.shape.batch, static_cast<int>(o.layout), decay}, o.shape.elements()});
     }
-    MUONSHARD_RETURN_IF_ERROR(
-        backend_.MuonUpdateBatch(items, first.shape, first.layout, MuonOptionsFor(config_, decay)));
   }
-  for (int shard : owned) MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
+  std::vector<kernels::MuonTensors> tensors;
+  for (const std::vector<int>& batch : planner::NsBatches(items, max_batch_elements)) {
+    tensors.clear();
+    for (int i : batch) {
+      MUONSHARD_ASSIGN_OR_RETURN(kernels::MuonTensors t, MuonTensorsOf(batched[i]));
+      tensors.push_back(t);
+    }
+    const int first = batched[batch.front()];
+    MUONSHARD_RETURN_IF_ERROR(backend_.MuonUpdateBatch(tensors, index[first].shape, index[first].layout,
+                                                       MuonOptionsFor(config_, params_.shard(first).with_decay)));
+  }
+  for (int shard : batched) MUONSHARD_RETURN_IF_ERROR(params_.CastMuonShard(shard));
   return absl::OkStatus();
 }
 

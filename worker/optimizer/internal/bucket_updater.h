@@ -13,10 +13,12 @@
 //
 // Thread-compatible. Everything given to the constructor must outlive it.
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/kernel_backend.h"
 #include "worker/optimizer/internal/backend_buffer.h"
 #include "worker/optimizer/internal/gradient_buffers.h"
@@ -56,6 +58,11 @@ class BucketUpdater {
   // enqueued on the backend's stream. TP exchanges are collectives.
   absl::Status Update(const BucketKey& key);
   absl::Status UpdateMuonBucket(int bucket);
+  // The owned Muon shards of `buckets` (none with TP exchanges but as
+  // UpdateMuonBucket runs them, bucket by bucket), same-shape ones batched
+  // across the buckets, at most `max_batch_elements` per batch (<= 0: no
+  // limit). NOTE [Muon batches] in plan/ns_batches.h.
+  absl::Status UpdateMuonBuckets(absl::Span<const int> buckets, int64_t max_batch_elements);
   absl::Status UpdateAdamwBucket(int bucket);
 
  private:

@@ -7,9 +7,11 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/algorithm/container.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "plan/ns_batches.h"
 
 namespace muonshard::worker::internal {
 namespace {
@@ -31,6 +33,9 @@ class Stopwatch {
 
 absl::StatusOr<std::unique_ptr<StepScheduler>> StepScheduler::Create(const StepParts& parts,
                                                                      const StepOptions& options) {
+  if (options.muon_batch_mib < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("step options: muon_batch_mib is ", options.muon_batch_mib));
+  }
   auto scheduler = absl::WrapUnique(new StepScheduler(parts, options));
   MUONSHARD_RETURN_IF_ERROR(scheduler->InitPipeline());
   return scheduler;
@@ -150,19 +155,29 @@ absl::Status StepScheduler::ReduceGradients() {
 
 absl::Status StepScheduler::RunMuon() {
   // The buckets with TP exchanges round by round, in one order on every rank
-  // of the TP group (NOTE [TP exchange rounds]), then the others ascending.
-  std::vector<int> buckets = tp_.order();
+  // of the TP group (NOTE [TP exchange rounds]), then the others ascending,
+  // batched across them (NOTE [Muon batches]) unless muon_batch_mib is 0.
+  std::vector<int> others;
   for (int b = 0; b < layout_.view().muon_buckets_size(); ++b) {
-    if (!tp_.Exchanges(b)) buckets.push_back(b);
+    if (!tp_.Exchanges(b)) others.push_back(b);
   }
-  for (int b : buckets) {
-    // Traced where the rank updates the bucket, as the pipelined schedule
-    // does (elsewhere the call does nothing).
-    auto update = [&] { return updater_.UpdateMuonBucket(b); };
-    const BucketKey key{true, b};
-    MUONSHARD_RETURN_IF_ERROR(layout_.Updates(key)
-                                  ? recorder_.Traced(StepSpan::Kind::kUpdate, key, StepSpan::kCallerThread, update)
-                                  : update());
+  std::vector<std::vector<int>> blocks;
+  for (int b : tp_.order()) blocks.push_back({b});
+  if (options_.muon_batch_mib > 0) {
+    blocks.push_back(others);
+  } else {
+    for (int b : others) blocks.push_back({b});
+  }
+  const int64_t max_batch = planner::MuonBatchElements(options_.muon_batch_mib);
+  for (const std::vector<int>& block : blocks) {
+    // Traced where the rank updates a bucket of the block, in the first
+    // one's span, as the pipelined schedule does (elsewhere the call does
+    // nothing).
+    auto update = [&] { return updater_.UpdateMuonBuckets(block, max_batch); };
+    const auto it = absl::c_find_if(block, [&](int b) { return layout_.Updates({true, b}); });
+    MUONSHARD_RETURN_IF_ERROR(
+        it != block.end() ? recorder_.Traced(StepSpan::Kind::kUpdate, {true, *it}, StepSpan::kCallerThread, update)
+                          : update());
   }
   return backend_.Synchronize();
 }
