@@ -156,10 +156,14 @@ ClusterSpec CpuHost() {
   // No ns_batched: the 128 point is itself a batch of 64, and
   // MuonUpdateBatch's gain over per-matrix calls here (0.97-1.33x,
   // "MuonUpdateBatch") is within the runs' spread.
-  c.ns_call_us = 10;  // assumption, not measured yet
-  c.hbm_gb_s = 10;    // assumption: DRAM per rank, not measured yet
+  // muonshard-bench-kernels' elementwise lines, 2 threads (2026-12-07, AMD
+  // EPYC VM): Muon's momentum + apply 18.9 GB/s, AdamW 9.3 (compute-bound),
+  // 0.04-0.09 us per element-wise call, 4.1 us per Muon call of 8 x 8.
+  c.ns_call_us = 4.1;
+  c.hbm_gb_s = 18.9;
   c.hbm_efficiency = 1.0;
-  c.kernel_launch_us = 1;
+  c.adamw_efficiency = 0.49;
+  c.kernel_launch_us = 0.06;
   // NOTE [Host CPU]: loopback rings are bound by the ranks' CPUs, so the
   // loopback rate above is what a rank's CPU moves.
   c.host_collective_gb_s = 0.5;
@@ -250,6 +254,7 @@ absl::Status ValidateCluster(const ClusterSpec& c) {
   MUONSHARD_RETURN_IF_ERROR(NonNegative("ns_call_us", c.ns_call_us));
   MUONSHARD_RETURN_IF_ERROR(Positive("hbm_gb_s", c.hbm_gb_s));
   MUONSHARD_RETURN_IF_ERROR(Fraction("hbm_efficiency", c.hbm_efficiency, 1));
+  MUONSHARD_RETURN_IF_ERROR(Fraction("adamw_efficiency", c.adamw_efficiency, 1));
   MUONSHARD_RETURN_IF_ERROR(NonNegative("kernel_launch_us", c.kernel_launch_us));
   return NonNegative("host_collective_gb_s", c.host_collective_gb_s);
 }

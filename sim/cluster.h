@@ -88,8 +88,12 @@ struct ClusterSpec {
   // Fixed cost of one Newton-Schulz call (the worker's calls: NOTE [Batched
   // NS cost]) besides its FLOPs: launches, norms, the worker's own.
   double ns_call_us = 0;
-  double hbm_gb_s = 0;          // memory bandwidth per GPU, GB/s
-  double hbm_efficiency = 1;    // fraction element-wise kernels reach
+  double hbm_gb_s = 0;        // memory bandwidth per GPU, GB/s
+  double hbm_efficiency = 1;  // fraction element-wise kernels reach
+  // The fraction of that AdamW's kernel reaches: 1 where it is bound by
+  // memory (GPUs); on a CPU thread its square root and division per element
+  // make it compute-bound (muonshard-bench-kernels' elementwise lines).
+  double adamw_efficiency = 1;
   double kernel_launch_us = 0;  // per element-wise kernel call
   // NOTE [Host CPU]: the collective bytes per second one rank's CPU moves,
   // GB/s, when collectives run on the cores the updates run on (Gloo over

@@ -107,6 +107,7 @@ double* NumberField(ClusterSpec& c, const std::string& key) {
   if (key == "ns_call_us") return &c.ns_call_us;
   if (key == "hbm_gb_s") return &c.hbm_gb_s;
   if (key == "hbm_efficiency") return &c.hbm_efficiency;
+  if (key == "adamw_efficiency") return &c.adamw_efficiency;
   if (key == "kernel_launch_us") return &c.kernel_launch_us;
   if (key == "host_collective_gb_s") return &c.host_collective_gb_s;
   return nullptr;
@@ -130,6 +131,7 @@ const std::vector<std::string>& KnownFields() {
                                                                   "ns_call_us",
                                                                   "hbm_gb_s",
                                                                   "hbm_efficiency",
+                                                                  "adamw_efficiency",
                                                                   "kernel_launch_us",
                                                                   "host_collective_gb_s"};
   return *kFields;
@@ -252,6 +254,7 @@ std::string ClusterToJson(const ClusterSpec& c) {
       .Number("ns_call_us", c.ns_call_us)
       .Number("hbm_gb_s", c.hbm_gb_s)
       .Number("hbm_efficiency", c.hbm_efficiency)
+      .Number("adamw_efficiency", c.adamw_efficiency)
       .Number("kernel_launch_us", c.kernel_launch_us)
       .Number("host_collective_gb_s", c.host_collective_gb_s)
       .Finish();

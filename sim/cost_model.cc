@@ -268,8 +268,9 @@ double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix
   return seconds;
 }
 
-double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls) {
-  return memory_bytes / (cluster.hbm_gb_s * 1e9 * cluster.hbm_efficiency) + calls * cluster.kernel_launch_us * 1e-6;
+double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls, bool adamw) {
+  const double rate = cluster.hbm_gb_s * 1e9 * cluster.hbm_efficiency * (adamw ? cluster.adamw_efficiency : 1.0);
+  return memory_bytes / rate + calls * cluster.kernel_launch_us * 1e-6;
 }
 
 }  // namespace muonshard::sim

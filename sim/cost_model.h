@@ -102,7 +102,7 @@ struct CollectiveCost {
 CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const GroupShape& shape, double bytes);
 
 double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix> matrices);
-double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls);
+double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls, bool adamw = false);
 
 }  // namespace muonshard::sim
 

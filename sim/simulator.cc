@@ -114,7 +114,7 @@ OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<Grou
       cost.seconds = NewtonSchulzSeconds(c, op.matrices);
       return cost;
     case OpKind::kElementwise:
-      cost.seconds = ElementwiseSeconds(c, op.memory_bytes, op.calls);
+      cost.seconds = ElementwiseSeconds(c, op.memory_bytes, op.calls, op.phase == Phase::kAdamwElementwise);
       return cost;
     case OpKind::kFixed:
       cost.seconds = op.seconds;

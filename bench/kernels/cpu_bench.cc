@@ -8,6 +8,17 @@
 // figure is the best of --reps rounds after a warm-up round; the three
 // measurements of a case alternate within each round.
 //
+// Then the element-wise kernels the worker runs on the CPU backend, as the
+// step simulator prices them (sim/plan_program.h: bytes per element over a
+// memory rate, plus a cost per call; docs/simulator.md, "Compute"):
+//   elementwise=adamw|muon elements=N bytes_per_element=B gb_s=X call_us=Y
+// AdamW and Muon's momentum + apply over N fp32 elements, GB/s counted with
+// the simulator's bytes per element, and the same kernels on 16 elements
+// (their fixed cost per call); and one whole Muon update of an 8 x 8
+// matrix, the fixed cost of a Newton–Schulz call (its FLOPs are nothing):
+//   muon_call_us=Z
+// Every kernel runs on the threads OpenBLAS reports (OPENBLAS_NUM_THREADS).
+//
 // The last stdout line is, for the 2048² case (256² with --quick):
 //   ns_cpu_gflops=<x> sgemm_gflops=<y> ratio=<x/y>
 //
@@ -20,14 +31,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "bench/kernels/bench_util.h"
 #include "common/flags.h"
+#include "kernels/adamw.h"
 #include "kernels/blas_core.h"
+#include "kernels/kernel_backend.h"
+#include "kernels/muon_update.h"
 #include "kernels/newton_schulz.h"
+#include "sim/plan_program.h"
 
 namespace muonshard::kernels {
 namespace {
@@ -108,6 +124,86 @@ class CaseRunner {
   std::vector<float> gemm_a_, gemm_b_, gemm_c_, in_, out_;
 };
 
+void Check(const absl::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
+
+// The worker's element-wise kernels on `n` fp32 elements, through the CPU
+// backend (on the threads it was created with).
+class ElementwiseRunner {
+ public:
+  ElementwiseRunner(KernelBackend& backend, int64_t n)
+      : backend_(backend), n_(n), grad_(n, 0.01f), a_(n, 0.5f), b_(n, 0.25f), c_(n, 0.125f), update_(n) {}
+
+  void Adamw() {
+    float beta1_pow = 0.9f, beta2_pow = 0.95f;
+    AdamWOptions options;
+    options.lr = 1e-3f;
+    options.advance_beta_pows = false;
+    Check(
+        backend_.AdamW({grad_.data(), a_.data(), b_.data(), c_.data(), nullptr}, n_, {&beta1_pow, &beta2_pow}, options),
+        "AdamW");
+  }
+
+  // Momentum into the NS input, then the apply of an orthogonalised update
+  // (the gradient stands in for it): Muon's two passes over every element.
+  void Muon() {
+    const MuonOptions options;
+    Check(backend_.MuonMomentum(grad_.data(), a_.data(), update_.data(), n_, options), "MuonMomentum");
+    Check(backend_.MuonApply(grad_.data(), b_.data(), nullptr, n_, {0.999f, 1e-3f}), "MuonApply");
+  }
+
+ private:
+  KernelBackend& backend_;
+  int64_t n_;
+  std::vector<float> grad_, a_, b_, c_, update_;
+};
+
+void ReportElementwise(KernelBackend& backend, int reps) {
+  constexpr int64_t kElements = int64_t{1} << 22;  // 4M: far outside the caches
+  constexpr int64_t kSmall = 16;
+  constexpr int kSmallCalls = 2000;
+  ElementwiseRunner big(backend, kElements);
+  ElementwiseRunner small(backend, kSmall);
+  auto many = [](const std::function<void()>& fn) {
+    return [fn] {
+      for (int i = 0; i < kSmallCalls; ++i) fn();
+    };
+  };
+  const std::vector<double> best = bench::BestSeconds(
+      std::max(reps, 5),
+      {[&] { big.Adamw(); }, [&] { big.Muon(); }, many([&] { small.Adamw(); }), many([&] { small.Muon(); })});
+  const int64_t adamw_bytes = sim::AdamwBytesPerElement(v1::FP32, v1::FP32);
+  const int64_t muon_bytes = sim::MuonBytesPerElement(v1::FP32, v1::FP32);
+  // Muon's passes are two calls.
+  std::printf("elementwise=adamw elements=%lld bytes_per_element=%lld gb_s=%.2f call_us=%.3f\n",
+              static_cast<long long>(kElements), static_cast<long long>(adamw_bytes),
+              kElements * adamw_bytes / best[0] / 1e9, best[2] / kSmallCalls * 1e6);
+  std::printf("elementwise=muon elements=%lld bytes_per_element=%lld gb_s=%.2f call_us=%.3f\n",
+              static_cast<long long>(kElements), static_cast<long long>(muon_bytes),
+              kElements * muon_bytes / best[1] / 1e9, best[3] / kSmallCalls / 2 * 1e6);
+}
+
+// One whole Muon update (momentum, NS5, apply) of an 8 x 8 matrix: the fixed
+// cost of a call.
+void ReportMuonCall(KernelBackend& backend, int reps) {
+  constexpr int kCalls = 2000;
+  const MatrixBatchShape shape{1, 8, 8};
+  std::vector<float> grad(shape.elements(), 0.01f), momentum(shape.elements()), master(shape.elements(), 0.5f);
+  const MuonOptions options;
+  const std::vector<double> best =
+      bench::BestSeconds(std::max(reps, 5), {[&] {
+                           for (int i = 0; i < kCalls; ++i) {
+                             Check(backend.MuonUpdate({grad.data(), momentum.data(), master.data(), nullptr}, shape,
+                                                      WeightLayout::kOutIn, options),
+                                   "MuonUpdate");
+                           }
+                         }});
+  std::printf("muon_call_us=%.3f\n", best[0] / kCalls * 1e6);
+}
+
 int Run(const Flags& flags) {
   std::printf(
       "# muonshard-bench-kernels: CPU NS5 (fp32, simple) vs sgemm, "
@@ -136,6 +232,9 @@ int Run(const Flags& flags) {
       headline_sgemm = sgemm;
     }
   }
+  const std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend({openblas_get_num_threads()});
+  ReportElementwise(*backend, flags.reps);
+  ReportMuonCall(*backend, flags.reps);
   std::printf("ns_cpu_gflops=%.1f sgemm_gflops=%.1f ratio=%.3f\n", headline_ns, headline_sgemm,
               headline_ns / headline_sgemm);
   return 0;

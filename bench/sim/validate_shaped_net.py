@@ -12,6 +12,12 @@ sequential and pipelined step and the comm and compute terms:
         --kernels kernels.txt [--calibrate Qwen3-30B-A3B] [--goal 15] [--cluster-out FILE]
 
 Inputs, none fitted to the figures it validates:
+- Element-wise rates and call costs: the kernels bench's elementwise lines
+  (Muon's momentum + apply as hbm_gb_s, AdamW's rate over it as
+  adamw_efficiency, their mean cost per call as kernel_launch_us, a whole
+  Muon call of an 8 x 8 matrix as ns_call_us), a rank's share of them as of
+  the GEMM rate (calls take 1 / the cores a rank gets); recordings without
+  them keep the cpu preset's.
 - GEMM rate and Newton-Schulz efficiency by shape: the kernels bench, best
   run as OPENBLAS_NUM_THREADS=1 (its header names its threads; without it
   the machine's cores). A rank runs 1 BLAS thread and the benchmark's
@@ -81,6 +87,9 @@ KERNEL_RE = re.compile(
 )
 FIT_ROUNDS = 6  # fit_compute's fixed-point rounds: the factor settles to 0.1 % in three or four
 THREADS_RE = re.compile(r"OpenBLAS \S+, (\d+) threads")
+# The worker's element-wise kernels and a Muon call's fixed cost (absent from recordings before 2026-12-07).
+ELEMENTWISE_RE = re.compile(r"^elementwise=(\w+) elements=\d+ bytes_per_element=\d+ gb_s=([0-9.]+) call_us=([0-9.]+)$")
+MUON_CALL_RE = re.compile(r"^muon_call_us=([0-9.]+)$")
 MODEL_CONFIGS = {"Qwen3-30B-A3B": "QWEN3_MOE", "Llama-3.1-8B": "LLAMA_DENSE"}
 
 
@@ -142,9 +151,11 @@ def parse_log(path):
 
 @functools.cache
 def kernel_terms(path):
-    """(gemm_tflops, ns_efficiency table, BLAS threads or None) from muonshard-bench-kernels output: the
-    largest sgemm rate, and NS5's rate over it by the smaller matrix dimension, on the threads its header
-    names (OPENBLAS_NUM_THREADS=1 measures one rank's thread: small matrices gain little from a second)."""
+    """(gemm_tflops, ns_efficiency table, BLAS threads or None, element-wise terms or None) from
+    muonshard-bench-kernels output: the largest sgemm rate, and NS5's rate over it by the smaller matrix
+    dimension, on the threads its header names (OPENBLAS_NUM_THREADS=1 measures one rank's thread: small
+    matrices gain little from a second); and {kernel: (GB/s, us per call)} of its elementwise lines with
+    "ns_call_us" its muon_call_us, None when the output has none."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -160,7 +171,13 @@ def kernel_terms(path):
         d = min(int(r.group(1)), int(r.group(2)))
         by_dim[d] = max(by_dim.get(d, 0.0), float(r.group(4)) / gemm)
     table = [{"min_dim": d, "efficiency": round(e, 4)} for d, e in sorted(by_dim.items())]
-    return gemm / 1000.0, table, threads
+    elementwise = {m.group(1): (float(m.group(2)), float(m.group(3))) for m in map(ELEMENTWISE_RE.match, lines) if m}
+    call = next((float(m.group(1)) for m in map(MUON_CALL_RE.match, lines) if m), None)
+    if {"muon", "adamw"} <= elementwise.keys() and call is not None:
+        elementwise["ns_call_us"] = call
+    else:
+        elementwise = None
+    return gemm / 1000.0, table, threads, elementwise
 
 
 @functools.cache
@@ -276,9 +293,10 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
     """The cpu preset with the kernels bench's rates, as one rank of `ranks` on `host_cores` cores gets them
     (times `scale`, the compute calibration), and the collective bytes a rank's CPU moves (`host_gb_s`, the
     link's CPU cap: NOTE [Host CPU] in sim/cluster.h; None: the preset's)."""
-    gemm, table, threads = kernel_terms(kernels)
+    gemm, table, threads, elementwise = kernel_terms(kernels)
     # A thread's rate, times the cores a rank gets (a rank runs one BLAS thread).
-    share = min(1.0, host_cores / ranks) / (threads or host_cores)
+    core = core_share(ranks, host_cores)
+    share = core / (threads or host_cores)
     # Every namespace of shaped_net.py has one link (a rank's, or with --nodes a node's, shared).
     cluster = {
         "preset": "cpu",
@@ -286,6 +304,13 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
         "ns_efficiency": table,
         "inter_node_shared": True,
     }
+    if elementwise:  # the element-wise kernels as the GEMM rate, without the calibration; calls take 1 / core
+        (muon_gb_s, muon_us), (adamw_gb_s, adamw_us) = elementwise["muon"], elementwise["adamw"]
+        cluster["hbm_gb_s"] = round(muon_gb_s * share, 5)
+        cluster["hbm_efficiency"] = 1.0
+        cluster["adamw_efficiency"] = round(min(1.0, adamw_gb_s / muon_gb_s), 4)
+        cluster["kernel_launch_us"] = round((muon_us + adamw_us) / 2 / core, 4)
+        cluster["ns_call_us"] = round(elementwise["ns_call_us"] / core, 4)
     if host_gb_s is not None:
         cluster["host_collective_gb_s"] = round(host_gb_s, 5)
     path = os.path.join(work, "cpu-measured-%d.json" % ranks)

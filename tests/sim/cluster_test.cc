@@ -106,6 +106,8 @@ TEST(ClusterTest, BadFilesNameTheField) {
               StatusIs(code, HasSubstr("cluster.ns_efficiency[1].min_dim: must be >= 1 and ascending")));
   EXPECT_THAT(ParseClusterJson(R"({"preset": "h200", "hbm_efficiency": 1.5})"),
               StatusIs(code, HasSubstr("cluster.hbm_efficiency: must be in (0, 1], got 1.5")));
+  EXPECT_THAT(ParseClusterJson(R"({"preset": "cpu", "adamw_efficiency": 0})"),
+              StatusIs(code, HasSubstr("cluster.adamw_efficiency: must be in (0, 1], got 0")));
   EXPECT_THAT(ParseClusterJson(R"({"preset": "cpu", "host_collective_gb_s": -0.2})"),
               StatusIs(code, HasSubstr("cluster.host_collective_gb_s: must be >= 0, got -0.2")));
   // Without a preset every field must be given.

@@ -226,6 +226,10 @@ TEST(CostModelTest, ElementwiseIsBytesOverMemoryBandwidth) {
   c.hbm_efficiency = 0.5;
   c.kernel_launch_us = 3;
   EXPECT_NEAR(ElementwiseSeconds(c, 1'000'000'000, 2), 1e9 / 500e9 + 6e-6, 1e-15);
+  // AdamW at adamw_efficiency of that rate (compute-bound on a CPU thread).
+  c.adamw_efficiency = 0.25;
+  EXPECT_NEAR(ElementwiseSeconds(c, 1'000'000'000, 2, /*adamw=*/true), 1e9 / 125e9 + 6e-6, 1e-15);
+  EXPECT_NEAR(ElementwiseSeconds(c, 1'000'000'000, 2), 1e9 / 500e9 + 6e-6, 1e-15);
 }
 
 }  // namespace
