@@ -58,10 +58,10 @@ class BucketUpdater {
   // enqueued on the backend's stream. TP exchanges are collectives.
   absl::Status Update(const BucketKey& key);
   absl::Status UpdateMuonBucket(int bucket);
-  // The owned Muon shards of `buckets` (none with TP exchanges but as
-  // UpdateMuonBucket runs them, bucket by bucket), same-shape ones batched
-  // across the buckets, at most `max_batch_elements` per batch (<= 0: no
-  // limit). NOTE [Muon batches] in plan/ns_batches.h.
+  // UpdateMuonBucket of each of `buckets`, in order, but with the
+  // same-shape shards of all of them batched together, at most
+  // `max_batch_elements` per batch (<= 0: no limit; NOTE [Muon batches] in
+  // plan/ns_batches.h). TP exchanges still run bucket by bucket.
   absl::Status UpdateMuonBuckets(absl::Span<const int> buckets, int64_t max_batch_elements);
   absl::Status UpdateAdamwBucket(int bucket);
 
