@@ -205,6 +205,11 @@ void ReportMuonCall(KernelBackend& backend, int reps) {
 }
 
 int Run(const Flags& flags) {
+  // Every kernel on OpenBLAS's threads, the matrix loops of batched
+  // Newton-Schulz too (as a worker's --blas-threads sets both): by default
+  // those loops take every hardware thread, so a one-thread run would time
+  // a batch on all of them.
+  const std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend({openblas_get_num_threads()});
   std::printf(
       "# muonshard-bench-kernels: CPU NS5 (fp32, simple) vs sgemm, "
       "OpenBLAS %s, %d threads, best of %d\n",
@@ -232,7 +237,6 @@ int Run(const Flags& flags) {
       headline_sgemm = sgemm;
     }
   }
-  const std::unique_ptr<KernelBackend> backend = CreateCpuKernelBackend({openblas_get_num_threads()});
   ReportElementwise(*backend, flags.reps);
   ReportMuonCall(*backend, flags.reps);
   std::printf("ns_cpu_gflops=%.1f sgemm_gflops=%.1f ratio=%.3f\n", headline_ns, headline_sgemm,
