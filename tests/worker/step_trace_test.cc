@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/ordered_json.h"
 #include "common/status_macros.h"
@@ -90,15 +91,24 @@ void ExpectSequentialPhases(const StepStats& stats) {
   EXPECT_LE(phase_end[1], phase_start[2]);
 }
 
-TEST(StepTraceTest, BothSchedules_OneSpanPerBucketAndKind_InTheirOrder) {
-  // Small buckets: many per group, interleaved in the pipelined step.
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 4, 2, PolicyKind::kBalanced, 1));
-  SyntheticWorkload workload;
+// Small buckets: many per group, interleaved in the pipelined step.
+absl::StatusOr<v1::Plan> SmallBucketsPlan() { return BuildPlan(StackManifest(), 4, 2, PolicyKind::kBalanced, 1); }
+
+// Traced sequential steps, updated bucket by bucket as the pipelined step
+// does (no Muon batches across buckets).
+RunOptions TracedSequential(int steps) {
   RunOptions options;
-  options.steps = 2;
+  options.steps = steps;
   options.step.trace = true;
   options.step.schedule = StepSchedule::kSequential;
-  options.step.muon_batch_mib = 0;  // bucket by bucket, as the pipelined step
+  options.step.muon_batch_mib = 0;
+  return options;
+}
+
+TEST(StepTraceTest, BothSchedules_OneSpanPerBucketAndKind_InTheirOrder) {
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, SmallBucketsPlan());
+  SyntheticWorkload workload;
+  RunOptions options = TracedSequential(2);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> sequential, RunSharded(plan, workload, options));
   options.step.schedule = StepSchedule::kPipelined;
   options.shuffled_hand_off = true;
@@ -125,13 +135,9 @@ TEST(StepTraceTest, BothSchedules_OneSpanPerBucketAndKind_InTheirOrder) {
 // updates are one span, in the first updated bucket's; the reduces, AdamW
 // updates and syncs keep theirs.
 TEST(StepTraceTest, SequentialBatchedAcrossBuckets_OneMuonUpdateSpan) {
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, BuildPlan(StackManifest(), 4, 2, PolicyKind::kBalanced, 1));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(v1::Plan plan, SmallBucketsPlan());
   SyntheticWorkload workload;
-  RunOptions options;
-  options.steps = 1;
-  options.step.trace = true;
-  options.step.schedule = StepSchedule::kSequential;
-  options.step.muon_batch_mib = 0;
+  RunOptions options = TracedSequential(1);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> per_bucket, RunSharded(plan, workload, options));
   options.step.muon_batch_mib = 64;
   MUONSHARD_ASSERT_OK_AND_ASSIGN(std::vector<RankResult> batched, RunSharded(plan, workload, options));
