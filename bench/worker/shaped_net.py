@@ -27,7 +27,8 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
     SyntheticWorkload gradients, WARMUP + STEPS steps, --linger.
  3. Models: Qwen3-30B-A3B (its config.json fields, scaled by
     muonshard-scale-manifest: --moe-divisor 16 --moe-layers 2, ep 2) and a
-    dense Llama-3.1-8B (/16, 2 layers, ep 1), both on --ranks 4.
+    dense Llama-3.1-8B (/16, 2 layers, ep 1), both on --ranks (default 4; with
+    --nodes 2 --ranks 8 each expert group has two ranks on each node).
  4. Step modes (worker flags; --modes picks them):
       sequential  --step-schedule sequential  (today's step)
       pipelined   --step-schedule pipelined   (the overlapped step)
