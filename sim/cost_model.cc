@@ -222,7 +222,7 @@ CollectiveCost GlooFlat(const ClusterSpec& c, OpKind kind, const GroupShape& sha
 CollectiveCost Hierarchical(const ClusterSpec& c, OpKind kind, const GroupShape& shape, double s) {
   const bool gloo = c.library == CollectiveLibrary::kGloo;
   if (kind == OpKind::kAllToAll || kind == OpKind::kGather || kind == OpKind::kScatter) {
-    return gloo ? GlooFlat(c, kind, shape, s) : Concurrent(c, kind, shape, s);
+    return Concurrent(c, kind, shape, s);  // NCCL (Gloo's run flat: IsGlooFlat)
   }
   CollectiveCost cost;
   std::string intra_name, inter_name;
@@ -250,13 +250,85 @@ CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const G
     cost.seconds = level.seconds;
     cost.bytes_sent[intra ? 0 : 1] = level.bytes_sent;
     cost.algorithm = LevelName(cluster, level.algorithm);
-  } else if (cluster.library == CollectiveLibrary::kGloo && !shape.grid) {
+  } else if (IsGlooFlat(cluster, kind, shape)) {
     cost = GlooFlat(cluster, kind, shape, bytes);
   } else {
     cost = Hierarchical(cluster, kind, shape, bytes);
   }
   cost.seconds += cluster.collective_base_us * 1e-6;
   return cost;
+}
+
+bool IsGlooFlat(const ClusterSpec& cluster, OpKind kind, const GroupShape& shape) {
+  if (cluster.library != CollectiveLibrary::kGloo || shape.size <= 1 || !IsCollective(kind)) return false;
+  if (shape.nodes <= 1 || shape.per_node <= 1) return false;
+  return !shape.grid || kind == OpKind::kAllToAll || kind == OpKind::kGather || kind == OpKind::kScatter;
+}
+
+namespace {
+
+// Adds `bytes` to what member `from` sends, on the class of its hop to `to`.
+void Hop(std::vector<std::array<double, kLinkClassCount>>& sent, absl::Span<const int> nodes, int from, int to,
+         double bytes) {
+  sent[from][nodes[from] == nodes[to] ? 0 : 1] += bytes;
+}
+
+}  // namespace
+
+std::vector<std::array<double, kLinkClassCount>> GlooFlatSent(OpKind kind, absl::Span<const int> nodes, int root,
+                                                              double s) {
+  const int n = static_cast<int>(nodes.size());
+  std::vector<std::array<double, kLinkClassCount>> sent(n, std::array<double, kLinkClassCount>{});
+  if (n <= 1) return sent;
+  const double frac = (n - 1.0) / n;
+  for (int i = 0; i < n; ++i) {
+    const int right = (i + 1) % n;
+    switch (kind) {
+      case OpKind::kReduceScatter:
+      case OpKind::kAllGather:
+        Hop(sent, nodes, i, right, frac * s);
+        break;
+      case OpKind::kAllReduce:
+        Hop(sent, nodes, i, right, 2 * frac * s);
+        break;
+      case OpKind::kReduce:
+        if (n == 2) {
+          if (i != root) Hop(sent, nodes, i, root, s);
+          break;
+        }
+        Hop(sent, nodes, i, right, frac * s);
+        if (i != root) Hop(sent, nodes, i, root, s / n);
+        break;
+      case OpKind::kBroadcast: {
+        // Relative rank me; children me + mask below its lowest set bit.
+        const int me = (i - root + n) % n;
+        int mask = 1;
+        while (mask < n && !(me & mask)) mask <<= 1;
+        for (mask >>= 1; mask > 0; mask >>= 1) {
+          if (me + mask < n) Hop(sent, nodes, i, (me + mask + root) % n, s);
+        }
+        break;
+      }
+      case OpKind::kAllToAll:
+        for (int j = 0; j < n; ++j) {
+          if (j != i) Hop(sent, nodes, i, j, s / n);
+        }
+        break;
+      case OpKind::kGather:
+        if (i != root) Hop(sent, nodes, i, root, s / n);
+        break;
+      case OpKind::kScatter:
+        if (i == root) {
+          for (int j = 0; j < n; ++j) {
+            if (j != root) Hop(sent, nodes, root, j, s / n);
+          }
+        }
+        break;
+      default:
+        break;
+    }
+  }
+  return sent;
 }
 
 double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix> matrices) {

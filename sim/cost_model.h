@@ -48,7 +48,10 @@
 // and on any other group spanning nodes flat: the Gloo algorithm over all n
 // ranks at the inter-node link's pace, `nodes` of its n ring hops crossing.
 // Bytes sent per member (wire bytes) follow the same terms: the bandwidth
-// term times B, averaged over the members, booked per link class.
+// term times B, averaged over the members, booked per link class; the
+// simulator books a flat Gloo collective's hop by hop instead (GlooFlatSent:
+// a reduce's segments to its root and a broadcast tree's edges cross by
+// where the root sits).
 //
 // Compute: Newton-Schulz flops / (gemm_tflops · NsEfficiency(min_dim, matrices)) +
 // ns_call_us per call; element-wise memory_bytes / (hbm_gb_s ·
@@ -56,6 +59,7 @@
 
 #include <array>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "sim/cluster.h"
@@ -100,6 +104,20 @@ struct CollectiveCost {
 };
 // A collective `kind` on a group of `shape` over a buffer of `bytes`.
 CollectiveCost CostOfCollective(const ClusterSpec& cluster, OpKind kind, const GroupShape& shape, double bytes);
+
+// Whether CostOfCollective prices `kind` on `shape` as a flat Gloo
+// collective over nodes (its bytes_sent averaged over the members).
+bool IsGlooFlat(const ClusterSpec& cluster, OpKind kind, const GroupShape& shape);
+
+// The wire bytes each member of a flat Gloo collective sends per link
+// class, hop by hop as worker/comm/internal/gloo_ring.h moves them: ring
+// steps to the next member in group order, a reduce's segments to its root
+// (two ranks: one send), the binomial broadcast tree's edges, all-to-all's
+// and gather's / scatter's even shares. `nodes[i]`: member i's node; `root`:
+// the root's group rank (rooted kinds). A hop is inter-node when its two
+// members' nodes differ.
+std::vector<std::array<double, kLinkClassCount>> GlooFlatSent(OpKind kind, absl::Span<const int> nodes, int root,
+                                                              double bytes);
 
 double NewtonSchulzSeconds(const ClusterSpec& cluster, absl::Span<const NsMatrix> matrices);
 double ElementwiseSeconds(const ClusterSpec& cluster, int64_t memory_bytes, int calls, bool adamw = false);

@@ -130,7 +130,14 @@ OpCost CostOf(const ClusterSpec& c, const StepProgram& p, const std::vector<Grou
   const CollectiveCost cc = CostOfCollective(c, op.kind, shapes[op.group], static_cast<double>(op.bytes));
   cost.seconds = cc.seconds;
   cost.algorithm = cc.algorithm;
-  cost.sent.push_back(cc.bytes_sent);
+  if (IsGlooFlat(c, op.kind, shapes[op.group])) {  // which hops cross depends on where each member sits
+    std::vector<int> nodes;
+    nodes.reserve(members.size());
+    for (int rank : members) nodes.push_back(NodeOf(c, rank));
+    cost.sent = GlooFlatSent(op.kind, nodes, op.root, static_cast<double>(op.bytes));
+  } else {
+    cost.sent.push_back(cc.bytes_sent);
+  }
   return cost;
 }
 

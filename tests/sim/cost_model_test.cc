@@ -1,6 +1,7 @@
 // The α-β cost model (sim/cost_model.h) against its closed forms.
 #include "sim/cost_model.h"
 
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -230,6 +231,65 @@ TEST(CostModelTest, ElementwiseIsBytesOverMemoryBandwidth) {
   c.adamw_efficiency = 0.25;
   EXPECT_NEAR(ElementwiseSeconds(c, 1'000'000'000, 2, /*adamw=*/true), 1e9 / 125e9 + 6e-6, 1e-15);
   EXPECT_NEAR(ElementwiseSeconds(c, 1'000'000'000, 2), 1e9 / 500e9 + 6e-6, 1e-15);
+}
+
+// GlooFlatSent: 8 members on 2 nodes of 4 in group order. A ring crosses at
+// 3 -> 4 and 7 -> 0; a reduce's segments cross from the root's other node;
+// a binomial broadcast from member 1 crosses at 1 -> 5, 3 -> 4 and 7 -> 0
+// (3 of its 7 edges), from member 0 only at 0 -> 4.
+TEST(CostModelTest, GlooFlatSent_HopByHop) {
+  const std::vector<int> nodes = {0, 0, 0, 0, 1, 1, 1, 1};
+  const double s = 8 * kMiB;
+  const double frac = 7.0 / 8.0;
+  const auto inter = [](const std::vector<std::array<double, kLinkClassCount>>& sent) {
+    double total = 0;
+    for (const auto& row : sent) total += row[1];
+    return total;
+  };
+  const auto rs = GlooFlatSent(OpKind::kReduceScatter, nodes, 0, s);
+  EXPECT_DOUBLE_EQ(rs[3][1], frac * s);
+  EXPECT_DOUBLE_EQ(rs[7][1], frac * s);
+  EXPECT_DOUBLE_EQ(rs[0][1], 0);
+  EXPECT_DOUBLE_EQ(rs[0][0], frac * s);
+  EXPECT_DOUBLE_EQ(inter(rs), 2 * frac * s);  // the averaged model's nodes / n of the hops
+  const auto reduce = GlooFlatSent(OpKind::kReduce, nodes, 0, s);
+  EXPECT_DOUBLE_EQ(inter(reduce), 2 * frac * s + 4 * s / 8);
+  EXPECT_DOUBLE_EQ(reduce[5][1], s / 8);  // member 5's segment to the root
+  EXPECT_DOUBLE_EQ(reduce[2][0], frac * s + s / 8);
+  EXPECT_DOUBLE_EQ(reduce[0][0], frac * s);  // the root sends no segment
+  const auto two = GlooFlatSent(OpKind::kReduce, std::vector<int>{0, 1}, 1, s);
+  EXPECT_DOUBLE_EQ(two[0][1], s);
+  EXPECT_DOUBLE_EQ(two[1][1] + two[1][0], 0);
+  const auto b1 = GlooFlatSent(OpKind::kBroadcast, nodes, 1, s);
+  EXPECT_DOUBLE_EQ(inter(b1), 3 * s);
+  EXPECT_DOUBLE_EQ(b1[1][1], s);      // 1 -> 5
+  EXPECT_DOUBLE_EQ(b1[1][0], 2 * s);  // 1 -> 3, 1 -> 2
+  EXPECT_DOUBLE_EQ(inter(GlooFlatSent(OpKind::kBroadcast, nodes, 0, s)), s);
+  double edges = 0;
+  for (const auto& row : b1) edges += row[0] + row[1];
+  EXPECT_DOUBLE_EQ(edges, 7 * s);  // every member but the root receives s once
+  const auto gather = GlooFlatSent(OpKind::kGather, nodes, 6, s);
+  EXPECT_DOUBLE_EQ(inter(gather), 4 * s / 8);
+  EXPECT_DOUBLE_EQ(gather[6][0] + gather[6][1], 0);
+  const auto a2a = GlooFlatSent(OpKind::kAllToAll, nodes, 0, s);
+  EXPECT_DOUBLE_EQ(a2a[2][1], 4 * s / 8);
+  EXPECT_DOUBLE_EQ(a2a[2][0], 3 * s / 8);
+}
+
+// IsGlooFlat: what CostOfCollective prices as flat rings over nodes.
+TEST(CostModelTest, IsGlooFlat_OnlyGlooGroupsOverNodesWithoutTheirGrid) {
+  ClusterSpec c = RoundCluster(2);
+  c.library = CollectiveLibrary::kGloo;
+  const GroupShape flat{4, 2, 2, false};
+  const GroupShape grid{4, 2, 2, true};
+  EXPECT_TRUE(IsGlooFlat(c, OpKind::kReduce, flat));
+  EXPECT_FALSE(IsGlooFlat(c, OpKind::kReduce, grid));
+  EXPECT_TRUE(IsGlooFlat(c, OpKind::kAllToAll, grid));
+  EXPECT_FALSE(IsGlooFlat(c, OpKind::kReduce, GroupShape{4, 1, 4, false}));  // one node
+  EXPECT_FALSE(IsGlooFlat(c, OpKind::kReduce, GroupShape{2, 2, 1, false}));  // one rank per node
+  EXPECT_FALSE(IsGlooFlat(c, OpKind::kNewtonSchulz, flat));
+  c.library = CollectiveLibrary::kNccl;
+  EXPECT_FALSE(IsGlooFlat(c, OpKind::kReduce, flat));
 }
 
 }  // namespace
