@@ -12,7 +12,8 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
     kernel has sch_netem, and the bridge-side ms-v<i> egress the same rate
     (its downlink: a fan-in to one rank is bounded too) unless
     --no-ingress-shaping. A short TCP blast between two namespaces checks the
-    rate (printed). Everything is named ms-*/msbr0, removed on exit and, under
+    rate (printed), with the CPU it took per byte (the machine's busy cores
+    over the payload rate; with --nodes also one flow on a node's own lo). Everything is named ms-*/msbr0, removed on exit and, under
     a lock, also on start (leftovers of a killed run).
     --nodes N (two-host emulation; N >= 2 dividing --ranks): N namespaces
     ms-n<k> (10.77.0.<11+k>) act as N machines, node k holding the ranks
@@ -567,12 +568,24 @@ print(json.dumps({"rtt_median": rtts[len(rtts) // 2]}), flush=True)
 PING_PONGS = 200
 
 
-def rate_check(seconds, py, nodes=False):
-    """One TCP connection ms-r0 -> ms-r1 (ms-n0 -> ms-n1 with nodes): the median round
-    trip of one byte (idle link), then `seconds` of bulk: (payload Gbit/s at the
-    receiver, RTT s)."""
+def rate_check(seconds, py, nodes=False, inside=False):
+    """One TCP connection ms-r0 -> ms-r1 (ms-n0 -> ms-n1 with nodes; with inside, ms-n0 to
+    its own address: a node's lo): the median round trip of one byte (idle link), then
+    `seconds` of bulk: (payload Gbit/s at the receiver, RTT s, cores busy meanwhile)."""
+    to = 0 if inside else 1
     server = subprocess.Popen(
-        ["ip", "netns", "exec", ns_name(1, nodes), py, "-c", RATE_SERVER, ns_ip(1), str(seconds + 20), str(PING_PONGS)],
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns_name(to, nodes),
+            py,
+            "-c",
+            RATE_SERVER,
+            ns_ip(to),
+            str(seconds + 20),
+            str(PING_PONGS),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -582,15 +595,17 @@ def rate_check(seconds, py, nodes=False):
         port = server.stdout.readline().strip()
         if not port.isdigit():
             raise Failure("rate check: the receiver did not start: " + server.stderr.read()[-400:])
+        before = cpu_jiffies()  # the receiver is up: its start is not counted, the sender's is
         client = run(
-            [py, "-c", RATE_CLIENT, ns_ip(1), port, str(seconds), str(PING_PONGS)],
+            [py, "-c", RATE_CLIENT, ns_ip(to), port, str(seconds), str(PING_PONGS)],
             ns=ns_name(0, nodes),
             timeout=seconds + 30,
         )
         out, _err = server.communicate(timeout=DEADLINE.bound(30))
+        busy = busy_cores(before, cpu_jiffies())
         result = json.loads(out.strip().splitlines()[-1])
         rtt = json.loads(client.strip().splitlines()[-1])["rtt_median"]
-        return result["bytes"] * 8 / result["seconds"] / 1e9, rtt
+        return result["bytes"] * 8 / result["seconds"] / 1e9, rtt, busy
     except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError) as e:
         raise Failure("rate check failed: %s" % e) from e
     finally:
@@ -1960,7 +1975,8 @@ def set_up_shaped_network(a):
             )
         )
     if a.rate_check_seconds > 0:
-        g, rtt = rate_check(a.rate_check_seconds, sys.executable or "/usr/bin/python3", nodes)
+        py = sys.executable or "/usr/bin/python3"
+        g, rtt, busy = rate_check(a.rate_check_seconds, py, nodes)
         # Full-size frames: 1448 payload bytes of 1514 on the wire (timestamps on).
         print(
             "rate check: one TCP flow %s -> %s for %.1f s: %.3f Gbit/s payload = %.1f %% of %s "
@@ -1977,6 +1993,16 @@ def set_up_shaped_network(a):
                 rtt * 1e6,
             )
         )
+        # What a byte costs the host's CPUs (sender, receiver and the kernel between them, every process:
+        # an idle machine reads true): on the shaped path, and with --nodes on a node's own lo.
+        costs = ["the shaped path %.2f cores busy = %.2f ns of CPU per byte" % (busy, busy / (g / 8.0))]
+        if nodes:
+            g_lo, _, busy_lo = rate_check(a.rate_check_seconds, py, nodes, inside=True)
+            costs.append(
+                "a node's lo (one flow %s -> its own address) %.3f Gbit/s payload, %.2f cores busy = %.2f ns "
+                "of CPU per byte" % (ns_name(0, True), g_lo, busy_lo, busy_lo / (g_lo / 8.0))
+            )
+        print("CPU per byte moved: %s" % "; ".join(costs))
     return netem
 
 
