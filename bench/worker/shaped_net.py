@@ -13,8 +13,9 @@ the network is slower than loopback. This script (root, Linux, stdlib only):
     (its downlink: a fan-in to one rank is bounded too) unless
     --no-ingress-shaping. A short TCP blast between two namespaces checks the
     rate (printed), with the CPU it took per byte (the machine's busy cores
-    over the payload rate; with --nodes also one flow on a node's own lo). Everything is named ms-*/msbr0, removed on exit and, under
-    a lock, also on start (leftovers of a killed run).
+    over the payload rate; with --nodes also one flow on a node's own lo).
+    Everything is named ms-*/msbr0, removed on exit and, under a lock, also
+    on start (leftovers of a killed run).
     --nodes N (two-host emulation; N >= 2 dividing --ranks): N namespaces
     ms-n<k> (10.77.0.<11+k>) act as N machines, node k holding the ranks
     k*P..k*P+P-1 (P = ranks / N) on its one address. A node's ranks reach each
