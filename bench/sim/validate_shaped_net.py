@@ -24,8 +24,9 @@ Inputs, none fitted to the figures it validates:
   ranks share the host's cores (--host-cores, default this machine's), so
   a rank's rate starts as the bench's / threads x min(1, cores / ranks),
   scaled per world size so that the --calibrate model's `compute`-only
-  figure (the mean over the logs' rates) is reproduced: how much of the
-  host a rank's updates really get is measured, not assumed.
+  figure (the mean over the logs' rates and loopback; a world size without
+  one takes the nearest's factor) is reproduced: how much of the host a
+  rank's updates really get is measured, not assumed.
 - The link: the run's rate check (one TCP flow's payload rate) times an
   efficiency, capped by a rate the ranks' CPUs allow (Gloo over TCP, ranks
   sharing the cores): both fitted on the `comm`-only mode of the
@@ -38,6 +39,18 @@ Inputs, none fitted to the figures it validates:
   min(1, cores / ranks), and it is what a rank's CPU moves for the
   collectives while compute waits (the cluster's host_collective_gb_s:
   NOTE [Host CPU] in sim/cluster.h), which the pipelined step pays.
+- A node's lo (--nodes runs): the --calibrate model's comm-only figure on
+  loopback (`shaped_net.py --loopback-only` logs: every rank on the
+  machine's lo), at each world size there is one, fits what a rank's
+  collectives move over lo. A node of P ranks runs its rings as a machine
+  of P ranks does (the fit at P, or the nearest world size's scaled by the
+  cores a rank gets), at the cores a rank gets with all the host's ranks
+  moving bytes (every node's level inside it runs at once); without a
+  loopback log the link's cap stands in. The loopback logs' other figures
+  (the other model, the steps) are predictions too.
+- Who moves bytes at once: all ranks, except in the cross level of a
+  hierarchical reduce or broadcast, which runs in one column (one rank per
+  node), so its cap is the CPU of one rank per node.
 
 Predicted terms (of the sequential schedule, as the comm-only and
 compute-only modes run them): comm = the slowest rank's busy time in
@@ -74,6 +87,11 @@ NODES_RE = re.compile(
     r"sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| compute ([0-9.nan/]+)"
 )
 
+# shaped_net.py --loopback-only: every rank on the machine's unshaped lo, the four modes.
+LOOPBACK_RE = re.compile(
+    r"^    loopback: sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| "
+    r"compute ([0-9.nan/]+);"
+)
 # Its inter-node bytes (the TCP payload between the nodes), of the sequential mode: the same in every mode.
 NODES_BYTES_RE = re.compile(r"^    inter-node bytes, sequential, collectives (\S+): ([0-9.]+) MB/step measured")
 
@@ -126,6 +144,17 @@ def parse_log(path):
                     measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
                 )
             )
+        elif in_summary and model and (m := LOOPBACK_RE.match(line)):
+            values = [figure(x) for x in m.groups()]
+            configs.append(
+                dict(
+                    model,
+                    rate="loopback",
+                    nodes=0,
+                    loopback=True,
+                    measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
+                )
+            )
         elif in_summary and model and (m := NODES_BYTES_RE.match(line)):
             for c in configs:  # the model's config of these collectives
                 if c["model"] == model["model"] and c.get("collectives") == m.group(1):
@@ -142,7 +171,8 @@ def parse_log(path):
                     measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
                 )
             )
-    if not configs or payload is None or ranks is None:
+    shaped = [c for c in configs if not c.get("loopback")]
+    if not configs or (shaped and payload is None) or ranks is None:
         raise BadInput("--log %s: no rate check, workers line or shaped summary (a shaped_net.py log?)" % path)
     for c in configs:
         c.update(ranks=ranks, policy=policy, gbit_payload=payload)
@@ -258,9 +288,12 @@ def plan_file(c, bin_dir, work):
 def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
     """{schedule: ms, comm: ms, compute: ms} from muonshardctl simulate. One network namespace per rank
     (every rank a node of its own) unless the config ran on --nodes: then the node's ranks share its one
-    link (inter_node_shared) and talk over its lo at `intra_gb_s`."""
+    link (inter_node_shared) and talk over its lo at `intra_gb_s`; on loopback all ranks are one node."""
     argv = [os.path.join(bin_dir, "muonshardctl"), "simulate", "--cluster", cluster_file]
-    if c.get("nodes"):
+    if c.get("loopback"):  # one machine: every rank on its lo at `intra_gb_s`
+        argv += ["--gpus-per-node", str(c["ranks"]), *plan_inputs(c, bin_dir, work)]
+        argv += ["--intra-bandwidth", "%.6f" % (bandwidth_gb_s if intra_gb_s is None else intra_gb_s)]
+    elif c.get("nodes"):
         argv += ["--gpus-per-node", str(c["per_node"]), "--plan", plan_file(c, bin_dir, work)]
         argv += [
             "--intra-bandwidth",
@@ -289,10 +322,10 @@ def predict(c, cluster_file, bin_dir, work, bandwidth_gb_s, intra_gb_s=None):
     return out
 
 
-def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
+def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None, tag=""):
     """The cpu preset with the kernels bench's rates, as one rank of `ranks` on `host_cores` cores gets them
     (times `scale`, the compute calibration), and the collective bytes a rank's CPU moves (`host_gb_s`, the
-    link's CPU cap: NOTE [Host CPU] in sim/cluster.h; None: the preset's)."""
+    link's CPU cap: NOTE [Host CPU] in sim/cluster.h; None: the preset's). `tag` names a variant's file."""
     gemm, table, threads, elementwise = kernel_terms(kernels)
     # A thread's rate, times the cores a rank gets (a rank runs one BLAS thread).
     core = core_share(ranks, host_cores)
@@ -313,7 +346,7 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
         cluster["ns_call_us"] = round(elementwise["ns_call_us"] / core, 4)
     if host_gb_s is not None:
         cluster["host_collective_gb_s"] = round(host_gb_s, 5)
-    path = os.path.join(work, "cpu-measured-%d.json" % ranks)
+    path = os.path.join(work, "cpu-measured-%d%s.json" % (ranks, tag))
     with open(path, "w") as f:
         json.dump(cluster, f, indent=1)
     return path, cluster
@@ -321,14 +354,14 @@ def cluster_file(kernels, ranks, host_cores, work, scale=1.0, host_gb_s=None):
 
 def fit_compute(configs, model, ranks, kernels, host_cores, bin_dir, work):
     """The factor on the GEMM rate that makes `model`'s compute-only figure at `ranks` ranks (mean over the
-    rates) the predicted one; 1 when the logs have none. Only Newton-Schulz scales with the GEMM rate (the
-    element-wise updates are bound by memory), so the factor is found by a few fixed-point rounds."""
+    rates and loopback: compute-only touches no network) the predicted one; None when the logs have none.
+    Only Newton-Schulz scales with the GEMM rate (the element-wise updates are bound by memory), so the
+    factor is found by a few fixed-point rounds."""
     runs = [c for c in configs if c["model"] == model and c["ranks"] == ranks and not c["nodes"]]
+    runs = [c for c in runs if c["measured"]["compute"] > 0]  # not nan
     if not runs:
-        return 1.0
+        return None
     measured = sum(c["measured"]["compute"] for c in runs) / len(runs)
-    if not measured > 0:
-        return 1.0
     scale = 1.0
     for _ in range(FIT_ROUNDS):
         path, _ = cluster_file(kernels, ranks, host_cores, work, scale)
@@ -344,7 +377,7 @@ def core_share(ranks, host_cores):
 def fit_link(configs, model, clusters, bin_dir, work):
     """(efficiency, cap GB/s, the world size it was fitted at) of the link from `model`'s comm-only figures
     at its largest world size in the logs (see the module's docstring)."""
-    per_rank = [c for c in configs if not c["nodes"]]
+    per_rank = [c for c in configs if not c["nodes"] and not c.get("loopback")]
     ranks = max((c["ranks"] for c in per_rank if c["model"] == model), default=None)
     points = []
     chosen = (c for c in per_rank if c["model"] == model and c["ranks"] == ranks)
@@ -363,6 +396,31 @@ def fit_link(configs, model, clusters, bin_dir, work):
     efficiency = points[0][1] / points[0][0]
     cap = min((r for b, r in points[1:] if r < efficiency * b), default=float("inf"))
     return efficiency, cap, ranks
+
+
+def fit_lo(configs, model, kernels, host_cores, scales, bin_dir, work):
+    """{world size: GB/s} a rank's collectives move over a machine's lo, from `model`'s comm-only figure on
+    loopback (shaped_net.py --loopback-only) at each world size the logs have one for; {} without."""
+    rates = {}
+    for c in configs:
+        if not (c.get("loopback") and c["model"] == model and c["measured"]["comm"] > 0):
+            continue
+        path, _ = cluster_file(kernels, c["ranks"], host_cores, work, scales[c["ranks"]])
+        probe = 1.0
+        at_probe = predict(c, path, bin_dir, work, probe, probe)["comm"]
+        latency = predict(c, path, bin_dir, work, probe, 1e4)["comm"]
+        if not c["measured"]["comm"] > latency:
+            raise BadInput(
+                "%s on loopback at %d ranks: comm %.1f ms is not above the model's latency %.1f"
+                % (model, c["ranks"], c["measured"]["comm"], latency)
+            )
+        rates[c["ranks"]] = probe * (at_probe - latency) / (c["measured"]["comm"] - latency)
+    return rates
+
+
+def nearest(sizes, n):
+    """The world size in `sizes` nearest to `n` (the larger of two as near)."""
+    return min(sizes, key=lambda f: (abs(f - n), -f))
 
 
 def main():
@@ -384,15 +442,22 @@ def main():
             raise BadInput("--host-cores: must be >= 1")
         configs = [c for path in a.log for c in parse_log(path)]
         with tempfile.TemporaryDirectory(prefix="muonshard-validate-") as work:
-            clusters, scales, shown = {}, {}, None
-            for ranks in sorted({c["ranks"] for c in configs}):
-                scales[ranks] = fit_compute(configs, a.calibrate, ranks, a.kernels, a.host_cores, a.bin, work)
+            world_sizes = sorted({c["ranks"] for c in configs})
+            scales = {
+                n: fit_compute(configs, a.calibrate, n, a.kernels, a.host_cores, a.bin, work) for n in world_sizes
+            }
+            fitted = [n for n in world_sizes if scales[n] is not None]
+            for n in world_sizes:  # no compute-only figure at this world size: the nearest one's factor
+                if scales[n] is None:
+                    scales[n] = scales[nearest(fitted, n)] if fitted else 1.0
+            clusters, shown = {}, None
+            threads = kernel_terms(a.kernels)[2]
+            for ranks in world_sizes:
                 clusters[ranks], cluster = cluster_file(a.kernels, ranks, a.host_cores, work, scales[ranks])
                 shown = shown or cluster
-                threads = kernel_terms(a.kernels)[2]
                 print(
                     "cluster for %d ranks on %d cores, kernels from %s BLAS thread%s (GEMM rate x %.3f, from %s's "
-                    "compute-only figure): %s"
+                    "compute-only figure%s): %s"
                     % (
                         ranks,
                         a.host_cores,
@@ -400,6 +465,7 @@ def main():
                         "" if threads == 1 else "s",
                         scales[ranks],
                         a.calibrate,
+                        "" if ranks in fitted else " at %s ranks" % (nearest(fitted, ranks) if fitted else "no"),
                         json.dumps(cluster),
                     )
                 )
@@ -412,9 +478,25 @@ def main():
                 "cap %s GB/s per rank"
                 % (a.calibrate, fit_ranks, efficiency, "none" if cap == float("inf") else "%.4f" % cap)
             )
+            lo = fit_lo(configs, a.calibrate, a.kernels, a.host_cores, scales, a.bin, work)
+            if lo:
+                print(
+                    "lo, fitted on %s's comm-only figures on loopback: %s GB/s per rank"
+                    % (a.calibrate, ", ".join("%.4f at %d ranks" % (lo[n], n) for n in sorted(lo)))
+                )
+
+            def share(ranks, of):  # the CPU a rank moving bytes gets, with `ranks` of them, over the fit's
+                return core_share(ranks, a.host_cores) / core_share(of, a.host_cores)
+
+            def lo_rate(ranks):  # the fit at this world size, or the nearest one's for the cores a rank gets
+                if not lo:
+                    return cap * share(ranks, fit_ranks)  # no loopback figure: the link's cap stands in
+                n = nearest(lo, ranks)
+                return lo[n] * share(ranks, n)
+
             if cap != float("inf"):  # the cap is CPU time: what a rank's CPU moves (NOTE [Host CPU])
                 for ranks in clusters:
-                    host = cap * core_share(ranks, a.host_cores) / core_share(fit_ranks, a.host_cores)
+                    host = cap * share(ranks, fit_ranks)
                     clusters[ranks], _ = cluster_file(a.kernels, ranks, a.host_cores, work, scales[ranks], host)
             print(
                 "%-16s %5s %-18s %-10s %10s %10s %8s"
@@ -422,10 +504,30 @@ def main():
             )
             worst = worst_bytes = 0.0
             for c in configs:
-                scale = core_share(c["ranks"], a.host_cores) / core_share(fit_ranks, a.host_cores)
-                bandwidth = min(efficiency * c["gbit_payload"] / 8.0, cap * scale)
-                # --nodes: a node's lo carries its ranks' traffic as fast as their CPUs allow (the cap).
-                pred = predict(c, clusters[c["ranks"]], a.bin, work, bandwidth, cap * scale)
+                if c.get("loopback"):
+                    if not lo:
+                        raise BadInput(
+                            "%s on loopback: lo is fitted on --calibrate %s's comm-only one on loopback, and the "
+                            "logs have none" % (c["model"], a.calibrate)
+                        )
+                    # Every rank on the machine's lo, bound by its CPU; the collectives take that CPU too.
+                    rate = lo_rate(c["ranks"])
+                    path, _ = cluster_file(a.kernels, c["ranks"], a.host_cores, work, scales[c["ranks"]], rate, "-lo")
+                    pred = predict(c, path, a.bin, work, rate, rate)
+                else:
+                    link = efficiency * c["gbit_payload"] / 8.0
+                    # The ranks moving bytes at once share the cores: all of them, but in the cross level of a
+                    # hierarchical reduce or broadcast one per node (the root's column; a reduce-scatter's
+                    # columns split the node's one link, below that).
+                    crossing = c["nodes"] if c.get("collectives") == "hierarchical" else c["ranks"]
+                    bandwidth = min(link, cap * share(crossing, fit_ranks))
+                    # --nodes: a node's lo carries its ranks' rings as a machine's lo with that many ranks
+                    # does (the fit on loopback at ranks per node, or without one the link's cap), at the
+                    # cores a rank gets with all the host's ranks moving bytes (each node's level inside it
+                    # runs at the same time).
+                    per_node = c.get("per_node", c["ranks"])
+                    intra = lo_rate(per_node) * share(c["ranks"], per_node)
+                    pred = predict(c, clusters[c["ranks"]], a.bin, work, bandwidth, intra)
                 label = c["rate"]
                 if c["nodes"]:
                     label = "%s@%dx%d-%s" % (c["rate"], c["nodes"], c["per_node"], c["collectives"][:4])
@@ -435,10 +537,11 @@ def main():
                 for term in terms:
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
-                    fitted = (
+                    calibrated_comm = c["ranks"] in lo if c.get("loopback") else c["ranks"] == fit_ranks
+                    fitted_term = (
                         c["model"] == a.calibrate
                         and not c["nodes"]
-                        and (term == "compute" or (term == "comm" and c["ranks"] == fit_ranks))
+                        and ((term == "compute" and c["ranks"] in fitted) or (term == "comm" and calibrated_comm))
                     )
                     if term in ("sequential", "pipelined") and err == err:
                         worst = max(worst, abs(err))
@@ -446,7 +549,7 @@ def main():
                         worst_bytes = max(worst_bytes, abs(err))
                     print(
                         "%-16s %5d %-18s %-10s %10.1f %10.1f %+7.1f%%%s"
-                        % (c["model"], c["ranks"], label, term, m, q, err, "  (calibration)" if fitted else "")
+                        % (c["model"], c["ranks"], label, term, m, q, err, "  (calibration)" if fitted_term else "")
                     )
             print("worst step error: %.1f %%" % worst)
             if any("inter_node_mb" in c["measured"] for c in configs):

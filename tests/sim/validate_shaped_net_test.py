@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "bench", "sim", "validate_shaped_net.py")
@@ -29,10 +30,9 @@ def two_nodes_of_four(bin_dir):
     """epyc_d_*: 2026-12-07 evening, the per-rank runs and two nodes of two ranks again, and two nodes of four
     (shaped_net.py --nodes 2 --ranks 8: each expert group has two ranks on each node, so it too has a level
     inside the node). Inside each node first moves 48-49 % fewer bytes between the nodes for both models; the
-    simulator books them to the byte, flat and hierarchical, but at four
-    ranks per node on the two cores it prices the hierarchical steps 41-55 % high and the flat ones 15-33 % low:
-    a rank's CPU share for the collectives is taken from the world size, while only the ranks moving bytes at
-    the moment share the cores (docs/simulator.md, "Validation")."""
+    simulator books them to the byte, flat and hierarchical. Without a loopback figure of that session, a node's
+    lo falls back to the link's CPU cap, which prices the hierarchical steps at four ranks per node 35-50 % high
+    (epyc_e_* below has the loopback runs that fit it: docs/simulator.md, "Validation")."""
     log = os.path.join(DATA, "epyc_d_nodes2x4_shaped_net_1gbit.log")
     with open(log) as f:
         ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
@@ -48,7 +48,7 @@ def two_nodes_of_four(bin_dir):
     steps = [row for row in rows if row[2] in ("sequential", "pipelined")]
     assert len(steps) == 24 and sum(abs(float(row[5])) > 15 for row in steps) == 2, steps
     r = run(bin_dir, *args, "--log", log)
-    assert r.returncode == 0 and "worst step error: 55.2 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert r.returncode == 0 and "worst step error: 49.5 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
     inter = [m.groups() for m in map(BYTES_ROW.match, r.stdout.splitlines()) if m]
     assert len(inter) == 8, r.stdout  # 2 models x flat, hierarchical x 2 and 4 ranks per node
     for label, measured, predicted, error in inter:
@@ -58,6 +58,65 @@ def two_nodes_of_four(bin_dir):
     for model in ("Qwen3-30B-A3B", "Llama-3.1-8B"):  # measured: the step >= 25 % faster inside each node first
         seq = {row[1]: float(row[3]) for row in four if row[0] == model and row[2] == "sequential"}
         assert seq["1gbit@2x4-hier"] < 0.75 * seq["1gbit@2x4-flat"], (model, seq)
+
+
+def lo_from_loopback(bin_dir):
+    """epyc_e_*: 2026-12-07 21:40-21:59 UTC, the per-rank runs, shaped_net.py --loopback-only at 2, 4 and 8 ranks
+    (every rank on the machine's lo, the four modes) and two nodes of two and of four. The MoE model's comm-only
+    figures on loopback fit what a rank's rings move over lo at each world size; a node of P ranks runs its
+    rings as a machine of P ranks, at the cores a rank gets with all the host's ranks. With that, every
+    hierarchical step on two nodes is predicted within +-15 % at both layouts (part 4 of issue 36), and the flat
+    ones at two ranks per node; the flat rings at four ranks per node are 13-31 % slower than the model has
+    them (docs/simulator.md, "Validation")."""
+    logs = ["shaped_net_%s_%dranks" % (rate, n) for rate in ("1gbit", "2gbit") for n in (4, 2)]
+    logs += ["loopback_%dranks" % n for n in (2, 4, 8)] + ["nodes2_shaped_net_1gbit", "nodes2x4_shaped_net_1gbit"]
+    kernels = ["--kernels", os.path.join(DATA, "epyc_e_kernels_1thread.txt"), "--host-cores", "2"]
+
+    def args(names):
+        return [x for name in names for x in ("--log", os.path.join(DATA, "epyc_e_%s.log" % name))] + kernels
+
+    r = run(bin_dir, *args(logs))
+    assert r.returncode == 0 and "worst step error: 30.9 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    assert "0.3641 at 4 ranks, 0.1339 at 8 ranks GB/s per rank" in r.stdout, r.stdout
+    rows = [m.groups() for m in map(ROW.match, r.stdout.splitlines()) if m]
+    loopback = [row for row in rows if row[1] == "loopback"]
+    assert len(loopback) == 24, r.stdout  # 2 models x 3 world sizes x 4 terms
+    assert sum(row[0] == "Qwen3-30B-A3B" and row[2] == "comm" for row in loopback) == 3, loopback  # the lo fit
+    for line in r.stdout.splitlines():  # the lo fit reproduces its figures
+        m = ROW.match(line)
+        if m and m.group(2) == "loopback" and m.group(3) == "comm" and m.group(1) == "Qwen3-30B-A3B":
+            assert line.endswith("(calibration)") and abs(float(m.group(6))) <= 0.5, line
+    steps = [row for row in rows if row[2] in ("sequential", "pipelined") and "@2x" in row[1]]
+    assert len(steps) == 16, r.stdout  # 2 models x 2 layouts x flat, hierarchical x 2 schedules
+    misses = sorted((row[0], row[1], row[2]) for row in steps if abs(float(row[5])) > 15)
+    assert misses == [
+        ("Llama-3.1-8B", "1gbit@2x4-flat", "sequential"),
+        ("Qwen3-30B-A3B", "1gbit@2x4-flat", "pipelined"),
+        ("Qwen3-30B-A3B", "1gbit@2x4-flat", "sequential"),
+    ], misses
+    assert all(abs(float(row[5])) <= 12.5 for row in steps if row[1].endswith("-hier")), steps
+    inter = [m.groups() for m in map(BYTES_ROW.match, r.stdout.splitlines()) if m]
+    assert len(inter) == 8 and all(abs(float(row[3])) <= 0.1 for row in inter), inter
+    # The part 4 goal on the session's own run: >= 30 % fewer bytes between the nodes, and a faster step.
+    with open(os.path.join(DATA, "epyc_e_nodes2x4_shaped_net_1gbit.log")) as f:
+        ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
+    assert len(ratios) == 2 and all(float(x) <= 0.70 for x in ratios), ratios
+    # Without the loopback logs the node's lo is the link's cap again (the 2x4 hierarchical steps far off).
+    r = run(bin_dir, *args(name for name in logs if not name.startswith("loopback")))
+    assert r.returncode == 0 and "lo, fitted" not in r.stdout, r.stdout
+    # Loopback figures without the calibration model's: nothing fits lo (exit 2, naming what is missing).
+    with open(os.path.join(DATA, "epyc_e_loopback_4ranks.log")) as f:
+        text = f.read()
+    with tempfile.TemporaryDirectory() as tmp:
+        dense_only = os.path.join(tmp, "loopback_dense.log")
+        with open(dense_only, "w") as f:
+            f.write(re.sub(r"  Qwen3-30B-A3B .*\n    loopback: .*\n", "", text))
+        r = run(bin_dir, *args(logs[:4]), "--log", dense_only)
+    assert r.returncode == 2 and "Qwen3-30B-A3B's comm-only one on loopback" in r.stderr, (
+        r.returncode,
+        r.stdout,
+        r.stderr,
+    )
 
 
 def main():
@@ -158,6 +217,7 @@ def main():
     dense_compute = [row for row in rows if row[0] == "Llama-3.1-8B" and row[2] == "compute"]
     assert len(dense_compute) == 6 and all(abs(float(row[5])) <= 11 for row in dense_compute), dense_compute
     two_nodes_of_four(bin_dir)
+    lo_from_loopback(bin_dir)
     # Bad input: exit 2, naming it.
     r = run(bin_dir, "--log", os.path.join(DATA, "kernels_skylakex.txt"), *kernels)
     assert r.returncode == 2 and "kernels_skylakex.txt: no rate check" in r.stderr, (r.returncode, r.stderr)
