@@ -35,9 +35,10 @@ Inputs, none fitted to the figures it validates:
   link). Those comm figures and the compute figure above are the
   calibration (marked in the table); every sequential and pipelined step,
   and the other models' terms, are predictions. The cap is
-  CPU time: at another world size it scales with the cores a rank gets,
-  min(1, cores / ranks), and it is what a rank's CPU moves for the
-  collectives while compute waits (the cluster's host_collective_gb_s:
+  CPU time: at another world size it scales as the loopback runs' fit of lo
+  (below) does between the two world sizes, or without them with the cores
+  a rank gets, min(1, cores / ranks); and it is what a rank's CPU moves for
+  the collectives while compute waits (the cluster's host_collective_gb_s:
   NOTE [Host CPU] in sim/cluster.h), which the pipelined step pays.
 - A node's lo (--nodes runs): the --calibrate model's comm-only figure on
   loopback (`shaped_net.py --loopback-only` logs: every rank on the
@@ -494,9 +495,12 @@ def main():
                 n = nearest(lo, ranks)
                 return lo[n] * share(ranks, n)
 
+            def cpu_scale(ranks):  # the cap with `ranks` rings' ranks moving bytes, over the fit's
+                return lo_rate(ranks) / lo_rate(fit_ranks) if lo else share(ranks, fit_ranks)
+
             if cap != float("inf"):  # the cap is CPU time: what a rank's CPU moves (NOTE [Host CPU])
                 for ranks in clusters:
-                    host = cap * share(ranks, fit_ranks)
+                    host = cap * cpu_scale(ranks)
                     clusters[ranks], _ = cluster_file(a.kernels, ranks, a.host_cores, work, scales[ranks], host)
             print(
                 "%-16s %5s %-18s %-10s %10s %10s %8s"
@@ -520,7 +524,7 @@ def main():
                     # hierarchical reduce or broadcast one per node (the root's column; a reduce-scatter's
                     # columns split the node's one link, below that).
                     crossing = c["nodes"] if c.get("collectives") == "hierarchical" else c["ranks"]
-                    bandwidth = min(link, cap * share(crossing, fit_ranks))
+                    bandwidth = min(link, cap * cpu_scale(crossing))
                     # --nodes: a node's lo carries its ranks' rings as a machine's lo with that many ranks
                     # does (the fit on loopback at ranks per node, or without one the link's cap), at the
                     # cores a rank gets with all the host's ranks moving bytes (each node's level inside it

@@ -60,23 +60,32 @@ def two_nodes_of_four(bin_dir):
         assert seq["1gbit@2x4-hier"] < 0.75 * seq["1gbit@2x4-flat"], (model, seq)
 
 
+SESSION_LOGS = ["shaped_net_%s_%dranks" % (rate, n) for rate in ("1gbit", "2gbit") for n in (4, 2)]
+SESSION_LOGS += ["loopback_%dranks" % n for n in (2, 4, 8)] + ["nodes2_shaped_net_1gbit", "nodes2x4_shaped_net_1gbit"]
+
+
+def session_args(prefix, names=SESSION_LOGS):
+    """The harness's arguments for a recorded session's logs `names` (prefix_NAME.log) and kernels bench."""
+    args = [x for name in names for x in ("--log", os.path.join(DATA, "%s_%s.log" % (prefix, name)))]
+    return args + ["--kernels", os.path.join(DATA, "%s_kernels_1thread.txt" % prefix), "--host-cores", "2"]
+
+
+def two_node_steps(stdout):
+    """The (model, label, schedule, measured, predicted, error) rows of the two-node runs' steps."""
+    rows = [m.groups() for m in map(ROW.match, stdout.splitlines()) if m]
+    return [row for row in rows if row[2] in ("sequential", "pipelined") and "@2x" in row[1]]
+
+
 def lo_from_loopback(bin_dir):
-    """epyc_e_*: 2026-12-07 21:40-21:59 UTC, the per-rank runs, shaped_net.py --loopback-only at 2, 4 and 8 ranks
-    (every rank on the machine's lo, the four modes) and two nodes of two and of four. The MoE model's comm-only
-    figures on loopback fit what a rank's rings move over lo at each world size; a node of P ranks runs its
-    rings as a machine of P ranks, at the cores a rank gets with all the host's ranks. With that, every
-    hierarchical step on two nodes is predicted within +-15 % at both layouts (part 4 of issue 36), and the flat
-    ones at two ranks per node; the flat rings at four ranks per node are 13-31 % slower than the model has
-    them (docs/simulator.md, "Validation")."""
-    logs = ["shaped_net_%s_%dranks" % (rate, n) for rate in ("1gbit", "2gbit") for n in (4, 2)]
-    logs += ["loopback_%dranks" % n for n in (2, 4, 8)] + ["nodes2_shaped_net_1gbit", "nodes2x4_shaped_net_1gbit"]
-    kernels = ["--kernels", os.path.join(DATA, "epyc_e_kernels_1thread.txt"), "--host-cores", "2"]
-
-    def args(names):
-        return [x for name in names for x in ("--log", os.path.join(DATA, "epyc_e_%s.log" % name))] + kernels
-
-    r = run(bin_dir, *args(logs))
-    assert r.returncode == 0 and "worst step error: 30.9 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
+    """epyc_e_* (2026-12-07 21:40-21:59 UTC) and epyc_f_* (22:04-22:23): the per-rank runs, shaped_net.py
+    --loopback-only at 2, 4 and 8 ranks (every rank on the machine's lo, the four modes) and two nodes of two and
+    of four. The MoE model's comm-only figures on loopback fit what a rank's rings move over lo at each world
+    size; a node of P ranks runs its rings as a machine of P ranks, at the cores a rank gets with all the host's
+    ranks, and the link's CPU cap scales between world sizes as that fit does. With that, every hierarchical
+    step on two nodes is predicted within +-12 % in both sessions, at two and at four ranks per node (part 4 of
+    issue 36), and 31 of the 32 two-node steps within +-15 % (docs/simulator.md, "Validation")."""
+    r = run(bin_dir, *session_args("epyc_e"))
+    assert r.returncode == 0 and "worst step error: 24.6 %" in r.stdout, (r.returncode, r.stdout, r.stderr)
     assert "0.3641 at 4 ranks, 0.1339 at 8 ranks GB/s per rank" in r.stdout, r.stdout
     rows = [m.groups() for m in map(ROW.match, r.stdout.splitlines()) if m]
     loopback = [row for row in rows if row[1] == "loopback"]
@@ -86,24 +95,30 @@ def lo_from_loopback(bin_dir):
         m = ROW.match(line)
         if m and m.group(2) == "loopback" and m.group(3) == "comm" and m.group(1) == "Qwen3-30B-A3B":
             assert line.endswith("(calibration)") and abs(float(m.group(6))) <= 0.5, line
-    steps = [row for row in rows if row[2] in ("sequential", "pipelined") and "@2x" in row[1]]
+    steps = two_node_steps(r.stdout)
     assert len(steps) == 16, r.stdout  # 2 models x 2 layouts x flat, hierarchical x 2 schedules
-    misses = sorted((row[0], row[1], row[2]) for row in steps if abs(float(row[5])) > 15)
-    assert misses == [
-        ("Llama-3.1-8B", "1gbit@2x4-flat", "sequential"),
-        ("Qwen3-30B-A3B", "1gbit@2x4-flat", "pipelined"),
-        ("Qwen3-30B-A3B", "1gbit@2x4-flat", "sequential"),
-    ], misses
-    assert all(abs(float(row[5])) <= 12.5 for row in steps if row[1].endswith("-hier")), steps
+    assert max(abs(float(row[5])) for row in steps) == 13.5, steps  # dense, flat, 2 x 4, pipelined
+    assert all(abs(float(row[5])) <= 12 for row in steps if row[1].endswith("-hier")), steps
     inter = [m.groups() for m in map(BYTES_ROW.match, r.stdout.splitlines()) if m]
     assert len(inter) == 8 and all(abs(float(row[3])) <= 0.1 for row in inter), inter
-    # The part 4 goal on the session's own run: >= 30 % fewer bytes between the nodes, and a faster step.
-    with open(os.path.join(DATA, "epyc_e_nodes2x4_shaped_net_1gbit.log")) as f:
-        ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
-    assert len(ratios) == 2 and all(float(x) <= 0.70 for x in ratios), ratios
-    # Without the loopback logs the node's lo is the link's cap again (the 2x4 hierarchical steps far off).
-    r = run(bin_dir, *args(name for name in logs if not name.startswith("loopback")))
+    # The second session, the same model: the 2 x 4 steps within +-12.4 %, one flat step at 2 x 2 off.
+    r = run(bin_dir, *session_args("epyc_f"))
+    assert r.returncode == 0 and "0.3681 at 4 ranks, 0.1357 at 8 ranks" in r.stdout, (r.returncode, r.stdout)
+    steps = two_node_steps(r.stdout)
+    assert len(steps) == 16 and all(abs(float(row[5])) <= 12.5 for row in steps if "@2x4-" in row[1]), steps
+    assert all(abs(float(row[5])) <= 9 for row in steps if row[1].endswith("-hier")), steps
+    misses = [row[:3] for row in steps if abs(float(row[5])) > 15]
+    assert misses == [("Qwen3-30B-A3B", "1gbit@2x2-flat", "pipelined")], misses  # -16.3 %
+    # The part 4 goal on the sessions' own runs: >= 30 % fewer bytes between the nodes.
+    for prefix in ("epyc_e", "epyc_f"):
+        with open(os.path.join(DATA, "%s_nodes2x4_shaped_net_1gbit.log" % prefix)) as f:
+            ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
+        assert len(ratios) == 2 and all(float(x) <= 0.70 for x in ratios), (prefix, ratios)
+    # Without the loopback logs the node's lo is the link's cap again, and the cap scales with the cores a rank
+    # gets: the 2 x 4 hierarchical steps are 24-44 % high.
+    r = run(bin_dir, *session_args("epyc_e", [name for name in SESSION_LOGS if not name.startswith("loopback")]))
     assert r.returncode == 0 and "lo, fitted" not in r.stdout, r.stdout
+    assert "worst step error: 43.9 %" in r.stdout, r.stdout
     # Loopback figures without the calibration model's: nothing fits lo (exit 2, naming what is missing).
     with open(os.path.join(DATA, "epyc_e_loopback_4ranks.log")) as f:
         text = f.read()
@@ -111,12 +126,8 @@ def lo_from_loopback(bin_dir):
         dense_only = os.path.join(tmp, "loopback_dense.log")
         with open(dense_only, "w") as f:
             f.write(re.sub(r"  Qwen3-30B-A3B .*\n    loopback: .*\n", "", text))
-        r = run(bin_dir, *args(logs[:4]), "--log", dense_only)
-    assert r.returncode == 2 and "Qwen3-30B-A3B's comm-only one on loopback" in r.stderr, (
-        r.returncode,
-        r.stdout,
-        r.stderr,
-    )
+        r = run(bin_dir, *session_args("epyc_e", SESSION_LOGS[:4]), "--log", dense_only)
+    assert r.returncode == 2 and "Qwen3-30B-A3B's comm-only one on loopback" in r.stderr, (r.returncode, r.stderr)
 
 
 def main():
