@@ -88,6 +88,8 @@ NODES_RE = re.compile(
     r"sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| compute ([0-9.nan/]+)"
 )
 
+# The four step modes of a summary line, in its order.
+MODES = ("sequential", "pipelined", "comm", "compute")
 # shaped_net.py --loopback-only: every rank on the machine's unshaped lo, the four modes.
 LOOPBACK_RE = re.compile(
     r"^    loopback: sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| comm ([0-9.nan/]+) \| "
@@ -142,7 +144,7 @@ def parse_log(path):
                     model,
                     rate=m.group(1),
                     nodes=0,
-                    measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
+                    measured=dict(zip(MODES, values, strict=True)),
                 )
             )
         elif in_summary and model and (m := LOOPBACK_RE.match(line)):
@@ -153,7 +155,7 @@ def parse_log(path):
                     rate="loopback",
                     nodes=0,
                     loopback=True,
-                    measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
+                    measured=dict(zip(MODES, values, strict=True)),
                 )
             )
         elif in_summary and model and (m := NODES_BYTES_RE.match(line)):
@@ -169,7 +171,7 @@ def parse_log(path):
                     nodes=int(m.group(1)),
                     per_node=int(m.group(2)),
                     collectives=m.group(3),
-                    measured=dict(zip(("sequential", "pipelined", "comm", "compute"), values, strict=True)),
+                    measured=dict(zip(MODES, values, strict=True)),
                 )
             )
     shaped = [c for c in configs if not c.get("loopback")]
@@ -486,6 +488,13 @@ def main():
                     % (a.calibrate, ", ".join("%.4f at %d ranks" % (lo[n], n) for n in sorted(lo)))
                 )
 
+            if any(c.get("loopback") for c in configs) and not lo:
+                model = next(c["model"] for c in configs if c.get("loopback"))
+                raise BadInput(
+                    "%s on loopback: lo is fitted on --calibrate %s's comm-only one on loopback, and the logs have "
+                    "none" % (model, a.calibrate)
+                )
+
             def share(ranks, of):  # the CPU a rank moving bytes gets, with `ranks` of them, over the fit's
                 return core_share(ranks, a.host_cores) / core_share(of, a.host_cores)
 
@@ -509,11 +518,6 @@ def main():
             worst = worst_bytes = 0.0
             for c in configs:
                 if c.get("loopback"):
-                    if not lo:
-                        raise BadInput(
-                            "%s on loopback: lo is fitted on --calibrate %s's comm-only one on loopback, and the "
-                            "logs have none" % (c["model"], a.calibrate)
-                        )
                     # Every rank on the machine's lo, bound by its CPU; the collectives take that CPU too.
                     rate = lo_rate(c["ranks"])
                     path, _ = cluster_file(a.kernels, c["ranks"], a.host_cores, work, scales[c["ranks"]], rate, "-lo")
@@ -535,13 +539,13 @@ def main():
                 label = c["rate"]
                 if c["nodes"]:
                     label = "%s@%dx%d-%s" % (c["rate"], c["nodes"], c["per_node"], c["collectives"][:4])
-                terms = ["sequential", "pipelined", "comm", "compute"]
+                terms = list(MODES)
                 if "inter_node_mb" in c["measured"]:
                     terms.append("inter_node_mb")
+                calibrated_comm = c["ranks"] in lo if c.get("loopback") else c["ranks"] == fit_ranks
                 for term in terms:
                     m, q = c["measured"][term], pred.get(term, float("nan"))
                     err = 100.0 * (q - m) / m if m == m and m > 0 else float("nan")
-                    calibrated_comm = c["ranks"] in lo if c.get("loopback") else c["ranks"] == fit_ranks
                     fitted_term = (
                         c["model"] == a.calibrate
                         and not c["nodes"]

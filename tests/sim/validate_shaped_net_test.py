@@ -26,6 +26,12 @@ def run(bin_dir, *args):
     )
 
 
+def bytes_ratios(log):
+    """A --nodes log's hierarchical / flat inter-node bytes per model (the sequential mode's lines)."""
+    with open(log) as f:
+        return re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
+
+
 def two_nodes_of_four(bin_dir):
     """epyc_d_*: 2026-12-07 evening, the per-rank runs and two nodes of two ranks again, and two nodes of four
     (shaped_net.py --nodes 2 --ranks 8: each expert group has two ranks on each node, so it too has a level
@@ -34,8 +40,7 @@ def two_nodes_of_four(bin_dir):
     lo falls back to the link's CPU cap, which prices the hierarchical steps at four ranks per node 35-50 % high
     (epyc_e_* below has the loopback runs that fit it: docs/simulator.md, "Validation")."""
     log = os.path.join(DATA, "epyc_d_nodes2x4_shaped_net_1gbit.log")
-    with open(log) as f:
-        ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
+    ratios = bytes_ratios(log)
     assert len(ratios) == 2 and all(float(x) <= 0.70 for x in ratios), ratios  # part 4's goal, both models
     args = []
     for name in ("1gbit_4ranks", "2gbit_4ranks", "1gbit_2ranks", "2gbit_2ranks"):
@@ -123,8 +128,7 @@ def lo_from_loopback(bin_dir):
     assert {row[1] for row in steps if abs(float(row[5])) > 15} == {"2gbit@2x2-flat", "2gbit@2x4-flat"}, steps
     # The part 4 goal on the sessions' own runs: >= 30 % fewer bytes between the nodes.
     for prefix, rate in (("epyc_e", "1gbit"), ("epyc_f", "1gbit"), ("epyc_g", "2gbit")):
-        with open(os.path.join(DATA, "%s_nodes2x4_shaped_net_%s.log" % (prefix, rate))) as f:
-            ratios = re.findall(r"flat vs hierarchical, sequential: .*hierarchical / flat = ([0-9.]+) \(goal", f.read())
+        ratios = bytes_ratios(os.path.join(DATA, "%s_nodes2x4_shaped_net_%s.log" % (prefix, rate)))
         assert len(ratios) == 2 and all(float(x) <= 0.70 for x in ratios), (prefix, ratios)
     # Without the loopback logs the node's lo is the link's cap again, and the cap scales with the cores a rank
     # gets: the 2 x 4 hierarchical steps are 24-44 % high.
