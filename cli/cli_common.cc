@@ -132,6 +132,10 @@ void PlanFlags::Register(FlagSet& flags) {
   flags.String("tp-muon", &tp_muon,
                "with --tp: distributed (one tp rank orthogonalises each split matrix) | duplicated (every one) | "
                "sharded (every tp rank its shard, Gram matrices all-reduced)");
+  flags.String("muon-reduce", &muon_reduce,
+               "owner (each Muon bucket reduced to its owner, broadcast back) | scatter-rounds (tp 1: a group's "
+               "buckets of distinct owners reduce-scattered and all-gathered together; planned and simulated, "
+               "workers do not run it yet)");
   flags.String("policy", &policy, "partition policy: seed | seed-all | balanced");
   flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
   flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");
@@ -174,6 +178,13 @@ absl::StatusOr<v1::TpMuonMode> ParseTpMuon(const std::string& name) {
       absl::StrCat("flag --tp-muon: \"", name, "\" is not one of distributed, duplicated, sharded"));
 }
 
+absl::StatusOr<v1::MuonReduce> ParseMuonReduce(const std::string& name) {
+  if (name == "owner") return v1::MUON_REDUCE_TO_OWNER;
+  if (name == "scatter-rounds") return v1::MUON_REDUCE_SCATTER_ROUNDS;
+  return absl::InvalidArgumentError(
+      absl::StrCat("flag --muon-reduce: \"", name, "\" is not one of owner, scatter-rounds"));
+}
+
 absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   if (manifest.empty()) return absl::InvalidArgumentError("flag --manifest is required");
   if (world_size <= 0) return absl::InvalidArgumentError("flag --world-size is required and must be >= 1");
@@ -184,6 +195,11 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   if (tp < 1) return absl::InvalidArgumentError(absl::StrCat("flag --tp: must be >= 1, got ", tp));
   const absl::StatusOr<v1::TpMuonMode> mode = ParseTpMuon(tp_muon);
   if (!mode.ok()) return mode.status();
+  const absl::StatusOr<v1::MuonReduce> muon_reduce_mode = ParseMuonReduce(muon_reduce);
+  if (!muon_reduce_mode.ok()) return muon_reduce_mode.status();
+  if (*muon_reduce_mode == v1::MUON_REDUCE_SCATTER_ROUNDS && tp > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("flag --muon-reduce: scatter-rounds needs --tp 1, got --tp ", tp));
+  }
   if (comm_buffer_mb <= 0) return absl::InvalidArgumentError("flag --comm-buffer-mb: must be >= 1");
   if (ns_steps <= 0) return absl::InvalidArgumentError("flag --ns-steps: must be >= 1");
   if (gpus_per_node < 0) {
@@ -205,6 +221,7 @@ absl::StatusOr<v1::PlanRequest> PlanFlags::ToRequest() const {
   policy_proto->set_ns_steps(ns_steps);
   policy_proto->set_per_dtype(per_dtype);
   if (tp > 1) policy_proto->set_tp_muon(*mode);
+  if (*muon_reduce_mode != v1::MUON_REDUCE_TO_OWNER) policy_proto->set_muon_reduce(*muon_reduce_mode);
   for (const std::string& e : exclude) policy_proto->add_muon_exclude_patterns(e);
   if (!device_memory.empty()) {
     absl::StatusOr<std::vector<int64_t>> sizes = ParseByteSizeList(device_memory);

@@ -91,6 +91,7 @@ struct PlanFlags {
   int ep = 1;
   int tp = 1;
   std::string tp_muon = "distributed";
+  std::string muon_reduce = "owner";
   std::string policy = "seed";
   int comm_buffer_mb = 256;
   int ns_steps = 5;
@@ -107,6 +108,8 @@ struct PlanFlags {
 absl::StatusOr<v1::Policy> ParsePolicy(const std::string& name);
 // --tp-muon: distributed | duplicated | sharded.
 absl::StatusOr<v1::TpMuonMode> ParseTpMuon(const std::string& name);
+// --muon-reduce: owner | scatter-rounds.
+absl::StatusOr<v1::MuonReduce> ParseMuonReduce(const std::string& name);
 
 // After `status` refused `request` because a rank does not fit its device
 // memory (planner::IsFitError), prints on stderr the smallest world size that

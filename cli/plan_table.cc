@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "plan/model.h"
+#include "plan/muon_rounds.h"
 #include "plan/ns_blocks.h"
 
 namespace muonshard::cli {
@@ -73,6 +74,27 @@ void PrintTpSummary(const v1::Plan& plan, std::ostream& out) {
   }
   out << absl::StrFormat("tensor parallel  tp %d  %s  TP bytes per step %s MiB (busiest rank sends+receives %s MiB)\n",
                          plan.topology().tp(), v1::TpMuonMode_Name(plan.policy().tp_muon()), Mib(total), Mib(busiest));
+}
+
+// NOTE [Muon scatter rounds]: how many of the shared groups' Muon buckets
+// go in rounds, and in how many.
+void PrintMuonRounds(const v1::Plan& plan, std::ostream& out) {
+  const absl::StatusOr<std::vector<std::vector<planner::MuonRound>>> rounds = planner::MuonScatterRoundsOf(plan);
+  if (!rounds.ok()) {
+    out << "muon reduce      scatter rounds: " << rounds.status().message() << "\n";
+    return;
+  }
+  int scatter = 0, in_rounds = 0, to_owner = 0;
+  for (const std::vector<planner::MuonRound>& of_group : *rounds) {
+    for (const planner::MuonRound& round : of_group) {
+      const int n = static_cast<int>(round.buckets.size());
+      (round.scatter ? in_rounds : to_owner) += n;
+      scatter += round.scatter;
+    }
+  }
+  out << absl::StrFormat(
+      "muon reduce      scatter rounds: %s shared Muon buckets in %s reduce-scatters, %s to their owners\n",
+      WithThousands(in_rounds), WithThousands(scatter), WithThousands(to_owner));
 }
 
 // Per-block Newton-Schulz: the tensors with blocks, one row per kind
@@ -181,6 +203,7 @@ void PrintPlanSummary(const v1::Plan& plan, std::ostream& out) {
       s.max_over_mean_ns_flops(), s.max_over_lb_ns_flops());
   PrintMemorySummary(plan, out);
   if (plan.topology().tp() > 1) PrintTpSummary(plan, out);
+  if (plan.policy().muon_reduce() == v1::MUON_REDUCE_SCATTER_ROUNDS) PrintMuonRounds(plan, out);
   PrintNsBlocks(plan, out);
 }
 

@@ -58,6 +58,7 @@ void RegisterPlanInputs(FlagSet& flags, PlanFlags& p) {
   flags.Int("tp", &p.tp, "with --manifest: tensor parallel degree");
   flags.String("tp-muon", &p.tp_muon, "with --manifest and --tp: distributed | duplicated | sharded");
   flags.String("policy", &p.policy, "with --manifest: seed | seed-all | balanced");
+  flags.String("muon-reduce", &p.muon_reduce, "with --manifest: owner | scatter-rounds (tp 1)");
   flags.Int("comm-buffer-mb", &p.comm_buffer_mb, "with --manifest: fusion bucket size in MiB");
   flags.Int("ns-steps", &p.ns_steps, "with --manifest: Newton-Schulz iterations in the FLOP model");
   flags.Bool("per-dtype", &p.per_dtype, "with --manifest: partition Muon tensors of each dtype separately");
@@ -216,23 +217,26 @@ class PlanSource {
   absl::StatusOr<const v1::Plan*> Of(v1::Policy policy) {
     auto it = plans_.find(policy);
     if (it != plans_.end()) return &it->second;
-    MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, Load(policy, f_.plan_flags.tp_muon));
+    MUONSHARD_ASSIGN_OR_RETURN(v1::Plan plan, Load(policy, f_.plan_flags.tp_muon, f_.plan_flags.muon_reduce));
     return &plans_.emplace(policy, std::move(plan)).first->second;
   }
 
   // The seed plan Paddle runs: TP-split matrices gathered to one tp rank
-  // (Paddle has no sharded Newton-Schulz), so under --tp-muon sharded the
-  // job planned again with the distributed mode.
+  // (Paddle has no sharded Newton-Schulz) and every Muon bucket reduced to
+  // its owner, so under --tp-muon sharded or --muon-reduce scatter-rounds the
+  // job planned again with the distributed mode and owners.
   absl::StatusOr<const v1::Plan*> PaddleSeed() {
     MUONSHARD_ASSIGN_OR_RETURN(const v1::Plan* seed, Of(v1::SEED));
-    if (seed->policy().tp_muon() != v1::TP_MUON_SHARDED) return seed;
+    const bool rounds = seed->policy().muon_reduce() == v1::MUON_REDUCE_SCATTER_ROUNDS;
+    if (seed->policy().tp_muon() != v1::TP_MUON_SHARDED && !rounds) return seed;
     if (!paddle_.has_value()) {
       if (!f_.plan.empty()) {
-        return absl::InvalidArgumentError(
-            "flag --strategies: paddle-seed of a TP_MUON_SHARDED plan file needs --manifest (Paddle gathers "
-            "TP-split matrices)");
+        return absl::InvalidArgumentError(absl::StrCat(
+            "flag --strategies: paddle-seed of a ", rounds ? "MUON_REDUCE_SCATTER_ROUNDS" : "TP_MUON_SHARDED",
+            " plan file needs --manifest (Paddle ",
+            rounds ? "reduces each bucket to its owner" : "gathers TP-split matrices", ")"));
       }
-      MUONSHARD_ASSIGN_OR_RETURN(paddle_, Load(v1::SEED, "distributed"));
+      MUONSHARD_ASSIGN_OR_RETURN(paddle_, Load(v1::SEED, "distributed", "owner"));
     }
     return &*paddle_;
   }
@@ -250,7 +254,7 @@ class PlanSource {
   }
 
  private:
-  absl::StatusOr<v1::Plan> Load(v1::Policy policy, const std::string& tp_muon) {
+  absl::StatusOr<v1::Plan> Load(v1::Policy policy, const std::string& tp_muon, const std::string& muon_reduce) {
     v1::Plan plan;
     if (!f_.plan.empty()) {
       MUONSHARD_RETURN_IF_ERROR(ReadMessageFile(f_.plan, &plan));
@@ -263,6 +267,7 @@ class PlanSource {
       PlanFlags p = f_.plan_flags;
       p.policy = absl::AsciiStrToLower(v1::Policy_Name(policy));
       p.tp_muon = tp_muon;
+      p.muon_reduce = muon_reduce;
       MUONSHARD_ASSIGN_OR_RETURN(const v1::PlanRequest request, p.ToRequest());
       absl::StatusOr<v1::Plan> computed = planner::ComputePlan(request);
       if (!computed.ok()) {

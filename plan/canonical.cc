@@ -24,6 +24,14 @@ absl::StatusOr<v1::PlanPolicy> CanonicalPolicy(const v1::PlanPolicy& in, int tp)
   } else if (p.tp_muon() == v1::TP_MUON_UNSPECIFIED) {
     p.set_tp_muon(v1::TP_MUON_DISTRIBUTED);
   }
+  if (!v1::MuonReduce_IsValid(p.muon_reduce())) {
+    return absl::InvalidArgumentError(absl::StrCat("policy.muon_reduce: unknown value ", p.muon_reduce()));
+  }
+  if (p.muon_reduce() == v1::MUON_REDUCE_TO_OWNER) p.clear_muon_reduce();  // the default hashes as before
+  if (p.muon_reduce() == v1::MUON_REDUCE_SCATTER_ROUNDS && tp > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("policy.muon_reduce: MUON_REDUCE_SCATTER_ROUNDS needs tp = 1, got tp ", tp));
+  }
   if (!v1::Policy_IsValid(p.policy())) {
     return absl::InvalidArgumentError(absl::StrCat("policy.policy: unknown value ", p.policy()));
   }

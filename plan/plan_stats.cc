@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "plan/model.h"
+#include "plan/muon_rounds.h"
 #include "plan/ns_blocks.h"
 
 namespace muonshard::planner {
@@ -54,7 +55,27 @@ void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
   // Every rank of a group moves every Muon bucket of the group: sum per
   // group first (thousands of buckets x up to 1,024 ranks otherwise).
   std::vector<int64_t> group_reduce(plan.groups_size(), 0), group_broadcast(plan.groups_size(), 0);
-  for (const v1::MuonBucket& b : plan.muon_buckets()) {
+  std::vector<int64_t> group_scatter(plan.groups_size(), 0), group_gather(plan.groups_size(), 0);
+  std::vector<bool> in_round(plan.muon_buckets_size(), false);
+  // NOTE [Muon scatter rounds]: a round's buckets are handed to one
+  // reduce-scatter and one all-gather, every segment as large as its largest.
+  const absl::StatusOr<std::vector<std::vector<MuonRound>>> rounds = MuonScatterRoundsOf(plan);
+  for (int gi = 0; rounds.ok() && gi < static_cast<int>(rounds->size()); ++gi) {
+    for (const MuonRound& round : (*rounds)[gi]) {
+      if (!round.scatter) continue;
+      int64_t largest = 0;
+      for (int b : round.buckets) {
+        in_round[b] = true;
+        largest = std::max(largest, plan.muon_buckets(b).numel());
+      }
+      const int64_t padded = largest * plan.groups(gi).ranks_size();
+      group_scatter[gi] += padded * grad_esize;
+      group_gather[gi] += padded * DTypeSize(plan.muon_buckets(round.buckets[0]).dtype());
+    }
+  }
+  for (int i = 0; i < plan.muon_buckets_size(); ++i) {
+    const v1::MuonBucket& b = plan.muon_buckets(i);
+    if (in_round[i]) continue;
     group_reduce[b.group()] += b.numel() * grad_esize;
     group_broadcast[b.group()] += b.numel() * DTypeSize(b.dtype());
   }
@@ -64,6 +85,8 @@ void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
     for (int rank : g.ranks()) {
       totals[rank].grad_reduce_bytes += group_reduce[gi];
       totals[rank].param_broadcast_bytes += group_broadcast[gi];
+      totals[rank].grad_reduce_scatter_bytes += group_scatter[gi];
+      totals[rank].param_all_gather_bytes += group_gather[gi];
     }
   }
   std::vector<int64_t> adamw_state_bytes(totals.size(), 0);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/muon_rounds.h"
 #include "plan/ns_batches.h"
 #include "plan/ns_blocks.h"
 #include "plan/plan_stats.h"
@@ -135,13 +136,6 @@ struct PlanIndex {
   absl::flat_hash_map<int, int> group_of_id;
 };
 
-template <typename Entries>
-int LastTensor(const Entries& entries) {
-  int last = -1;
-  for (const v1::BucketEntry& e : entries) last = std::max(last, e.tensor());
-  return last;
-}
-
 absl::Status IndexGroups(const v1::Plan& plan, PlanIndex& x) {
   x.world_size = plan.topology().world_size() > 0 ? plan.topology().world_size() : plan.ranks_size();
   x.gpus_per_node = plan.topology().gpus_per_node();
@@ -183,7 +177,7 @@ absl::Status IndexBuckets(const v1::Plan& plan, PlanIndex& x) {
     }
     x.muon_group.push_back(g);
     x.muon_root.push_back(static_cast<int>(owner - members.begin()));
-    x.muon_last.push_back(LastTensor(mb.entries()));
+    x.muon_last.push_back(planner::LastTensorOf(mb.entries()));
     x.group_buckets[g].push_back({true, b});
   }
   for (int b = 0; b < plan.adamw_buckets_size(); ++b) {
@@ -195,7 +189,7 @@ absl::Status IndexBuckets(const v1::Plan& plan, PlanIndex& x) {
                                                      " shard offsets for a group of ", x.groups[g].size()));
     }
     x.adamw_group.push_back(g);
-    x.adamw_last.push_back(LastTensor(ab.entries()));
+    x.adamw_last.push_back(planner::LastTensorOf(ab.entries()));
     x.group_buckets[g].push_back({false, b});
   }
   return absl::OkStatus();
@@ -277,9 +271,21 @@ class Builder {
     if (buckets.size() > 1) absl::StrAppend(&name, "+", buckets.size() - 1);
     return name;
   }
+  int64_t LargestBucket(const std::vector<int>& buckets) const {
+    int64_t largest = 0;
+    for (int b : buckets) largest = std::max(largest, plan_.muon_buckets(b).numel());
+    return largest;
+  }
   int GroupOfKey(const BucketKey& k) const { return k.muon ? x_.muon_group[k.index] : x_.adamw_group[k.index]; }
   bool Shared(int group) const { return x_.groups[group].size() > 1; }
   std::vector<BucketKey> HandOffOrder(int group) const;
+  // HandOffOrder(group) with the buckets of a scatter round (NOTE [Muon
+  // scatter rounds]) stood for by the round's last one there.
+  std::vector<BucketKey> CommOrder(int group) const;
+  absl::Status IndexScatterRounds();
+  // The Muon buckets a reduce or sync op of `k` moves: its scatter round's,
+  // or itself.
+  std::vector<int> MovedWith(const BucketKey& k) const;
   void OrderExchanges();
 
   int ReduceOp(const BucketKey& k);
@@ -315,6 +321,10 @@ class Builder {
   std::vector<absl::flat_hash_map<int, int>> exchange_round_of_;
   std::map<std::pair<int, int>, Exchange> exchanges_;
   int next_call_group_ = 0;  // StepOp::call_group
+  // MUON_REDUCE_SCATTER_ROUNDS: each Muon bucket's scatter round (-1: it
+  // goes to its owner), and each round's buckets in segment order.
+  std::vector<int> scatter_round_of_;
+  std::vector<std::vector<int>> scatter_rounds_;
 };
 
 std::vector<BucketKey> Builder::HandOffOrder(int group) const {
@@ -326,6 +336,37 @@ std::vector<BucketKey> Builder::HandOffOrder(int group) const {
     });
   }
   return keys;
+}
+
+std::vector<BucketKey> Builder::CommOrder(int group) const {
+  std::vector<BucketKey> keys = HandOffOrder(group);
+  std::vector<int> left(scatter_rounds_.size());
+  for (size_t r = 0; r < left.size(); ++r) left[r] = static_cast<int>(scatter_rounds_[r].size());
+  std::vector<BucketKey> out;
+  for (const BucketKey& k : keys) {
+    const int round = k.muon ? scatter_round_of_[k.index] : -1;
+    if (round < 0 || --left[round] == 0) out.push_back(k);
+  }
+  return out;
+}
+
+absl::Status Builder::IndexScatterRounds() {
+  scatter_round_of_.assign(plan_.muon_buckets_size(), -1);
+  MUONSHARD_ASSIGN_OR_RETURN(const std::vector<std::vector<planner::MuonRound>> rounds,
+                             planner::MuonScatterRoundsOf(plan_));
+  for (const std::vector<planner::MuonRound>& of_group : rounds) {
+    for (const planner::MuonRound& round : of_group) {
+      if (!round.scatter) continue;
+      for (int b : round.buckets) scatter_round_of_[b] = static_cast<int>(scatter_rounds_.size());
+      scatter_rounds_.push_back(round.buckets);
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int> Builder::MovedWith(const BucketKey& k) const {
+  if (!k.muon || scatter_round_of_[k.index] < 0) return {k.index};
+  return scatter_rounds_[scatter_round_of_[k.index]];
 }
 
 // The same rounds in both schedules, as the worker runs them.
@@ -344,6 +385,14 @@ int Builder::ReduceOp(const BucketKey& k) {
   StepOp op;
   op.phase = Phase::kReduce;
   op.group = GroupOfKey(k);
+  if (k.muon && scatter_round_of_[k.index] >= 0) {
+    // A scatter round: its segments at the pace of the largest.
+    const std::vector<int> round = MovedWith(k);
+    op.kind = OpKind::kReduceScatter;
+    op.bytes = static_cast<int64_t>(x_.groups[op.group].size()) * LargestBucket(round) * planner::DTypeSize(grad_);
+    op.label = absl::StrCat("reduce_scatter ", RoundName(round));
+    return p_.AddOp(std::move(op));
+  }
   if (k.muon) {
     op.kind = OpKind::kReduce;
     op.root = x_.muon_root[k.index];
@@ -360,6 +409,15 @@ int Builder::SyncOp(const BucketKey& k, std::vector<int> deps) {
   StepOp op;
   op.phase = Phase::kSync;
   op.group = GroupOfKey(k);
+  if (k.muon && scatter_round_of_[k.index] >= 0) {
+    const std::vector<int> round = MovedWith(k);
+    op.kind = OpKind::kAllGather;
+    op.bytes = static_cast<int64_t>(x_.groups[op.group].size()) * LargestBucket(round) *
+               planner::DTypeSize(plan_.muon_buckets(k.index).dtype());
+    op.label = absl::StrCat("all_gather ", RoundName(round));
+    op.deps = std::move(deps);
+    return p_.AddOp(std::move(op));
+  }
   if (k.muon) {
     const v1::MuonBucket& b = plan_.muon_buckets(k.index);
     op.kind = OpKind::kBroadcast;
@@ -583,7 +641,7 @@ absl::Status Builder::BuildSequential() {
   }
   for (size_t g = 0; g < x_.groups.size(); ++g) {
     if (!Shared(g)) continue;
-    for (const BucketKey& k : x_.group_buckets[g]) {
+    for (const BucketKey& k : CommOrder(g)) {
       const int op = ReduceOp(k);
       for (int m : x_.groups[g]) p_.Append(lane_of_rank_[m], op, true);
     }
@@ -611,7 +669,7 @@ absl::Status Builder::BuildSequential() {
   }
   for (size_t g = 0; g < x_.groups.size(); ++g) {
     if (!Shared(g)) continue;
-    for (const BucketKey& k : x_.group_buckets[g]) {
+    for (const BucketKey& k : CommOrder(g)) {
       const int op = SyncOp(k, {});
       for (int m : x_.groups[g]) p_.Append(lane_of_rank_[m], op, true);
     }
@@ -655,9 +713,13 @@ absl::Status Builder::BuildPipelined() {
   for (size_t g = 0; g < x_.groups.size(); ++g) {
     if (!Shared(g) || x_.group_buckets[g].empty()) continue;  // TP groups exchange on the compute lanes
     comm_lane[g] = p_.AddLane({absl::StrCat("comm g", plan_.groups(g).id()), x_.groups[g], LaneOrder::kInOrder, {}});
-    for (const BucketKey& k : HandOffOrder(g)) {
+    for (const BucketKey& k : CommOrder(g)) {
       const int op = ReduceOp(k);
-      (k.muon ? muon_reduce : adamw_reduce)[k.index] = op;
+      if (k.muon) {
+        for (int b : MovedWith(k)) muon_reduce[b] = op;
+      } else {
+        adamw_reduce[k.index] = op;
+      }
       p_.Append(comm_lane[g], op, true);
     }
   }
@@ -674,9 +736,13 @@ absl::Status Builder::BuildPipelined() {
   }
   for (size_t g = 0; g < x_.groups.size(); ++g) {
     if (comm_lane[g] < 0) continue;
-    for (const BucketKey& k : HandOffOrder(g)) {
+    for (const BucketKey& k : CommOrder(g)) {
       std::vector<int> deps = k.muon ? std::vector<int>{} : adamw_done[k.index];
-      if (k.muon && muon_done[k.index] >= 0) deps.push_back(muon_done[k.index]);
+      if (k.muon) {
+        for (int b : MovedWith(k)) {
+          if (muon_done[b] >= 0) deps.push_back(muon_done[b]);
+        }
+      }
       p_.Append(comm_lane[g], SyncOp(k, std::move(deps)), true);
     }
   }
@@ -689,6 +755,7 @@ absl::StatusOr<StepProgram> Builder::Build() {
   p_.gpus_per_node = x_.gpus_per_node;
   p_.groups = x_.groups;
   OrderExchanges();
+  MUONSHARD_RETURN_IF_ERROR(IndexScatterRounds());
   MUONSHARD_RETURN_IF_ERROR(schedule_ == Schedule::kSequential ? BuildSequential() : BuildPipelined());
   return std::move(p_);
 }

@@ -255,6 +255,37 @@ TEST(SimulateCliTest, PaddleGathersTpShardsWhateverTheTpMode) {
   EXPECT_NE(StepOf(json["sharded"], "muonshard-seed"), StepOf(json["distributed"], "muonshard-seed"));
 }
 
+// Paddle reduces every Muon bucket to its owner, so --muon-reduce
+// scatter-rounds changes muonshard's step and not Paddle's.
+TEST(SimulateCliTest, PaddleReducesToOwnersWhateverTheMuonReduce) {
+  const std::string args =
+      absl::StrCat("simulate --cluster h200 --gpus-per-node 1 --format json --schedule sequential ",
+                   "--strategies muonshard-seed,paddle-seed --manifest ",
+                   Write("sim_rounds.json", *ToJson(testing::DenseManifest(4, 256, 512, 1000))),
+                   " --world-size 4 --comm-buffer-mb 1 --muon-reduce ");
+  std::map<std::string, google::protobuf::Struct> json;
+  for (const char* mode : {"owner", "scatter-rounds"}) {
+    CommandResult r = RunCtl(args + mode);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &json[mode]).ok()) << r.out;
+  }
+  EXPECT_EQ(StepOf(json["scatter-rounds"], "paddle-seed"), StepOf(json["owner"], "paddle-seed"));
+  EXPECT_LT(StepOf(json["scatter-rounds"], "muonshard-seed"), StepOf(json["owner"], "muonshard-seed"));
+
+  CommandResult r = RunCtl(absl::StrCat("plan --manifest ", Manifest(), " --world-size 4 --ep 2 --comm-buffer-mb 1 ",
+                                        "--muon-reduce scatter-rounds"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("muon reduce +scatter rounds: [0-9]+ shared Muon buckets in [0-9]+ "
+                                              "reduce-scatters, [0-9]+ to their owners"));
+
+  r = RunCtl(absl::StrCat("simulate --cluster h200 ", PlanArgs(), " --muon-reduce scatter"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --muon-reduce: \"scatter\" is not one of owner, scatter-rounds"));
+  r = RunCtl(absl::StrCat("plan --manifest ", Manifest(), " --world-size 4 --tp 2 --muon-reduce scatter-rounds"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("flag --muon-reduce: scatter-rounds needs --tp 1, got --tp 2"));
+}
+
 TEST(SimulateCliTest, BadStrategiesExitTwoNamingThem) {
   CommandResult r = RunCtl(absl::StrCat("simulate --cluster h200 --strategies foo,zero1-muon,megatron ", PlanArgs()));
   EXPECT_EQ(r.exit_code, 2);

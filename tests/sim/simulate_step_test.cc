@@ -97,8 +97,17 @@ void ExpectThePlansBytes(const v1::Plan& plan, const StepResult& r) {
   }
 }
 
+// DensePlan's model with its Muon buckets in scatter rounds (NOTE [Muon
+// scatter rounds] in plan/muon_rounds.h).
+v1::Plan ScatterRoundsPlan(int world, v1::Policy policy = v1::BALANCED) {
+  v1::PlanRequest request = MakeRequest(testing::DenseManifest(4, 256, 512, 1000), world, 1, 1, policy, 1);
+  request.mutable_policy()->set_muon_reduce(v1::MUON_REDUCE_SCATTER_ROUNDS);
+  return PlanOf(request);
+}
+
 std::vector<std::pair<std::string, v1::Plan>> Plans() {
   return {{"dense seed", DensePlan(4, v1::SEED)},
+          {"dense scatter rounds", ScatterRoundsPlan(4)},
           {"dense balanced", DensePlan(4)},
           {"moe ep 2", MoePlan(4, 2)},
           {"tp 2 distributed", TpPlan(4, 2, v1::TP_MUON_DISTRIBUTED)},
@@ -135,6 +144,46 @@ TEST(SimulateStepTest, PipelinedIsNeverSlowerAndBytesAreThePlans) {
           EXPECT_NEAR(seq.ranks[r].wire_bytes[1], pipe.ranks[r].wire_bytes[1], 1e-3);
         }
       }
+    }
+  }
+}
+
+TEST(SimulateStepTest, ScatterRoundsReduceScatterBucketsOfDistinctOwnersTogether) {
+  for (const v1::Policy policy : {v1::SEED, v1::BALANCED}) {
+    const v1::Plan to_owner = DensePlan(4, policy);
+    const v1::Plan rounds = ScatterRoundsPlan(4, policy);
+    ASSERT_EQ(rounds.muon_buckets_size(), to_owner.muon_buckets_size());
+    for (const Schedule schedule : {Schedule::kSequential, Schedule::kPipelined}) {
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(const StepProgram a, BuildPlanProgram(to_owner, schedule));
+      MUONSHARD_ASSERT_OK_AND_ASSIGN(const StepProgram b, BuildPlanProgram(rounds, schedule));
+      int reduces = 0, muon_scatters = 0, gathers = 0;
+      for (const StepOp& op : b.ops) {
+        reduces += op.kind == OpKind::kReduce;
+        muon_scatters += op.kind == OpKind::kReduceScatter && op.label.rfind("reduce_scatter M", 0) == 0;
+        gathers += op.kind == OpKind::kAllGather && op.label.rfind("all_gather M", 0) == 0;
+      }
+      int reduces_before = 0;
+      for (const StepOp& op : a.ops) reduces_before += op.kind == OpKind::kReduce;
+      EXPECT_GT(muon_scatters, 0);
+      EXPECT_EQ(gathers, muon_scatters);
+      EXPECT_LT(reduces, reduces_before);
+    }
+    // A round's reduce-scatter and all-gather take less time than its
+    // buckets' reduces and broadcasts, one after another.
+    for (int gpus_per_node : {1, 2}) {
+      ClusterSpec c = *Preset("h200");
+      c.gpus_per_node = gpus_per_node;
+      const StepResult owner_step = Simulate(to_owner, c, Schedule::kSequential);
+      const StepResult round_step = Simulate(rounds, c, Schedule::kSequential);
+      ExpectThePlansBytes(rounds, round_step);
+      double before = 0, after = 0;
+      for (size_t r = 0; r < owner_step.ranks.size(); ++r) {
+        for (const Phase phase : {Phase::kReduce, Phase::kSync}) {
+          before += owner_step.ranks[r].busy_seconds[static_cast<int>(phase)];
+          after += round_step.ranks[r].busy_seconds[static_cast<int>(phase)];
+        }
+      }
+      EXPECT_LT(after, before) << v1::Policy_Name(policy) << ", " << gpus_per_node << " per node";
     }
   }
 }

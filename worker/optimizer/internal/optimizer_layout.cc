@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "plan/model.h"
+#include "plan/muon_rounds.h"
 #include "plan/tp_mesh.h"
 #include "worker/optimizer/internal/bucket_split.h"
 
@@ -25,17 +26,17 @@ absl::StatusOr<v1::RankView> ViewInPieces(const v1::RankView& view, int64_t muon
   return SplitMuonBuckets(view, muon_piece_bytes);
 }
 
-template <typename Entries>
-int LastTensorOf(const Entries& entries) {
-  int last = -1;
-  for (const v1::BucketEntry& e : entries) last = std::max(last, e.tensor());
-  return last;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<OptimizerLayout>> OptimizerLayout::Create(const v1::RankView& view,
                                                                          int64_t muon_piece_bytes) {
+  if (view.policy().muon_reduce() == v1::MUON_REDUCE_SCATTER_ROUNDS) {
+    // NOTE [Muon scatter rounds]: planned and simulated; the step does not
+    // run them yet, and reducing to the owners instead would not be the plan.
+    return absl::UnimplementedError(
+        "rank view: policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS is not run by this worker; plan with "
+        "--muon-reduce owner");
+  }
   MUONSHARD_ASSIGN_OR_RETURN(v1::RankView pieces, ViewInPieces(view, muon_piece_bytes));
   const v1::DType grad_dtype = planner::GradDType(pieces.policy());
   if (planner::DTypeSize(grad_dtype) == 0) {
@@ -109,8 +110,8 @@ std::vector<BucketKey> OptimizerLayout::GroupBuckets(int group) const {
 }
 
 int OptimizerLayout::LastTensor(const BucketKey& key) const {
-  return key.muon ? LastTensorOf(view_.muon_buckets(key.bucket).entries())
-                  : LastTensorOf(view_.adamw_buckets(key.bucket).entries());
+  return key.muon ? planner::LastTensorOf(view_.muon_buckets(key.bucket).entries())
+                  : planner::LastTensorOf(view_.adamw_buckets(key.bucket).entries());
 }
 
 }  // namespace muonshard::worker::internal
