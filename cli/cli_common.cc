@@ -134,8 +134,7 @@ void PlanFlags::Register(FlagSet& flags) {
                "sharded (every tp rank its shard, Gram matrices all-reduced)");
   flags.String("muon-reduce", &muon_reduce,
                "owner (each Muon bucket reduced to its owner, broadcast back) | scatter-rounds (tp 1: a group's "
-               "buckets of distinct owners reduce-scattered and all-gathered together; planned and simulated, "
-               "workers do not run it yet)");
+               "buckets of distinct owners reduce-scattered and all-gathered together)");
   flags.String("policy", &policy, "partition policy: seed | seed-all | balanced");
   flags.Int("comm-buffer-mb", &comm_buffer_mb, "fusion bucket size in MiB");
   flags.Int("ns-steps", &ns_steps, "Newton-Schulz iterations in the FLOP model");

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "plan/model.h"
+#include "plan/muon_rounds.h"
 #include "plan/plan_stats.h"
 #include "plan/tp_rounds.h"
 
@@ -25,7 +26,18 @@ struct GroupBuffers {
 std::vector<GroupBuffers> BuffersPerGroup(const v1::Plan& plan) {
   const int grad_size = DTypeSize(plan.policy().grad_dtype());
   std::vector<GroupBuffers> out(plan.groups_size());
-  for (const v1::MuonBucket& b : plan.muon_buckets()) {
+  // NOTE [Muon scatter rounds]: a round's buckets lie in one buffer of a
+  // segment (its largest bucket) per member, and the reduced segment has one
+  // of its own (internal::GradientBuffers, ParameterBuffers).
+  std::vector<bool> in_round;
+  for (const ScatterRoundSize& r : ScatterRoundSizes(plan, &in_round)) {
+    const int64_t members = plan.groups(r.group).ranks_size();
+    out[r.group].model += members * r.segment * DTypeSize(r.dtype);
+    out[r.group].grad += (members + 1) * r.segment * grad_size;
+  }
+  for (int i = 0; i < plan.muon_buckets_size(); ++i) {
+    const v1::MuonBucket& b = plan.muon_buckets(i);
+    if (in_round[i]) continue;
     out[b.group()].model += b.numel() * DTypeSize(b.dtype());
     out[b.group()].grad += b.numel() * grad_size;
   }

@@ -102,4 +102,23 @@ absl::StatusOr<std::vector<std::vector<MuonRound>>> MuonScatterRoundsOf(const v1
   return out;
 }
 
+std::vector<ScatterRoundSize> ScatterRoundSizes(const v1::Plan& plan, std::vector<bool>* in_round) {
+  in_round->assign(plan.muon_buckets_size(), false);
+  std::vector<ScatterRoundSize> out;
+  const absl::StatusOr<std::vector<std::vector<MuonRound>>> rounds = MuonScatterRoundsOf(plan);
+  if (!rounds.ok()) return out;
+  for (int g = 0; g < static_cast<int>(rounds->size()); ++g) {
+    for (const MuonRound& round : (*rounds)[g]) {
+      if (!round.scatter) continue;
+      ScatterRoundSize size{g, 0, plan.muon_buckets(round.buckets[0]).dtype()};
+      for (int b : round.buckets) {
+        (*in_round)[b] = true;
+        size.segment = std::max(size.segment, plan.muon_buckets(b).numel());
+      }
+      out.push_back(size);
+    }
+  }
+  return out;
+}
+
 }  // namespace muonshard::planner

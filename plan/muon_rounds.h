@@ -63,6 +63,19 @@ int LastTensorOf(const google::protobuf::RepeatedPtrField<v1::BucketEntry>& entr
 // whose group or owner does not resolve.
 absl::StatusOr<std::vector<std::vector<MuonRound>>> MuonScatterRoundsOf(const v1::Plan& plan);
 
+// A scatter round of a plan as its byte counts and memory terms see it: one
+// buffer of `segment` elements per member of group `group` (a position in
+// plan.groups()), in `dtype`.
+struct ScatterRoundSize {
+  int group = 0;
+  int64_t segment = 0;  // its largest bucket's numel
+  v1::DType dtype = v1::DTYPE_UNSPECIFIED;
+};
+// The rounds of MuonScatterRoundsOf(plan) that scatter, and per Muon bucket
+// (`in_round`, resized to plan.muon_buckets_size()) whether one holds it.
+// None when the plan's references do not resolve (ValidatePlan names them).
+std::vector<ScatterRoundSize> ScatterRoundSizes(const v1::Plan& plan, std::vector<bool>* in_round);
+
 }  // namespace muonshard::planner
 
 #endif  // MUONSHARD_PLAN_MUON_ROUNDS_H_

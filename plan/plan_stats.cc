@@ -56,22 +56,13 @@ void AddBucketTotals(const v1::Plan& plan, std::vector<RankTotals>& totals) {
   // group first (thousands of buckets x up to 1,024 ranks otherwise).
   std::vector<int64_t> group_reduce(plan.groups_size(), 0), group_broadcast(plan.groups_size(), 0);
   std::vector<int64_t> group_scatter(plan.groups_size(), 0), group_gather(plan.groups_size(), 0);
-  std::vector<bool> in_round(plan.muon_buckets_size(), false);
   // NOTE [Muon scatter rounds]: a round's buckets are handed to one
   // reduce-scatter and one all-gather, every segment as large as its largest.
-  const absl::StatusOr<std::vector<std::vector<MuonRound>>> rounds = MuonScatterRoundsOf(plan);
-  for (int gi = 0; rounds.ok() && gi < static_cast<int>(rounds->size()); ++gi) {
-    for (const MuonRound& round : (*rounds)[gi]) {
-      if (!round.scatter) continue;
-      int64_t largest = 0;
-      for (int b : round.buckets) {
-        in_round[b] = true;
-        largest = std::max(largest, plan.muon_buckets(b).numel());
-      }
-      const int64_t padded = largest * plan.groups(gi).ranks_size();
-      group_scatter[gi] += padded * grad_esize;
-      group_gather[gi] += padded * DTypeSize(plan.muon_buckets(round.buckets[0]).dtype());
-    }
+  std::vector<bool> in_round;
+  for (const ScatterRoundSize& r : ScatterRoundSizes(plan, &in_round)) {
+    const int64_t padded = r.segment * plan.groups(r.group).ranks_size();
+    group_scatter[r.group] += padded * grad_esize;
+    group_gather[r.group] += padded * DTypeSize(r.dtype);
   }
   for (int i = 0; i < plan.muon_buckets_size(); ++i) {
     const v1::MuonBucket& b = plan.muon_buckets(i);

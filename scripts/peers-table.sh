@@ -23,10 +23,13 @@ trap 'rm -rf "$work"' EXIT
 # llama and llamash: the same model, muonshard with each of its TP modes.
 declare -A CONFIG=([kimi]=Kimi-K2-Instruct [dsv3]=DeepSeek-V3 [qwen]=Qwen3-235B-A22B [llama]=Llama-3.1-405B
   [llamash]=Llama-3.1-405B)
+# The MoE rows (tp 1) with Muon scatter rounds (NOTE [Muon scatter rounds] in
+# plan/muon_rounds.h), where a round pays; the Llama rows run tp 8.
+R="--muon-reduce scatter-rounds"
 declare -A FLAGS=(
-  [kimi-256]="--pp 16 --ep 16" [kimi-1024]="--pp 16 --ep 16" [kimi-8192]="--pp 16 --ep 16"
-  [dsv3-256]="--pp 8 --ep 32" [dsv3-1024]="--pp 16 --ep 64" [dsv3-8192]="--pp 16 --ep 64"
-  [qwen-256]="--pp 8 --ep 32" [qwen-1024]="--pp 16 --ep 64" [qwen-8192]="--pp 16 --ep 64"
+  [kimi-256]="--pp 16 --ep 16 $R" [kimi-1024]="--pp 16 --ep 16 $R" [kimi-8192]="--pp 16 --ep 16 $R"
+  [dsv3-256]="--pp 8 --ep 32 $R" [dsv3-1024]="--pp 16 --ep 64 $R" [dsv3-8192]="--pp 16 --ep 64 $R"
+  [qwen-256]="--pp 8 --ep 32 $R" [qwen-1024]="--pp 16 --ep 64 $R" [qwen-8192]="--pp 16 --ep 64 $R"
   [llama-256]="--tp 8 --pp 16 --tp-muon distributed" [llama-1024]="--tp 8 --pp 16 --tp-muon distributed"
   [llama-8192]="--tp 8 --pp 16 --tp-muon distributed"
   [llamash-256]="--tp 8 --pp 16 --tp-muon sharded" [llamash-1024]="--tp 8 --pp 16 --tp-muon sharded"

@@ -32,6 +32,10 @@ _TP_MUON = {
     "duplicated": "TP_MUON_DUPLICATED",
     "sharded": "TP_MUON_SHARDED",
 }
+_MUON_REDUCE = {
+    "owner": "MUON_REDUCE_TO_OWNER",
+    "scatter-rounds": "MUON_REDUCE_SCATTER_ROUNDS",
+}
 
 
 def plan_request(
@@ -48,6 +52,7 @@ def plan_request(
     tp_muon=None,
     tp_mesh=None,
     gpus_per_node=0,
+    muon_reduce=None,
 ):
     """The PlanRequest (proto3 JSON as a dict) `muonshardctl submit` would send.
 
@@ -60,6 +65,10 @@ def plan_request(
     parameters on an FSDP x TP DeviceMesh (topology_of(module) gives it).
     `gpus_per_node` (ranks per machine, rank r on node r // gpus_per_node; 0:
     not known) lets the workers reduce and broadcast inside each node first.
+    `muon_reduce` is "owner" (default: each Muon bucket reduced to its owner
+    and broadcast back, as Paddle) or "scatter-rounds" (tp 1: a group's buckets
+    of distinct owners reduce-scattered and all-gathered together; NOTE [Muon
+    scatter rounds] in plan/muon_rounds.h).
     """
     if policy not in _POLICIES:
         raise ValueError("policy %r is not one of %s" % (policy, ", ".join(sorted(_POLICIES))))
@@ -78,6 +87,11 @@ def plan_request(
         if tp_muon not in _TP_MUON:
             raise ValueError("tp_muon %r is not one of %s" % (tp_muon, ", ".join(sorted(_TP_MUON))))
         policy_msg["tp_muon"] = _TP_MUON[tp_muon]
+    if muon_reduce is not None:
+        if muon_reduce not in _MUON_REDUCE:
+            raise ValueError("muon_reduce %r is not one of %s" % (muon_reduce, ", ".join(sorted(_MUON_REDUCE))))
+        if muon_reduce != "owner":
+            policy_msg["muon_reduce"] = _MUON_REDUCE[muon_reduce]
     topology = {"world_size": int(world_size), "ep": int(ep), "pp": int(pp)}
     if int(tp) > 1:
         topology["tp"] = int(tp)
@@ -115,8 +129,8 @@ class Coordinator:
 
         An identical request returns the version stored before. `policy` is
         "seed" (Paddle's partition), "seed-all" or "balanced"; `policy_options`:
-        comm_buffer_mb, muon_exclude (regexes), grad_dtype, per_dtype, tp, tp_muon
-        (plan_request).
+        comm_buffer_mb, muon_exclude (regexes), grad_dtype, per_dtype, tp, tp_muon,
+        muon_reduce (plan_request).
         """
         return int(self.submit_info(manifest, world_size, ep, pp, policy, **policy_options)["version"])
 

@@ -94,6 +94,32 @@ TEST(MuonScatterRoundsTest, EveryBucketOfAPlanIsInExactlyOneRoundOfItsGroup) {
   }
 }
 
+TEST(MuonScatterRoundsTest, RoundBuffersAreInTheMemoryTermsAndTheBytesPadded) {
+  v1::PlanRequest request = testing::MakeRequest(testing::DenseManifest(4, 256, 512, 1000), 4, 1, 1, v1::BALANCED, 1);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan owner, ComputePlan(request));
+  request.mutable_policy()->set_muon_reduce(v1::MUON_REDUCE_SCATTER_ROUNDS);
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan rounds, ComputePlan(request));
+  std::vector<bool> in_round;
+  const std::vector<ScatterRoundSize> sizes = ScatterRoundSizes(rounds, &in_round);
+  ASSERT_FALSE(sizes.empty());
+  int64_t padded = 0, plain = 0;  // the rounds' elements, per member, padded and as planned
+  for (const ScatterRoundSize& r : sizes) padded += 4 * r.segment;
+  for (int b = 0; b < rounds.muon_buckets_size(); ++b) plain += in_round[b] ? rounds.muon_buckets(b).numel() : 0;
+  for (int r = 0; r < 4; ++r) {
+    const v1::RankPlan& a = owner.ranks(r);
+    const v1::RankPlan& b = rounds.ranks(r);
+    // Every Muon bucket of the round moves as a padded segment, not by reduce.
+    EXPECT_EQ(b.grad_reduce_bytes(), a.grad_reduce_bytes() - 4 * plain);
+    EXPECT_EQ(b.grad_reduce_scatter_bytes(), a.grad_reduce_scatter_bytes() + 4 * padded);
+    // Its buffers: members x segment, and one more segment of gradients.
+    int64_t segments = 0;
+    for (const ScatterRoundSize& s : sizes) segments += s.segment;
+    EXPECT_EQ(b.memory().grad_bytes(), a.memory().grad_bytes() + 4 * (padded + segments - plain));
+    EXPECT_EQ(b.memory().total_bytes() - b.memory().grad_bytes() - b.memory().model_bytes(),
+              a.memory().total_bytes() - a.memory().grad_bytes() - a.memory().model_bytes());
+  }
+}
+
 TEST(MuonScatterRoundsTest, ToOwnerHasNoRoundsAndHashesAsARequestWithoutTheField) {
   v1::PlanRequest request = testing::MakeRequest(testing::MoeManifest(2, 64, 32, 4, 128), 4, 1, 2);
   MUONSHARD_ASSERT_OK_AND_ASSIGN(const v1::Plan plain, ComputePlan(request));

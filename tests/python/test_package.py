@@ -145,6 +145,16 @@ def test_plan_request_with_tensor_parallelism():
         plan_request({"model": "m", "tensors": []}, 4, tp=2, tp_muon="blockwise")
 
 
+def test_plan_request_with_muon_reduce():
+    from muonshard.coordinator import plan_request
+
+    r = plan_request({"model": "m", "tensors": []}, 4, muon_reduce="scatter-rounds")
+    assert r["policy"]["muon_reduce"] == "MUON_REDUCE_SCATTER_ROUNDS"
+    assert "muon_reduce" not in plan_request({"model": "m", "tensors": []}, 4, muon_reduce="owner")["policy"]
+    with pytest.raises(ValueError, match="'scatter' is not one of owner, scatter-rounds"):
+        plan_request({"model": "m", "tensors": []}, 4, muon_reduce="scatter")
+
+
 def test_plan_request_with_gpus_per_node():
     from muonshard.coordinator import plan_request
 

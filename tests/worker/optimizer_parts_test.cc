@@ -119,15 +119,6 @@ TEST_F(OptimizerPartsTest, Layout_NegativePieceSize_IsInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("muon_piece_bytes is -1")));
 }
 
-// NOTE [Muon scatter rounds]: planned and simulated, not run by the step;
-// the worker says so rather than reducing to the owners instead.
-TEST_F(OptimizerPartsTest, Layout_ScatterRoundsPlan_IsUnimplementedNamingTheField) {
-  v1::RankView rounds = view_;
-  rounds.mutable_policy()->set_muon_reduce(v1::MUON_REDUCE_SCATTER_ROUNDS);
-  EXPECT_THAT(OptimizerLayout::Create(rounds, 0).status(),
-              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS")));
-}
-
 TEST_F(OptimizerPartsTest, HandOff_ReportsEachBucketOnceWhenItsLastPartIsIn) {
   internal::GradientHandOff hand_off(*layout_);
   std::multiset<int> complete;

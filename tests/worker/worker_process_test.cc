@@ -108,6 +108,8 @@ struct Case {
   // Topology.gpus_per_node: groups that form a grid over nodes run inside
   // each node first (NOTE [Node-local collectives] in plan/node_grid.h).
   int gpus_per_node = 0;
+  // NOTE [Muon scatter rounds] in plan/muon_rounds.h.
+  v1::MuonReduce muon_reduce = v1::MUON_REDUCE_TO_OWNER;
 
   // Groups of 2 sum a + b either way round.
   bool bit_identical() const { return world / tp == 2 || reduce_order == "rank"; }
@@ -152,6 +154,12 @@ std::vector<Case> Cases() {
       {"Moe_W4_Ep2_Nodes2_Balanced_Ring_Pieces", moe, 4, 2, v1::BALANCED, "synthetic", "ring", 1, 1, 2},
       // Three nodes of two: the cross level runs Gloo's ring reduce.
       {"Dense_W6_Nodes3_Balanced_Ring", dense, 6, 1, v1::BALANCED, "synthetic", "ring", 1, 0, 2},
+      // Muon buckets of distinct owners reduce-scattered and all-gathered
+      // together: flat, and on a 2 x 2 grid.
+      {"Dense_W4_Balanced_RankOrder_ScatterRounds", dense, 4, 1, v1::BALANCED, "regression", "rank", 1, 0, 0,
+       v1::MUON_REDUCE_SCATTER_ROUNDS},
+      {"Dense_W4_Nodes2_Balanced_Ring_ScatterRounds", dense, 4, 1, v1::BALANCED, "synthetic", "ring", 1, 0, 2,
+       v1::MUON_REDUCE_SCATTER_ROUNDS},
   };
 }
 
@@ -169,11 +177,13 @@ class WorkerProcessTest : public ::testing::Test {
   }
 
   absl::StatusOr<std::pair<int64_t, v1::Plan>> Submit(const v1::ModelManifest& manifest, int world, int ep,
-                                                      v1::Policy policy, int tp = 1, int gpus_per_node = 0) {
+                                                      v1::Policy policy, int tp = 1, int gpus_per_node = 0,
+                                                      v1::MuonReduce muon_reduce = v1::MUON_REDUCE_TO_OWNER) {
     v1::SubmitPlanRequest submit;
     *submit.mutable_request() = ::muonshard::testing::MakeRequest(manifest, world, 1, ep, policy);
     submit.mutable_request()->mutable_topology()->set_tp(tp);
     submit.mutable_request()->mutable_topology()->set_gpus_per_node(gpus_per_node);
+    submit.mutable_request()->mutable_policy()->set_muon_reduce(muon_reduce);
     v1::SubmitPlanResponse response;
     auto ctx = client_->NewContext();
     absl::Status s = client::FromGrpcStatus(client_->stub().SubmitPlan(ctx.get(), submit, &response));
@@ -315,8 +325,15 @@ void ExpectStepTrace(const std::string& path, int rank) {
 
 TEST_P(WorkerEndToEndTest, Train_MatchesReferenceAndPlanCommBytes) {
   const Case& c = GetParam();
-  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted, Submit(c.manifest, c.world, c.ep, c.policy, c.tp, c.gpus_per_node));
+  MUONSHARD_ASSERT_OK_AND_ASSIGN(auto submitted,
+                                 Submit(c.manifest, c.world, c.ep, c.policy, c.tp, c.gpus_per_node, c.muon_reduce));
   EXPECT_EQ(submitted.second.topology().gpus_per_node(), c.gpus_per_node);
+  if (c.muon_reduce == v1::MUON_REDUCE_SCATTER_ROUNDS) {
+    int64_t round_bytes = 0;  // the plan hands its Muon buckets to reduce-scatters
+    for (const v1::RankPlan& r : submitted.second.ranks()) round_bytes += r.grad_reduce_scatter_bytes();
+    EXPECT_GT(round_bytes, 0);
+    EXPECT_EQ(submitted.second.policy().muon_reduce(), v1::MUON_REDUCE_SCATTER_ROUNDS);
+  }
   const auto& [version, plan] = submitted;
   const std::string dump = dir_.Join("sharded.safetensors");
   std::vector<ChildProcess> workers;

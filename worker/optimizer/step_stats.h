@@ -15,9 +15,9 @@ namespace muonshard::worker {
 
 struct StepCommBytes {
   int64_t grad_reduce = 0;          // Muon gradients, Reduce to the owners
-  int64_t grad_reduce_scatter = 0;  // AdamW gradients, ReduceScatter
+  int64_t grad_reduce_scatter = 0;  // AdamW gradients and Muon scatter rounds, ReduceScatter
   int64_t param_broadcast = 0;      // Muon parameters, Broadcast from owners
-  int64_t param_all_gather = 0;     // AdamW parameters, AllGather
+  int64_t param_all_gather = 0;     // AdamW parameters and Muon scatter rounds, AllGather
   // Tensor-parallel Muon (TENSOR_PARALLEL groups): bytes this rank sends
   // plus receives in the gathers, scatters and all-gathers of the NS
   // inputs and results and the all-reduces of sharded Newton-Schulz (ring

@@ -34,8 +34,24 @@ absl::StatusOr<std::unique_ptr<GradientBuffers>> GradientBuffers::Create(const O
 absl::Status GradientBuffers::Allocate() {
   const v1::DType dtype = layout_.grad_dtype();
   int64_t widest = 0;  // the most gradient elements one kernel call reads
-  for (const v1::MuonBucket& b : layout_.view().muon_buckets()) {
-    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer grads, BackendBuffer::Create(backend_, dtype, b.numel()));
+  for (const ScatterRound& r : layout_.scatter_rounds()) {
+    const int members = layout_.index().groups[r.group].size;
+    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer round, BackendBuffer::Create(backend_, dtype, members * r.segment));
+    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer reduced, BackendBuffer::Create(backend_, dtype, r.segment));
+    round_.push_back(std::move(round));
+    round_reduced_.push_back(std::move(reduced));
+  }
+  for (int b = 0; b < layout_.view().muon_buckets_size(); ++b) {
+    const int64_t numel = layout_.view().muon_buckets(b).numel();
+    const int round = layout_.ScatterRoundOf(b);
+    if (round < 0) {
+      MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer grads, BackendBuffer::Create(backend_, dtype, numel));
+      muon_.push_back(std::move(grads));
+      continue;
+    }
+    const int64_t segment = layout_.scatter_rounds()[round].segment;
+    const int owner = layout_.index().muon_buckets[b].owner_group_rank;
+    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer grads, BackendBuffer::View(round_[round], owner * segment, numel));
     muon_.push_back(std::move(grads));
   }
   for (const MuonShardLayout& o : layout_.index().owned) widest = std::max(widest, o.shape.elements());
@@ -112,8 +128,16 @@ absl::Status GradientBuffers::ReduceBucket(Communicator& comm, const BucketKey& 
                             ReduceOp::kAvg);
 }
 
+absl::Status GradientBuffers::ReduceRound(Communicator& comm, int round) {
+  const ScatterRound& r = layout_.scatter_rounds()[round];
+  const std::vector<int64_t> counts(layout_.index().groups[r.group].size, r.segment);
+  return comm.ReduceScatter(round_[round].data(), round_reduced_[round].data(), counts,
+                            ToCommDType(layout_.grad_dtype()), ReduceOp::kAvg);
+}
+
 absl::StatusOr<const float*> GradientBuffers::MuonFloats(int bucket, int64_t offset, int64_t n) {
-  return Floats(muon_[bucket], offset, n);
+  const int round = layout_.ScatterRoundOf(bucket);
+  return Floats(round < 0 ? muon_[bucket] : round_reduced_[round], offset, n);
 }
 
 absl::StatusOr<const float*> GradientBuffers::AdamwShardFloats(int bucket) {
@@ -132,7 +156,8 @@ absl::StatusOr<const float*> GradientBuffers::Floats(const BackendBuffer& grads,
 
 int64_t GradientBuffers::bytes() const {
   int64_t bytes = 0;
-  for (const BackendBuffer& grads : muon_) bytes += grads.bytes();
+  for (const BackendBuffer& grads : muon_) bytes += grads.owns_memory() ? grads.bytes() : 0;
+  for (size_t r = 0; r < round_.size(); ++r) bytes += round_[r].bytes() + round_reduced_[r].bytes();
   for (size_t b = 0; b < adamw_.size(); ++b) bytes += adamw_[b].bytes() + adamw_shard_[b].bytes();
   return bytes;
 }

@@ -50,8 +50,15 @@ class GradientBuffers {
   // scratch left by a previous collective never travels as data.
   absl::Status ZeroGaps();
 
-  // The collective of one bucket's reduce (mean).
+  // The collective of one bucket's reduce (mean). REQUIRES: a bucket in no
+  // scatter round.
   absl::Status ReduceBucket(Communicator& comm, const BucketKey& key);
+  // NOTE [Muon scatter rounds]: the reduce-scatter (mean) of scatter round
+  // `round` (a position in layout.scatter_rounds()), whose buckets' buffers
+  // lie segment by segment in one (zero padding between them); this rank's
+  // segment lands in the round's own buffer, which MuonFloats reads for the
+  // bucket it owns there.
+  absl::Status ReduceRound(Communicator& comm, int round);
 
   // fp32 views of reduced gradients, valid until the next call (stream-
   // ordered: a kernel reading one runs before the next widening): `n`
@@ -74,7 +81,11 @@ class GradientBuffers {
 
   const OptimizerLayout& layout_;
   kernels::KernelBackend& backend_;
-  std::vector<BackendBuffer> muon_;         // parallel to view.muon_buckets
+  std::vector<BackendBuffer> muon_;  // parallel to view.muon_buckets
+  // Per scatter round: its members' buckets (muon_ holds views of them) and
+  // this rank's reduced segment.
+  std::vector<BackendBuffer> round_;
+  std::vector<BackendBuffer> round_reduced_;
   std::vector<BackendBuffer> adamw_;        // parallel to view.adamw_buckets: whole bucket
   std::vector<BackendBuffer> adamw_shard_;  // this shard (groups > 1), else empty
   BackendBuffer scratch_;                   // fp32, for 16-bit gradients

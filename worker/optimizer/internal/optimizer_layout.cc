@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -31,11 +32,17 @@ absl::StatusOr<v1::RankView> ViewInPieces(const v1::RankView& view, int64_t muon
 absl::StatusOr<std::unique_ptr<OptimizerLayout>> OptimizerLayout::Create(const v1::RankView& view,
                                                                          int64_t muon_piece_bytes) {
   if (view.policy().muon_reduce() == v1::MUON_REDUCE_SCATTER_ROUNDS) {
-    // NOTE [Muon scatter rounds]: planned and simulated; the step does not
-    // run them yet, and reducing to the owners instead would not be the plan.
-    return absl::UnimplementedError(
-        "rank view: policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS is not run by this worker; plan with "
-        "--muon-reduce owner");
+    // NOTE [Muon scatter rounds]: the rounds are the plan's (its byte counts
+    // and memory terms are), so neither TP nor pieces cut other buckets.
+    if (view.topology().tp() > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank view: policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS needs tp = 1, got tp ", view.topology().tp()));
+    }
+    if (muon_piece_bytes > 0) {
+      return absl::InvalidArgumentError(absl::StrCat("step options: muon_piece_bytes is ", muon_piece_bytes,
+                                                     "; a plan with policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS "
+                                                     "reduces its own buckets (0)"));
+    }
   }
   MUONSHARD_ASSIGN_OR_RETURN(v1::RankView pieces, ViewInPieces(view, muon_piece_bytes));
   const v1::DType grad_dtype = planner::GradDType(pieces.policy());
@@ -45,6 +52,7 @@ absl::StatusOr<std::unique_ptr<OptimizerLayout>> OptimizerLayout::Create(const v
   auto layout = absl::WrapUnique(new OptimizerLayout(std::move(pieces), grad_dtype));
   MUONSHARD_ASSIGN_OR_RETURN(layout->index_, BuildViewLayout(layout->view_));
   layout->IndexHeldAndOwned();
+  layout->IndexScatterRounds();
   return layout;
 }
 
@@ -65,6 +73,49 @@ void OptimizerLayout::IndexHeldAndOwned() {
   for (size_t i = 0; i < index_.owned.size(); ++i) {
     owned_in_muon_[index_.owned[i].bucket].push_back(static_cast<int>(i));
   }
+}
+
+// The rounds of the view's buckets, group by group (planner::MuonScatterRounds,
+// as the plan's byte counts and memory terms have them).
+void OptimizerLayout::IndexScatterRounds() {
+  round_of_.assign(view_.muon_buckets_size(), -1);
+  if (view_.policy().muon_reduce() != v1::MUON_REDUCE_SCATTER_ROUNDS) return;
+  for (size_t g = 0; g < index_.groups.size(); ++g) {
+    const GroupLayout& group = index_.groups[g];
+    if (group.size < 2) continue;
+    std::vector<planner::MuonRoundBucket> buckets;
+    for (int b : group.muon_buckets) {
+      const v1::MuonBucket& mb = view_.muon_buckets(b);
+      buckets.push_back(
+          {index_.muon_buckets[b].owner_group_rank, planner::LastTensorOf(mb.entries()), mb.dtype(), mb.numel()});
+    }
+    for (const planner::MuonRound& round : planner::MuonScatterRounds(buckets, group.size)) {
+      if (!round.scatter) continue;
+      ScatterRound r;
+      r.group = static_cast<int>(g);
+      for (int i : round.buckets) {
+        const int b = group.muon_buckets[i];
+        r.buckets.push_back(b);
+        r.owner_ranks.push_back(buckets[i].owner);
+        r.segment = std::max(r.segment, view_.muon_buckets(b).numel());
+        round_of_[b] = static_cast<int>(scatter_rounds_.size());
+      }
+      scatter_rounds_.push_back(std::move(r));
+    }
+  }
+}
+
+std::vector<int> OptimizerLayout::RoundCollectives(const std::vector<BucketKey>& order) const {
+  std::vector<int> at(order.size(), kBucketCollective);
+  absl::flat_hash_map<int, size_t> last;  // round -> its last place in order
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int round = order[i].muon ? round_of_[order[i].bucket] : -1;
+    if (round < 0) continue;
+    at[i] = kNoCollective;
+    last[round] = i;
+  }
+  for (const auto& [round, i] : last) at[i] = round;
+  return at;
 }
 
 int OptimizerLayout::tp_size() const { return std::max(1, view_.topology().tp()); }

@@ -32,6 +32,23 @@ struct BucketKey {
   bool operator==(const BucketKey& o) const { return muon == o.muon && bucket == o.bucket; }
 };
 
+// NOTE [Muon scatter rounds] (plan/muon_rounds.h): Muon buckets of one group
+// whose gradients are reduce-scattered, and parameters all-gathered, as one
+// buffer of `segment` elements per member, the bucket of group rank i in
+// segment i (padded with zeros to the segment; a member without a bucket
+// holds zeros).
+struct ScatterRound {
+  int group = 0;                 // position in index().groups
+  int64_t segment = 0;           // the round's largest bucket
+  std::vector<int> buckets;      // positions in view.muon_buckets, owner order
+  std::vector<int> owner_ranks;  // their owners' group ranks (parallel)
+};
+
+// What a schedule issues for the reduce (or the sync) of a bucket at a place
+// of its group's order (RoundCollectives).
+constexpr int kBucketCollective = -1;  // the bucket's own
+constexpr int kNoCollective = -2;      // none: its scatter round's comes later
+
 class OptimizerLayout {
  public:
   // `view` with its Muon buckets cut into pieces of `muon_piece_bytes` (0:
@@ -86,16 +103,30 @@ class OptimizerLayout {
   // The largest plan tensor index among the bucket's entries (-1: none).
   int LastTensor(const BucketKey& key) const;
 
+  // The scatter rounds (empty unless the plan's policy.muon_reduce is
+  // MUON_REDUCE_SCATTER_ROUNDS), and each Muon bucket's (-1: none).
+  const std::vector<ScatterRound>& scatter_rounds() const { return scatter_rounds_; }
+  int ScatterRoundOf(int muon_bucket) const { return round_of_[muon_bucket]; }
+  // For each place of `order` (one group's buckets, in the order a schedule
+  // runs their reduces or syncs, the same on every member): a scatter
+  // round's position in scatter_rounds(), issued at its last bucket there;
+  // kNoCollective for its other buckets; kBucketCollective for a bucket in
+  // no round.
+  std::vector<int> RoundCollectives(const std::vector<BucketKey>& order) const;
+
  private:
   OptimizerLayout(v1::RankView view, v1::DType grad_dtype);
 
   void IndexHeldAndOwned();
+  void IndexScatterRounds();
 
   const v1::RankView view_;
   const v1::DType grad_dtype_;
   ViewLayout index_;
   std::vector<HeldTensor> held_;
   std::vector<std::vector<int>> owned_in_muon_;  // per muon bucket
+  std::vector<ScatterRound> scatter_rounds_;
+  std::vector<int> round_of_;  // per muon bucket, -1: none
 };
 
 }  // namespace muonshard::worker::internal

@@ -32,9 +32,22 @@ absl::StatusOr<BackendBuffer> ParameterBuffers::NewMaster(BackendBuffer& params,
 absl::Status ParameterBuffers::Allocate(const OptimizerConfig& config) {
   const v1::RankView& view = layout_.view();
   const ViewLayout& index = layout_.index();
-  for (const v1::MuonBucket& b : view.muon_buckets()) {
-    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer params, BackendBuffer::Create(backend_, b.dtype(), b.numel()));
-    muon_params_.push_back(std::move(params));
+  for (const ScatterRound& r : layout_.scatter_rounds()) {  // one dtype each
+    const v1::DType dtype = view.muon_buckets(r.buckets[0]).dtype();
+    MUONSHARD_ASSIGN_OR_RETURN(BackendBuffer round,
+                               BackendBuffer::Create(backend_, dtype, index.groups[r.group].size * r.segment));
+    round_params_.push_back(std::move(round));
+  }
+  for (int i = 0; i < view.muon_buckets_size(); ++i) {
+    const v1::MuonBucket& b = view.muon_buckets(i);
+    const int round = layout_.ScatterRoundOf(i);
+    absl::StatusOr<BackendBuffer> params =
+        round < 0 ? BackendBuffer::Create(backend_, b.dtype(), b.numel())
+                  : BackendBuffer::View(
+                        round_params_[round],
+                        index.muon_buckets[i].owner_group_rank * layout_.scatter_rounds()[round].segment, b.numel());
+    MUONSHARD_RETURN_IF_ERROR(params.status());
+    muon_params_.push_back(*std::move(params));
   }
   shards_of_part_.resize(index.parts.size());
   segments_of_part_.resize(index.parts.size());
@@ -202,6 +215,15 @@ absl::Status ParameterBuffers::SyncBucket(Communicator& comm, const BucketKey& k
   return comm.AllGather(shard.At(at), params.data(), layout_.index().adamw_buckets[b].counts, params.comm_dtype());
 }
 
+absl::Status ParameterBuffers::SyncRound(Communicator& comm, int round) {
+  const ScatterRound& r = layout_.scatter_rounds()[round];
+  const GroupLayout& group = layout_.index().groups[r.group];
+  BackendBuffer& params = round_params_[round];
+  // This rank's segment holds its bucket's updated values (or zeros).
+  return comm.AllGather(params.At(group.group_rank * r.segment), params.data(),
+                        std::vector<int64_t>(group.size, r.segment), params.comm_dtype());
+}
+
 int64_t ParameterBuffers::optimizer_state_bytes() const {
   int64_t bytes = 0;
   for (const MuonShardState& s : shards_) bytes += AllocatedBytes(s.master) + s.momentum.bytes();
@@ -213,7 +235,8 @@ int64_t ParameterBuffers::optimizer_state_bytes() const {
 
 int64_t ParameterBuffers::model_copy_bytes() const {
   int64_t bytes = 0;
-  for (const BackendBuffer& params : muon_params_) bytes += params.bytes();
+  for (const BackendBuffer& params : muon_params_) bytes += params.owns_memory() ? params.bytes() : 0;
+  for (const BackendBuffer& params : round_params_) bytes += params.bytes();
   for (const AdamwBucketState& s : adamw_) bytes += s.params.bytes();
   return bytes;
 }

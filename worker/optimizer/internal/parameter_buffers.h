@@ -94,8 +94,12 @@ class ParameterBuffers {
   // sync.
   absl::Status CastMastersToModel();
   // The collective of one bucket's sync: broadcast of a Muon bucket from its
-  // owner, all-gather of an AdamW bucket's shards.
+  // owner, all-gather of an AdamW bucket's shards. REQUIRES: a bucket in no
+  // scatter round.
   absl::Status SyncBucket(Communicator& comm, const BucketKey& key);
+  // NOTE [Muon scatter rounds]: the in-place all-gather of scatter round
+  // `round`, whose buckets' model copies lie segment by segment in one.
+  absl::Status SyncRound(Communicator& comm, int round);
 
   // Bytes allocated for optimizer state (views excluded) / model copies.
   int64_t optimizer_state_bytes() const;
@@ -112,9 +116,10 @@ class ParameterBuffers {
 
   const OptimizerLayout& layout_;
   kernels::KernelBackend& backend_;
-  std::vector<BackendBuffer> muon_params_;  // parallel to view.muon_buckets
-  std::vector<MuonShardState> shards_;      // parallel to layout.owned
-  std::vector<AdamwBucketState> adamw_;     // parallel to view.adamw_buckets
+  std::vector<BackendBuffer> muon_params_;   // parallel to view.muon_buckets
+  std::vector<BackendBuffer> round_params_;  // per scatter round: its buckets' (views in muon_params_)
+  std::vector<MuonShardState> shards_;       // parallel to layout.owned
+  std::vector<AdamwBucketState> adamw_;      // parallel to view.adamw_buckets
   // Per part: owned shards and (adamw bucket, segment) pairs, for WriteParameter.
   std::vector<std::vector<int>> shards_of_part_;
   std::vector<std::vector<std::pair<int, int>>> segments_of_part_;

@@ -145,9 +145,13 @@ absl::StatusOr<StepStats> StepScheduler::FinishSequential() {
 
 absl::Status StepScheduler::ReduceGradients() {
   return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
-    for (const BucketKey& key : layout_.GroupBuckets(g)) {
-      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kReduce, key, StepSpan::kCallerThread,
-                                                 [&] { return grads_.ReduceBucket(comm, key); }));
+    const std::vector<BucketKey> order = layout_.GroupBuckets(g);
+    const std::vector<int> at = layout_.RoundCollectives(order);
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (at[i] == kNoCollective) continue;
+      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kReduce, order[i], StepSpan::kCallerThread, [&] {
+        return at[i] >= 0 ? grads_.ReduceRound(comm, at[i]) : grads_.ReduceBucket(comm, order[i]);
+      }));
     }
     return absl::OkStatus();
   });
@@ -193,9 +197,13 @@ absl::Status StepScheduler::RunAdamw() {
 
 absl::Status StepScheduler::SyncParameters() {
   return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
-    for (const BucketKey& key : layout_.GroupBuckets(g)) {
-      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kSync, key, StepSpan::kCallerThread,
-                                                 [&] { return params_.SyncBucket(comm, key); }));
+    const std::vector<BucketKey> order = layout_.GroupBuckets(g);
+    const std::vector<int> at = layout_.RoundCollectives(order);
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (at[i] == kNoCollective) continue;
+      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kSync, order[i], StepSpan::kCallerThread, [&] {
+        return at[i] >= 0 ? params_.SyncRound(comm, at[i]) : params_.SyncBucket(comm, order[i]);
+      }));
     }
     return absl::OkStatus();
   });

@@ -108,8 +108,9 @@ class StepScheduler {
   // The pipelined schedule (step_scheduler_pipelined.cc).
   absl::StatusOr<StepStats> FinishPipelined();
   void PostLaneOps();
-  // A lane's op: the bucket's reduce (or its sync), timed.
-  absl::Status LaneCollective(const BucketKey& key, bool reduce);
+  // A lane's op: the bucket's reduce (or its sync), or with `round` >= 0 its
+  // scatter round's (OptimizerLayout::RoundCollectives), timed.
+  absl::Status LaneCollective(const BucketKey& key, int round, bool reduce);
   // The updating thread's part of a pipelined step: every bucket this rank
   // updates, as it is reduced, until all are done or the step failed.
   void UpdateAsReduced();

@@ -61,28 +61,60 @@ absl::Status StepScheduler::InitPipeline() {
 
 void StepScheduler::PostLaneOps() {
   const int keys = layout_.BucketCount();
+  const auto nothing = [] { return absl::OkStatus(); };
   for (size_t g = 0; g < order_.size(); ++g) {
     const int lane = lane_of_group_[g];
     if (lane < 0) continue;
-    for (const BucketKey& key : order_[g]) {
+    // A scatter round's collective at its last bucket in the order; the
+    // lane runs in order, so every bucket of the round is in by then, and
+    // its other buckets are marked reduced once it is done.
+    const std::vector<int> at = layout_.RoundCollectives(order_[g]);
+    for (size_t i = 0; i < order_[g].size(); ++i) {
+      const BucketKey key = order_[g][i];
+      const int round = at[i];
+      const int gate = GradsIn(layout_.Key(key));
+      if (round == kNoCollective) {
+        pipeline_->Post(lane, gate, nothing, StepPipeline::kNoEvent, false);
+        continue;
+      }
       pipeline_->Post(
-          lane, GradsIn(layout_.Key(key)), [this, key] { return LaneCollective(key, true); },
-          Reduced(layout_.Key(key), keys), layout_.Updates(key));
+          lane, gate, [this, key, round] { return LaneCollective(key, round, true); }, Reduced(layout_.Key(key), keys),
+          layout_.Updates(key));
     }
     // Non-owners of a Muon bucket receive its broadcast: nothing to wait for.
-    for (const BucketKey& key : order_[g]) {
+    // A round's all-gather waits, in order, for this rank's bucket of it.
+    for (size_t i = 0; i < order_[g].size(); ++i) {
+      const BucketKey key = order_[g][i];
+      const int round = at[i];
+      const int gate = layout_.Updates(key) ? Updated(layout_.Key(key), keys) : StepPipeline::kNoEvent;
+      if (round == kNoCollective) {
+        pipeline_->Post(lane, gate, nothing, StepPipeline::kNoEvent, false);
+        continue;
+      }
       pipeline_->Post(
-          lane, layout_.Updates(key) ? Updated(layout_.Key(key), keys) : StepPipeline::kNoEvent,
-          [this, key] { return LaneCollective(key, false); }, StepPipeline::kNoEvent, false);
+          lane, gate, [this, key, round] { return LaneCollective(key, round, false); }, StepPipeline::kNoEvent, false);
     }
   }
 }
 
-absl::Status StepScheduler::LaneCollective(const BucketKey& key, bool reduce) {
+absl::Status StepScheduler::LaneCollective(const BucketKey& key, int round, bool reduce) {
   const int group = layout_.GroupOf(key);
   Communicator& comm = *comms_.comm(group);
-  return recorder_.TimedLane(reduce, key, lane_of_group_[group],
-                             [&] { return reduce ? grads_.ReduceBucket(comm, key) : params_.SyncBucket(comm, key); });
+  if (round == kBucketCollective) {
+    return recorder_.TimedLane(reduce, key, lane_of_group_[group],
+                               [&] { return reduce ? grads_.ReduceBucket(comm, key) : params_.SyncBucket(comm, key); });
+  }
+  MUONSHARD_RETURN_IF_ERROR(recorder_.TimedLane(reduce, key, lane_of_group_[group], [&] {
+    return reduce ? grads_.ReduceRound(comm, round) : params_.SyncRound(comm, round);
+  }));
+  if (reduce) {  // the round's other buckets are reduced too (`key`'s event is the Post's)
+    for (int b : layout_.scatter_rounds()[round].buckets) {
+      const BucketKey other{true, b};
+      if (other == key) continue;
+      pipeline_->Set(Reduced(layout_.Key(other), layout_.BucketCount()), layout_.Updates(other));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void StepScheduler::BucketGradientsIn(const BucketKey& key) {

@@ -52,6 +52,14 @@ absl::Status StepScheduler::InitStreamed() {
         "the pipelined step schedule on a device backend runs tp = 1 only (this plan has tp = ", layout_.tp_size(),
         "); use the sequential schedule"));
   }
+  if (!layout_.scatter_rounds().empty()) {
+    // A round's reduce would have to wait for every bucket of it on the
+    // stream, and mark them all reduced: not built (NOTE [Muon scatter
+    // rounds]).
+    return absl::InvalidArgumentError(
+        "the pipelined step schedule on a device backend does not run Muon scatter rounds "
+        "(policy.muon_reduce MUON_REDUCE_SCATTER_ROUNDS); use the sequential schedule");
+  }
   const int keys = layout_.BucketCount();
   events_.clear();
   for (int e = 0; e < 2 * keys + 1; ++e) {
