@@ -76,7 +76,8 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 RATE_RE = re.compile(r"^rate check: .*?: ([0-9.]+) Gbit/s payload")
-WORKERS_RE = re.compile(r"^workers: (\d+) ranks, .*policy (\S+?);")
+# shaped_net.py --muon-reduce scatter-rounds adds " (muon-reduce scatter-rounds)" after the policy.
+WORKERS_RE = re.compile(r"^workers: (\d+) ranks, .*policy (\S+?)(?: \(muon-reduce (\S+)\))?;")
 MODEL_RE = re.compile(r"^  (\S+) \(/(\d+), (\d+) layers, ep (\d+)[,)]")
 SHAPED_RE = re.compile(
     r"^    shaped \((\S+) each way.*\): sequential ([0-9.nan/]+) \| pipelined ([0-9.nan/]+) \| "
@@ -126,13 +127,14 @@ def parse_log(path):
     except OSError as e:
         raise BadInput("--log %s: %s" % (path, e.strerror)) from e
     payload = ranks = policy = None
+    muon_reduce = "owner"
     configs, model = [], None
     in_summary = False
     for line in lines:
         if m := RATE_RE.match(line):
             payload = float(m.group(1))
         elif m := WORKERS_RE.match(line):
-            ranks, policy = int(m.group(1)), m.group(2)
+            ranks, policy, muon_reduce = int(m.group(1)), m.group(2), m.group(3) or "owner"
         elif line.startswith("summary"):
             in_summary = True
         elif in_summary and (m := MODEL_RE.match(line)):
@@ -178,7 +180,7 @@ def parse_log(path):
     if not configs or (shaped and payload is None) or ranks is None:
         raise BadInput("--log %s: no rate check, workers line or shaped summary (a shaped_net.py log?)" % path)
     for c in configs:
-        c.update(ranks=ranks, policy=policy, gbit_payload=payload)
+        c.update(ranks=ranks, policy=policy, muon_reduce=muon_reduce, gbit_payload=payload)
     return configs
 
 
@@ -260,7 +262,7 @@ def manifest_for(c, bin_dir, work):
 
 
 def plan_inputs(c, bin_dir, work):
-    """`muonshardctl plan`'s flags for the model, world size, ep and policy shaped_net.py ran."""
+    """`muonshardctl plan`'s flags for the model, world size, ep, policy and Muon reduce shaped_net.py ran."""
     return [
         "--manifest",
         manifest_for(c, bin_dir, work),
@@ -270,13 +272,17 @@ def plan_inputs(c, bin_dir, work):
         str(c["ep"]),
         "--policy",
         c["policy"],
+        "--muon-reduce",
+        c.get("muon_reduce", "owner"),
     ]
 
 
 def plan_file(c, bin_dir, work):
     """A two-node config's plan, as shaped_net.py submitted it: with gpus_per_node, for the flat workers too
     (they run it with --collectives flat, as predict() does)."""
-    path = os.path.join(work, "plan-%s-%d-%d.json" % (c["model"], c["ranks"], c["per_node"]))
+    path = os.path.join(
+        work, "plan-%s-%d-%d-%s.json" % (c["model"], c["ranks"], c["per_node"], c.get("muon_reduce", "owner"))
+    )
     if not os.path.exists(path):
         argv = [os.path.join(bin_dir, "muonshardctl"), "plan", *plan_inputs(c, bin_dir, work), "--output", "json"]
         argv += ["--gpus-per-node", str(c["per_node"])]

@@ -124,6 +124,7 @@ the medians (the load on a shared machine drifts between jobs).
 Usage: sudo /usr/bin/python3 bench/worker/shaped_net.py [--rate 2gbit] [--delay 0.1ms]
            [--modes sequential,pipelined,comm,compute] [--models moe,dense] [--no-loopback | --loopback-only]
            [--steps 10] [--warmup 2] [--repeats 1] [--ranks 4] [--policy seed] [--comm-buffer-mb MB]
+           [--muon-reduce owner|scatter-rounds]
            [--step-piece-kib K] [--nodes N [--collectives flat,hierarchical]]
            [--max-seconds 1500] [--check-goals] [--network-only] [--build build] [--keep] [--trace]
 
@@ -817,6 +818,37 @@ class WireTally:
             self.all_gather(x, [sum(c) for c in parts], elem)
 
 
+def scatter_rounds(plan, groups):
+    """The plan's Muon scatter rounds (NOTE [Muon scatter rounds] in plan/muon_rounds.h), written
+    again from its rule: per group, the Muon buckets in hand-off order (descending largest tensor
+    index, then position); round k of a dtype holds every owner's k-th bucket; a round of n members
+    scatters where (n - 1) x its largest bucket < the sum of its buckets. [(group id, [buckets])]."""
+    if plan.get("policy", {}).get("muon_reduce") != "MUON_REDUCE_SCATTER_ROUNDS":
+        return []
+    by_group = {}
+    for b in plan.get("muon_buckets", []):
+        by_group.setdefault(b["group"], []).append(b)
+    out = []
+    for gid, buckets in by_group.items():
+        n = len(groups[gid])
+        if n < 2:
+            continue
+        last = [max((int(e.get("tensor", 0)) for e in b.get("entries", [])), default=-1) for b in buckets]
+        order = sorted(range(len(buckets)), key=lambda i: -last[i])  # stable: ties keep position
+        taken, rounds = {}, {}
+        for i in order:
+            b = buckets[i]
+            key = (b.get("dtype", "FP32"), int(b["owner"]))
+            k = taken.get(key, 0)
+            taken[key] = k + 1
+            rounds.setdefault((key[0], k), []).append(b)
+        for members in rounds.values():
+            sizes = [int(b["numel"]) for b in members]
+            if len(members) >= 2 and (n - 1) * max(sizes) < sum(sizes):
+                out.append((gid, members))
+    return out
+
+
 def wire_theory(plan, piece_bytes=0, node_of=None, hierarchical=False):
     """Per global rank, by the rings' algorithms: {"bytes": sent per step, "transfers": data
     messages per step, "inter": bytes sent to ranks on other nodes per step}.
@@ -836,9 +868,24 @@ def wire_theory(plan, piece_bytes=0, node_of=None, hierarchical=False):
         return hierarchy(ranks, lambda r: r // per_node)
 
     grad_elem = grad_bytes(plan)
+    in_round = set()
+    for gid, members in scatter_rounds(plan, groups):
+        # One reduce-scatter and one all-gather of a segment per member, each the round's largest.
+        ranks = groups[gid]
+        segment = max(int(b["numel"]) for b in members)
+        elem = DTYPE_BYTES.get(members[0].get("dtype", "FP32"), 4)
+        in_round.update(id(b) for b in members)
+        h = levels(ranks)
+        if h is None:
+            tally.reduce_scatter(ranks, [segment] * len(ranks), reduce_elem)
+            tally.all_gather(ranks, [segment] * len(ranks), elem)
+        else:
+            counts_of = dict.fromkeys(ranks, segment)
+            tally.h_reduce_scatter(h[0], h[1], counts_of, reduce_elem)
+            tally.h_all_gather(h[0], h[1], counts_of, elem)
     for b in plan.get("muon_buckets", []):
         ranks = groups[b["group"]]
-        if len(ranks) < 2:
+        if len(ranks) < 2 or id(b) in in_round:
             continue
         elem = DTYPE_BYTES.get(b.get("dtype", "FP32"), 4)
         owner = int(b["owner"])
@@ -964,6 +1011,7 @@ class Network:
                 "--policy",
                 self.a.policy,
             ]
+            + (["--muon-reduce", self.a.muon_reduce] if self.a.muon_reduce != "owner" else [])
             + (["--tp", str(self.a.tp)] if self.a.tp > 1 else [])
             + (["--gpus-per-node", str(gpus_per_node)] if gpus_per_node else [])
             + (["--comm-buffer-mb", str(self.a.comm_buffer_mb)] if self.a.comm_buffer_mb else []),
@@ -1646,6 +1694,12 @@ def parse_args(argv):
     p.add_argument("--dense-layers", type=int, default=2)
     p.add_argument("--policy", default="seed", choices=["seed", "seed-all", "balanced"])
     p.add_argument(
+        "--muon-reduce",
+        default="owner",
+        choices=["owner", "scatter-rounds"],
+        help="the plans' --muon-reduce (NOTE [Muon scatter rounds] in plan/muon_rounds.h; default owner)",
+    )
+    p.add_argument(
         "--comm-buffer-mb",
         type=int,
         default=0,
@@ -2052,12 +2106,13 @@ def main(argv):
         # Alongside the shaped runs, loopback only checks the overlap goal; alone it runs every mode.
         lmodes = a.modes if a.loopback_only else [m for m in ("sequential", "pipelined") if m in a.modes]
         print(
-            "workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s; modes %s%s%s"
+            "workers: %d ranks, synthetic workload, %d warm-up + %d timed steps, policy %s%s; modes %s%s%s"
             % (
                 a.ranks,
                 a.warmup,
                 a.steps,
                 a.policy,
+                " (muon-reduce %s)" % a.muon_reduce if a.muon_reduce != "owner" else "",
                 ", ".join(lmodes if a.loopback_only else a.modes),
                 " (loopback only)" if a.loopback_only else "",
                 (
