@@ -26,6 +26,18 @@ bool ScatterPays(const std::vector<MuonRoundBucket>& buckets, const std::vector<
 
 }  // namespace
 
+std::vector<int> RoundPlaces(const std::vector<int>& round_at_place) {
+  std::vector<int> out(round_at_place.size(), -1);
+  absl::flat_hash_map<int, size_t> last;  // round -> its last place
+  for (size_t i = 0; i < round_at_place.size(); ++i) {
+    if (round_at_place[i] < 0) continue;
+    out[i] = kNoRoundHere;
+    last[round_at_place[i]] = i;
+  }
+  for (const auto& [round, i] : last) out[i] = round;
+  return out;
+}
+
 int LastTensorOf(const google::protobuf::RepeatedPtrField<v1::BucketEntry>& entries) {
   int last = -1;
   for (const v1::BucketEntry& e : entries) last = std::max(last, e.tensor());

@@ -52,6 +52,13 @@ struct MuonRound {
 // exactly one round. Owners in [0, group_size).
 std::vector<MuonRound> MuonScatterRounds(const std::vector<MuonRoundBucket>& buckets, int group_size);
 
+// Where a schedule issues the collectives of a group's buckets: given, for
+// each place of its order (the same on every member), the bucket's scatter
+// round (an index of the caller's, -1: none), the round at its last place
+// there, kNoRoundHere at its other places, -1 for a bucket in no round.
+constexpr int kNoRoundHere = -2;
+std::vector<int> RoundPlaces(const std::vector<int>& round_at_place);
+
 // A bucket's hand-off place: the largest tensor index of its entries (the
 // backward pass completes buckets in descending order of it; NOTE [Gradient
 // hand-off] in worker/optimizer/sharded_optimizer.h). -1: none.

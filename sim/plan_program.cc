@@ -339,13 +339,14 @@ std::vector<BucketKey> Builder::HandOffOrder(int group) const {
 }
 
 std::vector<BucketKey> Builder::CommOrder(int group) const {
-  std::vector<BucketKey> keys = HandOffOrder(group);
-  std::vector<int> left(scatter_rounds_.size());
-  for (size_t r = 0; r < left.size(); ++r) left[r] = static_cast<int>(scatter_rounds_[r].size());
+  const std::vector<BucketKey> keys = HandOffOrder(group);
+  std::vector<int> round_at_place;
+  round_at_place.reserve(keys.size());
+  for (const BucketKey& k : keys) round_at_place.push_back(k.muon ? scatter_round_of_[k.index] : -1);
+  const std::vector<int> places = planner::RoundPlaces(round_at_place);
   std::vector<BucketKey> out;
-  for (const BucketKey& k : keys) {
-    const int round = k.muon ? scatter_round_of_[k.index] : -1;
-    if (round < 0 || --left[round] == 0) out.push_back(k);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (places[i] != planner::kNoRoundHere) out.push_back(keys[i]);
   }
   return out;
 }

@@ -55,6 +55,12 @@ TEST(MuonScatterRoundsTest, ARoundPaysOnlyWhereNMinusOneLargestIsBelowItsSum) {
   EXPECT_TRUE(c[0].scatter);
 }
 
+TEST(MuonScatterRoundsTest, ARoundsCollectiveGoesAtItsLastPlace) {
+  // Places 0..5: round 3, none, round 7, round 3, none, round 7.
+  EXPECT_THAT(RoundPlaces({3, -1, 7, 3, -1, 7}), ElementsAre(kNoRoundHere, -1, kNoRoundHere, 3, -1, 7));
+  EXPECT_THAT(RoundPlaces({}), IsEmpty());
+}
+
 TEST(MuonScatterRoundsTest, DTypesGoInRoundsOfTheirOwn) {
   const std::vector<MuonRoundBucket> buckets = {Bucket(0, 3, 100, v1::BF16), Bucket(1, 2, 100, v1::FP32),
                                                 Bucket(1, 1, 100, v1::BF16), Bucket(0, 0, 100, v1::FP32)};

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -106,16 +105,10 @@ void OptimizerLayout::IndexScatterRounds() {
 }
 
 std::vector<int> OptimizerLayout::RoundCollectives(const std::vector<BucketKey>& order) const {
-  std::vector<int> at(order.size(), kBucketCollective);
-  absl::flat_hash_map<int, size_t> last;  // round -> its last place in order
-  for (size_t i = 0; i < order.size(); ++i) {
-    const int round = order[i].muon ? round_of_[order[i].bucket] : -1;
-    if (round < 0) continue;
-    at[i] = kNoCollective;
-    last[round] = i;
-  }
-  for (const auto& [round, i] : last) at[i] = round;
-  return at;
+  std::vector<int> round_at_place;
+  round_at_place.reserve(order.size());
+  for (const BucketKey& key : order) round_at_place.push_back(key.muon ? round_of_[key.bucket] : -1);
+  return planner::RoundPlaces(round_at_place);
 }
 
 int OptimizerLayout::tp_size() const { return std::max(1, view_.topology().tp()); }

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "muonshard/v1/plan.pb.h"
+#include "plan/muon_rounds.h"
 #include "worker/optimizer/gradient_source.h"
 #include "worker/optimizer/internal/view_layout.h"
 
@@ -46,8 +47,8 @@ struct ScatterRound {
 
 // What a schedule issues for the reduce (or the sync) of a bucket at a place
 // of its group's order (RoundCollectives).
-constexpr int kBucketCollective = -1;  // the bucket's own
-constexpr int kNoCollective = -2;      // none: its scatter round's comes later
+constexpr int kBucketCollective = -1;                 // the bucket's own
+constexpr int kNoCollective = planner::kNoRoundHere;  // none: its scatter round's comes later
 
 class OptimizerLayout {
  public:

@@ -117,7 +117,7 @@ void StepScheduler::Cancel(const absl::Status& reason) {
 absl::Status StepScheduler::SyncFromMasters() {
   absl::Status s = params_.CastMastersToModel();
   if (s.ok()) s = backend_.Synchronize();
-  if (s.ok()) s = SyncParameters();
+  if (s.ok()) s = RunCollectives(/*reduce=*/false);
   return s;
 }
 
@@ -129,7 +129,7 @@ absl::StatusOr<StepStats> StepScheduler::FinishSequential() {
   // The collectives run on the communicators' streams: the packed gradients
   // must have landed first.
   absl::Status s = backend_.Synchronize();
-  if (s.ok() && phases != StepPhases::kComputeOnly) s = ReduceGradients();
+  if (s.ok() && phases != StepPhases::kComputeOnly) s = RunCollectives(/*reduce=*/true);
   MUONSHARD_RETURN_IF_ERROR(s);
   stats.reduce_seconds = phase.Lap();
   if (phases != StepPhases::kCommunicationOnly) {
@@ -138,20 +138,25 @@ absl::StatusOr<StepStats> StepScheduler::FinishSequential() {
     MUONSHARD_RETURN_IF_ERROR(RunAdamw());
     stats.adamw_seconds = phase.Lap();
   }
-  if (phases != StepPhases::kComputeOnly) MUONSHARD_RETURN_IF_ERROR(SyncParameters());
+  if (phases != StepPhases::kComputeOnly) MUONSHARD_RETURN_IF_ERROR(RunCollectives(/*reduce=*/false));
   stats.sync_seconds = phase.Lap();
   return recorder_.Close(stats, comms_.Snapshot());
 }
 
-absl::Status StepScheduler::ReduceGradients() {
+absl::Status StepScheduler::Collective(Communicator& comm, const BucketKey& key, int round, bool reduce) {
+  if (round == kBucketCollective) return reduce ? grads_.ReduceBucket(comm, key) : params_.SyncBucket(comm, key);
+  return reduce ? grads_.ReduceRound(comm, round) : params_.SyncRound(comm, round);
+}
+
+absl::Status StepScheduler::RunCollectives(bool reduce) {
+  const StepSpan::Kind kind = reduce ? StepSpan::Kind::kReduce : StepSpan::Kind::kSync;
   return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
     const std::vector<BucketKey> order = layout_.GroupBuckets(g);
     const std::vector<int> at = layout_.RoundCollectives(order);
     for (size_t i = 0; i < order.size(); ++i) {
       if (at[i] == kNoCollective) continue;
-      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kReduce, order[i], StepSpan::kCallerThread, [&] {
-        return at[i] >= 0 ? grads_.ReduceRound(comm, at[i]) : grads_.ReduceBucket(comm, order[i]);
-      }));
+      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(kind, order[i], StepSpan::kCallerThread,
+                                                 [&] { return Collective(comm, order[i], at[i], reduce); }));
     }
     return absl::OkStatus();
   });
@@ -193,20 +198,6 @@ absl::Status StepScheduler::RunAdamw() {
   }
   updater_.AdvanceBetaPows();
   return backend_.Synchronize();
-}
-
-absl::Status StepScheduler::SyncParameters() {
-  return comms_.ForEach([&](int g, Communicator& comm) -> absl::Status {
-    const std::vector<BucketKey> order = layout_.GroupBuckets(g);
-    const std::vector<int> at = layout_.RoundCollectives(order);
-    for (size_t i = 0; i < order.size(); ++i) {
-      if (at[i] == kNoCollective) continue;
-      MUONSHARD_RETURN_IF_ERROR(recorder_.Traced(StepSpan::Kind::kSync, order[i], StepSpan::kCallerThread, [&] {
-        return at[i] >= 0 ? params_.SyncRound(comm, at[i]) : params_.SyncBucket(comm, order[i]);
-      }));
-    }
-    return absl::OkStatus();
-  });
 }
 
 }  // namespace muonshard::worker::internal

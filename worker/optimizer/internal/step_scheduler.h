@@ -100,10 +100,13 @@ class StepScheduler {
 
   // The sequential schedule (step_scheduler.cc).
   absl::StatusOr<StepStats> FinishSequential();
-  absl::Status ReduceGradients();
   absl::Status RunMuon();
   absl::Status RunAdamw();
-  absl::Status SyncParameters();
+  // Every group's reduces (or syncs) in GroupBuckets order, a scatter round's
+  // at its last bucket (OptimizerLayout::RoundCollectives), traced.
+  absl::Status RunCollectives(bool reduce);
+  // The reduce (or sync) of `key`, or with `round` >= 0 of its scatter round.
+  absl::Status Collective(Communicator& comm, const BucketKey& key, int round, bool reduce);
 
   // The pipelined schedule (step_scheduler_pipelined.cc).
   absl::StatusOr<StepStats> FinishPipelined();

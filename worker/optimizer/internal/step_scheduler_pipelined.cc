@@ -100,14 +100,10 @@ void StepScheduler::PostLaneOps() {
 absl::Status StepScheduler::LaneCollective(const BucketKey& key, int round, bool reduce) {
   const int group = layout_.GroupOf(key);
   Communicator& comm = *comms_.comm(group);
-  if (round == kBucketCollective) {
-    return recorder_.TimedLane(reduce, key, lane_of_group_[group],
-                               [&] { return reduce ? grads_.ReduceBucket(comm, key) : params_.SyncBucket(comm, key); });
-  }
-  MUONSHARD_RETURN_IF_ERROR(recorder_.TimedLane(reduce, key, lane_of_group_[group], [&] {
-    return reduce ? grads_.ReduceRound(comm, round) : params_.SyncRound(comm, round);
-  }));
-  if (reduce) {  // the round's other buckets are reduced too (`key`'s event is the Post's)
+  MUONSHARD_RETURN_IF_ERROR(
+      recorder_.TimedLane(reduce, key, lane_of_group_[group], [&] { return Collective(comm, key, round, reduce); }));
+  if (reduce &&
+      round != kBucketCollective) {  // the round's other buckets are reduced too (`key`'s event is the Post's)
     for (int b : layout_.scatter_rounds()[round].buckets) {
       const BucketKey other{true, b};
       if (other == key) continue;
